@@ -1,0 +1,134 @@
+"""proctor's one exception tree, and the exit-code table that goes with it.
+
+    ProctorError                      (exit code lives on the class)
+    ├── UsageError                    64  bad flag, invalid config, unknown profile, no command
+    ├── TargetUnavailable             69  host unreachable, binary missing, port in use, sold out
+    ├── NotAuthorised                 77  needs an explicit flag (names it)
+    ├── Interrupted                  130  Ctrl-C / SIGTERM of proctor itself
+    └── Outcome errors: what a supervised thing ended as
+        ├── HangDetected               1
+        ├── FaultDetected              2
+        ├── WorkloadFailed             3
+        ├── TimeLimitReached           4
+        ├── NotReady                   5
+        ├── ResultUnknown              6
+        └── Regression                 7
+
+Lower-level errors (OSError, asyncssh, httpx, pydantic) are mapped into this tree at the
+boundary that sees them; the CLI maps the tree to exit codes through `exit_code_for`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    HANG = 1
+    FAULT = 2
+    WORKLOAD_FAILED = 3
+    TIME_LIMIT = 4
+    NOT_READY = 5
+    UNKNOWN = 6
+    REGRESSION = 7
+    USAGE = 64
+    UNAVAILABLE = 69
+    NOT_AUTHORISED = 77
+    INTERRUPTED = 130
+
+
+#: The documented meaning of each code; the README's table is generated from this.
+EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success: ready, drained, run finished with status 0",
+    ExitCode.HANG: "hang detected",
+    ExitCode.FAULT: "fault detected (fault pattern, GPU fault, crashed server)",
+    ExitCode.WORKLOAD_FAILED: "workload failed (non-zero exit without a known fault)",
+    ExitCode.TIME_LIMIT: "time limit reached",
+    ExitCode.NOT_READY: "server not ready in time",
+    ExitCode.UNKNOWN: "result unknown (no exit status could be established)",
+    ExitCode.REGRESSION: "regression against a baseline",
+    ExitCode.USAGE: "usage or configuration error",
+    ExitCode.UNAVAILABLE: "resource or target unavailable",
+    ExitCode.NOT_AUTHORISED: "not authorised: needs an explicit flag",
+    ExitCode.INTERRUPTED: "interrupted",
+}
+
+
+class ProctorError(Exception):
+    """Base of every error proctor raises on purpose. `hint` says how to fix it."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class UsageError(ProctorError):
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(UsageError):
+    """Invalid proctor.toml, flow file, profile or baseline file."""
+
+
+class TargetUnavailable(ProctorError):
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class NotAuthorised(ProctorError):
+    exit_code = ExitCode.NOT_AUTHORISED
+
+    def __init__(self, message: str, *, flag: str) -> None:
+        super().__init__(message, hint=f"pass {flag} to authorise it")
+        self.flag = flag
+
+
+class Interrupted(ProctorError):
+    exit_code = ExitCode.INTERRUPTED
+
+
+class OutcomeError(ProctorError):
+    """A supervised thing ended in a way that is not success."""
+
+
+class HangDetected(OutcomeError):
+    exit_code = ExitCode.HANG
+
+
+class FaultDetected(OutcomeError):
+    exit_code = ExitCode.FAULT
+
+
+class WorkloadFailed(OutcomeError):
+    exit_code = ExitCode.WORKLOAD_FAILED
+
+
+class TimeLimitReached(OutcomeError):
+    exit_code = ExitCode.TIME_LIMIT
+
+
+class NotReady(OutcomeError):
+    exit_code = ExitCode.NOT_READY
+
+
+class ResultUnknown(OutcomeError):
+    exit_code = ExitCode.UNKNOWN
+
+
+class Regression(OutcomeError):
+    exit_code = ExitCode.REGRESSION
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The process exit code for any error reaching the CLI boundary."""
+    if isinstance(error, ProctorError):
+        return int(error.exit_code)
+    if isinstance(error, KeyboardInterrupt):
+        return int(ExitCode.INTERRUPTED)
+    return int(ExitCode.UNKNOWN)
