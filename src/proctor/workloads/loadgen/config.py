@@ -1,0 +1,120 @@
+"""BenchConfig: every knob of one serving benchmark, with the seed's defaults.
+
+Defaults follow ATOM's benchmark script (a copy of vLLM's): ISL 1024, OSL 1024,
+concurrency 128, prompts = concurrency x 10, range ratio 0.8, warmups = 2 x concurrency,
+request rate inf, ignore_eos on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+Endpoint = Literal["completions", "chat"]
+TokenizerMode = Literal["auto", "server", "local", "approx"]
+SLO_KEYS = ("ttft", "tpot", "e2el")
+
+
+class BenchConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = "http://127.0.0.1:8000"
+    endpoint: Endpoint = "completions"
+    model: str | None = None  # None: the first id that /v1/models lists
+    tokenizer: str | None = None  # a local tokenizer (transformers) name or path
+    tokenizer_mode: TokenizerMode = "auto"
+    isl: int = Field(1024, ge=1)
+    osl: int = Field(1024, ge=1)
+    concurrency: int = Field(128, ge=1)
+    prompt_multiplier: int = Field(10, ge=1)
+    num_prompts: int | None = Field(None, ge=1)  # overrides concurrency x multiplier
+    range_ratio: float = Field(0.8, ge=0.0, lt=1.0)
+    num_warmups: int | None = Field(None, ge=0)  # None: 2 x concurrency
+    request_rate: float = Field(math.inf, gt=0)  # inf: all at once (bounded by concurrency)
+    burstiness: float = Field(1.0, gt=0)  # 1 = Poisson, else gamma
+    seed: int = 0
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    profile: bool = False
+    workers: int = Field(1, ge=1)
+    percentiles: list[float] = Field(default_factory=lambda: [99.0])
+    goodput_slos_ms: dict[str, float] = Field(default_factory=dict)
+    request_timeout_s: float = Field(6 * 3600.0, gt=0)  # whole request, as vLLM's 6 h
+    idle_timeout_s: float = Field(600.0, gt=0)  # longest silence between chunks
+    connect_timeout_s: float = Field(30.0, gt=0)
+    save_detailed: bool = False
+    progress: bool = True
+    api_key: SecretStr | None = Field(None, exclude=True)
+
+    @field_validator("base_url")
+    @classmethod
+    def _strip_url(cls, v: str) -> str:
+        v = v.rstrip("/")
+        if v.endswith("/v1"):
+            v = v[:-3]
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return v
+
+    @field_validator("percentiles")
+    @classmethod
+    def _check_pct(cls, v: list[float]) -> list[float]:
+        for p in v:
+            if not 0 < p < 100:
+                raise ValueError(f"percentile {p} must be in (0, 100)")
+        return v
+
+    @field_validator("goodput_slos_ms")
+    @classmethod
+    def _check_slos(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, ms in v.items():
+            if key not in SLO_KEYS:
+                raise ValueError(f"goodput SLO {key!r} must be one of {', '.join(SLO_KEYS)}")
+            if ms <= 0:
+                raise ValueError(f"goodput SLO {key} must be > 0 ms")
+        return v
+
+    @model_validator(mode="after")
+    def _check_workers(self) -> BenchConfig:
+        if self.workers > self.concurrency:
+            raise ValueError("workers must not exceed concurrency")
+        return self
+
+    @property
+    def total_prompts(self) -> int:
+        return self.num_prompts or self.concurrency * self.prompt_multiplier
+
+    @property
+    def warmups(self) -> int:
+        return 2 * self.concurrency if self.num_warmups is None else self.num_warmups
+
+    @property
+    def rate_or_none(self) -> float | None:
+        return None if math.isinf(self.request_rate) else self.request_rate
+
+    def public_dict(self) -> dict[str, object]:
+        """The resolved config for metrics.json (no credentials; inf as a string)."""
+        data = self.model_dump(mode="json")
+        if math.isinf(self.request_rate):
+            data["request_rate"] = "inf"
+        return data
+
+
+def parse_rate(text: str) -> float:
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    return float(text)
+
+
+def parse_goodput(items: list[str]) -> dict[str, float]:
+    """`ttft:500 tpot:50` (vLLM's --goodput syntax) -> {"ttft": 500.0, "tpot": 50.0}."""
+    out: dict[str, float] = {}
+    for item in items:
+        for part in item.split():
+            key, sep, value = part.partition(":")
+            if not sep:
+                raise ValueError(f"goodput SLO {part!r} must look like ttft:500")
+            out[key.strip().lower()] = float(value)
+    return out
