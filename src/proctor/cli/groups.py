@@ -7,7 +7,10 @@ import importlib
 import typer
 
 # (module, group name or None for top-level commands registered by `register(app)`)
-GROUPS: list[tuple[str, str | None]] = []
+GROUPS: list[tuple[str, str | None]] = [
+    ("run", None),
+    ("runs", "runs"),
+]
 
 
 def mount(root: typer.Typer) -> None:

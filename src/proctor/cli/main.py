@@ -51,7 +51,7 @@ def _mount() -> None:
 def main(argv: list[str] | None = None) -> int:
     _mount()
     try:
-        app(args=argv, standalone_mode=False)
+        result = app(args=argv, standalone_mode=False)
     except ProctorError as error:
         print_error(error.one_line())
         return exit_code_for(error)
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print_error("interrupted")
         return int(ExitCode.INTERRUPTED)
-    return 0
+    # Without standalone mode, Click returns the code of a typer.Exit instead of raising it.
+    return result if isinstance(result, int) else 0
 
 
 def entry() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def print_error(message: str) -> None:

@@ -1,0 +1,214 @@
+"""`proctor run` and `proctor plan`: run any command as a supervised, evidenced run."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import typer
+
+from proctor.cli.output import console, err_console, print_json
+from proctor.errors import ExitCode, Interrupted, ResultUnknown, TimeLimitReached
+from proctor.record.rundir import RunDir
+from proctor.record.status import RunState
+from proctor.spec.config import load_config
+from proctor.spec.durations import format_duration
+from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
+from proctor.supervise.launch import follow_log, record_of, request_stop, start_run, wait_run
+
+RUN_HELP = """Run CMD as a supervised run and pass its exit status through.
+
+Leaves a run directory (under logs/ by default) with the combined log, exit_code, record.json,
+gpu.csv and manifest.sha256. The command runs under a wrapper in its own session: killing this
+proctor does not stop it, and `proctor runs wait ID` still gets its status.
+
+Exit status: the command's own; 4 if --timeout stopped it; 6 if no status could be established;
+130 on Ctrl-C (the run is stopped first); 64 bad usage; 69 command not found.
+"""
+
+
+def flags_from(
+    command: list[str] | None,
+    name: str | None,
+    runs_dir: str | None,
+    timeout: str | None,
+    grace: str | None,
+    gpu_sample: float | None,
+    env: list[str] | None,
+    key: str | None,
+    detach: bool,
+    cwd: str | None,
+) -> RunFlags:
+    return RunFlags(
+        argv=list(command or []),
+        name=name,
+        runs_dir=runs_dir,
+        timeout=timeout,
+        grace=grace,
+        gpu_sample=gpu_sample,
+        env=list(env or []),
+        key=key,
+        detach=detach,
+        cwd=cwd,
+    )
+
+
+def plan_view(plan: RunPlan) -> dict[str, Any]:
+    redactor = plan.redactor()
+    return {
+        "argv": redactor.argv(plan.argv),
+        "config": plan.config_path,
+        "options": plan.options(redactor),
+    }
+
+
+def print_plan(plan: RunPlan, as_json: bool) -> None:
+    view = plan_view(plan)
+    if as_json:
+        print_json(view)
+        return
+    from rich.table import Table
+
+    table = Table(title="proctor run plan", show_lines=False)
+    table.add_column("option")
+    table.add_column("value")
+    table.add_column("from")
+    table.add_row("command", " ".join(view["argv"]), "flag")
+    for option, value in view["options"].items():
+        table.add_row(option, str(value["value"]), str(value["origin"]))
+    console.print(table)
+
+
+class _Interrupts:
+    """Ctrl-C / SIGTERM of the controller become a stop request for the run."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+        self.hit = False
+
+    def __enter__(self) -> _Interrupts:
+        self.previous = {
+            s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)
+        }
+        return self
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.hit:
+            err_console.print("proctor: interrupted, stopping the run ...")
+        self.hit = True
+        request_stop(self.run)
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def exit_for_state(run: RunDir, state: RunState) -> int:
+    """The exit status of a run as `proctor run` and `proctor runs wait` report it."""
+    record = record_of(run)
+    if state.state == "unknown" or state.exit is None:
+        raise ResultUnknown(
+            f"run {run.run_id}: result unknown (no exit status was recorded)",
+            hint=f"see {run.path}",
+        )
+    if record.get("outcome") == "timeout":
+        raise TimeLimitReached(
+            f"run {run.run_id} reached its time limit and was stopped "
+            f"(command status {state.exit.code}{' ' + state.exit.signal if state.exit.signal else ''})"
+        )
+    return state.exit.code
+
+
+def summary_line(run: RunDir, state: RunState) -> str:
+    record = record_of(run)
+    duration = record.get("duration_s")
+    took = f" in {format_duration(float(duration))}" if duration is not None else ""
+    if state.exit is None:
+        return f"run {run.run_id}: result unknown; evidence in {run.path}"
+    sig = f" ({state.exit.signal})" if state.exit.signal else ""
+    return (
+        f"run {run.run_id}: {record.get('outcome', '?')}, exit {state.exit.code}{sig}{took}; "
+        f"log {run.log_path()}"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "run",
+        help=RUN_HELP,
+        context_settings={"allow_interspersed_args": False},
+    )
+    def run_command(
+        command: list[str] = typer.Argument(None, metavar="-- CMD [ARGS]...", show_default=False),
+        name: str = typer.Option(None, "--name", "-n", help="Run name (log file name); default: derived from CMD."),
+        runs_dir: str = typer.Option(None, "--runs-dir", help="Where run directories go (env PROCTOR_RUNS_DIR; default ./logs at the project root)."),
+        timeout: str = typer.Option(None, "--timeout", help="Time limit, e.g. 90s, 15m, 2h: then SIGTERM to the whole tree, --grace, SIGKILL; exit 4."),
+        grace: str = typer.Option(None, "--grace", help="Seconds between SIGTERM and SIGKILL when stopping (default 10s)."),
+        gpu_sample: float = typer.Option(None, "--gpu-sample", help="GPU sampling interval in seconds (default 3; 0 disables)."),
+        env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the command; secret-named values are masked in every record."),
+        key: str = typer.Option(None, "--key", help="While a run with this key is alive, attach to it instead of starting a copy."),
+        detach: bool = typer.Option(False, "--detach", "-d", help="Start and return the run id at once."),
+        cwd: str = typer.Option(None, "--cwd", help="Working directory for the command."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."),
+        config: Path = typer.Option(None, "--config", help="proctor.toml to use (default: found at the project root)."),
+        as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    ) -> None:  # fmt: skip
+        flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
+        plan = resolve_run_plan(flags, load_config(config))
+        if dry_run:
+            print_plan(plan, as_json)
+            return
+        started = start_run(plan)
+        run = started.run
+        info = {"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
+                "attached": started.attached}  # fmt: skip
+        if detach:
+            if as_json:
+                print_json(info)
+            else:
+                verb = "attached to running" if started.attached else "started"
+                err_console.print(f"proctor: {verb} run {run.run_id} ({run.path})")
+                typer.echo(run.run_id)
+            return
+        if started.attached:
+            err_console.print(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
+        else:
+            err_console.print(f"proctor: run {run.run_id} -> {run.path}", highlight=False)
+        with _Interrupts(run) as interrupts:
+            follow_log(run, sys.stdout.buffer, from_start=True)
+            state = wait_run(run)
+        if as_json:
+            print_json({**info, "state": state.state,
+                        "exit": state.exit.model_dump() if state.exit else None,
+                        "outcome": record_of(run).get("outcome")})  # fmt: skip
+        else:
+            err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+        if interrupts.hit:
+            raise Interrupted(f"run {run.run_id} stopped on interrupt")
+        code = exit_for_state(run, state)
+        if code:
+            raise typer.Exit(code)
+
+    @app.command("plan", context_settings={"allow_interspersed_args": False})
+    def plan_command(
+        command: list[str] = typer.Argument(None, metavar="-- CMD [ARGS]..."),
+        name: str = typer.Option(None, "--name", "-n"),
+        runs_dir: str = typer.Option(None, "--runs-dir"),
+        timeout: str = typer.Option(None, "--timeout"),
+        grace: str = typer.Option(None, "--grace"),
+        gpu_sample: float = typer.Option(None, "--gpu-sample"),
+        env: list[str] = typer.Option(None, "--env", "-e"),
+        key: str = typer.Option(None, "--key"),
+        cwd: str = typer.Option(None, "--cwd"),
+        config: Path = typer.Option(None, "--config"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Print what `proctor run` would run, with the origin of every value."""
+        flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, False, cwd)
+        print_plan(resolve_run_plan(flags, load_config(config)), as_json)
+
+
+__all__ = ["ExitCode", "exit_for_state", "register", "summary_line"]

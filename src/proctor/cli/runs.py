@@ -1,0 +1,224 @@
+"""`proctor runs ...`: find, watch, wait for, stop, verify and index runs from any shell."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from proctor.cli.output import console, err_console, print_json
+from proctor.cli.run import exit_for_state, summary_line
+from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
+from proctor.record.manifest import verify_run_manifest
+from proctor.record.rundir import RunDir
+from proctor.record.status import effective_outcome, run_state
+from proctor.spec.config import load_config
+from proctor.spec.durations import parse_duration
+from proctor.spec.plan import resolve_runs_dir, resolve_store_path
+from proctor.store.db import Store, reindex
+from proctor.supervise.launch import follow_log, record_of, request_stop, resolve_run, wait_run
+
+app = typer.Typer(
+    help="List, show, follow, wait for, stop, verify and reindex runs.", no_args_is_help=True
+)
+
+RunsDirOpt = typer.Option(None, "--runs-dir", help="Runs directory (env PROCTOR_RUNS_DIR).")
+JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
+
+
+def _runs_dir(flag: str | None) -> Path:
+    return Path(resolve_runs_dir(flag, load_config()).value)
+
+
+def _store(runs_dir: Path) -> Store:
+    return Store(Path(resolve_store_path(load_config(), runs_dir).value))
+
+
+def _find(ref: str, runs_dir_flag: str | None) -> RunDir:
+    return resolve_run(_runs_dir(runs_dir_flag), ref)
+
+
+def _view(run: RunDir) -> dict[str, Any]:
+    record = record_of(run)
+    state = run_state(run)
+    return {
+        **record,
+        "dir": str(run.path),
+        "state": state.state,
+        "outcome": effective_outcome(record, state),
+        "exit": state.exit.model_dump() if state.exit else None,
+    }
+
+
+@app.command("list")
+def list_runs(
+    name: str = typer.Option(None, "--name", help="Only runs whose name contains this."),
+    outcome: str = typer.Option(None, "--outcome", help="ok, failed, timeout, stopped, running, unknown."),
+    commit: str = typer.Option(None, "--commit", help="Only runs of this source commit (prefix)."),
+    since: str = typer.Option(None, "--since", help="ISO date/time, or a duration ago such as 2h or 7d."),
+    limit: int = typer.Option(50, "--limit", help="At most this many (newest first); 0 for all."),
+    runs_dir: str = RunsDirOpt,
+    as_json: bool = JsonOpt,
+) -> None:  # fmt: skip
+    """Runs, newest first, with the outcome as the evidence says (never 'ok' without a status)."""
+    directory = _runs_dir(runs_dir)
+    since_iso = _since(since) if since else None
+    with _store(directory) as store:
+        if not store.runs(limit=1) and directory.is_dir():
+            reindex(store, directory)
+        rows = store.runs(name=name, commit=commit, since=since_iso, limit=None)
+        out: list[dict[str, Any]] = []
+        for row in rows:
+            run = RunDir(Path(row["dir"]))
+            if row["outcome"] in ("starting", "running") or not run.exit_code_path.exists():
+                state = run_state(run)
+                row["outcome"] = effective_outcome(record_of(run), state)
+            if outcome and row["outcome"] != outcome:
+                continue
+            out.append(row)
+            if limit and len(out) >= limit:
+                break
+    if as_json:
+        print_json(out)
+        return
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for col in ("run id", "name", "outcome", "exit", "duration", "commit", "gpu"):
+        table.add_column(col)
+    for row in out:
+        exit_text = "" if row["exit_code"] is None else str(row["exit_code"])
+        if row["exit_signal"]:
+            exit_text += f" {row['exit_signal']}"
+        duration = "" if row["duration_s"] is None else f"{row['duration_s']:.1f}s"
+        commit_text = (row["source_commit"] or "")[:10] + ("+dirty" if row["source_dirty"] else "")
+        table.add_row(row["id"], row["name"], row["outcome"], exit_text, duration, commit_text,
+                      row["gpu"] or "")  # fmt: skip
+    console.print(table)
+
+
+def _since(text: str) -> str:
+    if text[:1].isdigit() and not text[:4].isdigit():
+        seconds = parse_duration(text, option="--since")
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - seconds))
+    return text
+
+
+@app.command("show")
+def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, or 'last'."),
+         runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:  # fmt: skip
+    """The run record, with the state as the evidence says."""
+    run = _find(ref, runs_dir)
+    view = _view(run)
+    if as_json:
+        print_json(view)
+        return
+    keys = ("run_id", "name", "kind", "outcome", "state", "exit", "argv", "cwd", "created_at",
+            "started_at", "ended_at", "duration_s", "dir", "log")  # fmt: skip
+    for k in keys:
+        console.print(f"[bold]{k:>11}[/] {view.get(k)}")
+    source = view.get("source") or {}
+    commit = source.get("commit") or source.get("reason")
+    console.print(f"[bold]{'source':>11}[/] {commit}{' (dirty)' if source.get('dirty') else ''}")
+    gpu = view.get("gpu") or {}
+    console.print(f"[bold]{'gpu':>11}[/] {gpu.get('gpus') or gpu.get('reason')}")
+    if view.get("gpu_peaks"):
+        console.print(f"[bold]{'gpu peaks':>11}[/] {view['gpu_peaks']}")
+
+
+@app.command("logs")
+def logs(ref: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f",
+         help="Keep printing as the log grows, until the run ends."),
+         runs_dir: str = RunsDirOpt) -> None:  # fmt: skip
+    """Print a run's combined log."""
+    run = _find(ref, runs_dir)
+    follow_log(run, sys.stdout.buffer, from_start=True, until_done=follow)
+
+
+@app.command("attach")
+def attach(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
+    """Follow a run's log until it ends, then exit with its status (like `proctor run`)."""
+    run = _find(ref, runs_dir)
+    follow_log(run, sys.stdout.buffer, from_start=True)
+    state = wait_run(run)
+    err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    code = exit_for_state(run, state)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("wait")
+def wait(ref: str = typer.Argument(...),
+         timeout: str = typer.Option(None, "--timeout", help="Give up after this long (exit 4)."),
+         runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:  # fmt: skip
+    """Wait for a run to end and exit with its status (6 if unknown, 4 if it timed out)."""
+    run = _find(ref, runs_dir)
+    limit = parse_duration(timeout, option="--timeout") if timeout else None
+    state = wait_run(run, limit)
+    if as_json:
+        print_json(_view(run))
+    if state.state in ("running", "starting"):
+        raise TimeLimitReached(f"run {run.run_id} still running after {timeout}")
+    if not as_json:
+        err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    code = exit_for_state(run, state)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("stop")
+def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
+         wait_for: str = typer.Option("60s", "--wait", help="How long to wait for it to end."),
+         as_json: bool = JsonOpt) -> None:  # fmt: skip
+    """Stop a run: SIGTERM to its whole tree, its grace period, then SIGKILL. Idempotent."""
+    run = _find(ref, runs_dir)
+    sent = request_stop(run)
+    state = wait_run(run, parse_duration(wait_for, option="--wait")) if sent else run_state(run)
+    view = {"run_id": run.run_id, "stop_sent": sent, "state": state.state,
+            "outcome": effective_outcome(record_of(run), state)}  # fmt: skip
+    if as_json:
+        print_json(view)
+    elif sent:
+        err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    else:
+        err_console.print(f"proctor: run {run.run_id} is not running ({view['outcome']})")
+    if state.state in ("running", "starting"):
+        raise WorkloadFailed(f"run {run.run_id} is still running after {wait_for}")
+
+
+@app.command("verify")
+def verify(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
+           as_json: bool = JsonOpt) -> None:  # fmt: skip
+    """Check every artifact against the run's manifest.sha256 (exit 2 on a mismatch)."""
+    run = _find(ref, runs_dir)
+    check = verify_run_manifest(run)
+    view = {"run_id": run.run_id, "verified": check.verified, "manifest": check.present,
+            "ok": len(check.ok), "changed": check.changed, "missing": check.missing,
+            "extra": check.extra}  # fmt: skip
+    if as_json:
+        print_json(view)
+    elif check.verified:
+        console.print(f"run {run.run_id}: {len(check.ok)} artifacts verified")
+    else:
+        console.print(f"run {run.run_id}: NOT verified: {view}")
+    if not check.present:
+        raise UsageError(f"run {run.run_id} has no manifest.sha256 (still running, or it died)")
+    if not check.verified:
+        from proctor.errors import FaultDetected
+
+        raise FaultDetected(f"run {run.run_id}: artifacts do not match manifest.sha256")
+
+
+@app.command("reindex")
+def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:
+    """Rebuild the SQLite store from the run directories (they are the source of truth)."""
+    directory = _runs_dir(runs_dir)
+    with _store(directory) as store:
+        count = reindex(store, directory)
+    if as_json:
+        print_json({"indexed": count, "store": str(store.path)})
+    else:
+        console.print(f"indexed {count} runs into {store.path}")

@@ -1,0 +1,151 @@
+"""A run directory: one per run, named by a sortable run id; the files and their meaning.
+
+    <runs_dir>/<run_id>/
+        <name>.log         combined stdout+stderr of the command
+        exit_code          "<code>" or "<128+N> <SIGNAME>", written atomically by the waiter
+        record.json        RunRecord, rewritten atomically as facts become known
+        plan.json          what the wrapper needs to run the command (no secret values)
+        wrapper.pid        the wrapper's pid and start time (pid-reuse guard)
+        gpu.csv            GPU samples
+        manifest.sha256    sha256 of every artifact, written when the run ends
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from proctor.errors import UsageError
+
+EXIT_CODE = "exit_code"
+RECORD = "record.json"
+PLAN = "plan.json"
+WRAPPER_PID = "wrapper.pid"
+GPU_CSV = "gpu.csv"
+MANIFEST = "manifest.sha256"
+
+_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+_UNSAFE = re.compile(r"[^a-z0-9._]+")
+
+
+def new_run_id(now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def is_run_id(text: str) -> bool:
+    return bool(_RUN_ID.match(text))
+
+
+def derive_name(argv: list[str], limit: int = 60) -> str:
+    """`cargo bench --release` -> cargo-bench-release; `python3 -m x.y --n 4` -> python3-m-x.y-n-4."""
+    words: list[str] = []
+    for i, arg in enumerate(argv):
+        word = os.path.basename(arg) if i == 0 else arg
+        word = _UNSAFE.sub("-", word.lower().lstrip("-")).strip("-.")
+        if word:
+            words.append(word)
+    name = "-".join(words)[:limit].strip("-.")
+    return name or "run"
+
+
+def safe_name(name: str) -> str:
+    cleaned = _UNSAFE.sub("-", name.lower()).strip("-.")
+    if not cleaned:
+        raise UsageError(f"invalid run name {name!r}", hint="use letters, digits, '.', '_' or '-'")
+    return cleaned[:80]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def exit_code_path(self) -> Path:
+        return self.path / EXIT_CODE
+
+    @property
+    def record_path(self) -> Path:
+        return self.path / RECORD
+
+    @property
+    def plan_path(self) -> Path:
+        return self.path / PLAN
+
+    @property
+    def wrapper_pid_path(self) -> Path:
+        return self.path / WRAPPER_PID
+
+    @property
+    def gpu_csv_path(self) -> Path:
+        return self.path / GPU_CSV
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    def log_path(self, name: str | None = None) -> Path:
+        if name is not None:
+            return self.path / f"{name}.log"
+        plan = self.read_json(PLAN)
+        if plan and "log" in plan:
+            return self.path / str(plan["log"])
+        logs = sorted(self.path.glob("*.log"))
+        return logs[0] if logs else self.path / "run.log"
+
+    def read_json(self, filename: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.path / filename).read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_json(self, filename: str, data: dict[str, Any]) -> None:
+        write_atomic(self.path / filename, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def create_run_dir(runs_dir: Path, run_id: str) -> RunDir:
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        path = runs_dir / run_id
+        path.mkdir()
+    except FileExistsError:
+        raise UsageError(f"run directory {runs_dir / run_id} already exists") from None
+    except OSError as error:
+        raise UsageError(
+            f"cannot create a run directory under {runs_dir}: {error.strerror}",
+            hint="choose a writable directory with --runs-dir or PROCTOR_RUNS_DIR",
+        ) from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(
+            f"run directory {path} is not writable",
+            hint="choose a writable directory with --runs-dir or PROCTOR_RUNS_DIR",
+        )
+    return RunDir(path)

@@ -1,0 +1,88 @@
+"""proctor.toml: found at the project root, parsed once, validated with the field path in errors.
+
+The file is optional. Tables other than those modelled here (engines, models, flows, targets)
+are kept raw in `extra` for the modules that own them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from proctor.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+CONFIG_NAME = "proctor.toml"
+
+
+class RunDefaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    runs_dir: str | None = None
+    gpu_sample: float | None = Field(default=None, ge=0)
+    grace: str | None = None
+    timeout: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    secret_names: list[str] = Field(default_factory=list)
+
+
+class StoreConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = None
+
+
+class ProjectConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    run: RunDefaults = Field(default_factory=RunDefaults)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+
+    # Where the file was read from; None when there is none.
+    source_path: Path | None = Field(default=None, exclude=True)
+
+    def table(self, name: str) -> dict[str, Any]:
+        """A raw top-level table owned by another module (engines, models, runpod, ...)."""
+        value = (self.model_extra or {}).get(name, {})
+        return dict(value) if isinstance(value, dict) else {}
+
+
+def find_project_root(start: Path | None = None) -> Path:
+    """The nearest directory upwards holding proctor.toml or .git; else the start directory."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / CONFIG_NAME).is_file() or (candidate / ".git").exists():
+            return candidate
+    return here
+
+
+def load_config(path: Path | None = None, *, start: Path | None = None) -> ProjectConfig:
+    if path is None:
+        candidate = find_project_root(start) / CONFIG_NAME
+        if not candidate.is_file():
+            return ProjectConfig()
+        path = candidate
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found", hint="check the --config path") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    try:
+        config = ProjectConfig.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(
+            f"{path}: {where}: {first['msg']}",
+            hint=f"fix {where} in {path.name} ({error.error_count()} problem(s) in all)",
+        ) from None
+    config.source_path = path
+    return config

@@ -1,0 +1,199 @@
+"""Resolving a run: flags over environment over proctor.toml over defaults, each value with its origin."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proctor.errors import TargetUnavailable, UsageError
+from proctor.record.rundir import derive_name, safe_name
+from proctor.redact import Redactor, is_secret_name
+from proctor.spec.config import ProjectConfig, find_project_root
+from proctor.spec.durations import parse_duration
+from proctor.store.db import STORE_NAME
+
+DEFAULT_GRACE_S = 10.0
+DEFAULT_GPU_SAMPLE_S = 3.0
+RUNS_DIR_ENV = "PROCTOR_RUNS_DIR"
+
+
+@dataclass(frozen=True)
+class Value:
+    value: Any
+    origin: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "origin": self.origin}
+
+
+@dataclass
+class RunFlags:
+    """What the user said on the command line; None means 'not given'."""
+
+    argv: list[str]
+    name: str | None = None
+    runs_dir: str | None = None
+    timeout: str | None = None
+    grace: str | None = None
+    gpu_sample: float | None = None
+    env: list[str] = field(default_factory=list)
+    key: str | None = None
+    detach: bool = False
+    cwd: str | None = None
+
+
+@dataclass
+class RunPlan:
+    argv: list[str]
+    name: Value
+    runs_dir: Value
+    store_path: Value
+    timeout_s: Value
+    grace_s: Value
+    gpu_sample_s: Value
+    env: dict[str, Value]
+    key: Value
+    detach: Value
+    cwd: Value
+    config_path: str | None
+    secret_names: list[str]
+
+    @property
+    def env_values(self) -> dict[str, str]:
+        return {k: str(v.value) for k, v in self.env.items()}
+
+    def redactor(self, environ: Mapping[str, str] | None = None) -> Redactor:
+        return Redactor.from_environment(self.env_values, self.secret_names, environ)
+
+    def options(self, redactor: Redactor) -> dict[str, dict[str, Any]]:
+        """Every resolved value with its origin, secrets masked: for the record and --dry-run."""
+        out: dict[str, dict[str, Any]] = {}
+        for label in ("name", "runs_dir", "store_path", "timeout_s", "grace_s", "gpu_sample_s",
+                      "key", "detach", "cwd"):  # fmt: skip
+            out[label] = getattr(self, label).as_dict()
+        masked = redactor.env(self.env_values)
+        for k, v in self.env.items():
+            out[f"env.{k}"] = {"value": masked[k], "origin": v.origin}
+        return out
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    parsed: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise UsageError(f"invalid --env {item.split('=')[0]!r}", hint="write --env NAME=VALUE")
+        parsed[name] = value
+    return parsed
+
+
+def _duration(flag: str | None, config_value: str | None, default: float | None,
+              option: str, config_origin: str) -> Value:  # fmt: skip
+    if flag is not None:
+        return Value(parse_duration(flag, option=option), "flag")
+    if config_value is not None:
+        return Value(parse_duration(config_value, option=option), config_origin)
+    return Value(default, "default")
+
+
+def check_executable(argv: list[str], cwd: Path) -> None:
+    if not argv:
+        raise UsageError("no command given", hint="write the command after --, e.g. proctor run -- make test")
+    program = argv[0]
+    if os.sep in program:
+        path = (cwd / program) if not os.path.isabs(program) else Path(program)
+        if not path.exists():
+            raise TargetUnavailable(f"command not found: {program}", hint="check the path")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise TargetUnavailable(f"not executable: {program}", hint=f"chmod +x {program}")
+        return
+    if shutil.which(program) is None:
+        raise TargetUnavailable(
+            f"command not found on PATH: {program}",
+            hint="install it, activate its environment, or give its full path",
+        )
+
+
+def resolve_runs_dir(
+    flag: str | None,
+    config: ProjectConfig,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Value:
+    env = os.environ if environ is None else environ
+    here = cwd or Path.cwd()
+    root = config.source_path.parent if config.source_path else find_project_root(here)
+    if flag:
+        return Value(str((here / flag).resolve()), "flag")
+    if env.get(RUNS_DIR_ENV):
+        return Value(str((here / env[RUNS_DIR_ENV]).resolve()), f"env:{RUNS_DIR_ENV}")
+    if config.run.runs_dir:
+        return Value(str((root / config.run.runs_dir).resolve()), f"config:{config.source_path}")
+    return Value(str(root / "logs"), "default")
+
+
+def resolve_store_path(config: ProjectConfig, runs_dir: Path, cwd: Path | None = None) -> Value:
+    if config.store.path:
+        root = config.source_path.parent if config.source_path else (cwd or Path.cwd())
+        return Value(str((root / config.store.path).resolve()), f"config:{config.source_path}")
+    return Value(str(runs_dir / STORE_NAME), "default")
+
+
+def resolve_run_plan(
+    flags: RunFlags,
+    config: ProjectConfig,
+    environ: Mapping[str, str] | None = None,
+) -> RunPlan:
+    env = os.environ if environ is None else environ
+    cwd = Path(flags.cwd).resolve() if flags.cwd else Path.cwd()
+    if flags.cwd and not cwd.is_dir():
+        raise UsageError(f"--cwd {flags.cwd} is not a directory")
+    check_executable(flags.argv, cwd)
+    config_origin = f"config:{config.source_path}" if config.source_path else "config"
+
+    runs_dir = resolve_runs_dir(flags.runs_dir, config, env, cwd)
+    store_path = resolve_store_path(config, Path(runs_dir.value), cwd)
+
+    name = (
+        Value(safe_name(flags.name), "flag")
+        if flags.name
+        else Value(derive_name(flags.argv), "derived from the command")
+    )
+    timeout = _duration(flags.timeout, config.run.timeout, None, "--timeout", config_origin)
+    if timeout.value == 0:
+        timeout = Value(None, timeout.origin)
+    grace = _duration(flags.grace, config.run.grace, DEFAULT_GRACE_S, "--grace", config_origin)
+    if flags.gpu_sample is not None:
+        if flags.gpu_sample < 0:
+            raise UsageError("--gpu-sample must be 0 (off) or a positive number of seconds")
+        gpu_sample = Value(flags.gpu_sample, "flag")
+    elif config.run.gpu_sample is not None:
+        gpu_sample = Value(config.run.gpu_sample, config_origin)
+    else:
+        gpu_sample = Value(DEFAULT_GPU_SAMPLE_S, "default")
+
+    merged: dict[str, Value] = {k: Value(v, config_origin) for k, v in config.run.env.items()}
+    merged.update({k: Value(v, "flag") for k, v in _parse_env(flags.env).items()})
+
+    return RunPlan(
+        argv=list(flags.argv),
+        name=name,
+        runs_dir=runs_dir,
+        store_path=store_path,
+        timeout_s=timeout,
+        grace_s=grace,
+        gpu_sample_s=gpu_sample,
+        env=merged,
+        key=Value(flags.key, "flag" if flags.key else "default"),
+        detach=Value(flags.detach, "flag" if flags.detach else "default"),
+        cwd=Value(str(cwd), "flag" if flags.cwd else "current directory"),
+        config_path=str(config.source_path) if config.source_path else None,
+        secret_names=list(config.run.secret_names),
+    )
+
+
+__all__ = ["RunFlags", "RunPlan", "Value", "is_secret_name", "resolve_run_plan"]

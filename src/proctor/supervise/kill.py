@@ -1,0 +1,115 @@
+"""The kill ladder: SIGTERM to everything a run owns, a grace period, then SIGKILL.
+
+"Everything a run owns" is its process group plus every descendant of the given roots, so a
+grandchild that left the group (setsid) is stopped too. Nothing is matched by name. Zombies
+count as gone: they hold no memory and die with their parent's reaping.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import psutil
+
+
+@dataclass
+class LadderReport:
+    terminated: list[int] = field(default_factory=list)
+    killed: list[int] = field(default_factory=list)
+    survivors: list[int] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(set(self.terminated) | set(self.killed))
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def members(pgid: int | None, roots: Iterable[int] = (), exclude: Iterable[int] = ()) -> list[
+    psutil.Process
+]:
+    """Live processes in group `pgid` and below `roots` (the roots themselves excluded)."""
+    skip = {os.getpid(), *exclude}
+    found: dict[int, psutil.Process] = {}
+    if pgid is not None and pgid > 1:
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if os.getpgid(proc.pid) == pgid:
+                    found[proc.pid] = proc
+            except OSError:
+                continue
+    for root in roots:
+        try:
+            for child in psutil.Process(root).children(recursive=True):
+                found[child.pid] = child
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return [p for pid, p in found.items() if pid not in skip and _alive(p)]
+
+
+def _signal(procs: Iterable[psutil.Process], sig: int) -> list[int]:
+    sent: list[int] = []
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+            sent.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sent
+
+
+def kill_ladder(
+    pgid: int | None,
+    roots: Iterable[int] = (),
+    *,
+    grace: float = 10.0,
+    kill_wait: float = 5.0,
+    exclude: Iterable[int] = (),
+    reap: Callable[[], None] | None = None,
+    poll: float = 0.05,
+) -> LadderReport:
+    """Stop a process group and the descendants of `roots`. Returns who got which signal.
+
+    `reap` is called while waiting, so a caller that is the parent (or subreaper) of these
+    processes can collect their exit statuses instead of leaving zombies.
+    """
+    roots = tuple(roots)
+    exclude = tuple(exclude)
+    report = LadderReport()
+
+    def current() -> list[psutil.Process]:
+        if reap is not None:
+            reap()
+        return members(pgid, roots, exclude)
+
+    procs = current()
+    if not procs:
+        return report
+    report.terminated = _signal(procs, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        procs = current()
+        if not procs:
+            return report
+        # Children forked after the first SIGTERM get theirs too.
+        fresh = [p for p in procs if p.pid not in report.terminated]
+        report.terminated += _signal(fresh, signal.SIGTERM)
+        time.sleep(poll)
+    deadline = time.monotonic() + kill_wait
+    while time.monotonic() < deadline:
+        procs = current()
+        if not procs:
+            return report
+        report.killed += [pid for pid in _signal(procs, signal.SIGKILL) if pid not in report.killed]
+        time.sleep(poll)
+    report.survivors = [p.pid for p in current()]
+    return report

@@ -1,0 +1,313 @@
+"""The controller side of a run: prepare its directory, start the wrapper, follow, wait, stop.
+
+Foreground and detached runs are the same thing: the wrapper always runs in its own session;
+a foreground `proctor run` just follows the log and forwards Ctrl-C as a stop. So a SIGKILL of
+any controller leaves the run going, and its exit status still lands in `exit_code`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from proctor import __version__
+from proctor.errors import ProctorError, ResultUnknown, UsageError
+from proctor.record.hostinfo import host_info
+from proctor.record.rundir import RunDir, create_run_dir, is_run_id, new_run_id, write_atomic
+from proctor.record.schema import ProcessRef, RunRecord
+from proctor.record.status import RunState, is_alive, read_wrapper_ref, run_state
+from proctor.redact import Redactor
+from proctor.spec.plan import RunPlan
+from proctor.supervise.wrapper import now_iso
+
+WRAPPER_START_TIMEOUT_S = 15.0
+
+
+@dataclass
+class RunSpec:
+    """What to run, beyond the plan: the kind of run and extra record fields."""
+
+    kind: str = "command"
+    group: str | None = None
+    target: dict[str, Any] = field(default_factory=lambda: {"kind": "local"})
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if hasattr(value, "model_dump"):
+        return dict(value.model_dump(mode="json"))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dict(dataclasses.asdict(value))
+    return dict(value) if isinstance(value, dict) else {"value": str(value)}
+
+
+def collect_source(cwd: Path) -> dict[str, Any]:
+    try:
+        from proctor.source.identity import source_identity
+    except ImportError:
+        return {"is_git": False, "reason": "source identity not available in this build"}
+    try:
+        return _as_dict(source_identity(cwd))
+    except ProctorError as error:
+        return {"is_git": False, "reason": error.one_line()}
+
+
+def collect_gpu() -> dict[str, Any]:
+    try:
+        from proctor.monitors.gpu import inventory
+    except ImportError:
+        return {"present": False, "reason": "GPU monitoring not available in this build"}
+    try:
+        data = _as_dict(inventory())
+    except Exception as error:  # a broken driver must not stop the run
+        return {"present": False, "reason": f"GPU inventory failed: {error}"}
+    data.setdefault("present", bool(data.get("gpus")))
+    return data
+
+
+def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Redactor]:
+    """Create the run directory with plan.json and the first record. Nothing runs yet."""
+    spec = spec or RunSpec()
+    redactor = plan.redactor()
+    run_id = new_run_id()
+    run = create_run_dir(Path(plan.runs_dir.value), run_id)
+    log_name = f"{plan.name.value}.log"
+    argv_display = redactor.argv(plan.argv)
+    gpu = collect_gpu() if plan.gpu_sample_s.value else {"present": False, "reason": "sampling off"}
+    run.write_json(
+        "plan.json",
+        {
+            # The real argv reaches the wrapper through its environment, never a file.
+            "argv": argv_display,
+            "cwd": plan.cwd.value,
+            "log": log_name,
+            "timeout_s": plan.timeout_s.value,
+            "grace_s": plan.grace_s.value,
+            "gpu_sample_s": plan.gpu_sample_s.value,
+            "gpu_present": bool(gpu.get("present")),
+            "store_path": plan.store_path.value,
+            "key": plan.key.value,
+        },
+    )
+    record = RunRecord(
+        run_id=run_id,
+        name=str(plan.name.value),
+        kind=spec.kind,
+        key=plan.key.value,
+        group=spec.group,
+        argv=argv_display,
+        cwd=str(plan.cwd.value),
+        log=log_name,
+        proctor_version=__version__,
+        target={**spec.target, "host": spec.target.get("host") or host_info()["hostname"]},
+        source=collect_source(Path(plan.cwd.value)),
+        gpu=gpu,
+        env_overrides=redactor.env(plan.env_values),
+        options={k: v for k, v in plan.options(redactor).items()},  # type: ignore[misc]
+        created_at=now_iso(),
+    )
+    data = json.loads(record.to_json())
+    data["host"] = host_info()
+    data["argv_display"] = argv_display
+    data.update(spec.extra)
+    run.write_json("record.json", data)
+    (run.path / log_name).touch()
+    return run, redactor
+
+
+def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
+    """Start the wrapper in a new session and wait until it has written its pid file."""
+    env = dict(os.environ)
+    env.update(plan.env_values)
+    env["PROCTOR_RUN_DIR"] = str(run.path)
+    env["PROCTOR_RUN_ID"] = run.run_id
+    env["PROCTOR_WRAPPER_ARGV"] = json.dumps(plan.argv)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proctor.supervise.wrapper", str(run.path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(run.path / ".wrapper.err", "ab"),  # noqa: SIM115 - handed to the child
+        start_new_session=True,
+        close_fds=True,
+        env=env,
+        cwd=str(plan.cwd.value),
+    )
+    deadline = time.monotonic() + WRAPPER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        ref = read_wrapper_ref(run)
+        if ref is not None:
+            _reap_later(proc)
+            return ref
+        if proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    err = (run.path / ".wrapper.err").read_text(errors="replace")[-400:]
+    raise ResultUnknown(f"the run wrapper did not start: {err.strip() or 'no output'}")
+
+
+def _reap_later(proc: subprocess.Popen[bytes]) -> None:
+    # The wrapper is our child until we exit; a thread reaps it so no zombie lingers
+    # while a foreground controller follows a long run.
+    import threading
+
+    threading.Thread(target=proc.wait, daemon=True).start()
+
+
+# -- keyed runs -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def key_lock(runs_dir: Path, key: str) -> Iterator[Path]:
+    locks = runs_dir / ".keys"
+    locks.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    with (locks / f"{digest}.lock").open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield locks / f"{digest}.json"
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def live_keyed_run(key_file: Path) -> RunDir | None:
+    try:
+        data = json.loads(key_file.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    run = RunDir(Path(data["dir"]))
+    state = run_state(run)
+    return run if state.state in ("running", "starting") and _wrapper_alive(run) else None
+
+
+def _wrapper_alive(run: RunDir) -> bool:
+    return is_alive(read_wrapper_ref(run))
+
+
+@dataclass
+class Started:
+    run: RunDir
+    attached: bool
+    redactor: Redactor
+
+
+def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
+    """Start a run, or attach to the live run holding the same key."""
+    key = plan.key.value
+    if not key:
+        run, redactor = prepare_run(plan, spec)
+        start_wrapper(run, plan)
+        return Started(run, False, redactor)
+    with key_lock(Path(plan.runs_dir.value), str(key)) as key_file:
+        existing = live_keyed_run(key_file)
+        if existing is not None:
+            return Started(existing, True, plan.redactor())
+        run, redactor = prepare_run(plan, spec)
+        start_wrapper(run, plan)
+        write_atomic(key_file, json.dumps({"key": key, "run_id": run.run_id, "dir": str(run.path)}))
+        return Started(run, False, redactor)
+
+
+# -- finding runs -----------------------------------------------------------------------------
+def resolve_run(runs_dir: Path, ref: str) -> RunDir:
+    """A run by id, unique id prefix, a path to its directory, or 'last'."""
+    candidate = Path(ref)
+    if candidate.is_dir() and (candidate / "record.json").exists():
+        return RunDir(candidate.resolve())
+    if not runs_dir.is_dir():
+        raise UsageError(f"no runs in {runs_dir}", hint="pass --runs-dir or set PROCTOR_RUNS_DIR")
+    ids = sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and is_run_id(p.name))
+    if ref == "last":
+        if not ids:
+            raise UsageError(f"no runs in {runs_dir}")
+        return RunDir(runs_dir / ids[-1])
+    matches = [i for i in ids if i == ref] or [i for i in ids if i.startswith(ref) or ref in i]
+    if len(matches) == 1:
+        return RunDir(runs_dir / matches[0])
+    if not matches:
+        raise UsageError(f"no run {ref!r} in {runs_dir}", hint="see `proctor runs list`")
+    raise UsageError(f"run id {ref!r} is ambiguous ({len(matches)} runs)", hint="give more of it")
+
+
+# -- following and waiting --------------------------------------------------------------------
+_CHUNK = 1 << 20
+
+
+def follow_log(
+    run: RunDir,
+    out: IO[bytes],
+    *,
+    from_start: bool = True,
+    until_done: bool = True,
+    stop_check: Callable[[], bool] | None = None,
+    poll: float = 0.05,
+) -> RunState:
+    """Copy the run's log to `out` as it grows; return the run's state once it is done."""
+    log = run.log_path()
+    while not log.exists():
+        if run_state(run).state in ("finished", "unknown"):
+            return run_state(run)
+        time.sleep(poll)
+    with log.open("rb") as handle:
+        if not from_start:
+            handle.seek(0, os.SEEK_END)
+        while True:
+            chunk = handle.read(_CHUNK)
+            if chunk:
+                out.write(chunk)
+                continue
+            out.flush()
+            if stop_check is not None and stop_check():
+                return run_state(run)
+            state = run_state(run)
+            if not until_done or (state.state in ("finished", "unknown") and not state.wrapper_alive):
+                rest = handle.read()
+                if rest:
+                    out.write(rest)
+                    out.flush()
+                return state
+            time.sleep(poll)
+
+
+def wait_run(run: RunDir, timeout: float | None = None, poll: float = 0.1) -> RunState:
+    """Block until the run has an exit status or its wrapper is gone (then: unknown)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        state = run_state(run)
+        if state.state == "unknown" or (state.state == "finished" and not state.wrapper_alive):
+            return state
+        if state.state == "finished":
+            # The status is known; give the wrapper a moment to finish the record.
+            finish_by = time.monotonic() + 5.0
+            while state.wrapper_alive and time.monotonic() < finish_by:
+                time.sleep(0.02)
+                state = run_state(run)
+            return state
+        if deadline is not None and time.monotonic() >= deadline:
+            return state
+        time.sleep(poll)
+
+
+def request_stop(run: RunDir) -> bool:
+    """Ask the wrapper to stop the run (it runs the kill ladder). False if nothing is running."""
+    ref = read_wrapper_ref(run)
+    if not is_alive(ref):
+        return False
+    assert ref is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(ref.pid, 15)
+    return True
+
+
+def record_of(run: RunDir) -> dict[str, Any]:
+    return run.read_json("record.json") or {}
