@@ -1,0 +1,100 @@
+"""`python -m proctor.workloads.loadgen [flags] --output-dir DIR`: one benchmark, supervisable.
+
+Writes DIR/metrics.json (and DIR/requests.jsonl with --save-detailed), prints vLLM's
+`Serving Benchmark Result` block on stdout and a progress bar on stderr.
+Exit 0: the benchmark completed (failed requests are recorded, not fatal);
+3: every request failed; 69: the server cannot be reached; 64: bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from pydantic import SecretStr, ValidationError
+
+from proctor.errors import ExitCode, ProctorError, UsageError
+from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
+from proctor.workloads.loadgen.runner import check_outcome, run_benchmark, write_outputs
+from proctor.workloads.loadgen.summary import format_summary
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m proctor.workloads.loadgen",
+                                description="Serving benchmark, OpenAI-compatible server.")
+    p.add_argument("--base-url", help="server URL (default http://127.0.0.1:PORT)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--model")
+    p.add_argument("--tokenizer")
+    p.add_argument("--tokenizer-mode", default="auto",
+                   choices=["auto", "server", "local", "approx"])
+    p.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
+    p.add_argument("--isl", type=int, default=1024)
+    p.add_argument("--osl", type=int, default=1024)
+    p.add_argument("--concurrency", type=int, default=128)
+    p.add_argument("--prompt-multiplier", type=int, default=10)
+    p.add_argument("--num-prompts", type=int)
+    p.add_argument("--range-ratio", type=float, default=0.8)
+    p.add_argument("--num-warmups", type=int)
+    p.add_argument("--request-rate", default="inf")
+    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--percentiles", default="99", help="comma-separated, e.g. 50,90,99")
+    p.add_argument("--goodput", nargs="*", default=[], help="SLOs like ttft:500 tpot:50 e2el:1000")
+    p.add_argument("--request-timeout", type=float, default=6 * 3600.0)
+    p.add_argument("--idle-timeout", type=float, default=600.0)
+    p.add_argument("--save-detailed", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def config_from_args(a: argparse.Namespace) -> BenchConfig:
+    try:
+        return BenchConfig(
+            base_url=a.base_url or f"http://{a.host}:{a.port}",
+            endpoint="chat" if a.chat else "completions", model=a.model, tokenizer=a.tokenizer,
+            tokenizer_mode=a.tokenizer_mode, isl=a.isl, osl=a.osl, concurrency=a.concurrency,
+            prompt_multiplier=a.prompt_multiplier, num_prompts=a.num_prompts,
+            range_ratio=a.range_ratio, num_warmups=a.num_warmups,
+            request_rate=parse_rate(a.request_rate), burstiness=a.burstiness, seed=a.seed,
+            ignore_eos=a.ignore_eos, temperature=a.temperature, profile=a.profile,
+            workers=a.workers, percentiles=[float(x) for x in a.percentiles.split(",") if x],
+            goodput_slos_ms=parse_goodput(a.goodput), request_timeout_s=a.request_timeout,
+            idle_timeout_s=a.idle_timeout, save_detailed=a.save_detailed,
+            progress=not a.no_progress, connect_timeout_s=30.0,
+            api_key=SecretStr(key) if (key := os.environ.get("OPENAI_API_KEY")) else None,
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "config"
+        raise UsageError(f"invalid {field}: {err['msg']}", hint="see --help") from e
+    except ValueError as e:
+        raise UsageError(str(e), hint="see --help") from e
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        result = run_benchmark(cfg)
+        write_outputs(result, args.output_dir)
+        print(format_summary(result.metrics), flush=True)
+        check_outcome(result)
+    except ProctorError as e:
+        print(f"proctor: {e.one_line()}", file=sys.stderr, flush=True)
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The streaming HTTP client: one aiohttp session, one coroutine per request.
+
+Failures are data: every request ends as a RequestRecord with success, status, error and
+reason filled in; nothing here raises for a bad response. Never hangs: a total timeout per
+request and an idle timeout between reads (aiohttp's sock_read) bound every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.records import RequestRecord
+
+READ_BUFSIZE = 4 * 1024 * 1024  # aiohttp's 64 KiB default collapses long-context throughput
+_ERROR_EXCERPT = 300
+
+
+@dataclass(slots=True)
+class PlannedRequest:
+    index: int
+    prompt: str
+    prompt_len: int
+    output_len: int
+    warmup: bool = False
+
+
+def make_session(cfg: BenchConfig, limit: int) -> aiohttp.ClientSession:
+    """A session whose pool can hold `limit` connections (the default 100 caps concurrency)."""
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300,
+                                     keepalive_timeout=60)
+    timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s,
+                                    sock_read=cfg.idle_timeout_s)
+    headers = {"Content-Type": "application/json"}
+    if cfg.api_key is not None:
+        headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers,
+                                 read_bufsize=READ_BUFSIZE, auto_decompress=False)
+
+
+def build_payload(cfg: BenchConfig, model: str, req: PlannedRequest) -> tuple[str, bytes]:
+    body: dict[str, object]
+    if cfg.endpoint == "chat":
+        path = "/v1/chat/completions"
+        body = {"model": model, "messages": [{"role": "user", "content": req.prompt}],
+                "max_completion_tokens": req.output_len}
+    else:
+        path = "/v1/completions"
+        body = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len}
+    body.update(temperature=cfg.temperature, stream=True, stream_options={"include_usage": True})
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True  # sent only when asked: strict servers reject unknown fields
+    return path, json.dumps(body).encode()
+
+
+def _choice_text(choice: dict[str, object], chat: bool) -> str:
+    if not chat:
+        return str(choice.get("text") or "")
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return ""
+    # Reasoning models stream their thinking in reasoning_content; it is output too.
+    parts = (delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning"))
+    return "".join(p for p in parts if isinstance(p, str))
+
+
+class _Malformed(Exception):
+    pass
+
+
+async def send_request(
+    session: aiohttp.ClientSession,
+    cfg: BenchConfig,
+    model: str,
+    req: PlannedRequest,
+    record: RequestRecord,
+    count_tokens: Callable[[str], int] | None = None,
+) -> RequestRecord:
+    """Send one streaming request and fill `record` (also returned)."""
+    path, payload = build_payload(cfg, model, req)
+    chat = cfg.endpoint == "chat"
+    pieces: list[str] = []
+    got_first = False
+    usage_tokens: int | None = None
+    last = st = time.perf_counter()
+    record.start_time = st
+    try:
+        async with session.post(cfg.base_url + path, data=payload) as resp:
+            record.status = resp.status
+            if resp.status != 200:
+                body = (await resp.text(errors="replace"))[:_ERROR_EXCERPT]
+                record.reason = "rate_limited" if resp.status == 429 else "http_error"
+                record.error = f"HTTP {resp.status}: {body.strip()}"
+                return record
+            buf = b""
+            eof = False
+            stream = resp.content
+            while not eof:
+                data = await stream.readany()
+                ts = time.perf_counter()
+                if not data:
+                    eof = True
+                    if not buf.strip():
+                        break
+                    buf += b"\n\n"  # a last message without its blank line still counts
+                else:
+                    buf += data
+                while True:
+                    cut = buf.find(b"\n\n")
+                    if cut < 0:
+                        break
+                    msg, buf = buf[:cut], buf[cut + 2:]
+                    msg = msg.strip()
+                    if not msg.startswith(b"data:"):
+                        continue  # comments, event: lines, keep-alives
+                    body_bytes = msg[5:].strip()
+                    if body_bytes == b"[DONE]":
+                        record.saw_done = True
+                        continue
+                    try:
+                        obj = json.loads(body_bytes)
+                    except ValueError as e:
+                        raise _Malformed(body_bytes[:80].decode(errors="replace")) from e
+                    if not isinstance(obj, dict):
+                        raise _Malformed(body_bytes[:80].decode(errors="replace"))
+                    if "error" in obj and not obj.get("choices"):
+                        record.reason = "http_error"
+                        detail = json.dumps(obj["error"])[:_ERROR_EXCERPT]
+                        record.error = f"error in stream: {detail}"
+                        return record
+                    choices = obj.get("choices")
+                    if choices:
+                        if got_first:
+                            record.itl.append(ts - last)
+                        else:
+                            got_first = True
+                            record.ttft = ts - st
+                        last = ts
+                        record.chunks += 1
+                        pieces.append(_choice_text(choices[0], chat))
+                    usage = obj.get("usage")
+                    if isinstance(usage, dict):
+                        if usage.get("completion_tokens") is not None:
+                            usage_tokens = int(usage["completion_tokens"])
+                        if usage.get("prompt_tokens") is not None:
+                            record.prompt_tokens = int(usage["prompt_tokens"])
+    except _Malformed as e:
+        record.reason, record.error = "malformed_sse", f"not JSON: {e}"
+        return record
+    except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as e:
+        record.reason = "timeout"
+        record.error = f"{type(e).__name__}: no answer within the request or idle timeout " \
+                       f"(total {cfg.request_timeout_s:g}s, idle {cfg.idle_timeout_s:g}s)"
+        return record
+    except aiohttp.ClientConnectorError as e:
+        record.reason, record.error = "connect_error", f"{type(e).__name__}: {e}"
+        return record
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError) as e:
+        record.reason, record.error = "disconnect", f"{type(e).__name__}: {e}"
+        return record
+    except (aiohttp.ClientError, OSError, ValueError) as e:
+        record.reason, record.error = "client_error", f"{type(e).__name__}: {e}"
+        return record
+    if not got_first:
+        record.reason = "no_output"
+        record.error = "stream ended without a message carrying choices"
+        return record
+    record.latency = last - st
+    text = "".join(pieces)
+    record.generated_chars = len(text)
+    if usage_tokens is not None:
+        record.output_tokens, record.output_tokens_source = usage_tokens, "usage"
+    elif count_tokens is not None:
+        record.output_tokens, record.output_tokens_source = count_tokens(text), "tokenizer"
+    else:
+        record.output_tokens, record.output_tokens_source = record.chunks, "chunks"
+    record.success = True
+    return record

@@ -1,0 +1,153 @@
+"""--workers N: the load spread over N processes, records merged, metrics computed once.
+
+Each worker gets every N-th prompt, an equal share of the concurrency and request rate,
+and its own event loop and connection pool. Workers finish their warmups, then wait for
+the parent's go (so profiling starts first and the measured parts start together).
+The measured duration is the latest worker end minus the earliest worker start; both are
+CLOCK_MONOTONIC readings, comparable across processes. A worker that dies is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import os
+import queue
+import time
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event
+from typing import Any
+
+from proctor.errors import WorkloadFailed
+from proctor.workloads.loadgen.client import PlannedRequest, make_session
+from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.progress import PollingProgress
+from proctor.workloads.loadgen.records import RequestRecord
+from proctor.workloads.loadgen.scheduler import Counter, run_requests
+
+
+class _SharedCounter(Counter):
+    """Counter that also publishes to a shared value every few requests."""
+
+    def __init__(self, shared: Synchronized[int]) -> None:
+        super().__init__()
+        self._shared = shared
+        self._published = 0
+
+    def flush(self) -> None:
+        with self._shared.get_lock():
+            self._shared.value += self.value - self._published
+        self._published = self.value
+
+
+def split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
+                       concurrency: int, rate: float, shared: Synchronized[int],
+                       warm_done: Event, go: Event) -> tuple[list[RequestRecord], float, float]:
+    counter = _SharedCounter(shared)
+
+    async def publish() -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            counter.flush()
+
+    pub = asyncio.create_task(publish())
+    warm = [r for r in reqs if r.warmup]
+    meas = [r for r in reqs if not r.warmup]
+    records: list[RequestRecord] = []
+    async with make_session(cfg, limit=concurrency) as session:
+        if warm:
+            records += await run_requests(session, cfg, model, warm, concurrency=concurrency,
+                                          rate=float("inf"), seed=cfg.seed + 7919 * wid,
+                                          worker=wid, counter=counter)
+        counter.flush()
+        warm_done.set()
+        while not go.wait(0.05):
+            await asyncio.sleep(0)
+            if os.getppid() == 1:
+                raise SystemExit(3)  # parent gone
+        t0 = time.perf_counter()
+        records += await run_requests(session, cfg, model, meas, concurrency=concurrency,
+                                      rate=rate, seed=cfg.seed + 1 + 7919 * wid, worker=wid,
+                                      counter=counter)
+        t1 = time.perf_counter()
+    pub.cancel()
+    counter.flush()
+    return records, t0, t1
+
+
+def _worker(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
+            concurrency: int, rate: float, shared: Synchronized[int], warm_done: Event,
+            go: Event, out: mp.Queue[Any]) -> None:
+    records, t0, t1 = asyncio.run(
+        _worker_main(wid, cfg, model, reqs, concurrency, rate, shared, warm_done, go))
+    out.put((wid, t0, t1, [r.to_dict() for r in records]))
+
+
+def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: PollingProgress,
+                profile: Any) -> tuple[list[RequestRecord], float]:
+    from proctor.workloads.loadgen.runner import _profile  # runner imports us lazily
+
+    n = cfg.workers
+    ctx = mp.get_context("spawn")  # no inherited event loop or threads
+    shared: Synchronized[int] = ctx.Value("q", 0)
+    out: mp.Queue[Any] = ctx.Queue()
+    go = ctx.Event()
+    conc = split(cfg.concurrency, n)
+    procs, warm_events = [], []
+    for wid in range(n):
+        ev = ctx.Event()
+        share = reqs[wid::n]
+        p = ctx.Process(target=_worker, name=f"proctor-loadgen-{wid}",
+                        args=(wid, cfg, model, share, conc[wid], cfg.request_rate / n, shared,
+                              ev, go, out), daemon=True)
+        p.start()
+        procs.append(p)
+        warm_events.append(ev)
+    results: dict[int, tuple[float, float, list[dict[str, Any]]]] = {}
+
+    def check_alive() -> None:
+        for wid, p in enumerate(procs):
+            if wid not in results and not p.is_alive() and p.exitcode not in (None, 0):
+                raise WorkloadFailed(f"load-generator worker {wid} died (exit {p.exitcode})",
+                                     hint="run with --workers 1 to see its error")
+
+    try:
+        n_warm = sum(r.warmup for r in reqs)
+        if n_warm:
+            bar.phase("warmup", n_warm, lambda: int(shared.value))
+        while not all(ev.is_set() for ev in warm_events):
+            check_alive()
+            time.sleep(0.05)
+        if cfg.profile:
+            asyncio.run(_profile_once(cfg, profile, "start", _profile))
+        bar.phase("benchmark", len(reqs) - n_warm, lambda: int(shared.value))
+        go.set()
+        while len(results) < n:
+            try:
+                wid, t0, t1, recs = out.get(timeout=0.2)
+                results[wid] = (t0, t1, recs)
+            except queue.Empty:
+                check_alive()
+        if cfg.profile:
+            asyncio.run(_profile_once(cfg, profile, "stop", _profile))
+    finally:
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                with contextlib.suppress(Exception):
+                    p.join(2)
+    records = [RequestRecord.from_dict(d) for _, _, recs in results.values() for d in recs]
+    records.sort(key=lambda r: r.index)
+    duration = max(v[1] for v in results.values()) - min(v[0] for v in results.values())
+    return records, duration
+
+
+async def _profile_once(cfg: BenchConfig, status: Any, which: str, fn: Any) -> None:
+    async with make_session(cfg, limit=2) as session:
+        await fn(session, cfg, which, status)
