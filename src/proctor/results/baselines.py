@@ -1,0 +1,268 @@
+"""Baselines and verdicts: ATOM's models_accuracy.json and proctor's performance baselines.
+
+Verdicts (one per baselined metric):
+- pass          at or better than the baseline, or worse by less than the tolerance
+- within_noise  worse than the baseline but inside one stderr of it (the seed's rule:
+                a score within 1 stderr of the baseline is no regression)
+- regression    worse beyond the tolerance (perf) or below the threshold (accuracy),
+                and outside the noise band
+- missing       the baseline names a metric the result does not have
+
+Performance baseline file (TOML or JSON), per metric: value, optional stderr, direction
+(higher|lower; default from the metric's name) and tolerance (a fraction; default 0.05 for
+higher-is-better, i.e. a throughput drop over 5%, and 0.10 for lower-is-better, a latency
+rise over 10%):
+
+    [metrics.total_token_throughput]
+    value = 10234.5
+    stderr = 80.0
+    [metrics.mean_tpot_ms]
+    value = 21.3
+    tolerance = 0.15
+
+ATOM accuracy file: a JSON array of {model_name, model_path, accuracy_threshold,
+accuracy_baseline, mtp_accept_threshold?, ...}; checked against
+`gsm8k_exact_match_flexible` (its stderr is the noise band) and `mtp_acceptance_rate`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from proctor.errors import ConfigError
+from proctor.results.model import Metric
+from proctor.results.names import Direction, metric_info
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+Status = Literal["pass", "within_noise", "regression", "missing"]
+DEFAULT_TOLERANCE = {"higher": 0.05, "lower": 0.10}
+ACCURACY_METRIC = "gsm8k_exact_match_flexible"
+MTP_METRIC = "mtp_acceptance_rate"
+
+
+class MetricBaseline(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    value: float
+    stderr: float | None = Field(None, ge=0)
+    direction: Literal["higher", "lower"] | None = None
+    tolerance: float | None = Field(None, ge=0)
+
+
+class PerfBaseline(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    meta: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, MetricBaseline]
+
+
+class AccuracyEntry(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model_name: str
+    model_path: str | None = None
+    accuracy_threshold: float
+    accuracy_baseline: float | None = None
+    mtp_accept_threshold: float | None = None
+    test_level: str | None = None
+
+
+class Verdict(BaseModel):
+    metric: str
+    status: Status
+    value: float | None = None
+    baseline: float | None = None
+    threshold: float | None = None
+    change: float | None = None  # (value - baseline) / baseline
+    tolerance: float | None = None
+    noise: float | None = None  # one stderr, in the metric's unit
+    direction: Direction = "none"
+    message: str = ""
+
+
+Baseline = PerfBaseline | list[AccuracyEntry]
+
+
+def _err(path: Path, e: ValidationError) -> ConfigError:
+    first = e.errors()[0]
+    where = ".".join(str(x) for x in first["loc"])
+    return ConfigError(f"{path}: {where}: {first['msg']}", hint="fix the baseline file")
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read baseline {p}: {e.strerror}", hint="check the path") from e
+    try:
+        data: Any = tomllib.loads(raw.decode()) if p.suffix == ".toml" else json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}",
+                          hint="fix the baseline file") from e
+    try:
+        if isinstance(data, list):
+            return [AccuracyEntry.model_validate(x) for x in data]
+        if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+            metrics = {k: (v if isinstance(v, dict) else {"value": v})
+                       for k, v in data["metrics"].items()}
+            return PerfBaseline.model_validate({**data, "metrics": metrics})
+    except ValidationError as e:
+        raise _err(p, e) from e
+    raise ConfigError(f"{p}: neither an ATOM models_accuracy.json array nor a [metrics] table",
+                      hint="see docs/bench.md for the baseline format")
+
+
+def _noise(*errs: float | None) -> float | None:
+    known = [e for e in errs if e is not None]
+    return math.sqrt(sum(e * e for e in known)) if known else None
+
+
+def _with(base: Verdict, status: Status, message: str) -> Verdict:
+    return base.model_copy(update={"status": status, "message": message})
+
+
+def check_metric(name: str, metric: Metric | None, spec: MetricBaseline) -> Verdict:
+    info = metric_info(name)
+    direction: Direction = spec.direction or info.direction
+    if metric is None:
+        return Verdict(metric=name, status="missing", baseline=spec.value, direction=direction,
+                       message="not in the result")
+    v, b = metric.value, spec.value
+    noise = _noise(spec.stderr, metric.stderr)
+    change = (v - b) / abs(b) if b else None
+    if direction == "none":
+        return Verdict(metric=name, status="pass", value=v, baseline=b, change=change,
+                       noise=noise, direction=direction, message="informational (no direction)")
+    tol = spec.tolerance if spec.tolerance is not None else DEFAULT_TOLERANCE[direction]
+    worse_by = (b - v) if direction == "higher" else (v - b)  # > 0 means worse
+    worse_frac = worse_by / abs(b) if b else (math.inf if worse_by > 0 else 0.0)
+    base = Verdict(metric=name, status="pass", value=v, baseline=b, change=change,
+                   tolerance=tol, noise=noise, direction=direction)
+    if worse_by <= 0:
+        return _with(base, "pass", "at or better than the baseline")
+    if noise is not None and worse_by <= noise:
+        return _with(base, "within_noise", "worse, but within one stderr")
+    if worse_frac > tol:
+        return _with(base, "regression", f"worse by {worse_frac:.1%} (tolerance {tol:.0%})")
+    return _with(base, "pass", f"worse by {worse_frac:.1%}, within tolerance")
+
+
+def check_perf(metrics: dict[str, Metric], baseline: PerfBaseline) -> list[Verdict]:
+    return [check_metric(n, metrics.get(n), spec) for n, spec in baseline.metrics.items()]
+
+
+def select_entry(entries: list[AccuracyEntry], model: str | None) -> AccuracyEntry:
+    if model:
+        want = model.rstrip("/").lower()
+        for e in entries:
+            names = {e.model_name.lower()}
+            if e.model_path:
+                names |= {e.model_path.rstrip("/").lower(),
+                          Path(e.model_path.rstrip("/")).name.lower()}
+            if want in names or Path(want).name in names:
+                return e
+    if len(entries) == 1:
+        return entries[0]
+    known = ", ".join(e.model_name for e in entries[:8])
+    raise ConfigError(f"no baseline entry for model {model!r}" if model
+                      else "the baseline file has several models",
+                      hint=f"pass --model, one of: {known}")
+
+
+def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Verdict]:
+    out: list[Verdict] = []
+    m = metrics.get(ACCURACY_METRIC)
+    t, b = entry.accuracy_threshold, entry.accuracy_baseline
+    if m is None:
+        out.append(Verdict(metric=ACCURACY_METRIC, status="missing", baseline=b, threshold=t,
+                           direction="higher", message="not in the result"))
+    else:
+        v, s = m.value, m.stderr
+        ref = b if b is not None else t
+        base = Verdict(metric=ACCURACY_METRIC, status="pass", value=v, baseline=b, threshold=t,
+                       noise=s, change=(v - ref) / ref if ref else None, direction="higher")
+        if v >= ref:
+            out.append(_with(base, "pass", "at or above the baseline"))
+        elif s is not None and ref - v <= s:
+            out.append(_with(base, "within_noise", "below the baseline by less than one stderr"))
+        elif v >= t:
+            out.append(_with(base, "pass", "below the baseline, above the threshold"))
+        else:
+            msg = f"{v:.4f} < threshold {t:.4f}, outside one stderr"
+            out.append(_with(base, "regression", msg))
+    if entry.mtp_accept_threshold is not None:
+        mtp = metrics.get(MTP_METRIC) or metrics.get("spec_acceptance_rate")
+        t2 = entry.mtp_accept_threshold
+        if mtp is None:
+            out.append(Verdict(metric=MTP_METRIC, status="missing", threshold=t2,
+                               direction="higher", message="not in the result"))
+        else:
+            v2 = mtp.value / 100.0 if mtp.value > 1.0 else mtp.value  # vLLM prints percent
+            ok = v2 >= t2
+            out.append(Verdict(metric=MTP_METRIC, status="pass" if ok else "regression",
+                               value=v2, threshold=t2, direction="higher",
+                               message="" if ok else f"{v2:.3f} < {t2:.3f}"))
+    return out
+
+
+def check(metrics: dict[str, Metric], baseline: Baseline, model: str | None = None
+          ) -> list[Verdict]:
+    if isinstance(baseline, PerfBaseline):
+        return check_perf(metrics, baseline)
+    return check_accuracy(metrics, select_entry(baseline, model))
+
+
+class CompareRow(BaseModel):
+    metric: str
+    a: float | None
+    b: float | None
+    change: float | None = None  # (b - a) / a
+    delta: float | None = None
+    noise: float | None = None
+    direction: Direction = "none"
+    assessment: Literal["better", "worse", "same", "within_noise", "only_a", "only_b",
+                        "changed"] = "same"
+
+
+def compare(a: dict[str, Metric], b: dict[str, Metric]) -> list[CompareRow]:
+    """Each metric of A and B side by side: change from A to B and its noise band."""
+    rows: list[CompareRow] = []
+    for name in list(a) + [n for n in b if n not in a]:
+        ma, mb = a.get(name), b.get(name)
+        direction = (ma or mb).direction if (ma or mb) else "none"  # type: ignore[union-attr]
+        if ma is None or mb is None:
+            rows.append(CompareRow(metric=name, a=ma.value if ma else None,
+                                   b=mb.value if mb else None, direction=direction,
+                                   assessment="only_a" if mb is None else "only_b"))
+            continue
+        delta = mb.value - ma.value
+        noise = _noise(ma.stderr, mb.stderr)
+        row = CompareRow(metric=name, a=ma.value, b=mb.value, delta=delta, noise=noise,
+                         change=delta / abs(ma.value) if ma.value else None,
+                         direction=direction)
+        if delta == 0:
+            row.assessment = "same"
+        elif noise is not None and abs(delta) <= noise:
+            row.assessment = "within_noise"
+        elif direction == "none":
+            row.assessment = "changed"
+        else:
+            row.assessment = "better" if (delta > 0) == (direction == "higher") else "worse"
+        rows.append(row)
+    return rows
+
+
+def worst_status(verdicts: list[Verdict]) -> Status:
+    order: tuple[Status, ...] = ("regression", "missing", "within_noise")
+    for status in order:
+        if any(v.status == status for v in verdicts):
+            return status
+    return "pass"

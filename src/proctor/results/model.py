@@ -1,0 +1,36 @@
+"""The parsed-result types shared by parsers, baselines and reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from proctor.results.names import Direction, metric_info
+
+
+class Metric(BaseModel):
+    name: str
+    value: float
+    unit: str = ""
+    direction: Direction = "none"
+    stderr: float | None = None
+
+    @classmethod
+    def of(cls, name: str, value: float, stderr: float | None = None) -> Metric:
+        info = metric_info(name)
+        return cls(name=name, value=float(value), unit=info.unit, direction=info.direction,
+                   stderr=stderr)
+
+
+class ParsedResult(BaseModel):
+    kind: str  # serving-summary | vllm-json | sglang-json | proctor-metrics | lm-eval
+    path: str | None = None
+    metrics: dict[str, Metric] = Field(default_factory=dict)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    def values(self) -> dict[str, float]:
+        return {k: m.value for k, m in self.metrics.items()}
+
+    def add(self, name: str, value: float, stderr: float | None = None) -> None:
+        self.metrics[name] = Metric.of(name, value, stderr)
