@@ -1,0 +1,376 @@
+"""Drain: wait for a workload to finish against a server (or offline), catching faults and hangs.
+
+Outcomes and exit codes: drained 0, hang 1, fault 2, server died / offline job failed 3,
+time limit or no client within startup-max 4.
+
+`DrainMachine` holds every rule and is fed `DrainObservation`s with an injected clock. Two
+kinds of observation: fast ones (every ~0.1 s: new fault lines, liveness) decide faults and
+deaths within a second; full ones (every `poll_s`: progress counters, clients) drive the stuck
+counter, drained and time limits, and print a status line. `drain` gathers them for real.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from proctor.errors import (
+    ExitCode,
+    FaultDetected,
+    HangDetected,
+    OutcomeError,
+    TimeLimitReached,
+    WorkloadFailed,
+)
+from proctor.monitors.logscan import LogFollower, LogMatch, LogScanner
+from proctor.monitors.progress import choose_signals, fetch_metrics
+from proctor.monitors.watch import ProcStatus, Watched, count_matching
+from proctor.spec.profiles.models import EngineProfile
+
+
+class DrainOutcome(str, enum.Enum):
+    DRAINED = "drained"
+    HANG = "hang"
+    FAULT = "fault"
+    SERVER_DIED = "server-died"
+    OFFLINE_FAILED = "offline-failed"
+    TIMEOUT = "timeout"
+    NO_CLIENT = "no-client"
+
+    @property
+    def exit_code(self) -> int:
+        return int(_EXIT[self])
+
+
+_EXIT = {
+    DrainOutcome.DRAINED: ExitCode.OK,
+    DrainOutcome.HANG: ExitCode.HANG,
+    DrainOutcome.FAULT: ExitCode.FAULT,
+    DrainOutcome.SERVER_DIED: ExitCode.WORKLOAD_FAILED,
+    DrainOutcome.OFFLINE_FAILED: ExitCode.WORKLOAD_FAILED,
+    DrainOutcome.TIMEOUT: ExitCode.TIME_LIMIT,
+    DrainOutcome.NO_CLIENT: ExitCode.TIME_LIMIT,
+}
+
+
+@dataclass(frozen=True)
+class DrainConfig:
+    max_s: float = 1800.0
+    poll_s: float = 10.0
+    stuck_polls: int = 6
+    startup_max_s: float = 900.0  # no client seen by then: exit 4
+    offline: bool = False
+    # Offline jobs: process alive counts as in-flight work, so silence is a hang.
+    offline_hang: bool = True
+
+
+@dataclass(frozen=True)
+class DrainObservation:
+    now: float
+    faults: Sequence[LogMatch] = ()
+    server: ProcStatus | None = None  # server mode: the server process
+    offline: ProcStatus | None = None  # offline mode: the offline job
+    # Full observations only (None on fast ticks):
+    progress: Mapping[str, float] | None = None
+    clients_alive: int | None = None
+    clients_known: int = 0  # clients proctor started: they count as seen even if already gone
+    running: float | None = None  # in-flight requests per /metrics, when known
+
+
+class DrainMachine:
+    def __init__(self, config: DrainConfig, started_at: float) -> None:
+        self.config = config
+        self.started_at = started_at
+        self.outcome: DrainOutcome | None = None
+        self.faults: list[LogMatch] = []
+        self.stuck = 0
+        self.polls = 0
+        self.client_seen = False
+        self.clients_alive = 0
+        self.last_progress: dict[str, float] = {}
+        self.progressed_last = False
+        self.exit_status: int | None = None
+        self.reason = ""
+
+    def _end(self, outcome: DrainOutcome, reason: str) -> DrainOutcome:
+        self.outcome, self.reason = outcome, reason
+        return outcome
+
+    def observe(self, obs: DrainObservation) -> DrainOutcome | None:
+        if self.outcome is not None:
+            return self.outcome
+        cfg = self.config
+        self.faults.extend(obs.faults)
+        if self.faults:
+            return self._end(DrainOutcome.FAULT, "fault pattern in a log")
+        if cfg.offline:
+            if obs.offline is not None and not obs.offline.alive:
+                self.exit_status = obs.offline.exit_code
+                if obs.offline.exit_code == 0:
+                    return self._end(DrainOutcome.DRAINED, "offline job exited 0")
+                return self._end(
+                    DrainOutcome.OFFLINE_FAILED,
+                    f"offline job exited with status {obs.offline.exit_code}"
+                    if obs.offline.exit_code is not None
+                    else "offline job ended with unknown status",
+                )
+        elif obs.server is not None and not obs.server.alive:
+            self.exit_status = obs.server.exit_code
+            return self._end(DrainOutcome.SERVER_DIED, "server process died")
+        if obs.progress is None:  # a fast tick: only faults and deaths are decided
+            return None
+
+        self.polls += 1
+        elapsed = obs.now - self.started_at
+        progressed = any(
+            value != self.last_progress.get(key, 0.0) for key, value in obs.progress.items()
+        )
+        self.last_progress = dict(obs.progress)
+        self.progressed_last = progressed
+
+        if cfg.offline:
+            in_flight = cfg.offline_hang
+        else:
+            self.clients_alive = obs.clients_alive or 0
+            if self.clients_alive > 0 or obs.clients_known > 0:
+                self.client_seen = True
+            if not self.client_seen and elapsed >= cfg.startup_max_s:
+                return self._end(
+                    DrainOutcome.NO_CLIENT, f"no client appeared within {cfg.startup_max_s:.0f}s"
+                )
+            if self.client_seen and self.clients_alive == 0:
+                # Clients are gone; done once the server has nothing left in flight.
+                idle = (obs.running or 0) == 0 if obs.running is not None else not progressed
+                if idle:
+                    return self._end(DrainOutcome.DRAINED, "clients finished, server idle")
+            in_flight = self.clients_alive > 0 or (obs.running or 0) > 0
+
+        if progressed or not in_flight:
+            self.stuck = 0
+        else:
+            self.stuck += 1
+            if self.stuck >= cfg.stuck_polls:
+                return self._end(
+                    DrainOutcome.HANG,
+                    f"no progress for {self.stuck} polls ({self.stuck * cfg.poll_s:.0f}s)"
+                    " with work in flight",
+                )
+        if elapsed >= cfg.max_s:
+            return self._end(DrainOutcome.TIMEOUT, f"not drained within {cfg.max_s:.0f}s")
+        return None
+
+
+@dataclass
+class DrainResult:
+    outcome: DrainOutcome
+    reason: str
+    elapsed_s: float
+    polls: int
+    progress_source: str
+    faults: list[LogMatch] = field(default_factory=list)
+    exit_status: int | None = None  # server's (died) or offline job's
+    tails: dict[str, list[str]] = field(default_factory=dict)  # on non-zero outcomes
+    last_progress: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return self.outcome.exit_code
+
+    def message(self) -> str:
+        if self.outcome is DrainOutcome.FAULT and self.faults:
+            first = self.faults[0]
+            return f"fault in {first.path}:{first.line_no}: {first.line.strip()[:200]}"
+        return f"{self.outcome.value}: {self.reason} (after {self.elapsed_s:.0f}s)"
+
+    def error(self) -> OutcomeError | None:
+        msg = self.message()
+        o = self.outcome
+        if o is DrainOutcome.DRAINED:
+            return None
+        if o is DrainOutcome.HANG:
+            return HangDetected(msg, hint="run `proctor inspect` now, before stopping the server")
+        if o is DrainOutcome.FAULT:
+            return FaultDetected(msg, hint="see the matching lines and the log tails")
+        if o in (DrainOutcome.SERVER_DIED, DrainOutcome.OFFLINE_FAILED):
+            return WorkloadFailed(msg, hint="see the log tails for why it stopped")
+        return TimeLimitReached(msg, hint="raise --max or --startup-max if the work is slow")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "outcome": self.outcome.value,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "polls": self.polls,
+            "progress_source": self.progress_source,
+            "faults": [m.to_dict() for m in self.faults],
+            "exit_status": self.exit_status,
+            "last_progress": self.last_progress,
+            "tails": self.tails,
+            "message": self.message(),
+        }
+
+
+def drain(
+    config: DrainConfig,
+    *,
+    server: Watched | None = None,
+    offline: Watched | None = None,
+    server_log: str | Path | None = None,
+    extra_logs: Sequence[str | Path] = (),
+    fault_patterns: Sequence[str] = (),
+    marker_patterns: Sequence[str] = (),
+    metrics_url: str | None = None,
+    progress_metrics: Sequence[str] = (),
+    running_metrics: Sequence[str] = (),
+    clients: Sequence[Watched] = (),
+    client_pattern: str | None = None,
+    from_end: bool = False,
+    tick_s: float = 0.1,
+    tail_lines: int = 30,
+    on_status: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> DrainResult:
+    """Watch until drained, faulted, dead, hung or out of time; see the module docstring.
+
+    Server mode needs `server`; offline mode (`config.offline`) needs `offline`. `clients` are
+    the workload runs proctor started; `client_pattern` also counts foreign processes whose
+    command line matches (observed only). `from_end`: skip what reused logs already hold.
+    """
+    watched = offline if config.offline else server
+    if watched is None:
+        raise ValueError("drain needs the offline job (offline mode) or the server process")
+    started = clock()
+    machine = DrainMachine(config, started)
+    scanner = LogScanner(fault_patterns, marker_patterns=marker_patterns, tail_lines=50)
+    logs = ([server_log] if server_log is not None else []) + list(extra_logs)
+    for path in logs:
+        scanner.add(path, from_end=from_end)
+    follower = LogFollower(scanner, interval_s=tick_s)
+    follower.start()
+    source = "none"
+    next_poll = started + config.poll_s
+    client = httpx.Client(trust_env=False)
+    try:
+        while True:
+            follower.fault_event.wait(tick_s)
+            now = clock()
+            status = watched.status()
+            if not status.alive:
+                follower.poll_now()  # read the dying words before deciding
+            faults = follower.take_matches()
+            progress: dict[str, float] | None = None
+            alive: int | None = None
+            running: float | None = None
+            full = now >= next_poll
+            if full:
+                next_poll = now + config.poll_s
+                metrics = None
+                if metrics_url and not config.offline:
+                    metrics = fetch_metrics(
+                        metrics_url, [*progress_metrics, *running_metrics], client=client
+                    )
+                markers = follower.marker_count() if scanner.has_markers else None
+                source, progress = choose_signals(
+                    metrics=metrics,
+                    progress_metrics=progress_metrics,
+                    markers=markers,
+                    server_log_bytes=follower.bytes_read(server_log) if server_log else None,
+                    extra_log_bytes={str(p): follower.bytes_read(p) for p in extra_logs},
+                )
+                if metrics is not None and any(m in metrics for m in running_metrics):
+                    running = sum(metrics.get(m, 0.0) for m in running_metrics)
+                alive = sum(1 for c in clients if c.status().alive)
+                if client_pattern:
+                    alive += count_matching(client_pattern)
+            obs = DrainObservation(
+                now=now,
+                faults=faults,
+                server=None if config.offline else status,
+                offline=status if config.offline else None,
+                progress=progress,
+                clients_alive=alive,
+                clients_known=len(clients),
+                running=running,
+            )
+            outcome = machine.observe(obs)
+            if full and on_status is not None:
+                on_status(_status_line(machine, source, now - started, obs))
+            if outcome is not None:
+                break
+    finally:
+        client.close()
+        follower.stop()
+    result = DrainResult(
+        outcome=outcome,
+        reason=machine.reason,
+        elapsed_s=clock() - started,
+        polls=machine.polls,
+        progress_source=source,
+        faults=list(machine.faults),
+        exit_status=machine.exit_status,
+        last_progress=dict(machine.last_progress),
+    )
+    if outcome is not DrainOutcome.DRAINED:
+        result.tails = follower.tails(tail_lines)
+    scanner.close()
+    return result
+
+
+def _status_line(machine: DrainMachine, source: str, t: float, obs: DrainObservation) -> str:
+    progress = obs.progress or {}
+    shown = " ".join(f"{k.split(':')[-1]}={v:.0f}" for k, v in list(progress.items())[:4])
+    parts = [f"[t={t:.0f}s]", f"progress={source}", shown or "-"]
+    parts.append("(+)" if machine.progressed_last else "(=)")
+    if not machine.config.offline:
+        parts.append(f"clients={obs.clients_alive or 0}")
+        if obs.running is not None:
+            parts.append(f"running={obs.running:.0f}")
+    parts.append(f"stuck={machine.stuck}/{machine.config.stuck_polls}")
+    if machine.outcome is not None:
+        parts.append(f"-> {machine.outcome.value}")
+    return " ".join(parts)
+
+
+def drain_for_engine(
+    engine: EngineProfile,
+    config: DrainConfig,
+    *,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    server: Watched | None = None,
+    offline: Watched | None = None,
+    server_log: str | Path | None = None,
+    extra_logs: Sequence[str | Path] = (),
+    clients: Sequence[Watched] = (),
+    client_pattern: str | None = None,
+    from_end: bool = False,
+    on_status: Callable[[str], None] | None = None,
+) -> DrainResult:
+    """`drain` with an engine profile's fault patterns, markers and /metrics names."""
+    metrics_url = (
+        f"http://{host}:{port}{engine.metrics_path}"
+        if port is not None and engine.metrics_path
+        else None
+    )
+    return drain(
+        config,
+        server=server,
+        offline=offline,
+        server_log=server_log,
+        extra_logs=extra_logs,
+        fault_patterns=engine.fault_patterns("runtime"),
+        marker_patterns=engine.progress_markers,
+        metrics_url=metrics_url,
+        progress_metrics=engine.progress_metrics,
+        running_metrics=engine.running_metrics,
+        clients=clients,
+        client_pattern=client_pattern,
+        from_end=from_end,
+        on_status=on_status,
+    )
