@@ -158,11 +158,6 @@ def resolve_run_plan(
     runs_dir = resolve_runs_dir(flags.runs_dir, config, env, cwd)
     store_path = resolve_store_path(config, Path(runs_dir.value), cwd)
 
-    name = (
-        Value(safe_name(flags.name), "flag")
-        if flags.name
-        else Value(derive_name(flags.argv), "derived from the command")
-    )
     timeout = _duration(flags.timeout, config.run.timeout, None, "--timeout", config_origin)
     if timeout.value == 0:
         timeout = Value(None, timeout.origin)
@@ -178,6 +173,14 @@ def resolve_run_plan(
 
     merged: dict[str, Value] = {k: Value(v, config_origin) for k, v in config.run.env.items()}
     merged.update({k: Value(v, "flag") for k, v in _parse_env(flags.env).items()})
+    if flags.name:
+        name = Value(safe_name(flags.name), "flag")
+    else:
+        # From the masked argv: a secret typed on the command line must not name the log.
+        masked = Redactor.from_environment(
+            {k: str(v.value) for k, v in merged.items()}, config.run.secret_names, env
+        ).argv(flags.argv)
+        name = Value(derive_name(masked), "derived from the command")
 
     return RunPlan(
         argv=list(flags.argv),

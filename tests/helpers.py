@@ -1,0 +1,54 @@
+"""Helpers for tests: run the real CLI as a subprocess, find run directories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("PROCTOR_SHARED_DIR", REPO.parent / "shared"))
+
+
+def proctor(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    cwd: Path | None = None,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess, as a user would."""
+    full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
+    result = subprocess.run(
+        [sys.executable, "-m", "proctor.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=cwd,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"proctor {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def proctor_popen(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "proctor.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {}), "COLUMNS": "200"},
+    )
+
+
+def only_run(runs: Path) -> Path:
+    dirs = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
