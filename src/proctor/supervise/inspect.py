@@ -9,6 +9,7 @@ Output goes to out_dir/PID-TOOL.txt. Nothing here kills an inspected process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -95,7 +96,7 @@ def _argv(tool: str, path: str, pid: int) -> list[str]:
 
 def _diagnose(text: str) -> str | None:
     lowered = text.lower()
-    if "operation not permitted" in lowered or "ptrace" in lowered and "denied" in lowered:
+    if "operation not permitted" in lowered or ("ptrace" in lowered and "denied" in lowered):
         return "ptrace refused (needs root, CAP_SYS_PTRACE or kernel.yama.ptrace_scope=0)"
     if "no such process" in lowered:
         return "process gone"
@@ -134,10 +135,8 @@ def _run_tool(tool: str, path: str, pid: int, out: Path, timeout_s: float) -> In
                 continue
         else:
             data = b""
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGCONT)  # a debugger killed mid-attach can leave it stopped
-        except OSError:
-            pass
     duration = time.monotonic() - start
     text = (data or b"").decode(errors="replace")
     code = None if timed_out else proc.returncode
