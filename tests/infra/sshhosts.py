@@ -1,0 +1,400 @@
+"""Real OpenSSH hosts for tests, one per network namespace (see test-hosts-here.md).
+
+Each host is a namespace joined to the root namespace by a veth pair with its own /30
+(root side 10.231.I.1, host side 10.231.I.2), running its own `sshd -D` under
+`unshare --uts` (so `hostname` differs per host), key login only. The hosts share the
+machine's filesystem and process table: a host's "volume" is a directory (`workspace`).
+
+Use from a test:
+
+    from tests.infra.sshhosts import ssh_hosts  # noqa: F401  (the fixture)
+
+    def test_x(ssh_hosts: SshHostLab) -> None:
+        a, b = ssh_hosts.hosts
+        conn = await asyncssh.connect(**a.connect_kwargs())
+
+or build a lab directly: `with SshHostLab(tmp_path, count=3) as lab: ...`.
+Everything skips (pytest.skip) when not root or sshd is missing (.ci/install-sshd.sh).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+SSHD = "/usr/sbin/sshd"
+NET_PREFIX = "10.231"
+BLACKHOLE = f"{NET_PREFIX}.0.0/16"
+NS_PREFIX = "proctor-ssh-"
+VETH_PREFIX = "pxs"
+LOCK_PATH = Path("/run/lock/proctor-sshhosts.lock")
+
+
+def unavailable_reason() -> str | None:
+    """Why network-namespace SSH hosts cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    if not os.path.exists(SSHD):
+        return "openssh-server not installed (run .ci/install-sshd.sh)"
+    for tool in ("ip", "unshare", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed (run .ci/install-sshd.sh)"
+    return None
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
+    return proc
+
+
+def _ns(ns: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run("ip", "netns", "exec", ns, *argv, check=check)
+
+
+@contextlib.contextmanager
+def _machine_lock() -> Iterator[None]:
+    # Index allocation and the shared blackhole route are machine-wide: serialise them
+    # against other test sessions on the same machine.
+    LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK_PATH.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _used_indices() -> set[int]:
+    used: set[int] = set()
+    for name in _run("ip", "netns", "list").stdout.split():
+        if name.startswith(NS_PREFIX) and name[len(NS_PREFIX) :].isdigit():
+            used.add(int(name[len(NS_PREFIX) :]))
+    for name in os.listdir("/sys/class/net"):
+        if name.startswith(VETH_PREFIX) and name[len(VETH_PREFIX) : -1].isdigit():
+            used.add(int(name[len(VETH_PREFIX) : -1]))
+    return used
+
+
+def zombie_or_gone(pid: int) -> bool:
+    try:
+        status: str = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return True
+    return bool(status == psutil.STATUS_ZOMBIE)
+
+
+@dataclass
+class SshHost:
+    """One namespace host. `address` is where clients connect (port 22)."""
+
+    index: int
+    name: str
+    dir: Path
+    workspace: Path
+    client_key: Path
+    known_hosts: Path
+    user: str = "root"
+    port: int = 22
+    sshd: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    cut_now: bool = False
+
+    @property
+    def netns(self) -> str:
+        return f"{NS_PREFIX}{self.index}"
+
+    @property
+    def address(self) -> str:
+        return f"{NET_PREFIX}.{self.index}.2"
+
+    @property
+    def gateway(self) -> str:
+        return f"{NET_PREFIX}.{self.index}.1"
+
+    @property
+    def veth_root(self) -> str:
+        return f"{VETH_PREFIX}{self.index}r"
+
+    @property
+    def veth_host(self) -> str:
+        return f"{VETH_PREFIX}{self.index}h"
+
+    @property
+    def hostname(self) -> str:
+        return self.name
+
+    def connect_kwargs(self, **extra: Any) -> dict[str, Any]:
+        """Keyword arguments for `asyncssh.connect(**host.connect_kwargs())`."""
+        kw: dict[str, Any] = {
+            "host": self.address,
+            "port": self.port,
+            "username": self.user,
+            "client_keys": [str(self.client_key)],
+            "known_hosts": str(self.known_hosts),
+        }
+        kw.update(extra)
+        return kw
+
+    def ssh_argv(self, *command: str, config: Path | None = None) -> list[str]:
+        """An OpenSSH client command line for this host (BatchMode, pinned known_hosts)."""
+        opts = [
+            "-o", "BatchMode=yes",
+            "-o", f"UserKnownHostsFile={self.known_hosts}",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", "ConnectTimeout=5",
+            "-i", str(self.client_key),
+        ]  # fmt: skip
+        if config is not None:
+            opts = ["-F", str(config), *opts]
+        return ["ssh", *opts, f"{self.user}@{self.address}", *command]
+
+
+class SshHostLab:
+    """N namespace hosts with one client keypair and one known_hosts; a context manager."""
+
+    def __init__(self, base: Path, count: int = 2, name_prefix: str = "host") -> None:
+        self.base = Path(base)
+        self.count = count
+        self.name_prefix = name_prefix
+        self.hosts: list[SshHost] = []
+        self.client_key = self.base / "client" / "id_ed25519"
+        self.known_hosts = self.base / "client" / "known_hosts"
+        self.ssh_config = self.base / "client" / "ssh_config"
+        self._torn_down = False
+
+    # -- lifecycle -----------------------------------------------------------------
+    def __enter__(self) -> SshHostLab:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def start(self) -> list[SshHost]:
+        reason = unavailable_reason()
+        if reason:
+            raise RuntimeError(f"SSH test hosts unavailable: {reason}")
+        (self.base / "client").mkdir(parents=True, exist_ok=True, mode=0o700)
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "proctor-test-client",
+             "-f", str(self.client_key))  # fmt: skip
+        try:
+            with _machine_lock():
+                used = _used_indices()
+                free = [i for i in range(1, 255) if i not in used][: self.count]
+                if len(free) < self.count:
+                    raise RuntimeError("no free 10.231.I.0/30 subnets for SSH test hosts")
+                _run("ip", "route", "replace", "blackhole", BLACKHOLE)
+                for n, index in enumerate(free):
+                    self.hosts.append(self._make_host(index, f"{self.name_prefix}{n}"))
+                    self._network(self.hosts[-1])
+            for host in self.hosts:
+                self._start_sshd(host)
+            self._write_client_files()
+            for host in self.hosts:
+                self._wait_listening(host)
+        except BaseException:
+            self.teardown()
+            raise
+        return self.hosts
+
+    def _make_host(self, index: int, name: str) -> SshHost:
+        d = self.base / name
+        (d / "workspace").mkdir(parents=True, exist_ok=True)
+        d.chmod(0o700)
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name,
+             "-f", str(d / "ssh_host_ed25519_key"))  # fmt: skip
+        return SshHost(
+            index=index,
+            name=name,
+            dir=d,
+            workspace=d / "workspace",
+            client_key=self.client_key,
+            known_hosts=self.known_hosts,
+        )
+
+    def _network(self, h: SshHost) -> None:
+        _run("ip", "netns", "add", h.netns)
+        _run("ip", "link", "add", h.veth_root, "type", "veth", "peer", "name", h.veth_host)
+        _run("ip", "link", "set", h.veth_host, "netns", h.netns)
+        _run("ip", "addr", "add", f"{h.gateway}/30", "dev", h.veth_root)
+        _run("ip", "link", "set", h.veth_root, "up")
+        _ns(h.netns, "ip", "link", "set", "lo", "up")
+        _ns(h.netns, "ip", "addr", "add", f"{h.address}/30", "dev", h.veth_host)
+        _ns(h.netns, "ip", "link", "set", h.veth_host, "up")
+        # A permanent neighbour entry makes a later cut look like a pulled cable
+        # (connects time out) instead of an ARP failure (connects fail at once).
+        mac = _ns(h.netns, "cat", f"/sys/class/net/{h.veth_host}/address").stdout.strip()
+        _run("ip", "neigh", "replace", h.address, "lladdr", mac, "dev", h.veth_root,
+             "nud", "permanent")  # fmt: skip
+
+    def _start_sshd(self, h: SshHost) -> None:
+        conf = h.dir / "sshd_config"
+        (h.dir / "authorized_keys").write_text(
+            Path(f"{self.client_key}.pub").read_text(), encoding="utf-8"
+        )
+        conf.write_text(
+            "\n".join(
+                [
+                    f"ListenAddress {h.address}",
+                    f"Port {h.port}",
+                    f"HostKey {h.dir / 'ssh_host_ed25519_key'}",
+                    f"PidFile {h.dir / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {h.dir / 'authorized_keys'}",
+                    "PermitRootLogin prohibit-password",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "StrictModes no",
+                    "UsePAM no",
+                    "UseDNS no",
+                    "PrintMotd no",
+                    "MaxStartups 64",
+                    "MaxSessions 64",
+                    "Subsystem sftp internal-sftp",
+                    "",
+                ]
+            ),
+            encoding="utf-8",
+        )
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation dir
+        log = (h.dir / "sshd.log").open("ab")
+        with log:
+            h.sshd = subprocess.Popen(
+                ["ip", "netns", "exec", h.netns, "unshare", "--uts", "sh", "-c",
+                 'hostname "$0" && exec "$1" -D -e -f "$2"', h.name, SSHD, str(conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def _wait_listening(self, h: SshHost, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert h.sshd is not None
+            if h.sshd.poll() is not None:
+                log = (h.dir / "sshd.log").read_text(errors="replace").strip()
+                raise RuntimeError(f"sshd for {h.name} exited {h.sshd.returncode}: {log}")
+            with contextlib.suppress(OSError), socket.create_connection((h.address, h.port), 0.5):
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"sshd for {h.name} not listening on {h.address}:22 in {timeout}s")
+
+    def _write_client_files(self) -> None:
+        lines, cfg = [], []
+        for h in self.hosts:
+            pub = (h.dir / "ssh_host_ed25519_key.pub").read_text().split()
+            lines.append(f"{h.address} {pub[0]} {pub[1]}\n")
+            cfg.append(
+                f"Host {h.name}\n  HostName {h.address}\n  User {h.user}\n"
+                f"  IdentityFile {self.client_key}\n  IdentitiesOnly yes\n"
+                f"  UserKnownHostsFile {self.known_hosts}\n  StrictHostKeyChecking yes\n"
+                "  BatchMode yes\n  ServerAliveInterval 1\n  ServerAliveCountMax 2\n"
+            )
+        self.known_hosts.write_text("".join(lines), encoding="utf-8")
+        self.ssh_config.write_text("".join(cfg), encoding="utf-8")
+
+    # -- network faults ----------------------------------------------------------
+    def cut(self, host: SshHost) -> None:
+        """Pull the cable: open connections stall, new connects time out, processes live."""
+        _ns(host.netns, "ip", "link", "set", host.veth_host, "down")
+        host.cut_now = True
+
+    def restore(self, host: SshHost) -> None:
+        _ns(host.netns, "ip", "link", "set", host.veth_host, "up")
+        host.cut_now = False
+
+    # -- teardown ------------------------------------------------------------------
+    def namespace_pids(self, host: SshHost) -> list[int]:
+        out = _run("ip", "netns", "pids", host.netns, check=False)
+        return [int(p) for p in out.stdout.split() if p.isdigit()]
+
+    def teardown(self) -> None:
+        """Kill everything in each namespace, then delete namespaces and links. Idempotent."""
+        if self._torn_down:
+            return
+        self._torn_down = True
+        errors: list[str] = []
+        for h in self.hosts:
+            try:
+                self._kill_namespace(h)
+            except Exception as exc:  # keep tearing the others down
+                errors.append(f"{h.name}: {exc}")
+            _run("ip", "netns", "del", h.netns, check=False)
+            if os.path.exists(f"/sys/class/net/{h.veth_root}"):
+                _run("ip", "link", "del", h.veth_root, check=False)
+        with _machine_lock():
+            others = [n for n in os.listdir("/sys/class/net") if n.startswith(VETH_PREFIX)]
+            if not others:
+                _run("ip", "route", "del", "blackhole", BLACKHOLE, check=False)
+        if errors:
+            raise RuntimeError("SSH host teardown incomplete: " + "; ".join(errors))
+
+    def _kill_namespace(self, h: SshHost) -> None:
+        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 3.0)):
+            pids = self.namespace_pids(h)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            if h.sshd is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    h.sshd.wait(timeout=0.2)  # reap our own child
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                if all(zombie_or_gone(p) for p in self.namespace_pids(h)):
+                    return
+                time.sleep(0.05)
+        left = [p for p in self.namespace_pids(h) if not zombie_or_gone(p)]
+        if left:
+            raise RuntimeError(f"processes {left} survive in namespace {h.netns}")
+
+
+def require_lab(base: Path, count: int = 2) -> SshHostLab:
+    """A started lab, or pytest.skip with the reason it cannot run here."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"SSH test hosts: {reason}")
+    lab = SshHostLab(base, count=count)
+    lab.start()
+    return lab
+
+
+@pytest.fixture
+def ssh_hosts(tmp_path: Path) -> Iterator[SshHostLab]:
+    """Two started namespace hosts, torn down after the test."""
+    lab = require_lab(tmp_path / "sshhosts", 2)
+    try:
+        yield lab
+    finally:
+        lab.teardown()
+
+
+@pytest.fixture
+def ssh_hosts_factory(tmp_path: Path) -> Iterator[Callable[[int], SshHostLab]]:
+    """`make(count)` -> a started lab of `count` hosts; all torn down after the test."""
+    labs: list[SshHostLab] = []
+
+    def make(count: int) -> SshHostLab:
+        lab = require_lab(tmp_path / f"sshhosts{len(labs)}", count)
+        labs.append(lab)
+        return lab
+
+    try:
+        yield make
+    finally:
+        for lab in labs:
+            lab.teardown()
