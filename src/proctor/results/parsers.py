@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from proctor.errors import ConfigError, UsageError
 from proctor.results.model import ParsedResult
@@ -71,7 +71,7 @@ def parse_text(text: str, path: str | None = None) -> ParsedResult:
     return res
 
 
-def _finite(v: Any) -> bool:
+def _finite(v: Any) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

@@ -1,0 +1,91 @@
+"""`proctor results`: parse results from anywhere, check them against baselines, compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from proctor.cli.output import console, print_json
+from proctor.errors import Regression, ResultUnknown
+from proctor.results import check, compare, load_baseline, parse_path, worst_status
+
+app = typer.Typer(help="Parse, check and compare benchmark and evaluation results.",
+                  no_args_is_help=True)
+
+
+def _fmt(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.2%}" if pct else f"{v:.4g}"
+
+
+@app.command("parse")
+def parse_cmd(
+    file: Path = typer.Argument(..., help="Log, result JSON, lm-eval JSON or run directory."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Print the metrics found in FILE, with normalized names and units."""
+    res = parse_path(file)
+    if json_out:
+        print_json(res.model_dump())
+        return
+    table = Table(title=f"{res.kind}: {res.path}")
+    for col in ("metric", "value", "± stderr", "unit", "better"):
+        table.add_column(col)
+    for m in res.metrics.values():
+        table.add_row(m.name, _fmt(m.value), _fmt(m.stderr), m.unit, m.direction)
+    console.print(table)
+
+
+@app.command("check")
+def check_cmd(
+    file: Path = typer.Argument(..., help="Result file or run directory."),
+    baselines: Path = typer.Option(..., "--baselines", help="models_accuracy.json or perf TOML."),
+    model: str | None = typer.Option(None, "--model", help="Entry in models_accuracy.json."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Verdict per baselined metric. Exit 7 on regression, 6 when a metric is missing."""
+    res = parse_path(file)
+    verdicts = check(res.metrics, load_baseline(baselines),
+                     model or res.meta.get("model") or res.meta.get("model_name"))
+    status = worst_status(verdicts)
+    if json_out:
+        print_json({"status": status, "verdicts": [v.model_dump() for v in verdicts]})
+    else:
+        table = Table(title=f"{file} vs {baselines}")
+        for col in ("metric", "value", "baseline", "change", "noise", "verdict", "why"):
+            table.add_column(col)
+        for v in verdicts:
+            table.add_row(v.metric, _fmt(v.value), _fmt(v.baseline if v.baseline is not None
+                                                         else v.threshold),
+                          _fmt(v.change, pct=True), _fmt(v.noise), v.status, v.message)
+        console.print(table)
+    if status == "regression":
+        bad = [v.metric for v in verdicts if v.status == "regression"]
+        raise Regression(f"regression in {', '.join(bad)}", hint="see the table above")
+    if status == "missing":
+        gone = [v.metric for v in verdicts if v.status == "missing"]
+        raise ResultUnknown(f"baselined metrics missing from the result: {', '.join(gone)}",
+                            hint="check that the run produced them")
+
+
+@app.command("compare")
+def compare_cmd(
+    a: Path = typer.Argument(..., help="Result A (file or run directory)."),
+    b: Path = typer.Argument(..., help="Result B."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Each metric of A and B side by side, with the change and its noise band."""
+    rows = compare(parse_path(a).metrics, parse_path(b).metrics)
+    if json_out:
+        print_json([r.model_dump() for r in rows])
+        return
+    table = Table(title=f"A={a}  B={b}")
+    for col in ("metric", "A", "B", "change", "± noise", "assessment"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.metric, _fmt(r.a), _fmt(r.b), _fmt(r.change, pct=True), _fmt(r.noise),
+                      r.assessment)
+    console.print(table)
