@@ -1,0 +1,459 @@
+"""GSM8K through lm-evaluation-harness, against an OpenAI-compatible server.
+
+The workload is lm-eval itself (`lm-eval[api]>=0.4.10`, the `proctor[eval]` extra), run as a
+child process with `local-completions` (or `local-chat-completions` with the chat template and
+multi-turn few-shot) and `tokenizer_backend=none`, so it needs neither torch nor a tokenizer.
+`--data DIR` writes a self-contained copy of the task over local JSONL for offline use.
+Results come from lm-eval's results JSON, never its printed table.
+
+    python -m proctor.workloads.gsm8k --base-url http://127.0.0.1:8000 --model M \
+        --fewshot 3 --limit 5 --data ../shared/data/gsm8k --output-dir DIR
+
+writes DIR/metrics.json ({"schema", "kind": "gsm8k", "status", "metrics", ...}) and DIR/lm_eval/
+(lm-eval's own output), and exits 0, 3 (lm-eval failed or left no results), 64 or 69.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proctor.errors import ProctorError, TargetUnavailable, UsageError, WorkloadFailed
+
+SCHEMA = "proctor.gsm8k-metrics/1"
+TASK = "gsm8k"
+FILTERS = ("flexible-extract", "strict-match")
+OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+@dataclass(frozen=True)
+class Gsm8kConfig:
+    """What to run. `base_url` may be the server root, `.../v1` or the full endpoint."""
+
+    base_url: str
+    model: str
+    output_path: Path
+    num_fewshot: int = 3
+    limit: int | None = None
+    chat: bool = False
+    num_concurrent: int = 65
+    max_retries: int = 3
+    gen_kwargs: str | None = None
+    include_path: Path | None = None
+    log_samples: bool = False
+    lm_eval: tuple[str, ...] = ("lm_eval",)
+
+    def __post_init__(self) -> None:
+        if not self.model or any(c in self.model for c in ",="):
+            raise UsageError(
+                f"invalid model name {self.model!r}",
+                hint="give the served model name, without ',' or '='",
+            )
+        if self.num_fewshot < 0:
+            raise UsageError("--fewshot must be >= 0")
+        if self.limit is not None and self.limit < 1:
+            raise UsageError("--limit must be >= 1")
+        if self.num_concurrent < 1:
+            raise UsageError("--num-concurrent must be >= 1")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise UsageError(f"invalid base URL {self.base_url!r}", hint="use http://HOST:PORT")
+
+
+def endpoint_url(base_url: str, chat: bool) -> str:
+    """The completions endpoint lm-eval posts to, from a root, `/v1` or full endpoint URL."""
+    url = base_url.rstrip("/")
+    for suffix in ("/v1/chat/completions", "/v1/completions"):
+        if url.endswith(suffix):
+            url = url[: -len(suffix)]
+            break
+    url = url.removesuffix("/v1")
+    return f"{url}/v1/chat/completions" if chat else f"{url}/v1/completions"
+
+
+def build_lm_eval_command(config: Gsm8kConfig) -> list[str]:
+    """The lm-eval argv for this config (legacy form, which every version >= 0.4.10 takes)."""
+    model_args = ",".join(
+        [
+            f"model={config.model}",
+            f"base_url={endpoint_url(config.base_url, config.chat)}",
+            f"num_concurrent={config.num_concurrent}",
+            f"max_retries={config.max_retries}",
+            "tokenized_requests=False",
+            "tokenizer_backend=none",
+        ]
+    )
+    argv = [
+        *config.lm_eval,
+        "--model",
+        "local-chat-completions" if config.chat else "local-completions",
+        "--model_args",
+        model_args,
+        "--tasks",
+        TASK,
+        "--num_fewshot",
+        str(config.num_fewshot),
+        "--output_path",
+        str(config.output_path),
+    ]
+    if config.chat:
+        argv += ["--apply_chat_template", "--fewshot_as_multiturn"]
+    if config.limit is not None:
+        argv += ["--limit", str(config.limit)]
+    if config.gen_kwargs:
+        argv += ["--gen_kwargs", config.gen_kwargs]
+    if config.include_path is not None:
+        argv += ["--include_path", str(config.include_path)]
+    if config.log_samples:
+        argv.append("--log_samples")
+    return argv
+
+
+# The built-in task, version 3.0, with the hub dataset replaced by local JSONL files.
+# Scalars go through json.dumps: a JSON string is a valid YAML double-quoted scalar.
+_TASK_TEMPLATE = """\
+# Written by proctor: lm-eval's gsm8k task (v3.0) over local files, for offline use.
+task: gsm8k
+dataset_path: json
+dataset_name: null
+dataset_kwargs:
+  data_files:
+    train: {train}
+    test: {test}
+output_type: generate_until
+training_split: train
+fewshot_split: train
+test_split: test
+doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_target: "{{{{answer}}}}"
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+    ignore_case: true
+    ignore_punctuation: false
+    regexes_to_ignore: [",", "\\\\$", "(?s).*#### ", "\\\\.$"]
+generation_kwargs:
+  until: ["Question:", "</s>", "<|im_end|>"]
+  do_sample: false
+  temperature: 0.0
+repeats: 1
+num_fewshot: 5
+filter_list:
+  - name: "strict-match"
+    filter:
+      - function: "regex"
+        regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"
+      - function: "take_first"
+  - name: "flexible-extract"
+    filter:
+      - function: "regex"
+        group_select: -1
+        regex_pattern: "(-?[$0-9.,]{{2,}})|(-?[0-9]+)"
+      - function: "take_first"
+metadata:
+  version: 3.0
+"""
+
+
+def write_offline_task(data_dir: Path, out_dir: Path) -> Path:
+    """Write `out_dir/gsm8k.yaml` over `data_dir/{train,test}.jsonl`; return the include path.
+
+    Passed with `--include_path`, it overrides the built-in task of the same name (lm-eval logs
+    a warning), so results stay under `results.gsm8k`.
+    """
+    data_dir = Path(data_dir).resolve()
+    files = {split: data_dir / f"{split}.jsonl" for split in ("train", "test")}
+    missing = [str(p) for p in files.values() if not p.is_file()]
+    if missing:
+        raise UsageError(
+            f"GSM8K data not found: {', '.join(missing)}",
+            hint="point --data at a folder holding train.jsonl and test.jsonl",
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = _TASK_TEMPLATE.format(
+        train=json.dumps(str(files["train"])), test=json.dumps(str(files["test"]))
+    )
+    (out_dir / "gsm8k.yaml").write_text(text, encoding="utf-8")
+    return out_dir
+
+
+@dataclass(frozen=True)
+class FilterScore:
+    exact_match: float
+    stderr: float | None  # None where lm-eval wrote "N/A" (e.g. one sample)
+
+
+@dataclass(frozen=True)
+class Gsm8kResult:
+    flexible_extract: FilterScore
+    strict_match: FilterScore
+    n_samples: int  # documents evaluated (n-samples.gsm8k.effective)
+    n_original: int | None
+    num_fewshot: int | None
+    task_version: str | None
+    lm_eval_version: str | None
+    model: str | None
+    evaluation_time_s: float | None
+    results_file: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_metrics(self) -> dict[str, Any]:
+        """Flat metric names, as the store and baselines see them."""
+        return {
+            "exact_match_flexible_extract": self.flexible_extract.exact_match,
+            "exact_match_flexible_extract_stderr": self.flexible_extract.stderr,
+            "exact_match_strict_match": self.strict_match.exact_match,
+            "exact_match_strict_match_stderr": self.strict_match.stderr,
+            "n_samples": self.n_samples,
+        }
+
+
+def find_results_file(output_path: Path) -> Path | None:
+    """The newest `results_*.json` lm-eval wrote under `output_path` (or the file itself)."""
+    output_path = Path(output_path)
+    if output_path.is_file():
+        return output_path
+    found = sorted(output_path.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _number(value: Any, what: str, path: Path) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise WorkloadFailed(f"lm-eval results {path} have no number for {what} (got {value!r})")
+    return float(value)
+
+
+def _stderr(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+        return float(value)
+    return None
+
+
+def read_results(output_path: Path) -> Gsm8kResult:
+    """Parse lm-eval's results JSON (a file, or the newest one under a folder)."""
+    path = find_results_file(Path(output_path))
+    if path is None:
+        raise WorkloadFailed(
+            f"lm-eval wrote no results JSON under {output_path}",
+            hint="see its log; a failed request or a wrong --base-url/--model is the usual cause",
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        task = data["results"][TASK]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise WorkloadFailed(f"lm-eval results {path} unreadable: {error!r}") from error
+    scores = {
+        name: FilterScore(
+            exact_match=_number(task.get(f"exact_match,{name}"), f"exact_match,{name}", path),
+            stderr=_stderr(task.get(f"exact_match_stderr,{name}")),
+        )
+        for name in FILTERS
+    }
+    n_samples = data.get("n-samples", {}).get(TASK, {})
+    effective = n_samples.get("effective", task.get("sample_len"))
+    if not isinstance(effective, int):
+        raise WorkloadFailed(f"lm-eval results {path} do not say how many samples were evaluated")
+    n_shot = data.get("n-shot", {}).get(TASK)
+    version = data.get("versions", {}).get(TASK)
+    elapsed = data.get("total_evaluation_time_seconds")
+    return Gsm8kResult(
+        flexible_extract=scores["flexible-extract"],
+        strict_match=scores["strict-match"],
+        n_samples=effective,
+        n_original=n_samples.get("original"),
+        num_fewshot=n_shot if isinstance(n_shot, int) else None,
+        task_version=None if version is None else str(version),
+        lm_eval_version=data.get("lm_eval_version"),
+        model=data.get("model_name"),
+        evaluation_time_s=float(elapsed) if isinstance(elapsed, (int, float, str)) else None,
+        results_file=str(path),
+    )
+
+
+def find_lm_eval(explicit: str | None = None) -> tuple[str, ...]:
+    """How to start lm-eval: an explicit path, `lm_eval` on PATH, or this Python's module."""
+    if explicit:
+        if shutil.which(explicit) is None:
+            raise TargetUnavailable(
+                f"lm-eval not found at {explicit}", hint="give the path of the lm_eval executable"
+            )
+        return (explicit,)
+    on_path = shutil.which("lm_eval")
+    if on_path:
+        return (on_path,)
+    beside = Path(sys.executable).parent / "lm_eval"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return (str(beside),)
+    if importlib.util.find_spec("lm_eval") is not None:
+        return (sys.executable, "-m", "lm_eval")
+    raise TargetUnavailable(
+        "lm-eval is not installed", hint="pip install 'proctor[eval]' (lm-eval[api]>=0.4.10)"
+    )
+
+
+def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run_gsm8k(
+    config: Gsm8kConfig,
+    output_dir: Path,
+    *,
+    data_dir: Path | None = None,
+    echo: bool = True,
+) -> Gsm8kResult:
+    """Run lm-eval, then write `output_dir/metrics.json` whether it succeeded or not.
+
+    `config.output_path` and `config.include_path` are replaced by folders under `output_dir`.
+    Raises WorkloadFailed when lm-eval exits non-zero or leaves no readable results.
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    include = write_offline_task(data_dir, output_dir / "task") if data_dir else None
+    lm_out = output_dir / "lm_eval"
+    run_config = Gsm8kConfig(**{**asdict(config), "output_path": lm_out, "include_path": include})
+    argv = build_lm_eval_command(run_config)
+    env = dict(os.environ)
+    if include is not None:
+        env.update(OFFLINE_ENV)
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "kind": "gsm8k",
+        "status": "running",
+        "command": argv,
+        "env_overrides": OFFLINE_ENV if include is not None else {},
+        "config": {
+            "base_url": endpoint_url(config.base_url, config.chat),
+            "model": config.model,
+            "num_fewshot": config.num_fewshot,
+            "limit": config.limit,
+            "chat": config.chat,
+            "num_concurrent": config.num_concurrent,
+            "gen_kwargs": config.gen_kwargs,
+            "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
+        },
+        "metrics": {},
+    }
+    metrics_path = output_dir / "metrics.json"
+    _atomic_write_json(metrics_path, record)
+    started = time.time()
+    log_path = output_dir / "lm_eval.log"
+    try:
+        rc = _run_teed(argv, env, log_path, echo)
+    except OSError as error:
+        record.update(status="failed", error=f"could not start lm-eval: {error}")
+        _atomic_write_json(metrics_path, record)
+        raise TargetUnavailable(
+            f"could not start lm-eval ({argv[0]}): {error.strerror or error}",
+            hint="install proctor[eval] or pass --lm-eval PATH",
+        ) from error
+    record["lm_eval_exit_code"] = rc
+    record["wall_time_s"] = round(time.time() - started, 3)
+    try:
+        if rc != 0:
+            raise WorkloadFailed(
+                f"lm-eval exited with status {rc}", hint=f"see its log in {log_path}"
+            )
+        result = read_results(lm_out)
+    except ProctorError as error:
+        record.update(status="failed", error=error.one_line())
+        _atomic_write_json(metrics_path, record)
+        raise
+    record.update(
+        status="ok",
+        metrics=result.to_metrics(),
+        results_file=os.path.relpath(result.results_file, output_dir),
+        lm_eval_version=result.lm_eval_version,
+        task_version=result.task_version,
+        n_original=result.n_original,
+    )
+    _atomic_write_json(metrics_path, record)
+    return result
+
+
+def _run_teed(argv: Sequence[str], env: dict[str, str], log_path: Path, echo: bool) -> int:
+    """Run argv (same process group: the supervisor stops us together) teeing output to a log."""
+    with (
+        open(log_path, "wb") as log,
+        subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        ) as proc,
+    ):
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            log.write(chunk)
+            log.flush()
+            if echo:
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.buffer.flush()
+        return proc.wait()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m proctor.workloads.gsm8k",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--fewshot", type=int, default=3)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--chat", action="store_true")
+    p.add_argument("--num-concurrent", type=int, default=65)
+    p.add_argument("--max-retries", type=int, default=3)
+    p.add_argument("--gen-kwargs", default=None)
+    p.add_argument("--data", type=Path, default=None, help="folder with train/test.jsonl")
+    p.add_argument("--log-samples", action="store_true")
+    p.add_argument("--lm-eval", default=None, help="path of the lm_eval executable")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = Gsm8kConfig(
+            base_url=args.base_url,
+            model=args.model,
+            output_path=args.output_dir / "lm_eval",
+            num_fewshot=args.fewshot,
+            limit=args.limit,
+            chat=args.chat,
+            num_concurrent=args.num_concurrent,
+            max_retries=args.max_retries,
+            gen_kwargs=args.gen_kwargs,
+            log_samples=args.log_samples,
+            lm_eval=find_lm_eval(args.lm_eval),
+        )
+        result = run_gsm8k(config, args.output_dir, data_dir=args.data)
+    except ProctorError as error:
+        print(f"proctor.workloads.gsm8k: {error.one_line()}", file=sys.stderr)
+        return int(error.exit_code)
+    print(json.dumps({"kind": "gsm8k", "metrics": result.to_metrics()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
