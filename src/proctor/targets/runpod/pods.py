@@ -215,7 +215,7 @@ def provision(
                 on_pod(pod)
             check_pod(pod, spec, grants)
     except ProctorError as error:
-        _stop_after_failure(client, created, error, clock=clock, sleep=sleep)
+        _stop_after_failure(client, created, error, backoff=backoff, clock=clock, sleep=sleep)
         raise
     return created
 
@@ -288,7 +288,7 @@ def reuse(
                 on_pod(pod)
             check_pod(pod, spec, grants)
     except ProctorError as error:
-        _stop_after_failure(client, started, error, clock=clock, sleep=sleep)
+        _stop_after_failure(client, started, error, backoff=backoff, clock=clock, sleep=sleep)
         raise
     return pods, started
 
@@ -375,13 +375,15 @@ def acquire(
         ready = [
             Acquired(
                 pod=pod,
-                ssh=wait_ssh(client, pod.id, deadline=deadline, clock=clock, sleep=sleep),
+                ssh=wait_ssh(
+                    client, pod.id, deadline=deadline, backoff=backoff, clock=clock, sleep=sleep
+                ),
                 created=not reuse_ids,
             )
             for pod in pods
         ]
     except ProctorError as error:
-        _stop_after_failure(client, ours, error, clock=clock, sleep=sleep)
+        _stop_after_failure(client, ours, error, backoff=backoff, clock=clock, sleep=sleep)
         raise
     # Re-read so the record has the running pod's price, IP and GPU as the API reports them.
     return [Acquired(client.get_pod(a.pod.id), a.ssh, a.created) for a in ready]
@@ -392,6 +394,7 @@ def _stop_after_failure(
     pods: list[Pod],
     error: ProctorError,
     *,
+    backoff: Backoff,
     clock: Clock,
     sleep: Sleep,
 ) -> None:
@@ -399,7 +402,7 @@ def _stop_after_failure(
     if not pods:
         return
     try:
-        release(client, [p.id for p in pods], clock=clock, sleep=sleep)
+        release(client, [p.id for p in pods], backoff=backoff, clock=clock, sleep=sleep)
     except CleanupFailed as cleanup:
         cleanup.message = f"{error.one_line()}; and then {cleanup.message}"
         cleanup.args = (cleanup.message,)
