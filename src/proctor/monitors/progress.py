@@ -14,12 +14,24 @@ def parse_metrics(text: str, names: Iterable[str]) -> dict[str, float]:
     A name matches the family name or the sample name, so "vllm:generation_tokens" and
     "vllm:generation_tokens_total" both find the counter; `_created` samples are ignored.
     """
-    wanted = list(names)
+    def norm(name: str) -> str:
+        return name[:-6] if name.endswith("_total") else name
+
+    wanted = {name: norm(name) for name in names}
     out: dict[str, float] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError):
         return out
+    for family in families:
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            sample_base = norm(sample.name)
+            for name, base in wanted.items():
+                if base in (sample_base, family.name):
+                    out[name] = out.get(name, 0.0) + float(sample.value)
+    return out
     for family in families:
         for sample in family.samples:
             if sample.name.endswith("_created"):

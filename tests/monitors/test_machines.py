@@ -1,0 +1,172 @@
+"""Every ready/drain rule, fed scripted observations with a fake clock (no sleeping)."""
+
+from __future__ import annotations
+
+from proctor.monitors.drain import DrainConfig, DrainMachine, DrainObservation, DrainOutcome
+from proctor.monitors.logscan import LogMatch
+from proctor.monitors.progress import choose_signals, parse_metrics
+from proctor.monitors.ready import ReadyGate, ReadyObservation, ReadyOutcome
+from proctor.monitors.watch import ProcStatus
+
+ALIVE = ProcStatus(alive=True)
+FAULT = LogMatch("s.log", 3, 40, "proc died unexpectedly", "proc died", 0.0)
+
+
+def test_ready_rules_in_order() -> None:
+    gate = ReadyGate(timeout_s=10, started_at=0)
+    assert gate.observe(ReadyObservation(now=1, process=ALIVE)) is None
+    assert gate.observe(ReadyObservation(now=2, process=ALIVE, endpoint_ok=True)) is ReadyOutcome.READY
+
+    gate = ReadyGate(10, 0)  # a fault beats a simultaneous exit and a simultaneous answer
+    out = gate.observe(
+        ReadyObservation(now=1, process=ProcStatus(False, 1), endpoint_ok=True, faults=[FAULT])
+    )
+    assert out is ReadyOutcome.FAULT and out.exit_code == 2
+
+    gate = ReadyGate(10, 0)  # dead server with something else answering the port: exited
+    out = gate.observe(ReadyObservation(now=1, process=ProcStatus(False, 1), endpoint_ok=True))
+    assert out is ReadyOutcome.EXITED and out.exit_code == 3
+
+    gate = ReadyGate(10, 0)
+    assert gate.observe(ReadyObservation(now=9.9, process=ALIVE)) is None
+    out = gate.observe(ReadyObservation(now=10, process=ALIVE))
+    assert out is ReadyOutcome.TIMEOUT and out.exit_code == 5
+
+    gate = ReadyGate(10, 0)  # no process known (server on a port): liveness not judged
+    assert gate.observe(ReadyObservation(now=1, process=None, endpoint_ok=True)) is ReadyOutcome.READY
+
+
+def cfg(**kw: float | bool) -> DrainConfig:
+    base: dict[str, float | bool] = dict(max_s=1000, poll_s=10, stuck_polls=3, startup_max_s=100)
+    base.update(kw)
+    return DrainConfig(**base)  # type: ignore[arg-type]
+
+
+def full(now: float, progress: float, clients: int, running: float | None = None) -> DrainObservation:
+    return DrainObservation(
+        now=now, server=ALIVE, progress={"metric:x": progress}, clients_alive=clients, running=running
+    )
+
+
+def test_drained_after_clients_leave_and_server_idle() -> None:
+    m = DrainMachine(cfg(), 0)
+    assert m.observe(full(10, 1, 1)) is None
+    assert m.observe(full(20, 2, 1)) is None
+    assert m.observe(full(30, 3, 0)) is None  # still progressing: wait a poll
+    assert m.observe(full(40, 3, 0)) is DrainOutcome.DRAINED
+
+
+def test_running_metric_decides_drained() -> None:
+    m = DrainMachine(cfg(), 0)
+    m.observe(full(10, 1, 1, running=4))
+    assert m.observe(full(20, 2, 0, running=2)) is None  # server still busy
+    assert m.observe(full(30, 3, 0, running=0)) is DrainOutcome.DRAINED
+
+
+def test_hang_after_stuck_polls_with_client_alive() -> None:
+    m = DrainMachine(cfg(stuck_polls=3), 0)
+    m.observe(full(10, 5, 1))
+    assert m.observe(full(20, 5, 1)) is None
+    assert m.observe(full(30, 5, 1)) is None
+    out = m.observe(full(40, 5, 1))
+    assert out is DrainOutcome.HANG and out.exit_code == 1
+
+
+def test_progress_resets_stuck_counter() -> None:
+    m = DrainMachine(cfg(stuck_polls=2), 0)
+    m.observe(full(10, 5, 1))
+    m.observe(full(20, 5, 1))
+    assert m.stuck == 1
+    m.observe(full(30, 6, 1))
+    assert m.stuck == 0
+    assert m.observe(full(40, 6, 1)) is None
+
+
+def test_server_death_is_failure_not_drained() -> None:
+    m = DrainMachine(cfg(), 0)
+    m.observe(full(10, 1, 1))
+    out = m.observe(DrainObservation(now=11, server=ProcStatus(False, -9)))
+    assert out is DrainOutcome.SERVER_DIED and out.exit_code == 3
+    assert m.exit_status == -9
+
+
+def test_fault_on_fast_tick_beats_death() -> None:
+    m = DrainMachine(cfg(), 0)
+    out = m.observe(DrainObservation(now=0.2, server=ProcStatus(False, 1), faults=[FAULT]))
+    assert out is DrainOutcome.FAULT and out.exit_code == 2
+
+
+def test_no_client_within_startup_max() -> None:
+    m = DrainMachine(cfg(startup_max_s=30), 0)
+    assert m.observe(full(10, 0, 0)) is None
+    assert m.observe(full(20, 0, 0)) is None
+    out = m.observe(full(30, 0, 0))
+    assert out is DrainOutcome.NO_CLIENT and out.exit_code == 4
+
+
+def test_clients_proctor_started_count_as_seen_even_if_already_gone() -> None:
+    m = DrainMachine(cfg(), 0)
+    obs = DrainObservation(now=10, server=ALIVE, progress={"m": 1}, clients_alive=0, clients_known=1)
+    assert m.observe(obs) is None  # progressed this poll
+    obs = DrainObservation(now=20, server=ALIVE, progress={"m": 1}, clients_alive=0, clients_known=1)
+    assert m.observe(obs) is DrainOutcome.DRAINED
+
+
+def test_time_limit() -> None:
+    m = DrainMachine(cfg(max_s=30, stuck_polls=100), 0)
+    m.observe(full(10, 1, 1))
+    m.observe(full(20, 2, 1))
+    out = m.observe(full(30, 3, 1))
+    assert out is DrainOutcome.TIMEOUT and out.exit_code == 4
+
+
+def test_offline_reports_job_status_and_quiet_poll_is_not_drained() -> None:
+    m = DrainMachine(cfg(offline=True, stuck_polls=10), 0)
+    q = DrainObservation(now=10, offline=ALIVE, progress={"log": 0}, clients_alive=0)
+    assert m.observe(q) is None  # ATOM's defect: a quiet poll while the job runs said drained
+    q = DrainObservation(now=20, offline=ALIVE, progress={"log": 0}, clients_alive=0)
+    assert m.observe(q) is None
+    assert m.observe(DrainObservation(now=21, offline=ProcStatus(False, 0))) is DrainOutcome.DRAINED
+
+    m = DrainMachine(cfg(offline=True), 0)
+    out = m.observe(DrainObservation(now=5, offline=ProcStatus(False, 7)))
+    assert out is DrainOutcome.OFFLINE_FAILED and out.exit_code == 3 and m.exit_status == 7
+
+
+def test_offline_silence_is_a_hang() -> None:
+    m = DrainMachine(cfg(offline=True, stuck_polls=2), 0)
+    m.observe(DrainObservation(now=10, offline=ALIVE, progress={"log": 100}))
+    m.observe(DrainObservation(now=20, offline=ALIVE, progress={"log": 100}))
+    out = m.observe(DrainObservation(now=30, offline=ALIVE, progress={"log": 100}))
+    assert out is DrainOutcome.HANG
+
+
+def test_parse_metrics_sums_labels_and_accepts_total_suffix() -> None:
+    text = (
+        "# TYPE vllm:generation_tokens counter\n"
+        'vllm:generation_tokens_total{model_name="a"} 10\n'
+        'vllm:generation_tokens_total{model_name="b"} 5\n'
+        'vllm:generation_tokens_created{model_name="a"} 1.7e9\n'
+        "# TYPE vllm:num_requests_running gauge\n"
+        "vllm:num_requests_running 3\n"
+    )
+    got = parse_metrics(text, ["vllm:generation_tokens", "vllm:num_requests_running", "absent"])
+    assert got == {"vllm:generation_tokens": 15.0, "vllm:num_requests_running": 3.0}
+    assert parse_metrics(text, ["vllm:generation_tokens_total"]) == {
+        "vllm:generation_tokens_total": 15.0
+    }
+
+
+def test_signal_priority_metrics_then_markers_then_growth() -> None:
+    src, sig = choose_signals(
+        metrics={"a": 1}, progress_metrics=["a"], markers=None, server_log_bytes=10, extra_log_bytes={}
+    )
+    assert src == "metrics" and "server-log" not in sig
+    src, sig = choose_signals(
+        metrics=None, progress_metrics=["a"], markers=4, server_log_bytes=10, extra_log_bytes={"c": 3}
+    )
+    assert src == "markers" and sig == {"markers": 4.0, "log:c": 3.0}
+    src, sig = choose_signals(
+        metrics={}, progress_metrics=["a"], markers=0, server_log_bytes=10, extra_log_bytes={}
+    )
+    assert src == "log-growth" and sig == {"server-log": 10.0}

@@ -1,0 +1,298 @@
+"""wait_ready and drain against real processes: inline servers and the fake OpenAI server."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from proctor.monitors.drain import DrainConfig, DrainOutcome, drain, drain_for_engine
+from proctor.monitors.ready import ReadyOutcome, ready_for_engine, wait_ready
+from proctor.monitors.watch import PopenWatch
+from proctor.spec.profiles import load_profiles
+
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_openai_server.py"
+
+# A stdlib server: prints lines on a schedule, starts listening after READY_AFTER seconds.
+INLINE = textwrap.dedent(
+    """
+    import http.server, sys, time, threading
+    port, ready_after, script = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path in ("/v1/models", "/health") else 404)
+            self.end_headers(); self.wfile.write(b'{"data": []}')
+        def log_message(self, *a): pass
+    def lines():
+        for item in script:
+            delay, _, text = item.partition(":")
+            time.sleep(float(delay))
+            if text.startswith("EXIT"):
+                sys.stdout.flush(); import os; os._exit(int(text[4:] or 0))
+            print(text, flush=True)
+    threading.Thread(target=lines, daemon=True).start()
+    time.sleep(ready_after)
+    print("listening", flush=True)
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_inline(tmp: Path, port: int, ready_after: float, *script: str) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp / "server.log"
+    fh = log.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INLINE, str(port), str(ready_after), *script],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+    )
+    fh.close()
+    return proc, log
+
+
+@pytest.fixture
+def cleanup() -> list[subprocess.Popen[bytes]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs  # type: ignore[misc]
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_ready_seen_within_a_second_of_endpoint_answering(tmp_path: Path, cleanup: list) -> None:
+    port = free_port()
+    proc, log = start_inline(tmp_path, port, 1.5)
+    cleanup.append(proc)
+    statuses: list[str] = []
+    result = wait_ready(
+        f"http://127.0.0.1:{port}",
+        process=PopenWatch(proc),
+        logs=[log],
+        fault_patterns=["proc died"],
+        timeout_s=20,
+        poll_s=30,  # a long poll must not delay readiness
+        on_status=statuses.append,
+    )
+    assert result.outcome is ReadyOutcome.READY and result.exit_code == 0
+    assert 1.4 < result.elapsed_s < 1.5 + 1.0 + 0.5  # python start-up + 1 s budget
+
+
+def test_startup_fault_exit_2_with_matching_line_and_tail(tmp_path: Path, cleanup: list) -> None:
+    port = free_port()
+    proc, log = start_inline(tmp_path, port, 60, "0.2:loading", "0.3:InductorError: boom")
+    cleanup.append(proc)
+    t0 = time.monotonic()
+    result = wait_ready(
+        f"http://127.0.0.1:{port}",
+        process=PopenWatch(proc),
+        logs=[log],
+        fault_patterns=["InductorError"],
+        timeout_s=30,
+        poll_s=30,
+    )
+    assert result.outcome is ReadyOutcome.FAULT and result.exit_code == 2
+    assert result.faults[0].line == "InductorError: boom"
+    assert "loading" in result.tails[str(log)]
+    assert time.monotonic() - t0 < 3
+    assert result.error() is not None and result.error().exit_code == 2  # type: ignore[union-attr]
+
+
+def test_server_exit_without_pattern_is_3_not_a_timeout(tmp_path: Path, cleanup: list) -> None:
+    port = free_port()
+    proc, log = start_inline(tmp_path, port, 60, "0.2:something odd", "0.1:EXIT9")
+    cleanup.append(proc)
+    result = wait_ready(
+        f"http://127.0.0.1:{port}", process=PopenWatch(proc), logs=[log], timeout_s=30, poll_s=30
+    )
+    assert result.outcome is ReadyOutcome.EXITED and result.exit_code == 3
+    assert result.exit_status == 9
+    assert result.elapsed_s < 5
+    assert result.tails[str(log)] == ["something odd"]
+
+
+def test_not_ready_in_time_is_5(tmp_path: Path, cleanup: list) -> None:
+    port = free_port()
+    proc, log = start_inline(tmp_path, port, 60)
+    cleanup.append(proc)
+    result = wait_ready(
+        f"http://127.0.0.1:{port}", process=PopenWatch(proc), logs=[log], timeout_s=1.0, poll_s=0.2
+    )
+    assert result.outcome is ReadyOutcome.TIMEOUT and result.exit_code == 5
+    assert "ConnectError" in result.last_probe
+
+
+def test_ready_for_engine_uses_transformers_health_endpoint(tmp_path: Path, cleanup: list) -> None:
+    port = free_port()
+    proc, log = start_inline(tmp_path, port, 0.2)
+    cleanup.append(proc)
+    engine = load_profiles().engine("transformers")
+    result = ready_for_engine(engine, port, process=PopenWatch(proc), logs=[log], timeout_s=10)
+    assert result.outcome is ReadyOutcome.READY
+    assert result.endpoints == ["/health"]
+
+
+# -- drain against the fake OpenAI server --------------------------------------------------
+
+CLIENT = textwrap.dedent(
+    """
+    import httpx, sys
+    port, n = int(sys.argv[1]), int(sys.argv[2])
+    for i in range(n):
+        try:
+            httpx.post(f"http://127.0.0.1:{port}/v1/completions", timeout=60,
+                       json={"model": "fake-model", "prompt": "hi", "max_tokens": 8})
+        except httpx.HTTPError as e:
+            print("client error", e, flush=True)
+    """
+)
+
+
+def start_fake(tmp: Path, port: int, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp / "server.log"
+    fh = log.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE), "--port", str(port), "--itl", "0.02", *args],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+    )
+    fh.close()
+    result = wait_ready(f"http://127.0.0.1:{port}", process=PopenWatch(proc), logs=[log], timeout_s=20)
+    assert result.outcome is ReadyOutcome.READY, result.to_dict()
+    return proc, log
+
+
+def start_client(port: int, n: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", CLIENT, str(port), str(n)])
+
+
+pytestmark_fake = pytest.mark.skipif(not FAKE.exists(), reason="fake server fixture missing")
+
+
+@pytestmark_fake
+def test_drain_server_mode_drained_with_metrics(tmp_path: Path, cleanup: list) -> None:
+    port = free_port()
+    server, log = start_fake(tmp_path, port)
+    client = start_client(port, 5)
+    cleanup += [server, client]
+    vllm = load_profiles().engine("vllm")
+    lines: list[str] = []
+    result = drain_for_engine(
+        vllm,
+        DrainConfig(max_s=60, poll_s=0.5, stuck_polls=6, startup_max_s=10),
+        port=port,
+        server=PopenWatch(server),
+        server_log=log,
+        clients=[PopenWatch(client)],
+        on_status=lines.append,
+    )
+    assert result.outcome is DrainOutcome.DRAINED, result.to_dict()
+    assert result.progress_source == "metrics"
+    assert lines and "clients=" in lines[0]
+
+
+@pytestmark_fake
+def test_drain_hang_when_server_stops_emitting(tmp_path: Path, cleanup: list) -> None:
+    port = free_port()
+    server, log = start_fake(tmp_path, port, "--hang-after-requests", "1")
+    client = start_client(port, 5)
+    cleanup += [server, client]
+    vllm = load_profiles().engine("vllm")
+    result = drain_for_engine(
+        vllm,
+        DrainConfig(max_s=60, poll_s=0.3, stuck_polls=4, startup_max_s=10),
+        port=port,
+        server=PopenWatch(server),
+        server_log=log,
+        clients=[PopenWatch(client)],
+    )
+    assert result.outcome is DrainOutcome.HANG and result.exit_code == 1, result.to_dict()
+    assert server.poll() is None  # drain kills nothing: the hang is still there to inspect
+    assert result.tails
+
+
+@pytestmark_fake
+def test_drain_server_death_without_pattern_is_3(tmp_path: Path, cleanup: list) -> None:
+    port = free_port()
+    server, log = start_fake(tmp_path, port, "--die-after-requests", "2", "--die-code", "0")
+    client = start_client(port, 5)
+    cleanup += [server, client]
+    result = drain(
+        DrainConfig(max_s=60, poll_s=5, stuck_polls=6, startup_max_s=10),
+        server=PopenWatch(server),
+        server_log=log,
+        fault_patterns=["proc died unexpectedly"],
+        clients=[PopenWatch(client)],
+    )
+    assert result.outcome is DrainOutcome.SERVER_DIED and result.exit_code == 3
+    assert result.elapsed_s < 5  # found on a fast tick, not a 5 s poll
+
+
+@pytestmark_fake
+def test_drain_fault_line_within_a_second(tmp_path: Path, cleanup: list) -> None:
+    port = free_port()
+    server, log = start_fake(
+        tmp_path, port, "--fault-after-requests", "1", "--fault-line", "Memory access fault by GPU node-1"
+    )
+    client = start_client(port, 3)
+    cleanup += [server, client]
+    atom = load_profiles().engine("atom")
+    result = drain_for_engine(
+        atom,
+        DrainConfig(max_s=60, poll_s=10, stuck_polls=6, startup_max_s=10),
+        server=PopenWatch(server),
+        server_log=log,
+        clients=[PopenWatch(client)],
+    )
+    assert result.outcome is DrainOutcome.FAULT and result.exit_code == 2
+    assert "Memory access fault by GPU" in result.faults[0].line
+    assert result.faults[0].seen_at - log.stat().st_mtime < 1.0 or result.elapsed_s < 5
+
+
+def test_drain_offline_reports_job_status(tmp_path: Path, cleanup: list) -> None:
+    log = tmp_path / "offline.log"
+    with log.open("wb") as fh:
+        job = subprocess.Popen(
+            [sys.executable, "-c", "import time,sys\nfor i in range(4): print(i, flush=True); time.sleep(0.3)\nsys.exit(5)"],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    cleanup.append(job)
+    result = drain(
+        DrainConfig(max_s=30, poll_s=0.2, stuck_polls=20, offline=True),
+        offline=PopenWatch(job),
+        server_log=log,
+        fault_patterns=["Memory access fault"],
+    )
+    assert result.outcome is DrainOutcome.OFFLINE_FAILED and result.exit_code == 3
+    assert result.exit_status == 5
+    assert result.elapsed_s > 1.0  # quiet polls while it ran were not "drained"
+
+
+def test_drain_stale_fault_in_reused_log_is_not_a_fault(tmp_path: Path, cleanup: list) -> None:
+    log = tmp_path / "reused.log"
+    log.write_text("previous run: Memory access fault by GPU\n")
+    with log.open("ab") as fh:
+        job = subprocess.Popen(
+            [sys.executable, "-c", "print('fine', flush=True)"], stdout=fh, stderr=subprocess.STDOUT
+        )
+    cleanup.append(job)
+    result = drain(
+        DrainConfig(max_s=30, poll_s=0.2, offline=True),
+        offline=PopenWatch(job),
+        server_log=log,
+        fault_patterns=["Memory access fault"],
+        from_end=True,
+    )
+    assert result.outcome is DrainOutcome.DRAINED and result.exit_code == 0
