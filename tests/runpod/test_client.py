@@ -47,7 +47,9 @@ def test_pod_lifecycle(emulator: RunpodEmulator, canary_key: str) -> None:
     assert all(r.auth_ok for r in emulator.requests)
 
 
-def test_terminate_needs_the_word_and_sends_nothing(emulator: RunpodEmulator, canary_key: str) -> None:
+def test_terminate_needs_the_word_and_sends_nothing(
+    emulator: RunpodEmulator, canary_key: str
+) -> None:
     pod_id = emulator.add_pod({"gpuTypeIds": [H200]})
     with RunpodClient(canary_key, emulator.base_url) as client, pytest.raises(NotAuthorised) as e:
         client.terminate_pod(pod_id, allow_terminate=False)
@@ -100,9 +102,9 @@ def test_unreachable_api_is_unavailable(canary_key: str) -> None:
     with socket.socket() as s:  # a port that was free a moment ago and has no listener now
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with RunpodClient(canary_key, f"http://127.0.0.1:{port}/v1", timeout=2) as client:
-        with pytest.raises(TargetUnavailable) as e:
-            client.list_pods()
+    client = RunpodClient(canary_key, f"http://127.0.0.1:{port}/v1", timeout=2)
+    with client, pytest.raises(TargetUnavailable) as e:
+        client.list_pods()
     assert e.value.exit_code == ExitCode.UNAVAILABLE
     assert canary_key not in e.value.one_line()
 
@@ -119,7 +121,13 @@ def test_key_never_in_repr_or_messages(emulator: RunpodEmulator, canary_key: str
     client = RunpodClient(canary_key, emulator.base_url)
     with pytest.raises(ApiUnavailable) as e:
         client.list_pods()
-    for text in (repr(client), str(client), repr(client.__dict__), e.value.one_line(), repr(e.value)):
+    for text in (
+        repr(client),
+        str(client),
+        repr(client.__dict__),
+        e.value.one_line(),
+        repr(e.value),
+    ):
         assert canary_key not in text
     assert "<redacted>" in e.value.message
     client.close()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from proctor.targets.runpod.models import (
     KNOWN_GPU_TYPE_IDS,
@@ -21,7 +22,7 @@ SPEC = Path(__file__).with_name("rest-v1-openapi.json")
 
 
 @pytest.fixture(scope="module")
-def schemas() -> dict[str, dict[str, object]]:
+def schemas() -> dict[str, Any]:
     return json.loads(SPEC.read_text())["components"]["schemas"]  # type: ignore[no-any-return]
 
 
@@ -38,16 +39,18 @@ def test_spec_copy_is_the_reference_one() -> None:
         (NetworkVolume, "NetworkVolume"),
     ],
 )
-def test_field_names_exist_in_spec(model: type, schema: str, schemas: dict) -> None:
+def test_field_names_exist_in_spec(
+    model: type[BaseModel], schema: str, schemas: dict[str, Any]
+) -> None:
     assert set(model.model_fields) <= set(schemas[schema]["properties"])
 
 
-def test_pod_fields_exist_in_spec_except_documented_extra(schemas: dict) -> None:
+def test_pod_fields_exist_in_spec_except_documented_extra(schemas: dict[str, Any]) -> None:
     extra = set(Pod.model_fields) - set(schemas["Pod"]["properties"])
     assert extra == {"gpuCount"}  # documented in runpod.md's field list, absent from v1's Pod
 
 
-def test_known_gpu_types_are_the_spec_enum(schemas: dict) -> None:
+def test_known_gpu_types_are_the_spec_enum(schemas: dict[str, Any]) -> None:
     enum = schemas["PodCreateInput"]["properties"]["gpuTypeIds"]["items"]["enum"]
     assert list(KNOWN_GPU_TYPE_IDS) == enum
 
@@ -64,9 +67,16 @@ def test_body_holds_only_what_was_set() -> None:
 
 def test_pod_tolerates_unknown_fields_and_string_cost() -> None:
     pod = Pod.model_validate(
-        {"id": "abc", "costPerHr": "0.74", "brandNewField": {"x": 1}, "gpu": {"id": "G", "count": 2},
-         "portMappings": {"22": 10341}, "publicIp": "100.65.0.119", "desiredStatus": "RUNNING"}
-    )  # fmt: skip
+        {
+            "id": "abc",
+            "costPerHr": "0.74",
+            "brandNewField": {"x": 1},
+            "gpu": {"id": "G", "count": 2},
+            "portMappings": {"22": 10341},
+            "publicIp": "100.65.0.119",
+            "desiredStatus": "RUNNING",
+        }
+    )
     assert pod.costPerHr == pytest.approx(0.74)
     assert (pod.gpu_type_id, pod.gpu_count, pod.ssh_port) == ("G", 2, 10341)
     assert pod.ssh_ready()

@@ -119,7 +119,9 @@ def test_create_wait_stop_verified(emulator: RunpodEmulator, client: RunpodClien
     assert emulator.requests[-1].method == "GET" and emulator.requests[-1].route == "/pods/{podId}"
 
 
-def test_pod_count_creates_exactly_that_many(emulator: RunpodEmulator, client: RunpodClient) -> None:
+def test_pod_count_creates_exactly_that_many(
+    emulator: RunpodEmulator, client: RunpodClient
+) -> None:
     spec = PodSpec(gpu_type=H200, image="i", pod_count=3)
     got = acquire(client, spec, run_id="r", volume=None, deadline=soon(), backoff=FAST)
     assert len(got) == 3 == len(emulator.calls("POST", "/pods"))
@@ -213,9 +215,7 @@ def test_terminate_without_flag_is_77_and_sends_no_delete(
 def test_keep_leaves_running_verified(emulator: RunpodEmulator, client: RunpodClient) -> None:
     pod_id = emulator.add_pod({"gpuTypeIds": [H200]})
     states = release(client, [pod_id], keep=True, backoff=FAST)
-    assert [(s.action, s.desired_status, s.verified) for s in states] == [
-        ("kept", "RUNNING", True)
-    ]
+    assert [(s.action, s.desired_status, s.verified) for s in states] == [("kept", "RUNNING", True)]
     assert emulator.calls("POST", "/pods/{podId}/stop") == []
 
 

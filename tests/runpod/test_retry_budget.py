@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 
@@ -24,7 +25,7 @@ class FakeClock:
         self.now += seconds
 
 
-def failing(messages: list[str]) -> tuple[list[int], object]:
+def failing(messages: list[str]) -> tuple[list[int], Callable[[], str]]:
     calls = [0]
 
     def attempt() -> str:
@@ -40,7 +41,7 @@ def test_same_error_twice_without_new_evidence_stops() -> None:
     clock = FakeClock()
     calls, attempt = failing(["sold out", "sold out", "sold out"])
     with pytest.raises(TargetUnavailable) as e:
-        retry(attempt, deadline=clock() + 1000, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
+        retry(attempt, deadline=clock() + 1000, clock=clock, sleep=clock.sleep)
     assert calls[0] == 2 and "same error twice" in e.value.message
 
 
@@ -49,7 +50,7 @@ def test_new_evidence_keeps_retrying_with_backoff() -> None:
     calls, attempt = failing(["a", "a", "a"])
     evidence = iter(range(10))
     result = retry(
-        attempt, deadline=clock() + 1000, evidence=lambda: next(evidence),  # type: ignore[arg-type]
+        attempt, deadline=clock() + 1000, evidence=lambda: next(evidence),
         backoff=Backoff(initial=1, factor=2, maximum=3), clock=clock, sleep=clock.sleep,
     )  # fmt: skip
     assert result == "ok" and calls[0] == 4 and clock.sleeps == [1, 2, 3]
@@ -59,7 +60,7 @@ def test_different_errors_retry_until_the_deadline() -> None:
     clock = FakeClock()
     calls, attempt = failing([f"e{i}" for i in range(100)])
     with pytest.raises(TargetUnavailable) as e:
-        retry(attempt, deadline=clock() + 10, backoff=Backoff(2, 1, 2),  # type: ignore[arg-type]
+        retry(attempt, deadline=clock() + 10, backoff=Backoff(2, 1, 2),
               clock=clock, sleep=clock.sleep)  # fmt: skip
     assert "budget spent" in e.value.message
     assert clock.now <= 1010 and calls[0] == 6

@@ -31,7 +31,9 @@ def start_watchdog(
     )  # fmt: skip
 
 
-def test_time_budget_stops_the_pod(tmp_path: Path, emulator: RunpodEmulator, canary_key: str) -> None:
+def test_time_budget_stops_the_pod(
+    tmp_path: Path, emulator: RunpodEmulator, canary_key: str
+) -> None:
     pod_id = emulator.add_pod({"gpuTypeIds": ["NVIDIA H200"]})
     state = tmp_path / "watchdog.json"
     argv = watchdog_argv(Budget(started_at=time.time(), max_time_s=1.0), None,
@@ -48,7 +50,9 @@ def test_time_budget_stops_the_pod(tmp_path: Path, emulator: RunpodEmulator, can
     assert canary_key not in out and canary_key not in state.read_text()
 
 
-def test_cost_budget_stops_the_pod(tmp_path: Path, emulator: RunpodEmulator, canary_key: str) -> None:
+def test_cost_budget_stops_the_pod(
+    tmp_path: Path, emulator: RunpodEmulator, canary_key: str
+) -> None:
     pod_id = emulator.add_pod({"gpuTypeIds": ["NVIDIA H200"]})
     # 3600 credits/hr and a budget of 1 credit: spent after one second
     argv = watchdog_argv(Budget(started_at=time.time(), max_cost=1.0), 3600.0, script="x")[2:]
