@@ -69,7 +69,10 @@ def test_rotation_drains_old_file_then_follows_new(tmp_path: Path) -> None:
     os.rename(log, tmp_path / "a.log.1")
     write(log, "MEMORY_VIOLATION in new\n")
     found = scanner.poll()
-    assert sorted(m.line for m in found) == ["MEMORY_VIOLATION in new", "proc died unexpectedly in old"]
+    assert sorted(m.line for m in found) == [
+        "MEMORY_VIOLATION in new",
+        "proc died unexpectedly in old",
+    ]
     assert scanner.state(log).rotations == 1
 
 

@@ -15,7 +15,9 @@ FAULT = LogMatch("s.log", 3, 40, "proc died unexpectedly", "proc died", 0.0)
 def test_ready_rules_in_order() -> None:
     gate = ReadyGate(timeout_s=10, started_at=0)
     assert gate.observe(ReadyObservation(now=1, process=ALIVE)) is None
-    assert gate.observe(ReadyObservation(now=2, process=ALIVE, endpoint_ok=True)) is ReadyOutcome.READY
+    assert (
+        gate.observe(ReadyObservation(now=2, process=ALIVE, endpoint_ok=True)) is ReadyOutcome.READY
+    )
 
     gate = ReadyGate(10, 0)  # a fault beats a simultaneous exit and a simultaneous answer
     out = gate.observe(
@@ -33,7 +35,9 @@ def test_ready_rules_in_order() -> None:
     assert out is ReadyOutcome.TIMEOUT and out.exit_code == 5
 
     gate = ReadyGate(10, 0)  # no process known (server on a port): liveness not judged
-    assert gate.observe(ReadyObservation(now=1, process=None, endpoint_ok=True)) is ReadyOutcome.READY
+    assert (
+        gate.observe(ReadyObservation(now=1, process=None, endpoint_ok=True)) is ReadyOutcome.READY
+    )
 
 
 def cfg(**kw: float | bool) -> DrainConfig:
@@ -42,9 +46,15 @@ def cfg(**kw: float | bool) -> DrainConfig:
     return DrainConfig(**base)  # type: ignore[arg-type]
 
 
-def full(now: float, progress: float, clients: int, running: float | None = None) -> DrainObservation:
+def full(
+    now: float, progress: float, clients: int, running: float | None = None
+) -> DrainObservation:
     return DrainObservation(
-        now=now, server=ALIVE, progress={"metric:x": progress}, clients_alive=clients, running=running
+        now=now,
+        server=ALIVE,
+        progress={"metric:x": progress},
+        clients_alive=clients,
+        running=running,
     )
 
 
@@ -106,9 +116,13 @@ def test_no_client_within_startup_max() -> None:
 
 def test_clients_proctor_started_count_as_seen_even_if_already_gone() -> None:
     m = DrainMachine(cfg(), 0)
-    obs = DrainObservation(now=10, server=ALIVE, progress={"m": 1}, clients_alive=0, clients_known=1)
+    obs = DrainObservation(
+        now=10, server=ALIVE, progress={"m": 1}, clients_alive=0, clients_known=1
+    )
     assert m.observe(obs) is None  # progressed this poll
-    obs = DrainObservation(now=20, server=ALIVE, progress={"m": 1}, clients_alive=0, clients_known=1)
+    obs = DrainObservation(
+        now=20, server=ALIVE, progress={"m": 1}, clients_alive=0, clients_known=1
+    )
     assert m.observe(obs) is DrainOutcome.DRAINED
 
 
@@ -159,11 +173,19 @@ def test_parse_metrics_sums_labels_and_accepts_total_suffix() -> None:
 
 def test_signal_priority_metrics_then_markers_then_growth() -> None:
     src, sig = choose_signals(
-        metrics={"a": 1}, progress_metrics=["a"], markers=None, server_log_bytes=10, extra_log_bytes={}
+        metrics={"a": 1},
+        progress_metrics=["a"],
+        markers=None,
+        server_log_bytes=10,
+        extra_log_bytes={},
     )
     assert src == "metrics" and "server-log" not in sig
     src, sig = choose_signals(
-        metrics=None, progress_metrics=["a"], markers=4, server_log_bytes=10, extra_log_bytes={"c": 3}
+        metrics=None,
+        progress_metrics=["a"],
+        markers=4,
+        server_log_bytes=10,
+        extra_log_bytes={"c": 3},
     )
     assert src == "markers" and sig == {"markers": 4.0, "log:c": 3.0}
     src, sig = choose_signals(

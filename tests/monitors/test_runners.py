@@ -49,7 +49,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_inline(tmp: Path, port: int, ready_after: float, *script: str) -> tuple[subprocess.Popen[bytes], Path]:
+def start_inline(
+    tmp: Path, port: int, ready_after: float, *script: str
+) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp / "server.log"
     fh = log.open("wb")
     proc = subprocess.Popen(
@@ -168,7 +170,9 @@ def start_fake(tmp: Path, port: int, *args: str) -> tuple[subprocess.Popen[bytes
         stderr=subprocess.STDOUT,
     )
     fh.close()
-    result = wait_ready(f"http://127.0.0.1:{port}", process=PopenWatch(proc), logs=[log], timeout_s=20)
+    result = wait_ready(
+        f"http://127.0.0.1:{port}", process=PopenWatch(proc), logs=[log], timeout_s=20
+    )
     assert result.outcome is ReadyOutcome.READY, result.to_dict()
     return proc, log
 
@@ -243,7 +247,12 @@ def test_drain_server_death_without_pattern_is_3(tmp_path: Path, cleanup: list) 
 def test_drain_fault_line_within_a_second(tmp_path: Path, cleanup: list) -> None:
     port = free_port()
     server, log = start_fake(
-        tmp_path, port, "--fault-after-requests", "1", "--fault-line", "Memory access fault by GPU node-1"
+        tmp_path,
+        port,
+        "--fault-after-requests",
+        "1",
+        "--fault-line",
+        "Memory access fault by GPU node-1",
     )
     client = start_client(port, 3)
     cleanup += [server, client]
@@ -264,7 +273,13 @@ def test_drain_offline_reports_job_status(tmp_path: Path, cleanup: list) -> None
     log = tmp_path / "offline.log"
     with log.open("wb") as fh:
         job = subprocess.Popen(
-            [sys.executable, "-c", "import time,sys\nfor i in range(4): print(i, flush=True); time.sleep(0.3)\nsys.exit(5)"],
+            [
+                sys.executable,
+                "-c",
+                "import time,sys\n"
+                "for i in range(4): print(i, flush=True); time.sleep(0.3)\n"
+                "sys.exit(5)",
+            ],
             stdout=fh,
             stderr=subprocess.STDOUT,
         )

@@ -616,12 +616,18 @@ class GpuSampler:
             if self._backend is None:
                 self.inventory = GpuInventory(None, None, reason=reason)
                 return self.inventory
-        self.inventory = inventory(self._backend)
         new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
         with self.csv_path.open("a", newline="") as fh:
             if new:
                 csv.writer(fh).writerow(CSV_COLUMNS)
-        self.sample_once()
+        # The first sample is also the inventory: one driver call, not two.
+        first = self.sample_once()
+        self.inventory = GpuInventory(
+            backend=self._backend.name,
+            driver=self._backend.driver(),
+            gpus=[s.info() for s in first],
+            reason=None if first else f"first sample failed: {self.errors[-1:]}",
+        )
         self._thread = threading.Thread(target=self._run, name="proctor-gpu", daemon=True)
         self._thread.start()
         return self.inventory
