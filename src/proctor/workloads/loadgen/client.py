@@ -83,6 +83,20 @@ async def send_request(
     count_tokens: Callable[[str], int] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill `record` (also returned)."""
+    try:
+        return await _send(session, cfg, model, req, record, count_tokens)
+    finally:
+        record.end_time = time.perf_counter()
+
+
+async def _send(
+    session: aiohttp.ClientSession,
+    cfg: BenchConfig,
+    model: str,
+    req: PlannedRequest,
+    record: RequestRecord,
+    count_tokens: Callable[[str], int] | None,
+) -> RequestRecord:
     path, payload = build_payload(cfg, model, req)
     chat = cfg.endpoint == "chat"
     pieces: list[str] = []

@@ -138,9 +138,10 @@ def exact_peak_concurrency(records: Sequence[RequestRecord]) -> int:
     for r in records:
         if r.start_time <= 0:
             continue
+        end = r.end_time if r.end_time >= r.start_time else r.start_time + max(r.latency, 0.0)
         events.append((r.start_time, 1))
-        events.append((r.start_time + max(r.latency, 0.0), -1))
-    events.sort(key=lambda e: (e[0], e[1]))  # ends before starts at the same instant
+        events.append((end, -1))
+    events.sort(key=lambda e: (e[0], -e[1]))  # starts first: a zero-length request counts
     cur = best = 0
     for _, delta in events:
         cur += delta

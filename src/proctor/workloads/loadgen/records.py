@@ -34,6 +34,7 @@ class RequestRecord:
     ttft: float = 0.0
     itl: list[float] = field(default_factory=list)
     latency: float = 0.0  # last content message minus start_time
+    end_time: float = 0.0  # when the request ended, successful or not
     output_tokens: int = 0
     output_tokens_source: str = "usage"  # usage | tokenizer | chunks
     prompt_tokens: int | None = None  # the server's usage.prompt_tokens when it sent one
