@@ -93,3 +93,11 @@ def test_env_is_never_in_repr_or_record() -> None:
     assert "hf_secretvalue" not in json.dumps(pod.to_record())
     body = PodCreateInput(env={"HF_TOKEN": "hf_secretvalue"})
     assert "hf_secretvalue" not in repr(body)
+
+
+def test_facade_exports_everything_it_lists() -> None:
+    import proctor.targets.runpod as facade
+
+    assert sorted(facade.__all__) == sorted(set(facade.__all__))
+    for name in facade.__all__:
+        assert getattr(facade, name) is not None
