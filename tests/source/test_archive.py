@@ -218,3 +218,17 @@ def test_uninitialised_submodule_is_refused(repo_with_submodule: Path, tmp_path:
 
 def test_checkout_path_layout() -> None:
     assert str(checkout_path("/workspace", "0123456789ab")) == "/workspace/proctor/src/0123456789ab"
+
+
+def test_unwritable_destination_is_a_usage_error(make_repo: MakeRepo, tmp_path: Path) -> None:
+    root = make_repo()
+    with pytest.raises(UsageError, match="cannot write source archive"):
+        make_source_archive(source_identity(root), tmp_path / "no" / "such" / "dir" / "a.tar.gz")
+
+
+def test_corrupt_archive_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"not a tarball")
+    with pytest.raises(SourceMismatch, match="cannot unpack"):
+        unpack_and_verify(bad, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists()

@@ -127,7 +127,13 @@ def make_source_archive(identity: SourceIdentity, dest: str | os.PathLike[str]) 
     out = Path(dest)
     if out.is_dir():
         out = out / f"{identity.source_id}.tar.gz"
-    _write_tar(out, [*meta, *members])
+    try:
+        _write_tar(out, [*meta, *members])
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write source archive {out}: {exc.strerror or exc}",
+            hint="choose an existing, writable destination",
+        ) from exc
     return ArchiveInfo(
         path=str(out),
         sha256=_sha256_file(out),
@@ -398,8 +404,14 @@ def unpack_and_verify(
             "cleans a checkout",
             hint="inspect it with inspect_checkout, or unpack into a new directory",
         )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    except OSError as exc:
+        raise TargetUnavailable(
+            f"cannot create a checkout under {dest.parent}: {exc.strerror or exc}",
+            hint="check the workspace path and its free space",
+        ) from exc
     try:
         _extract(Path(archive), tmp)
         report = inspect_checkout(tmp)
