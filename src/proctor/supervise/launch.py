@@ -243,6 +243,42 @@ def resolve_run(runs_dir: Path, ref: str) -> RunDir:
 _CHUNK = 1 << 20
 
 
+def _copier(out: IO[bytes]) -> Callable[[IO[bytes]], int]:
+    """A function copying what is new in a file to `out`; sendfile (no copy through Python)
+    where `out` is a real descriptor, read/write otherwise. Returns bytes copied."""
+    try:
+        out_fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        out_fd = -1
+
+    def by_read(handle: IO[bytes]) -> int:
+        chunk = handle.read(_CHUNK)
+        if chunk:
+            out.write(chunk)
+        return len(chunk)
+
+    if out_fd < 0:
+        return by_read
+
+    use_sendfile = True
+
+    def by_sendfile(handle: IO[bytes]) -> int:
+        nonlocal use_sendfile
+        if use_sendfile:
+            out.flush()
+            offset = handle.tell()
+            try:
+                sent = os.sendfile(out_fd, handle.fileno(), offset, _CHUNK * 8)
+            except OSError:
+                use_sendfile = False
+            else:
+                handle.seek(offset + sent)
+                return sent
+        return by_read(handle)
+
+    return by_sendfile
+
+
 def follow_log(
     run: RunDir,
     out: IO[bytes],
@@ -258,23 +294,21 @@ def follow_log(
         if run_state(run).state in ("finished", "unknown"):
             return run_state(run)
         time.sleep(poll)
+    copy = _copier(out)
     with log.open("rb") as handle:
         if not from_start:
             handle.seek(0, os.SEEK_END)
         while True:
-            chunk = handle.read(_CHUNK)
-            if chunk:
-                out.write(chunk)
+            if copy(handle):
                 continue
             out.flush()
             if stop_check is not None and stop_check():
                 return run_state(run)
             state = run_state(run)
             if not until_done or (state.state in ("finished", "unknown") and not state.wrapper_alive):
-                rest = handle.read()
-                if rest:
-                    out.write(rest)
-                    out.flush()
+                while copy(handle):
+                    pass
+                out.flush()
                 return state
             time.sleep(poll)
 
