@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -116,7 +117,7 @@ def _run_tool(tool: str, path: str, pid: int, out: Path, timeout_s: float) -> In
             start_new_session=True,  # so a timeout can end the tool's whole group
         )
     except OSError as exc:
-        out.write_text(f"$ {' '.join(argv)}\n\ncould not start {tool}: {exc}\n")
+        out.write_text(f"$ {shlex.join(argv)}\n\ncould not start {tool}: {exc}\n")
         return InspectResult(pid, tool, out, None, False, 0.0, f"could not start: {exc}")
     try:
         data, _ = proc.communicate(timeout=timeout_s)
@@ -144,7 +145,7 @@ def _run_tool(tool: str, path: str, pid: int, out: Path, timeout_s: float) -> In
     if not timed_out and code != 0:
         error = _diagnose(text) or f"{tool} exited {code}"
     out.write_text(
-        f"$ {' '.join(argv)}\n"
+        f"$ {shlex.join(argv)}\n"
         f"# pid {pid}, {tool}, {duration:.2f}s, exit {code}"
         f"{', ' + error if error else ''}\n\n{text}"
     )
