@@ -13,6 +13,11 @@ from proctor.workloads.gsm8k import Gsm8kConfig, find_lm_eval, run_gsm8k
 app = typer.Typer(help="Accuracy evaluations (GSM8K through lm-eval).", no_args_is_help=True)
 
 
+@app.callback()
+def _group() -> None:
+    """Accuracy evaluations (GSM8K through lm-eval)."""
+
+
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
