@@ -10,6 +10,7 @@ import typer
 GROUPS: list[tuple[str, str | None]] = [
     ("run", None),
     ("runs", "runs"),
+    ("pod", "pod"),
 ]
 
 
