@@ -48,8 +48,9 @@ def check_cmd(
 ) -> None:
     """Verdict per baselined metric. Exit 7 on regression, 6 when a metric is missing."""
     res = parse_path(file)
-    verdicts = check(res.metrics, load_baseline(baselines),
-                     model or res.meta.get("model") or res.meta.get("model_name"))
+    named = model or next((res.meta[k] for k in ("model_name", "model_id", "model")
+                           if isinstance(res.meta.get(k), str)), None)
+    verdicts = check(res.metrics, load_baseline(baselines), named)
     status = worst_status(verdicts)
     if json_out:
         print_json({"status": status, "verdicts": [v.model_dump() for v in verdicts]})

@@ -105,7 +105,9 @@ def _lm_eval(obj: dict[str, Any], path: str | None) -> ParsedResult:
         if isinstance(n, dict) and _finite(n.get("effective")):
             res.add(f"{task}_n_samples", n["effective"])
     cfg = obj.get("config") or {}
-    for key in ("model", "model_args", "limit"):
+    if "model" in cfg:
+        res.meta["lm_eval_model_type"] = cfg["model"]  # local-completions etc., not a name
+    for key in ("model_args", "limit"):
         if key in cfg:
             res.meta[key] = cfg[key]
     if isinstance(obj.get("model_name"), str):
