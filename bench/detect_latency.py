@@ -7,7 +7,8 @@ Events (each measured REPEAT times against a real child process):
 
 Anchors: ATOM's wait_infer_drain.sh decides once per POLL (10 s: mean 5 s, worst 10 s) and
 never decides "died" (a silent death looks drained); wait_server_ready.sh polls every 30 s
-(mean 15 s, worst 30 s). Event times are drawn at random so they do not phase-lock with proctor's 0.1 s tick.
+(mean 15 s, worst 30 s). Event times are drawn at random so they do not phase-lock with
+proctor's 0.1 s tick.
 Run: .venv/bin/python bench/detect_latency.py [--repeat N]
 """
 
@@ -114,7 +115,8 @@ def main() -> None:
     args = ap.parse_args()
     anchors = {"fault": (5.0, 10.0), "death": (None, None), "ready": (15.0, 30.0)}
     print(
-        f"{'event':<7} {'proctor mean':>13} {'max':>7}   {'ATOM mean':>10} {'worst':>7}   ratio (ATOM mean / proctor mean)"
+        f"{'event':<7} {'proctor mean':>13} {'max':>7}   {'ATOM mean':>10} {'worst':>7}"
+        "   ratio (ATOM mean / proctor mean)"
     )
     with tempfile.TemporaryDirectory() as d:
         for action in ("fault", "death", "ready"):

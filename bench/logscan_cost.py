@@ -61,7 +61,8 @@ def main() -> None:
     append = block(args.append_kb * 1024)
     print(f"append per poll: {len(append) / 1024:.0f} KiB")
     print(
-        f"{'log size':>9} {'proctor/poll':>13} {'grep whole':>11} {'py re-read':>11} {'ratio grep/proctor':>19}"
+        f"{'log size':>9} {'proctor/poll':>13} {'grep whole':>11} {'py re-read':>11}"
+        f" {'ratio grep/proctor':>19}"
     )
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "server.log"
