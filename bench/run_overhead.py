@@ -98,20 +98,21 @@ def main() -> None:
         print(f"           throughput ratio (file / proctor, writer's view) {base_rate / sup_rate:.3f}x"
               f"   wall ratio {sup_wall / base_wall:.3f}x for {gib:.2f} GiB (live copy + start-up)")
 
-    try:
-        from proctor.monitors.gpu import inventory, sample_once  # type: ignore[attr-defined]
-    except ImportError:
-        print("gpu sample  (GPU monitor not importable)")
+    from proctor.monitors.gpu import detect_backend
+
+    backend, reason = detect_backend()
+    if backend is None:
+        print(f"gpu sample  no GPU here: {reason}")
         return
-    inv = inventory()
-    if not getattr(inv, "gpus", None):
-        print(f"gpu sample  no GPU here: {getattr(inv, 'reason', '')}")
-        return
-    t0 = time.process_time()
-    for _ in range(20):
-        sample_once()
-    cpu = (time.process_time() - t0) / 20
-    print(f"gpu sample  CPU time of one sample: {cpu * 1e3:.2f} ms ({len(inv.gpus)} GPUs)")
+    backend.sample()  # warm: the first call pays the driver's initialisation
+    t0, w0 = time.process_time(), time.perf_counter()
+    for _ in range(50):
+        samples = backend.sample()
+    cpu, wall = (time.process_time() - t0) / 50, (time.perf_counter() - w0) / 50
+    backend.close()
+    print(f"gpu sample  {backend.name}: CPU time of one sample {cpu * 1e3:.2f} ms, wall "
+          f"{wall * 1e3:.2f} ms ({len(samples)} GPUs); every 3 s that is "
+          f"{cpu / 3 * 100:.3f}% of one core")
 
 
 if __name__ == "__main__":

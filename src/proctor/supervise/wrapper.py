@@ -178,7 +178,11 @@ class Wrapper:
             return []
         try:
             self.sampler.stop()
-            return list(self.sampler.peaks_as_dicts())
+            summary = self.sampler.summary()
+            self.update_record(
+                gpu_sampling={k: summary[k] for k in ("interval_s", "samples", "errors")}
+            )
+            return list(summary["peaks"])
         except Exception as error:
             self.update_record(add_events=[self.event("gpu_sampler_failed", repr(error))])
             return []
