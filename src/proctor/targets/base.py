@@ -1,0 +1,212 @@
+"""The target protocol: where a run executes (local, ssh, runpod, slurm) behind one shape.
+
+A controller drives every target through the same steps:
+
+    describe()                -> TargetInfo       what and where (recorded, no secrets)
+    prepare()                 -> Prepared         workspace, python, env.sh, setup: paths FOUND
+    sync_source(identity)     -> SyncedSource     exact source at <ws>/proctor/src/<source-id>/
+    start(job)                -> StartedRun       detached; a live run with job.key is attached to
+    status(run_id)            -> RunStatus        running | finished | unknown | starting
+    follow(run_id, out, ...)  -> RunStatus        copy the log to `out` (resumes after drops)
+    stop(run_id)              -> bool             kill ladder on the far side; idempotent
+    fetch(run_id, dest)       -> Fetched          copy artifacts, verify against the far manifest
+    release()                 -> Released         give the machine back, final state verified
+    close()                                       drop connections (never stops a run)
+
+The protocol is synchronous: an implementation that talks asyncio (asyncssh) runs its own loop.
+Every method raises only proctor.errors types (TargetUnavailable for a host that cannot be
+reached, SourceMismatch for a wrong checkout, ...). No field of any result holds a credential.
+
+Stability: other targets (slurm) code against this module. Changes are listed here.
+    v1 (initial): the dataclasses and Target below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal, Protocol, runtime_checkable
+
+from proctor.source.identity import SourceIdentity
+
+RunStateName = Literal["running", "finished", "unknown", "starting"]
+ReleaseAction = Literal["none", "kept", "stopped", "terminated"]
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """What a target is, for the record. `name` is what the user typed (ssh://user@host:22)."""
+
+    kind: str
+    name: str
+    host: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The far side as found: paths that exist, not paths assumed."""
+
+    workspace: str
+    python: str
+    proctor_path: str | None = None  # PYTHONPATH entry for proctor's own code, if shipped
+    env_sh: str | None = None  # sourced in every shell; None when absent
+    setup: str = "none"  # none | ran | already-done | failed
+    found: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SyncedSource:
+    """Where the exact source now is on the far side, and how it got there."""
+
+    source_id: str | None
+    checkout: str
+    action: Literal["shipped", "reused", "local", "existing"]
+    verified: bool
+    summary: str
+    dirty: bool = False
+    untracked: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    archive_sha256: str | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class JobSpec:
+    """The command to run on a target. `env` values reach the far process only through its
+    environment (never a file); names in `secret_names` (and secret-looking names) are masked."""
+
+    argv: list[str]
+    name: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    secret_names: list[str] = field(default_factory=list)
+    timeout_s: float | None = None
+    grace_s: float | None = None
+    gpu_sample_s: float | None = None
+    key: str | None = None
+    cwd: str | None = None  # relative to the synced checkout, or absolute on the far side
+    group: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # merged into the far record
+
+    def public(self) -> dict[str, Any]:
+        """The job without secret values (for local records)."""
+        from proctor.redact import Redactor
+
+        redactor = Redactor.from_environment(self.env, self.secret_names, {})
+        data = asdict(self)
+        data["env"] = redactor.env(self.env)
+        data["argv"] = redactor.argv(self.argv)
+        return data
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    run_id: str
+    remote_dir: str
+    log_name: str
+    attached: bool  # True: a live run with the same key was found and is being followed
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    state: RunStateName
+    exit_code: int | None = None
+    exit_signal: str | None = None
+    wrapper_alive: bool = False
+    outcome: str | None = None  # the far record's outcome (ok, failed, timeout, stopped, ...)
+
+    @property
+    def done(self) -> bool:
+        return self.state in ("finished", "unknown") and not self.wrapper_alive
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """Artifacts copied to `local_dir`, checked against the far side's manifest.sha256."""
+
+    local_dir: str
+    files: list[str]
+    manifest_present: bool
+    changed: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def verified(self) -> bool:
+        return self.manifest_present and not (self.changed or self.missing or self.extra)
+
+    def to_record(self) -> dict[str, Any]:
+        return {**asdict(self), "verified": self.verified}
+
+
+@dataclass(frozen=True)
+class Released:
+    """What release did, and whether the final state was verified (by the API, for pods)."""
+
+    action: ReleaseAction
+    verified: bool
+    detail: str = ""
+    states: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class Target(Protocol):
+    kind: str
+
+    def describe(self) -> TargetInfo: ...
+
+    def prepare(self) -> Prepared: ...
+
+    def sync_source(
+        self, identity: SourceIdentity, *, existing: str | None = None
+    ) -> SyncedSource:
+        """Ship `identity` into <ws>/proctor/src/<source-id>/ (never resetting what is there),
+        or with `existing`, inspect that checkout and report its dirty/untracked state.
+        Raises SourceMismatch when what is there is not the source asked for."""
+        ...
+
+    def start(self, job: JobSpec) -> StartedRun: ...
+
+    def status(self, run_id: str) -> RunStatus: ...
+
+    def follow(
+        self,
+        run_id: str,
+        out: IO[bytes],
+        *,
+        offset: int = 0,
+        until_done: bool = True,
+    ) -> RunStatus: ...
+
+    def stop(self, run_id: str) -> bool: ...
+
+    def fetch(self, run_id: str, dest: Path) -> Fetched: ...
+
+    def release(self) -> Released: ...
+
+    def close(self) -> None: ...
+
+
+__all__ = [
+    "Fetched",
+    "JobSpec",
+    "Prepared",
+    "Released",
+    "RunStatus",
+    "StartedRun",
+    "SyncedSource",
+    "Target",
+    "TargetInfo",
+]

@@ -1,0 +1,172 @@
+"""The local target: the Target protocol over proctor.supervise.launch on this machine.
+
+Also home of `plan_for_job`, which the remote agent uses too, so that a run started on a far
+host is planned, started and recorded by exactly the code a local run uses.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import IO, Any
+
+from proctor.errors import UsageError
+from proctor.record.manifest import read_manifest, sha256_file
+from proctor.record.rundir import MANIFEST, RunDir, is_run_id
+from proctor.record.status import effective_outcome, run_state
+from proctor.source.archive import inspect_checkout
+from proctor.source.identity import SourceIdentity
+from proctor.spec.config import ProjectConfig, load_config
+from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
+from proctor.supervise.launch import RunSpec, follow_log, record_of, request_stop, start_run
+from proctor.targets.base import (
+    Fetched,
+    JobSpec,
+    Prepared,
+    Released,
+    RunStatus,
+    StartedRun,
+    SyncedSource,
+    TargetInfo,
+)
+
+
+def _secs(value: float | None) -> str | None:
+    return None if value is None else f"{value:g}s"
+
+
+def plan_for_job(
+    job: JobSpec, runs_dir: Path, checkout: Path, config: ProjectConfig | None = None
+) -> RunPlan:
+    """The RunPlan for `job`, with cwd resolved against `checkout`."""
+    cwd = Path(job.cwd) if job.cwd and Path(job.cwd).is_absolute() else checkout / (job.cwd or "")
+    flags = RunFlags(
+        argv=list(job.argv),
+        name=job.name,
+        runs_dir=str(runs_dir),
+        timeout=_secs(job.timeout_s),
+        grace=_secs(job.grace_s),
+        gpu_sample=job.gpu_sample_s,
+        env=[f"{k}={v}" for k, v in job.env.items()],
+        key=job.key,
+        detach=True,
+        cwd=str(cwd),
+    )
+    plan = resolve_run_plan(flags, config or ProjectConfig(), environ={})
+    plan.secret_names = sorted({*plan.secret_names, *job.secret_names})
+    return plan
+
+
+def status_of(run: RunDir) -> RunStatus:
+    state = run_state(run)
+    return RunStatus(
+        state=state.state,
+        exit_code=state.exit.code if state.exit else None,
+        exit_signal=state.exit.signal if state.exit else None,
+        wrapper_alive=state.wrapper_alive,
+        outcome=effective_outcome(record_of(run), state),
+    )
+
+
+def verify_copy(manifest_dir: Path, copy_dir: Path) -> Fetched:
+    """Check every file of `copy_dir` against `manifest_dir/manifest.sha256`."""
+    manifest = manifest_dir / MANIFEST
+    files = sorted(
+        p.relative_to(copy_dir).as_posix()
+        for p in copy_dir.rglob("*")
+        if p.is_file() and not p.name.startswith(".") and p.name != MANIFEST
+    )
+    if not manifest.is_file():
+        return Fetched(str(copy_dir), files, manifest_present=False)
+    expected = read_manifest(manifest)
+    missing = [n for n in expected if not (copy_dir / n).is_file()]
+    changed = [n for n in expected if n not in missing and sha256_file(copy_dir / n) != expected[n]]
+    extra = [n for n in files if n not in expected]
+    return Fetched(str(copy_dir), files, True, changed, missing, extra)
+
+
+class LocalTarget:
+    """Runs on this machine; the workspace is the project checkout itself."""
+
+    kind = "local"
+
+    def __init__(self, runs_dir: Path, checkout: Path | None = None,
+                 config: ProjectConfig | None = None) -> None:  # fmt: skip
+        self.runs_dir = Path(runs_dir)
+        self.checkout = (checkout or Path.cwd()).resolve()
+        self.config = config if config is not None else load_config(start=self.checkout)
+
+    def describe(self) -> TargetInfo:
+        from proctor.record.hostinfo import host_info
+
+        return TargetInfo(kind="local", name="local", host=str(host_info()["hostname"]))
+
+    def prepare(self) -> Prepared:
+        import sys
+
+        return Prepared(workspace=str(self.checkout), python=sys.executable,
+                        found={"runs_dir": str(self.runs_dir)})  # fmt: skip
+
+    def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
+        path = Path(existing) if existing else self.checkout
+        report = inspect_checkout(path)
+        return SyncedSource(
+            source_id=identity.source_id,
+            checkout=str(path),
+            action="local" if existing is None else "existing",
+            verified=True,
+            summary=report.summary(),
+            dirty=report.dirty,
+            untracked=list(report.untracked),
+            modified=list(report.modified),
+        )
+
+    def _run(self, run_id: str) -> RunDir:
+        if not is_run_id(run_id) or not (self.runs_dir / run_id).is_dir():
+            raise UsageError(f"no run {run_id!r} in {self.runs_dir}", hint="see proctor runs list")
+        return RunDir(self.runs_dir / run_id)
+
+    def start(self, job: JobSpec) -> StartedRun:
+        plan = plan_for_job(job, self.runs_dir, self.checkout, self.config)
+        spec = RunSpec(group=job.group, target=self.describe().to_record(), extra=dict(job.extra))
+        started = start_run(plan, spec)
+        run = started.run
+        return StartedRun(run.run_id, str(run.path), run.log_path().name, started.attached)
+
+    def status(self, run_id: str) -> RunStatus:
+        return status_of(self._run(run_id))
+
+    def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
+               until_done: bool = True) -> RunStatus:  # fmt: skip
+        run = self._run(run_id)
+        if offset:
+            # follow_log starts at 0 or the end; copy the tail past `offset` ourselves first.
+            with run.log_path().open("rb") as handle:
+                handle.seek(offset)
+                shutil.copyfileobj(handle, out)
+            follow_log(run, out, from_start=False, until_done=until_done)
+        else:
+            follow_log(run, out, from_start=True, until_done=until_done)
+        return status_of(run)
+
+    def stop(self, run_id: str) -> bool:
+        return request_stop(self._run(run_id))
+
+    def fetch(self, run_id: str, dest: Path) -> Fetched:
+        run = self._run(run_id)
+        if dest.resolve() != run.path.resolve():
+            shutil.copytree(run.path, dest, dirs_exist_ok=True)
+        return verify_copy(run.path, dest)
+
+    def release(self) -> Released:
+        return Released(action="none", verified=True, detail="local machine: nothing to release")
+
+    def close(self) -> None:
+        return None
+
+
+def describe_record(info: TargetInfo) -> dict[str, Any]:
+    return info.to_record()
+
+
+__all__ = ["LocalTarget", "plan_for_job", "status_of", "verify_copy"]
