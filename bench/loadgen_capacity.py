@@ -1,0 +1,326 @@
+"""Capacity of proctor's load generator against a token-streaming emulator on loopback.
+
+Anchor: the emulator alone, driven by a raw minimal client (asyncio protocol, counts
+`data:` messages, parses nothing). Then proctor's client (`python -m proctor.workloads.loadgen`)
+at concurrency 64, 256 and 1024, and with --workers 1/2. Reported per point: requests/s,
+chunks/s (one token per chunk, so = output tok/s), the TTFT the client adds over the
+emulator's configured TTFT, the emulator's CPU use (if it nears 100% of a core, the emulator
+is the bottleneck, not the client), and ratios against the raw client.
+
+    .venv/bin/python bench/loadgen_capacity.py [--quick]
+        [--extra-client 'CMD {base_url} {concurrency} {num_prompts} {isl} {osl} {model}']
+
+--extra-client runs another client (e.g. `vllm bench serve ...`) on the same emulator and
+reads its printed `Serving Benchmark Result` block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "emulator"
+
+# ----------------------------------------------------------------------------- emulator
+
+
+class _Stream:
+    __slots__ = ("left", "n", "transport", "usage_in")
+
+    def __init__(self, transport: asyncio.Transport, n: int, usage_in: int) -> None:
+        self.transport, self.left, self.n, self.usage_in = transport, n, n, usage_in
+
+
+_CHUNK = b'data: {"id":"e","object":"text_completion","model":"emulator","choices":[{"index":0,"text":" tok","finish_reason":null}]}\n\n'  # noqa: E501
+_CHUNK_HTTP = b"%x\r\n%s\r\n" % (len(_CHUNK), _CHUNK)
+_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+         b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+
+
+def _chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class Emulator:
+    """One timer for every stream: each tick writes the next chunk to every active stream."""
+
+    def __init__(self, ttft: float, tick: float) -> None:
+        self.ttft, self.tick = ttft, tick
+        self.active: list[_Stream] = []
+        self.pending: list[tuple[float, _Stream]] = []
+
+    async def ticker(self) -> None:
+        loop = asyncio.get_running_loop()
+        nxt = loop.time()
+        while True:
+            nxt += self.tick
+            await asyncio.sleep(max(0.0, nxt - loop.time()))
+            now = loop.time()
+            if self.pending:
+                ready = [s for t, s in self.pending if t <= now]
+                if ready:
+                    self.pending = [(t, s) for t, s in self.pending if t > now]
+                    self.active.extend(ready)
+            still: list[_Stream] = []
+            for s in self.active:
+                if s.transport.is_closing():
+                    continue
+                s.transport.write(_CHUNK_HTTP)
+                s.left -= 1
+                if s.left > 0:
+                    still.append(s)
+                else:
+                    usage = ('data: {"id":"e","object":"text_completion","model":"emulator",'
+                             '"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,'
+                             '"total_tokens":%d}}\n\n' % (s.usage_in, s.n, s.usage_in + s.n))
+                    s.transport.write(_chunked(usage.encode()) + _chunked(b"data: [DONE]\n\n")
+                                      + b"0\r\n\r\n")
+            self.active = still
+
+    def protocol(self) -> asyncio.Protocol:
+        emu = self
+
+        class P(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                assert isinstance(transport, asyncio.Transport)
+                self.t = transport
+                self.buf = b""
+
+            def data_received(self, data: bytes) -> None:
+                self.buf += data
+                while True:
+                    end = self.buf.find(b"\r\n\r\n")
+                    if end < 0:
+                        return
+                    head = self.buf[:end].decode("latin-1")
+                    m = re.search(r"(?i)content-length:\s*(\d+)", head)
+                    n = int(m.group(1)) if m else 0
+                    if len(self.buf) < end + 4 + n:
+                        return
+                    body = self.buf[end + 4:end + 4 + n]
+                    self.buf = self.buf[end + 4 + n:]
+                    self.handle(head.split(" ", 2), body)
+
+            def handle(self, line: list[str], body: bytes) -> None:
+                path = line[1] if len(line) > 1 else "/"
+                if path.startswith("/v1/models") or path == "/health":
+                    out = json.dumps({"object": "list", "data": [{"id": MODEL}]}).encode()
+                    self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(out), out))
+                    return
+                if not path.startswith("/v1/"):
+                    self.t.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    return
+                mt = re.search(rb'"max(?:_completion)?_tokens":\s*(\d+)', body)
+                n = int(mt.group(1)) if mt else 16
+                words = body.count(b" ") + 1
+                self.t.write(_HEAD)
+                emu.pending.append((asyncio.get_running_loop().time() + emu.ttft,
+                                    _Stream(self.t, n, words)))
+
+        return P()
+
+
+async def _serve(port: int, ttft: float, tick: float) -> None:
+    emu = Emulator(ttft, tick)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(emu.protocol, "127.0.0.1", port, backlog=8192)
+    print("ready", flush=True)
+    async with server:
+        await emu.ticker()
+
+
+# ----------------------------------------------------------------------------- raw client
+
+
+async def _raw_client(port: int, concurrency: int, n: int, osl: int) -> tuple[float, int, float]:
+    """Back-to-back requests on `concurrency` keep-alive connections; counts messages only."""
+    body = json.dumps({"model": MODEL, "prompt": "x " * 32, "max_tokens": osl,
+                       "stream": True}).encode()
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    left = n
+    chunks = 0
+    ttfts: list[float] = []
+
+    async def conn() -> None:
+        nonlocal left, chunks
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**22)
+        while left > 0:
+            left -= 1
+            t0 = time.perf_counter()
+            writer.write(req)
+            first = True
+            tail = b""
+            while True:
+                data = await reader.read(2**20)
+                if not data:
+                    return
+                if first:
+                    if b"data: {" in data:
+                        ttfts.append(time.perf_counter() - t0)
+                        first = False
+                chunks += data.count(b'"choices":[{')
+                tail = (tail + data)[-16:]
+                if tail.endswith(b"0\r\n\r\n"):
+                    break
+        writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(conn() for _ in range(concurrency)))
+    dur = time.perf_counter() - t0
+    return dur, chunks, sum(ttfts) / max(1, len(ttfts))
+
+
+# ----------------------------------------------------------------------------- harness
+
+
+@dataclass
+class Point:
+    client: str
+    concurrency: int
+    workers: int
+    req_s: float
+    chunks_s: float
+    ttft_added_ms: float
+    emu_cpu: float  # fraction of one core
+    client_cpu: float
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def _children_cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.children_user + t.children_system)
+
+
+def run_raw(port: int, emu: psutil.Process, conc: int, n: int, osl: int, ttft: float) -> Point:
+    c0, e0 = time.process_time(), _cpu(emu)
+    dur, chunks, mean_ttft = asyncio.run(_raw_client(port, conc, n, osl))
+    return Point("raw", conc, 1, n / dur, chunks / dur, (mean_ttft - ttft) * 1000,
+                 (_cpu(emu) - e0) / dur, (time.process_time() - c0) / dur)
+
+
+def run_proctor(port: int, emu: psutil.Process, conc: int, n: int, osl: int, ttft: float,
+                workers: int) -> Point:
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "proctor.workloads.loadgen", "--port", str(port),
+               "--output-dir", out, "--model", MODEL, "--tokenizer-mode", "approx",
+               "--isl", "32", "--osl", str(osl), "--range-ratio", "0", "--concurrency", str(conc),
+               "--num-prompts", str(n), "--num-warmups", str(min(conc, 64)), "--no-progress",
+               "--workers", str(workers)]
+        me = psutil.Process()
+        c0, e0 = _children_cpu(me), _cpu(emu)
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        wall = time.perf_counter() - t0
+        if r.returncode != 0:
+            raise SystemExit(f"proctor client failed ({r.returncode}): {r.stderr[-500:]}")
+        doc = json.loads((Path(out) / "metrics.json").read_text())
+    m = doc["metrics"]
+    return Point(f"proctor w{workers}", conc, workers, m["request_throughput"],
+                 m["output_throughput"], m["mean_ttft_ms"] - ttft * 1000,
+                 (_cpu(emu) - e0) / wall, (_children_cpu(me) - c0) / wall)
+
+
+def run_extra(template: str, base_url: str, emu: psutil.Process, conc: int, n: int, osl: int,
+              ttft: float) -> Point:
+    sys.path.insert(0, str(ROOT / "src"))
+    from proctor.results import parse_string
+
+    cmd = template.format(base_url=base_url, concurrency=conc, num_prompts=n, isl=32, osl=osl,
+                          model=MODEL)
+    me = psutil.Process()
+    c0, e0 = _children_cpu(me), _cpu(emu)
+    t0 = time.perf_counter()
+    r = subprocess.run(shlex.split(cmd), capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - t0
+    v = parse_string(r.stdout + "\n" + r.stderr).values()
+    return Point("extra", conc, 1, v["request_throughput"], v["output_throughput"],
+                 v.get("mean_ttft_ms", float("nan")) - ttft * 1000, (_cpu(emu) - e0) / wall,
+                 (_children_cpu(me) - c0) / wall)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--ttft", type=float, default=0.020, help="emulator TTFT (s)")
+    ap.add_argument("--tick", type=float, default=0.005, help="emulator inter-chunk time (s)")
+    ap.add_argument("--osl", type=int, default=32)
+    ap.add_argument("--quick", action="store_true", help="fewer requests per point")
+    ap.add_argument("--extra-client", help="another client's command template")
+    a = ap.parse_args()
+    if a.serve:
+        asyncio.run(_serve(a.serve, a.ttft, a.tick))
+        return 0
+
+    port = free_port()
+    emu_proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--ttft",
+                                 str(a.ttft), "--tick", str(a.tick)], stdout=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    try:
+        assert emu_proc.stdout is not None
+        if emu_proc.stdout.readline().strip() != "ready":
+            raise SystemExit("emulator did not start")
+        emu = psutil.Process(emu_proc.pid)
+        scale = 1 if a.quick else 6
+        points: list[Point] = []
+        plan = [(64, 64 * 4 * scale), (256, 256 * 2 * scale), (1024, 1024 * scale)]
+        print(f"emulator: TTFT {a.ttft * 1000:.0f} ms, one chunk per {a.tick * 1000:.0f} ms, "
+              f"OSL {a.osl}; {os.cpu_count()} cores", flush=True)
+        for conc, n in plan:
+            points.append(run_raw(port, emu, conc, n, a.osl, a.ttft))
+            points.append(run_proctor(port, emu, conc, n, a.osl, a.ttft, 1))
+            if a.extra_client:
+                points.append(run_extra(a.extra_client, f"http://127.0.0.1:{port}", emu, conc, n,
+                                        a.osl, a.ttft))
+        points.append(run_proctor(port, emu, 256, 256 * 2 * scale, a.osl, a.ttft, 2))
+        points.append(run_proctor(port, emu, 1024, 1024 * scale, a.osl, a.ttft, 2))
+    finally:
+        os.killpg(emu_proc.pid, 9)
+        emu_proc.wait()
+
+    # Ideal: every stream gets a chunk per tick; a request lasts TTFT + OSL ticks.
+    raw = {p.concurrency: p for p in points if p.client == "raw"}
+    w1 = {p.concurrency: p for p in points if p.client == "proctor w1"}
+    print()
+    print(f"{'client':<11} {'conc':>5} {'req/s':>8} {'chunks/s':>9} {'TTFT+ms':>8} "
+          f"{'emuCPU':>7} {'cliCPU':>7} {'vs raw':>7} {'vs ideal':>8} {'vs w1':>6}")
+    for p in points:
+        ideal = p.concurrency * a.osl / (a.ttft + a.osl * a.tick)
+        vs_raw = p.chunks_s / raw[p.concurrency].chunks_s
+        vs_w1 = p.chunks_s / w1[p.concurrency].chunks_s if p.client.startswith("proctor") else 1.0
+        print(f"{p.client:<11} {p.concurrency:>5} {p.req_s:>8.1f} {p.chunks_s:>9.0f} "
+              f"{p.ttft_added_ms:>8.1f} {p.emu_cpu:>6.0%} {p.client_cpu:>6.0%} {vs_raw:>7.2f} "
+              f"{p.chunks_s / ideal:>8.2f} {vs_w1:>6.2f}")
+    print("\nTTFT+ms: mean TTFT minus the emulator's configured TTFT. emuCPU near 100% means the"
+          "\nemulator (one core) limits that point. vs ideal: against every stream getting a"
+          "\nchunk per tick.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
