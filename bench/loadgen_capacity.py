@@ -85,8 +85,9 @@ class Emulator:
                     still.append(s)
                 else:
                     usage = ('data: {"id":"e","object":"text_completion","model":"emulator",'
-                             '"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,'
-                             '"total_tokens":%d}}\n\n' % (s.usage_in, s.n, s.usage_in + s.n))
+                             f'"choices":[],"usage":{{"prompt_tokens":{s.usage_in},'
+                             f'"completion_tokens":{s.n},"total_tokens":{s.usage_in + s.n}}}}}'
+                             '\n\n')
                     s.transport.write(_chunked(usage.encode()) + _chunked(b"data: [DONE]\n\n")
                                       + b"0\r\n\r\n")
             self.active = still
@@ -170,10 +171,9 @@ async def _raw_client(port: int, concurrency: int, n: int, osl: int) -> tuple[fl
                 data = await reader.read(2**20)
                 if not data:
                     return
-                if first:
-                    if b"data: {" in data:
-                        ttfts.append(time.perf_counter() - t0)
-                        first = False
+                if first and b"data: {" in data:
+                    ttfts.append(time.perf_counter() - t0)
+                    first = False
                 chunks += data.count(b'"choices":[{')
                 tail = (tail + data)[-16:]
                 if tail.endswith(b"0\r\n\r\n"):
