@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,17 +64,20 @@ def start_inline(
     return proc, log
 
 
+Procs = list[subprocess.Popen[bytes]]
+
+
 @pytest.fixture
-def cleanup() -> list[subprocess.Popen[bytes]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs  # type: ignore[misc]
+def cleanup() -> Iterator[Procs]:
+    procs: Procs = []
+    yield procs
     for p in procs:
         if p.poll() is None:
             p.kill()
             p.wait()
 
 
-def test_ready_seen_within_a_second_of_endpoint_answering(tmp_path: Path, cleanup: list) -> None:
+def test_ready_seen_within_a_second_of_endpoint_answering(tmp_path: Path, cleanup: Procs) -> None:
     port = free_port()
     proc, log = start_inline(tmp_path, port, 1.5)
     cleanup.append(proc)
@@ -91,7 +95,7 @@ def test_ready_seen_within_a_second_of_endpoint_answering(tmp_path: Path, cleanu
     assert 1.4 < result.elapsed_s < 1.5 + 1.0 + 0.5  # python start-up + 1 s budget
 
 
-def test_startup_fault_exit_2_with_matching_line_and_tail(tmp_path: Path, cleanup: list) -> None:
+def test_startup_fault_exit_2_with_matching_line_and_tail(tmp_path: Path, cleanup: Procs) -> None:
     port = free_port()
     proc, log = start_inline(tmp_path, port, 60, "0.2:loading", "0.3:InductorError: boom")
     cleanup.append(proc)
@@ -111,7 +115,7 @@ def test_startup_fault_exit_2_with_matching_line_and_tail(tmp_path: Path, cleanu
     assert result.error() is not None and result.error().exit_code == 2  # type: ignore[union-attr]
 
 
-def test_server_exit_without_pattern_is_3_not_a_timeout(tmp_path: Path, cleanup: list) -> None:
+def test_server_exit_without_pattern_is_3_not_a_timeout(tmp_path: Path, cleanup: Procs) -> None:
     port = free_port()
     proc, log = start_inline(tmp_path, port, 60, "0.2:something odd", "0.1:EXIT9")
     cleanup.append(proc)
@@ -124,7 +128,7 @@ def test_server_exit_without_pattern_is_3_not_a_timeout(tmp_path: Path, cleanup:
     assert result.tails[str(log)] == ["something odd"]
 
 
-def test_not_ready_in_time_is_5(tmp_path: Path, cleanup: list) -> None:
+def test_not_ready_in_time_is_5(tmp_path: Path, cleanup: Procs) -> None:
     port = free_port()
     proc, log = start_inline(tmp_path, port, 60)
     cleanup.append(proc)
@@ -135,7 +139,7 @@ def test_not_ready_in_time_is_5(tmp_path: Path, cleanup: list) -> None:
     assert "ConnectError" in result.last_probe
 
 
-def test_ready_for_engine_uses_transformers_health_endpoint(tmp_path: Path, cleanup: list) -> None:
+def test_ready_for_engine_uses_transformers_health_endpoint(tmp_path: Path, cleanup: Procs) -> None:
     port = free_port()
     proc, log = start_inline(tmp_path, port, 0.2)
     cleanup.append(proc)
@@ -185,7 +189,7 @@ pytestmark_fake = pytest.mark.skipif(not FAKE.exists(), reason="fake server fixt
 
 
 @pytestmark_fake
-def test_drain_server_mode_drained_with_metrics(tmp_path: Path, cleanup: list) -> None:
+def test_drain_server_mode_drained_with_metrics(tmp_path: Path, cleanup: Procs) -> None:
     port = free_port()
     server, log = start_fake(tmp_path, port)
     client = start_client(port, 5)
@@ -207,7 +211,7 @@ def test_drain_server_mode_drained_with_metrics(tmp_path: Path, cleanup: list) -
 
 
 @pytestmark_fake
-def test_drain_hang_when_server_stops_emitting(tmp_path: Path, cleanup: list) -> None:
+def test_drain_hang_when_server_stops_emitting(tmp_path: Path, cleanup: Procs) -> None:
     port = free_port()
     server, log = start_fake(tmp_path, port, "--hang-after-requests", "1")
     client = start_client(port, 5)
@@ -227,7 +231,7 @@ def test_drain_hang_when_server_stops_emitting(tmp_path: Path, cleanup: list) ->
 
 
 @pytestmark_fake
-def test_drain_server_death_without_pattern_is_3(tmp_path: Path, cleanup: list) -> None:
+def test_drain_server_death_without_pattern_is_3(tmp_path: Path, cleanup: Procs) -> None:
     port = free_port()
     server, log = start_fake(tmp_path, port, "--die-after-requests", "2", "--die-code", "0")
     client = start_client(port, 5)
@@ -244,7 +248,7 @@ def test_drain_server_death_without_pattern_is_3(tmp_path: Path, cleanup: list) 
 
 
 @pytestmark_fake
-def test_drain_fault_line_within_a_second(tmp_path: Path, cleanup: list) -> None:
+def test_drain_fault_line_within_a_second(tmp_path: Path, cleanup: Procs) -> None:
     port = free_port()
     server, log = start_fake(
         tmp_path,
@@ -269,7 +273,7 @@ def test_drain_fault_line_within_a_second(tmp_path: Path, cleanup: list) -> None
     assert result.faults[0].seen_at - log.stat().st_mtime < 1.0 or result.elapsed_s < 5
 
 
-def test_drain_offline_reports_job_status(tmp_path: Path, cleanup: list) -> None:
+def test_drain_offline_reports_job_status(tmp_path: Path, cleanup: Procs) -> None:
     log = tmp_path / "offline.log"
     with log.open("wb") as fh:
         job = subprocess.Popen(
@@ -295,7 +299,7 @@ def test_drain_offline_reports_job_status(tmp_path: Path, cleanup: list) -> None
     assert result.elapsed_s > 1.0  # quiet polls while it ran were not "drained"
 
 
-def test_drain_stale_fault_in_reused_log_is_not_a_fault(tmp_path: Path, cleanup: list) -> None:
+def test_drain_stale_fault_in_reused_log_is_not_a_fault(tmp_path: Path, cleanup: Procs) -> None:
     log = tmp_path / "reused.log"
     log.write_text("previous run: Memory access fault by GPU\n")
     with log.open("ab") as fh:

@@ -19,7 +19,7 @@ from proctor.spec.profiles import (
     models_to_toml,
     uses_chat_template,
 )
-from proctor.spec.profiles.loader import tomllib
+from proctor.spec.profiles.loader import tomllib  # type: ignore[attr-defined]
 
 SEED_TABLE = {
     "DeepSeek-V4-Pro": (

@@ -3,6 +3,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,10 @@ SLEEPER = "import time\ndef deep_sleep_marker():\n    time.sleep(60)\ndeep_sleep
 
 
 @pytest.fixture
-def sleeper() -> subprocess.Popen[bytes]:
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen([sys.executable, "-c", SLEEPER])
     time.sleep(0.5)
-    yield proc  # type: ignore[misc]
+    yield proc
     proc.kill()
     proc.wait()
 

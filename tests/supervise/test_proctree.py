@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,11 @@ TREE = textwrap.dedent(
 
 
 @pytest.fixture
-def tree() -> tuple[subprocess.Popen[str], int]:
+def tree() -> Iterator[tuple[subprocess.Popen[str], int]]:
     proc = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     child = int(proc.stdout.readline())
-    yield proc, child  # type: ignore[misc]
+    yield proc, child
     for pid in (child,):
         try:
             import os
