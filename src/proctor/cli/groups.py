@@ -11,6 +11,8 @@ GROUPS: list[tuple[str, str | None]] = [
     ("run", None),
     ("runs", "runs"),
     ("pod", "pod"),
+    ("serve", "serve"),
+    ("workflow", None),
 ]
 
 

@@ -1,0 +1,231 @@
+"""`proctor serve start|ready|stop`: an inference server as a supervised, detached run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from proctor.cli.output import console, err_console, print_json
+from proctor.errors import FaultDetected, ProctorError, UsageError
+from proctor.monitors.ready import ReadyResult
+from proctor.record.rundir import RunDir
+from proctor.serve import (
+    RunWatch,
+    ServerRequest,
+    engine_of,
+    find_server,
+    live_runs,
+    profiles_for,
+    server_facts,
+    start_server,
+    stop_server,
+)
+from proctor.spec.config import ProjectConfig, load_config
+from proctor.spec.durations import parse_duration
+from proctor.spec.plan import RunFlags, resolve_runs_dir
+
+app = typer.Typer(
+    help="Start an inference server as a detached run, gate on its readiness, stop it.",
+    no_args_is_help=True,
+)
+
+
+def runs_dir_of(flag: str | None, config: ProjectConfig) -> Path:
+    return Path(resolve_runs_dir(flag, config).value)
+
+
+def parse_addons(values: list[str] | None) -> list[tuple[str, dict[str, str | int]]]:
+    """`mtp:num_speculative_tokens=3` -> ("mtp", {"num_speculative_tokens": 3})."""
+    out: list[tuple[str, dict[str, str | int]]] = []
+    for text in values or []:
+        name, _, rest = text.partition(":")
+        params: dict[str, str | int] = {}
+        for item in filter(None, rest.split(",")):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise UsageError(
+                    f"invalid --addon {text!r}", hint="write NAME or NAME:key=value,..."
+                )
+            params[key] = int(value) if value.isdigit() else value
+        out.append((name, params))
+    return out
+
+
+def start_request(
+    engine: str, model: str, tp: int | None, port: int, host: str, model_profile: str | None,
+    addon: list[str] | None, mtp: int | None, python: str | None, served_model_name: str | None,
+    extra: list[str] | None, min_free_disk: float,
+) -> ServerRequest:  # fmt: skip
+    addons = parse_addons(addon)
+    if mtp is not None:
+        addons.append(("mtp", {"num_speculative_tokens": mtp}))
+    return ServerRequest(
+        engine=engine, model=model, port=port, host=host, tp=tp, model_profile=model_profile,
+        addons=addons, extra=list(extra or []), python=python,
+        served_model_name=served_model_name, min_free_disk_gib=min_free_disk,
+    )  # fmt: skip
+
+
+def print_applied(applied: dict[str, Any]) -> None:
+    """A required model-family setting that was not applied must be impossible to miss."""
+    env = applied["applied_env"]
+    err_console.print(
+        f"proctor: engine {applied['engine']}, model profile [bold]{applied['model_profile']}[/]"
+        + (f", add-ons {', '.join(applied['addons'])}" if applied["addons"] else "")
+    )
+    err_console.print(
+        "proctor: env applied: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "(none)")
+    )
+    err_console.print("proctor: command: " + " ".join(applied["argv"]), highlight=False)
+    held = applied["preflight"]["gpu_held_by_others"]
+    if held:
+        err_console.print(f"[yellow]proctor: GPU memory already held by: {held}[/]")
+
+
+@app.command("start")
+def start(
+    engine: str = typer.Option(..., "--engine", "-e", help="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml."),
+    model: str = typer.Option(..., "--model", "-m", help="Model path (or name the engine understands)."),
+    tp: int = typer.Option(None, "--tp", help="Tensor parallelism (default: the model profile's)."),
+    port: int = typer.Option(8000, "--port", "-p"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    model_profile: str = typer.Option(None, "--model-profile", help="Model profile by name (default: matched from the path, else the engine's default)."),
+    addon: list[str] = typer.Option(None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."),
+    mtp: int = typer.Option(None, "--mtp", help="Shortcut for --addon mtp:num_speculative_tokens=N."),
+    python: str = typer.Option(None, "--python", help="Interpreter of the engine's environment (default: found on PATH)."),
+    served_model_name: str = typer.Option(None, "--served-model-name"),
+    name: str = typer.Option(None, "--name", help="Run name (default serve-ENGINE-MODEL-pPORT)."),
+    key: str = typer.Option(None, "--key", help="Attach to a live server run with this key instead of starting another."),
+    env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the server (beats profiles)."),
+    gpu_sample: float = typer.Option(None, "--gpu-sample"),
+    min_free_disk: float = typer.Option(1.0, "--min-free-disk", help="GiB that must be free under the runs dir."),
+    runs_dir: str = typer.Option(None, "--runs-dir"),
+    extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:  # fmt: skip
+    """Pre-flight (port free, GPU memory held by others, free disk), then start the server as a
+    detached run with its own log; returns at once with the run id. Gate with `serve ready`."""
+    config = load_config()
+    request = start_request(engine, model, tp, port, host, model_profile, addon, mtp, python,
+                            served_model_name, extra, min_free_disk)  # fmt: skip
+    flags = RunFlags(argv=[], name=name, runs_dir=runs_dir, gpu_sample=gpu_sample,
+                     env=list(env or []), key=key)  # fmt: skip
+    started, applied = start_server(request, config, flags=flags,
+                                    on_applied=None if as_json else print_applied)  # fmt: skip
+    run = started.run
+    if as_json:
+        print_json({"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
+                    "attached": started.attached, "server": applied})  # fmt: skip
+        return
+    verb = "attached to running server" if started.attached else "server starting as run"
+    err_console.print(f"proctor: {verb} {run.run_id}; log {run.log_path()}", highlight=False)
+    typer.echo(run.run_id)
+
+
+def _server_or_fail(ref: str | None, port: int | None, runs_dir: Path) -> RunDir:
+    run = find_server(runs_dir, ref, port)
+    if run is None:
+        where = f"on port {port}" if port else "in " + str(runs_dir)
+        raise UsageError(f"no live server run {where}", hint="start one with proctor serve start")
+    return run
+
+
+def print_ready(result: ReadyResult) -> None:
+    for match in result.faults[:10]:
+        err_console.print(f"[red]fault:[/] {match}", highlight=False)
+    for path, lines in (result.tails or {}).items():
+        err_console.print(f"--- last lines of {path} ---", highlight=False)
+        for line in lines:
+            err_console.print(line, highlight=False, markup=False)
+
+
+@app.command("ready")
+def ready(
+    ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
+    port: int = typer.Option(None, "--port", "-p"),
+    timeout: str = typer.Option("15m", "--timeout"),
+    poll: str = typer.Option("1s", "--poll", help="Status line interval; detection itself never waits a poll."),
+    engine: str = typer.Option("vllm", "--engine", help="Engine profile for a server proctor did not start."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    runs_dir: str = typer.Option(None, "--runs-dir"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:  # fmt: skip
+    """The one gate: 0 ready; 2 startup fault; 3 server exited; 5 not ready in time."""
+    from proctor.monitors.ready import ready_for_engine
+
+    config = load_config()
+    directory = runs_dir_of(runs_dir, config)
+    run = find_server(directory, ref, port)
+    timeout_s = parse_duration(timeout, option="--timeout")
+    poll_s = parse_duration(poll, option="--poll")
+    status = None if as_json else (lambda line: err_console.print(line, highlight=False))
+    if run is not None:
+        facts = server_facts(run)
+        profile = engine_of(run, config)
+        result = ready_for_engine(profile, int(facts["port"]), host=str(facts.get("host") or host),
+                                  process=RunWatch(run), logs=[run.log_path()],
+                                  timeout_s=timeout_s, poll_s=poll_s, on_status=status)  # fmt: skip
+    elif port is not None:
+        from proctor.supervise.proctree import listener_on_port, stdout_log_of
+
+        profile = profiles_for(config).engine(engine)
+        ident = listener_on_port(port)
+        log = stdout_log_of(ident.pid) if ident is not None else None
+        result = ready_for_engine(profile, port, host=host, logs=[log] if log else [],
+                                  from_end=True, timeout_s=timeout_s, poll_s=poll_s,
+                                  on_status=status)  # fmt: skip
+    else:
+        raise UsageError("no server run to gate", hint="pass RUN or --port P")
+    if as_json:
+        print_json(result.to_dict() if hasattr(result, "to_dict") else result.__dict__)
+    elif result.exit_code == 0:
+        err_console.print(f"proctor: ready after {result.elapsed_s:.1f}s")
+    else:
+        print_ready(result)
+    error = result.error() if hasattr(result, "error") else None
+    if isinstance(error, ProctorError):
+        raise error
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+@app.command("stop")
+def stop(
+    ref: str = typer.Argument(None, help="Server run to stop."),
+    port: int = typer.Option(None, "--port", "-p", help="Stop the live server run proctor started on this port."),
+    mine: bool = typer.Option(False, "--mine", help="Stop every live server run in the runs dir."),
+    gpu_processes: bool = typer.Option(False, "--gpu-processes", help="Also SIGKILL GPU compute processes left on the GPUs the run used."),
+    vram_timeout: str = typer.Option("60s", "--vram-timeout", help="How long to wait for GPU memory to return to the start baseline."),
+    runs_dir: str = typer.Option(None, "--runs-dir"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:  # fmt: skip
+    """Idempotent scoped stop: the kill ladder on the server's process group and every
+    descendant, then wait for its GPUs' memory to return to the pre-start baseline (exit 2 with
+    the holders if it does not). Never kills by a machine-wide name pattern."""
+    config = load_config()
+    directory = runs_dir_of(runs_dir, config)
+    if mine:
+        runs = live_runs(directory, "server")
+    else:
+        run = find_server(directory, ref, port)
+        runs = [run] if run is not None else []
+    vram_s = parse_duration(vram_timeout, option="--vram-timeout")
+    reports = [stop_server(r, gpu_processes=gpu_processes, vram_timeout_s=vram_s) for r in runs]
+    if as_json:
+        print_json([r.to_dict() for r in reports])
+    elif not reports:
+        err_console.print("proctor: no live server run to stop (nothing to do)")
+    for report in reports:
+        if not as_json:
+            state = "stopped" if report.was_running else f"was not running ({report.outcome})"
+            err_console.print(f"proctor: server {report.run_id} {state}")
+        if not report.memory_ok:
+            if not as_json:
+                console.print(f"GPU memory still held: now {report.memory_now_mib} MiB, "
+                              f"baseline {report.baseline_mib}; holders {report.holders}")  # fmt: skip
+            raise FaultDetected(
+                f"GPU memory of server {report.run_id} did not return to its baseline",
+                hint="see the holders above; --gpu-processes stops GPU processes on those GPUs",
+            )

@@ -1,0 +1,247 @@
+"""`proctor drain`, `proctor inspect` and `proctor flow`: the server workflow's later steps."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from proctor.cli.output import console, err_console, print_json
+from proctor.cli.serve import print_ready, runs_dir_of, start_request
+from proctor.errors import ProctorError, UsageError
+from proctor.flow import Flow, FlowOptions, load_flow_file, resume_flow
+from proctor.monitors.drain import DrainConfig
+from proctor.serve import RunWatch, engine_of, find_server, profiles_for, record_of, worker_pids
+from proctor.spec.config import load_config
+from proctor.spec.durations import parse_duration
+from proctor.supervise.launch import resolve_run
+
+
+def _say(as_json: bool) -> Any:
+    return (
+        (lambda line: None)
+        if as_json
+        else (lambda line: err_console.print(line, highlight=False, markup=False))
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("drain")
+    def drain(
+        ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
+        port: int = typer.Option(None, "--port", "-p"),
+        max_: str = typer.Option("30m", "--max", help="Give up after this long (exit 4)."),
+        poll: str = typer.Option("10s", "--poll", help="Progress poll; faults are caught within 1 s regardless."),
+        stuck_polls: int = typer.Option(6, "--stuck-polls", help="Polls without progress, work in flight: hang (exit 1)."),
+        startup_max: str = typer.Option("15m", "--startup-max", help="No client seen by then: exit 4."),
+        log: list[Path] = typer.Option(None, "--log", help="Extra log to scan for faults and growth (repeatable)."),
+        client: list[str] = typer.Option(None, "--client", help="A workload run to wait for (repeatable)."),
+        client_pattern: str = typer.Option(None, "--client-pattern", help="Also count foreign client processes whose command line matches."),
+        offline: str = typer.Option(None, "--offline", help="Offline mode: wait for this offline run and report its own status."),
+        engine: str = typer.Option("vllm", "--engine", help="Engine profile when the run does not name one."),
+        host: str = typer.Option("127.0.0.1", "--host"),
+        runs_dir: str = typer.Option(None, "--runs-dir"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:  # fmt: skip
+        """Wait for the workload to drain: 0 drained; 1 hang; 2 fault; 3 server died or offline
+        job failed; 4 time limit or no client. A status line each poll; log tails on failure."""
+        from proctor.monitors.drain import drain_for_engine
+
+        config = load_config()
+        directory = runs_dir_of(runs_dir, config)
+        cfg = DrainConfig(
+            max_s=parse_duration(max_, option="--max"),
+            poll_s=parse_duration(poll, option="--poll"),
+            stuck_polls=stuck_polls,
+            startup_max_s=parse_duration(startup_max, option="--startup-max"),
+            offline=offline is not None,
+        )
+        say = _say(as_json)
+        extra_logs = list(log or [])
+        if offline is not None:
+            job = resolve_run(directory, offline)
+            profile = profiles_for(config).engine(
+                (record_of(job).get("offline") or {}).get("engine", engine)
+            )
+            result = drain_for_engine(profile, cfg, offline=RunWatch(job), server_log=job.log_path(),
+                                      extra_logs=extra_logs, on_status=say)  # fmt: skip
+        else:
+            server = find_server(directory, ref, port)
+            if server is None and port is None:
+                raise UsageError("no server run to drain", hint="pass RUN or --port P")
+            clients = [resolve_run(directory, c) for c in client or []]
+            if server is not None:
+                profile = engine_of(server, config)
+                facts = record_of(server).get("server") or {}
+                clients += _clients_of(directory, server.run_id, clients)
+                result = drain_for_engine(
+                    profile, cfg, port=int(facts.get("port") or port or 8000),
+                    host=str(facts.get("host") or host), server=RunWatch(server),
+                    server_log=server.log_path(),
+                    extra_logs=extra_logs + [c.log_path() for c in clients],
+                    clients=[RunWatch(c) for c in clients], client_pattern=client_pattern,
+                    on_status=say,
+                )  # fmt: skip
+            else:
+                from proctor.monitors.watch import IdentityWatch
+                from proctor.supervise.proctree import listener_on_port, stdout_log_of
+
+                ident = listener_on_port(int(port))
+                if ident is None:
+                    raise UsageError(
+                        f"nothing listens on port {port}", hint="start the server first"
+                    )
+                profile = profiles_for(config).engine(engine)
+                result = drain_for_engine(
+                    profile, cfg, port=port, host=host, server=IdentityWatch(ident),
+                    server_log=stdout_log_of(ident.pid), extra_logs=extra_logs,
+                    clients=[RunWatch(c) for c in clients], client_pattern=client_pattern,
+                    from_end=True, on_status=say,
+                )  # fmt: skip
+        if as_json:
+            print_json(result.to_dict())
+        else:
+            for match in result.faults[:10]:
+                err_console.print(f"[red]fault:[/] {match}", highlight=False)
+            for path, lines in (result.tails or {}).items():
+                err_console.print(f"--- last lines of {path} ---", highlight=False)
+                for line in lines:
+                    err_console.print(line, highlight=False, markup=False)
+            err_console.print(f"proctor: {result.message()}", highlight=False)
+        error = result.error()
+        if error is not None:
+            raise error
+
+    @app.command("inspect")
+    def inspect_command(
+        ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
+        port: int = typer.Option(None, "--port", "-p"),
+        pid: list[int] = typer.Option(None, "--pid", help="Inspect these pids instead of the server's workers."),
+        timeout: str = typer.Option("90s", "--timeout", help="Per tool and process."),
+        runs_dir: str = typer.Option(None, "--runs-dir"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:  # fmt: skip
+        """Stacks of a hung server's workers (py-spy dump; gdb/cuda-gdb/rocgdb in batch mode, detach
+        before quit) into RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`."""
+        from proctor.supervise.inspect import inspect
+
+        config = load_config()
+        directory = runs_dir_of(runs_dir, config)
+        server = find_server(directory, ref, port)
+        if server is None:
+            raise UsageError("no live server run to inspect", hint="pass RUN or --port P")
+        pids = list(pid or []) or worker_pids(server, engine_of(server, config))
+        if not pids:
+            raise UsageError(f"server run {server.run_id} has no live process to inspect")
+        results = inspect(
+            pids, server.path / "inspect", parse_duration(timeout, option="--timeout")
+        )
+        rows = [r.to_dict() if hasattr(r, "to_dict") else dict(r.__dict__) for r in results]
+        if as_json:
+            print_json(rows)
+            return
+        for row in rows:
+            console.print({k: str(v) for k, v in row.items()})
+
+    @app.command("flow")
+    def flow(
+        engine: str = typer.Option(None, "--engine", "-e"),
+        model: str = typer.Option(None, "--model", "-m"),
+        tp: int = typer.Option(None, "--tp"),
+        port: int = typer.Option(None, "--port", "-p"),
+        host: str = typer.Option(None, "--host"),
+        model_profile: str = typer.Option(None, "--model-profile"),
+        addon: list[str] = typer.Option(None, "--addon"),
+        mtp: int = typer.Option(None, "--mtp"),
+        python: str = typer.Option(None, "--python"),
+        served_model_name: str = typer.Option(None, "--served-model-name"),
+        workload_cmd: str = typer.Option(None, "--workload-cmd", help="The workload, as a shell-quoted command line."),
+        ready_timeout: str = typer.Option(None, "--ready-timeout", help="Ready gate limit (default 15m)."),
+        ready_poll: str = typer.Option(None, "--ready-poll"),
+        max_: str = typer.Option(None, "--max", help="Drain limit (default 30m)."),
+        poll: str = typer.Option(None, "--poll", help="Drain poll (default 10s)."),
+        stuck_polls: int = typer.Option(None, "--stuck-polls"),
+        startup_max: str = typer.Option(None, "--startup-max"),
+        client_pattern: str = typer.Option(None, "--client-pattern"),
+        no_inspect: bool = typer.Option(False, "--no-inspect", help="Do not take stacks on a hang."),
+        gpu_processes: bool = typer.Option(False, "--gpu-processes"),
+        vram_timeout: str = typer.Option(None, "--vram-timeout"),
+        gpu_sample: float = typer.Option(None, "--gpu-sample"),
+        file: Path = typer.Option(None, "--file", "-f", help="Flow file (TOML, a [flow] table with these options); flags win."),
+        resume: str = typer.Option(None, "--resume", help="Continue this flow after a dead controller (no second server)."),
+        runs_dir: str = typer.Option(None, "--runs-dir"),
+        extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:  # fmt: skip
+        """stop -> start -> ready -> workload -> drain -> inspect on hang -> stop, teardown always.
+        Exit code: the first failing step's (as `serve ready` and `drain`)."""
+        config = load_config()
+        say = _say(as_json)
+        if resume:
+            code = resume_flow(resume, config, runs_dir, say)
+            if code:
+                raise typer.Exit(code)
+            return
+        given = {k: v for k, v in locals().items() if v is not None and v is not False and v != []}
+        table = load_flow_file(file) if file else {}
+
+        def pick(name: str, default: Any = None) -> Any:
+            return given.get(name, table.get(name.rstrip("_").replace("_", "-"),
+                                            table.get(name.rstrip("_"), default)))  # fmt: skip
+
+        if not pick("engine") or not pick("model"):
+            raise UsageError("flow needs --engine and --model (or a flow file with them)")
+        command = pick("workload_cmd")
+        if not command:
+            raise UsageError("flow needs a workload", hint='pass --workload-cmd "CMD ARGS"')
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        request = start_request(
+            pick("engine"), pick("model"), pick("tp"), int(pick("port", 8000)),
+            pick("host", "127.0.0.1"), pick("model_profile"), pick("addon"), pick("mtp"),
+            pick("python"), pick("served_model_name"), pick("extra") or [], 1.0,
+        )  # fmt: skip
+        options = FlowOptions(
+            server=request,
+            workload_argv=argv,
+            runs_dir=pick("runs_dir"),
+            ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
+            ready_poll_s=parse_duration(str(pick("ready_poll", "1s")), option="--ready-poll"),
+            drain=DrainConfig(
+                max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
+                poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
+                stuck_polls=int(pick("stuck_polls", 6)),
+                startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
+            ),
+            client_pattern=pick("client_pattern"),
+            inspect_on_hang=not pick("no_inspect", False),
+            gpu_processes=bool(pick("gpu_processes", False)),
+            vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
+            gpu_sample_s=pick("gpu_sample"),
+        )  # fmt: skip
+        runner = Flow(options, config, say=say)
+        say(f"proctor: flow {runner.dir.run_id} -> {runner.dir.path}")
+        code = runner.run()
+        if as_json:
+            print_json(runner.record)
+        if code:
+            raise typer.Exit(code)
+
+
+def _clients_of(runs_dir: Path, server_id: str, known: list[Any]) -> list[Any]:
+    """Workload runs proctor started for this server (their record names it)."""
+    from proctor.record.rundir import RunDir, is_run_id
+
+    have = {c.run_id for c in known}
+    found = []
+    if runs_dir.is_dir():
+        for path in sorted(runs_dir.iterdir()):
+            if is_run_id(path.name) and path.name not in have:
+                run = RunDir(path)
+                if record_of(run).get("server_run") == server_id:
+                    found.append(run)
+    return found
+
+
+__all__ = ["ProctorError", "print_ready", "register"]

@@ -1,0 +1,361 @@
+"""The canonical server workflow as a resumable sequence of steps:
+
+    stop -> start -> ready -> workload -> drain -> [inspect on hang] -> stop
+
+The flow is itself a run directory (kind "flow") whose record lists each step with its run id,
+exit code and message; the server and the workload are runs of their own, grouped under the
+flow's id. Teardown always runs (failed step, Ctrl-C, SIGTERM). The exit code is the first
+failing step's. `resume` continues a flow whose controller died without a second server.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from proctor import __version__
+from proctor.errors import ExitCode, ProctorError, UsageError
+from proctor.monitors.drain import DrainConfig
+from proctor.record.rundir import RunDir, create_run_dir, new_run_id
+from proctor.record.status import run_state
+from proctor.serve import (
+    RunWatch,
+    ServerRequest,
+    live_runs,
+    profiles_for,
+    record_of,
+    start_server,
+    stop_server,
+    worker_pids,
+)
+from proctor.spec.config import ProjectConfig
+from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir
+from proctor.supervise.launch import RunSpec, start_run
+from proctor.supervise.wrapper import now_iso
+
+STEPS = ("stop", "start", "ready", "workload", "drain", "inspect", "teardown")
+
+
+@dataclass
+class FlowOptions:
+    server: ServerRequest
+    workload_argv: list[str]
+    runs_dir: str | None = None
+    ready_timeout_s: float = 900.0
+    ready_poll_s: float = 1.0
+    drain: DrainConfig = field(default_factory=DrainConfig)
+    client_pattern: str | None = None
+    inspect_on_hang: bool = True
+    inspect_timeout_s: float = 90.0
+    gpu_processes: bool = False
+    vram_timeout_s: float = 60.0
+    gpu_sample_s: float | None = None
+    workload_env: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "server": dict(self.server.__dict__),
+            "workload_argv": self.workload_argv,
+            "ready_timeout_s": self.ready_timeout_s,
+            "ready_poll_s": self.ready_poll_s,
+            "drain": dict(self.drain.__dict__),
+            "client_pattern": self.client_pattern,
+            "inspect_on_hang": self.inspect_on_hang,
+            "gpu_processes": self.gpu_processes,
+            "vram_timeout_s": self.vram_timeout_s,
+        }
+
+
+class _Terminated(Exception):
+    pass
+
+
+class Flow:
+    def __init__(
+        self,
+        options: FlowOptions,
+        config: ProjectConfig,
+        *,
+        say: Callable[[str], None] = print,
+        run: RunDir | None = None,
+    ) -> None:
+        self.options = options
+        self.config = config
+        self.say = say
+        self.runs_dir = Path(resolve_runs_dir(options.runs_dir, config).value)
+        self.dir = run or create_run_dir(self.runs_dir, new_run_id())
+        self.record: dict[str, Any] = record_of(self.dir) or {
+            "schema": "proctor.flow",
+            "schema_version": 1,
+            "run_id": self.dir.run_id,
+            "name": f"flow-{options.server.engine}-p{options.server.port}",
+            "kind": "flow",
+            "argv": [],
+            "cwd": str(Path.cwd()),
+            "log": "flow.log",
+            "proctor_version": __version__,
+            "created_at": now_iso(),
+            "outcome": "running",
+            "options": options.to_dict(),
+            "steps": [],
+        }
+        self.save()
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    def save(self) -> None:
+        self.dir.write_json("record.json", self.record)
+
+    def log(self, line: str) -> None:
+        self.say(line)
+        with (self.dir.path / "flow.log").open("a", encoding="utf-8") as handle:
+            handle.write(f"{now_iso()} {line}\n")
+
+    def step_done(self, name: str) -> dict[str, Any] | None:
+        for step in self.record["steps"]:
+            if step["step"] == name and step.get("exit_code") is not None:
+                return dict(step)
+        return None
+
+    def begin(self, name: str, **fields: Any) -> dict[str, Any]:
+        step = {"step": name, "started_at": now_iso(), "exit_code": None, **fields}
+        self.record["steps"].append(step)
+        self.record.setdefault("events", []).append({"time": step["started_at"], "event": name})
+        self.save()
+        self.log(f"[{name}] ...")
+        return step
+
+    def end(self, step: dict[str, Any], code: int, message: str, **fields: Any) -> int:
+        step.update(ended_at=now_iso(), exit_code=code, message=message, **fields)
+        self.save()
+        self.log(f"[{step['step']}] exit {code}: {message}")
+        return code
+
+    # -- steps ----------------------------------------------------------------------------
+    def stop_leftovers(self) -> int:
+        """Step 1: stop live server runs proctor started on this port (scoped, idempotent)."""
+        step = self.begin("stop")
+        port = self.options.server.port
+        stale = [r for r in live_runs(self.runs_dir, "server")
+                 if (record_of(r).get("server") or {}).get("port") == port]  # fmt: skip
+        for run in stale:
+            stop_server(run, vram_timeout_s=self.options.vram_timeout_s)
+        return self.end(step, 0, f"stopped {len(stale)} earlier server run(s) on port {port}",
+                        stopped=[r.run_id for r in stale])  # fmt: skip
+
+    def start_server(self) -> tuple[int, RunDir | None]:
+        step = self.begin("start")
+        flags = RunFlags(argv=[], runs_dir=str(self.runs_dir), gpu_sample=self.options.gpu_sample_s)
+        try:
+            started, applied = start_server(
+                self.options.server, self.config, flags=flags, group=self.dir.run_id
+            )
+        except ProctorError as error:
+            return self.end(step, int(error.exit_code), error.one_line()), None
+        self.record["server_run"] = started.run.run_id
+        env = " ".join(f"{k}={v}" for k, v in applied["applied_env"].items()) or "(none)"
+        self.log(f"[start] model profile {applied['model_profile']}; env {env}")
+        self.log(f"[start] {' '.join(applied['argv'])}")
+        return self.end(
+            step, 0, f"server run {started.run.run_id}", run_id=started.run.run_id
+        ), started.run
+
+    def ready(self, server: RunDir) -> int:
+        from proctor.monitors.ready import ready_for_engine
+
+        step = self.begin("ready", run_id=server.run_id)
+        engine = profiles_for(self.config).engine(self.options.server.engine)
+        result = ready_for_engine(
+            engine, self.options.server.port, host=self.options.server.host,
+            process=RunWatch(server), logs=[server.log_path()],
+            timeout_s=self.options.ready_timeout_s, poll_s=self.options.ready_poll_s,
+            on_status=self.log,
+        )  # fmt: skip
+        self._tails(result.tails)
+        return self.end(
+            step, result.exit_code, result.message(), elapsed_s=round(result.elapsed_s, 3)
+        )
+
+    def workload(self, server: RunDir) -> tuple[int, RunDir | None]:
+        step = self.begin("workload")
+        flags = RunFlags(argv=self.options.workload_argv, runs_dir=str(self.runs_dir), detach=True,
+                         env=list(self.options.workload_env), gpu_sample=0)  # fmt: skip
+        try:
+            plan = resolve_run_plan(flags, self.config)
+            started = start_run(plan, RunSpec(kind="workload", group=self.dir.run_id,
+                                              extra={"server_run": server.run_id}))  # fmt: skip
+        except ProctorError as error:
+            return self.end(step, int(error.exit_code), error.one_line()), None
+        self.record["workload_run"] = started.run.run_id
+        return self.end(
+            step, 0, f"workload run {started.run.run_id}", run_id=started.run.run_id
+        ), started.run
+
+    def drain(self, server: RunDir, workload: RunDir) -> int:
+        from proctor.monitors.drain import drain_for_engine
+
+        step = self.begin("drain", run_id=server.run_id)
+        engine = profiles_for(self.config).engine(self.options.server.engine)
+        result = drain_for_engine(
+            engine, self.options.drain, port=self.options.server.port,
+            host=self.options.server.host, server=RunWatch(server),
+            server_log=server.log_path(), extra_logs=[workload.log_path()],
+            clients=[RunWatch(workload)], client_pattern=self.options.client_pattern,
+            on_status=self.log,
+        )  # fmt: skip
+        self._tails(result.tails)
+        code = result.exit_code
+        if code == 0:
+            wl = run_state(workload)
+            if wl.exit is None:
+                return self.end(
+                    step,
+                    int(ExitCode.UNKNOWN),
+                    "drained, but the workload's exit status is unknown",
+                )
+            if wl.exit.code != 0:
+                return self.end(step, int(ExitCode.WORKLOAD_FAILED),
+                                f"drained; the workload exited {wl.exit.code}")  # fmt: skip
+        return self.end(step, code, result.message(), outcome=result.outcome.value)
+
+    def inspect(self, server: RunDir) -> int:
+        from proctor.supervise.inspect import inspect
+
+        step = self.begin("inspect", run_id=server.run_id)
+        engine = profiles_for(self.config).engine(self.options.server.engine)
+        pids = worker_pids(server, engine)
+        try:
+            results = inspect(pids, server.path / "inspect", self.options.inspect_timeout_s)
+        except ProctorError as error:
+            return self.end(step, 0, f"no inspection: {error.one_line()}")
+        files = [str(r.path) if hasattr(r, "path") else str(r) for r in results]
+        return self.end(step, 0, f"stacks of {len(pids)} process(es) in {server.path / 'inspect'}",
+                        files=files)  # fmt: skip
+
+    def teardown(self, server: RunDir | None) -> int:
+        step = self.begin("teardown")
+        if server is None:
+            return self.end(step, 0, "no server to stop")
+        report = stop_server(server, gpu_processes=self.options.gpu_processes,
+                             vram_timeout_s=self.options.vram_timeout_s)  # fmt: skip
+        if not report.memory_ok:
+            return self.end(step, int(ExitCode.FAULT),
+                            f"GPU memory still held: {report.holders}", stop=report.to_dict())  # fmt: skip
+        return self.end(step, 0, f"server {server.run_id} stopped", stop=report.to_dict())
+
+    def _tails(self, tails: dict[str, list[str]]) -> None:
+        for path, lines in (tails or {}).items():
+            self.log(f"--- last lines of {path} ---")
+            for line in lines:
+                self.log(line)
+
+    # -- the sequence -----------------------------------------------------------------------
+    def run(self, *, resume: bool = False) -> int:
+        first_failure = 0
+        server: RunDir | None = None
+
+        def note(code: int) -> int:
+            nonlocal first_failure
+            if code and not first_failure:
+                first_failure = code
+            return code
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            raise _Terminated()
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+        try:
+            if resume and self.record.get("server_run"):
+                server = RunDir(self.runs_dir / self.record["server_run"])
+                if run_state(server).state not in ("running", "starting"):
+                    self.log(f"[resume] server run {server.run_id} is no longer running")
+                    note(int(ExitCode.WORKLOAD_FAILED))
+                    return first_failure
+            else:
+                note(self.stop_leftovers())
+                code, server = self.start_server()
+                if note(code):
+                    return first_failure
+            assert server is not None
+            done = self.step_done("ready")
+            if (done is None or done["exit_code"] != 0) and note(self.ready(server)):
+                return first_failure
+            workload: RunDir | None = None
+            done = self.step_done("workload")
+            if done and done.get("run_id"):
+                workload = RunDir(self.runs_dir / done["run_id"])
+            else:
+                code, workload = self.workload(server)
+                if note(code):
+                    return first_failure
+            assert workload is not None
+            code = note(self.drain(server, workload))
+            if code == int(ExitCode.HANG) and self.options.inspect_on_hang:
+                self.inspect(server)
+            return first_failure
+        except (KeyboardInterrupt, _Terminated):
+            self.log("[flow] interrupted: tearing down")
+            note(int(ExitCode.INTERRUPTED))
+            return first_failure
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            try:
+                code = self.teardown(server)
+            except (KeyboardInterrupt, _Terminated):
+                code = self.teardown(server)
+            note(code)
+            self.record["outcome"] = "ok" if first_failure == 0 else "failed"
+            self.record["exit_code"] = first_failure
+            self.record["ended_at"] = now_iso()
+            self.save()
+            (self.dir.path / "exit_code").write_text(f"{first_failure}\n")
+
+
+def resume_flow(ref: str, config: ProjectConfig, runs_dir: str | None,
+                say: Callable[[str], None]) -> int:  # fmt: skip
+    from proctor.supervise.launch import resolve_run
+
+    directory = Path(resolve_runs_dir(runs_dir, config).value)
+    run = resolve_run(directory, ref)
+    record = record_of(run)
+    if record.get("kind") != "flow":
+        raise UsageError(f"run {run.run_id} is not a flow", hint="pass the flow's run id")
+    if record.get("ended_at"):
+        raise UsageError(f"flow {run.run_id} already ended with exit {record.get('exit_code')}")
+    opts = record["options"]
+    options = FlowOptions(
+        server=ServerRequest(**opts["server"]),
+        workload_argv=list(opts["workload_argv"]),
+        runs_dir=str(directory),
+        ready_timeout_s=opts["ready_timeout_s"],
+        ready_poll_s=opts["ready_poll_s"],
+        drain=DrainConfig(**opts["drain"]),
+        client_pattern=opts.get("client_pattern"),
+        inspect_on_hang=opts["inspect_on_hang"],
+        gpu_processes=opts["gpu_processes"],
+        vram_timeout_s=opts["vram_timeout_s"],
+    )
+    return Flow(options, config, say=say, run=run).run(resume=True)
+
+
+def load_flow_file(path: Path) -> dict[str, Any]:
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"flow file {path} not found") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{path}: invalid TOML: {error}") from None
+    table = data.get("flow", data)
+    return dict(table) if isinstance(table, dict) else {}
+
+
+__all__ = ["STEPS", "Flow", "FlowOptions", "load_flow_file", "resume_flow"]

@@ -1,0 +1,305 @@
+"""The inference-server workflow as a library: start a server as a detached run, gate on its
+readiness, drain its workload, inspect a hang, stop it and give its GPU memory back.
+
+A server is a run of kind "server" whose record carries a `server` section (engine, model,
+port, the env and args its profiles applied, the GPU memory baseline at start). Everything
+else here reads that record, so each step works from any shell and after a dead controller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proctor.errors import TargetUnavailable, UsageError
+from proctor.monitors.watch import ProcStatus
+from proctor.record.rundir import RunDir, is_run_id
+from proctor.record.status import run_state
+from proctor.spec.config import ProjectConfig
+from proctor.spec.plan import RunFlags, Value, resolve_run_plan
+from proctor.spec.profiles.loader import ProfileSet, load_profiles
+from proctor.spec.profiles.models import AddonUse, EngineProfile
+from proctor.supervise.launch import RunSpec, Started, record_of, request_stop, start_run, wait_run
+
+
+def profiles_for(config: ProjectConfig) -> ProfileSet:
+    table = {k: config.table(k) for k in ("engines", "models", "addons")}
+    origin = str(config.source_path) if config.source_path else "proctor.toml"
+    return load_profiles(table, origin=origin)
+
+
+@dataclass
+class ServerRequest:
+    engine: str
+    model: str
+    port: int = 8000
+    host: str = "127.0.0.1"
+    tp: int | None = None
+    model_profile: str | None = None
+    addons: list[tuple[str, dict[str, str | int]]] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    python: str | None = None
+    served_model_name: str | None = None
+    min_free_disk_gib: float = 1.0
+
+
+class RunWatch:
+    """A run's main process as monitors see it: alive while the run is; then its exit code."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+
+    def status(self) -> ProcStatus:
+        state = run_state(self.run)
+        if state.state in ("running", "starting"):
+            return ProcStatus(alive=True)
+        return ProcStatus(alive=False, exit_code=state.exit.code if state.exit else None)
+
+
+# -- pre-flight -------------------------------------------------------------------------------
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def preflight(request: ServerRequest, runs_dir: Path) -> dict[str, Any]:
+    """Refuse what cannot work (port taken, no disk); report what may hurt (GPU memory held)."""
+    if port_in_use(request.host, request.port):
+        holder = ""
+        with contextlib.suppress(Exception):
+            from proctor.supervise.proctree import listener_on_port
+
+            ident = listener_on_port(request.port)
+            if ident is not None:
+                holder = f" by pid {ident.pid}"
+        raise TargetUnavailable(
+            f"port {request.port} on {request.host} is already in use{holder}",
+            hint="stop that server (proctor serve stop --port P) or choose another --port",
+        )
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    free_gib = shutil.disk_usage(runs_dir).free / 2**30
+    if free_gib < request.min_free_disk_gib:
+        raise TargetUnavailable(
+            f"only {free_gib:.1f} GiB free under {runs_dir}",
+            hint=f"free disk space or lower --min-free-disk (now {request.min_free_disk_gib} GiB)",
+        )
+    from proctor.monitors.gpu import gpu_holders, memory_snapshot
+
+    return {
+        "free_disk_gib": round(free_gib, 1),
+        "gpu_baseline_mib": {str(k): v for k, v in memory_snapshot().items()},
+        "gpu_held_by_others": [{"pid": pid, "mib": mib} for pid, mib in gpu_holders()],
+    }
+
+
+# -- start ------------------------------------------------------------------------------------
+def server_command(
+    request: ServerRequest, profiles: ProfileSet
+) -> tuple[EngineProfile, str, list[str], dict[str, str], bool]:
+    engine = profiles.engine(request.engine)
+    model = profiles.resolve_model(request.model_profile, request.model, engine)
+    uses = [AddonUse(addon=profiles.addon(name), values=values) for name, values in request.addons]
+    argv, env = build_command(engine, model, request, uses)
+    chat = any(use.addon.use_chat_template for use in uses)
+    return engine, model.name, argv, env, chat
+
+
+def build_command(
+    engine: EngineProfile, model: Any, request: ServerRequest, uses: Sequence[AddonUse]
+) -> tuple[list[str], dict[str, str]]:
+    from proctor.spec.profiles.command import build_server_command
+
+    return build_server_command(
+        engine,
+        model,
+        request.model,
+        tp=request.tp,
+        port=request.port,
+        extra=request.extra,
+        python=request.python,
+        host=request.host,
+        served_model_name=request.served_model_name,
+        addons=uses,
+    )
+
+
+def server_name(request: ServerRequest) -> str:
+    base = os.path.basename(request.model.rstrip("/")) or "model"
+    return f"serve-{request.engine}-{base}-p{request.port}"
+
+
+def start_server(
+    request: ServerRequest,
+    config: ProjectConfig,
+    *,
+    flags: RunFlags | None = None,
+    on_applied: Callable[[dict[str, Any]], None] | None = None,
+    group: str | None = None,
+) -> tuple[Started, dict[str, Any]]:
+    """Pre-flight, then the server as a detached run. Returns at once with the run."""
+    profiles = profiles_for(config)
+    engine, model_profile, argv, env, chat = server_command(request, profiles)
+    flags = flags or RunFlags(argv=argv)
+    flags.argv = argv
+    flags.name = flags.name or server_name(request)
+    flags.env = [f"{k}={v}" for k, v in env.items()] + list(flags.env)
+    flags.detach = True
+    plan = resolve_run_plan(flags, config)
+    for k in env:
+        if plan.env[k].value == env[k]:
+            plan.env[k] = Value(env[k], f"profile:{engine.name}/{model_profile}")
+    facts = preflight(request, Path(plan.runs_dir.value))
+    redactor = plan.redactor()
+    applied = {
+        "engine": engine.name,
+        "model": request.model,
+        "model_profile": model_profile,
+        "addons": [name for name, _ in request.addons],
+        "port": request.port,
+        "host": request.host,
+        "tp": request.tp,
+        "applied_env": redactor.env(env),
+        "argv": redactor.argv(argv),
+        "use_chat_template": chat,
+        "preflight": facts,
+    }
+    if on_applied is not None:
+        on_applied(applied)
+    spec = RunSpec(kind="server", group=group, extra={"server": applied})
+    return start_run(plan, spec), applied
+
+
+# -- finding servers --------------------------------------------------------------------------
+def live_runs(runs_dir: Path, kind: str | None = None) -> list[RunDir]:
+    if not runs_dir.is_dir():
+        return []
+    found: list[RunDir] = []
+    for path in sorted(runs_dir.iterdir(), reverse=True):
+        if not (path.is_dir() and is_run_id(path.name)):
+            continue
+        run = RunDir(path)
+        if kind is not None and record_of(run).get("kind") != kind:
+            continue
+        if run_state(run).state in ("running", "starting"):
+            found.append(run)
+    return found
+
+
+def find_server(runs_dir: Path, ref: str | None, port: int | None) -> RunDir | None:
+    """The server run named by `ref`, else the live server run on `port`, else the newest live."""
+    from proctor.supervise.launch import resolve_run
+
+    if ref:
+        return resolve_run(runs_dir, ref)
+    servers = live_runs(runs_dir, "server")
+    if port is not None:
+        servers = [s for s in servers if (record_of(s).get("server") or {}).get("port") == port]
+    return servers[0] if servers else None
+
+
+def server_facts(run: RunDir) -> dict[str, Any]:
+    facts = record_of(run).get("server")
+    if not isinstance(facts, dict):
+        raise UsageError(
+            f"run {run.run_id} is not a server run", hint="start one with proctor serve start"
+        )
+    return facts
+
+
+def engine_of(run: RunDir, config: ProjectConfig) -> EngineProfile:
+    return profiles_for(config).engine(str(server_facts(run)["engine"]))
+
+
+# -- stop -------------------------------------------------------------------------------------
+@dataclass
+class StopReport:
+    run_id: str | None
+    was_running: bool
+    outcome: str
+    gpu_killed: list[int] = field(default_factory=list)
+    memory_ok: bool = True
+    memory_now_mib: dict[str, float] = field(default_factory=dict)
+    baseline_mib: dict[str, float] = field(default_factory=dict)
+    holders: list[dict[str, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def stop_server(
+    run: RunDir,
+    *,
+    gpu_processes: bool = False,
+    vram_timeout_s: float = 60.0,
+    wait_s: float = 120.0,
+) -> StopReport:
+    """Stop a server run (idempotent) and wait for its GPUs to return to the start baseline."""
+    from proctor.monitors.gpu import gpu_holders, memory_back_to_baseline
+
+    facts = record_of(run).get("server") or {}
+    sent = request_stop(run)
+    state = wait_run(run, wait_s) if sent else run_state(run)
+    baseline = {
+        int(k): float(v)
+        for k, v in ((facts.get("preflight") or {}).get("gpu_baseline_mib") or {}).items()
+    }
+    report = StopReport(
+        run.run_id, sent, state.state, baseline_mib={str(k): v for k, v in baseline.items()}
+    )
+    if gpu_processes and baseline:
+        for pid, _ in gpu_holders(baseline.keys()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, 9)
+                report.gpu_killed.append(pid)
+    if baseline:
+        ok, now = memory_back_to_baseline(baseline, timeout_s=vram_timeout_s)
+        report.memory_ok = ok
+        report.memory_now_mib = {str(k): v for k, v in now.items()}
+        if not ok:
+            report.holders = [{"pid": pid, "mib": mib} for pid, mib in gpu_holders(baseline.keys())]
+    return report
+
+
+def worker_pids(run: RunDir, engine: EngineProfile) -> list[int]:
+    """The server's worker processes (within its tree only), else the server process itself."""
+    from proctor.supervise.proctree import ProcessIdentity, descendants, find_workers
+
+    process = record_of(run).get("process") or {}
+    if not process:
+        return []
+    root = ProcessIdentity(int(process["pid"]), float(process["create_time"]))
+    if not root.is_alive():
+        return []
+    workers = find_workers(root, engine.worker_patterns)
+    pids = [w.pid for w in workers] or [root.pid]
+    if root.pid not in pids:
+        pids.insert(0, root.pid)
+    # Helpers the server spawned outside the patterns are worth a stack too, up to a few.
+    extra = [d.pid for d in descendants(root) if d.pid not in pids][:4]
+    return pids + extra
+
+
+__all__ = [
+    "RunWatch",
+    "ServerRequest",
+    "StopReport",
+    "engine_of",
+    "find_server",
+    "live_runs",
+    "preflight",
+    "server_facts",
+    "start_server",
+    "stop_server",
+    "worker_pids",
+]
