@@ -1,0 +1,203 @@
+"""The far side of a remote run: `python -m proctor.targets.remote.agent CMD`, JSON on stdin.
+
+It calls exactly the code a local run uses (source.inspect_checkout/unpack_and_verify,
+supervise.launch.start_run, record.status), so the remote run directory is made as locally.
+The answer is one JSON line on stdout ({"ok": true, ...} or {"ok": false, "type": ..., ...});
+`follow` streams log bytes on stdout and puts its answer on stderr.
+
+Secrets in the job's env arrive on stdin and go only into the wrapper's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from proctor.errors import ProctorError, UsageError
+
+
+def _run_dir(req: dict[str, Any]) -> Any:
+    from proctor.record.rundir import RunDir, is_run_id
+
+    run_id = str(req["run_id"])
+    path = Path(req["runs_dir"]) / run_id
+    if not is_run_id(run_id) or not path.is_dir():
+        raise UsageError(f"no run {run_id!r} in {req['runs_dir']} on this host")
+    return RunDir(path)
+
+
+def _status(run: Any) -> dict[str, Any]:
+    from proctor.targets.local import status_of
+
+    s = status_of(run)
+    return {"state": s.state, "exit_code": s.exit_code, "exit_signal": s.exit_signal,
+            "wrapper_alive": s.wrapper_alive, "outcome": s.outcome}  # fmt: skip
+
+
+def probe(req: dict[str, Any]) -> dict[str, Any]:
+    import platform
+
+    import proctor
+
+    return {"python": sys.executable, "python_version": platform.python_version(),
+            "proctor_version": proctor.__version__, "proctor_file": proctor.__file__,
+            "cwd": os.getcwd()}  # fmt: skip
+
+
+def _identity(req: dict[str, Any]) -> Any:
+    from proctor.source.identity import SourceIdentity
+
+    return SourceIdentity.model_validate(req["identity"]) if req.get("identity") else None
+
+
+def _report(report: Any) -> dict[str, Any]:
+    source_id = report.shipped.source_id if report.shipped else (
+        report.identity.source_id if report.identity else None)  # fmt: skip
+    return {"path": report.path, "state": report.state, "source_id": source_id,
+            "matches": report.matches, "mismatches": report.mismatches,
+            "summary": report.summary(), "dirty": report.dirty,
+            "modified": report.modified, "untracked": report.untracked}  # fmt: skip
+
+
+def check_source(path: str, expected: Any) -> Any:
+    """Inspect `path` against `expected`: manifest, source id, commit, submodule revisions."""
+    from proctor.source.archive import inspect_checkout
+
+    report = inspect_checkout(path, expected)
+    if expected is not None and report.shipped is not None:
+        have = report.shipped.identity
+        if have.commit != expected.commit:
+            report.mismatches.append(f"commit {have.commit} is not the expected {expected.commit}")
+        want = {s.path: s.recorded_commit for s in expected.submodules}
+        got = {s.path: s.recorded_commit for s in have.submodules}
+        if want != got:
+            report.mismatches.append(f"submodule revisions {got} are not the expected {want}")
+    return report
+
+
+def inspect(req: dict[str, Any]) -> dict[str, Any]:
+    return _report(check_source(str(req["path"]), _identity(req)))
+
+
+def unpack(req: dict[str, Any]) -> dict[str, Any]:
+    from proctor.record.manifest import sha256_file
+    from proctor.source.archive import SourceMismatch, unpack_and_verify
+
+    archive = Path(req["archive"])
+    try:
+        if req.get("sha256") and sha256_file(archive) != req["sha256"]:
+            raise SourceMismatch(f"the source archive {archive} arrived corrupted (sha256 differs)",
+                                 hint="retry the sync")  # fmt: skip
+        report = unpack_and_verify(archive, req["dest"])
+    finally:
+        archive.unlink(missing_ok=True)
+    return _report(report)
+
+
+def start(req: dict[str, Any]) -> dict[str, Any]:
+    from proctor.source.archive import ensure_matches
+    from proctor.spec.config import load_config
+    from proctor.supervise.launch import RunSpec, start_run
+    from proctor.targets.base import JobSpec
+    from proctor.targets.local import plan_for_job
+
+    checkout = Path(req["checkout"])
+    # Verify again right before running: the checkout may have changed since the sync.
+    report = ensure_matches(check_source(str(checkout), _identity(req)))
+    job = JobSpec(**req["job"])
+    config_file = checkout / "proctor.toml"
+    config = load_config(config_file) if config_file.is_file() else None
+    plan = plan_for_job(job, Path(req["runs_dir"]), checkout, config)
+    target = dict(req.get("target") or {})
+    target["checkout"] = str(checkout)
+    spec = RunSpec(group=job.group, target=target, extra=dict(job.extra))
+    started = start_run(plan, spec)
+    run = started.run
+    return {"run_id": run.run_id, "dir": str(run.path), "log": run.log_path().name,
+            "attached": started.attached, "source_check": _report(report)}  # fmt: skip
+
+
+def status(req: dict[str, Any]) -> dict[str, Any]:
+    return _status(_run_dir(req))
+
+
+def stop(req: dict[str, Any]) -> dict[str, Any]:
+    from proctor.supervise.launch import request_stop
+
+    run = _run_dir(req)
+    return {"sent": request_stop(run), **_status(run)}
+
+
+def listing(req: dict[str, Any]) -> dict[str, Any]:
+    run = _run_dir(req)
+    files = sorted(
+        p.relative_to(run.path).as_posix()
+        for p in run.path.rglob("*")
+        if p.is_file() and not p.name.startswith(".")
+    )
+    return {"files": files, **_status(run)}
+
+
+def follow(req: dict[str, Any]) -> dict[str, Any]:
+    """Stream the log from `offset` to stdout until the run is done (or at once)."""
+    from proctor.record.status import run_state
+
+    run = _run_dir(req)
+    out = sys.stdout.buffer
+    log = run.log_path()
+    offset = int(req.get("offset") or 0)
+    until_done = bool(req.get("until_done", True))
+    while not log.exists() and run_state(run).state == "starting":
+        time.sleep(0.05)
+    with log.open("rb") as handle:
+        handle.seek(offset)
+        while True:
+            chunk = handle.read(1 << 16)
+            if chunk:
+                out.write(chunk)
+                continue
+            out.flush()
+            state = run_state(run)
+            done = state.state in ("finished", "unknown") and not state.wrapper_alive
+            if not until_done or done:
+                while chunk := handle.read(1 << 16):
+                    out.write(chunk)
+                out.flush()
+                return _status(run)
+            time.sleep(0.05)
+
+
+COMMANDS = {"probe": probe, "inspect": inspect, "unpack": unpack, "start": start,
+            "status": status, "stop": stop, "listing": listing, "follow": follow}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in COMMANDS:
+        sys.stdout.write(json.dumps({"ok": False, "type": "UsageError",
+                                     "error": f"usage: agent {'|'.join(COMMANDS)}"}) + "\n")
+        return 64
+    answer_to = sys.stderr if args[0] == "follow" else sys.stdout
+    try:
+        raw = sys.stdin.read()
+        request = json.loads(raw) if raw.strip() else {}
+        answer: dict[str, Any] = {"ok": True, **COMMANDS[args[0]](request)}
+        code = 0
+    except ProctorError as error:
+        answer = {"ok": False, "type": type(error).__name__, "error": error.message,
+                  "hint": error.hint}  # fmt: skip
+        code = int(error.exit_code)
+    except Exception as error:  # answer with the reason instead of a traceback
+        answer = {"ok": False, "type": "ResultUnknown", "error": f"{type(error).__name__}: {error}"}
+        code = 6
+    answer_to.write("\n" + json.dumps(answer, default=str) + "\n")
+    answer_to.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
