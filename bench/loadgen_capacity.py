@@ -272,6 +272,7 @@ def main() -> int:
     ap.add_argument("--osl", type=int, default=32)
     ap.add_argument("--quick", action="store_true", help="fewer requests per point")
     ap.add_argument("--extra-client", help="another client's command template")
+    ap.add_argument("--workers", default="2", help="comma-separated --workers to try beyond 1")
     a = ap.parse_args()
     if a.serve:
         asyncio.run(_serve(a.serve, a.ttft, a.tick))
@@ -297,8 +298,9 @@ def main() -> int:
             if a.extra_client:
                 points.append(run_extra(a.extra_client, f"http://127.0.0.1:{port}", emu, conc, n,
                                         a.osl, a.ttft))
-        points.append(run_proctor(port, emu, 256, 256 * 2 * scale, a.osl, a.ttft, 2))
-        points.append(run_proctor(port, emu, 1024, 1024 * scale, a.osl, a.ttft, 2))
+        for w in [int(x) for x in a.workers.split(",") if x]:
+            points.append(run_proctor(port, emu, 256, 256 * 2 * scale, a.osl, a.ttft, w))
+            points.append(run_proctor(port, emu, 1024, 1024 * scale, a.osl, a.ttft, w))
     finally:
         os.killpg(emu_proc.pid, 9)
         emu_proc.wait()
