@@ -1,0 +1,104 @@
+"""One node's share of a Slurm run: `python -m proctor.targets.slurm.node REMOTE_RUN_DIR`.
+
+`srun` starts this once per node. It makes `nodes/<SLURMD_NODENAME>/` a full run directory
+from the templates the controller left (node-plan.json, node-record.json), runs the same
+supervising wrapper as a local run in-process (so Slurm's signals reach the wrapper itself),
+and exits with the command's status, so Slurm's step exit code is the command's.
+
+Like the wrapper, it imports no pydantic, rich or typer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from proctor.record.rundir import RunDir
+from proctor.supervise import wrapper
+
+#: Exit status when the wrapper left no exit_code: the result is unknown (proctor's code 6).
+UNKNOWN_STATUS = 6
+_GPU_DEVICES = ("/dev/nvidia0", "/dev/kfd")
+
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def _slurm_env() -> dict[str, Any]:
+    keys = (
+        "SLURM_JOB_ID",
+        "SLURM_STEP_ID",
+        "SLURM_PROCID",
+        "SLURM_NODEID",
+        "SLURM_JOB_NODELIST",
+        "SLURM_JOB_GPUS",
+        "CUDA_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+    )
+    return {k.lower(): os.environ[k] for k in keys if k in os.environ}
+
+
+def _gpu(plan: dict[str, Any]) -> dict[str, Any]:
+    if not float(plan.get("gpu_sample_s") or 0) or not any(map(os.path.exists, _GPU_DEVICES)):
+        return {"present": False, "reason": "no GPU device on this node or sampling off"}
+    try:
+        from proctor.monitors.gpu import inventory
+
+        inv = inventory()
+        raw = inv.model_dump() if hasattr(inv, "model_dump") else dict(inv.__dict__)
+        text = json.dumps(raw, default=lambda o: getattr(o, "__dict__", str(o)))
+        data: dict[str, Any] = json.loads(text)
+        data.setdefault("present", bool(data.get("gpus")))
+        return data
+    except Exception as error:  # a broken driver must not stop the run
+        return {"present": False, "reason": f"GPU inventory failed: {error}"}
+
+
+def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
+    plan = json.loads((run_dir / "node-plan.json").read_text(encoding="utf-8"))
+    base = json.loads((run_dir / "node-record.json").read_text(encoding="utf-8"))
+    path = run_dir / "nodes" / node
+    path.mkdir(parents=True, exist_ok=True)
+    run = RunDir(path)
+    if run.exit_code_path.exists():
+        raise SystemExit(f"proctor node: {path} already holds a finished run")
+    gpu = _gpu(plan)
+    plan["gpu_present"] = bool(gpu.get("present"))
+    run.write_json("plan.json", plan)
+    from proctor.record.hostinfo import host_info
+
+    slurm = _slurm_env()
+    record = {
+        **base,
+        "run_id": f"{base['group']}.{node}",
+        "target": {**base.get("target", {}), "node": node, **slurm},
+        "host": host_info(),
+        "gpu": gpu,
+    }
+    run.write_json("record.json", record)
+    (path / str(plan["log"])).touch()
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m proctor.targets.slurm.node REMOTE_RUN_DIR\n")
+        return 64
+    node = node_name()
+    run = prepare_node_dir(Path(args[0]), node)
+    wrapper.main([str(run.path)])
+    status = run.exit_code_path.read_text().split() if run.exit_code_path.exists() else []
+    if not status:
+        sys.stderr.write(f"proctor node {node}: no exit status recorded in {run.path}\n")
+        return UNKNOWN_STATUS
+    return int(status[0]) & 0xFF
+
+
+if __name__ == "__main__":
+    sys.exit(main())

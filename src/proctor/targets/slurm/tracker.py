@@ -1,0 +1,317 @@
+"""The detached tracker of a Slurm run: `python -m proctor.targets.slurm.tracker GROUP_DIR`.
+
+It is to a Slurm job what the wrapper is to a local command: started in its own session, it
+holds the group run (its pid file is `wrapper.pid`, so `proctor runs wait/stop/show` work
+unchanged), follows the job through squeue, copies every node's new log lines into the
+group log, scancels on SIGTERM (`proctor runs stop`), and when the job is final reads
+Slurm's accounting, fetches and verifies every node's run directory, decides the outcome
+and writes `exit_code`, the record and the manifest. Starting it again on a group that is
+not finished resumes tracking (it is idempotent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import psutil
+
+from proctor.errors import ProctorError
+from proctor.record.manifest import verify_run_manifest, write_run_manifest
+from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.status import read_exit_status
+from proctor.supervise.wrapper import now_iso
+from proctor.targets.slurm.login import LoginHost
+from proctor.targets.slurm.options import parse_target
+from proctor.targets.slurm.outcome import GroupOutcome, NodeResult, decide
+from proctor.targets.slurm.scheduler import Accounting, Slurm, elapsed_seconds
+from proctor.targets.slurm.target import META, login_for, update_record
+
+POLL_S = 0.5
+#: After Slurm says the job is final, how long to wait for nodes' exit_code files to appear.
+SETTLE_S = 5.0
+
+
+def _event(name: str, detail: str | None = None) -> dict[str, Any]:
+    return {"time": now_iso(), "event": name, "detail": detail}
+
+
+class LogPump:
+    """Copies complete new lines of remote files into the group log, prefixed by source."""
+
+    def __init__(self, login: LoginHost, out: Path) -> None:
+        self.login = login
+        self.out = out
+        self.offsets: dict[str, int] = {}
+        self.partial: dict[str, bytes] = {}
+
+    def pump(self, label: str, path: str, final: bool = False) -> int:
+        data = self.login.read_bytes(path, self.offsets.get(path, 0))
+        if not data and not (final and self.partial.get(path)):
+            return 0
+        self.offsets[path] = self.offsets.get(path, 0) + len(data)
+        buffered = self.partial.pop(path, b"") + data
+        lines = buffered.split(b"\n")
+        rest = lines.pop()
+        if rest and not final:
+            self.partial[path] = rest
+        elif rest:
+            lines.append(rest)
+        if lines:
+            prefix = f"[{label}] ".encode()
+            with self.out.open("ab") as handle:
+                handle.write(b"".join(prefix + line + b"\n" for line in lines))
+        return len(data)
+
+
+class Tracker:
+    def __init__(self, group_dir: Path) -> None:
+        self.run = RunDir(group_dir)
+        meta = self.run.read_json(META)
+        if meta is None:
+            raise SystemExit(f"proctor slurm tracker: no {META} in {group_dir}")
+        self.meta: dict[str, Any] = meta
+        self.job_id = int(meta["job_id"])
+        self.remote = str(meta["remote_run_dir"])
+        self.log_name = str(meta.get("log") or "run.log")
+        self.login = login_for(parse_target(str(meta["target"])))
+        self.slurm = Slurm(self.login)
+        self.pump = LogPump(self.login, self.run.path / self.log_name)
+        self.stop_requested = False
+        self.cancelled = False
+        self.last_state: str | None = None
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_requested = True
+
+    # -- following ------------------------------------------------------------------------
+    def follow_logs(self, final: bool = False) -> None:
+        for node in self.login.list_dir(f"{self.remote}/nodes"):
+            self.pump.pump(node, f"{self.remote}/nodes/{node}/{self.log_name}", final)
+        self.pump.pump("slurm", f"{self.remote}/slurm-{self.job_id}.out", final)
+
+    def note_state(self, state: str, reason: str | None, nodes: str | None) -> None:
+        if state == self.last_state:
+            return
+        self.last_state = state
+        detail = state + (f" ({reason})" if reason and reason != "None" else "")
+        fields: dict[str, Any] = {"add_events": [_event(f"slurm_{state.lower()}", detail)]}
+        if state == "RUNNING":
+            fields.update(outcome="running", started_at=now_iso())
+        record = self.run.read_json("record.json") or {}
+        slurm = {
+            **record.get("slurm", {}),
+            "job_id": self.job_id,
+            "state": state,
+            "reason": reason,
+            "node_list": nodes,
+        }
+        update_record(self.run, slurm=slurm, **fields)
+
+    def track(self) -> Accounting | None:
+        while True:
+            if self.stop_requested and not self.cancelled:
+                self.cancelled = True
+                update_record(self.run, add_events=[_event("stop", f"scancel {self.job_id}")])
+                self.slurm.cancel(self.job_id)
+            entry = self.slurm.queue(self.job_id)
+            if entry is not None:
+                self.note_state(entry.state, entry.reason, entry.nodes)
+            self.follow_logs()
+            if entry is None or entry.state in (
+                "COMPLETED",
+                "FAILED",
+                "CANCELLED",
+                "TIMEOUT",
+                "NODE_FAIL",
+                "PREEMPTED",
+                "OUT_OF_MEMORY",
+                "BOOT_FAIL",
+                "DEADLINE",
+            ):
+                acct = self.slurm.accounting(self.job_id)
+                if acct is None or acct.final:
+                    return acct
+            time.sleep(POLL_S)
+
+    # -- finishing ------------------------------------------------------------------------
+    def expected_nodes(self, acct: Accounting | None) -> list[str]:
+        listed = self.login.list_dir(f"{self.remote}/nodes")
+        allocated = self.slurm.hostnames(acct.node_list or "") if acct else []
+        return sorted(set(allocated) | set(listed))
+
+    def settle(self, nodes: list[str]) -> None:
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline:
+            if all(self.login.exists(f"{self.remote}/nodes/{n}/manifest.sha256") for n in nodes):
+                return
+            time.sleep(0.1)
+
+    def fetch_node(self, node: str) -> NodeResult:
+        remote = f"{self.remote}/nodes/{node}"
+        if not self.login.exists(remote):
+            return NodeResult(node, present=False, problem="the node left no run directory")
+        local = self.run.path / "nodes" / node
+        self.login.fetch_tree(remote, local)
+        run = RunDir(local)
+        status = read_exit_status(run)
+        record = run.read_json("record.json") or {}
+        check = verify_run_manifest(run)
+        result = NodeResult(
+            node,
+            present=True,
+            exit_code=status.code if status else None,
+            signal=status.signal if status else None,
+            outcome=str(record.get("outcome")) if status else "unknown",
+            verified=check.verified,
+        )
+        if status is None:
+            result.problem = "no exit status: the node's wrapper did not finish"
+        elif not check.present:
+            result.problem = "no manifest.sha256"
+        elif not check.verified:
+            result.problem = f"manifest mismatch: changed {check.changed}, missing {check.missing}"
+        return result
+
+    def fetch_extras(self) -> list[dict[str, Any]]:
+        out = self.login.read_bytes(f"{self.remote}/slurm-{self.job_id}.out", 0, 16 << 20)
+        if out:
+            (self.run.path / f"slurm-{self.job_id}.out").write_bytes(out)
+        steps: list[dict[str, Any]] = []
+        for name in self.login.list_dir(f"{self.remote}/steps"):
+            if name.endswith(".exit") and not name.startswith("."):
+                text = self.login.read_bytes(f"{self.remote}/steps/{name}").decode().strip()
+                steps.append(
+                    {"step": name[: -len(".exit")], "exit_code": text, "source": "batch script"}
+                )
+        return steps
+
+    def finish(self, acct: Accounting | None) -> None:
+        self.follow_logs(final=True)
+        nodes = self.expected_nodes(acct)
+        self.settle(nodes)
+        results = [self.fetch_node(n) for n in nodes]
+        self.follow_logs(final=True)
+        script_steps = self.fetch_extras()
+        if acct is None:
+            verdict = GroupOutcome(
+                "unknown", None, None, "proctor", f"Slurm no longer knows job {self.job_id}", []
+            )
+        else:
+            verdict = decide(
+                acct.state,
+                results,
+                reason=acct.reason,
+                time_limit=acct.time_limit,
+                stop_requested=self.cancelled,
+            )
+        for r in results:
+            if r.node in verdict.failed_nodes and r.problem is None and verdict.outcome == "failed":
+                r.problem = verdict.reason
+            if (
+                r.exit_code is None
+                and verdict.outcome == "failed"
+                and r.node in verdict.failed_nodes
+            ):
+                r.outcome = "failed"
+        slurm = (self.run.read_json("record.json") or {}).get("slurm", {})
+        if acct is not None:
+            slurm.update(acct.as_dict())
+            if not acct.steps:
+                batch = {"step": "batch", "exit_code": acct.exit_code, "source": acct.source}
+                slurm["steps"] = [batch, *script_steps]
+        slurm["nodes"] = nodes
+        elapsed = elapsed_seconds(acct.elapsed) if acct else None
+        if verdict.exit_code is not None:
+            text = (
+                f"{verdict.exit_code} {verdict.signal}\n"
+                if verdict.signal
+                else f"{verdict.exit_code}\n"
+            )
+            write_atomic(self.run.exit_code_path, text)
+        record = self.run.read_json("record.json") or {}
+        update_record(
+            self.run,
+            outcome=verdict.outcome,
+            exit=None
+            if verdict.exit_code is None
+            else {
+                "code": verdict.exit_code,
+                "signal": verdict.signal,
+                "decided_by": verdict.decided_by,
+            },
+            started_at=record.get("started_at") or (acct.start if acct else None),
+            ended_at=now_iso(),
+            duration_s=float(elapsed) if elapsed is not None else None,
+            slurm=slurm,
+            nodes={r.node: {**r.as_dict(), "dir": f"nodes/{r.node}"} for r in results},
+            reason=verdict.reason,
+            error=verdict.reason if verdict.outcome != "ok" else None,
+            add_events=[
+                _event("end", f"{verdict.outcome}: {verdict.reason or 'all nodes exit 0'}")
+            ],
+        )
+        write_run_manifest(self.run)
+        self.index()
+
+    def index(self) -> None:
+        store_path = self.meta.get("store_path")
+        if not store_path:
+            return
+        try:
+            from proctor.store.db import Store
+
+            with Store(Path(store_path)) as store:
+                store.index_run_dir(self.run.path)
+        except Exception as error:  # the run directory stays the source of truth
+            sys.stderr.write(f"proctor slurm tracker: store update failed: {error!r}\n")
+
+    def run_all(self) -> int:
+        me = psutil.Process()
+        write_atomic(
+            self.run.wrapper_pid_path,
+            json.dumps({"pid": me.pid, "create_time": me.create_time(), "pgid": None}),
+        )
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if self.run.exit_code_path.exists():
+            return 0  # already finished: nothing to resume
+        self.index()
+        acct = self.track()
+        self.finish(acct)
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m proctor.targets.slurm.tracker GROUP_DIR\n")
+        return 64
+    tracker = Tracker(Path(args[0]))
+    try:
+        return tracker.run_all()
+    except ProctorError as error:
+        with contextlib.suppress(Exception):
+            update_record(
+                tracker.run,
+                error=error.one_line(),
+                add_events=[_event("tracker_failed", error.one_line())],
+            )
+        sys.stderr.write(f"proctor slurm tracker: {error.one_line()}\n")
+        return int(error.exit_code)
+    except Exception:
+        with contextlib.suppress(Exception):
+            update_record(tracker.run, error=traceback.format_exc(limit=5))
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
