@@ -71,7 +71,7 @@ def bench(
             ignore_eos=ignore_eos, temperature=0.0, profile=profile, workers=workers,
             percentiles=[float(p) for p in percentiles.split(",") if p],
             goodput_slos_ms=parse_goodput(goodput), request_timeout_s=request_timeout,
-            idle_timeout_s=idle_timeout, connect_timeout_s=30.0, save_detailed=save_detailed,
+            idle_timeout_s=idle_timeout, save_detailed=save_detailed,
             progress=not json_out, api_key=SecretStr(key) if key else None,
         )
     except ValidationError as e:

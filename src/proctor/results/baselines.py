@@ -53,9 +53,9 @@ MTP_METRIC = "mtp_acceptance_rate"
 class MetricBaseline(BaseModel):
     model_config = ConfigDict(extra="forbid")
     value: float
-    stderr: float | None = Field(None, ge=0)
+    stderr: float | None = Field(default=None, ge=0)
     direction: Literal["higher", "lower"] | None = None
-    tolerance: float | None = Field(None, ge=0)
+    tolerance: float | None = Field(default=None, ge=0)
 
 
 class PerfBaseline(BaseModel):

@@ -69,7 +69,7 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
             workers=a.workers, percentiles=[float(x) for x in a.percentiles.split(",") if x],
             goodput_slos_ms=parse_goodput(a.goodput), request_timeout_s=a.request_timeout,
             idle_timeout_s=a.idle_timeout, save_detailed=a.save_detailed,
-            progress=not a.no_progress, connect_timeout_s=30.0,
+            progress=not a.no_progress,
             api_key=SecretStr(key) if (key := os.environ.get("OPENAI_API_KEY")) else None,
         )
     except ValidationError as e:

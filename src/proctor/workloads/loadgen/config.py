@@ -25,28 +25,28 @@ class BenchConfig(BaseModel):
     model: str | None = None  # None: the first id that /v1/models lists
     tokenizer: str | None = None  # a local tokenizer (transformers) name or path
     tokenizer_mode: TokenizerMode = "auto"
-    isl: int = Field(1024, ge=1)
-    osl: int = Field(1024, ge=1)
-    concurrency: int = Field(128, ge=1)
-    prompt_multiplier: int = Field(10, ge=1)
-    num_prompts: int | None = Field(None, ge=1)  # overrides concurrency x multiplier
-    range_ratio: float = Field(0.8, ge=0.0, lt=1.0)
-    num_warmups: int | None = Field(None, ge=0)  # None: 2 x concurrency
-    request_rate: float = Field(math.inf, gt=0)  # inf: all at once (bounded by concurrency)
-    burstiness: float = Field(1.0, gt=0)  # 1 = Poisson, else gamma
+    isl: int = Field(default=1024, ge=1)
+    osl: int = Field(default=1024, ge=1)
+    concurrency: int = Field(default=128, ge=1)
+    prompt_multiplier: int = Field(default=10, ge=1)
+    num_prompts: int | None = Field(default=None, ge=1)  # overrides concurrency x multiplier
+    range_ratio: float = Field(default=0.8, ge=0.0, lt=1.0)
+    num_warmups: int | None = Field(default=None, ge=0)  # None: 2 x concurrency
+    request_rate: float = Field(default=math.inf, gt=0)  # inf: all at once, up to concurrency
+    burstiness: float = Field(default=1.0, gt=0)  # 1 = Poisson, else gamma
     seed: int = 0
     ignore_eos: bool = True
     temperature: float = 0.0
     profile: bool = False
-    workers: int = Field(1, ge=1)
+    workers: int = Field(default=1, ge=1)
     percentiles: list[float] = Field(default_factory=lambda: [99.0])
     goodput_slos_ms: dict[str, float] = Field(default_factory=dict)
-    request_timeout_s: float = Field(6 * 3600.0, gt=0)  # whole request, as vLLM's 6 h
-    idle_timeout_s: float = Field(600.0, gt=0)  # longest silence between chunks
-    connect_timeout_s: float = Field(30.0, gt=0)
+    request_timeout_s: float = Field(default=6 * 3600.0, gt=0)  # whole request, as vLLM's 6 h
+    idle_timeout_s: float = Field(default=600.0, gt=0)  # longest silence between chunks
+    connect_timeout_s: float = Field(default=30.0, gt=0)
     save_detailed: bool = False
     progress: bool = True
-    api_key: SecretStr | None = Field(None, exclude=True)
+    api_key: SecretStr | None = Field(default=None, exclude=True)
 
     @field_validator("base_url")
     @classmethod
