@@ -1,0 +1,363 @@
+"""A remote run end to end: prepare, sync, setup, start, follow, fetch+verify, release.
+
+The local `logs/<run-id>/` holds `.remote.json` (how to reconnect: target, host, far paths,
+source identity; no secret) from the moment the far run exists, then the fetched artifacts,
+verified against the far manifest.sha256 before any release, then `.completion.json`.
+Dot-files are outside the run manifest, so `proctor runs verify` checks exactly what was fetched.
+
+A controller that dies or loses the connection leaves the run going; `resume_remote(local_dir)`
+(used by `proctor runs attach|wait|logs|stop`) reconnects from `.remote.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from proctor.errors import (
+    FaultDetected,
+    ProctorError,
+    ResultUnknown,
+    TargetUnavailable,
+    TimeLimitReached,
+    UsageError,
+)
+from proctor.record.rundir import RunDir, write_atomic
+from proctor.source.identity import SourceIdentity
+from proctor.supervise.wrapper import now_iso
+from proctor.targets.base import Fetched, JobSpec, Released, RunStatus, Target
+
+REMOTE_FILE = ".remote.json"
+COMPLETION_FILE = ".completion.json"
+
+
+@dataclass
+class Completion:
+    """The completion report: is the result known, are the logs local and verified, is the
+    machine in its agreed state, which source ran, and which targets were not met."""
+
+    run_id: str | None
+    local_dir: str | None
+    target: dict[str, Any]
+    source: dict[str, Any]
+    result_known: bool = False
+    exit_code: int | None = None
+    exit_signal: str | None = None
+    outcome: str | None = None
+    logs_local: bool = False
+    logs_verified: bool = False
+    fetched: dict[str, Any] | None = None
+    release: dict[str, Any] | None = None
+    release_verified: bool | None = None
+    detached: bool = False
+    unmet: list[str] = field(default_factory=list)
+    error: str | None = None
+    error_type: str | None = None
+    finished_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        exit_text = "unknown" if not self.result_known else f"exit {self.exit_code}" + (
+            f" ({self.exit_signal})" if self.exit_signal else "")  # fmt: skip
+        lines = [
+            f"run {self.run_id} on {self.target.get('name')}: {self.outcome or 'unknown'}, "
+            f"{exit_text}",
+            f"  result known:   {'yes' if self.result_known else 'NO'}",
+            f"  logs local:     {self.local_dir if self.logs_local else 'NO'}"
+            + (" (verified against the far manifest)" if self.logs_verified else " (NOT verified)"),
+            f"  machine state:  {_release_text(self.release, self.release_verified)}",
+            f"  source:         {self.source.get('source_id')} ({self.source.get('summary', '')})",
+        ]
+        if self.unmet:
+            lines.append("  not met:        " + "; ".join(self.unmet))
+        if self.error:
+            lines.append(f"  error:          {self.error}")
+        return "\n".join(lines)
+
+    def exit_status(self) -> int:
+        """The exit code for this completion; raises the ProctorError that decides it, if any.
+
+        Order: unknown result (6) > unverified logs (2) > cleanup failure (69) > time limit (4);
+        otherwise the command's own status passes through, as for a local `proctor run`."""
+        if self.detached:
+            return 0
+        if self.error_type and not self.result_known:
+            raise _rebuild(self.error_type, self.error or "remote run failed")
+        if not self.result_known:
+            raise ResultUnknown(f"run {self.run_id}: result unknown (no exit status established)",
+                                hint=f"see {self.local_dir}")  # fmt: skip
+        if not self.logs_verified:
+            raise FaultDetected(
+                f"run {self.run_id}: fetched artifacts do not match the far manifest: "
+                f"{'; '.join(self.unmet)}",
+                hint="fetch again: proctor runs attach ID",
+            )
+        if self.release_verified is False:
+            raise TargetUnavailable(
+                f"run {self.run_id}: cleanup failed, the machine may still be billing: "
+                f"{(self.release or {}).get('detail')}",
+                hint="check with `proctor pod status ID` and stop it",
+            )
+        if self.outcome == "timeout":
+            raise TimeLimitReached(f"run {self.run_id} reached its time limit and was stopped")
+        return int(self.exit_code or 0)
+
+
+def _rebuild(type_name: str, message: str) -> ProctorError:
+    import proctor.errors as errors
+
+    cls = getattr(errors, type_name, None)
+    if isinstance(cls, type) and issubclass(cls, ProctorError) and cls is not errors.NotAuthorised:
+        return cls(message)
+    return TargetUnavailable(message)
+
+
+def _release_text(release: dict[str, Any] | None, verified: bool | None) -> str:
+    if release is None:
+        return "not released yet"
+    state = "verified" if verified else "NOT verified"
+    return f"{release.get('action')} ({state}) {release.get('detail') or ''}".strip()
+
+
+@dataclass
+class RemoteOptions:
+    existing_checkout: str | None = None  # run in a checkout the user points at (inspected)
+    setup_script: str | None = None  # relative to the checkout; once per workspace
+    detach: bool = False
+    release: bool = True  # release the machine after retrieval (pods: stop unless keep)
+    on_started: Callable[[str, Path], None] | None = None  # run id, local dir
+
+
+def _source_view(identity: SourceIdentity, synced: Any = None) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "source_id": identity.source_id, "summary": identity.summary(),
+        "commit": identity.commit, "dirty": identity.dirty,
+        "branch": identity.branch, "remote_url": identity.remote_url,
+    }  # fmt: skip
+    if synced is not None:
+        view["checkout"] = synced.to_record()
+    return view
+
+
+def run_remote(
+    target: Target,
+    identity: SourceIdentity,
+    job: JobSpec,
+    runs_dir: Path,
+    out: IO[bytes],
+    options: RemoteOptions | None = None,
+) -> Completion:
+    """Run `job` on `target` with the exact source `identity`; see the module docstring."""
+    opts = options or RemoteOptions()
+    info = target.describe()
+    completion = Completion(None, None, info.to_record(), _source_view(identity))
+    try:
+        prepared = target.prepare()
+        synced = target.sync_source(identity, existing=opts.existing_checkout)
+        completion.source = _source_view(identity, synced)
+        setup = "none"
+        run_setup = getattr(target, "run_setup", None)
+        if opts.setup_script and run_setup is not None:
+            setup = str(run_setup(opts.setup_script, synced.checkout))
+        started = target.start(job)
+    except ProctorError as error:
+        _release_into(target, completion, opts)
+        completion.error, completion.error_type = error.one_line(), type(error).__name__
+        raise
+    local = RunDir(runs_dir / started.run_id)
+    local.path.mkdir(parents=True, exist_ok=True)
+    remote = {
+        "schema_version": 1,
+        "run_id": started.run_id,
+        "target": info.to_record(),
+        "prepared": {**prepared.to_record(), "setup": setup},
+        "remote_dir": started.remote_dir,
+        "log": started.log_name,
+        "attached": started.attached,
+        "source": completion.source,
+        "job": job.public(),
+        "release": {"on_finish": opts.release},
+        "created_at": now_iso(),
+    }
+    write_atomic(local.path / REMOTE_FILE, json.dumps(remote, indent=2, default=str) + "\n")
+    if not local.record_path.exists():
+        local.write_json("record.json", {"run_id": started.run_id, "kind": "remote",
+                                         "outcome": "running", "target": info.to_record(),
+                                         "remote_dir": started.remote_dir,
+                                         "source": completion.source})  # fmt: skip
+    completion.run_id, completion.local_dir = started.run_id, str(local.path)
+    if opts.on_started is not None:
+        opts.on_started(started.run_id, local.path)
+    if opts.detach:
+        completion.detached = True
+        _write_completion(local.path, completion)
+        return completion
+    return finish_remote(target, local.path, out, follow=True, release=opts.release,
+                         completion=completion)  # fmt: skip
+
+
+def finish_remote(
+    target: Target,
+    local_dir: Path,
+    out: IO[bytes] | None,
+    *,
+    follow: bool = True,
+    release: bool = True,
+    completion: Completion | None = None,
+) -> Completion:
+    """Follow (optionally), wait, fetch and verify, then release; the completion report."""
+    remote = read_remote(local_dir)
+    run_id = str(remote["run_id"])
+    if completion is None:
+        completion = Completion(run_id, str(local_dir), remote["target"], remote.get("source", {}))
+    status: RunStatus | None = None
+    try:
+        if follow and out is not None:
+            status = target.follow(run_id, out)
+        if status is None or not status.done:
+            wait = getattr(target, "wait", None)
+            status = wait(run_id) if wait is not None else target.status(run_id)
+        assert status is not None
+        completion.result_known = status.state == "finished" and status.exit_code is not None
+        completion.exit_code, completion.exit_signal = status.exit_code, status.exit_signal
+        completion.outcome = status.outcome if completion.result_known else "unknown"
+        fetched = target.fetch(run_id, local_dir)
+        _apply_fetch(completion, fetched)
+    except ProctorError as error:
+        completion.error, completion.error_type = error.one_line(), type(error).__name__
+        completion.unmet.append(f"retrieval incomplete: {error.message}")
+    if release:
+        _release_into(target, completion, None)
+    completion.finished_at = now_iso()
+    _write_completion(local_dir, completion)
+    return completion
+
+
+def _apply_fetch(completion: Completion, fetched: Fetched) -> None:
+    completion.fetched = fetched.to_record()
+    completion.logs_local = bool(fetched.files)
+    completion.logs_verified = fetched.verified
+    if not fetched.manifest_present:
+        completion.unmet.append("no manifest.sha256 on the far side: artifacts not verifiable")
+    for label, names in (("changed", fetched.changed), ("missing", fetched.missing),
+                         ("unexpected", fetched.extra)):  # fmt: skip
+        if names:
+            completion.unmet.append(f"{label} against the far manifest: {', '.join(names)}")
+    if not completion.result_known:
+        completion.unmet.append("no exit status: result unknown")
+
+
+def _release_into(target: Target, completion: Completion, opts: RemoteOptions | None) -> None:
+    if opts is not None and not opts.release:
+        return
+    try:
+        released: Released = target.release()
+    except ProctorError as error:
+        completion.release = {"action": "failed", "detail": error.one_line()}
+        completion.release_verified = False
+        completion.unmet.append(f"cleanup: {error.message}")
+        return
+    completion.release = released.to_record()
+    completion.release_verified = released.verified
+    if not released.verified:
+        completion.unmet.append(f"cleanup failed: {released.detail}")
+
+
+def _write_completion(local_dir: Path, completion: Completion) -> None:
+    write_atomic(local_dir / COMPLETION_FILE,
+                 json.dumps(completion.to_dict(), indent=2, default=str) + "\n")  # fmt: skip
+
+
+def read_remote(local_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((local_dir / REMOTE_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        raise UsageError(f"{local_dir} is not a remote run (no readable {REMOTE_FILE})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{local_dir / REMOTE_FILE} is not a JSON object")
+    return data
+
+
+def is_remote_run(local_dir: Path) -> bool:
+    return (local_dir / REMOTE_FILE).is_file()
+
+
+def target_for_record(remote: dict[str, Any]) -> Target:
+    """Rebuild the target a remote run was started on, from its `.remote.json`."""
+    from proctor.targets.base import Prepared
+    from proctor.targets.ssh import SshOptions, SshTarget
+
+    info = remote["target"]
+    details = dict(info.get("details") or {})
+    opts = SshOptions.from_record({**details, "host": info["host"]})
+    prepared = Prepared(**{k: v for k, v in remote["prepared"].items()
+                           if k in Prepared.__dataclass_fields__})  # fmt: skip
+    ssh = SshTarget(opts, info_extra={k: v for k, v in details.items()
+                                      if k not in SshOptions.__dataclass_fields__})  # fmt: skip
+    ssh.with_prepared(prepared)
+    if info.get("kind") == "runpod":
+        from proctor.targets.runpod.target import RunpodTarget
+
+        return RunpodTarget.from_record(ssh, remote)
+    return ssh
+
+
+def resume_remote(local_dir: Path, out: IO[bytes] | None, *, follow: bool = True,
+                  target: Target | None = None) -> Completion:  # fmt: skip
+    """Reconnect to a remote run from its local directory: follow, wait, fetch, verify, release."""
+    remote = read_remote(local_dir)
+    target = target or target_for_record(remote)
+    try:
+        release = bool((remote.get("release") or {}).get("on_finish", True))
+        return finish_remote(target, local_dir, out, follow=follow, release=release)
+    finally:
+        target.close()
+
+
+def remote_status(local_dir: Path) -> RunStatus:
+    remote = read_remote(local_dir)
+    target = target_for_record(remote)
+    try:
+        return target.status(str(remote["run_id"]))
+    finally:
+        target.close()
+
+
+def remote_logs(local_dir: Path, out: IO[bytes], follow: bool) -> RunStatus:
+    remote = read_remote(local_dir)
+    target = target_for_record(remote)
+    try:
+        return target.follow(str(remote["run_id"]), out, until_done=follow)
+    finally:
+        target.close()
+
+
+def remote_stop(local_dir: Path) -> bool:
+    remote = read_remote(local_dir)
+    target = target_for_record(remote)
+    try:
+        return target.stop(str(remote["run_id"]))
+    finally:
+        target.close()
+
+
+__all__ = [
+    "COMPLETION_FILE",
+    "REMOTE_FILE",
+    "Completion",
+    "RemoteOptions",
+    "finish_remote",
+    "is_remote_run",
+    "read_remote",
+    "remote_logs",
+    "remote_status",
+    "remote_stop",
+    "resume_remote",
+    "run_remote",
+    "target_for_record",
+]

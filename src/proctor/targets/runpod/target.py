@@ -1,0 +1,215 @@
+"""The Runpod target: a pod acquired through the API, driven as an SSH host, released verified.
+
+`acquire_targets` provisions exactly the resolved PodSpec (or reuses `--pod` ids) through
+`pods.acquire`; each pod becomes a RunpodTarget, which is an SshTarget to the pod's public
+IP and mapped port 22 plus: the pod's identity in the record (id, GPU model and count,
+cost per hour, volume, mount path), the on-pod budget watchdog, and `release()` that stops
+(or, only with --allow-terminate, terminates) the pod and verifies the final state through
+the API. The API key stays inside RunpodClient: it is in no record, log or far file.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from proctor.errors import ProctorError
+from proctor.source.identity import SourceIdentity
+from proctor.targets.base import (
+    Fetched,
+    JobSpec,
+    Prepared,
+    Released,
+    RunStatus,
+    StartedRun,
+    SyncedSource,
+    TargetInfo,
+)
+from proctor.targets.runpod.budget import Budget, watchdog_argv, watchdog_source
+from proctor.targets.runpod.client import RunpodClient
+from proctor.targets.runpod.models import NetworkVolume
+from proctor.targets.runpod.pods import (
+    Acquired,
+    CleanupFailed,
+    Grants,
+    PodSpec,
+    acquire,
+    release,
+)
+from proctor.targets.ssh import SshOptions, SshTarget
+
+
+@dataclass(frozen=True)
+class ReleasePolicy:
+    keep: bool = False  # --keep
+    terminate: bool = False  # --terminate
+    allow_terminate: bool = False  # --allow-terminate
+    timeout_s: float = 180.0
+
+
+class RunpodTarget:
+    """One pod. Everything but describe/prepare/release is the SSH target's."""
+
+    kind = "runpod"
+
+    def __init__(self, client_factory: Any, pod: dict[str, Any], ssh: SshTarget,
+                 policy: ReleasePolicy, budget: Budget | None = None) -> None:  # fmt: skip
+        self._client_factory = client_factory  # () -> RunpodClient; the key lives only there
+        self.pod = pod
+        self.ssh = ssh
+        self.policy = policy
+        self.budget = budget
+        self.watchdog: dict[str, Any] | None = None
+
+    @classmethod
+    def from_record(cls, ssh: SshTarget, remote: dict[str, Any]) -> RunpodTarget:
+        details = remote["target"].get("details") or {}
+        policy = ReleasePolicy(**(details.get("release_policy") or {}))
+        api_url = details.get("api_url")
+        return cls(lambda: RunpodClient(base_url=api_url), dict(details.get("pod") or {}), ssh,
+                   policy)  # fmt: skip
+
+    @property
+    def pod_id(self) -> str:
+        return str(self.pod["pod_id"])
+
+    def describe(self) -> TargetInfo:
+        base = self.ssh.describe()
+        details = {**base.details, "pod": self.pod, "release_policy": asdict(self.policy),
+                   "api_url": getattr(self, "api_url", None)}  # fmt: skip
+        return TargetInfo(kind="runpod", name=f"runpod://{self.pod_id}", host=base.host,
+                          details=details)  # fmt: skip
+
+    def prepare(self) -> Prepared:
+        prepared = self.ssh.prepare()
+        if self.budget is not None and (self.budget.max_time_s or self.budget.max_cost):
+            self.watchdog = self.start_watchdog(self.budget)
+        return prepared
+
+    def start_watchdog(self, budget: Budget) -> dict[str, Any]:
+        """Upload and start the stdlib watchdog detached on the pod; it stops the pod through
+        the API (the pod's own RUNPOD_API_KEY) once the budget is spent."""
+        ws = self.ssh.workspace
+        script = f"{ws}/proctor/watchdog.py"
+        state = f"{ws}/proctor/watchdog-{self.pod_id}.json"
+        local = Path(tempfile.gettempdir()) / "proctor-ship" / "watchdog.py"
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(watchdog_source(), encoding="utf-8")
+        self.ssh.conn.put(local, script)
+        assert self.ssh.prepared is not None
+        argv = watchdog_argv(budget, self.pod.get("cost_per_hr"), script=script,
+                             python=self.ssh.prepared.python, state_file=state)  # fmt: skip
+        command = (
+            f"{self.ssh._shell_prefix()} [ -f /etc/rp_environment ] && . /etc/rp_environment; "
+            f"RUNPOD_POD_ID={shlex.quote(self.pod_id)} setsid nohup "
+            + " ".join(shlex.quote(a) for a in argv)
+            + f" >{shlex.quote(ws)}/proctor/watchdog-{self.pod_id}.log 2>&1 </dev/null & echo $!"
+        )
+        _, out, _ = self.ssh.conn.run(command, timeout=30)
+        return {"pid": out.decode().strip(), "state_file": state, "argv": argv,
+                "deadline": budget.deadline(self.pod.get("cost_per_hr"))}  # fmt: skip
+
+    def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
+        return self.ssh.sync_source(identity, existing=existing)
+
+    def run_setup(self, script: str, checkout: str) -> str:
+        return self.ssh.run_setup(script, checkout)
+
+    def start(self, job: JobSpec) -> StartedRun:
+        job.extra = {**job.extra, "pod": self.pod, "watchdog": self.watchdog}
+        return self.ssh.start(job)
+
+    def status(self, run_id: str) -> RunStatus:
+        return self.ssh.status(run_id)
+
+    def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
+               until_done: bool = True) -> RunStatus:  # fmt: skip
+        return self.ssh.follow(run_id, out, offset=offset, until_done=until_done)
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
+        return self.ssh.wait(run_id, timeout)
+
+    def stop(self, run_id: str) -> bool:
+        return self.ssh.stop(run_id)
+
+    def fetch(self, run_id: str, dest: Path) -> Fetched:
+        return self.ssh.fetch(run_id, dest)
+
+    def release(self) -> Released:
+        p = self.policy
+        with self._client_factory() as client:
+            try:
+                states = release(
+                    client, [self.pod_id], keep=p.keep, terminate=p.terminate,
+                    allow_terminate=p.allow_terminate, timeout_s=p.timeout_s,
+                )  # fmt: skip
+            except CleanupFailed as error:
+                return Released("stopped", False, error.one_line(),
+                                [s.to_record() for s in error.states])  # fmt: skip
+        action = states[0].action if states else "none"
+        detail = ", ".join(f"pod {s.pod_id} {s.desired_status or 'gone'}" for s in states)
+        return Released(action, all(s.verified for s in states), detail,
+                        [s.to_record() for s in states])  # fmt: skip
+
+    def close(self) -> None:
+        self.ssh.close()
+
+
+def acquire_targets(
+    client: RunpodClient,
+    spec: PodSpec,
+    *,
+    run_id: str,
+    ssh_base: SshOptions,
+    volume: NetworkVolume | None = None,
+    reuse_ids: list[str] | None = None,
+    grants: Grants = Grants(),
+    policy: ReleasePolicy = ReleasePolicy(),
+    budget: Budget | None = None,
+    api_url: str | None = None,
+    deadline_s: float = 900.0,
+    on_pod: Any = None,
+) -> list[RunpodTarget]:
+    """Pods ready for SSH (provisioned exactly as `spec`, or reused) as targets.
+
+    The API checks (volume/GPU guards 77, sold out 69, pods stopped on a failed wait) are
+    pods.acquire's. Raises NotAuthorised before any request when terminate lacks its grant."""
+    if policy.terminate and not policy.allow_terminate:
+        from proctor.errors import NotAuthorised
+
+        raise NotAuthorised("--terminate deletes the pod disk; stop keeps it",
+                            flag="--allow-terminate")  # fmt: skip
+    deadline = time.time() + (budget.max_time_s if budget and budget.max_time_s else deadline_s)
+    acquired: list[Acquired] = acquire(client, spec, run_id=run_id, volume=volume,
+                                       deadline=deadline, reuse_ids=reuse_ids or [],
+                                       grants=grants, on_pod=on_pod)  # fmt: skip
+    base_url = api_url or client.base_url
+    targets: list[RunpodTarget] = []
+    for item in acquired:
+        opts = SshOptions(**{**asdict(ssh_base), "host": item.ssh.host, "port": item.ssh.port,
+                             "user": item.ssh.user})  # fmt: skip
+        if opts.workspace is None:
+            opts.workspace = item.pod.volumeMountPath or spec.volume_mount_path
+        pod = item.to_record()
+        ssh = SshTarget(opts)
+        target = RunpodTarget(lambda: RunpodClient(base_url=base_url), pod, ssh, policy, budget)
+        target.api_url = base_url  # type: ignore[attr-defined]
+        targets.append(target)
+    return targets
+
+
+def release_all(targets: list[RunpodTarget]) -> list[Released]:
+    out: list[Released] = []
+    for target in targets:
+        try:
+            out.append(target.release())
+        except ProctorError as error:
+            out.append(Released("stopped", False, error.one_line()))
+    return out
+
+
+__all__ = ["ReleasePolicy", "RunpodTarget", "acquire_targets", "release_all"]
