@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
                 (record_of(job).get("offline") or {}).get("engine", engine)
             )
             result = drain_for_engine(profile, cfg, offline=RunWatch(job), server_log=job.log_path(),
-                                      extra_logs=extra_logs, on_status=say)  # fmt: skip
+                                      reused_logs=extra_logs, on_status=say)  # fmt: skip
         else:
             server = find_server(directory, ref, port)
             if server is None and port is None:
@@ -80,7 +80,8 @@ def register(app: typer.Typer) -> None:
                     profile, cfg, port=int(facts.get("port") or port or 8000),
                     host=str(facts.get("host") or host), server=RunWatch(server),
                     server_log=server.log_path(),
-                    extra_logs=extra_logs + [c.log_path() for c in clients],
+                    extra_logs=[c.log_path() for c in clients],
+                    reused_logs=extra_logs,
                     clients=[RunWatch(c) for c in clients], client_pattern=client_pattern,
                     on_status=say,
                 )  # fmt: skip

@@ -231,6 +231,7 @@ def drain(
     clients: Sequence[Watched] = (),
     client_pattern: str | None = None,
     from_end: bool = False,
+    reused_logs: Sequence[str | Path] = (),
     tick_s: float = 0.1,
     tail_lines: int = 30,
     on_status: Callable[[str], None] | None = None,
@@ -251,6 +252,9 @@ def drain(
     logs = ([server_log] if server_log is not None else []) + list(extra_logs)
     for path in logs:
         scanner.add(path, from_end=from_end)
+    # Logs that existed before this drain (a user's --log): what they already hold is old news.
+    for path in reused_logs:
+        scanner.add(path, from_end=True)
     follower = LogFollower(scanner, interval_s=tick_s)
     follower.start()
     source = "none"
@@ -350,6 +354,7 @@ def drain_for_engine(
     clients: Sequence[Watched] = (),
     client_pattern: str | None = None,
     from_end: bool = False,
+    reused_logs: Sequence[str | Path] = (),
     on_status: Callable[[str], None] | None = None,
 ) -> DrainResult:
     """`drain` with an engine profile's fault patterns, markers and /metrics names."""
@@ -372,5 +377,6 @@ def drain_for_engine(
         clients=clients,
         client_pattern=client_pattern,
         from_end=from_end,
+        reused_logs=reused_logs,
         on_status=on_status,
     )

@@ -1,0 +1,204 @@
+"""The server workflow against the fault-injecting fake server: each outcome the gate, the
+drain monitor and the stop must tell apart, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers import REPO, proctor
+
+FAKE = REPO / "tests/fixtures/fake_openai_server.py"
+FAULT = "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x0."
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def fake_engine(tmp_path: Path) -> int:
+    """A proctor.toml in the test's working directory with an engine profile for the fake."""
+    (tmp_path / "work" / "proctor.toml").write_text(
+        f"""
+[engines.fake]
+description = "fault-injection fake server"
+launchers = [{{ command = ["{sys.executable}", "{FAKE}"], model_arg = "--model" }}]
+port_arg = "--port"
+host_arg = "--host"
+ready_endpoints = ["/health"]
+metrics_path = "/metrics"
+startup_fault_patterns = ["CUDA out of memory", "Memory access fault by GPU"]
+runtime_fault_patterns = ["Memory access fault by GPU"]
+progress_metrics = ["vllm:generation_tokens"]
+running_metrics = ["vllm:num_requests_running"]
+progress_markers = ['"POST /v1/completions HTTP/1\\\\.1" 200']
+server_patterns = ["fake_openai_server"]
+worker_patterns = ["multiprocessing"]
+"""
+    )
+    return free_port()
+
+
+def curl(port: int, tokens: int = 5, stream: bool = False) -> str:
+    body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": tokens, "stream": stream})
+    return f"curl -sN http://127.0.0.1:{port}/v1/completions -d '{body}'"
+
+
+def script(tmp_path: Path, *lines: str) -> str:
+    """A workload as a script file, so no quoting crosses shlex and bash twice."""
+    path = tmp_path / f"workload-{len(list(tmp_path.glob('workload-*')))}.sh"
+    path.write_text("\n".join(lines) + "\n")
+    return f"bash {path}"
+
+
+def start(port: int, *extra: str) -> str:
+    result = proctor("serve", "start", "--engine", "fake", "--model", "m", "--port", str(port),
+                     "--json", "--", *extra)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return str(json.loads(result.stdout)["run_id"])
+
+
+def test_flow_happy_path_leaves_nothing_running(fake_engine: int, isolated_runs: Path) -> None:
+    port = fake_engine
+    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
+                     "--workload-cmd", curl(port), "--json", "--", "--spawn-mp-helper")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    flow = json.loads(result.stdout)
+    assert [s["step"] for s in flow["steps"]] == ["stop", "start", "ready", "workload", "drain", "teardown"]
+    server = isolated_runs / flow["server_run"]
+    record = json.loads((server / "record.json").read_text())
+    assert record["group"] == flow["run_id"] and record["kind"] == "server"
+    assert record["outcome"] == "stopped"
+    pid = record["process"]["pid"]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert (isolated_runs / flow["run_id"] / "exit_code").read_text() == "0\n"
+
+
+def test_crash_at_startup_is_a_fault_with_the_line(fake_engine: int) -> None:
+    run_id = start(fake_engine, "--startup-delay", "0.5", "--crash-at-startup", "torch.OutOfMemoryError: CUDA out of memory")
+    result = proctor("serve", "ready", run_id, "--timeout", "30s")
+    assert result.returncode == 2, result.stderr
+    assert "CUDA out of memory" in result.stderr
+
+
+def test_silent_death_at_startup_is_exit_3(fake_engine: int) -> None:
+    run_id = start(fake_engine, "--startup-delay", "0.3", "--crash-at-startup", "bye")
+    result = proctor("serve", "ready", run_id, "--timeout", "30s")
+    assert result.returncode == 3, result.stderr
+
+
+def test_not_ready_in_time_is_exit_5(fake_engine: int) -> None:
+    run_id = start(fake_engine, "--startup-delay", "30")
+    t0 = time.monotonic()
+    result = proctor("serve", "ready", run_id, "--timeout", "2s")
+    assert result.returncode == 5, result.stderr
+    assert time.monotonic() - t0 < 15
+    assert proctor("serve", "stop", run_id).returncode == 0
+
+
+def test_fault_while_serving_is_caught_within_a_second_with_poll_10s(fake_engine: int, tmp_path: Path) -> None:
+    port = fake_engine
+    t0 = time.monotonic()
+    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "10s",
+                     "--workload-cmd", script(tmp_path, curl(port), "sleep 60"), "--json", "--",
+                     "--fault-after-requests", "1")  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert result.returncode == 2, result.stderr
+    flow = json.loads(result.stdout)
+    drain = next(s for s in flow["steps"] if s["step"] == "drain")
+    assert "Memory access fault" in drain["message"]
+    assert elapsed < 10, f"fault took {elapsed:.1f}s to surface"
+
+
+def test_hang_mid_stream_is_exit_1_and_inspected(fake_engine: int, isolated_runs: Path) -> None:
+    port = fake_engine
+    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
+                     "--stuck-polls", "3", "--workload-cmd", curl(port, tokens=500, stream=True),
+                     "--json", "--", "--hang-after-requests", "0", "--itl", "0.01")  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    flow = json.loads(result.stdout)
+    steps = [s["step"] for s in flow["steps"]]
+    assert steps[-2:] == ["inspect", "teardown"]
+    inspect_dir = isolated_runs / flow["server_run"] / "inspect"
+    assert list(inspect_dir.glob("*-pyspy.txt"))
+
+
+def test_silent_server_death_while_serving_is_3_not_drained(fake_engine: int, tmp_path: Path) -> None:
+    port = fake_engine
+    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
+                     "--workload-cmd", script(tmp_path, curl(port), "sleep 30"), "--json", "--",
+                     "--die-after-requests", "1")  # fmt: skip
+    assert result.returncode == 3, result.stderr
+
+
+def test_stale_fault_line_in_a_reused_log_is_not_a_fault(fake_engine: int, tmp_path: Path) -> None:
+    port = fake_engine
+    old = tmp_path / "old-client.log"
+    old.write_text(f"yesterday: {FAULT}\n")
+    run_id = start(port)
+    assert proctor("serve", "ready", run_id, "--timeout", "30s").returncode == 0
+    client = proctor("run", "-d", "--json", "--", "bash", "-c", curl(port))
+    client_id = json.loads(client.stdout)["run_id"]
+    result = proctor("drain", run_id, "--poll", "1s", "--client", client_id, "--log", str(old))
+    assert result.returncode == 0, result.stderr
+    assert proctor("serve", "stop", run_id).returncode == 0
+
+
+def test_offline_job_still_running_after_a_quiet_poll_is_not_drained(isolated_runs: Path) -> None:
+    job = proctor("run", "-d", "--json", "--", "bash", "-c", "echo loading; sleep 4; echo done; exit 0")
+    job_id = json.loads(job.stdout)["run_id"]
+    t0 = time.monotonic()
+    result = proctor("drain", "--offline", job_id, "--poll", "1s", "--stuck-polls", "10")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - t0 >= 3, "reported drained while the offline job still ran"
+    failed = json.loads(proctor("run", "-d", "--json", "--", "bash", "-c", "sleep 1; exit 9").stdout)
+    result = proctor("drain", "--offline", failed["run_id"], "--poll", "1s")
+    assert result.returncode == 3, result.stderr
+
+
+def test_port_in_use_is_refused_before_anything_starts(fake_engine: int, isolated_runs: Path) -> None:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", fake_engine))
+        sock.listen()
+        result = proctor("serve", "start", "--engine", "fake", "--model", "m", "--port", str(fake_engine))
+    assert result.returncode == 69
+    assert "already in use" in result.stderr
+    assert not isolated_runs.exists() or not [p for p in isolated_runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
+def test_stop_kills_sigterm_ignorer_and_escaped_grandchild(fake_engine: int, isolated_runs: Path) -> None:
+    port = fake_engine
+    run_id = start(port, "--ignore-sigterm", "--spawn-grandchild")
+    assert proctor("serve", "ready", run_id, "--timeout", "30s").returncode == 0
+    run = isolated_runs / run_id
+    server_pid = json.loads((run / "record.json").read_text())["process"]["pid"]
+    tree = psutil.Process(json.loads((run / "wrapper.pid").read_text())["pid"]).children(recursive=True)
+    escaped = [p for p in tree if p.pid != server_pid]
+    assert escaped, "the fake server did not spawn its grandchild"
+    assert any(p.pid == p.pgid() if hasattr(p, "pgid") else True for p in escaped)
+    proctor("serve", "stop", run_id, "--json", check=True)
+    for proc in [psutil.Process(server_pid) if psutil.pid_exists(server_pid) else None, *escaped]:
+        if proc is not None and proc.is_running():
+            assert proc.status() == psutil.STATUS_ZOMBIE
+    again = json.loads(proctor("serve", "stop", run_id, "--json", check=True).stdout)
+    assert again[0]["was_running"] is False
+    record = json.loads((run / "record.json").read_text())
+    assert record["exit"]["signal"] == "SIGKILL"
+
+
+def test_serve_start_prints_the_profile_it_applied(isolated_runs: Path, tmp_path: Path) -> None:
+    """A required model-family setting that was not applied must be impossible to miss."""
+    result = proctor("serve", "start", "--engine", "atom", "--model", "/data/DeepSeek-V4-Pro",
+                     "--python", sys.executable, "--port", str(free_port()))  # fmt: skip
+    # ATOM is not installed here: the start itself fails fast, but after saying what it applied?
+    assert "AITER_BF16_FP8_MOE_BOUND=0" in result.stderr or result.returncode == 69, result.stderr
