@@ -1,0 +1,450 @@
+"""Reports of one run, of a sweep (runs sharing a `group`), and of runs compared side by side.
+
+    build_report(runs_dir, ["RUN"])                  one run
+    build_report(runs_dir, ["SWEEP"])                every run whose record has group SWEEP
+    build_report(runs_dir, ["A", "B"], compare=True) every metric of B (, C...) against A
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from proctor import __version__
+from proctor.errors import UsageError
+from proctor.record.rundir import RunDir, is_run_id, write_atomic
+from proctor.report.figures import (
+    Curve,
+    Figure,
+    change_figure,
+    concurrency_of,
+    eval_figure,
+    gpu_timeline,
+    latency_cdfs,
+    sweep_figures,
+)
+from proctor.report.load import RunView, load_run
+from proctor.report.page import badge, esc, figure_block, kv_table, mark, render_page, table
+from proctor.results.baselines import (
+    DEFAULT_TOLERANCE,
+    AccuracyEntry,
+    Baseline,
+    CompareRow,
+    check,
+    compare,
+    select_entry,
+)
+from proctor.supervise.launch import resolve_run
+
+
+@dataclass
+class Subject:
+    """What one report argument named: a single run, or a sweep (a group of runs)."""
+
+    label: str
+    views: list[RunView]
+    group: str | None = None
+
+
+@dataclass
+class Report:
+    kind: str  # run | sweep | compare
+    title: str
+    html: str
+    subjects: list[Subject]
+    figures: list[Figure]
+    default_name: str
+
+
+# -- finding what to report on -----------------------------------------------------------------
+def group_runs(runs_dir: Path, group: str) -> list[RunDir]:
+    """Run directories whose record.json has this group, oldest first."""
+    found: list[RunDir] = []
+    if not runs_dir.is_dir():
+        return found
+    for child in sorted(runs_dir.iterdir()):
+        if not (child.is_dir() and is_run_id(child.name)):
+            continue
+        try:
+            record = json.loads((child / "record.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("group") == group:
+            found.append(RunDir(child))
+    return found
+
+
+def resolve_subject(runs_dir: Path, ref: str) -> Subject:
+    members = group_runs(runs_dir, ref)
+    if members:
+        return Subject(ref, [load_run(r) for r in members], group=ref)
+    view = load_run(resolve_run(runs_dir, ref))
+    return Subject(view.label, [view])
+
+
+# -- shared blocks ----------------------------------------------------------------------------
+def _count(items: object) -> int:
+    return len(items) if isinstance(items, list) else 0
+
+
+def _source_text(source: dict[str, object]) -> str:
+    if not source or not source.get("is_git", bool(source.get("commit"))):
+        return f"not a git checkout ({source.get('reason') or 'no source identity recorded'})"
+    parts = [str(source.get("commit") or "no commit")]
+    if source.get("branch"):
+        parts.append(f"on {source['branch']}")
+    if source.get("dirty"):
+        changed = sum(_count(source.get(k)) for k in ("modified", "staged", "deleted"))
+        untracked = _count(source.get("untracked"))
+        parts.append(f"DIRTY ({changed} changed, {untracked} untracked)")
+    else:
+        parts.append("clean")
+    return " ".join(parts)
+
+
+def _gpu_text(gpu: dict[str, object]) -> str:
+    gpus = gpu.get("gpus")
+    if isinstance(gpus, list) and gpus:
+        names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
+        driver = f", driver {gpu['driver']}" if gpu.get("driver") else ""
+        backend = f" via {gpu['backend']}" if gpu.get("backend") else ""
+        return f"{len(gpus)}x {' / '.join(names)}{driver}{backend}"
+    return f"none recorded ({gpu.get('reason') or 'no GPU inventory'})"
+
+
+def _target_text(view: RunView) -> str:
+    target = view.record.get("target") or {}
+    if not isinstance(target, dict):
+        return str(target)
+    words = [str(target.get("kind") or "local")]
+    for key in ("host", "pod_id", "cluster", "job_id", "nodes"):
+        if target.get(key):
+            words.append(f"{key.replace('_', ' ')} {target[key]}")
+    return ", ".join(words)
+
+
+def checks_html(view: RunView) -> str:
+    return "".join(
+        f'<div class="check">{mark(c.status)}<b>{esc(c.name)}</b>: {esc(c.detail)}</div>'
+        for c in view.checks
+    )
+
+
+def run_header(view: RunView, level: str = "h1") -> str:
+    r = view.record
+    source = r.get("source") if isinstance(r.get("source"), dict) else {}
+    assert isinstance(source, dict)
+    gpu = r.get("gpu") if isinstance(r.get("gpu"), dict) else {}
+    assert isinstance(gpu, dict)
+    digest = source.get("source_id") or source.get("diff_sha256")
+    manifest = source.get("manifest") or source.get("archive_manifest")
+    times = [(k, r.get(f"{k}_at")) for k in ("created", "started", "ended")]
+    pairs = [
+        ("outcome", f"{badge(view.outcome)} exit status {esc(view.exit_text)}"),
+        ("command", f"<code>{esc(view.command)}</code>"),
+        ("source", esc(_source_text(source))),
+        ("remote", esc(source.get("remote_url") or "none")),
+        ("source id / manifest", esc(" / ".join(str(x) for x in (digest, manifest) if x)
+                                     or "none recorded")),
+        ("target", esc(_target_text(view))),
+        ("GPU", esc(_gpu_text(gpu))),
+        *[(f"{k}", esc(v or "not recorded")) for k, v in times],
+        ("duration", esc(f"{r['duration_s']:.3f} s" if isinstance(r.get("duration_s"),
+                                                                   (int, float)) else "unknown")),
+        ("kind / group", esc(f"{view.kind} / {r.get('group') or 'none'}")),
+        ("proctor", esc(r.get("proctor_version") or "unknown")),
+        ("run directory", f"<code>{esc(view.run.path)}</code>"),
+        ("completion checks", checks_html(view)),
+    ]
+    heading = f"<{level}>{esc(view.name)} <small>{esc(view.run_id)}</small></{level}>"
+    error = f'<p class="note">error: {esc(r["error"])}</p>' if r.get("error") else ""
+    return f"<header>{heading}{kv_table(pairs, raw=True)}{error}</header>"
+
+
+def runs_table(views: Sequence[RunView]) -> str:
+    rows = []
+    for v in views:
+        source = v.record.get("source") if isinstance(v.record.get("source"), dict) else {}
+        assert isinstance(source, dict)
+        commit = str(source.get("commit") or "")[:12] + (" dirty" if source.get("dirty") else "")
+        checks = "".join(mark(c.status) for c in v.checks)
+        conc = concurrency_of(v)
+        rows.append([v.run_id, v.name, (badge(v.outcome), ""), v.exit_text,
+                     "" if conc is None else f"{conc:g}", commit or "none",
+                     str(v.record.get("started_at") or ""), (checks, "")])
+    return table(["run", "name", "outcome", "exit", "concurrency", "commit", "started",
+                  "result / logs / machine"], rows, raw_columns=(2, 7))  # fmt: skip
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    text = f"{value:.4f}" if abs(value) < 10 else f"{value:,.2f}"
+    return f"{text} {unit}".strip()
+
+
+def metrics_table(view: RunView) -> str:
+    if not view.metrics:
+        return '<p class="note">no metrics.json in this run</p>'
+    rows = [[name, (_fmt(m.value), "num"), m.unit,
+             "" if m.stderr is None else _fmt(m.stderr), m.direction]
+            for name, m in view.metrics.items()]  # fmt: skip
+    return table(["metric", "value", "unit", "stderr", "better"], rows)
+
+
+def phases_table(view: RunView) -> str:
+    if not view.phases:
+        return '<p class="note">no phases recorded</p>'
+    return table(["time", "phase", "detail"], [[p.time, p.name, p.detail] for p in view.phases])
+
+
+def _failures(view: RunView) -> str:
+    failures = (view.metrics_doc or {}).get("failures")
+    if not isinstance(failures, dict) or not failures.get("count"):
+        return ""
+    by = ", ".join(f"{k}: {v}" for k, v in (failures.get("by_reason") or {}).items())
+    return f'<p class="note">failed requests: {esc(failures["count"])} ({esc(by)})</p>'
+
+
+def gpu_block(views: Sequence[RunView], figures: list[Figure], fig_id: str) -> str:
+    fig = gpu_timeline(views, fig_id)
+    if fig is None:
+        reasons = {str((v.record.get("gpu") or {}).get("reason") or "no gpu.csv")
+                   for v in views}  # fmt: skip
+        return f'<p class="note">no GPU samples ({esc("; ".join(sorted(reasons)))})</p>'
+    figures.append(fig)
+    bad = sum(v.gpu.bad_rows for v in views)
+    note = f'<p class="note">{bad} unreadable gpu.csv rows skipped</p>' if bad else ""
+    return figure_block(fig) + note
+
+
+def _accuracy_entry(baseline: Baseline | None, views: Sequence[RunView],
+                    model: str | None) -> AccuracyEntry | None:  # fmt: skip
+    if not isinstance(baseline, list):
+        return None
+    config = (views[0].metrics_doc or {}).get("config") if views else None
+    name = model or (config.get("model") if isinstance(config, dict) else None)
+    return select_entry(baseline, name)
+
+
+def verdicts_block(view: RunView, baseline: Baseline | None, model: str | None) -> str:
+    if baseline is None:
+        return ""
+    name = model
+    if name is None and isinstance((view.metrics_doc or {}).get("config"), dict):
+        name = (view.metrics_doc or {})["config"].get("model")
+    verdicts = check(view.metrics, baseline, name)
+    rows = [[v.metric, (badge(v.status), ""), (_fmt(v.value), "num"), (_fmt(v.baseline), "num"),
+             (_fmt(v.threshold), "num"), _fmt(v.noise), v.message] for v in verdicts]
+    return "<h3>Against the baseline</h3>" + table(
+        ["metric", "verdict", "value", "baseline", "threshold", "noise (1 stderr)", "why"],
+        rows, raw_columns=(1,))  # fmt: skip
+
+
+def eval_block(views: Sequence[RunView], baseline: Baseline | None, model: str | None,
+               figures: list[Figure]) -> str:  # fmt: skip
+    entry = _accuracy_entry(baseline, views, model)
+    fig = eval_figure(views, entry.accuracy_threshold if entry else None,
+                      entry.accuracy_baseline if entry else None)
+    if fig is None:
+        return '<p class="note">no GSM8K scores in metrics.json</p>'
+    figures.append(fig)
+    rows = []
+    for v in views:
+        for metric in ("gsm8k_exact_match_flexible", "gsm8k_exact_match_strict"):
+            m = v.metrics.get(metric)
+            if m is not None:
+                rows.append([v.label, metric, (_fmt(m.value), "num"), _fmt(m.stderr)])
+    note = ("" if entry else '<p class="note">no accuracy baseline given '
+            "(--baseline models_accuracy.json draws its threshold)</p>")
+    return figure_block(fig) + note + table(["run", "metric", "score", "stderr"], rows)
+
+
+# -- the three kinds ---------------------------------------------------------------------------
+def _footer() -> str:
+    return (f"proctor {__version__}, report written "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}; self-contained, no network needed")
+
+
+def run_report(view: RunView, baseline: Baseline | None = None,
+               model: str | None = None) -> Report:  # fmt: skip
+    figures: list[Figure] = []
+    blocks = [run_header(view), "<h2>GPU memory</h2>", gpu_block([view], figures, "gpu-memory")]
+    if view.kind == "gsm8k":
+        blocks += ["<h2>Evaluation</h2>", eval_block([view], baseline, model, figures)]
+    elif view.kind == "bench" or view.latencies:
+        cdfs = latency_cdfs([view])
+        figures += cdfs
+        blocks.append("<h2>Latency distributions</h2>")
+        blocks += [figure_block(f) for f in cdfs] or ['<p class="note">no latency data</p>']
+        blocks.append(_failures(view))
+    blocks += ["<h2>Metrics</h2>", metrics_table(view)]
+    if view.kind != "gsm8k":
+        blocks.append(verdicts_block(view, baseline, model))
+    blocks += ["<h2>Phases</h2>", phases_table(view)]
+    title = f"proctor report: {view.name} ({view.run_id})"
+    html = render_page(title, blocks, figures, _footer())
+    return Report("run", title, html, [Subject(view.label, [view])], figures, view.run_id)
+
+
+def sweep_summary_table(views: Sequence[RunView]) -> str:
+    cols = ["concurrency", "run", "req/s", "output tok/s", "total tok/s", "median TTFT ms",
+            "p99 TTFT ms", "median TPOT ms", "p99 TPOT ms", "median E2EL ms", "failed"]
+    names = ["request_throughput", "output_throughput", "total_token_throughput",
+             "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
+             "failed"]  # fmt: skip
+    ordered = sorted(views, key=lambda v: concurrency_of(v) or 0.0)
+    rows = []
+    for v in ordered:
+        conc = concurrency_of(v)
+        cells: list[str | tuple[str, str]] = ["" if conc is None else f"{conc:g}", v.run_id]
+        for n in names:
+            m = v.metrics.get(n)
+            cells.append((_fmt(m.value if m else None), "num"))
+        rows.append(cells)
+    return table(cols, rows)
+
+
+def sweep_report(subjects: Sequence[Subject], baseline: Baseline | None = None,
+                 model: str | None = None) -> Report:  # fmt: skip
+    figures: list[Figure] = []
+    everyone = [v for s in subjects for v in s.views]
+    name = " vs ".join(s.label for s in subjects)
+    blocks = [f"<h1>Sweep {esc(name)}</h1>",
+              f'<p class="note">{len(everyone)} runs</p>', runs_table(everyone)]
+    sweeps = sweep_figures([Curve(s.label, s.views) for s in subjects])
+    figures += sweeps
+    blocks.append("<h2>Throughput and latency</h2>")
+    blocks += [figure_block(f) for f in sweeps] or ['<p class="note">no benchmark metrics</p>']
+    for s in subjects:
+        blocks += [f"<h2>Summary: {esc(s.label)}</h2>", sweep_summary_table(s.views)]
+    if any(v.kind == "gsm8k" for v in everyone):
+        blocks += ["<h2>Evaluation</h2>", eval_block(everyone, baseline, model, figures)]
+    cdfs = latency_cdfs(everyone, prefix="sweep-latency-cdf")
+    figures += cdfs
+    if cdfs:
+        blocks.append("<h2>Latency distributions, one curve per run</h2>")
+        blocks += [figure_block(f) for f in cdfs]
+    for i, s in enumerate(subjects):
+        blocks += [f"<h2>GPU memory: {esc(s.label)}</h2>",
+                   gpu_block(s.views, figures, f"gpu-memory-{i}")]
+    blocks.append("<h2>Runs</h2>")
+    blocks += [f"<details><summary>{esc(v.label)}: {esc(v.outcome)}</summary>"
+               f"{run_header(v, 'h3')}</details>" for v in everyone]
+    title = f"proctor report: sweep {name}"
+    html = render_page(title, blocks, figures, _footer())
+    default = "sweep-" + "-vs-".join(s.label for s in subjects)
+    return Report("sweep", title, html, list(subjects), figures, default)
+
+
+@dataclass(frozen=True)
+class Judged:
+    row: CompareRow
+    regression: bool
+    verdict: str
+
+
+def judge(row: CompareRow) -> Judged:
+    """Worse beyond the noise band and beyond the default tolerance of results.baselines
+    (5% for higher-is-better, 10% for lower-is-better) is a regression."""
+    if row.assessment != "worse" or row.change is None:
+        return Judged(row, False, row.assessment)
+    tol = DEFAULT_TOLERANCE.get(row.direction, 0.0)
+    if abs(row.change) > tol:
+        return Judged(row, True, "regression")
+    return Judged(row, False, "worse (within tolerance)")
+
+
+def compare_block(a: RunView, b: RunView, figures: list[Figure], index: int) -> str:
+    judged = [judge(r) for r in compare(a.metrics, b.metrics)]
+    rows = []
+    bars: list[tuple[str, float, float | None, bool]] = []
+    for j in judged:
+        r = j.row
+        change = "n/a" if r.change is None else f"{r.change * 100:+.2f}%"
+        noise = "n/a" if r.noise is None else _fmt(r.noise)
+        css = "regression" if j.regression else j.verdict.split(" ")[0]
+        rows.append([r.metric, (_fmt(r.a), "num"), (_fmt(r.b), "num"), (change, "num"),
+                     (noise, "num"), r.direction, (badge(j.verdict, css), "")])
+        if r.change is not None and r.direction != "none" and r.a:
+            band = r.noise / abs(r.a) * 100 if r.noise is not None else None
+            bars.append((r.metric, r.change * 100, band, j.regression))
+    regressions = sum(j.regression for j in judged)
+    head = (f"<h2>{esc(b.label)} against {esc(a.label)}</h2>"
+            f'<p>{badge(f"{regressions} regression(s)", "regression" if regressions else "ok")}'
+            "change = (B - A) / A; noise = one combined stderr where known</p>")
+    fig = change_figure(bars, f"Change of {b.name} against {a.name}", f"compare-change-{index}")
+    out = head
+    if fig is not None:
+        figures.append(fig)
+        out += figure_block(fig)
+    return out + table(["metric", "A", "B", "change", "noise band", "better", "assessment"],
+                       rows, raw_columns=(6,))
+
+
+def compare_report(subjects: Sequence[Subject], baseline: Baseline | None = None,
+                   model: str | None = None) -> Report:  # fmt: skip
+    if len(subjects) < 2:
+        raise UsageError("--compare needs at least two runs or sweeps", hint="give A B [C ...]")
+    if all(s.group for s in subjects):
+        report = sweep_report(subjects, baseline, model)
+        return Report("compare", report.title, report.html, report.subjects, report.figures,
+                      "compare-" + report.default_name)
+    if any(len(s.views) != 1 for s in subjects):
+        raise UsageError("--compare takes runs, or sweeps only",
+                         hint="give run ids, or only sweep (group) names")
+    views = [s.views[0] for s in subjects]
+    figures: list[Figure] = []
+    names = " vs ".join(v.run_id for v in views)
+    blocks = [f"<h1>Comparison {esc(names)}</h1>",
+              '<p class="note">A is the first run; each later run is compared with it</p>',
+              runs_table(views)]
+    for i, b in enumerate(views[1:]):
+        blocks.append(compare_block(views[0], b, figures, i))
+    if any(v.kind == "gsm8k" for v in views):
+        blocks += ["<h2>Evaluation</h2>", eval_block(views, baseline, model, figures)]
+    cdfs = latency_cdfs(views, prefix="compare-latency")
+    figures += cdfs
+    if cdfs:
+        blocks.append("<h2>Latency distributions</h2>")
+        blocks += [figure_block(f) for f in cdfs]
+    for i, v in enumerate(views):
+        blocks += [f"<h2>GPU memory: {esc(v.label)}</h2>",
+                   gpu_block([v], figures, f"gpu-memory-{i}")]
+    blocks.append("<h2>Runs</h2>")
+    blocks += [f"<details><summary>{esc(v.label)}</summary>{run_header(v, 'h3')}</details>"
+               for v in views]
+    title = f"proctor report: compare {names}"
+    html = render_page(title, blocks, figures, _footer())
+    return Report("compare", title, html, list(subjects), figures,
+                  "compare-" + "-".join(v.run_id for v in views))
+
+
+def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = False,
+                 baseline: Baseline | None = None, model: str | None = None) -> Report:  # fmt: skip
+    if not refs:
+        raise UsageError("nothing to report on",
+                         hint="give a run id, a sweep name, or --compare A B")
+    subjects = [resolve_subject(runs_dir, ref) for ref in refs]
+    if compare_runs:
+        return compare_report(subjects, baseline, model)
+    if len(subjects) > 1:
+        raise UsageError("several runs given without --compare",
+                         hint="add --compare to put them side by side")
+    subject = subjects[0]
+    if subject.group is not None:
+        return sweep_report(subjects, baseline, model)
+    return run_report(subject.views[0], baseline, model)
+
+
+def write_report(report: Report, path: Path) -> Path:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, report.html)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror}",
+                         hint="choose a writable path with -o") from None
+    return path

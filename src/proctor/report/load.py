@@ -1,0 +1,241 @@
+"""One run as a report sees it: the record, the state the evidence supports, the completion
+checks, the phases, its metrics and its samples. Reading never fails on a missing file."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from proctor.record.manifest import ManifestCheck, verify_run_manifest
+from proctor.record.rundir import RunDir
+from proctor.record.schema import ProcessRef
+from proctor.record.status import RunState, effective_outcome, is_alive, run_state
+from proctor.report.metrics import MetricSet, metrics_of_doc
+from proctor.report.series import GpuSeries, Latencies, read_gpu_csv, read_requests_jsonl
+
+CheckStatus = Literal["ok", "fail", "unknown", "pending"]
+# GPU memory back within this of where the run started counts as released.
+GPU_RELEASE_TOLERANCE_MIB = 256.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: CheckStatus
+    detail: str
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A moment of the workflow (start, ready, workload, drain, stop, end, ...)."""
+
+    name: str
+    time: str
+    detail: str = ""
+    run_id: str = ""
+
+
+@dataclass
+class RunView:
+    run: RunDir
+    record: dict[str, Any]
+    state: RunState
+    outcome: str
+    manifest: ManifestCheck
+    metrics_doc: dict[str, Any] | None
+    metrics: MetricSet
+    latencies: Latencies | None
+    gpu: GpuSeries
+    phases: list[Phase] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.record.get("run_id") or self.run.run_id)
+
+    @property
+    def name(self) -> str:
+        return str(self.record.get("name") or self.run_id)
+
+    @property
+    def kind(self) -> str:
+        """bench, gsm8k, or the record's kind (command, ...)."""
+        doc = self.metrics_doc or {}
+        if doc.get("kind") == "gsm8k":
+            return "gsm8k"
+        if doc.get("schema") == "proctor.bench.metrics":
+            return "bench"
+        return str(self.record.get("kind") or "command")
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.run_id})"
+
+    @property
+    def command(self) -> str:
+        argv = self.record.get("argv_display") or self.record.get("argv") or []
+        return shlex.join(str(a) for a in argv) if isinstance(argv, list) else str(argv)
+
+    @property
+    def exit_text(self) -> str:
+        if self.state.exit is None:
+            return "unknown (no exit_code)" if self.state.state != "running" else "running"
+        text = str(self.state.exit.code)
+        if self.state.exit.signal:
+            text += f" ({self.state.exit.signal})"
+        decided = (self.record.get("exit") or {}).get("decided_by")
+        if decided == "proctor":
+            text += ", decided by proctor"
+        return text
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def load_run(run: RunDir) -> RunView:
+    record = _read_json(run.record_path) or {"run_id": run.run_id}
+    state = run_state(run)
+    doc = _read_json(run.path / "metrics.json")
+    view = RunView(
+        run=run,
+        record=record,
+        state=state,
+        outcome=effective_outcome(record, state),
+        manifest=verify_run_manifest(run),
+        metrics_doc=doc,
+        metrics=metrics_of_doc(doc),
+        latencies=read_requests_jsonl(run.path / "requests.jsonl"),
+        gpu=read_gpu_csv(run.gpu_csv_path),
+    )
+    view.phases = phases_of(view)
+    view.checks = completion_checks(view)
+    return view
+
+
+# -- phases -----------------------------------------------------------------------------------
+# Record event names -> the workflow phase they mark. Anything else is shown as itself.
+_PHASE_OF_EVENT = {
+    "start": "start",
+    "started": "start",
+    "ready": "ready",
+    "workload": "workload",
+    "workload_start": "workload",
+    "workload_end": "workload end",
+    "drain": "drain",
+    "drained": "drained",
+    "stop": "stop",
+    "timeout": "stop (time limit)",
+    "end": "end",
+}
+
+
+def phases_of(view: RunView) -> list[Phase]:
+    phases: list[Phase] = []
+    events = view.record.get("events")
+    for event in events if isinstance(events, list) else []:
+        if not isinstance(event, dict) or not isinstance(event.get("time"), str):
+            continue
+        name = str(event.get("event") or "event")
+        detail = str(event.get("detail") or "")
+        phases.append(Phase(_PHASE_OF_EVENT.get(name, name), event["time"], detail, view.run_id))
+    names = {p.name for p in phases}
+    doc = view.metrics_doc or {}
+    # A benchmark says when its workload ran; a flow may already have recorded it as events.
+    if "workload" not in names and isinstance(doc.get("started_at"), str):
+        phases.append(Phase("workload", doc["started_at"], "benchmark started", view.run_id))
+        if isinstance(doc.get("finished_at"), str):
+            phases.append(Phase("workload end", doc["finished_at"], "benchmark finished",
+                                view.run_id))  # fmt: skip
+    if "start" not in names and isinstance(view.record.get("started_at"), str):
+        phases.append(Phase("start", view.record["started_at"], "", view.run_id))
+    if "end" not in names and isinstance(view.record.get("ended_at"), str):
+        phases.append(Phase("end", view.record["ended_at"], "", view.run_id))
+    return sorted(phases, key=lambda p: p.time)
+
+
+# -- completion checks ------------------------------------------------------------------------
+def completion_checks(view: RunView) -> list[Check]:
+    return [_result_known(view), _logs_verified(view), _machine_state(view)]
+
+
+def _result_known(view: RunView) -> Check:
+    name = "result known"
+    if view.state.exit is not None:
+        return Check(name, "ok", f"exit_code says {view.exit_text}")
+    if view.state.state in ("running", "starting"):
+        return Check(name, "pending", f"the run is {view.state.state}")
+    return Check(name, "fail", "no exit_code and no live wrapper: the result is unknown")
+
+
+def _names(items: list[str], limit: int = 4) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _logs_verified(view: RunView) -> Check:
+    name = "logs verified"
+    m = view.manifest
+    if not m.present:
+        if view.state.state in ("running", "starting"):
+            return Check(name, "pending", "manifest.sha256 is written when the run ends")
+        return Check(name, "unknown", "no manifest.sha256: the artifacts cannot be verified")
+    if m.verified:
+        return Check(name, "ok", f"{len(m.ok)} files match manifest.sha256")
+    parts = []
+    if m.changed:
+        parts.append(f"changed: {_names(m.changed)}")
+    if m.missing:
+        parts.append(f"missing: {_names(m.missing)}")
+    if m.extra:
+        parts.append(f"not in the manifest: {_names(m.extra)}")
+    return Check(name, "fail", "; ".join(parts))
+
+
+def _ref(data: Any) -> ProcessRef | None:
+    try:
+        return ProcessRef.model_validate(data) if isinstance(data, dict) else None
+    except ValueError:
+        return None
+
+
+def _machine_state(view: RunView) -> Check:
+    name = "machine state verified"
+    explicit = view.record.get("machine_state")
+    if isinstance(explicit, dict) and isinstance(explicit.get("verified"), bool):
+        # A flow that checked the machine itself (e.g. GPU memory back to baseline) says so.
+        status: CheckStatus = "ok" if explicit["verified"] else "fail"
+        return Check(name, status, str(explicit.get("detail") or ""))
+    if view.state.state in ("running", "starting"):
+        return Check(name, "pending", f"the run is {view.state.state}")
+    problems: list[str] = []
+    notes: list[str] = []
+    if is_alive(_ref(view.record.get("process"))):
+        problems.append("the command's process is still alive")
+    if view.state.wrapper_alive:
+        problems.append("the run wrapper is still alive")
+    leftovers = view.record.get("leftovers_killed")
+    if isinstance(leftovers, int) and leftovers > 0:
+        notes.append(f"{leftovers} leftover process(es) were stopped")
+    else:
+        notes.append("no leftover processes")
+    for trace in view.gpu.traces:
+        first, last = trace.first_mib, trace.last_mib
+        if first is None or last is None:
+            continue
+        if last - first > GPU_RELEASE_TOLERANCE_MIB:
+            problems.append(f"GPU {trace.index} holds {last - first:.0f} MiB more than at start")
+        else:
+            notes.append(f"GPU {trace.index} memory back to {last:.0f} MiB")
+    if not view.gpu.traces:
+        notes.append("no GPU samples")
+    if problems:
+        return Check(name, "fail", "; ".join(problems + notes))
+    return Check(name, "ok", "; ".join(notes))

@@ -1,0 +1,153 @@
+"""The HTML page: one self-contained file (plotly.js inline, no URL to fetch), escaped text,
+figures as JSON in a non-executing script element, drawn by a few lines of script.
+
+The Content-Security-Policy forbids every fetch, so a page that tried one would fail loudly
+in the browser test rather than quietly need a network.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from proctor.report.figures import Figure
+
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+       "img-src data: blob:; font-src data:; connect-src 'none'")  # fmt: skip
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;
+color:#1b1b1b;background:#fafafa}
+main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:1.5rem;margin:.2rem 0}h2{font-size:1.2rem;margin:2rem 0 .5rem;border-bottom:1px
+solid #ddd;padding-bottom:.2rem}h3{font-size:1rem;margin:1rem 0 .3rem}
+.badge{display:inline-block;padding:.15rem .6rem;border-radius:.3rem;font-weight:700;color:#fff;
+margin-right:.5rem}
+.ok{background:#1a7f37}.failed,.fail,.regression,.worse{background:#c62828}
+.timeout,.stopped,.within_noise,.missing,.changed{background:#b26a00}
+.unknown,.running,.starting,.pending,.same,.only_a,.only_b{background:#5f6368}
+.better,.pass{background:#1a7f37}
+table{border-collapse:collapse;margin:.3rem 0 1rem;font-size:.9rem;background:#fff}
+td,th{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.kv th{width:11rem}
+code{font-family:"DejaVu Sans Mono",monospace;font-size:.85rem;word-break:break-all}
+.check{margin:.15rem 0}.mark{display:inline-block;width:1.4rem;text-align:center;
+border-radius:.2rem;color:#fff;margin-right:.4rem;font-weight:700}
+.plot{width:100%;height:430px;background:#fff;border:1px solid #e3e3e3;margin:.3rem 0}
+.note{color:#555;font-size:.85rem;margin:.2rem 0 .8rem}
+details{margin:.4rem 0}summary{cursor:pointer;font-weight:600}
+footer{color:#777;font-size:.8rem;margin-top:3rem}
+"""
+
+# Draws every figure; marks the page done (data-rendered) so a headless check knows when.
+RENDER_JS = """
+(function () {
+  var figs = JSON.parse(document.getElementById('proctor-figures').textContent);
+  var config = {displaylogo: false, responsive: true, showLink: false};
+  var jobs = figs.map(function (f) {
+    var el = document.getElementById(f.id);
+    return Plotly.newPlot(el, f.data, f.layout, config);
+  });
+  Promise.all(jobs).then(function () {
+    document.body.setAttribute('data-rendered', String(figs.length));
+  }, function (err) {
+    console.error('proctor report: a plot failed: ' + err);
+    document.body.setAttribute('data-rendered', 'error');
+  });
+})();
+"""
+
+MARKS = {"ok": "\u2713", "fail": "\u2717", "unknown": "?", "pending": "\u2026"}
+
+
+def esc(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+@lru_cache(maxsize=1)
+def plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    js = str(get_plotlyjs())
+    # Inline script ends at the first "</script"; plotly.min.js has none, but never trust it.
+    return js.replace("</script", "<\\/script")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def script_json(data: Any) -> str:
+    """JSON that is safe inside a <script> element: no '<', '>' or '&' left to end it."""
+    try:
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(_clean(data), separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def badge(text: str, css: str | None = None) -> str:
+    return f'<span class="badge {esc(css or text)}">{esc(text)}</span>'
+
+
+def mark(status: str) -> str:
+    return f'<span class="mark {esc(status)}">{MARKS.get(status, "?")}</span>'
+
+
+Cell = str | tuple[str, str]  # text, or (text, css class); text is escaped here
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], css: str = "",
+          raw_columns: Sequence[int] = ()) -> str:  # fmt: skip
+    """An escaped table of Cells; columns in raw_columns hold HTML already built here."""
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    body: list[str] = []
+    for row in rows:
+        cells: list[str] = []
+        for i, cell in enumerate(row):
+            text, klass = cell if isinstance(cell, tuple) else (cell, "")
+            content = text if i in raw_columns else esc(text)
+            attr = f' class="{esc(klass)}"' if klass else ""
+            cells.append(f"<td{attr}>{content}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    attr = f' class="{esc(css)}"' if css else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def kv_table(pairs: Sequence[tuple[str, str]], raw: bool = False) -> str:
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{v if raw else esc(v)}</td></tr>" for k, v in pairs)
+    return f'<table class="kv"><tbody>{rows}</tbody></table>'
+
+
+def figure_block(fig: Figure) -> str:
+    note = f'<p class="note">{esc(fig.note)}</p>' if fig.note else ""
+    return (f'<div class="plot" id="{esc(fig.id)}" data-title="{esc(fig.title)}" '
+            f'data-points="{fig.points}"></div>{note}')  # fmt: skip
+
+
+def render_page(title: str, blocks: Sequence[str], figures: Sequence[Figure],
+                footer: str = "") -> str:  # fmt: skip
+    figs = [{"id": f.id, "data": f.data, "layout": f.layout} for f in figures]
+    return "".join([
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<link rel="icon" href="data:,">',
+        f"<title>{esc(title)}</title><style>{STYLE}</style>",
+        f"<script>{plotly_js()}</script></head>\n<body><main>",
+        *blocks,
+        f"<footer>{esc(footer)}</footer></main>\n",
+        f'<script type="application/json" id="proctor-figures">{script_json(figs)}</script>\n',
+        f"<script>{RENDER_JS}</script>\n</body></html>\n",
+    ])  # fmt: skip

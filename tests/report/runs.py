@@ -1,0 +1,219 @@
+"""Real runs for the report tests: `proctor run` of the load generator against the fake
+OpenAI server, a sweep of them sharing a group, and GSM8K through real lm-eval against a
+loopback server answering from the answer key.
+
+GPU samples come from the real sampler in the run wrapper, reading a stand-in `nvidia-smi`
+(first on PATH) whose memory figure the workload command sets: high while the benchmark
+runs, back to the baseline afterwards, so the timeline has a visible spike and a release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from tests.fixtures.fake_openai_server import free_port
+from tests.helpers import REPO
+
+FAKE_SERVER = REPO / "tests" / "fixtures" / "fake_openai_server.py"
+BASE_MIB = 512
+BUSY_MIB = 9000
+
+FAKE_SMI = """#!{py}
+import os, sys
+state = os.environ.get("FAKE_GPU_STATE", "")
+try:
+    used = float(open(state).read().strip())
+except (OSError, ValueError):
+    used = {base}
+args = " ".join(sys.argv[1:])
+if "--query-gpu" in args:
+    print(f"0, GPU-11111111-aaaa, NVIDIA H200, {{used:.0f}}, 143771, 40, 570.1")
+    print(f"1, GPU-22222222-bbbb, NVIDIA H200, {{used / 2:.0f}}, 143771, 20, 570.1")
+elif "--query-compute-apps" in args:
+    pass
+else:
+    sys.exit(2)
+"""
+
+
+@dataclass
+class Env:
+    runs_dir: Path
+    env: dict[str, str]
+    state: Path
+
+
+def make_env(root: Path) -> Env:
+    tools = root / "tools"
+    tools.mkdir(parents=True, exist_ok=True)
+    smi = tools / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(py=sys.executable, base=BASE_MIB))
+    smi.chmod(0o755)
+    state = root / "gpu-state"
+    state.write_text(f"{BASE_MIB}\n")
+    runs = root / "runs"
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
+           "PROCTOR_RUNS_DIR": str(runs), "FAKE_GPU_STATE": str(state), "COLUMNS": "200"}
+    return Env(runs, env, state)
+
+
+def proctor(env: Env, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proctor.cli.main", *args], env=env.env,
+                          capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+
+
+@contextmanager
+def fake_server(*args: str) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", str(port),
+                             "--no-access-log", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        for line in proc.stdout:
+            if "Application startup complete." in line or time.monotonic() > deadline:
+                break
+        threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep the pipe drained
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait(10)
+
+
+def workload(env: Env, argv: list[str]) -> list[str]:
+    """A shell command: GPU memory up, the workload into $PROCTOR_RUN_DIR, memory back down."""
+    quoted = " ".join(_sh(a) for a in argv)
+    script = (f'sleep 0.6; echo {BUSY_MIB} > "$FAKE_GPU_STATE"; sleep 0.6; {quoted} --output-dir '
+              f'"$PROCTOR_RUN_DIR"; rc=$?; sleep 0.4; echo {BASE_MIB} > "$FAKE_GPU_STATE"; '
+              "sleep 0.6; exit $rc")
+    return ["sh", "-c", script]
+
+
+def _sh(word: str) -> str:
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+def bench_argv(url: str, concurrency: int, prompts: int, osl: int = 8) -> list[str]:
+    return [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", url, "--isl", "16",
+            "--osl", str(osl), "--concurrency", str(concurrency), "--num-prompts", str(prompts),
+            "--num-warmups", "2", "--percentiles", "50,90,99", "--save-detailed",
+            "--no-progress"]  # fmt: skip
+
+
+def run_id_of(result: subprocess.CompletedProcess[str]) -> str:
+    for line in result.stderr.splitlines():
+        if line.startswith("proctor: run "):
+            return line.split()[2]
+    raise AssertionError(f"no run id in: {result.stderr[-1500:]}")
+
+
+def bench_run(env: Env, url: str, name: str, concurrency: int, prompts: int) -> str:
+    r = proctor(env, "run", "--name", name, "--gpu-sample", "0.2", "--",
+                *workload(env, bench_argv(url, concurrency, prompts)))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return run_id_of(r)
+
+
+def sweep_runs(env: Env, url: str, group: str, levels: list[int], prompts: int) -> list[str]:
+    """One run per concurrency level, each recorded with the same group (the library API:
+    `proctor run` has no --group flag)."""
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import RunFlags, resolve_run_plan
+    from proctor.supervise.launch import RunSpec, start_run, wait_run
+
+    ids: list[str] = []
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env.env)  # the wrapper inherits this process's environment
+    try:
+        for c in levels:
+            flags = RunFlags(argv=workload(env, bench_argv(url, c, prompts)),
+                             name=f"{group}-c{c}", gpu_sample=0.2, cwd=str(REPO))
+            plan = resolve_run_plan(flags, load_config(), env.env)
+            started = start_run(plan, RunSpec(kind="bench", group=group))
+            state = wait_run(started.run, timeout=180)
+            assert state.exit is not None and state.exit.code == 0, state
+            _wait_final(started.run.path)
+            ids.append(started.run.run_id)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return ids
+
+
+def _wait_final(run_dir: Path, timeout: float = 30) -> None:
+    """The wrapper writes the manifest last, after exit_code: wait for it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (run_dir / "manifest.sha256").exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no manifest in {run_dir}")
+
+
+# -- GSM8K -------------------------------------------------------------------------------------
+def _answers(data: Path) -> dict[str, tuple[int, str]]:
+    out = {}
+    for i, line in enumerate((data / "test.jsonl").read_text().splitlines()):
+        doc = json.loads(line)
+        out[doc["question"].strip()] = (i, doc["answer"].split("####")[-1].strip())
+    return out
+
+
+def _reply(prompt: str, key: dict[str, tuple[int, str]]) -> str:
+    """Test index % 3: 0 right both ways, 1 right only for flexible-extract, 2 wrong."""
+    question = prompt.rsplit("Question:", 1)[-1].rsplit("\nAnswer:", 1)[0].strip()
+    index, answer = key[question]
+    return [f" Steps.\n#### {answer}", f" So the answer is {answer}.", " #### 987654321"][index % 3]
+
+
+@contextmanager
+def answer_key_server(data: Path) -> Iterator[str]:
+    key = _answers(data)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+            choices = [{"index": i, "text": _reply(p, key), "finish_reason": "stop"}
+                       for i, p in enumerate(prompts)]
+            payload = json.dumps({"choices": choices, "usage": {}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def gsm8k_run(env: Env, url: str, data: Path, name: str = "gsm8k-l5") -> str:
+    argv = [sys.executable, "-m", "proctor.workloads.gsm8k", "--base-url", url, "--model", "m1",
+            "--fewshot", "3", "--limit", "5", "--num-concurrent", "2", "--data", str(data)]
+    r = proctor({**env.__dict__, "env": {**env.env, "HF_HOME": str(env.runs_dir.parent / "hf")}}
+                and Env(env.runs_dir, {**env.env, "HF_HOME": str(env.runs_dir.parent / "hf")},
+                        env.state),
+                "run", "--name", name, "--gpu-sample", "0.2", "--", *workload(env, argv))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    return run_id_of(r)
