@@ -182,6 +182,8 @@ def _base_env(extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     # No hub here; and keep the engines from phoning home.
     env.update(HF_HUB_OFFLINE="1", DO_NOT_TRACK="1", VLLM_NO_USAGE_STATS="1")
+    # Log lines reach the file as they are written (tests and monitors read it live).
+    env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
 
