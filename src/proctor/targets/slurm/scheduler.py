@@ -127,6 +127,10 @@ class Accounting:
         }
 
 
+def _none(text: str | None) -> str | None:
+    return None if text in (None, "", "None", "(null)") else text
+
+
 def _state(text: str) -> str:
     # sacct prints "CANCELLED by 0"; squeue/scontrol print the bare word.
     return text.split()[0].upper() if text.strip() else "UNKNOWN"
@@ -205,7 +209,7 @@ class Slurm:
             job_id=job_id,
             state=_state(src.get("JobState", "")),
             source="scontrol" if info else "jobcomp",
-            reason=info.get("Reason"),
+            reason=_none(info.get("Reason")),
             exit_code=src.get("ExitCode"),
             derived_exit_code=comp.get("DerivedExitCode") or info.get("DerivedExitCode"),
             elapsed=info.get("RunTime") or comp.get("Elapsed"),
@@ -284,7 +288,7 @@ def parse_sacct(job_id: int, text: str) -> Accounting | None:
         job_id=job_id,
         state=_state(job.get("State", "")),
         source="sacct",
-        reason=job.get("Reason") or None,
+        reason=_none(job.get("Reason")),
         exit_code=job.get("ExitCode"),
         elapsed=job.get("Elapsed"),
         node_list=job.get("NodeList"),

@@ -213,13 +213,11 @@ class Tracker:
                 stop_requested=self.cancelled,
             )
         for r in results:
-            if r.node in verdict.failed_nodes and r.problem is None and verdict.outcome == "failed":
-                r.problem = verdict.reason
-            if (
-                r.exit_code is None
-                and verdict.outcome == "failed"
-                and r.node in verdict.failed_nodes
-            ):
+            if verdict.outcome != "failed" or r.node not in verdict.failed_nodes:
+                continue
+            r.problem = f"{verdict.reason}: {r.problem}" if r.problem else verdict.reason
+            if r.exit_code is None:
+                # Slurm lost the node: its processes may still run there, out of reach.
                 r.outcome = "failed"
         slurm = (self.run.read_json("record.json") or {}).get("slurm", {})
         if acct is not None:
@@ -229,6 +227,19 @@ class Tracker:
                 slurm["steps"] = [batch, *script_steps]
         slurm["nodes"] = nodes
         elapsed = elapsed_seconds(acct.elapsed) if acct else None
+        # Slurm counts whole seconds; the nodes' own records are finer.
+        node_durations = [
+            float(d)
+            for r in results
+            if (
+                d := (RunDir(self.run.path / "nodes" / r.node).read_json("record.json") or {}).get(
+                    "duration_s"
+                )
+            )
+            is not None
+        ]
+        if node_durations and (elapsed is None or max(node_durations) > elapsed):
+            elapsed = max(node_durations)  # type: ignore[assignment]
         if verdict.exit_code is not None:
             text = (
                 f"{verdict.exit_code} {verdict.signal}\n"

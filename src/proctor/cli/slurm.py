@@ -1,0 +1,190 @@
+"""`proctor slurm ...`: multi-node runs through Slurm, and a look at the cluster.
+
+`proctor slurm run --target slurm://local --nodes 2 -- CMD` submits CMD under the supervising
+wrapper on every node and follows it like `proctor run`; the group run directory then works
+with every `proctor runs` command (`runs stop` scancels the job).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from proctor.cli.output import console, err_console, print_json
+from proctor.cli.run import _Interrupts, exit_for_state, flags_from, summary_line
+from proctor.errors import Interrupted, TargetUnavailable
+from proctor.spec.config import load_config
+from proctor.spec.plan import resolve_run_plan, resolve_runs_dir
+from proctor.supervise.launch import follow_log, record_of, resolve_run, wait_run
+
+app = typer.Typer(help="Multi-node runs on a Slurm cluster (sbatch + srun).", no_args_is_help=True)
+
+TargetOpt = typer.Option(None, "--target", help="slurm://[user@]login-host, or slurm://local.")
+JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
+RunsDirOpt = typer.Option(None, "--runs-dir", help="Runs directory (env PROCTOR_RUNS_DIR).")
+
+
+@app.command("run", context_settings={"allow_interspersed_args": False})
+def run_command(
+    command: list[str] = typer.Argument(None, metavar="-- CMD [ARGS]...", show_default=False),
+    target: str = TargetOpt,
+    nodes: int = typer.Option(None, "--nodes", "-N", help="Nodes (default 1 or [slurm] nodes)."),
+    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 0)."),
+    partition: str = typer.Option(None, "--partition", "-p", help="Slurm partition."),
+    time_limit: str = typer.Option(None, "--time", help="Slurm time limit: 30m, 2h, 90, 1:30:00."),
+    workspace: str = typer.Option(None, "--workspace", help="Shared workspace on the cluster."),
+    python: str = typer.Option(None, "--python", help="Python with proctor on the nodes."),
+    name: str = typer.Option(None, "--name", "-n", help="Run name (log file name)."),
+    runs_dir: str = RunsDirOpt,
+    timeout: str = typer.Option(None, "--timeout", help="proctor's own limit on each node."),
+    grace: str = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace on the nodes."),
+    gpu_sample: float = typer.Option(None, "--gpu-sample", help="GPU sampling interval (s)."),
+    env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the command."),
+    key: str = typer.Option(None, "--key", help="Attach to a live run holding this key."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Submit and return the run id."),
+    cwd: str = typer.Option(None, "--cwd", help="Working directory (its git checkout ships)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved options only."),
+    config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run CMD on N nodes under Slurm: exact source shipped, one supervised run per node.
+
+    Exit status: as `proctor run`; 4 if Slurm's or proctor's time limit ended it; 2 if a node
+    failed; 6 if no status could be established; 69 cluster unavailable.
+    """
+    from proctor.targets.slurm.options import SlurmFlags, resolve_slurm_options
+    from proctor.targets.slurm.target import SlurmTarget
+
+    project = load_config(config)
+    flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
+    plan = resolve_run_plan(flags, project)
+    sflags = SlurmFlags(target, nodes, gpus_per_node, partition, time_limit, workspace, python)
+    options = resolve_slurm_options(sflags, project)
+    if dry_run:
+        print_json(
+            {
+                "argv": plan.redactor().argv(plan.argv),
+                "slurm": options.as_dict(),
+                "options": plan.options(plan.redactor()),
+            }
+        )
+        return
+    started = SlurmTarget(options).start(plan)
+    run = started.run
+    meta = run.read_json("slurm.json") or {}
+    info = {
+        "run_id": run.run_id,
+        "dir": str(run.path),
+        "log": str(run.log_path()),
+        "job_id": meta.get("job_id"),
+        "attached": started.attached,
+    }
+    if detach:
+        if as_json:
+            print_json(info)
+        else:
+            err_console.print(f"proctor: submitted Slurm job {info['job_id']} as run {run.run_id}")
+            typer.echo(run.run_id)
+        return
+    err_console.print(
+        f"proctor: Slurm job {info['job_id']}, run {run.run_id} -> {run.path}", highlight=False
+    )
+    with _Interrupts(run) as interrupts:
+        follow_log(run, sys.stdout.buffer, from_start=True)
+        state = wait_run(run)
+    record = record_of(run)
+    if as_json:
+        print_json(
+            {
+                **info,
+                "state": state.state,
+                "outcome": record.get("outcome"),
+                "exit": state.exit.model_dump() if state.exit else None,
+                "reason": record.get("reason"),
+                "nodes": record.get("nodes"),
+            }
+        )
+    else:
+        err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+        if record.get("reason"):
+            err_console.print(f"proctor: {record['reason']}", highlight=False)
+    if interrupts.hit:
+        raise Interrupted(f"run {run.run_id} stopped on interrupt (job {info['job_id']} cancelled)")
+    code = exit_for_state(run, state)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("stop")
+def stop(
+    ref: str = typer.Argument(..., help="Run id, prefix, directory or 'last'."),
+    runs_dir: str = RunsDirOpt,
+) -> None:
+    """scancel a Slurm run's job (through its tracker, which records the outcome)."""
+    from proctor.targets.slurm.target import SlurmTarget
+
+    run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
+    sent = SlurmTarget.stop(run)
+    err_console.print(f"proctor: {'stop sent to' if sent else 'nothing to stop in'} {run.run_id}")
+
+
+@app.command("track")
+def track(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
+    """Resume tracking a Slurm run whose tracker is gone (idempotent)."""
+    from proctor.record.status import is_alive, read_wrapper_ref
+    from proctor.targets.slurm.target import start_tracker
+
+    run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
+    if run.exit_code_path.exists() or is_alive(read_wrapper_ref(run)):
+        err_console.print(f"proctor: run {run.run_id} is finished or already tracked")
+        return
+    run.wrapper_pid_path.unlink(missing_ok=True)
+    start_tracker(run)
+    err_console.print(f"proctor: tracking run {run.run_id} again")
+
+
+@app.command("status")
+def status(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
+    """Partitions and nodes as `sinfo` sees them."""
+    from proctor.targets.slurm.options import SlurmFlags, resolve_slurm_options
+    from proctor.targets.slurm.target import login_for
+
+    options = resolve_slurm_options(SlurmFlags(target=target or "slurm://local"), load_config())
+    result = login_for(options.target).run(["sinfo", "-h", "-N", "-o", "%N|%P|%t|%c|%G"])
+    if result.returncode != 0:
+        raise TargetUnavailable(
+            f"sinfo failed: {result.first_error_line()}",
+            hint="check SLURM_CONF and that slurmctld is up",
+        )
+    rows: list[dict[str, Any]] = []
+    for line in result.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 5:
+            rows.append(
+                dict(zip(("node", "partition", "state", "cpus", "gres"), parts, strict=True))
+            )
+    if as_json:
+        print_json(rows)
+        return
+    for row in rows:
+        console.print(
+            f"{row['node']:<12} {row['partition']:<10} {row['state']:<8} "
+            f"cpus={row['cpus']} gres={row['gres']}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m proctor.cli.slurm ...` until the group is mounted in the root CLI."""
+    from proctor.cli import groups
+    from proctor.cli import main as root
+
+    if not any(module == "slurm" for module, _ in groups.GROUPS):
+        root.app.add_typer(app, name="slurm")
+    return root.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
