@@ -55,6 +55,7 @@ class FlowOptions:
     vram_timeout_s: float = 60.0
     gpu_sample_s: float | None = None
     workload_env: list[str] = field(default_factory=list)
+    server_env: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +68,7 @@ class FlowOptions:
             "inspect_on_hang": self.inspect_on_hang,
             "gpu_processes": self.gpu_processes,
             "vram_timeout_s": self.vram_timeout_s,
+            "gpu_sample_s": self.gpu_sample_s,
         }
 
 
@@ -148,7 +150,12 @@ class Flow:
 
     def start_server(self) -> tuple[int, RunDir | None]:
         step = self.begin("start")
-        flags = RunFlags(argv=[], runs_dir=str(self.runs_dir), gpu_sample=self.options.gpu_sample_s)
+        flags = RunFlags(
+            argv=[],
+            runs_dir=str(self.runs_dir),
+            gpu_sample=self.options.gpu_sample_s,
+            env=list(self.options.server_env),
+        )
         try:
             started, applied = start_server(
                 self.options.server, self.config, flags=flags, group=self.dir.run_id
@@ -337,6 +344,7 @@ def resume_flow(ref: str, config: ProjectConfig, runs_dir: str | None,
         inspect_on_hang=opts["inspect_on_hang"],
         gpu_processes=opts["gpu_processes"],
         vram_timeout_s=opts["vram_timeout_s"],
+        gpu_sample_s=opts.get("gpu_sample_s"),
     )
     return Flow(options, config, say=say, run=run).run(resume=True)
 

@@ -13,6 +13,7 @@ GROUPS: list[tuple[str, str | None]] = [
     ("pod", "pod"),
     ("serve", "serve"),
     ("workflow", None),
+    ("eval", "eval"),
 ]
 
 

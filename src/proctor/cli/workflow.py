@@ -170,6 +170,8 @@ def register(app: typer.Typer) -> None:
         gpu_processes: bool = typer.Option(False, "--gpu-processes"),
         vram_timeout: str = typer.Option(None, "--vram-timeout"),
         gpu_sample: float = typer.Option(None, "--gpu-sample"),
+        env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the server (beats profiles)."),
+        workload_env: list[str] = typer.Option(None, "--workload-env", help="NAME=VALUE for the workload."),
         file: Path = typer.Option(None, "--file", "-f", help="Flow file (TOML, a [flow] table with these options); flags win."),
         resume: str = typer.Option(None, "--resume", help="Continue this flow after a dead controller (no second server)."),
         runs_dir: str = typer.Option(None, "--runs-dir"),
@@ -220,6 +222,8 @@ def register(app: typer.Typer) -> None:
             gpu_processes=bool(pick("gpu_processes", False)),
             vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
             gpu_sample_s=pick("gpu_sample"),
+            server_env=list(pick("env") or []),
+            workload_env=list(pick("workload_env") or []),
         )  # fmt: skip
         runner = Flow(options, config, say=say)
         say(f"proctor: flow {runner.dir.run_id} -> {runner.dir.path}")
