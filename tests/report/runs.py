@@ -68,8 +68,15 @@ def make_env(root: Path) -> Env:
     return Env(runs, env, state)
 
 
+# `report` is a top-level command the lead mounts in cli/groups.py; until then, mount it here.
+CLI = ("import sys; from proctor.cli import main as m, groups as g, report as r\n"
+       "if ('report', None) not in g.GROUPS: r.register(m.app)\n"
+       "sys.exit(m.main(sys.argv[1:]))")
+
+
 def proctor(env: Env, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proctor.cli.main", *args], env=env.env,
+    """The real CLI in a subprocess, with `report` mounted."""
+    return subprocess.run([sys.executable, "-c", CLI, *args], env=env.env,
                           capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
 
 
@@ -211,9 +218,9 @@ def answer_key_server(data: Path) -> Iterator[str]:
 def gsm8k_run(env: Env, url: str, data: Path, name: str = "gsm8k-l5") -> str:
     argv = [sys.executable, "-m", "proctor.workloads.gsm8k", "--base-url", url, "--model", "m1",
             "--fewshot", "3", "--limit", "5", "--num-concurrent", "2", "--data", str(data)]
-    r = proctor({**env.__dict__, "env": {**env.env, "HF_HOME": str(env.runs_dir.parent / "hf")}}
-                and Env(env.runs_dir, {**env.env, "HF_HOME": str(env.runs_dir.parent / "hf")},
-                        env.state),
-                "run", "--name", name, "--gpu-sample", "0.2", "--", *workload(env, argv))
+    with_hf = Env(env.runs_dir, {**env.env, "HF_HOME": str(env.runs_dir.parent / "hf")},
+                  env.state)
+    r = proctor(with_hf, "run", "--name", name, "--gpu-sample", "0.2", "--",
+                *workload(env, argv))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     return run_id_of(r)
