@@ -126,7 +126,8 @@ def test_two_node_run_ships_source_and_fetches_verified_node_records(
     assert {s["step"]: s["exit_code"] for s in slurm["steps"]} == {"batch": "0:0", "0": "0"}
     # The exact source was shipped (dirty tree: working tree incl. untracked) and ran there.
     sync = rec["source_sync"]
-    assert sync["kind"] == "working-tree" and sync["source_id"] == rec["source"]["source_id"]
+    assert sync["kind"] == "shipped" and sync["source_id"] == rec["source"]["source_id"]
+    assert sync["verified"] and sync["dirty"] and "working-tree" in sync["summary"]
     checkout = Path(sync["checkout"])
     assert checkout == ws / "proctor" / "src" / sync["source_id"]
     assert (checkout / "notes.txt").read_text() == "untracked-notes\n"
@@ -375,3 +376,28 @@ def test_job_past_its_slurm_time_limit_is_a_timeout_with_slurms_reason(
     for node in ("n1", "n2"):
         assert rec["nodes"][node]["exit_code"] not in (None, 0)
         assert rec["nodes"][node]["verified"]
+
+
+def test_target_protocol_start_status_follow_fetch(
+    cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from proctor.spec.config import ProjectConfig
+    from proctor.targets.base import JobSpec, Target
+    from proctor.targets.slurm import SlurmFlags, SlurmTarget, resolve_slurm_options
+
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    flags = SlurmFlags(target="slurm://local", nodes=2, workspace=str(tmp_path / "ws"))
+    target = SlurmTarget(resolve_slurm_options(flags, ProjectConfig()), runs_dir=isolated_runs)
+    assert isinstance(target, Target)
+    assert target.describe().kind == "slurm" and target.prepare().workspace == str(tmp_path / "ws")
+    started = target.start(JobSpec(argv=["sh", "-c", "echo via-protocol"], name="proto"))
+    out = io.BytesIO()
+    status = target.follow(started.run_id, out)
+    assert status.done and status.exit_code == 0 and status.outcome == "ok"
+    assert out.getvalue().count(b"via-protocol") == 2
+    fetched = target.fetch(started.run_id, tmp_path / "copy")
+    assert fetched.verified and "record.json" in fetched.files
+    assert target.stop(started.run_id) is False  # finished: nothing to stop
+    assert target.release().action == "none"

@@ -72,7 +72,7 @@ def run_command(
             }
         )
         return
-    started = SlurmTarget(options).start(plan)
+    started = SlurmTarget(options).start_plan(plan)
     run = started.run
     meta = run.read_json("slurm.json") or {}
     info = {
@@ -127,7 +127,7 @@ def stop(
     from proctor.targets.slurm.target import SlurmTarget
 
     run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
-    sent = SlurmTarget.stop(run)
+    sent = SlurmTarget.stop_run(run)
     err_console.print(f"proctor: {'stop sent to' if sent else 'nothing to stop in'} {run.run_id}")
 
 

@@ -19,14 +19,25 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from proctor.errors import ProctorError, ResultUnknown, TargetUnavailable, UsageError
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.status import is_alive, read_wrapper_ref
+from proctor.source.identity import SourceIdentity
 from proctor.spec.plan import RunPlan
 from proctor.supervise.launch import RunSpec, Started, key_lock, live_keyed_run, prepare_run
 from proctor.supervise.wrapper import now_iso
+from proctor.targets.base import (
+    Fetched,
+    JobSpec,
+    Prepared,
+    Released,
+    RunStatus,
+    StartedRun,
+    SyncedSource,
+    TargetInfo,
+)
 from proctor.targets.slurm.login import LocalLogin, LoginHost
 from proctor.targets.slurm.options import SlurmOptions, SlurmTargetSpec
 from proctor.targets.slurm.scheduler import Slurm
@@ -60,13 +71,135 @@ def update_record(
 
 
 class SlurmTarget:
-    def __init__(self, options: SlurmOptions, login: LoginHost | None = None) -> None:
+    """A Slurm cluster as a `proctor.targets.base.Target`; run ids name local group runs."""
+
+    kind = "slurm"
+
+    def __init__(
+        self,
+        options: SlurmOptions,
+        login: LoginHost | None = None,
+        runs_dir: Path | None = None,
+    ) -> None:
         self.options = options
         self.login = login or login_for(options.target)
         self.slurm = Slurm(self.login)
+        self.runs_dir = runs_dir
+
+    # -- the Target protocol (proctor.targets.base) ---------------------------------------
+    def describe(self) -> TargetInfo:
+        return TargetInfo(
+            kind="slurm",
+            name=self.options.target.display(),
+            host=self.options.target.host,
+            details=self.options.as_dict(),
+        )
+
+    def prepare(self) -> Prepared:
+        workspace = self.login.expand(self.options.workspace)
+        ping = self.login.run(["scontrol", "ping"])
+        if ping.returncode != 0 or "UP" not in ping.stdout:
+            raise TargetUnavailable(
+                f"slurmctld does not answer: {ping.first_error_line()}",
+                hint="check SLURM_CONF and the controller",
+            )
+        return Prepared(
+            workspace=workspace,
+            python=self.options.python,
+            found={"scontrol_ping": ping.stdout.strip()},
+        )
+
+    def start(self, job: JobSpec | RunPlan) -> Any:
+        """With a RunPlan: -> launch.Started. With a JobSpec (the protocol): -> StartedRun."""
+        if isinstance(job, RunPlan):
+            return self.start_plan(job)
+        started = self.start_plan(self._plan_for(job))
+        meta = started.run.read_json(META) or {}
+        return StartedRun(
+            run_id=started.run.run_id,
+            remote_dir=str(meta.get("remote_run_dir")),
+            log_name=started.run.log_path().name,
+            attached=started.attached,
+        )
+
+    def _plan_for(self, job: JobSpec) -> RunPlan:
+        from proctor.spec.config import ProjectConfig
+        from proctor.spec.plan import RunFlags, resolve_run_plan
+
+        flags = RunFlags(
+            argv=list(job.argv),
+            name=job.name,
+            key=job.key,
+            cwd=job.cwd,
+            runs_dir=str(self.runs_dir) if self.runs_dir else None,
+            timeout=f"{job.timeout_s}s" if job.timeout_s else None,
+            grace=f"{job.grace_s}s" if job.grace_s is not None else None,
+            gpu_sample=job.gpu_sample_s,
+            env=[f"{k}={v}" for k, v in job.env.items()],
+        )
+        config = ProjectConfig.model_validate({"run": {"secret_names": job.secret_names}})
+        return resolve_run_plan(flags, config)
+
+    def _run(self, run_id: str) -> RunDir:
+        from proctor.supervise.launch import resolve_run
+
+        if self.runs_dir is None:
+            raise UsageError("this SlurmTarget has no runs_dir", hint="pass runs_dir=")
+        return resolve_run(self.runs_dir, run_id)
+
+    def status(self, run_id: str) -> RunStatus:
+        from proctor.record.status import effective_outcome, run_state
+
+        run = self._run(run_id)
+        state = run_state(run)
+        return RunStatus(
+            state=state.state,
+            exit_code=state.exit.code if state.exit else None,
+            exit_signal=state.exit.signal if state.exit else None,
+            wrapper_alive=state.wrapper_alive,
+            outcome=effective_outcome(run.read_json("record.json") or {}, state),
+        )
+
+    def follow(
+        self, run_id: str, out: IO[bytes], *, offset: int = 0, until_done: bool = True
+    ) -> RunStatus:
+        from proctor.supervise.launch import follow_log
+
+        follow_log(self._run(run_id), out, from_start=offset == 0, until_done=until_done)
+        return self.status(run_id)
+
+    def stop(self, run_id: str) -> bool:
+        return self.stop_run(self._run(run_id))
+
+    def fetch(self, run_id: str, dest: Path) -> Fetched:
+        """The tracker already fetched and verified every node; copy the group and re-verify."""
+        import shutil
+
+        from proctor.record.manifest import verify_run_manifest
+
+        run = self._run(run_id)
+        if Path(dest).resolve() != run.path.resolve():
+            shutil.copytree(run.path, dest, dirs_exist_ok=True)
+        check = verify_run_manifest(RunDir(Path(dest)))
+        return Fetched(
+            local_dir=str(dest),
+            files=check.ok,
+            manifest_present=check.present,
+            changed=check.changed,
+            missing=check.missing,
+            extra=check.extra,
+        )
+
+    def release(self) -> Released:
+        return Released(
+            action="none", verified=True, detail="Slurm frees the allocation when the job ends"
+        )
+
+    def close(self) -> None:
+        """Nothing is held open: every command is its own process."""
 
     # -- start ----------------------------------------------------------------------------
-    def start(self, plan: RunPlan) -> Started:
+    def start_plan(self, plan: RunPlan) -> Started:
         """Submit the run, or attach to the live run holding the same key."""
         key = plan.key.value
         if not key:
@@ -98,7 +231,7 @@ class SlurmTarget:
             slurm={"requested": self.options.as_dict(), "remote_run_dir": layout.run_dir},
         )
         try:
-            workdir, source_sync = self.sync_source(plan, layout)
+            workdir, source_sync = self.ship_source(plan, layout)
             update_record(
                 run, source_sync=source_sync, add_events=[_event("source", source_sync["summary"])]
             )
@@ -133,16 +266,9 @@ class SlurmTarget:
         start_tracker(run)
         return Started(run, False, redactor)
 
-    def sync_source(self, plan: RunPlan, layout: RemoteLayout) -> tuple[str, dict[str, Any]]:
+    def ship_source(self, plan: RunPlan, layout: RemoteLayout) -> tuple[str, dict[str, Any]]:
         """Ship the exact source into the shared workspace; returns the job's working dir."""
-        from proctor.source import (
-            checkout_path,
-            ensure_matches,
-            inspect_checkout,
-            make_source_archive,
-            source_identity,
-            unpack_and_verify,
-        )
+        from proctor.source import source_identity
 
         cwd = Path(str(plan.cwd.value))
         ident = source_identity(cwd)
@@ -153,30 +279,59 @@ class SlurmTarget:
                     hint="run from inside a git repository",
                 )
             return str(cwd), {"kind": "in-place", "summary": f"not a git checkout: runs in {cwd}"}
-        checkout = str(checkout_path(layout.workspace, ident.source_id))
+        synced = self.sync_source(ident)
         rel = os.path.relpath(cwd, ident.repo_root)
-        workdir = checkout if rel == "." else f"{checkout}/{rel}"
+        workdir = synced.checkout if rel == "." else f"{synced.checkout}/{rel}"
+        return workdir, {**synced.to_record(), "kind": synced.action}
+
+    def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
+        """The exact source at <workspace>/proctor/src/<source-id>/ on the shared filesystem:
+        shipped when absent, else inspected and verified (never reset)."""
+        from proctor.source import (
+            checkout_path,
+            ensure_matches,
+            inspect_checkout,
+            make_source_archive,
+            unpack_and_verify,
+        )
+
+        if existing is not None or not identity.source_id:
+            path = existing or str(identity.path)
+            report = inspect_checkout(path, identity if existing is None else None)
+            return SyncedSource(
+                source_id=identity.source_id,
+                checkout=path,
+                action="existing",
+                verified=report.matches,
+                summary=report.summary(),
+                dirty=report.dirty,
+                untracked=report.untracked,
+                modified=report.modified,
+            )
+        workspace = self.login.expand(self.options.workspace)
+        checkout = str(checkout_path(workspace, identity.source_id))
         if self.login.exists(checkout):
-            report = ensure_matches(inspect_checkout(checkout, ident))
-            return workdir, {
-                "kind": "existing",
-                "checkout": checkout,
-                "source_id": ident.source_id,
-                "summary": f"verified existing checkout {checkout}",
-                "verify": report.summary(),
-            }
+            report = ensure_matches(inspect_checkout(checkout, identity))
+            return SyncedSource(
+                source_id=identity.source_id,
+                checkout=checkout,
+                action="reused",
+                verified=True,
+                summary=report.summary(),
+                dirty=identity.dirty,
+            )
         with tempfile.TemporaryDirectory(prefix="proctor-src-") as tmp:
-            info = make_source_archive(ident, tmp)
+            info = make_source_archive(identity, tmp)
             report = unpack_and_verify(info.path, checkout)
-        return workdir, {
-            "kind": info.kind,
-            "checkout": checkout,
-            "source_id": info.source_id,
-            "archive_sha256": info.sha256,
-            "files": info.file_count,
-            "summary": f"shipped {info.source_id} ({info.file_count} files) to {checkout}",
-            "verify": report.summary(),
-        }
+        return SyncedSource(
+            source_id=info.source_id,
+            checkout=checkout,
+            action="shipped",
+            verified=True,
+            summary=f"{info.kind}: {report.summary()}",
+            dirty=identity.dirty,
+            archive_sha256=info.sha256,
+        )
 
     def write_job_files(
         self, run: RunDir, plan: RunPlan, layout: RemoteLayout, workdir: str
@@ -218,7 +373,7 @@ class SlurmTarget:
 
     # -- stop -----------------------------------------------------------------------------
     @staticmethod
-    def stop(run: RunDir) -> bool:
+    def stop_run(run: RunDir) -> bool:
         """Stop the job: the tracker scancels it and records the outcome. If the tracker is
         gone, scancel directly (the next tracker or `proctor slurm track` records it)."""
         ref = read_wrapper_ref(run)
