@@ -155,8 +155,47 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."),
         config: Path = typer.Option(None, "--config", help="proctor.toml to use (default: found at the project root)."),
         as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+        target: str = typer.Option(None, "--target", help="local (default), ssh://user@host[:port] or runpod: run there, next to the GPU (docs/remote.md)."),
+        identity_file: str = typer.Option(None, "--identity-file", help="SSH private key file."),
+        known_hosts: str = typer.Option(None, "--known-hosts", help="known_hosts file to verify host keys (default ~/.ssh/known_hosts)."),
+        insecure_accept_host_key: bool = typer.Option(False, "--insecure-accept-host-key", help="Do not verify the SSH host key."),
+        jump: str = typer.Option(None, "--jump", help="SSH jump host, ssh://user@host[:port]."),
+        workspace: str = typer.Option(None, "--workspace", help="Persistent workspace on the target (default /workspace, else $HOME)."),
+        remote_python: str = typer.Option(None, "--remote-python", help="Python on the target (default <ws>/proctor/venv/bin/python, else python3)."),
+        remote_checkout: str = typer.Option(None, "--remote-checkout", help="Run in this existing checkout on the target (inspected and verified first)."),
+        pod: list[str] = typer.Option(None, "--pod", help="Reuse this Runpod pod (repeatable)."),
+        pods: int = typer.Option(None, "--pods", help="Run the same job on N new pods at once."),
+        gpu_type: str = typer.Option(None, "--gpu-type", help="Runpod GPU type id."),
+        gpu_count: int = typer.Option(None, "--gpu-count", help="GPUs per pod."),
+        image: str = typer.Option(None, "--image", help="Pod image (must run sshd)."),
+        max_time: str = typer.Option(None, "--max-time", help="Pod time budget (controller and on-pod watchdog)."),
+        max_cost: float = typer.Option(None, "--max-cost", help="Pod cost budget in credits."),
+        keep: bool = typer.Option(False, "--keep", help="Leave the pod running afterwards."),
+        terminate: bool = typer.Option(False, "--terminate", help="Terminate the pod afterwards (needs --allow-terminate)."),
+        allow_terminate: bool = typer.Option(False, "--allow-terminate"),
+        allow_create_volume: bool = typer.Option(False, "--allow-create-volume"),
+        allow_other_volume: bool = typer.Option(False, "--allow-other-volume"),
+        allow_gpu_substitution: bool = typer.Option(False, "--allow-gpu-substitution"),
+        allow_more_capacity: bool = typer.Option(False, "--allow-more-capacity"),
+        api_url: str = typer.Option(None, "--api-url", envvar="PROCTOR_RUNPOD_API_URL", help="Runpod API base URL."),
     ) -> None:  # fmt: skip
         flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
+        if target and target != "local":
+            from proctor.cli.remote import RemoteFlags, run_with_target
+            from proctor.spec.plan import resolve_runs_dir
+
+            project = load_config(config)
+            remote = RemoteFlags(
+                target, identity_file, known_hosts, insecure_accept_host_key, jump, workspace,
+                remote_python, remote_checkout, list(pod or []), pods, gpu_type, gpu_count, image,
+                max_time, max_cost, keep, terminate, allow_terminate, allow_create_volume,
+                allow_other_volume, allow_gpu_substitution, allow_more_capacity, api_url,
+            )  # fmt: skip
+            where = Path(resolve_runs_dir(runs_dir, project).value)
+            code = run_with_target(flags, remote, project, where, as_json)
+            if code:
+                raise typer.Exit(code)
+            return
         plan = resolve_run_plan(flags, load_config(config))
         if dry_run:
             print_plan(plan, as_json)

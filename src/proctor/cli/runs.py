@@ -41,6 +41,12 @@ def _find(ref: str, runs_dir_flag: str | None) -> RunDir:
     return resolve_run(_runs_dir(runs_dir_flag), ref)
 
 
+def _is_remote(run: RunDir) -> bool:
+    from proctor.targets.remote.orchestrate import is_remote_run
+
+    return is_remote_run(run.path)
+
+
 def _view(run: RunDir) -> dict[str, Any]:
     record = record_of(run)
     state = run_state(run)
@@ -135,6 +141,11 @@ def logs(ref: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
          runs_dir: str = RunsDirOpt) -> None:  # fmt: skip
     """Print a run's combined log."""
     run = _find(ref, runs_dir)
+    if _is_remote(run):
+        from proctor.targets.remote.orchestrate import remote_logs
+
+        remote_logs(run.path, sys.stdout.buffer, follow)
+        return
     follow_log(run, sys.stdout.buffer, from_start=True, until_done=follow)
 
 
@@ -142,6 +153,12 @@ def logs(ref: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
 def attach(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
     """Follow a run's log until it ends, then exit with its status (like `proctor run`)."""
     run = _find(ref, runs_dir)
+    if _is_remote(run):
+        from proctor.cli.remote import attach as attach_remote
+
+        if code := attach_remote(run.path, follow=True, as_json=False):
+            raise typer.Exit(code)
+        return
     follow_log(run, sys.stdout.buffer, from_start=True)
     state = wait_run(run)
     err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
@@ -156,6 +173,12 @@ def wait(ref: str = typer.Argument(...),
          runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:  # fmt: skip
     """Wait for a run to end and exit with its status (6 if unknown, 4 if it timed out)."""
     run = _find(ref, runs_dir)
+    if _is_remote(run):
+        from proctor.cli.remote import attach as attach_remote
+
+        if code := attach_remote(run.path, follow=False, as_json=as_json):
+            raise typer.Exit(code)
+        return
     limit = parse_duration(timeout, option="--timeout") if timeout else None
     state = wait_run(run, limit)
     if as_json:
@@ -175,6 +198,16 @@ def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
          as_json: bool = JsonOpt) -> None:  # fmt: skip
     """Stop a run: SIGTERM to its whole tree, its grace period, then SIGKILL. Idempotent."""
     run = _find(ref, runs_dir)
+    if _is_remote(run):
+        from proctor.targets.remote.orchestrate import remote_stop
+
+        sent = remote_stop(run.path)
+        if as_json:
+            print_json({"run_id": run.run_id, "stop_sent": sent, "remote": True})
+        else:
+            err_console.print(f"proctor: stop {'sent to' if sent else 'not needed for'} remote "
+                              f"run {run.run_id}; `proctor runs wait {run.run_id}` fetches it")  # fmt: skip
+        return
     sent = request_stop(run)
     state = wait_run(run, parse_duration(wait_for, option="--wait")) if sent else run_state(run)
     view = {"run_id": run.run_id, "stop_sent": sent, "state": state.state,

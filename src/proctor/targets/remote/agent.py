@@ -114,7 +114,13 @@ def start(req: dict[str, Any]) -> dict[str, Any]:
     plan = plan_for_job(job, Path(req["runs_dir"]), checkout, config)
     target = dict(req.get("target") or {})
     target["checkout"] = str(checkout)
-    spec = RunSpec(group=job.group, target=target, extra=dict(job.extra))
+    extra = dict(job.extra)
+    if req.get("identity"):
+        # The far checkout is an unpacked archive, not git: record the identity that was shipped
+        # and verified, with where it was found.
+        extra["source"] = {**req["identity"], "repo_root": None, "path": str(checkout),
+                           "verified_on_target": _report(report)}  # fmt: skip
+    spec = RunSpec(group=job.group, target=target, extra=extra)
     started = start_run(plan, spec)
     run = started.run
     return {"run_id": run.run_id, "dir": str(run.path), "log": run.log_path().name,
