@@ -172,6 +172,7 @@ def start_server(
         "applied_env": redactor.env(env),
         "argv": redactor.argv(argv),
         "use_chat_template": chat,
+        "served_model_name": request.served_model_name,
         "preflight": facts,
     }
     if on_applied is not None:

@@ -7,7 +7,10 @@ Mount either way: `register(root)` adds the top-level `proctor bench` command;
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+import click
 
 import typer
 from pydantic import SecretStr, ValidationError
@@ -28,7 +31,14 @@ app = typer.Typer(help="Serving benchmarks against OpenAI-compatible servers.",
 
 
 def bench(
-    output_dir: Path = typer.Option(..., "--output-dir", "-o", help="Where metrics.json goes."),
+    ctx: typer.Context,
+    output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Run in-process and write metrics.json here instead of making a supervised run."),
+    server: str | None = typer.Option(None, "--server", help="A server run (id or 'last') to benchmark; gives base URL and model."),
+    name: str | None = typer.Option(None, "--name", help="Run name (default bench-ISL-OSL-cCONC)."),
+    key: str | None = typer.Option(None, "--key", help="Attach to a live bench run with this key instead of starting another."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
+    timeout: str | None = typer.Option(None, "--timeout", help="Time limit of the run (exit 4)."),
+    runs_dir: str | None = typer.Option(None, "--runs-dir"),
     base_url: str | None = typer.Option(None, "--base-url", help="Server URL."),
     port: int = typer.Option(8000, "--port", help="Port on 127.0.0.1 when no --base-url."),
     model: str | None = typer.Option(None, "--model", help="Model name (default: /v1/models)."),
@@ -58,7 +68,15 @@ def bench(
     save_detailed: bool = typer.Option(False, "--save-detailed", help="Write requests.jsonl."),
     json_out: bool = typer.Option(False, "--json", help="Print metrics.json to stdout."),
 ) -> None:
-    """Run a serving benchmark; writes OUTPUT_DIR/metrics.json. Exit 3 if every request failed."""
+    """Run a serving benchmark as a supervised run (its log holds vLLM's `Serving Benchmark
+    Result` block; metrics.json and the store hold the metrics). Exit 3 if every request failed,
+    69 if the server cannot be reached, the run's status otherwise."""
+    server_facts: dict[str, object] = {}
+    if server:
+        server_facts = _server(server, runs_dir)
+        base_url = base_url or f"http://{server_facts.get('host') or '127.0.0.1'}:{server_facts['port']}"
+        model = model or str(server_facts.get("served_model_name") or "") or None
+        chat = chat or bool(server_facts.get("use_chat_template"))
     try:
         key = os.environ.get("OPENAI_API_KEY")
         cfg = BenchConfig(
@@ -80,6 +98,10 @@ def bench(
         raise UsageError(f"invalid {where}: {err['msg']}", hint="see proctor bench --help") from e
     except ValueError as e:
         raise UsageError(str(e), hint="see proctor bench --help") from e
+    if output_dir is None:
+        _supervised(ctx, cfg, base_url, model, chat, name, key, detach, timeout, runs_dir,
+                    server_facts, json_out)
+        return
     result = run_benchmark(cfg)
     write_outputs(result, output_dir)
     if json_out:
@@ -87,6 +109,86 @@ def bench(
     else:
         console.print(format_summary(result.metrics), markup=False, highlight=False)
     check_outcome(result)
+
+
+_RUN_OPTIONS = {"output_dir", "server", "name", "key", "detach", "timeout", "runs_dir", "json_out",
+                "base_url", "port", "model", "chat"}
+
+
+def _server(ref: str, runs_dir: str | None) -> dict[str, object]:
+    from proctor.serve import server_facts
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import resolve_runs_dir
+    from proctor.supervise.launch import resolve_run
+
+    run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
+    facts = dict(server_facts(run))
+    facts["run_id"] = run.run_id
+    return facts
+
+
+def loadgen_argv(ctx: typer.Context, base_url: str, model: str | None, chat: bool) -> list[str]:
+    """The loadgen entry point's flags for what the user set (defaults stay defaults)."""
+    argv = [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", base_url]
+    if model:
+        argv += ["--model", model]
+    if chat:
+        argv.append("--chat")
+    for param in ctx.command.params:
+        if param.name in _RUN_OPTIONS or param.name is None or not isinstance(param, click.Option):
+            continue
+        value = ctx.params.get(param.name)
+        if value == param.default or value is None:
+            continue
+        if param.is_flag:
+            if param.secondary_opts:
+                argv.append(param.opts[0] if value else param.secondary_opts[0])
+            elif value:
+                argv.append(param.opts[0])
+        elif isinstance(value, (list, tuple)):
+            if value:
+                argv += [param.opts[0], *map(str, value)]
+        else:
+            argv += [param.opts[0], str(value)]
+    return argv
+
+
+def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, model: str | None,
+                chat: bool, name: str | None, key: str | None, detach: bool,
+                timeout: str | None, runs_dir: str | None, server_facts: dict[str, object],
+                json_out: bool) -> None:  # fmt: skip
+    from proctor.cli.output import err_console
+    from proctor.cli.run import exit_for_state, summary_line
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import RunFlags, resolve_run_plan
+    from proctor.supervise.launch import RunSpec, follow_log, record_of, start_run, wait_run
+
+    argv = loadgen_argv(ctx, cfg.base_url, model, chat)
+    flags = RunFlags(argv=argv, name=name or f"bench-isl{cfg.isl}-osl{cfg.osl}-c{cfg.concurrency}",
+                     runs_dir=runs_dir, timeout=timeout, key=key, detach=detach, gpu_sample=0)  # fmt: skip
+    plan = resolve_run_plan(flags, load_config())
+    extra: dict[str, object] = {"bench": {"base_url": cfg.base_url, "isl": cfg.isl, "osl": cfg.osl,
+                                          "concurrency": cfg.concurrency}}  # fmt: skip
+    if server_facts:
+        extra["server_run"] = server_facts["run_id"]
+    started = start_run(plan, RunSpec(kind="bench", extra=extra))
+    run = started.run
+    if detach:
+        if json_out:
+            print_json({"run_id": run.run_id, "dir": str(run.path), "attached": started.attached})
+        else:
+            typer.echo(run.run_id)
+        return
+    err_console.print(f"proctor: bench run {run.run_id} -> {run.path}", highlight=False)
+    follow_log(run, sys.stdout.buffer if not json_out else open(os.devnull, "wb"))  # noqa: SIM115
+    state = wait_run(run)
+    if json_out:
+        print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {}),
+                    "outcome": record_of(run).get("outcome")})  # fmt: skip
+    err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    code = exit_for_state(run, state)
+    if code:
+        raise typer.Exit(code)
 
 
 app.command("serve")(bench)

@@ -14,6 +14,9 @@ GROUPS: list[tuple[str, str | None]] = [
     ("serve", "serve"),
     ("workflow", None),
     ("eval", "eval"),
+    ("bench", None),
+    ("results", "results"),
+    ("results", None),
 ]
 
 

@@ -90,3 +90,42 @@ def compare_cmd(
         table.add_row(r.metric, _fmt(r.a), _fmt(r.b), _fmt(r.change, pct=True), _fmt(r.noise),
                       r.assessment)
     console.print(table)
+
+
+def _run_path(ref: str, runs_dir: str | None) -> Path:
+    """A run id (or 'last', or a path) as the directory the parsers read."""
+    candidate = Path(ref)
+    if candidate.exists():
+        return candidate
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import resolve_runs_dir
+    from proctor.supervise.launch import resolve_run
+
+    return resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref).path
+
+
+def register(root: typer.Typer) -> None:
+    """`proctor check RUN --baselines FILE` at the top level, as the workflow names it."""
+
+    @root.command("check")
+    def check_run(
+        run: str = typer.Argument(..., help="Run id, 'last', a run directory or a result file."),
+        baselines: Path = typer.Option(..., "--baselines", help="models_accuracy.json or perf TOML."),
+        model: str | None = typer.Option(None, "--model", help="Entry in models_accuracy.json."),
+        runs_dir: str | None = typer.Option(None, "--runs-dir"),
+        json_out: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Verdicts against baselines: pass, within noise, regression (exit 7), missing (exit 6)."""
+        check_cmd(_run_path(run, runs_dir), baselines, model, json_out)
+
+
+def register_compare(runs_app: typer.Typer) -> None:
+    @runs_app.command("compare")
+    def compare_runs(
+        a: str = typer.Argument(..., help="Run A (id, 'last', directory or result file)."),
+        b: str = typer.Argument(..., help="Run B."),
+        runs_dir: str | None = typer.Option(None, "--runs-dir"),
+        json_out: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Each metric of two runs side by side, with the change and its noise band."""
+        compare_cmd(_run_path(a, runs_dir), _run_path(b, runs_dir), json_out)

@@ -255,3 +255,12 @@ def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None
         print_json({"indexed": count, "store": str(store.path)})
     else:
         console.print(f"indexed {count} runs into {store.path}")
+
+
+def _mount_compare() -> None:
+    from proctor.cli.results import register_compare
+
+    register_compare(app)
+
+
+_mount_compare()

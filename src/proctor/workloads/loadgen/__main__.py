@@ -27,7 +27,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", help="server URL (default http://127.0.0.1:PORT)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--output-dir", required=True, type=Path)
+    # Under a supervised run the wrapper's environment names the run directory.
+    p.add_argument("--output-dir", type=Path, default=os.environ.get("PROCTOR_RUN_DIR"),
+                   required="PROCTOR_RUN_DIR" not in os.environ)
     p.add_argument("--model")
     p.add_argument("--tokenizer")
     p.add_argument("--tokenizer-mode", default="auto",
