@@ -202,3 +202,28 @@ def test_serve_start_prints_the_profile_it_applied(isolated_runs: Path, tmp_path
                      "--python", sys.executable, "--port", str(free_port()))  # fmt: skip
     # ATOM is not installed here: the start itself fails fast, but after saying what it applied?
     assert "AITER_BF16_FP8_MOE_BOUND=0" in result.stderr or result.returncode == 69, result.stderr
+
+
+def test_bench_against_a_server_run_is_a_run_with_metrics_in_the_store(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path
+) -> None:
+    from proctor.store.db import Store
+
+    server = start(fake_engine)
+    assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
+    result = proctor("bench", "--server", server, "--isl", "16", "--osl", "8", "--concurrency", "4",
+                     "--prompt-multiplier", "2", "--name", "b")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Serving Benchmark Result" in result.stdout
+    bench_dir = next(p for p in isolated_runs.iterdir() if (p / "b.log").exists())
+    record = json.loads((bench_dir / "record.json").read_text())
+    assert record["kind"] == "bench" and record["server_run"] == server
+    with Store(isolated_runs / "proctor.sqlite") as store:
+        names = {m["name"] for m in store.metrics(bench_dir.name)}
+    assert {"total_token_throughput", "mean_ttft_ms", "mean_tpot_ms"} <= names
+    baseline = tmp_path / "perf.toml"
+    baseline.write_text('[metrics.total_token_throughput]\nvalue = 1e12\ndirection = "higher"\n')
+    assert proctor("check", bench_dir.name, "--baselines", str(baseline)).returncode == 7
+    compared = proctor("runs", "compare", bench_dir.name, bench_dir.name, "--json")
+    assert compared.returncode == 0, compared.stderr
+    assert proctor("serve", "stop", server).returncode == 0
