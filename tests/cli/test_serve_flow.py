@@ -227,3 +227,19 @@ def test_bench_against_a_server_run_is_a_run_with_metrics_in_the_store(
     compared = proctor("runs", "compare", bench_dir.name, bench_dir.name, "--json")
     assert compared.returncode == 0, compared.stderr
     assert proctor("serve", "stop", server).returncode == 0
+
+
+def test_sweep_keeps_measured_points_when_a_later_one_fails(fake_engine: int, isolated_runs: Path) -> None:
+    server = start(fake_engine, "--die-after-requests", "14")
+    assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
+    # 2 x (2 warmups + 4 measured) = 12 requests succeed; the second point kills the server.
+    result = proctor("sweep", "--server", server, "--concurrency", "2,4", "--isl", "8", "--osl", "4",
+                     "--prompt-multiplier", "2", "--json")  # fmt: skip
+    assert result.returncode != 0
+    summary = json.loads(result.stdout)
+    first, second = summary["points"]
+    assert first["concurrency"] == 2 and first["exit_code"] == 0 and first["total_token_throughput"] > 0
+    assert second["exit_code"] != 0
+    sweep_dir = isolated_runs / summary["sweep"]
+    assert (sweep_dir / "summary.csv").read_text().count("\n") == 3
+    proctor("serve", "stop", server)

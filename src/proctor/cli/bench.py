@@ -196,3 +196,61 @@ app.command("serve")(bench)
 
 def register(root: typer.Typer) -> None:
     root.command("bench")(bench)
+    register_sweep(root)
+
+
+def register_sweep(root: typer.Typer) -> None:
+    """`proctor sweep --concurrency 4,8,16 [bench options]`: one bench run per point."""
+
+    @root.command("sweep")
+    def sweep(
+        concurrency: str = typer.Option("4,8,16,32,64,128", "--concurrency", help="Comma-separated points."),
+        server: str | None = typer.Option(None, "--server", help="A server run to benchmark."),
+        base_url: str | None = typer.Option(None, "--base-url"),
+        port: int = typer.Option(8000, "--port"),
+        model: str | None = typer.Option(None, "--model"),
+        isl: int = typer.Option(1024, "--isl"),
+        osl: int = typer.Option(1024, "--osl"),
+        prompt_multiplier: int = typer.Option(10, "--prompt-multiplier"),
+        range_ratio: float = typer.Option(0.8, "--range-ratio"),
+        chat: bool = typer.Option(False, "--chat"),
+        seed: int = typer.Option(0, "--seed"),
+        name: str = typer.Option("sweep", "--name"),
+        runs_dir: str | None = typer.Option(None, "--runs-dir"),
+        json_out: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """A bench per concurrency, grouped under one sweep id; a summary table (text, JSON,
+        CSV) in the sweep's directory, rewritten after each point so earlier points are kept if
+        a later one fails. Exit 0 if every point succeeded, else the first failing point's."""
+        from proctor.cli.output import err_console
+        from proctor.spec.config import load_config
+        from proctor.workloads.sweep import run_sweep, summary_text
+
+        try:
+            points = [int(x) for x in concurrency.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"invalid --concurrency {concurrency!r}", hint="write e.g. 4,8,16") from None
+        if not points or min(points) < 1:
+            raise UsageError("--concurrency needs positive integers, e.g. 4,8,16")
+        if server:
+            facts = _server(server, runs_dir)
+            base_url = base_url or f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}"
+            chat = chat or bool(facts.get("use_chat_template"))
+        url = base_url or f"http://127.0.0.1:{port}"
+        argv = [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", url, "--isl", str(isl),
+                "--osl", str(osl), "--prompt-multiplier", str(prompt_multiplier),
+                "--range-ratio", str(range_ratio), "--seed", str(seed), "--no-progress"]  # fmt: skip
+        if model:
+            argv += ["--model", model]
+        if chat:
+            argv.append("--chat")
+        say = (lambda line: None) if json_out else (lambda line: err_console.print(line, markup=False, highlight=False))
+        sweep_dir, results = run_sweep(argv, points, load_config(), runs_dir=runs_dir, name=name, say=say)
+        if json_out:
+            print_json(sweep_dir.read_json("summary.json"))
+        else:
+            sys.stdout.write(summary_text(results))
+            err_console.print(f"proctor: sweep {sweep_dir.run_id}: {sweep_dir.path}/summary.csv", highlight=False)
+        failing = [p for p in results if p.exit_code != 0]
+        if failing:
+            raise typer.Exit(failing[0].exit_code if failing[0].exit_code is not None else 6)

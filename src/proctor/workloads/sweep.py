@@ -1,0 +1,124 @@
+"""A concurrency sweep: one supervised bench run per point, grouped under one sweep id.
+
+The sweep is a directory of its own (kind "sweep") holding summary.json, summary.csv and
+summary.txt, rewritten after every point, so points already measured are kept whatever
+happens to a later one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proctor import __version__
+from proctor.record.rundir import RunDir, create_run_dir, new_run_id, write_atomic
+from proctor.spec.config import ProjectConfig
+from proctor.spec.plan import RunFlags, resolve_run_plan
+from proctor.supervise.launch import RunSpec, record_of, start_run, wait_run
+from proctor.supervise.wrapper import now_iso
+
+COLUMNS = (
+    ("concurrency", "concurrency", "{:.0f}"),
+    ("output tok/s", "output_throughput", "{:.1f}"),
+    ("total tok/s", "total_token_throughput", "{:.1f}"),
+    ("mean TTFT ms", "mean_ttft_ms", "{:.1f}"),
+    ("mean TPOT ms", "mean_tpot_ms", "{:.2f}"),
+    ("p99 TTFT ms", "p99_ttft_ms", "{:.1f}"),
+    ("p99 TPOT ms", "p99_tpot_ms", "{:.2f}"),
+    ("p99 E2EL ms", "p99_e2el_ms", "{:.1f}"),
+    ("failed", "failed", "{:.0f}"),
+)
+
+
+@dataclass
+class SweepPoint:
+    concurrency: int
+    run_id: str
+    exit_code: int | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "run_id": self.run_id,
+                "exit_code": self.exit_code, **self.metrics}  # fmt: skip
+
+
+def bench_argv(base: list[str], concurrency: int) -> list[str]:
+    return [*base, "--concurrency", str(concurrency)]
+
+
+def run_sweep(
+    base_argv: list[str],
+    concurrencies: list[int],
+    config: ProjectConfig,
+    *,
+    runs_dir: str | None,
+    name: str,
+    say: Callable[[str], None] = print,
+) -> tuple[RunDir, list[SweepPoint]]:
+    flags0 = RunFlags(argv=bench_argv(base_argv, concurrencies[0]), runs_dir=runs_dir)
+    runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
+    sweep = create_run_dir(runs_root, new_run_id())
+    record: dict[str, Any] = {
+        "schema": "proctor.sweep", "schema_version": 1, "run_id": sweep.run_id, "name": name,
+        "kind": "sweep", "argv": base_argv, "concurrencies": concurrencies,
+        "proctor_version": __version__, "created_at": now_iso(), "outcome": "running",
+        "points": [],
+    }  # fmt: skip
+    sweep.write_json("record.json", record)
+    points: list[SweepPoint] = []
+    for conc in concurrencies:
+        flags = RunFlags(argv=bench_argv(base_argv, conc), runs_dir=str(runs_root),
+                         name=f"{name}-c{conc}", gpu_sample=0)  # fmt: skip
+        plan = resolve_run_plan(flags, config)
+        started = start_run(plan, RunSpec(kind="bench", group=sweep.run_id,
+                                          extra={"sweep": sweep.run_id, "concurrency": conc}))  # fmt: skip
+        say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
+        state = wait_run(started.run)
+        metrics = (started.run.read_json("metrics.json") or {}).get("metrics") or {}
+        point = SweepPoint(conc, started.run.run_id, state.exit.code if state.exit else None,
+                           {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})  # fmt: skip
+        points.append(point)
+        say(f"[sweep] concurrency {conc}: exit {point.exit_code}, "
+            f"total {point.metrics.get('total_token_throughput', float('nan')):.1f} tok/s")  # fmt: skip
+        write_summary(sweep, record, points)
+    record["outcome"] = "ok" if all(p.exit_code == 0 for p in points) else "failed"
+    record["ended_at"] = now_iso()
+    write_summary(sweep, record, points)
+    return sweep, points
+
+
+def summary_text(points: list[SweepPoint]) -> str:
+    header = [c[0] for c in COLUMNS]
+    rows = []
+    for p in points:
+        values = {"concurrency": float(p.concurrency), **p.metrics}
+        rows.append([fmt.format(values[key]) if key in values else "-" for _, key, fmt in COLUMNS])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def summary_csv(points: list[SweepPoint]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["concurrency", "run_id", "exit_code", *[c[1] for c in COLUMNS[1:]]])
+    for p in points:
+        writer.writerow([p.concurrency, p.run_id, p.exit_code,
+                         *[p.metrics.get(c[1], "") for c in COLUMNS[1:]]])  # fmt: skip
+    return out.getvalue()
+
+
+def write_summary(sweep: RunDir, record: dict[str, Any], points: list[SweepPoint]) -> None:
+    record["points"] = [p.row() for p in points]
+    sweep.write_json("summary.json", {"sweep": sweep.run_id, "points": record["points"]})
+    write_atomic(sweep.path / "summary.csv", summary_csv(points))
+    write_atomic(sweep.path / "summary.txt", summary_text(points))
+    sweep.write_json("record.json", record)
+
+
+__all__ = ["SweepPoint", "record_of", "run_sweep", "summary_csv", "summary_text"]
