@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import click
-
 import typer
 from pydantic import SecretStr, ValidationError
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -40,10 +41,14 @@ def gsm8k(
         None, "--base-url", help="Server root, e.g. http://127.0.0.1:8000 (default: --port)."
     ),
     port: int = typer.Option(8000, "--port", help="Port on 127.0.0.1 when --base-url is unset."),
-    model: str = typer.Option(..., "--model", help="Served model name."),
-    output_dir: Path = typer.Option(
-        Path("gsm8k-out"), "--output-dir", help="Where metrics.json and lm-eval's files go."
+    model: str | None = typer.Option(None, "--model", help="Served model name (default: the server run's)."),
+    output_dir: Path | None = typer.Option(
+        None, "--output-dir", help="Run in-process, writing here, instead of a supervised run."
     ),
+    server: str | None = typer.Option(None, "--server", help="A server run to evaluate."),
+    name: str | None = typer.Option(None, "--name", help="Run name (default gsm8k-Nshot)."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
+    runs_dir: str | None = typer.Option(None, "--runs-dir"),
     log_samples: bool = typer.Option(False, "--log-samples", help="Keep lm-eval's samples."),
     lm_eval: str | None = typer.Option(None, "--lm-eval", help="Path of the lm_eval executable."),
     as_json: bool = typer.Option(False, "--json", help="Print metrics.json's metrics as JSON."),
@@ -51,6 +56,28 @@ def gsm8k(
     """Run GSM8K with lm-eval against a server; exit 3 when lm-eval fails or leaves no results."""
     if base_url is not None and port != 8000:
         raise UsageError("give --base-url or --port, not both")
+    server_run = None
+    if server:
+        from proctor.cli.bench import _server
+
+        facts = _server(server, runs_dir)
+        server_run = str(facts["run_id"])
+        base_url = base_url or f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}"
+        model = model or str(facts.get("served_model_name") or facts.get("model"))
+    if not model:
+        raise UsageError("--model is required without --server", hint="pass the served model name")
+    if output_dir is None:
+        argv = [sys.executable, "-m", "proctor.workloads.gsm8k", "--base-url",
+                base_url or f"http://127.0.0.1:{port}", "--model", model, "--fewshot", str(fewshot),
+                "--num-concurrent", str(num_concurrent)]  # fmt: skip
+        argv += ["--limit", str(limit)] if limit is not None else []
+        argv += ["--chat"] if chat else []
+        argv += ["--gen-kwargs", gen_kwargs] if gen_kwargs else []
+        argv += ["--data", str(data.resolve())] if data else []
+        argv += ["--log-samples"] if log_samples else []
+        argv += ["--lm-eval", lm_eval] if lm_eval else []
+        _supervised(argv, name or f"gsm8k-{fewshot}shot", server_run, detach, runs_dir, as_json)
+        return
     config = Gsm8kConfig(
         base_url=base_url or f"http://127.0.0.1:{port}",
         model=model,
@@ -74,3 +101,33 @@ def gsm8k(
         f"strict-match {_fmt(sm.exact_match)} ± {_fmt(sm.stderr)}"
     )
     console.print(f"metrics: {output_dir / 'metrics.json'}")
+
+
+def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool,
+                runs_dir: str | None, as_json: bool) -> None:  # fmt: skip
+    import os
+
+    from proctor.cli.output import err_console
+    from proctor.cli.run import exit_for_state, summary_line
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import RunFlags, resolve_run_plan
+    from proctor.supervise.launch import RunSpec, follow_log, start_run, wait_run
+
+    plan = resolve_run_plan(RunFlags(argv=argv, name=name, runs_dir=runs_dir, detach=detach,
+                                     gpu_sample=0), load_config())  # fmt: skip
+    extra = {"server_run": server_run} if server_run else {}
+    started = start_run(plan, RunSpec(kind="eval", extra=extra))
+    run = started.run
+    if detach:
+        typer.echo(run.run_id)
+        return
+    err_console.print(f"proctor: eval run {run.run_id} -> {run.path}", highlight=False)
+    with open(os.devnull, "wb") as devnull:
+        follow_log(run, devnull if as_json else sys.stdout.buffer)
+    state = wait_run(run)
+    if as_json:
+        print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {})})
+    err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    code = exit_for_state(run, state)
+    if code:
+        raise typer.Exit(code)

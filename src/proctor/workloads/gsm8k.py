@@ -418,7 +418,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True, help="served model name")
-    p.add_argument("--output-dir", required=True, type=Path)
+    # Under a supervised run the wrapper's environment names the run directory.
+    p.add_argument("--output-dir", type=Path, default=os.environ.get("PROCTOR_RUN_DIR"),
+                   required="PROCTOR_RUN_DIR" not in os.environ)
     p.add_argument("--fewshot", type=int, default=3)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--chat", action="store_true")

@@ -97,7 +97,9 @@ def summary_text(points: list[SweepPoint]) -> str:
     for p in points:
         values = {"concurrency": float(p.concurrency), **p.metrics}
         rows.append([fmt.format(values[key]) if key in values else "-" for _, key, fmt in COLUMNS])
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
     lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(lines) + "\n"
