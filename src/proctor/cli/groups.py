@@ -17,6 +17,7 @@ GROUPS: list[tuple[str, str | None]] = [
     ("bench", None),
     ("results", "results"),
     ("results", None),
+    ("slurm", "slurm"),
 ]
 
 
