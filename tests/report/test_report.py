@@ -42,8 +42,8 @@ def test_text_is_escaped_and_secrets_stay_out(env: runs.Env) -> None:
 def test_tampered_log_and_unknown_result_fail_their_checks(env: runs.Env) -> None:
     rid = _run(env, "--", "sh", "-c", "echo hello")
     run = RunDir(env.runs_dir / rid)
-    checks = {c.name: c.status for c in load_run(run).checks}
-    assert checks == {"result known": "ok", "logs verified": "ok",
+    statuses = {c.name: c.status for c in load_run(run).checks}
+    assert statuses == {"result known": "ok", "logs verified": "ok",
                       "machine state verified": "ok"}
     run.log_path().write_text("hello, edited\n")
     (run.path / "exit_code").unlink()
