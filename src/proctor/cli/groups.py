@@ -18,6 +18,7 @@ GROUPS: list[tuple[str, str | None]] = [
     ("results", "results"),
     ("results", None),
     ("slurm", "slurm"),
+    ("report", None),
 ]
 
 
