@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proctor import __version__
-from proctor.errors import UsageError
+from proctor.errors import ProctorError, UsageError
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
 from proctor.report.figures import (
     Curve,
@@ -78,6 +79,13 @@ def group_runs(runs_dir: Path, group: str) -> list[RunDir]:
 
 
 def resolve_subject(runs_dir: Path, ref: str) -> Subject:
+    with contextlib.suppress(ProctorError):
+        record = resolve_run(runs_dir, ref).read_json("record.json") or {}
+        # A flow's report is its server's: the GPU timeline with the flow's steps marked on it.
+        if record.get("kind") == "flow" and record.get("server_run"):
+            ref = str(record["server_run"])
+        elif record.get("kind") == "sweep":
+            ref = str(record["run_id"])
     members = group_runs(runs_dir, ref)
     if members:
         return Subject(ref, [load_run(r) for r in members], group=ref)

@@ -132,15 +132,33 @@ _PHASE_OF_EVENT = {
     "drain": "drain",
     "drained": "drained",
     "stop": "stop",
+    "teardown": "stop",
+    "inspect": "inspect",
     "timeout": "stop (time limit)",
     "end": "end",
 }
 
 
+def _flow_events(view: RunView) -> list[Any]:
+    """The steps of the flow this run belongs to (its `group`), as events on its timeline."""
+    group = view.record.get("group")
+    if not isinstance(group, str) or "/" in group:
+        return []
+    flow = RunDir(view.run.path.parent / group).read_json("record.json") or {}
+    if flow.get("kind") != "flow":
+        return []
+    return [
+        {"time": s["started_at"], "event": s["step"], "detail": f"flow step {s['step']}"}
+        for s in flow.get("steps", [])
+        if isinstance(s, dict) and isinstance(s.get("started_at"), str) and s.get("step") != "stop"
+    ]
+
+
 def phases_of(view: RunView) -> list[Phase]:
     phases: list[Phase] = []
     events = view.record.get("events")
-    for event in events if isinstance(events, list) else []:
+    events = (list(events) if isinstance(events, list) else []) + _flow_events(view)
+    for event in events:
         if not isinstance(event, dict) or not isinstance(event.get("time"), str):
             continue
         name = str(event.get("event") or "event")
