@@ -14,7 +14,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from proctor.cli.output import err_console, print_json
 from proctor.errors import ProctorError, UsageError
@@ -115,7 +115,7 @@ def run_with_target(flags: RunFlags, rf: RemoteFlags, config: ProjectConfig, run
                          hint="use local, ssh://user@host[:port] or runpod")  # fmt: skip
     target = SshTarget(ssh_options(rf, config, rf.target))
     try:
-        completion = run_remote(target, identity, job, runs_dir, sys.stdout.buffer, options)
+        completion = run_remote(target, identity, job, runs_dir, _log_out(as_json), options)
     finally:
         target.close()
     return report(completion, as_json)
@@ -134,7 +134,7 @@ def report(completion: Completion, as_json: bool) -> int:
 
 def attach(local_dir: Path, *, follow: bool, as_json: bool) -> int:
     """`proctor runs attach|wait ID` for a remote run: reconnect, fetch, verify, release."""
-    out = sys.stdout.buffer if follow else None
+    out = _log_out(as_json) if follow else None
     return report(resume_remote(local_dir, out, follow=follow), as_json)
 
 
@@ -192,7 +192,7 @@ def _run_runpod(identity: Any, job: JobSpec, rf: RemoteFlags, config: ProjectCon
         job.timeout_s = min(job.timeout_s or left, left)
     job.group = group if len(targets) > 1 else None
     try:
-        completions = run_group(targets, identity, job, runs_dir, options)
+        completions = run_group(targets, identity, job, runs_dir, options, _log_out(as_json))
     except ProctorError:
         release_all(targets)
         raise
@@ -204,11 +204,16 @@ def _run_runpod(identity: Any, job: JobSpec, rf: RemoteFlags, config: ProjectCon
     return group_report(group, completions, runs_dir, as_json)
 
 
+def _log_out(as_json: bool) -> IO[bytes]:
+    # With --json, stdout carries only the report; the followed log goes to stderr.
+    return sys.stderr.buffer if as_json else sys.stdout.buffer
+
+
 def run_group(targets: list[Any], identity: Any, job: JobSpec, runs_dir: Path,
-              options: RemoteOptions) -> list[Completion]:  # fmt: skip
+              options: RemoteOptions, out: IO[bytes]) -> list[Completion]:  # fmt: skip
     """The same job on every target at once, each its own run; one completion per target."""
     if len(targets) == 1:
-        return [run_remote(targets[0], identity, job, runs_dir, sys.stdout.buffer, options)]
+        return [run_remote(targets[0], identity, job, runs_dir, out, options)]
     results: list[Completion | BaseException | None] = [None] * len(targets)
 
     def one(i: int, target: Target) -> None:
@@ -223,18 +228,18 @@ def run_group(targets: list[Any], identity: Any, job: JobSpec, runs_dir: Path,
         t.start()
     for t in threads:
         t.join()
-    out: list[Completion] = []
+    done: list[Completion] = []
     for i, result in enumerate(results):
         if isinstance(result, Completion):
-            out.append(result)
+            done.append(result)
         else:
             info = targets[i].describe().to_record()
             failed = Completion(None, None, info, {"source_id": identity.source_id},
                                 error=str(result), error_type=type(result).__name__)  # fmt: skip
             if isinstance(result, ProctorError):
                 failed.error = result.one_line()
-            out.append(failed)
-    return out
+            done.append(failed)
+    return done
 
 
 def group_report(group: str, completions: list[Completion], runs_dir: Path, as_json: bool) -> int:

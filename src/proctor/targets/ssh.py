@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import io
 import json
+import secrets
 import shlex
 import tarfile
 import threading
@@ -358,12 +359,16 @@ class SshTarget:
         rc, _, _ = self.conn.run(f"test -f {shlex.quote(lib)}/proctor/__init__.py", timeout=30)
         shipped = rc != 0
         if shipped:
-            remote_tar = f"{ws}/proctor/tmp/{bundle.name}"
+            # Unique temporary names: pods sharing one network volume may ship at once.
+            token = secrets.token_hex(4)
+            remote_tar = f"{ws}/proctor/tmp/{bundle.name}.{token}"
             self.conn.put(bundle, remote_tar)
             q = shlex.quote
+            part = f"{lib}.partial-{token}"
             rc, _, err = self.conn.run(
-                f"set -e; mkdir -p {q(lib)}.partial; tar -xzf {q(remote_tar)} -C {q(lib)}.partial; "
-                f"rm -rf {q(lib)}; mv {q(lib)}.partial {q(lib)}; rm -f {q(remote_tar)}",
+                f"set -e; mkdir -p {q(part)}; tar -xzf {q(remote_tar)} -C {q(part)}; "
+                f"rm -f {q(remote_tar)}; if [ -f {q(lib)}/proctor/__init__.py ]; then "
+                f"rm -rf {q(part)}; else mv {q(part)} {q(lib)}; fi",
                 timeout=120,
             )
             if rc != 0:
@@ -388,7 +393,7 @@ class SshTarget:
         return self.prepared
 
     def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
-        from proctor.source.archive import checkout_path, make_source_archive
+        from proctor.source.archive import CheckoutExists, checkout_path, make_source_archive
 
         if identity.source_id is None:
             raise UsageError("the local source has no identity (not a git checkout?)",
@@ -407,10 +412,17 @@ class SshTarget:
             return _synced(answer, "reused", None)
         cache = _local_cache()
         info = make_source_archive(identity, cache)
-        remote_tar = f"{self.workspace}/proctor/tmp/{identity.source_id}.tar.gz"
+        token = secrets.token_hex(4)
+        remote_tar = f"{self.workspace}/proctor/tmp/{identity.source_id}.{token}.tar.gz"
         self.conn.put(Path(info.path), remote_tar)
-        answer = self.agent("unpack", {"archive": remote_tar, "dest": dest, "sha256": info.sha256})
         self.checkout = dest
+        try:
+            answer = self.agent("unpack", {"archive": remote_tar, "dest": dest,
+                                           "sha256": info.sha256})  # fmt: skip
+        except CheckoutExists:
+            # Another controller unpacked the same source meanwhile: verify theirs instead.
+            answer = self.agent("inspect", {"path": dest, "identity": ident_json})
+            return _synced(answer, "reused", None)
         return _synced(answer, "shipped", info.sha256)
 
     def run_setup(self, script: str, checkout: str) -> str:
