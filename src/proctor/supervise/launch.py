@@ -32,6 +32,7 @@ from proctor.spec.plan import RunPlan
 from proctor.supervise.wrapper import now_iso
 
 WRAPPER_START_TIMEOUT_S = 15.0
+WRAPPER_FINISH_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -321,8 +322,9 @@ def wait_run(run: RunDir, timeout: float | None = None, poll: float = 0.1) -> Ru
         if state.state == "unknown" or (state.state == "finished" and not state.wrapper_alive):
             return state
         if state.state == "finished":
-            # The status is known; give the wrapper a moment to finish the record.
-            finish_by = time.monotonic() + 5.0
+            # The status is known; let the wrapper finish the record (it hashes the artifacts,
+            # which takes a while for a large log on a loaded machine).
+            finish_by = time.monotonic() + WRAPPER_FINISH_TIMEOUT_S
             while state.wrapper_alive and time.monotonic() < finish_by:
                 time.sleep(0.02)
                 state = run_state(run)
