@@ -53,3 +53,29 @@ def test_flow_with_real_vllm(isolated_runs: Path, tmp_path: Path) -> None:
     assert not left, f"processes of the server's group left: {left}"
     wl = isolated_runs / flow["workload_run"]
     assert "data:" in next(wl.glob("*.log")).read_text()
+
+
+def test_flow_with_real_transformers_serve(isolated_runs: Path, tmp_path: Path) -> None:
+    """A second engine with other habits: no /metrics, no [DONE], model must be the path."""
+    info = engine_info()
+    if info.tf_python is None:
+        pytest.skip("transformers serve venv not installed (PROCTOR_SKIP_TF_SERVE=1)")
+    port = free_port()
+    body = json.dumps({"model": str(info.model_dir), "max_tokens": 8, "stream": True,
+                       "messages": [{"role": "user", "content": "Say hi"}]})  # fmt: skip
+    workload = tmp_path / "workload.sh"
+    workload.write_text(f"curl -sN --fail http://127.0.0.1:{port}/v1/chat/completions "
+                        f"-H 'Content-Type: application/json' -d '{body}'\n")  # fmt: skip
+    result = proctor(
+        "flow", "--engine", "transformers", "--model", str(info.model_dir),
+        "--python", str(info.tf_python), "--port", str(port), "--poll", "2s",
+        "--ready-timeout", "3m", "--workload-cmd", f"bash {workload}", "--json",
+        "--", "--device", "cpu",
+        timeout=400,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    flow = json.loads(result.stdout)
+    steps = {s["step"]: s for s in flow["steps"]}
+    print(f"FIGURE transformers serve ready after {steps['ready']['elapsed_s']}s")
+    wl = isolated_runs / flow["workload_run"]
+    assert "data:" in next(wl.glob("*.log")).read_text()

@@ -243,3 +243,72 @@ def test_sweep_keeps_measured_points_when_a_later_one_fails(fake_engine: int, is
     sweep_dir = isolated_runs / summary["sweep"]
     assert (sweep_dir / "summary.csv").read_text().count("\n") == 3
     proctor("serve", "stop", server)
+
+
+def test_resume_after_a_dead_controller_starts_no_second_server(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path
+) -> None:
+    import signal
+
+    from tests.helpers import proctor_popen
+
+    port = fake_engine
+    workload = script(tmp_path, "sleep 4", curl(port))
+    controller = proctor_popen("flow", "--engine", "fake", "--model", "m", "--port", str(port),
+                               "--poll", "1s", "--workload-cmd", workload)  # fmt: skip
+    flow_dir = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and flow_dir is None:
+        for rec in isolated_runs.glob("*/record.json") if isolated_runs.exists() else []:
+            data = json.loads(rec.read_text())
+            if data.get("kind") == "flow" and any(s["step"] == "drain" for s in data["steps"]):
+                flow_dir = rec.parent
+        time.sleep(0.1)
+    assert flow_dir is not None, "the flow never reached its drain step"
+    controller.send_signal(signal.SIGKILL)
+    controller.wait(timeout=10)
+    resumed = proctor("flow", "--resume", flow_dir.name, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    servers = [p for p in isolated_runs.iterdir() if (p / "record.json").exists()
+               and json.loads((p / "record.json").read_text()).get("kind") == "server"]  # fmt: skip
+    assert len(servers) == 1
+    record = json.loads((flow_dir / "record.json").read_text())
+    assert record["exit_code"] == 0 and record["steps"][-1]["step"] == "teardown"
+    assert json.loads((servers[0] / "record.json").read_text())["outcome"] == "stopped"
+    again = proctor("flow", "--resume", flow_dir.name)
+    assert again.returncode == 64  # already ended
+
+
+def test_flow_from_a_file_with_flags_winning(fake_engine: int, isolated_runs: Path, tmp_path: Path) -> None:
+    port = fake_engine
+    flow_file = tmp_path / "flow.toml"
+    flow_file.write_text(
+        f'[flow]\nengine = "fake"\nmodel = "m"\nport = 1\npoll = "1s"\n'
+        f'workload_cmd = "{script(tmp_path, curl(port))}"\n'
+    )
+    result = proctor("flow", "--file", str(flow_file), "--port", str(port), "--json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["options"]["server"]["port"] == port
+
+
+def test_drain_a_server_proctor_did_not_start(fake_engine: int, tmp_path: Path) -> None:
+    import subprocess
+
+    port = fake_engine
+    log = tmp_path / "foreign.log"
+    with log.open("w") as out:
+        server = subprocess.Popen([sys.executable, str(FAKE), "--port", str(port), "--model", "m",
+                                   "--fault-after-requests", "1"], stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        ready = proctor("serve", "ready", "--port", str(port), "--engine", "fake", "--timeout", "30s")
+        assert ready.returncode == 0, ready.stderr
+        client = json.loads(proctor("run", "-d", "--json", "--", "bash", "-c", f"sleep 3; {curl(port)}; sleep 20").stdout)
+        result = proctor("drain", "--port", str(port), "--engine", "fake", "--poll", "10s",
+                         "--client", client["run_id"])  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        assert "Memory access fault" in result.stderr
+        assert server.poll() is None, "drain must never kill a server it did not start"
+    finally:
+        server.kill()
+        server.wait()
