@@ -35,7 +35,10 @@ os.write(2, f"WRITER {done / dt / 1e9:.3f} GB/s\n".encode())
 def _proctor(*args: str, runs: Path, **kw: object) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PROCTOR_RUNS_DIR": str(runs)}
     return subprocess.run(
-        [sys.executable, "-m", "proctor.cli.main", *args], env=env, check=True, **kw  # type: ignore[arg-type]
+        [sys.executable, "-m", "proctor.cli.main", *args],
+        env=env,
+        check=True,
+        **kw,  # type: ignore[arg-type]
     )
 
 
@@ -64,18 +67,35 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs = Path(tmp) / "runs"
         bare = timed(lambda: subprocess.run(["true"], check=True), args.n)
-        sup = timed(lambda: _proctor("run", "--gpu-sample", "0", "--", "true", runs=runs,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), args.n)
-        print(f"start-up   bare true {bare * 1e3:8.1f} ms   proctor run -- true {sup * 1e3:8.1f} ms"
-              f"   ratio {sup / bare:8.1f}x   (+{(sup - bare) * 1e3:.0f} ms fixed cost)")
+        sup = timed(
+            lambda: _proctor(
+                "run",
+                "--gpu-sample",
+                "0",
+                "--",
+                "true",
+                runs=runs,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
+            args.n,
+        )
+        print(
+            f"start-up   bare true {bare * 1e3:8.1f} ms   proctor run -- true {sup * 1e3:8.1f} ms"
+            f"   ratio {sup / bare:8.1f}x   (+{(sup - bare) * 1e3:.0f} ms fixed cost)"
+        )
 
         out = Path(tmp) / "out.bin"
         walls, rates = [], []
         for _ in range(3):
             t0 = time.perf_counter()
             with out.open("wb") as handle:
-                r = subprocess.run([sys.executable, "-c", WRITER, str(total)], stdout=handle,
-                                   stderr=subprocess.PIPE, check=True)
+                r = subprocess.run(
+                    [sys.executable, "-c", WRITER, str(total)],
+                    stdout=handle,
+                    stderr=subprocess.PIPE,
+                    check=True,
+                )
             walls.append(time.perf_counter() - t0)
             rates.append(writer_rate(r.stderr))
             out.unlink()
@@ -83,9 +103,21 @@ def main() -> None:
         walls, rates = [], []
         for _ in range(3):
             t0 = time.perf_counter()
-            _proctor("run", "--gpu-sample", "0", "--name", "writer", "--", sys.executable, "-c",
-                     WRITER, str(total), runs=runs, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL)
+            _proctor(
+                "run",
+                "--gpu-sample",
+                "0",
+                "--name",
+                "writer",
+                "--",
+                sys.executable,
+                "-c",
+                WRITER,
+                str(total),
+                runs=runs,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             walls.append(time.perf_counter() - t0)
             logs = sorted(runs.glob("*/writer.log"))
             rates.append(writer_rate(logs[-1].read_bytes()[-200:]))
@@ -93,10 +125,15 @@ def main() -> None:
                 log.unlink()
         sup_wall, sup_rate = statistics.median(walls), statistics.median(rates)
         gib = total / (1 << 30)
-        print(f"1 GiB out  to a file: writer {base_rate:.2f} GB/s, wall {base_wall:.2f} s   "
-              f"under proctor run: writer {sup_rate:.2f} GB/s, wall {sup_wall:.2f} s")
-        print(f"           throughput ratio (file / proctor, writer's view) {base_rate / sup_rate:.3f}x"
-              f"   wall ratio {sup_wall / base_wall:.3f}x for {gib:.2f} GiB (live copy + start-up)")
+        print(
+            f"1 GiB out  to a file: writer {base_rate:.2f} GB/s, wall {base_wall:.2f} s   "
+            f"under proctor run: writer {sup_rate:.2f} GB/s, wall {sup_wall:.2f} s"
+        )
+        print(
+            f"           throughput ratio (file / proctor, writer's view) "
+            f"{base_rate / sup_rate:.3f}x"
+            f"   wall ratio {sup_wall / base_wall:.3f}x for {gib:.2f} GiB (live copy + start-up)"
+        )
 
     from proctor.monitors.gpu import detect_backend
 
@@ -110,9 +147,11 @@ def main() -> None:
         samples = backend.sample()
     cpu, wall = (time.process_time() - t0) / 50, (time.perf_counter() - w0) / 50
     backend.close()
-    print(f"gpu sample  {backend.name}: CPU time of one sample {cpu * 1e3:.2f} ms, wall "
-          f"{wall * 1e3:.2f} ms ({len(samples)} GPUs); every 3 s that is "
-          f"{cpu / 3 * 100:.3f}% of one core")
+    print(
+        f"gpu sample  {backend.name}: CPU time of one sample {cpu * 1e3:.2f} ms, wall "
+        f"{wall * 1e3:.2f} ms ({len(samples)} GPUs); every 3 s that is "
+        f"{cpu / 3 * 100:.3f}% of one core"
+    )
 
 
 if __name__ == "__main__":

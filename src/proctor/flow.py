@@ -141,12 +141,19 @@ class Flow:
         """Step 1: stop live server runs proctor started on this port (scoped, idempotent)."""
         step = self.begin("stop")
         port = self.options.server.port
-        stale = [r for r in live_runs(self.runs_dir, "server")
-                 if (record_of(r).get("server") or {}).get("port") == port]  # fmt: skip
+        stale = [
+            r
+            for r in live_runs(self.runs_dir, "server")
+            if (record_of(r).get("server") or {}).get("port") == port
+        ]
         for run in stale:
             stop_server(run, vram_timeout_s=self.options.vram_timeout_s)
-        return self.end(step, 0, f"stopped {len(stale)} earlier server run(s) on port {port}",
-                        stopped=[r.run_id for r in stale])  # fmt: skip
+        return self.end(
+            step,
+            0,
+            f"stopped {len(stale)} earlier server run(s) on port {port}",
+            stopped=[r.run_id for r in stale],
+        )
 
     def start_server(self) -> tuple[int, RunDir | None]:
         step = self.begin("start")
@@ -176,11 +183,15 @@ class Flow:
         step = self.begin("ready", run_id=server.run_id)
         engine = profiles_for(self.config).engine(self.options.server.engine)
         result = ready_for_engine(
-            engine, self.options.server.port, host=self.options.server.host,
-            process=RunWatch(server), logs=[server.log_path()],
-            timeout_s=self.options.ready_timeout_s, poll_s=self.options.ready_poll_s,
+            engine,
+            self.options.server.port,
+            host=self.options.server.host,
+            process=RunWatch(server),
+            logs=[server.log_path()],
+            timeout_s=self.options.ready_timeout_s,
+            poll_s=self.options.ready_poll_s,
             on_status=self.log,
-        )  # fmt: skip
+        )
         self._tails(result.tails)
         return self.end(
             step, result.exit_code, result.message(), elapsed_s=round(result.elapsed_s, 3)
@@ -188,12 +199,21 @@ class Flow:
 
     def workload(self, server: RunDir) -> tuple[int, RunDir | None]:
         step = self.begin("workload")
-        flags = RunFlags(argv=self.options.workload_argv, runs_dir=str(self.runs_dir), detach=True,
-                         env=list(self.options.workload_env), gpu_sample=0)  # fmt: skip
+        flags = RunFlags(
+            argv=self.options.workload_argv,
+            runs_dir=str(self.runs_dir),
+            detach=True,
+            env=list(self.options.workload_env),
+            gpu_sample=0,
+        )
         try:
             plan = resolve_run_plan(flags, self.config)
-            started = start_run(plan, RunSpec(kind="workload", group=self.dir.run_id,
-                                              extra={"server_run": server.run_id}))  # fmt: skip
+            started = start_run(
+                plan,
+                RunSpec(
+                    kind="workload", group=self.dir.run_id, extra={"server_run": server.run_id}
+                ),
+            )
         except ProctorError as error:
             return self.end(step, int(error.exit_code), error.one_line()), None
         self.record["workload_run"] = started.run.run_id
@@ -207,12 +227,17 @@ class Flow:
         step = self.begin("drain", run_id=server.run_id)
         engine = profiles_for(self.config).engine(self.options.server.engine)
         result = drain_for_engine(
-            engine, self.options.drain, port=self.options.server.port,
-            host=self.options.server.host, server=RunWatch(server),
-            server_log=server.log_path(), extra_logs=[workload.log_path()],
-            clients=[RunWatch(workload)], client_pattern=self.options.client_pattern,
+            engine,
+            self.options.drain,
+            port=self.options.server.port,
+            host=self.options.server.host,
+            server=RunWatch(server),
+            server_log=server.log_path(),
+            extra_logs=[workload.log_path()],
+            clients=[RunWatch(workload)],
+            client_pattern=self.options.client_pattern,
             on_status=self.log,
-        )  # fmt: skip
+        )
         self._tails(result.tails)
         code = result.exit_code
         if code == 0:
@@ -224,8 +249,11 @@ class Flow:
                     "drained, but the workload's exit status is unknown",
                 )
             if wl.exit.code != 0:
-                return self.end(step, int(ExitCode.WORKLOAD_FAILED),
-                                f"drained; the workload exited {wl.exit.code}")  # fmt: skip
+                return self.end(
+                    step,
+                    int(ExitCode.WORKLOAD_FAILED),
+                    f"drained; the workload exited {wl.exit.code}",
+                )
         return self.end(step, code, result.message(), outcome=result.outcome.value)
 
     def inspect(self, server: RunDir) -> int:
@@ -239,18 +267,26 @@ class Flow:
         except ProctorError as error:
             return self.end(step, 0, f"no inspection: {error.one_line()}")
         files = [str(r.path) if hasattr(r, "path") else str(r) for r in results]
-        return self.end(step, 0, f"stacks of {len(pids)} process(es) in {server.path / 'inspect'}",
-                        files=files)  # fmt: skip
+        return self.end(
+            step, 0, f"stacks of {len(pids)} process(es) in {server.path / 'inspect'}", files=files
+        )
 
     def teardown(self, server: RunDir | None) -> int:
         step = self.begin("teardown")
         if server is None:
             return self.end(step, 0, "no server to stop")
-        report = stop_server(server, gpu_processes=self.options.gpu_processes,
-                             vram_timeout_s=self.options.vram_timeout_s)  # fmt: skip
+        report = stop_server(
+            server,
+            gpu_processes=self.options.gpu_processes,
+            vram_timeout_s=self.options.vram_timeout_s,
+        )
         if not report.memory_ok:
-            return self.end(step, int(ExitCode.FAULT),
-                            f"GPU memory still held: {report.holders}", stop=report.to_dict())  # fmt: skip
+            return self.end(
+                step,
+                int(ExitCode.FAULT),
+                f"GPU memory still held: {report.holders}",
+                stop=report.to_dict(),
+            )
         return self.end(step, 0, f"server {server.run_id} stopped", stop=report.to_dict())
 
     def _tails(self, tails: dict[str, list[str]]) -> None:
@@ -321,8 +357,9 @@ class Flow:
             (self.dir.path / "exit_code").write_text(f"{first_failure}\n")
 
 
-def resume_flow(ref: str, config: ProjectConfig, runs_dir: str | None,
-                say: Callable[[str], None]) -> int:  # fmt: skip
+def resume_flow(
+    ref: str, config: ProjectConfig, runs_dir: str | None, say: Callable[[str], None]
+) -> int:
     from proctor.supervise.launch import resolve_run
 
     directory = Path(resolve_runs_dir(runs_dir, config).value)

@@ -49,7 +49,7 @@ class Redactor:
     @classmethod
     def from_environment(
         cls,
-        overrides: Mapping[str, str] = {},  # noqa: B006 - read only
+        overrides: Mapping[str, str] = {},
         extra_names: Iterable[str] = (),
         environ: Mapping[str, str] | None = None,
     ) -> Redactor:

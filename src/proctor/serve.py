@@ -299,6 +299,8 @@ __all__ = [
     "find_server",
     "live_runs",
     "preflight",
+    "profiles_for",
+    "record_of",
     "server_facts",
     "start_server",
     "stop_server",

@@ -62,7 +62,7 @@ def test_gpu_csv_matches_nvidia_smi_and_names_the_pid(nvidia: None, isolated_run
     assert log is not None, "the torch program never held its memory"
     time.sleep(2.5)  # at least two samples while holding
     smi_holding = [_smi_used_mib() for _ in range(3)]
-    out, err = controller.communicate(timeout=120)
+    _out, err = controller.communicate(timeout=120)
     assert controller.returncode == 0, err
     run = only_run(isolated_runs)
     record = json.loads((run / "record.json").read_text())

@@ -28,7 +28,9 @@ def _artifacts(root: Path) -> list[Path]:
 
 
 def write_run_manifest(run: RunDir) -> Path:
-    lines = [f"{sha256_file(p)}  {p.relative_to(run.path).as_posix()}" for p in _artifacts(run.path)]
+    lines = [
+        f"{sha256_file(p)}  {p.relative_to(run.path).as_posix()}" for p in _artifacts(run.path)
+    ]
     write_atomic(run.manifest_path, "\n".join(lines) + ("\n" if lines else ""))
     return run.manifest_path
 

@@ -46,7 +46,7 @@ def is_run_id(text: str) -> bool:
 
 
 def derive_name(argv: list[str], limit: int = 60) -> str:
-    """`cargo bench --release` -> cargo-bench-release; `python3 -m x.y --n 4` -> python3-m-x.y-n-4."""
+    """`cargo bench --release` -> cargo-bench-release (secrets already masked by the caller)."""
     words: list[str] = []
     for i, arg in enumerate(argv):
         word = os.path.basename(arg) if i == 0 else arg

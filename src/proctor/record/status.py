@@ -77,7 +77,7 @@ def is_alive(ref: ProcessRef | None) -> bool:
         proc = psutil.Process(ref.pid)
         if abs(proc.create_time() - ref.create_time) > 0.05:
             return False
-        return proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 

@@ -11,7 +11,7 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(text: str, *, option: str = "duration") -> float:
-    """Seconds in `text`; a bare number means seconds. Raises UsageError saying the accepted forms."""
+    """Seconds in `text` (a bare number is seconds); a UsageError names the accepted forms."""
     cleaned = text.strip().lower().replace(" ", "")
     try:
         seconds = float(cleaned)
@@ -38,7 +38,7 @@ def format_duration(seconds: float) -> str:
         return f"{seconds * 1000:.0f}ms"
     if seconds < 120:
         return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     if minutes < 120:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)

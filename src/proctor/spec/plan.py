@@ -1,4 +1,4 @@
-"""Resolving a run: flags over environment over proctor.toml over defaults, each value with its origin."""
+"""Resolving a run: flags over env over proctor.toml over defaults, each value with its origin."""
 
 from __future__ import annotations
 
@@ -102,7 +102,9 @@ def _duration(flag: str | None, config_value: str | None, default: float | None,
 
 def check_executable(argv: list[str], cwd: Path) -> None:
     if not argv:
-        raise UsageError("no command given", hint="write the command after --, e.g. proctor run -- make test")
+        raise UsageError(
+            "no command given", hint="write the command after --, e.g. proctor run -- make test"
+        )
     program = argv[0]
     if os.sep in program:
         path = (cwd / program) if not os.path.isabs(program) else Path(program)

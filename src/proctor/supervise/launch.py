@@ -306,7 +306,9 @@ def follow_log(
             if stop_check is not None and stop_check():
                 return run_state(run)
             state = run_state(run)
-            if not until_done or (state.state in ("finished", "unknown") and not state.wrapper_alive):
+            if not until_done or (
+                state.state in ("finished", "unknown") and not state.wrapper_alive
+            ):
                 while copy(handle):
                     pass
                 out.flush()

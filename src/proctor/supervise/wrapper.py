@@ -126,7 +126,7 @@ class Wrapper:
                 stdout=log_fd,
                 stderr=log_fd,
                 close_fds=True,
-                preexec_fn=in_child,  # noqa: PLW1509 - no threads exist yet
+                preexec_fn=in_child,
             )
         finally:
             os.close(log_fd)
@@ -247,10 +247,7 @@ class Wrapper:
         write_atomic(self.run.exit_code_path, f"{code} {sig}\n" if sig else f"{code}\n")
         leftovers = self.stop_tree(grace=float(self.plan.get("leftover_grace_s", 2.0)))
         peaks = self.stop_sampler()
-        if self.stop_reason:
-            outcome = self.stop_reason
-        else:
-            outcome = "ok" if code == 0 else "failed"
+        outcome = self.stop_reason or ("ok" if code == 0 else "failed")
         self.update_record(
             outcome=outcome,
             exit={"code": code, "signal": sig, "decided_by": decided_by},

@@ -42,8 +42,12 @@ class SweepPoint:
     metrics: dict[str, float] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
-        return {"concurrency": self.concurrency, "run_id": self.run_id,
-                "exit_code": self.exit_code, **self.metrics}  # fmt: skip
+        return {
+            "concurrency": self.concurrency,
+            "run_id": self.run_id,
+            "exit_code": self.exit_code,
+            **self.metrics,
+        }
 
 
 def bench_argv(base: list[str], concurrency: int) -> list[str]:
@@ -63,27 +67,48 @@ def run_sweep(
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
     sweep = create_run_dir(runs_root, new_run_id())
     record: dict[str, Any] = {
-        "schema": "proctor.sweep", "schema_version": 1, "run_id": sweep.run_id, "name": name,
-        "kind": "sweep", "argv": base_argv, "concurrencies": concurrencies,
-        "proctor_version": __version__, "created_at": now_iso(), "outcome": "running",
+        "schema": "proctor.sweep",
+        "schema_version": 1,
+        "run_id": sweep.run_id,
+        "name": name,
+        "kind": "sweep",
+        "argv": base_argv,
+        "concurrencies": concurrencies,
+        "proctor_version": __version__,
+        "created_at": now_iso(),
+        "outcome": "running",
         "points": [],
-    }  # fmt: skip
+    }
     sweep.write_json("record.json", record)
     points: list[SweepPoint] = []
     for conc in concurrencies:
-        flags = RunFlags(argv=bench_argv(base_argv, conc), runs_dir=str(runs_root),
-                         name=f"{name}-c{conc}", gpu_sample=0)  # fmt: skip
+        flags = RunFlags(
+            argv=bench_argv(base_argv, conc),
+            runs_dir=str(runs_root),
+            name=f"{name}-c{conc}",
+            gpu_sample=0,
+        )
         plan = resolve_run_plan(flags, config)
-        started = start_run(plan, RunSpec(kind="bench", group=sweep.run_id,
-                                          extra={"sweep": sweep.run_id, "concurrency": conc}))  # fmt: skip
+        started = start_run(
+            plan,
+            RunSpec(
+                kind="bench", group=sweep.run_id, extra={"sweep": sweep.run_id, "concurrency": conc}
+            ),
+        )
         say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
         state = wait_run(started.run)
         metrics = (started.run.read_json("metrics.json") or {}).get("metrics") or {}
-        point = SweepPoint(conc, started.run.run_id, state.exit.code if state.exit else None,
-                           {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})  # fmt: skip
+        point = SweepPoint(
+            conc,
+            started.run.run_id,
+            state.exit.code if state.exit else None,
+            {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+        )
         points.append(point)
-        say(f"[sweep] concurrency {conc}: exit {point.exit_code}, "
-            f"total {point.metrics.get('total_token_throughput', float('nan')):.1f} tok/s")  # fmt: skip
+        say(
+            f"[sweep] concurrency {conc}: exit {point.exit_code}, "
+            f"total {point.metrics.get('total_token_throughput', float('nan')):.1f} tok/s"
+        )
         write_summary(sweep, record, points)
     record["outcome"] = "ok" if all(p.exit_code == 0 for p in points) else "failed"
     record["ended_at"] = now_iso()
@@ -110,8 +135,9 @@ def summary_csv(points: list[SweepPoint]) -> str:
     writer = csv.writer(out)
     writer.writerow(["concurrency", "run_id", "exit_code", *[c[1] for c in COLUMNS[1:]]])
     for p in points:
-        writer.writerow([p.concurrency, p.run_id, p.exit_code,
-                         *[p.metrics.get(c[1], "") for c in COLUMNS[1:]]])  # fmt: skip
+        writer.writerow(
+            [p.concurrency, p.run_id, p.exit_code, *[p.metrics.get(c[1], "") for c in COLUMNS[1:]]]
+        )
     return out.getvalue()
 
 

@@ -21,6 +21,7 @@ from proctor.spec.profiles.models import (
     EngineProfile,
     Launcher,
     ModelProfile,
+    OfflineSpec,
 )
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Launcher",
     "LauncherChoice",
     "ModelProfile",
+    "OfflineSpec",
     "ProfileSet",
     "build_server_command",
     "builtin_table",

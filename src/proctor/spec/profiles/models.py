@@ -35,6 +35,34 @@ class Launcher(_Strict):
         return "command" if self.command is not None else "module"
 
 
+class OfflineSpec(_Strict):
+    """How to run the engine offline (no server): its entry point and what its output says.
+
+    `throughput_patterns` maps a metric name (`output_throughput`, `total_token_throughput`,
+    `request_throughput`, ...) to a regex whose first group is the number; the last matching
+    line wins. Empty: proctor's defaults (vLLM `bench throughput` lines and the standard
+    `Output token throughput (tok/s):` labels).
+    """
+
+    launchers: list[Launcher] = []  # empty: no built-in entry point (`proctor offline --cmd`)
+    tp_arg: str | None = None  # None: the engine's tp_arg
+    default_args: list[str] = []
+    min_free_disk_gib: float = Field(default=10.0, ge=0)
+    throughput_patterns: dict[str, str] = {}
+
+    @field_validator("throughput_patterns")
+    @classmethod
+    def _patterns(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, pattern in value.items():
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+            if compiled.groups < 1:
+                raise ValueError(f"pattern for {name!r} needs a group around the number")
+        return value
+
+
 class EngineProfile(_Strict):
     """How to start one inference engine and how to watch it."""
 
@@ -60,6 +88,7 @@ class EngineProfile(_Strict):
     progress_markers: list[str] = []  # log regexes; a new matching line means progress
     server_patterns: list[str] = []  # cmdline regexes that recognise the server process
     worker_patterns: list[str] = []  # cmdline regexes for worker processes (inside the tree)
+    offline: OfflineSpec = OfflineSpec()  # `proctor offline`: entry point, disk guard, parsing
 
     @field_validator(
         "python", "tp_arg", "host_arg", "served_model_name_arg", "metrics_path", mode="before"

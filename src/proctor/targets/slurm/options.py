@@ -11,6 +11,11 @@ Flags over the `[slurm]` table of proctor.toml over defaults, each value with it
     workspace = "~/proctor-workspace"   # on the shared filesystem
     python = "python3"           # interpreter with proctor installed, on the compute nodes
     sbatch_args = ["--account=proj"]
+    # Over SSH (slurm://user@login-host[:port]); key files are named by path, never inlined:
+    identity_file = "~/.ssh/id_ed25519"
+    known_hosts = "~/.ssh/known_hosts"
+    jump = "ssh://user@bastion"
+    env_sh = "~/proctor-workspace/env.sh"   # sourced before every Slurm command on the login host
 """
 
 from __future__ import annotations
@@ -86,6 +91,10 @@ class SlurmConfig(BaseModel):
     workspace: str | None = None
     python: str | None = None
     sbatch_args: list[str] = Field(default_factory=list)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    jump: str | None = None
+    env_sh: str | None = None
 
 
 @dataclass
@@ -97,6 +106,11 @@ class SlurmFlags:
     time: str | None = None
     workspace: str | None = None
     python: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    insecure_accept_host_key: bool = False
+    jump: str | None = None
+    env_sh: str | None = None
 
 
 @dataclass
@@ -110,6 +124,8 @@ class SlurmOptions:
     python: str
     sbatch_args: list[str] = field(default_factory=list)
     origins: dict[str, Value] = field(default_factory=dict)
+    #: How to reach an SSH login host (paths to key files, never a key); {} when local.
+    ssh: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v.as_dict() for k, v in self.origins.items()}
@@ -177,6 +193,18 @@ def resolve_slurm_options(
         raise UsageError("--nodes must be at least 1")
     if gpus < 0:
         raise UsageError("--gpus-per-node must be 0 or more")
+    ssh: dict[str, Any] = {}
+    if not spec.local:
+        ssh = {
+            "host": spec.host,
+            "user": spec.user or "root",
+            "port": spec.port or 22,
+            "identity_file": pick("identity_file", None).value,
+            "known_hosts": pick("known_hosts", None).value,
+            "insecure_accept_host_key": bool(flags.insecure_accept_host_key),
+            "jump": pick("jump", None).value,
+            "env_sh": pick("env_sh", None).value,
+        }
     return SlurmOptions(
         target=spec,
         nodes=nodes,
@@ -187,4 +215,5 @@ def resolve_slurm_options(
         python=str(origins["python"].value),
         sbatch_args=list(table.sbatch_args),
         origins=origins,
+        ssh=ssh,
     )
