@@ -41,15 +41,14 @@ def _root(
     """Run GPU benchmark and inference workloads so that their results can be trusted."""
 
 
-def _mount() -> None:
-    # Imported here so that a broken optional group cannot stop `proctor --help`.
+def _mount(argv: list[str]) -> None:
     from proctor.cli import groups
 
-    groups.mount(app)
+    groups.mount(app, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    _mount()
+    _mount(list(sys.argv[1:] if argv is None else argv))
     try:
         result = app(args=argv, standalone_mode=False)
     except ProctorError as error:
