@@ -93,8 +93,9 @@ def list_runs(
     from rich.table import Table
 
     table = Table(show_lines=False)
-    for col in ("run id", "name", "outcome", "exit", "duration", "commit", "gpu"):
-        table.add_column(col)
+    table.add_column("run id", no_wrap=True, min_width=22)
+    for col in ("name", "outcome", "exit", "duration", "commit", "gpu"):
+        table.add_column(col, no_wrap=col != "name", overflow="fold")
     for row in out:
         exit_text = "" if row["exit_code"] is None else str(row["exit_code"])
         if row["exit_signal"]:
