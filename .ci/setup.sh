@@ -19,6 +19,11 @@ step "installing proctor[dev,eval] into .venv"
 .venv/bin/python -c "import proctor, typer, pydantic, aiohttp, httpx, asyncssh" || { echo "[setup] proctor venv broken" >&2; exit 1; }
 
 if [ "$(id -u)" -eq 0 ]; then
+    # Once per setup: package lists on a fresh machine may be missing or stale.
+    if [ "${PROCTOR_SKIP_APT_UPDATE:-0}" != "1" ]; then
+        step "apt-get update"
+        apt-get update -qq || echo "[setup] apt-get update failed; trying with the lists we have" >&2
+    fi
     for script in install-sshd.sh install-slurm.sh install-browser.sh; do
         if [ -f ".ci/$script" ]; then
             step "$script"
