@@ -94,8 +94,9 @@ def list_runs(
 
     table = Table(show_lines=False)
     table.add_column("run id", no_wrap=True, min_width=22)
-    for col in ("name", "outcome", "exit", "duration", "commit", "gpu"):
-        table.add_column(col, no_wrap=col != "name", overflow="fold")
+    table.add_column("name", no_wrap=True, overflow="ellipsis", min_width=16, max_width=40)
+    for col in ("outcome", "exit", "duration", "commit", "gpu"):
+        table.add_column(col, no_wrap=True)
     for row in out:
         exit_text = "" if row["exit_code"] is None else str(row["exit_code"])
         if row["exit_signal"]:
