@@ -92,19 +92,20 @@ def list_runs(
         return
     from rich.table import Table
 
-    table = Table(show_lines=False)
+    table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("run id", no_wrap=True, min_width=22)
-    table.add_column("name", no_wrap=True, overflow="ellipsis", min_width=16, max_width=40)
-    for col in ("outcome", "exit", "duration", "commit", "gpu"):
+    table.add_column("name", no_wrap=True, overflow="ellipsis", min_width=12, max_width=28)
+    with_gpu = any(row["gpu"] for row in out)
+    for col in ("outcome", "exit", "duration", "commit", *(("gpu",) if with_gpu else ())):
         table.add_column(col, no_wrap=True)
     for row in out:
         exit_text = "" if row["exit_code"] is None else str(row["exit_code"])
         if row["exit_signal"]:
             exit_text += f" {row['exit_signal']}"
         duration = "" if row["duration_s"] is None else f"{row['duration_s']:.1f}s"
-        commit_text = (row["source_commit"] or "")[:10] + ("+dirty" if row["source_dirty"] else "")
-        table.add_row(row["id"], row["name"], row["outcome"], exit_text, duration, commit_text,
-                      row["gpu"] or "")  # fmt: skip
+        commit_text = (row["source_commit"] or "")[:8] + ("+dirty" if row["source_dirty"] else "")
+        cells = [row["id"], row["name"], row["outcome"], exit_text, duration, commit_text]
+        table.add_row(*cells, *((row["gpu"] or "",) if with_gpu else ()))  # fmt: skip
     console.print(table)
 
 
