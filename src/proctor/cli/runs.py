@@ -94,10 +94,11 @@ def list_runs(
 
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("run id", no_wrap=True, min_width=22)
-    table.add_column("name", no_wrap=True, overflow="ellipsis", min_width=12, max_width=28)
+    table.add_column("name", no_wrap=True, overflow="ellipsis", min_width=10, max_width=26)
     with_gpu = any(row["gpu"] for row in out)
+    widths = {"outcome": 7, "exit": 4, "duration": 8, "commit": 8, "gpu": 8}
     for col in ("outcome", "exit", "duration", "commit", *(("gpu",) if with_gpu else ())):
-        table.add_column(col, no_wrap=True)
+        table.add_column(col, no_wrap=True, min_width=widths[col], overflow="ellipsis")
     for row in out:
         exit_text = "" if row["exit_code"] is None else str(row["exit_code"])
         if row["exit_signal"]:
