@@ -16,8 +16,8 @@ import typer
 from proctor.cli.output import console, err_console, print_json
 from proctor.cli.run import _Interrupts, exit_for_state, flags_from, summary_line
 from proctor.errors import Interrupted, TargetUnavailable
-from proctor.spec.config import load_config
-from proctor.spec.plan import resolve_run_plan, resolve_runs_dir
+from proctor.spec.config import ProjectConfig, load_config
+from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir
 from proctor.supervise.launch import follow_log, record_of, resolve_run, wait_run
 
 app = typer.Typer(help="Multi-node runs on a Slurm cluster (sbatch + srun).", no_args_is_help=True)
@@ -27,42 +27,44 @@ JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 RunsDirOpt = typer.Option(None, "--runs-dir", help="Runs directory (env PROCTOR_RUNS_DIR).")
 
 
-@app.command("run", context_settings={"allow_interspersed_args": False})
-def run_command(
-    command: list[str] = typer.Argument(None, metavar="-- CMD [ARGS]...", show_default=False),
-    target: str = TargetOpt,
-    nodes: int = typer.Option(None, "--nodes", "-N", help="Nodes (default 1 or [slurm] nodes)."),
-    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 0)."),
-    partition: str = typer.Option(None, "--partition", "-p", help="Slurm partition."),
-    time_limit: str = typer.Option(None, "--time", help="Slurm time limit: 30m, 2h, 90, 1:30:00."),
-    workspace: str = typer.Option(None, "--workspace", help="Shared workspace on the cluster."),
-    python: str = typer.Option(None, "--python", help="Python with proctor on the nodes."),
-    name: str = typer.Option(None, "--name", "-n", help="Run name (log file name)."),
-    runs_dir: str = RunsDirOpt,
-    timeout: str = typer.Option(None, "--timeout", help="proctor's own limit on each node."),
-    grace: str = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace on the nodes."),
-    gpu_sample: float = typer.Option(None, "--gpu-sample", help="GPU sampling interval (s)."),
-    env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the command."),
-    key: str = typer.Option(None, "--key", help="Attach to a live run holding this key."),
-    detach: bool = typer.Option(False, "--detach", "-d", help="Submit and return the run id."),
-    cwd: str = typer.Option(None, "--cwd", help="Working directory (its git checkout ships)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved options only."),
-    config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
-    as_json: bool = JsonOpt,
-) -> None:
-    """Run CMD on N nodes under Slurm: exact source shipped, one supervised run per node.
+IdentityOpt = typer.Option(None, "--identity-file", help="SSH key file for the login host.")
+KnownHostsOpt = typer.Option(None, "--known-hosts", help="known_hosts file for the login host.")
+InsecureOpt = typer.Option(False, "--insecure-accept-host-key", help="Skip host-key checks.")
+JumpOpt = typer.Option(None, "--jump", help="SSH jump host, ssh://user@host[:port].")
 
-    Exit status: as `proctor run`; 4 if Slurm's or proctor's time limit ended it; 2 if a node
-    failed; 6 if no status could be established; 69 cluster unavailable.
-    """
-    from proctor.targets.slurm.options import SlurmFlags, resolve_slurm_options
+
+def slurm_flags(
+    target: str | None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    partition: str | None = None,
+    time_limit: str | None = None,
+    workspace: str | None = None,
+    python: str | None = None,
+    identity_file: str | None = None,
+    known_hosts: str | None = None,
+    insecure_accept_host_key: bool = False,
+    jump: str | None = None,
+) -> Any:
+    from proctor.targets.slurm.options import SlurmFlags
+
+    # `--target slurm` alone takes the login host from [slurm] target.
+    return SlurmFlags(
+        None if target == "slurm" else target, nodes, gpus_per_node, partition, time_limit,
+        workspace, python, identity_file, known_hosts, insecure_accept_host_key, jump,
+    )  # fmt: skip
+
+
+def run_on_slurm(
+    flags: RunFlags, sflags: Any, project: ProjectConfig, *, as_json: bool, dry_run: bool
+) -> None:
+    """Submit a run through Slurm and follow it (or return its id with --detach): what both
+    `proctor slurm run` and `proctor run --target slurm://...` do."""
+    from proctor.targets.slurm.options import resolve_slurm_options
     from proctor.targets.slurm.target import SlurmTarget
 
-    project = load_config(config)
-    flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
     plan = resolve_run_plan(flags, project)
-    sflags = SlurmFlags(target, nodes, gpus_per_node, partition, time_limit, workspace, python)
-    options = resolve_slurm_options(sflags, project)
+    options = resolve_slurm_options(sflags, project, timeout_s=plan.timeout_s.value)
     if dry_run:
         print_json(
             {
@@ -72,7 +74,11 @@ def run_command(
             }
         )
         return
-    started = SlurmTarget(options).start_plan(plan)
+    target = SlurmTarget(options)
+    try:
+        started = target.start_plan(plan)
+    finally:
+        target.close()
     run = started.run
     meta = run.read_json("slurm.json") or {}
     info = {
@@ -82,7 +88,7 @@ def run_command(
         "job_id": meta.get("job_id"),
         "attached": started.attached,
     }
-    if detach:
+    if flags.detach:
         if as_json:
             print_json(info)
         else:
@@ -118,6 +124,47 @@ def run_command(
         raise typer.Exit(code)
 
 
+@app.command("run", context_settings={"allow_interspersed_args": False})
+def run_command(
+    command: list[str] = typer.Argument(None, metavar="-- CMD [ARGS]...", show_default=False),
+    target: str = TargetOpt,
+    nodes: int = typer.Option(None, "--nodes", "-N", help="Nodes (default 1 or [slurm] nodes)."),
+    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 0)."),
+    partition: str = typer.Option(None, "--partition", "-p", help="Slurm partition."),
+    time_limit: str = typer.Option(None, "--time", help="Slurm time limit: 30m, 2h, 90, 1:30:00."),
+    workspace: str = typer.Option(None, "--workspace", help="Shared workspace on the cluster."),
+    python: str = typer.Option(None, "--python", help="Python with proctor on the nodes."),
+    identity_file: str = IdentityOpt,
+    known_hosts: str = KnownHostsOpt,
+    insecure_accept_host_key: bool = InsecureOpt,
+    jump: str = JumpOpt,
+    name: str = typer.Option(None, "--name", "-n", help="Run name (log file name)."),
+    runs_dir: str = RunsDirOpt,
+    timeout: str = typer.Option(None, "--timeout", help="proctor's own limit on each node."),
+    grace: str = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace on the nodes."),
+    gpu_sample: float = typer.Option(None, "--gpu-sample", help="GPU sampling interval (s)."),
+    env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the command."),
+    key: str = typer.Option(None, "--key", help="Attach to a live run holding this key."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Submit and return the run id."),
+    cwd: str = typer.Option(None, "--cwd", help="Working directory (its git checkout ships)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved options only."),
+    config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run CMD on N nodes under Slurm: exact source shipped, one supervised run per node.
+
+    Exit status: as `proctor run`; 4 if Slurm's or proctor's time limit ended it; 2 if a node
+    failed; 6 if no status could be established; 69 cluster unavailable.
+    """
+    project = load_config(config)
+    flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
+    sflags = slurm_flags(
+        target, nodes, gpus_per_node, partition, time_limit, workspace, python,
+        identity_file, known_hosts, insecure_accept_host_key, jump,
+    )  # fmt: skip
+    run_on_slurm(flags, sflags, project, as_json=as_json, dry_run=dry_run)
+
+
 @app.command("stop")
 def stop(
     ref: str = typer.Argument(..., help="Run id, prefix, directory or 'last'."),
@@ -147,13 +194,25 @@ def track(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
 
 
 @app.command("status")
-def status(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
+def status(
+    target: str = TargetOpt,
+    identity_file: str = IdentityOpt,
+    known_hosts: str = KnownHostsOpt,
+    insecure_accept_host_key: bool = InsecureOpt,
+    jump: str = JumpOpt,
+    as_json: bool = JsonOpt,
+) -> None:
     """Partitions and nodes as `sinfo` sees them."""
-    from proctor.targets.slurm.options import SlurmFlags, resolve_slurm_options
+    from proctor.targets.slurm.options import resolve_slurm_options
     from proctor.targets.slurm.target import login_for
 
-    options = resolve_slurm_options(SlurmFlags(target=target or "slurm://local"), load_config())
-    result = login_for(options.target).run(["sinfo", "-h", "-N", "-o", "%N|%P|%t|%c|%G"])
+    project = load_config()
+    sflags = slurm_flags(target or ("slurm://local" if not project.table("slurm") else None))
+    sflags.identity_file, sflags.known_hosts, sflags.jump = identity_file, known_hosts, jump
+    sflags.insecure_accept_host_key = insecure_accept_host_key
+    options = resolve_slurm_options(sflags, project)
+    login = login_for(options.target, options.ssh, options.workspace, options.python)
+    result = login.run(["sinfo", "-h", "-N", "-o", "%N|%P|%t|%c|%G"])
     if result.returncode != 0:
         raise TargetUnavailable(
             f"sinfo failed: {result.first_error_line()}",
@@ -181,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     from proctor.cli import groups
     from proctor.cli import main as root
 
-    if not any(module == "slurm" for module, _ in groups.GROUPS):
+    if not any(entry[0] == "slurm" for entry in groups.GROUPS):
         root.app.add_typer(app, name="slurm")
     return root.main(argv)
 

@@ -59,6 +59,40 @@ def _gpu(plan: dict[str, Any]) -> dict[str, Any]:
         return {"present": False, "reason": f"GPU inventory failed: {error}"}
 
 
+def fill(args: list[str], values: dict[str, str]) -> list[str]:
+    """Replace `{name}` placeholders by value; other braces are left alone."""
+    out = []
+    for arg in args:
+        for key, value in values.items():
+            arg = arg.replace("{" + key + "}", value)
+        out.append(arg)
+    return out
+
+
+def apply_role(plan: dict[str, Any]) -> dict[str, Any] | None:
+    """A multi-node server launch: this node's argv (head = node 0, else worker), with the
+    node's rank and the head's address filled in. The unmasked argv comes through the
+    environment (PROCTOR_MULTINODE_ARGV), the displayed one from the plan."""
+    multi = plan.get("multinode")
+    if not multi:
+        return None
+    rank = int(os.environ.get("SLURM_NODEID") or 0)
+    role = "head" if rank == 0 else "worker"
+    values = {
+        "node_rank": str(rank),
+        "head_address": os.environ.get("PROCTOR_HEAD_ADDR", ""),
+        "head_node": os.environ.get("PROCTOR_HEAD_NODE", ""),
+    }
+    raw = os.environ.pop("PROCTOR_MULTINODE_ARGV", None)
+    real = json.loads(raw)[role] if raw else multi[role]
+    os.environ["PROCTOR_WRAPPER_ARGV"] = json.dumps(fill(list(real), values))
+    for name in multi.get("env_names") or []:
+        if name in os.environ:
+            os.environ[name] = fill([os.environ[name]], values)[0]
+    plan["argv"] = fill(list(multi[role]), values)
+    return {"role": role, "node_rank": rank, **values}
+
+
 def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
     plan = json.loads((run_dir / "node-plan.json").read_text(encoding="utf-8"))
     base = json.loads((run_dir / "node-record.json").read_text(encoding="utf-8"))
@@ -69,6 +103,7 @@ def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
         raise SystemExit(f"proctor node: {path} already holds a finished run")
     gpu = _gpu(plan)
     plan["gpu_present"] = bool(gpu.get("present"))
+    role = apply_role(plan)
     run.write_json("plan.json", plan)
     from proctor.record.hostinfo import host_info
 
@@ -80,6 +115,9 @@ def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
         "host": host_info(),
         "gpu": gpu,
     }
+    if role is not None:
+        record["argv"] = plan["argv"]
+        record["multinode"] = role
     run.write_json("record.json", record)
     (path / str(plan["log"])).touch()
     return run

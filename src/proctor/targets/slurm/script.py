@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from proctor.targets.slurm.options import SlurmOptions
 
@@ -40,12 +41,29 @@ class RemoteLayout:
     def node_dir(self, node: str) -> str:
         return f"{self.nodes_dir}/{node}"
 
+    @property
+    def head_file(self) -> str:
+        return f"{self.run_dir}/head.json"
+
     def batch_output(self, job_id: int) -> str:
         return f"{self.run_dir}/slurm-{job_id}.out"
 
 
-def render_script(options: SlurmOptions, layout: RemoteLayout, job_name: str, workdir: str) -> str:
+def render_script(
+    options: SlurmOptions,
+    layout: RemoteLayout,
+    job_name: str,
+    workdir: str,
+    *,
+    python: str | None = None,
+    pythonpath: str | None = None,
+    multinode: dict[str, Any] | None = None,
+) -> str:
+    """`python`/`pythonpath`: the interpreter and proctor package found on an SSH login host
+    (the shared filesystem makes them the nodes' too). `multinode`: a server launch whose
+    head and workers differ, so the head node's name and address are found first."""
     q = shlex.quote
+    python = python or options.python
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={q(job_name)}",
@@ -68,7 +86,24 @@ def render_script(options: SlurmOptions, layout: RemoteLayout, job_name: str, wo
         "",
         'echo "proctor: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
         f"mkdir -p {steps} {q(layout.nodes_dir)}",
-        f'srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" {q(options.python)} '
+    ]
+    if pythonpath:
+        lines.append(f"export PYTHONPATH={q(pythonpath)}${{PYTHONPATH:+:$PYTHONPATH}}")
+    if multinode is not None:
+        # The batch script runs on the first node of the allocation: rank 0, the head.
+        head = q(layout.head_file)
+        lines += [
+            'PROCTOR_HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            'PROCTOR_HEAD_ADDR=$(scontrol show node -o "$PROCTOR_HEAD_NODE" | tr " " "\\n" '
+            "| sed -n 's/^NodeAddr=//p')",
+            "PROCTOR_HEAD_ADDR=${PROCTOR_HEAD_ADDR:-$PROCTOR_HEAD_NODE}",
+            "export PROCTOR_HEAD_NODE PROCTOR_HEAD_ADDR",
+            f'printf \'{{"node": "%s", "address": "%s"}}\\n\' '
+            f'"$PROCTOR_HEAD_NODE" "$PROCTOR_HEAD_ADDR" > {head}.tmp && mv {head}.tmp {head}',
+            'echo "proctor: head node $PROCTOR_HEAD_NODE at $PROCTOR_HEAD_ADDR"',
+        ]
+    lines += [
+        f'srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" {q(python)} '
         f"-m proctor.targets.slurm.node {q(layout.run_dir)}",
         "rc=$?",
         f'echo "$rc" > {steps}/.0.exit && mv {steps}/.0.exit {steps}/0.exit',

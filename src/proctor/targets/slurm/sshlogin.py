@@ -56,11 +56,13 @@ class SshLogin:
         self.conn = self.ssh.conn
         self.runner_python = runner_python
         self._home: str | None = None
-        self._env_sh: str | None | bool = False  # False: not looked up yet
+        self._env_sh: str | None = None
+        self._env_sh_known = False
 
     # -- commands ---------------------------------------------------------------------------
     def _prefix(self) -> str:
-        if self._env_sh is False:
+        if not self._env_sh_known:
+            self._env_sh_known = True
             path = self.opts.env_sh or (
                 f"{self.opts.workspace}/env.sh" if self.opts.workspace else None
             )
@@ -75,7 +77,9 @@ class SshLogin:
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60
     ) -> Result:
         if env:
-            line = f"{self._prefix()}exec {shlex.quote(self.runner_python)} -c {shlex.quote(_RUNNER)}"
+            line = (
+                f"{self._prefix()}exec {shlex.quote(self.runner_python)} -c {shlex.quote(_RUNNER)}"
+            )
             stdin = json.dumps({"argv": list(argv), "env": dict(env)}).encode()
         else:
             line, stdin = f"{self._prefix()}exec {shlex.join(argv)}", None

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,15 +46,56 @@ from proctor.targets.slurm.scheduler import Slurm
 from proctor.targets.slurm.script import RemoteLayout, render_script
 
 META = "slurm.json"
+
+
+@dataclass(frozen=True)
+class MultiNodeArgv:
+    """A launch whose head (node 0) and workers run different argv; `{node_rank}`,
+    `{head_address}` and `{head_node}` are filled in on each node."""
+
+    head: list[str]
+    worker: list[str]
+    env_names: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class GroupLaunch:
+    """What kind of group run to submit: a plain command on every node (default), or a
+    server (kind "server", its `server` record section in `extra`) launched per role."""
+
+    kind: str = "slurm"
+    group: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    multinode: MultiNodeArgv | None = None
+
+
 TRACKER_START_TIMEOUT_S = 15.0
 
 
-def login_for(spec: SlurmTargetSpec) -> LoginHost:
+def login_for(
+    spec: SlurmTargetSpec,
+    ssh: Mapping[str, Any] | None = None,
+    workspace: str | None = None,
+    python: str | None = None,
+) -> LoginHost:
+    """Local subprocesses on the login node, or one SSH connection to it."""
     if spec.local:
         return LocalLogin()
-    raise TargetUnavailable(
-        f"{spec.display()}: submitting over SSH is not available in this build",
-        hint="run proctor on the login node with --target slurm://local",
+    from proctor.targets.slurm.sshlogin import SshLogin, ssh_options
+
+    record = dict(ssh or {"host": spec.host, "user": spec.user, "port": spec.port})
+    return SshLogin(ssh_options(record, workspace, python))
+
+
+def login_from_meta(meta: Mapping[str, Any]) -> LoginHost:
+    """The login host a submitted run was sent through (slurm.json holds no secret)."""
+    from proctor.targets.slurm.options import parse_target
+
+    return login_for(
+        parse_target(str(meta["target"])),
+        meta.get("login") or None,
+        meta.get("workspace"),
+        meta.get("python"),
     )
 
 
@@ -82,7 +125,9 @@ class SlurmTarget:
         runs_dir: Path | None = None,
     ) -> None:
         self.options = options
-        self.login = login or login_for(options.target)
+        self.login = login or login_for(
+            options.target, options.ssh, options.workspace, options.python
+        )
         self.slurm = Slurm(self.login)
         self.runs_dir = runs_dir
 
@@ -199,16 +244,16 @@ class SlurmTarget:
         """Nothing is held open: every command is its own process."""
 
     # -- start ----------------------------------------------------------------------------
-    def start_plan(self, plan: RunPlan) -> Started:
+    def start_plan(self, plan: RunPlan, launch: GroupLaunch | None = None) -> Started:
         """Submit the run, or attach to the live run holding the same key."""
         key = plan.key.value
         if not key:
-            return self._start(plan)
+            return self._start(plan, launch or GroupLaunch())
         with key_lock(Path(plan.runs_dir.value), str(key)) as key_file:
             existing = live_keyed_run(key_file)
             if existing is not None:
                 return Started(existing, True, plan.redactor())
-            started = self._start(plan)
+            started = self._start(plan, launch or GroupLaunch())
             write_atomic(
                 key_file,
                 json.dumps(
@@ -217,26 +262,40 @@ class SlurmTarget:
             )
             return started
 
-    def _start(self, plan: RunPlan) -> Started:
+    def _start(self, plan: RunPlan, launch: GroupLaunch) -> Started:
         target_info = {
             "kind": "slurm",
             "login": self.options.target.display(),
             "host": self.options.target.host or "local",
         }
-        run, redactor = prepare_run(plan, RunSpec(kind="slurm", target=target_info))
-        layout = RemoteLayout(self.login.expand(self.options.workspace), run.run_id)
-        update_record(
-            run,
-            gpu={"present": None, "reason": "sampled on each node: see nodes/<node>/"},
-            slurm={"requested": self.options.as_dict(), "remote_run_dir": layout.run_dir},
+        run, redactor = prepare_run(
+            plan,
+            RunSpec(kind=launch.kind, group=launch.group, target=target_info, extra=launch.extra),
         )
         try:
+            workspace = self.login.expand(self.options.workspace)
+            layout = RemoteLayout(workspace, run.run_id)
+            update_record(
+                run,
+                gpu={"present": None, "reason": "sampled on each node: see nodes/<node>/"},
+                slurm={"requested": self.options.as_dict(), "remote_run_dir": layout.run_dir},
+            )
             workdir, source_sync = self.ship_source(plan, layout)
             update_record(
                 run, source_sync=source_sync, add_events=[_event("source", source_sync["summary"])]
             )
-            script = self.write_job_files(run, plan, layout, workdir)
+            multinode = None
             env = {"PROCTOR_WRAPPER_ARGV": json.dumps(plan.argv), **plan.env_values}
+            if launch.multinode is not None:
+                multinode = {
+                    "head": redactor.argv(launch.multinode.head),
+                    "worker": redactor.argv(launch.multinode.worker),
+                    "env_names": sorted(launch.multinode.env_names),
+                }
+                env["PROCTOR_MULTINODE_ARGV"] = json.dumps(
+                    {"head": launch.multinode.head, "worker": launch.multinode.worker}
+                )
+            script = self.write_job_files(run, plan, layout, workdir, multinode)
             job_id = self.slurm.submit(layout.script, env=env)
         except ProctorError as error:
             update_record(
@@ -249,12 +308,15 @@ class SlurmTarget:
         meta = {
             "job_id": job_id,
             "target": self.options.target.display(),
+            "login": self.options.ssh,
+            "python": self.options.python,
             "remote_run_dir": layout.run_dir,
             "workspace": layout.workspace,
             "workdir": workdir,
             "log": (run.read_json("plan.json") or {}).get("log"),
             "nodes_requested": self.options.nodes,
             "store_path": plan.store_path.value,
+            "multinode": multinode is not None,
         }
         run.write_json(META, meta)
         (run.path / "job.sbatch").write_text(script, encoding="utf-8")
@@ -273,7 +335,7 @@ class SlurmTarget:
         cwd = Path(str(plan.cwd.value))
         ident = source_identity(cwd)
         if not ident.is_git or ident.repo_root is None or ident.source_id is None:
-            if not self.options.target.local:
+            if not self.local:
                 raise UsageError(
                     "a Slurm run over SSH needs a git checkout to ship",
                     hint="run from inside a git repository",
@@ -308,6 +370,9 @@ class SlurmTarget:
                 untracked=report.untracked,
                 modified=report.modified,
             )
+        if not self.local:
+            self.prepare_login()
+            return self.login.ssh.sync_source(identity)  # type: ignore[attr-defined, no-any-return]
         workspace = self.login.expand(self.options.workspace)
         checkout = str(checkout_path(workspace, identity.source_id))
         if self.login.exists(checkout):
@@ -333,8 +398,23 @@ class SlurmTarget:
             archive_sha256=info.sha256,
         )
 
+    @property
+    def local(self) -> bool:
+        return self.options.target.local
+
+    def prepare_login(self) -> Prepared | None:
+        """Over SSH: the far workspace and python found, proctor's package shipped (cached)."""
+        if self.local:
+            return None
+        return self.login.prepare()  # type: ignore[attr-defined, no-any-return]
+
     def write_job_files(
-        self, run: RunDir, plan: RunPlan, layout: RemoteLayout, workdir: str
+        self,
+        run: RunDir,
+        plan: RunPlan,
+        layout: RemoteLayout,
+        workdir: str,
+        multinode: dict[str, Any] | None = None,
     ) -> str:
         group_plan = run.read_json("plan.json") or {}
         record = run.read_json("record.json") or {}
@@ -367,7 +447,16 @@ class SlurmTarget:
             f"{layout.run_dir}/node-record.json", json.dumps(node_record, indent=2)
         )
         job_name = f"proctor-{plan.name.value}"[:64]
-        script = render_script(self.options, layout, job_name, workdir)
+        prepared = self.prepare_login()
+        script = render_script(
+            self.options,
+            layout,
+            job_name,
+            workdir,
+            python=prepared.python if prepared else None,
+            pythonpath=prepared.proctor_path if prepared else None,
+            multinode=multinode,
+        )
         self.login.write_text(layout.script, script, mode=0o755)
         return script
 
@@ -387,9 +476,7 @@ class SlurmTarget:
         meta = run.read_json(META)
         if not meta or run.exit_code_path.exists():
             return False
-        from proctor.targets.slurm.options import parse_target
-
-        Slurm(login_for(parse_target(str(meta["target"])))).cancel(int(meta["job_id"]))
+        Slurm(login_from_meta(meta)).cancel(int(meta["job_id"]))
         return True
 
 

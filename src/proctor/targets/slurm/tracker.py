@@ -29,10 +29,9 @@ from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.status import read_exit_status
 from proctor.supervise.wrapper import now_iso
 from proctor.targets.slurm.login import LoginHost
-from proctor.targets.slurm.options import parse_target
 from proctor.targets.slurm.outcome import GroupOutcome, NodeResult, decide
 from proctor.targets.slurm.scheduler import Accounting, Slurm, elapsed_seconds
-from proctor.targets.slurm.target import META, login_for, update_record
+from proctor.targets.slurm.target import META, login_from_meta, update_record
 
 POLL_S = 0.5
 #: After Slurm says the job is final, how long to wait for nodes' exit_code files to appear.
@@ -81,7 +80,7 @@ class Tracker:
         self.job_id = int(meta["job_id"])
         self.remote = str(meta["remote_run_dir"])
         self.log_name = str(meta.get("log") or "run.log")
-        self.login = login_for(parse_target(str(meta["target"])))
+        self.login = login_from_meta(meta)
         self.slurm = Slurm(self.login)
         self.pump = LogPump(self.login, self.run.path / self.log_name)
         self.stop_requested = False
