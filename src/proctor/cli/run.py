@@ -155,7 +155,7 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."),
         config: Path = typer.Option(None, "--config", help="proctor.toml to use (default: found at the project root)."),
         as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-        target: str = typer.Option(None, "--target", help="local (default), ssh://user@host[:port] or runpod: run there, next to the GPU (docs/remote.md)."),
+        target: str = typer.Option(None, "--target", help="local (default), ssh://user@host[:port], runpod, or slurm://[user@]login-host (docs/remote.md, docs/slurm.md)."),
         identity_file: str = typer.Option(None, "--identity-file", help="SSH private key file."),
         known_hosts: str = typer.Option(None, "--known-hosts", help="known_hosts file to verify host keys (default ~/.ssh/known_hosts)."),
         insecure_accept_host_key: bool = typer.Option(False, "--insecure-accept-host-key", help="Do not verify the SSH host key."),
@@ -178,8 +178,28 @@ def register(app: typer.Typer) -> None:
         allow_gpu_substitution: bool = typer.Option(False, "--allow-gpu-substitution"),
         allow_more_capacity: bool = typer.Option(False, "--allow-more-capacity"),
         api_url: str = typer.Option(None, "--api-url", envvar="PROCTOR_RUNPOD_API_URL", help="Runpod API base URL."),
+        nodes: int = typer.Option(None, "--nodes", "-N", help="Slurm: nodes (default 1 or [slurm] nodes)."),
+        gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="Slurm: GPUs per node (default 0 or [slurm])."),
+        partition: str = typer.Option(None, "--partition", help="Slurm: partition (default [slurm] partition)."),
+        time_limit: str = typer.Option(None, "--time", help="Slurm: time limit, e.g. 30m, 2h, 1:30:00 (default: --timeout)."),
     ) -> None:  # fmt: skip
         flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
+        if target and (target == "slurm" or target.startswith("slurm:")):
+            from proctor.cli.slurm import run_on_slurm, slurm_flags
+
+            sflags = slurm_flags(
+                target, nodes, gpus_per_node, partition, time_limit, workspace, remote_python,
+                identity_file, known_hosts, insecure_accept_host_key, jump,
+            )  # fmt: skip
+            run_on_slurm(flags, sflags, load_config(config), as_json=as_json, dry_run=dry_run)
+            return
+        if any(v is not None for v in (nodes, gpus_per_node, partition, time_limit)):
+            from proctor.errors import UsageError
+
+            raise UsageError(
+                "--nodes/--gpus-per-node/--partition/--time need a Slurm target",
+                hint="add --target slurm://login-host (or slurm://local on the login node)",
+            )
         if target and target != "local":
             from proctor.cli.remote import RemoteFlags, run_with_target
             from proctor.spec.plan import resolve_runs_dir
