@@ -1,8 +1,9 @@
 """Read benchmark and evaluation results from anywhere, auto-detecting the format.
 
 Understood: the printed `Serving Benchmark Result` block of vLLM, SGLang and ATOM (labels
-matched case-insensitively; the last block in a log wins), vLLM/ATOM result JSON, SGLang
-result JSON or JSONL (last line), proctor's metrics.json, and lm-eval's results JSON.
+matched case-insensitively; the last block in a log wins) and SGLang's `Offline Throughput
+Benchmark Result` block, vLLM/ATOM result JSON, SGLang result JSON or JSONL (last line),
+proctor's metrics.json (bench, GSM8K, offline), lm-eval's results JSON and the table it prints.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from proctor.errors import ConfigError, UsageError
 from proctor.results.model import ParsedResult
 from proctor.results.names import json_key_to_name, label_to_name
 
-BLOCK_START = re.compile(r"=+ *Serving Benchmark Result *=+", re.IGNORECASE)
+BLOCK_START = re.compile(r"=+ *(?:Serving|Offline Throughput) Benchmark Result *=+",
+                         re.IGNORECASE)  # fmt: skip
+# lm-eval's printed table: |Tasks|Version|Filter|n-shot|Metric|dir|Value|±|Stderr|
+_TABLE_ROW = re.compile(r"^\|" + r"([^|]*)\|" * 9)
+# proctor's GSM8K metrics.json keys -> the accuracy names baselines check.
+GSM8K_NAMES = {
+    "exact_match_flexible_extract": "gsm8k_exact_match_flexible",
+    "exact_match_strict_match": "gsm8k_exact_match_strict",
+    "n_samples": "gsm8k_n_samples",
+}
 _LINE = re.compile(r"^\s*([^:]+?):\s+(-?[0-9][0-9.,eE+-]*|inf|nan)\s*$", re.IGNORECASE)
 _FILTER_SHORT = {"flexible-extract": "flexible", "strict-match": "strict", "none": ""}
 
@@ -59,9 +69,48 @@ def _flavour(text: str) -> str:
     return "vllm"
 
 
+def _cell_number(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def parse_lm_eval_table(text: str, path: str | None = None) -> ParsedResult | None:
+    """lm-eval's printed results table (rows after a `|Tasks|` header); None if there is none."""
+    res = ParsedResult(kind="lm-eval-table", path=path)
+    task = ""
+    in_table = False
+    for raw in text.splitlines():
+        m = _TABLE_ROW.match(raw.strip())
+        if not m:
+            in_table = False
+            continue
+        cells = [c.strip() for c in m.groups()]
+        if cells[0] == "Tasks":
+            in_table, task = True, ""
+            continue
+        if not in_table or all(c and set(c) <= set("-:") for c in cells):
+            continue
+        task = cells[0].lstrip("- ").strip() or task
+        value, stderr = _cell_number(cells[6]), _cell_number(cells[8])
+        if not task or value is None:
+            continue
+        short = _FILTER_SHORT.get(cells[2], cells[2].replace("-", "_"))
+        name = "_".join(p for p in (task, cells[4], short) if p)
+        res.add(name, value, stderr)
+        if cells[3].isdigit():
+            res.meta.setdefault("n_shot", {})[task] = int(cells[3])
+    return res if res.metrics else None
+
+
 def parse_text(text: str, path: str | None = None) -> ParsedResult:
     blocks = parse_summary_blocks(text)
     if not blocks:
+        table = parse_lm_eval_table(text, path)
+        if table is not None:
+            return table
         raise ConfigError(f"no 'Serving Benchmark Result' block in {path or 'the text'}",
                           hint="give a benchmark log, result JSON or lm-eval results JSON")
     res = ParsedResult(kind="serving-summary", path=path,
@@ -118,9 +167,54 @@ def _lm_eval(obj: dict[str, Any], path: str | None) -> ParsedResult:
     return res
 
 
+def _gsm8k_metrics(obj: dict[str, Any], path: str | None) -> ParsedResult:
+    res = ParsedResult(kind="gsm8k", path=path, meta={"status": obj.get("status")})
+    raw = obj.get("metrics") if isinstance(obj.get("metrics"), dict) else {}
+    assert isinstance(raw, dict)
+    for key, name in GSM8K_NAMES.items():
+        value = raw.get(key)
+        if _finite(value):
+            stderr = raw.get(f"{key}_stderr")
+            res.add(name, value, float(stderr) if _finite(stderr) else None)
+    config = obj.get("config") if isinstance(obj.get("config"), dict) else {}
+    assert isinstance(config, dict)
+    for key in ("model", "num_fewshot", "limit", "chat"):
+        if key in config:
+            res.meta[key] = config[key]
+    for key in ("lm_eval_version", "task_version", "error"):
+        if obj.get(key) is not None:
+            res.meta[key] = obj[key]
+    return res
+
+
+def _flat_metrics(obj: dict[str, Any], kind: str, path: str | None) -> ParsedResult:
+    """proctor's flat metrics.json ({"metrics": {name: value | {value, unit, stderr}}})."""
+    res = ParsedResult(kind=kind, path=path)
+    units = obj.get("units") if isinstance(obj.get("units"), dict) else {}
+    assert isinstance(units, dict)
+    for name, value in (obj.get("metrics") or {}).items():
+        stderr = None
+        unit = units.get(name)
+        if isinstance(value, dict):
+            unit, stderr, value = value.get("unit", unit), value.get("stderr"), value.get("value")
+        if _finite(value):
+            res.add(str(name), value, float(stderr) if _finite(stderr) else None)
+            if isinstance(unit, str) and unit:
+                res.metrics[str(name)].unit = unit
+    for key in ("status", "engine", "model", "exit_code", "wall_time_s"):
+        if obj.get(key) is not None:
+            res.meta[key] = obj[key]
+    return res
+
+
 def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
     if not isinstance(obj, dict):
         raise ConfigError(f"{path or 'JSON'} is not a JSON object", hint="give a result JSON")
+    schema = obj.get("schema")
+    if obj.get("kind") == "gsm8k" and str(schema).startswith("proctor."):
+        return _gsm8k_metrics(obj, path)
+    if obj.get("kind") == "offline" and str(schema).startswith("proctor."):
+        return _flat_metrics(obj, "offline", path)
     if obj.get("schema") == "proctor.bench.metrics":
         res = _serving_json(obj.get("metrics") or {}, "proctor-metrics", path)
         res.meta.update(model=obj.get("model"), schema_version=obj.get("schema_version"),
@@ -132,6 +226,8 @@ def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
     if any(k in obj for k in ("request_throughput", "output_throughput", "mean_ttft_ms")):
         kind = "sglang-json" if "mean_e2e_latency_ms" in obj else "vllm-json"
         return _serving_json(obj, kind, path)
+    if str(schema).startswith("proctor.") and isinstance(obj.get("metrics"), dict):
+        return _flat_metrics(obj, "proctor-metrics", path)
     raise ConfigError(f"{path or 'JSON'}: not a known result format",
                       hint="expected vLLM/SGLang result JSON, proctor metrics.json or lm-eval")
 

@@ -44,16 +44,18 @@ if TYPE_CHECKING:
 SCHEMA = "proctor.offline-metrics/1"
 GIB = 1024**3
 
-# Used when the engine profile names none: vLLM's `bench throughput` line, and the standard
-# `... throughput (tok/s): N` labels of vLLM/SGLang/ATOM summary blocks.
+# Used when the engine profile names none: vLLM's `bench throughput` line and LLM.generate's
+# progress bar, and the `... throughput (tok/s): N` labels of vLLM/SGLang/ATOM summary blocks.
 _LABEL = r"^{} throughput \({}/s\):\s*([0-9.]+)"
 _REQ = ("request", "req")
 DEFAULT_THROUGHPUT_PATTERNS: dict[str, str] = {
     "request_throughput": r"(?i)^Throughput: ([0-9.]+) requests/s|" + _LABEL.format(*_REQ),
     "total_token_throughput": r"(?i)([0-9.]+) total tokens/s|"
     + _LABEL.format("total token", "tok"),
-    "output_throughput": r"(?i)([0-9.]+) output tokens/s|" + _LABEL.format("output token", "tok"),
-    "input_throughput": "(?i)" + _LABEL.format("input token", "tok"),
+    "output_throughput": r"(?i)([0-9.]+) output tokens/s|" + _LABEL.format("output token", "tok")
+    + r"|est\. speed input: [0-9.]+ toks/s, output: ([0-9.]+) toks/s",
+    "input_throughput": "(?i)" + _LABEL.format("input token", "tok")
+    + r"|est\. speed input: ([0-9.]+) toks/s",
 }
 
 

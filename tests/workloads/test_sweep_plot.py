@@ -1,0 +1,84 @@
+"""The sweep's PNG: drawn from measured points, rewritten per point, skipped without matplotlib."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proctor.record.rundir import create_run_dir, new_run_id
+from proctor.workloads.sweep import PLOT_NAME, SweepPoint, write_plot, write_summary
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _point(conc: int, exit_code: int | None, tput: float | None, tpot: float | None) -> SweepPoint:
+    metrics = {}
+    if tput is not None:
+        metrics["output_throughput"] = tput
+    if tpot is not None:
+        metrics["mean_tpot_ms"] = tpot
+    return SweepPoint(conc, f"run-c{conc}", exit_code, metrics)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_png_is_written_and_grows_with_points(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    sweep = create_run_dir(tmp_path, new_run_id())
+    record: dict[str, object] = {"name": "s", "points": []}
+    points = [_point(4, 0, 100.0, 20.0)]
+    write_summary(sweep, record, points)
+    png = sweep.path / PLOT_NAME
+    first = png.read_bytes()
+    assert _png_size(png) == (700, 450)
+    summary = json.loads((sweep.path / "summary.json").read_text())
+    assert summary["plot"] == PLOT_NAME and summary["plot_skipped"] is None
+    # A later point that failed without figures: earlier points and the PNG are kept.
+    points += [_point(8, 0, 180.0, 25.0), _point(16, 3, None, None)]
+    write_summary(sweep, record, points)
+    assert png.read_bytes() != first  # redrawn with the second point
+    summary = json.loads((sweep.path / "summary.json").read_text())
+    assert [p["concurrency"] for p in summary["points"]] == [4, 8, 16]
+    assert summary["points"][2]["exit_code"] == 3 and summary["plot"] == PLOT_NAME
+    assert not list(sweep.path.glob("*.tmp"))
+
+
+def test_plot_draws_failed_points_that_have_figures_and_skips_empty(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    assert not write_plot(tmp_path / "a.png", [_point(4, 3, None, None)])
+    assert not (tmp_path / "a.png").exists()
+    assert write_plot(tmp_path / "b.png", [_point(4, 0, 10.0, 1.0), _point(8, 2, 12.0, 3.0)])
+    one = write_plot(tmp_path / "c.png", [_point(4, 0, 10.0, 1.0)])
+    # The failed point (a red cross) changes the picture.
+    assert one and (tmp_path / "b.png").read_bytes() != (tmp_path / "c.png").read_bytes()
+
+
+def test_without_matplotlib_the_sweep_summary_says_the_png_was_skipped(tmp_path: Path) -> None:
+    # A real interpreter where matplotlib cannot be imported (None in sys.modules blocks it).
+    code = (
+        "import sys\n"
+        "sys.modules['matplotlib'] = None\n"
+        "from pathlib import Path\n"
+        "from proctor.record.rundir import create_run_dir, new_run_id\n"
+        "from proctor.workloads.sweep import SweepPoint, write_summary\n"
+        "d = create_run_dir(Path(sys.argv[1]), new_run_id())\n"
+        "write_summary(d, {}, [SweepPoint(4, 'r', 0, {'output_throughput': 1.0, 'mean_tpot_ms': 2.0})])\n"
+        "print(d.path)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                       timeout=60, env={**os.environ})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sweep = Path(r.stdout.strip())
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert "matplotlib is not installed" in summary["plot_skipped"] and "plot" not in summary
+    assert not (sweep / PLOT_NAME).exists()
+    assert (sweep / "summary.csv").exists() and (sweep / "summary.txt").exists()
