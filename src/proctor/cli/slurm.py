@@ -165,6 +165,81 @@ def run_command(
     run_on_slurm(flags, sflags, project, as_json=as_json, dry_run=dry_run)
 
 
+@app.command("serve", context_settings={"allow_interspersed_args": False})
+def serve(
+    engine: str = typer.Option(..., "--engine", "-e", help="Engine profile (vllm, sglang, or one from proctor.toml)."),
+    model: str = typer.Option(..., "--model", "-m", help="Model path as the nodes see it."),
+    target: str = TargetOpt,
+    nodes: int = typer.Option(None, "--nodes", "-N", help="Nodes (default 1 or [slurm] nodes)."),
+    parallel: str = typer.Option(None, "--parallel", help="The profile's multi-node launch, e.g. dp or pp (default: its first)."),
+    tp: int = typer.Option(None, "--tp", help="Tensor parallelism within a node."),
+    port: int = typer.Option(8000, "--port", help="HTTP port on the head node."),
+    rpc_port: int = typer.Option(None, "--rpc-port", help="The head's rendezvous port (default: the profile's)."),
+    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 0 or [slurm])."),
+    partition: str = typer.Option(None, "--partition", help="Slurm partition."),
+    time_limit: str = typer.Option(None, "--time", help="Slurm time limit: 30m, 2h, 1:30:00."),
+    workspace: str = typer.Option(None, "--workspace", help="Shared workspace on the cluster."),
+    node_python: str = typer.Option(None, "--node-python", help="Python with proctor on the nodes."),
+    identity_file: str = IdentityOpt,
+    known_hosts: str = KnownHostsOpt,
+    insecure_accept_host_key: bool = InsecureOpt,
+    jump: str = JumpOpt,
+    model_profile: str = typer.Option(None, "--model-profile"),
+    addon: list[str] = typer.Option(None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."),
+    mtp: int = typer.Option(None, "--mtp"),
+    python: str = typer.Option(None, "--python", help="Interpreter of the engine's environment."),
+    served_model_name: str = typer.Option(None, "--served-model-name"),
+    name: str = typer.Option(None, "--name"),
+    key: str = typer.Option(None, "--key", help="Attach to a live server run with this key."),
+    env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the server (beats profiles)."),
+    wait: str = typer.Option("10m", "--wait", help="How long the allocation may pend before it is cancelled (exit 5)."),
+    runs_dir: str = RunsDirOpt,
+    config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
+    extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
+    as_json: bool = JsonOpt,
+) -> None:  # fmt: skip
+    """Start an inference server on a Slurm allocation: node 0 serves HTTP, the other nodes
+    join it per the engine profile's multi-node launch. Returns the run id once the head node
+    is known; then `proctor serve ready RUN`, `proctor drain RUN`, `proctor serve stop RUN`."""
+    from proctor.cli.serve import start_request
+    from proctor.spec.durations import parse_duration
+    from proctor.targets.slurm.options import resolve_slurm_options
+    from proctor.targets.slurm.serve import start_slurm_server, wait_for_head
+
+    project = load_config(config)
+    request = start_request(engine, model, tp, port, "0.0.0.0", model_profile, addon, mtp, python,
+                            served_model_name, extra, 0.0)  # fmt: skip
+    sflags = slurm_flags(
+        target, nodes, gpus_per_node, partition, time_limit, workspace, node_python,
+        identity_file, known_hosts, insecure_accept_host_key, jump,
+    )  # fmt: skip
+    options = resolve_slurm_options(sflags, project)
+    flags = RunFlags(argv=[], name=name, runs_dir=runs_dir, env=list(env or []), key=key)
+    started, applied = start_slurm_server(
+        request, options, project, flags=flags, parallel=parallel, rpc_port=rpc_port
+    )
+    run = started.run
+    job = (run.read_json("slurm.json") or {}).get("job_id")
+    if not as_json:
+        mn = applied["multinode"]
+        err_console.print(
+            f"proctor: Slurm job {job}, server run {run.run_id}: {mn['nodes']} node(s), "
+            f"launch {mn['parallel'] or 'single'}; waiting for the allocation ...",
+            highlight=False,
+        )
+    head = wait_for_head(run, parse_duration(wait, option="--wait"))
+    info = {"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
+            "job_id": job, "attached": started.attached, "head": head,
+            "url": f"http://{head.get('address')}:{port}", "server": applied}  # fmt: skip
+    if as_json:
+        print_json(info)
+        return
+    err_console.print(
+        f"proctor: head {head.get('node')} at {info['url']}; log {run.log_path()}", highlight=False
+    )
+    typer.echo(run.run_id)
+
+
 @app.command("stop")
 def stop(
     ref: str = typer.Argument(..., help="Run id, prefix, directory or 'last'."),

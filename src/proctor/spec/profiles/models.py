@@ -63,6 +63,42 @@ class OfflineSpec(_Strict):
         return value
 
 
+MULTINODE_PLACEHOLDERS = (
+    "nodes", "node_rank", "head_address", "head_node", "rpc_port", "port", "tp",
+    "world_size", "gpus_per_node",
+)  # fmt: skip
+
+
+class MultiNodeLaunch(_Strict):
+    """One way to span an engine over several nodes (`proctor slurm serve --parallel NAME`).
+
+    Node 0 (the head) runs the server command plus `head_args` and serves HTTP; every other
+    node runs the same command plus `worker_args` and joins the head. Args and env values
+    may hold `{nodes}`, `{node_rank}`, `{head_address}`, `{head_node}`, `{rpc_port}`,
+    `{port}`, `{tp}` (per node), `{world_size}` (nodes x tp) and `{gpus_per_node}`.
+    """
+
+    description: str = ""
+    head_args: list[str] = []
+    worker_args: list[str] = []
+    env: dict[str, str] = {}
+    rpc_port: int = Field(default=29500, ge=1, le=65535)  # {rpc_port}: the head's rendezvous
+    # False: `--tp` is the whole world (TP across nodes), so the tp arg gets {world_size}.
+    tp_per_node: bool = True
+
+    @field_validator("head_args", "worker_args")
+    @classmethod
+    def _known_placeholders(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            for name in re.findall(r"\{(\w+)\}", arg):
+                if name not in MULTINODE_PLACEHOLDERS:
+                    raise ValueError(
+                        f"unknown placeholder {{{name}}} in {arg!r}; "
+                        f"known: {', '.join(MULTINODE_PLACEHOLDERS)}"
+                    )
+        return value
+
+
 class EngineProfile(_Strict):
     """How to start one inference engine and how to watch it."""
 
@@ -89,6 +125,8 @@ class EngineProfile(_Strict):
     server_patterns: list[str] = []  # cmdline regexes that recognise the server process
     worker_patterns: list[str] = []  # cmdline regexes for worker processes (inside the tree)
     offline: OfflineSpec = OfflineSpec()  # `proctor offline`: entry point, disk guard, parsing
+    # Multi-node launches by name, e.g. "dp" (data parallel across nodes), "pp" (pipeline).
+    multinode: dict[str, MultiNodeLaunch] = {}
 
     @field_validator(
         "python", "tp_arg", "host_arg", "served_model_name_arg", "metrics_path", mode="before"

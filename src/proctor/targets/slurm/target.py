@@ -241,7 +241,10 @@ class SlurmTarget:
         )
 
     def close(self) -> None:
-        """Nothing is held open: every command is its own process."""
+        """Drop the SSH connection to the login host, if any (never stops a job)."""
+        close = getattr(self.login, "close", None)
+        if close is not None:
+            close()
 
     # -- start ----------------------------------------------------------------------------
     def start_plan(self, plan: RunPlan, launch: GroupLaunch | None = None) -> Started:
@@ -419,6 +422,8 @@ class SlurmTarget:
         group_plan = run.read_json("plan.json") or {}
         record = run.read_json("record.json") or {}
         node_plan = {**group_plan, "cwd": workdir, "store_path": None, "key": None}
+        if multinode is not None:
+            node_plan["multinode"] = multinode
         node_record: dict[str, Any] = {
             k: record[k]
             for k in (

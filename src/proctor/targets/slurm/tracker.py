@@ -86,6 +86,7 @@ class Tracker:
         self.stop_requested = False
         self.cancelled = False
         self.last_state: str | None = None
+        self.head_known = not meta.get("multinode")
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stop_requested = True
@@ -114,6 +115,32 @@ class Tracker:
         }
         update_record(self.run, slurm=slurm, **fields)
 
+    def note_head(self) -> None:
+        """A server launch: record the head node (and its address as the server's host) once
+        the batch script has found it. The tracker is the only writer of the record."""
+        if self.head_known:
+            return
+        data = self.login.read_bytes(f"{self.remote}/head.json")
+        if not data.strip():
+            return
+        try:
+            head = json.loads(data)
+        except ValueError:
+            return  # written by tmp + rename, so only a foreign file gets here
+        self.head_known = True
+        record = self.run.read_json("record.json") or {}
+        fields: dict[str, Any] = {
+            "slurm": {**record.get("slurm", {}), "head": head},
+            "add_events": [_event("head", f"{head.get('node')} at {head.get('address')}")],
+        }
+        if isinstance(record.get("server"), dict):
+            fields["server"] = {
+                **record["server"],
+                "host": head.get("address"),
+                "head_node": head.get("node"),
+            }
+        update_record(self.run, **fields)
+
     def track(self) -> Accounting | None:
         while True:
             if self.stop_requested and not self.cancelled:
@@ -123,6 +150,7 @@ class Tracker:
             entry = self.slurm.queue(self.job_id)
             if entry is not None:
                 self.note_state(entry.state, entry.reason, entry.nodes)
+            self.note_head()
             self.follow_logs()
             if entry is None or entry.state in (
                 "COMPLETED",
