@@ -90,7 +90,7 @@ def apply_role(plan: dict[str, Any]) -> dict[str, Any] | None:
         if name in os.environ:
             os.environ[name] = fill([os.environ[name]], values)[0]
     plan["argv"] = fill(list(multi[role]), values)
-    return {"role": role, "node_rank": rank, **values}
+    return {**values, "role": role, "node_rank": rank}
 
 
 def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
