@@ -7,11 +7,15 @@ chunks/s (one token per chunk, so = output tok/s), the TTFT the client adds over
 emulator's configured TTFT, the emulator's CPU use (if it nears 100% of a core, the emulator
 is the bottleneck, not the client), and ratios against the raw client.
 
-    .venv/bin/python bench/loadgen_capacity.py [--quick]
+    .venv/bin/python bench/loadgen_capacity.py [--quick] [--vllm-python PY --tokenizer DIR]
         [--extra-client 'CMD {base_url} {concurrency} {num_prompts} {isl} {osl} {model}']
 
---extra-client runs another client (e.g. `vllm bench serve ...`) on the same emulator and
-reads its printed `Serving Benchmark Result` block.
+vLLM's own client (`vllm bench serve`, through tests/infra/vllm_bench_shim.py) runs on the same
+emulator at every concurrency when --vllm-python is given, or found in the test-engine install
+(~/.cache/proctor-test/engines.json); the table then has a "vs vllm" column (proctor's chunks/s
+over vLLM's). --extra-client runs any other client, read through its printed block.
+With 2+ cores the emulator is pinned to core 0 and the clients to the other cores, so a client
+that is "on one core" really is (--no-pin turns this off).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -225,7 +230,7 @@ def run_raw(port: int, emu: psutil.Process, conc: int, n: int, osl: int, ttft: f
 
 
 def run_proctor(port: int, emu: psutil.Process, conc: int, n: int, osl: int, ttft: float,
-                workers: int) -> Point:
+                workers: int, pin: bool = False) -> Point:
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "proctor.workloads.loadgen", "--port", str(port),
                "--output-dir", out, "--model", MODEL, "--tokenizer-mode", "approx",
@@ -235,7 +240,8 @@ def run_proctor(port: int, emu: psutil.Process, conc: int, n: int, osl: int, ttf
         me = psutil.Process()
         c0, e0 = _children_cpu(me), _cpu(emu)
         t0 = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        r = subprocess.run(_pinned(cmd, pin), capture_output=True, text=True, cwd=ROOT,
+                           timeout=300)  # fmt: skip
         wall = time.perf_counter() - t0
         if r.returncode != 0:
             raise SystemExit(f"proctor client failed ({r.returncode}): {r.stderr[-500:]}")
@@ -246,8 +252,42 @@ def run_proctor(port: int, emu: psutil.Process, conc: int, n: int, osl: int, ttf
                  (_cpu(emu) - e0) / wall, (_children_cpu(me) - c0) / wall)
 
 
+def _client_cores() -> list[int] | None:
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[1:] if len(cores) >= 2 else None
+
+
+def _pinned(cmd: list[str], pin: bool) -> list[str]:
+    cores = _client_cores() if pin else None
+    if cores is None or shutil.which("taskset") is None:
+        return cmd
+    return ["taskset", "-c", ",".join(map(str, cores)), *cmd]
+
+
+def vllm_template(python: str, tokenizer: str) -> str:
+    """`vllm bench serve` on the emulator: the random dataset with fixed lengths, no warm-up."""
+    shim = ROOT / "tests" / "infra" / "vllm_bench_shim.py"
+    return (f"{shlex.quote(python)} {shlex.quote(str(shim))} bench serve --backend vllm "
+            "--base-url {base_url} --model {model} --tokenizer " + shlex.quote(tokenizer) +
+            " --dataset-name random --random-input-len {isl} --random-output-len {osl} "
+            "--random-range-ratio 0 --num-prompts {num_prompts} --max-concurrency {concurrency} "
+            "--ignore-eos --num-warmups 0 --disable-tqdm --seed 0 "
+            "--percentile-metrics ttft,tpot,itl,e2el")  # fmt: skip
+
+
+def find_vllm() -> tuple[str, str] | None:
+    """(python, tokenizer dir) of the test-engine install, if there is one."""
+    cache = Path(os.environ.get("PROCTOR_TEST_CACHE", Path.home() / ".cache" / "proctor-test"))
+    try:
+        data = json.loads((cache / "engines.json").read_text())
+        python, model = data["vllm"]["python"], data["model_dir"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return (python, model) if Path(python).exists() and Path(model).is_dir() else None
+
+
 def run_extra(template: str, base_url: str, emu: psutil.Process, conc: int, n: int, osl: int,
-              ttft: float) -> Point:
+              ttft: float, label: str = "extra", pin: bool = False) -> Point:
     sys.path.insert(0, str(ROOT / "src"))
     from proctor.results import parse_string
 
@@ -256,10 +296,15 @@ def run_extra(template: str, base_url: str, emu: psutil.Process, conc: int, n: i
     me = psutil.Process()
     c0, e0 = _children_cpu(me), _cpu(emu)
     t0 = time.perf_counter()
-    r = subprocess.run(shlex.split(cmd), capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    r = subprocess.run(_pinned(shlex.split(cmd), pin), capture_output=True, text=True,
+                       timeout=600, env=env)  # fmt: skip
     wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{label} client failed ({r.returncode}): {(r.stdout + r.stderr)[-800:]}")
     v = parse_string(r.stdout + "\n" + r.stderr).values()
-    return Point("extra", conc, 1, v["request_throughput"], v["output_throughput"],
+    # Its CPU share is over the whole process (imports included), so read it as an upper bound.
+    return Point(label, conc, 1, v["request_throughput"], v["output_throughput"],
                  v.get("mean_ttft_ms", float("nan")) - ttft * 1000, (_cpu(emu) - e0) / wall,
                  (_children_cpu(me) - c0) / wall)
 
@@ -272,35 +317,56 @@ def main() -> int:
     ap.add_argument("--osl", type=int, default=32)
     ap.add_argument("--quick", action="store_true", help="fewer requests per point")
     ap.add_argument("--extra-client", help="another client's command template")
+    ap.add_argument("--vllm-python", help="python of a vLLM install (default: the test engines')")
+    ap.add_argument("--tokenizer", help="tokenizer dir for vLLM's client (default: test model)")
+    ap.add_argument("--no-vllm", action="store_true", help="skip vLLM's client")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin emulator and clients")
     ap.add_argument("--workers", default="2", help="comma-separated --workers to try beyond 1")
     a = ap.parse_args()
     if a.serve:
         asyncio.run(_serve(a.serve, a.ttft, a.tick))
         return 0
+    pin = not a.no_pin and _client_cores() is not None
+    vllm: str | None = None
+    if not a.no_vllm:
+        found = (a.vllm_python, a.tokenizer) if a.vllm_python and a.tokenizer else find_vllm()
+        vllm = vllm_template(*found) if found else None
 
     port = free_port()
-    emu_proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--ttft",
-                                 str(a.ttft), "--tick", str(a.tick)], stdout=subprocess.PIPE,
-                                text=True, start_new_session=True)
+    emu_cmd = [sys.executable, __file__, "--serve", str(port), "--ttft", str(a.ttft), "--tick",
+               str(a.tick)]  # fmt: skip
+    if pin and shutil.which("taskset"):
+        emu_cmd = ["taskset", "-c", str(sorted(os.sched_getaffinity(0))[0]), *emu_cmd]
+    emu_proc = subprocess.Popen(emu_cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    started = time.perf_counter()
     try:
         assert emu_proc.stdout is not None
         if emu_proc.stdout.readline().strip() != "ready":
             raise SystemExit("emulator did not start")
         emu = psutil.Process(emu_proc.pid)
-        scale = 1 if a.quick else 6
+        if emu.name() == "taskset":  # exec'd: the pid is the emulator's by now
+            emu = psutil.Process(emu_proc.pid)
+        scale = 1 if a.quick else 4
         points: list[Point] = []
         plan = [(64, 64 * 4 * scale), (256, 256 * 2 * scale), (1024, 1024 * scale)]
+        where = (f"emulator on core {sorted(os.sched_getaffinity(0))[0]}, clients on "
+                 f"{_client_cores()}" if pin else "unpinned")  # fmt: skip
         print(f"emulator: TTFT {a.ttft * 1000:.0f} ms, one chunk per {a.tick * 1000:.0f} ms, "
-              f"OSL {a.osl}; {os.cpu_count()} cores", flush=True)
+              f"OSL {a.osl}; {os.cpu_count()} cores; {where}", flush=True)
+        base_url = f"http://127.0.0.1:{port}"
         for conc, n in plan:
             points.append(run_raw(port, emu, conc, n, a.osl, a.ttft))
-            points.append(run_proctor(port, emu, conc, n, a.osl, a.ttft, 1))
+            print(f"  raw        c={conc}: {points[-1].chunks_s:.0f} chunks/s", flush=True)
+            points.append(run_proctor(port, emu, conc, n, a.osl, a.ttft, 1, pin))
+            print(f"  proctor w1 c={conc}: {points[-1].chunks_s:.0f} chunks/s", flush=True)
+            if vllm:
+                points.append(run_extra(vllm, base_url, emu, conc, n, a.osl, a.ttft, "vllm", pin))
+                print(f"  vllm       c={conc}: {points[-1].chunks_s:.0f} chunks/s", flush=True)
             if a.extra_client:
-                points.append(run_extra(a.extra_client, f"http://127.0.0.1:{port}", emu, conc, n,
-                                        a.osl, a.ttft))
+                points.append(run_extra(a.extra_client, base_url, emu, conc, n, a.osl, a.ttft))
         for w in [int(x) for x in a.workers.split(",") if x]:
-            points.append(run_proctor(port, emu, 256, 256 * 2 * scale, a.osl, a.ttft, w))
-            points.append(run_proctor(port, emu, 1024, 1024 * scale, a.osl, a.ttft, w))
+            points.append(run_proctor(port, emu, 256, 256 * 2 * scale, a.osl, a.ttft, w, pin))
+            points.append(run_proctor(port, emu, 1024, 1024 * scale, a.osl, a.ttft, w, pin))
     finally:
         os.killpg(emu_proc.pid, 9)
         emu_proc.wait()
@@ -308,19 +374,24 @@ def main() -> int:
     # Ideal: every stream gets a chunk per tick; a request lasts TTFT + OSL ticks.
     raw = {p.concurrency: p for p in points if p.client == "raw"}
     w1 = {p.concurrency: p for p in points if p.client == "proctor w1"}
+    vl = {p.concurrency: p for p in points if p.client == "vllm"}
     print()
     print(f"{'client':<11} {'conc':>5} {'req/s':>8} {'chunks/s':>9} {'TTFT+ms':>8} "
-          f"{'emuCPU':>7} {'cliCPU':>7} {'vs raw':>7} {'vs ideal':>8} {'vs w1':>6}")
+          f"{'emuCPU':>7} {'cliCPU':>7} {'vs raw':>7} {'vs ideal':>8} {'vs w1':>6} {'vs vllm':>7}")
     for p in points:
         ideal = p.concurrency * a.osl / (a.ttft + a.osl * a.tick)
         vs_raw = p.chunks_s / raw[p.concurrency].chunks_s
         vs_w1 = p.chunks_s / w1[p.concurrency].chunks_s if p.client.startswith("proctor") else 1.0
+        ref = vl.get(p.concurrency)
+        vs_vllm = f"{p.chunks_s / ref.chunks_s:>7.2f}" if ref and p.client != "raw" else f"{'-':>7}"
         print(f"{p.client:<11} {p.concurrency:>5} {p.req_s:>8.1f} {p.chunks_s:>9.0f} "
               f"{p.ttft_added_ms:>8.1f} {p.emu_cpu:>6.0%} {p.client_cpu:>6.0%} {vs_raw:>7.2f} "
-              f"{p.chunks_s / ideal:>8.2f} {vs_w1:>6.2f}")
+              f"{p.chunks_s / ideal:>8.2f} {vs_w1:>6.2f} {vs_vllm}")
     print("\nTTFT+ms: mean TTFT minus the emulator's configured TTFT. emuCPU near 100% means the"
           "\nemulator (one core) limits that point. vs ideal: against every stream getting a"
-          "\nchunk per tick.")
+          "\nchunk per tick. vs vllm: chunks/s over vLLM's client at the same concurrency (vLLM's"
+          "\ncliCPU includes its start-up imports)."
+          f"\ntook {time.perf_counter() - started:.0f} s")
     return 0
 
 
