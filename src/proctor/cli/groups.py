@@ -26,6 +26,7 @@ GROUPS: list[tuple[str, str | None, tuple[str, ...]]] = [
     ("results", None, ("check",)),
     ("slurm", "slurm", ("slurm",)),
     ("report", None, ("report",)),
+    ("offline", None, ("offline",)),
 ]
 
 
