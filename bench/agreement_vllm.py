@@ -63,7 +63,9 @@ def run_proctor(base_url: str, model: str, a: argparse.Namespace, out: Path) -> 
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
         if r.returncode != 0:
             raise SystemExit(f"proctor loadgen failed ({r.returncode}): {r.stderr[-800:]}")
-        doc = json.loads((Path(d) / "metrics.json").read_text())
+        text = (Path(d) / "metrics.json").read_text()
+        (out / f"proctor-{time.time_ns()}.json").write_text(text)  # kept for diagnosis
+        doc = json.loads(text)
     return {k: float(v) for k, v in doc["metrics"].items() if isinstance(v, (int, float))}
 
 
