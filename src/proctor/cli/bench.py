@@ -66,10 +66,16 @@ def bench(
     idle_timeout: float = typer.Option(600.0, "--idle-timeout", help="Seconds between chunks."),
     save_detailed: bool = typer.Option(False, "--save-detailed", help="Write requests.jsonl."),
     json_out: bool = typer.Option(False, "--json", help="Print metrics.json to stdout."),
+    target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
 ) -> None:
     """Run a serving benchmark as a supervised run (its log holds vLLM's `Serving Benchmark
     Result` block; metrics.json and the store hold the metrics). Exit 3 if every request failed,
     69 if the server cannot be reached, the run's status otherwise."""
+    if target:
+        from proctor.cli.remote import hand_off
+
+        return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True,
+                        leave_live=detach, direct=detach)  # fmt: skip
     server_facts: dict[str, object] = {}
     if server:
         server_facts = _server(server, runs_dir)
@@ -111,7 +117,7 @@ def bench(
 
 
 _RUN_OPTIONS = {"output_dir", "server", "name", "key", "detach", "timeout", "runs_dir", "json_out",
-                "base_url", "port", "model", "chat"}
+                "base_url", "port", "model", "chat", "target"}
 
 
 def _server(ref: str, runs_dir: str | None) -> dict[str, object]:

@@ -52,8 +52,14 @@ def gsm8k(
     log_samples: bool = typer.Option(False, "--log-samples", help="Keep lm-eval's samples."),
     lm_eval: str | None = typer.Option(None, "--lm-eval", help="Path of the lm_eval executable."),
     as_json: bool = typer.Option(False, "--json", help="Print metrics.json's metrics as JSON."),
+    target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
 ) -> None:
     """Run GSM8K with lm-eval against a server; exit 3 when lm-eval fails or leaves no results."""
+    if target:
+        from proctor.cli.remote import hand_off
+
+        return hand_off(target, runs_dir=runs_dir, as_json=as_json, answer=True,
+                        leave_live=detach, direct=detach)  # fmt: skip
     if base_url is not None and port != 8000:
         raise UsageError("give --base-url or --port, not both")
     server_run = None

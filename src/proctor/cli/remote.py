@@ -4,6 +4,9 @@ Flags over proctor.toml: `[remote]` (workspace, python, env_sh, setup, identity_
 known_hosts, jump) and `[runpod]` (gpu_type, gpu_count, pods, image, cloud_type, data_center,
 container_disk_gb, volume, volume_mount_path, max_time, max_cost, name). A top-level
 `setup = "scripts/setup.sh"` is read too.
+
+`--target` on serve/drain/flow/bench/eval: `remote_command(ctx, target, ...)` forwards the
+options the user set to the same command run far away (targets/remote/workflow.py).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+import click
 
 from proctor.cli.output import err_console, print_json
 from proctor.errors import ProctorError, UsageError
@@ -90,7 +95,13 @@ def ssh_options(rf: RemoteFlags, config: ProjectConfig, url: str | None) -> SshO
         "workspace": pick(rf.workspace, "workspace"),
         "remote_python": pick(rf.remote_python, "python"),
         "env_sh": remote.get("env_sh"),
+        "venv_base": remote.get("venv_base"),
     }
+    if not rf.insecure_accept_host_key and remote.get("insecure_accept_host_key"):
+        kwargs["insecure_accept_host_key"] = True
+    for key in ("connect_budget_s", "reconnect_s"):
+        if remote.get(key) is not None:
+            kwargs[key] = float(remote[key])
     if url is None:
         return SshOptions(host="", **kwargs)
     return parse_ssh_url(url, **kwargs)
@@ -268,4 +279,109 @@ def group_report(group: str, completions: list[Completion], runs_dir: Path, as_j
     return max(codes) if codes else 0
 
 
-__all__ = ["RemoteFlags", "attach", "job_from_flags", "report", "run_with_target", "ssh_options"]
+# -- the workflow commands with --target -----------------------------------------------------
+TARGET_HELP = ("ssh://user@host[:port]: run this command there, next to the GPU, with proctor "
+               "in <ws>/proctor/venv; SSH settings from [remote] in proctor.toml (docs/remote.md).")  # fmt: skip
+# Options whose meaning is local (where the local runs go, how output is shown): not forwarded.
+LOCAL_ONLY = {"target", "runs_dir", "as_json", "json_out"}
+
+
+def command_names(ctx: click.Context) -> list[str]:
+    """["serve", "start"] for `proctor serve start`."""
+    names: list[str] = []
+    while ctx.parent is not None:
+        names.append(str(ctx.info_name))
+        ctx = ctx.parent
+    return names[::-1]
+
+
+def forward_args(ctx: click.Context, *, as_json: bool = False) -> list[str]:
+    """The command line for the far side: the command's names and every option and argument
+    the user set (defaults stay the far side's defaults); `--json` where asked."""
+    argv = command_names(ctx) + (["--json"] if as_json else [])
+    positional: list[str] = []
+    rest: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if name is None or name in LOCAL_ONLY:
+            continue
+        source = ctx.get_parameter_source(name)
+        value = ctx.params.get(name)
+        if source in (None, click.core.ParameterSource.DEFAULT) or value is None:
+            continue
+        if isinstance(param, click.Argument):
+            values = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+            (rest if param.nargs == -1 else positional).extend(values)
+            continue
+        if not isinstance(param, click.Option):
+            continue
+        if param.is_flag:
+            if param.secondary_opts:
+                argv.append(param.opts[0] if value else param.secondary_opts[0])
+            elif value:
+                argv.append(param.opts[0])
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                argv += [param.opts[0], str(item)]
+        else:
+            argv += [param.opts[0], str(value)]
+    argv += positional
+    if rest:
+        argv += ["--", *rest]
+    return argv
+
+
+def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_json: bool,
+                   nested: bool = False, answer: bool = False, leave_live: bool = False,
+                   print_run: bool = False, direct: bool = False) -> int:  # fmt: skip
+    """Run the current command on `target`; returns its exit code (raising what decides it)."""
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import resolve_runs_dir, resolve_store_path
+    from proctor.targets.remote.workflow import WorkflowCommand, run_workflow_remote
+
+    if not target.startswith("ssh://"):
+        raise UsageError(f"--target {target!r} is not supported for this command",
+                         hint="use ssh://user@host[:port]; for pods, `proctor run --target "
+                              "runpod` or a pod's ssh:// address")  # fmt: skip
+    config = load_config()
+    local_runs = Path(resolve_runs_dir(runs_dir, config).value)
+    command = WorkflowCommand(forward_args(ctx, as_json=answer), nested=nested, answer=answer,
+                              leave_live=leave_live, direct=direct)  # fmt: skip
+    options = RemoteOptions(setup_script=setup_script(config),
+                            store_path=Path(resolve_store_path(config, local_runs).value))  # fmt: skip
+    identity = source_identity(Path(".").resolve())
+    ssh = SshTarget(ssh_options(RemoteFlags(target), config, target))
+    try:
+        result = run_workflow_remote(ssh, identity, command, local_runs, _log_out(as_json),
+                                     options)  # fmt: skip
+    finally:
+        ssh.close()
+    if result.stderr and not as_json:
+        sys.stderr.write(result.stderr)
+    if as_json:
+        print_json(result.to_dict())
+        return result.exit_status()
+    if result.direct_exit is None:
+        err_console.print(result.completion.text(), highlight=False, markup=False)
+    for child in result.children:
+        state = "live" if child.live else (
+            f"{child.outcome}, exit {child.exit_code}, "
+            + ("verified" if child.verified else "NOT verified"))  # fmt: skip
+        err_console.print(f"proctor: run {child.run_id}: {state} ({child.local_dir})",
+                          highlight=False, markup=False)  # fmt: skip
+    if print_run and result.children:
+        live = [c.run_id for c in result.children if c.live] or [result.children[0].run_id]
+        sys.stdout.write(f"{live[0]}\n")
+    return result.exit_status()
+
+
+def hand_off(target: str, *, runs_dir: str | None, as_json: bool, **how: bool) -> None:
+    """From inside a command given `--target`: run it there, exit with its code."""
+    code = remote_command(click.get_current_context(), target, runs_dir=runs_dir,
+                          as_json=as_json, **how)  # fmt: skip
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+__all__ = ["TARGET_HELP", "RemoteFlags", "attach", "forward_args", "hand_off", "job_from_flags",
+           "remote_command", "report", "run_with_target", "ssh_options"]  # fmt: skip

@@ -104,9 +104,14 @@ def start(
     runs_dir: str = typer.Option(None, "--runs-dir"),
     extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
     as_json: bool = typer.Option(False, "--json"),
+    target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
 ) -> None:  # fmt: skip
     """Pre-flight (port free, GPU memory held by others, free disk), then start the server as a
     detached run with its own log; returns at once with the run id. Gate with `serve ready`."""
+    if target:
+        from proctor.cli.remote import hand_off
+
+        return hand_off(target, runs_dir=runs_dir, as_json=as_json, answer=True, leave_live=True, print_run=True, direct=True)
     config = load_config()
     request = start_request(engine, model, tp, port, host, model_profile, addon, mtp, python,
                             served_model_name, extra, min_free_disk)  # fmt: skip
@@ -151,8 +156,13 @@ def ready(
     host: str = typer.Option("127.0.0.1", "--host"),
     runs_dir: str = typer.Option(None, "--runs-dir"),
     as_json: bool = typer.Option(False, "--json"),
+    target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
 ) -> None:  # fmt: skip
     """The one gate: 0 ready; 2 startup fault; 3 server exited; 5 not ready in time."""
+    if target:
+        from proctor.cli.remote import hand_off
+
+        return hand_off(target, runs_dir=runs_dir, as_json=as_json)
     from proctor.monitors.ready import ready_for_engine
 
     config = load_config()
@@ -200,10 +210,15 @@ def stop(
     vram_timeout: str = typer.Option("60s", "--vram-timeout", help="How long to wait for GPU memory to return to the start baseline."),
     runs_dir: str = typer.Option(None, "--runs-dir"),
     as_json: bool = typer.Option(False, "--json"),
+    target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
 ) -> None:  # fmt: skip
     """Idempotent scoped stop: the kill ladder on the server's process group and every
     descendant, then wait for its GPUs' memory to return to the pre-start baseline (exit 2 with
     the holders if it does not). Never kills by a machine-wide name pattern."""
+    if target:
+        from proctor.cli.remote import hand_off
+
+        return hand_off(target, runs_dir=runs_dir, as_json=as_json, answer=True)
     config = load_config()
     directory = runs_dir_of(runs_dir, config)
     if mine:

@@ -44,9 +44,14 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host"),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         as_json: bool = typer.Option(False, "--json"),
+        target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
     ) -> None:  # fmt: skip
         """Wait for the workload to drain: 0 drained; 1 hang; 2 fault; 3 server died or offline
         job failed; 4 time limit or no client. A status line each poll; log tails on failure."""
+        if target:
+            from proctor.cli.remote import hand_off
+
+            return hand_off(target, runs_dir=runs_dir, as_json=as_json)
         from proctor.monitors.drain import drain_for_engine
 
         config = load_config()
@@ -177,9 +182,14 @@ def register(app: typer.Typer) -> None:
         runs_dir: str = typer.Option(None, "--runs-dir"),
         extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
         as_json: bool = typer.Option(False, "--json"),
+        target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
     ) -> None:  # fmt: skip
         """stop -> start -> ready -> workload -> drain -> inspect on hang -> stop, teardown always.
         Exit code: the first failing step's (as `serve ready` and `drain`)."""
+        if target:
+            from proctor.cli.remote import hand_off
+
+            return hand_off(target, runs_dir=runs_dir, as_json=as_json, nested=True)
         config = load_config()
         say = _say(as_json)
         if resume:

@@ -70,6 +70,9 @@ class SshOptions:
     remote_python: str | None = None  # default: <ws>/proctor/venv/bin/python, else python3
     env_sh: str | None = None  # default: <ws>/env.sh when it exists
     reconnect_s: float = 120.0  # how long follow/wait keep trying after a drop
+    connect_budget_s: float = 30.0  # how long one connect keeps retrying (backoff 0.5 s .. 8 s)
+    venv_base: str | None = None  # base python of <ws>/proctor/venv (default python3)
+    use_venv: bool = True  # without --remote-python: install proctor into <ws>/proctor/venv
 
     @property
     def name(self) -> str:
@@ -97,8 +100,11 @@ def parse_ssh_url(url: str, **options: Any) -> SshOptions:
     return SshOptions(host=parts.hostname, user=parts.username or "root", port=port, **options)
 
 
-def _unavailable(opts: SshOptions, error: BaseException, doing: str) -> TargetUnavailable:
+def _unavailable(opts: SshOptions, error: BaseException, doing: str,
+                 note: str | None = None) -> TargetUnavailable:  # fmt: skip
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if note:
+        reason = f"{reason} ({note})"
     if isinstance(error, asyncssh.HostKeyNotVerifiable):
         hint = "add the host key to known_hosts, or pass --insecure-accept-host-key"
     elif isinstance(error, asyncssh.PermissionDenied):
@@ -106,6 +112,26 @@ def _unavailable(opts: SshOptions, error: BaseException, doing: str) -> TargetUn
     else:
         hint = "check the host is up and reachable (ssh -p PORT user@host), then retry"
     return TargetUnavailable(f"{opts.name}: {doing} failed: {reason}", hint=hint)
+
+
+# Errors that a retry cannot change: report them at once.
+_PERMANENT = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied)
+
+
+class ConnectFailed(Exception):
+    """The bounded connect loop gave up: the last error and why it stopped."""
+
+    def __init__(self, error: BaseException, attempts: int, elapsed: float, why: str) -> None:
+        super().__init__(str(error))
+        self.error, self.attempts, self.elapsed, self.why = error, attempts, elapsed, why
+
+    def note(self) -> str:
+        return f"{self.attempts} attempt(s) in {self.elapsed:.1f}s; {self.why}"
+
+
+def _error_key(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
 class SshConnection:
@@ -118,6 +144,9 @@ class SshConnection:
         self._thread.start()
         self._conn: asyncssh.SSHClientConnection | None = None
         self._jump: asyncssh.SSHClientConnection | None = None
+        self.reached = False  # the host answered once in this session: evidence it exists
+        self.reconnects = 0  # connections made after the first
+        self.attempts: list[str] = []  # failed connect attempts (error keys), for reports
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -143,8 +172,45 @@ class SshConnection:
         return kw
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
+        """Connect with bounded retries: backoff 0.5 s doubling to 8 s within connect_budget_s.
+        A permanent error (host key, auth) stops at once. For a host never reached in this
+        session, the same error twice is no new evidence and stops the loop; a host that was
+        reached (a run is going there) is retried for the whole budget."""
         if self._conn is not None and not self._conn.is_closed():
             return self._conn
+        loop = asyncio.get_running_loop()
+        started, delay, last, attempt = loop.time(), 0.5, None, 0
+        while True:
+            attempt += 1
+            try:
+                conn = await self._open()
+            except _PERMANENT as error:
+                self._drop()
+                self.attempts.append(_error_key(error))
+                raise ConnectFailed(error, attempt, loop.time() - started,
+                                    "not retried (a retry cannot change it)") from None  # fmt: skip
+            except (OSError, asyncssh.Error, asyncio.TimeoutError, TimeoutError) as error:
+                self._drop()
+                key = _error_key(error)
+                self.attempts.append(key)
+                elapsed = loop.time() - started
+                why = None
+                if not self.reached and key == last:
+                    why = "the same error twice without new evidence: stopped"
+                elif elapsed + delay >= self.opts.connect_budget_s:
+                    why = f"connect budget {self.opts.connect_budget_s:g}s spent"
+                if why:
+                    raise ConnectFailed(error, attempt, elapsed, why) from None
+                last = key
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 8.0)
+                continue
+            if self.reached:
+                self.reconnects += 1
+            self.reached = True
+            return conn
+
+    async def _open(self) -> asyncssh.SSHClientConnection:
         kw = self._kwargs(self.opts.host, self.opts.port, self.opts.user)
         if self.opts.jump:
             jump = parse_ssh_url(self.opts.jump)
@@ -165,6 +231,8 @@ class SshConnection:
             return self._call(coro_fn(), timeout)
         except ProctorError:
             raise
+        except ConnectFailed as failed:
+            raise _unavailable(self.opts, failed.error, "connect", failed.note()) from None
         except (OSError, asyncssh.Error, asyncio.TimeoutError, TimeoutError) as error:
             self._call(self._adrop())
             raise _unavailable(self.opts, error, doing) from None
@@ -352,7 +420,10 @@ class SshTarget:
         rc, out, _ = self.conn.run(check, timeout=30)
         flags = dict(x.split("=", 1) for x in out.decode().split())
         env_found = flags.get("env") == "yes"
-        if not python:
+        venv_mode = not python and o.use_venv
+        if venv_mode:
+            python = o.venv_base or "python3"  # runs the agent that makes the venv
+        elif not python:
             python = f"{ws}/proctor/venv/bin/python" if flags.get("venv") == "yes" else "python3"
         bundle, tag = proctor_bundle(_local_cache())
         lib = f"{ws}/proctor/lib/{tag}"
@@ -384,13 +455,37 @@ class SshTarget:
                 hint="create <ws>/proctor/venv with psutil and pydantic, or pass --remote-python",
             ) from None
         notes = [] if env_found else [f"no env.sh at {env_sh} (not sourced)"]
+        found = {**found, "hostname": hostname, "proctor_lib_shipped": shipped,
+                 "proctor_lib": lib}  # fmt: skip
         self.prepared = Prepared(
             workspace=ws, python=str(found.get("python") or python), proctor_path=lib,
-            env_sh=env_sh if env_found else None,
-            found={**found, "hostname": hostname, "proctor_lib_shipped": shipped},
-            notes=notes,
+            env_sh=env_sh if env_found else None, found=found, notes=notes,
         )  # fmt: skip
+        if venv_mode:
+            self.prepared = self._ensure_venv(self.prepared)
         return self.prepared
+
+    def _ensure_venv(self, base: Prepared) -> Prepared:
+        """proctor installed into <ws>/proctor/venv from a wheel of this exact proctor; the
+        venv's python then runs everything (no PYTHONPATH)."""
+        from proctor.targets.remote.install import proctor_wheel
+
+        dest = f"{base.workspace}/proctor/venv"
+        wheel, tag = proctor_wheel(_local_cache() / "wheels")
+        answer = self.agent("venv", {"dest": dest, "tag": tag, "wheel": None}, timeout=300)
+        if answer.get("needs_wheel"):
+            remote = f"{base.workspace}/proctor/tmp/{wheel.name}.{secrets.token_hex(4)}"
+            self.conn.put(wheel, remote)
+            answer = self.agent("venv", {"dest": dest, "tag": tag, "wheel": remote}, timeout=300)
+        answer.pop("ok", None)
+        notes = list(base.notes)
+        if answer.get("missing"):
+            notes.append(f"far venv lacks {', '.join(answer['missing'])} (some commands need them)")
+        return Prepared(
+            workspace=base.workspace, python=str(answer["python"]), proctor_path=None,
+            env_sh=base.env_sh, setup=base.setup,
+            found={**base.found, "venv": answer, "base_python": base.python}, notes=notes,
+        )  # fmt: skip
 
     def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
         from proctor.source.archive import CheckoutExists, checkout_path, make_source_archive

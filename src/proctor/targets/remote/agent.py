@@ -127,6 +127,25 @@ def start(req: dict[str, Any]) -> dict[str, Any]:
             "attached": started.attached, "source_check": _report(report)}  # fmt: skip
 
 
+def run_proctor(req: dict[str, Any]) -> dict[str, Any]:
+    """`proctor ARGS` in the verified checkout with the far runs dir, waited for here: for
+    commands that only start detached runs (serve start), which must not be a job's children
+    (a job's wrapper stops what its command leaves behind)."""
+    import subprocess
+
+    from proctor.source.archive import ensure_matches
+
+    checkout = str(req["checkout"])
+    ensure_matches(check_source(checkout, _identity(req)))
+    env = {k: v for k, v in os.environ.items() if k not in ("PROCTOR_RUN_DIR", "PROCTOR_RUN_ID")}
+    env["PROCTOR_RUNS_DIR"] = str(req["runs_dir"])
+    proc = subprocess.run([sys.executable, "-m", "proctor.cli.main", *req["args"]], cwd=checkout,
+                          env=env, capture_output=True, text=True, check=False,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    return {"exit_code": proc.returncode, "stdout": proc.stdout,
+            "stderr": proc.stderr[-8000:]}  # fmt: skip
+
+
 def status(req: dict[str, Any]) -> dict[str, Any]:
     return _status(_run_dir(req))
 
@@ -177,8 +196,22 @@ def follow(req: dict[str, Any]) -> dict[str, Any]:
             time.sleep(0.05)
 
 
-COMMANDS = {"probe": probe, "inspect": inspect, "unpack": unpack, "start": start,
-            "status": status, "stop": stop, "listing": listing, "follow": follow}  # fmt: skip
+def make_venv(req: dict[str, Any]) -> dict[str, Any]:
+    """Create or update <ws>/proctor/venv with the shipped proctor wheel (install.py)."""
+    from proctor.errors import TargetUnavailable
+    from proctor.targets.remote.install import ensure_venv
+
+    try:
+        return ensure_venv(str(req["dest"]), req.get("wheel"), str(req["tag"]))
+    except (RuntimeError, OSError, ValueError) as error:
+        raise TargetUnavailable(f"cannot make the far venv: {error}",
+                                hint="give the base python psutil and pydantic ([remote] "
+                                     "venv_base), or pass --remote-python") from None  # fmt: skip
+
+
+COMMANDS = {"probe": probe, "venv": make_venv, "proctor": run_proctor, "inspect": inspect,
+            "unpack": unpack, "start": start, "status": status, "stop": stop,
+            "listing": listing, "follow": follow}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

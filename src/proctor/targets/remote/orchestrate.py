@@ -32,6 +32,7 @@ from proctor.targets.base import Fetched, JobSpec, Released, RunStatus, Target
 
 REMOTE_FILE = ".remote.json"
 COMPLETION_FILE = ".completion.json"
+FAR_PYTHON = "{far-python}"  # job.argv[0] placeholder: the python prepare() found there
 
 
 @dataclass
@@ -57,6 +58,9 @@ class Completion:
     error: str | None = None
     error_type: str | None = None
     finished_at: str | None = None
+    far: dict[str, Any] | None = None  # the far side as found: workspace, python, env.sh, setup
+    reconnects: int = 0  # connections re-established after a drop
+    indexed: bool = False  # fetched runs are in the local store
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,6 +77,12 @@ class Completion:
             f"  machine state:  {_release_text(self.release, self.release_verified)}",
             f"  source:         {self.source.get('source_id')} ({self.source.get('summary', '')})",
         ]
+        if self.far:
+            lines.append(f"  far side:       python {self.far.get('python')}, workspace "
+                         f"{self.far.get('workspace')}, env.sh {self.far.get('env_sh') or 'none'}"
+                         f", setup {self.far.get('setup')}")  # fmt: skip
+        if self.reconnects:
+            lines.append(f"  reconnected:    {self.reconnects} time(s) after a drop")
         if self.unmet:
             lines.append("  not met:        " + "; ".join(self.unmet))
         if self.error:
@@ -131,6 +141,7 @@ class RemoteOptions:
     detach: bool = False
     release: bool = True  # release the machine after retrieval (pods: stop unless keep)
     on_started: Callable[[str, Path], None] | None = None  # run id, local dir
+    store_path: Path | None = None  # local store to index fetched runs in (default runs_dir's)
 
 
 def _source_view(identity: SourceIdentity, synced: Any = None) -> dict[str, Any]:
@@ -164,6 +175,12 @@ def run_remote(
         run_setup = getattr(target, "run_setup", None)
         if opts.setup_script and run_setup is not None:
             setup = str(run_setup(opts.setup_script, synced.checkout))
+        completion.far = {"workspace": prepared.workspace, "python": prepared.python,
+                          "env_sh": prepared.env_sh, "setup": setup,
+                          "checkout": synced.checkout,
+                          "venv": (prepared.found.get("venv") or {}).get("venv")}  # fmt: skip
+        if job.argv and job.argv[0] == FAR_PYTHON:
+            job.argv[0] = prepared.python
         started = target.start(job)
     except ProctorError as error:
         _release_into(target, completion, opts)
@@ -198,7 +215,7 @@ def run_remote(
         _write_completion(local.path, completion)
         return completion
     return finish_remote(target, local.path, out, follow=True, release=opts.release,
-                         completion=completion)  # fmt: skip
+                         completion=completion, store_path=opts.store_path)  # fmt: skip
 
 
 def finish_remote(
@@ -209,8 +226,10 @@ def finish_remote(
     follow: bool = True,
     release: bool = True,
     completion: Completion | None = None,
+    store_path: Path | None = None,
 ) -> Completion:
-    """Follow (optionally), wait, fetch and verify, then release; the completion report."""
+    """Follow (optionally), wait, fetch and verify, then release; the completion report.
+    What was fetched is indexed in the local store (`store_path`, default the runs dir's)."""
     remote = read_remote(local_dir)
     run_id = str(remote["run_id"])
     if completion is None:
@@ -231,11 +250,37 @@ def finish_remote(
     except ProctorError as error:
         completion.error, completion.error_type = error.one_line(), type(error).__name__
         completion.unmet.append(f"retrieval incomplete: {error.message}")
+    completion.reconnects = int(getattr(getattr(target, "conn", None), "reconnects", 0) or 0)
+    if completion.logs_local:
+        completion.indexed = index_local(local_dir, store_path)
     if release:
         _release_into(target, completion, None)
     completion.finished_at = now_iso()
     _write_completion(local_dir, completion)
     return completion
+
+
+def index_local(run_dir: Path, store_path: Path | None = None) -> bool:
+    """Index a fetched run (and the step runs fetched inside it) in the local store."""
+    import sqlite3
+
+    from proctor.store.db import STORE_NAME, Store
+
+    try:
+        with Store(store_path or run_dir.parent / STORE_NAME) as store:
+            done = store.index_run_dir(run_dir)
+            steps = run_dir / "steps"
+            if steps.is_dir():
+                for child in sorted(steps.iterdir()):
+                    if child.is_dir():
+                        store.index_run_dir(child)
+            return done
+    except (OSError, ProctorError, ValueError, sqlite3.Error) as error:
+        # The artifacts are local and verified; a store problem must not hide that.
+        import sys
+
+        sys.stderr.write(f"proctor: could not index {run_dir} in the store: {error}\n")
+        return False
 
 
 def _apply_fetch(completion: Completion, fetched: Fetched) -> None:
@@ -348,10 +393,12 @@ def remote_stop(local_dir: Path) -> bool:
 
 __all__ = [
     "COMPLETION_FILE",
+    "FAR_PYTHON",
     "REMOTE_FILE",
     "Completion",
     "RemoteOptions",
     "finish_remote",
+    "index_local",
     "is_remote_run",
     "read_remote",
     "remote_logs",

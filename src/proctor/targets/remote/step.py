@@ -1,0 +1,99 @@
+"""The far side of a remote workflow command: `python -m proctor.targets.remote.step`.
+
+It is the command of one supervised far job (the same wrapper as any remote run) and runs
+`proctor ARGS...` there with PROCTOR_RUNS_DIR pointed at:
+
+    --steps nested   <this job's run dir>/steps/  (flow: every step's run directory lives inside
+                     the job, so one manifest covers them and one fetch brings them home)
+    --steps shared   the runs dir this job is in (<ws>/proctor/runs): serve start/ready/stop,
+                     drain, bench and eval find each other's runs there exactly as locally
+
+With --answer, the inner command's stdout (its --json answer) is kept in `answer.json`.
+`children.json` names the runs the inner command made or touched (from the answer, or every
+run under steps/), for the controller to fetch. SIGTERM from the wrapper's kill ladder reaches
+the inner proctor through the process group; this process waits for it, so a flow's teardown
+finishes before the job's exit code is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+
+
+def run_ids_in(value: Any) -> list[str]:
+    """Every run id under a `run_id`, `server_run` or `*_run` key of a JSON answer."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if (key == "run_id" or key.endswith("_run")) and isinstance(item, str):
+                if _RUN_ID.match(item):
+                    found.append(item)
+            else:
+                found.extend(run_ids_in(item))
+    elif isinstance(value, list):
+        for item in value:
+            found.extend(run_ids_in(item))
+    return list(dict.fromkeys(found))
+
+
+def _parse(argv: list[str]) -> tuple[str, bool, list[str]]:
+    steps, answer, rest = "nested", False, list(argv)
+    while rest and rest[0] != "--":
+        flag = rest.pop(0)
+        if flag == "--steps" and rest:
+            steps = rest.pop(0)
+        elif flag == "--answer":
+            answer = True
+        else:
+            raise SystemExit(f"proctor step: unknown option {flag!r}")
+    if rest and rest[0] == "--":
+        rest.pop(0)
+    return steps, answer, rest
+
+
+def main(argv: list[str] | None = None) -> int:
+    steps, want_answer, args = _parse(sys.argv[1:] if argv is None else argv)
+    own = Path(os.environ.get("PROCTOR_RUN_DIR") or ".")
+    inner = own / "steps" if steps == "nested" else own.parent if steps == "shared" else Path(steps)
+    inner.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PROCTOR_RUN_DIR", "PROCTOR_RUN_ID")}
+    env["PROCTOR_RUNS_DIR"] = str(inner)
+    signal.signal(signal.SIGTERM, lambda *_: None)  # the inner proctor got it too: wait for it
+    signal.signal(signal.SIGINT, lambda *_: None)
+    # Only the command's name: its options may carry secret values (--env).
+    sys.stderr.write(f"proctor step: proctor {args[0] if args else ''} (runs in {inner})\n")
+    sys.stderr.flush()
+    proc = subprocess.Popen([sys.executable, "-m", "proctor.cli.main", *args], env=env,
+                            stdout=subprocess.PIPE if want_answer else None)  # fmt: skip
+    out = proc.communicate()[0] if want_answer else None
+    proc.wait()
+    answer: Any = None
+    if out is not None:
+        (own / "answer.json").write_bytes(out)
+        sys.stdout.buffer.write(out)
+        sys.stdout.flush()
+        try:
+            answer = json.loads(out.decode(errors="replace"))
+        except json.JSONDecodeError:
+            answer = None
+    if steps == "nested":
+        children = sorted(p.name for p in inner.iterdir() if _RUN_ID.match(p.name))
+    else:
+        children = [r for r in run_ids_in(answer) if (inner / r).is_dir()]
+    data = {"runs_dir": str(inner), "nested": steps == "nested", "runs": children,
+            "exit_code": proc.returncode}  # fmt: skip
+    (own / "children.json").write_text(json.dumps(data, indent=2) + "\n")
+    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""The server workflow and workloads on a remote target (`--target` for serve, drain, flow,
+bench, eval): each command runs as `proctor CMD ...` on the far side, next to the GPU.
+
+One command = one supervised far job (run_remote: prepare with the far venv, sync the exact
+source, setup once, start, follow, fetch + verify, release) whose command is
+`python -m proctor.targets.remote.step` (step.py). Where the inner command's runs go:
+
+  nested (flow)   inside the job's run dir, `steps/`: every step's run directory (server,
+                  workload, the flow record) is fetched and verified with the job, under its one
+                  manifest, and indexed in the local store.
+  shared (others) the far runs dir itself (`<ws>/proctor/runs`), so a server started by
+                  `serve start --target` is found by later `serve ready|stop`, `drain`,
+                  `bench --server`, `eval --server` with the same --target, and drain sees the
+                  bench runs that name it, as locally. The runs the command made or touched
+                  (from its --json answer) are fetched next to the job as their own local runs,
+                  each with `.remote.json`, unless still live (a started server): those are
+                  fetched by the `serve stop --target` that ends them, or `runs attach`.
+
+The local exit code is the inner command's (the job's status passes through), after the
+usual completion checks (unknown 6 > unverified 2 > cleanup 69 > time limit 4).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from proctor.errors import FaultDetected
+from proctor.record.rundir import RunDir, write_atomic
+from proctor.source.identity import SourceIdentity
+from proctor.supervise.wrapper import now_iso
+from proctor.targets.base import JobSpec, Target
+from proctor.targets.remote.orchestrate import (
+    FAR_PYTHON,
+    REMOTE_FILE,
+    Completion,
+    RemoteOptions,
+    finish_remote,
+    read_remote,
+    run_remote,
+)
+from proctor.targets.remote.step import run_ids_in
+
+STEP_MODULE = "proctor.targets.remote.step"
+
+
+@dataclass
+class WorkflowCommand:
+    """A proctor command to run far away: `args` after `proctor` (e.g. ["flow", "--engine",
+    "vllm", ...]); with `answer`, args hold `--json` and its stdout is kept."""
+
+    args: list[str]
+    nested: bool = False
+    answer: bool = False
+    leave_live: bool = False  # serve start: its server keeps running; do not wait for it
+    direct: bool = False  # run it in an agent call, not a job (it only starts detached runs)
+    name: str | None = None
+    grace_s: float | None = 120.0  # a stopped flow still tears its server down
+
+
+@dataclass
+class ChildRun:
+    run_id: str
+    local_dir: str
+    live: bool = False
+    verified: bool = False
+    outcome: str | None = None
+    exit_code: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class WorkflowResult:
+    completion: Completion
+    answer: Any = None
+    children: list[ChildRun] = field(default_factory=list)
+    flow: dict[str, Any] | None = None  # the flow's record (nested)
+    direct_exit: int | None = None  # a direct command's own exit code (no job)
+    stderr: str = ""  # a direct command's stderr (its messages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"completion": self.completion.to_dict(), "answer": self.answer,
+                "children": [c.to_dict() for c in self.children], "flow": self.flow,
+                "exit_code": self.direct_exit}  # fmt: skip
+
+    def exit_status(self) -> int:
+        """The job's status (raising what decides it); then children fetched unverified: 2."""
+        code = self.direct_exit if self.direct_exit is not None else self.completion.exit_status()
+        bad = [c.run_id for c in self.children if not c.live and not c.verified]
+        if bad:
+            raise FaultDetected(f"fetched runs do not match their far manifests: {', '.join(bad)}",
+                                hint="fetch again: proctor runs attach ID")  # fmt: skip
+        return code
+
+
+def job_for(command: WorkflowCommand) -> JobSpec:
+    argv = [FAR_PYTHON, "-m", STEP_MODULE, "--steps", "nested" if command.nested else "shared"]
+    argv += ["--answer"] if command.answer else []
+    sub = "-".join(a for a in command.args[:2] if not a.startswith("-"))
+    return JobSpec(argv=[*argv, "--", *command.args], name=command.name or f"remote-{sub}",
+                   grace_s=command.grace_s, gpu_sample_s=0)  # fmt: skip
+
+
+def run_workflow_remote(
+    target: Target,
+    identity: SourceIdentity,
+    command: WorkflowCommand,
+    runs_dir: Path,
+    out: IO[bytes],
+    options: RemoteOptions | None = None,
+) -> WorkflowResult:
+    """Run `command` on `target` as one far job; fetch what it made; see the module docstring."""
+    opts = options or RemoteOptions()
+    if command.direct:
+        return _run_direct(target, identity, command, runs_dir, opts)
+    completion = run_remote(target, identity, job_for(command), runs_dir, out, opts)
+    result = WorkflowResult(completion)
+    if completion.local_dir is None or not completion.logs_local:
+        return result
+    local = Path(completion.local_dir)
+    base = read_remote(local)
+    answer_file = local / "answer.json"
+    if answer_file.is_file():
+        try:
+            result.answer = json.loads(answer_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            result.answer = None
+    children = _read_json(local / "children.json")
+    if command.nested:
+        steps = local / "steps"
+        for run_id in children.get("runs", []):
+            run = RunDir(steps / run_id)
+            record = run.read_json("record.json") or {}
+            if record.get("kind") == "flow":
+                result.flow = record
+            child = ChildRun(run_id, str(run.path), verified=completion.logs_verified,
+                             outcome=record.get("outcome"), exit_code=_exit_code(run))  # fmt: skip
+            result.children.append(child)
+        return result
+    for run_id in children.get("runs", []):
+        result.children.append(_adopt(target, base, runs_dir / run_id, run_id, command, opts))
+    return result
+
+
+def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowCommand,
+                runs_dir: Path, opts: RemoteOptions) -> WorkflowResult:  # fmt: skip
+    """Prepare, sync, setup, then `proctor ARGS` in one agent call (agent.run_proctor)."""
+    from proctor.errors import ProctorError, UsageError
+    from proctor.targets.remote.orchestrate import _source_view
+
+    agent = getattr(target, "agent", None)
+    if agent is None:
+        raise UsageError(f"target {target.kind} cannot run proctor commands directly")
+    info = target.describe()
+    completion = Completion(None, None, info.to_record(), _source_view(identity))
+    try:
+        prepared = target.prepare()
+        synced = target.sync_source(identity, existing=opts.existing_checkout)
+        setup = "none"
+        run_setup = getattr(target, "run_setup", None)
+        if opts.setup_script and run_setup is not None:
+            setup = str(run_setup(opts.setup_script, synced.checkout))
+        far_runs = f"{prepared.workspace}/proctor/runs"
+        request = {"args": command.args, "checkout": synced.checkout, "runs_dir": far_runs,
+                   "identity": identity.model_dump(mode="json")}  # fmt: skip
+        answer = agent("proctor", request, timeout=600)
+    except ProctorError as error:
+        completion.error, completion.error_type = error.one_line(), type(error).__name__
+        raise
+    completion.source = _source_view(identity, synced)
+    completion.far = {"workspace": prepared.workspace, "python": prepared.python,
+                      "env_sh": prepared.env_sh, "setup": setup, "checkout": synced.checkout,
+                      "venv": (prepared.found.get("venv") or {}).get("venv")}  # fmt: skip
+    completion.result_known, completion.exit_code = True, int(answer["exit_code"])
+    result = WorkflowResult(completion, direct_exit=int(answer["exit_code"]),
+                            stderr=str(answer.get("stderr") or ""))  # fmt: skip
+    try:
+        result.answer = json.loads(str(answer.get("stdout") or ""))
+    except json.JSONDecodeError:
+        result.answer = None
+    base = {"schema_version": 1, "target": info.to_record(),
+            "prepared": {**prepared.to_record(), "setup": setup},
+            "remote_dir": f"{far_runs}/_", "source": completion.source, "run_id": None}  # fmt: skip
+    step_ids = run_ids_in(result.answer)
+    for run_id in step_ids:
+        result.children.append(_adopt(target, base, runs_dir / run_id, run_id, command, opts))
+    return result
+
+
+def _adopt(target: Target, job: dict[str, Any], local: Path, run_id: str,
+           command: WorkflowCommand, opts: RemoteOptions) -> ChildRun:  # fmt: skip
+    """Make a far run of the shared runs dir a local remote run: `.remote.json`, then (unless
+    it is still live and meant to stay so) wait, fetch, verify and index it."""
+    local.mkdir(parents=True, exist_ok=True)
+    remote_dir = str(Path(str(job["remote_dir"])).parent / run_id)
+    existing = _read_json(local / REMOTE_FILE)
+    view = {
+        **job, "run_id": run_id, "remote_dir": remote_dir, "log": None, "attached": False,
+        "job": existing.get("job") or {"made_by": job["run_id"]},
+        "release": {"on_finish": False},  # the machine is released by the command's own job
+        "created_at": existing.get("created_at") or now_iso(),
+    }  # fmt: skip
+    write_atomic(local / REMOTE_FILE, json.dumps(view, indent=2, default=str) + "\n")
+    status = target.status(run_id)
+    if command.leave_live and not status.done:
+        if not (local / "record.json").exists():
+            RunDir(local).write_json("record.json", {"run_id": run_id, "kind": "remote",
+                                                     "outcome": "running",
+                                                     "target": job["target"],
+                                                     "remote_dir": remote_dir,
+                                                     "source": job.get("source")})  # fmt: skip
+        return ChildRun(run_id, str(local), live=True, outcome="running")
+    done = finish_remote(target, local, None, follow=False, release=False,
+                         store_path=opts.store_path)  # fmt: skip
+    return ChildRun(run_id, str(local), verified=done.logs_verified, outcome=done.outcome,
+                    exit_code=done.exit_code)  # fmt: skip
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _exit_code(run: RunDir) -> int | None:
+    try:
+        return int(run.exit_code_path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+__all__ = ["ChildRun", "WorkflowCommand", "WorkflowResult", "job_for", "run_workflow_remote"]

@@ -1,0 +1,173 @@
+"""The server workflow on a remote target: `proctor flow|serve|... --target ssh://...` runs the
+command on a real SSH host (network namespace) against the fault-injecting fake server, with
+proctor installed into the far workspace's venv; everything is fetched, verified and indexed."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers import REPO, proctor
+from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
+
+pytestmark = pytest.mark.sshhosts
+__all__ = ["ssh_hosts"]
+
+FAKE = REPO / "tests/fixtures/fake_openai_server.py"
+BASE_PYTHON = "/work/main/.venv/bin/python"  # the hosts share this filesystem, not a network
+STEPS = ["stop", "start", "ready", "workload", "drain", "teardown"]
+
+
+def _project(tmp_path: Path, host: SshHost) -> Path:
+    """A git project whose proctor.toml has the fake engine and how to reach `host`."""
+    repo = tmp_path / "project"
+    repo.mkdir()
+    (repo / "proctor.toml").write_text(f"""
+[remote]
+identity_file = "{host.client_key}"
+known_hosts = "{host.known_hosts}"
+workspace = "{host.workspace}"
+venv_base = "{BASE_PYTHON}"
+
+[engines.fake]
+description = "fault-injection fake server"
+launchers = [{{ command = ["{sys.executable}", "{FAKE}"], model_arg = "--model" }}]
+port_arg = "--port"
+host_arg = "--host"
+ready_endpoints = ["/health"]
+metrics_path = "/metrics"
+startup_fault_patterns = ["CUDA out of memory", "Memory access fault by GPU"]
+runtime_fault_patterns = ["Memory access fault by GPU"]
+progress_metrics = ["vllm:generation_tokens"]
+running_metrics = ["vllm:num_requests_running"]
+progress_markers = ['"POST /v1/completions HTTP/1\\\\.1" 200']
+server_patterns = ["fake_openai_server"]
+worker_patterns = ["multiprocessing"]
+""")
+    (repo / "workload.sh").write_text(
+        'curl -sS "http://127.0.0.1:$1/v1/completions" '
+        "-d '{\"model\": \"m\", \"prompt\": \"hi\", \"max_tokens\": 5}'\n"
+        'echo "workload done"\nsleep "${2:-0}"\n'
+    )
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "."], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "project"], cwd=repo, check=True)
+    return repo
+
+
+def _url(host: SshHost) -> str:
+    return f"ssh://{host.user}@{host.address}:{host.port}"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _flow(host: SshHost, repo: Path, port: int, *extra: str, sleep: int = 0) -> tuple[int, dict]:
+    result = proctor("flow", "--target", _url(host), "--engine", "fake", "--model", "m",
+                     "--port", str(port), "--poll", "1s", "--workload-cmd",
+                     f"bash workload.sh {port} {sleep}", "--json", "--", *extra,
+                     cwd=repo, timeout=180)  # fmt: skip
+    assert result.stdout.strip(), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_remote_flow_fetches_and_verifies_every_step(
+    ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+) -> None:
+    host = ssh_hosts.hosts[0]
+    repo = _project(tmp_path, host)
+    code, data = _flow(host, repo, 8011)
+    completion = data["completion"]
+    assert code == 0, completion
+    assert completion["result_known"] and completion["logs_verified"], completion["unmet"]
+    # The far side as found: proctor in the workspace's venv, made from this machine's wheel.
+    venv = host.workspace / "proctor" / "venv"
+    assert completion["far"]["python"] == str(venv / "bin" / "python")
+    assert completion["far"]["venv"] == str(venv)
+    assert json.loads((venv / "proctor-install.json").read_text())["base_python"] == BASE_PYTHON
+    # Every step of the flow ran there and came back.
+    flow = data["flow"]
+    assert [s["step"] for s in flow["steps"]] == STEPS
+    assert [s["exit_code"] for s in flow["steps"] if s["step"] == "drain"] == [0]
+    job = isolated_runs / completion["run_id"]
+    kinds = {}
+    for child in data["children"]:
+        step = Path(child["local_dir"])
+        assert step.parent == job / "steps" and (step / "record.json").is_file()
+        kinds[json.loads((step / "record.json").read_text())["kind"]] = step
+    assert {"flow", "server"} <= set(kinds) and len(data["children"]) >= 3
+    server = json.loads((kinds["server"] / "record.json").read_text())
+    assert server["outcome"] == "stopped" and server["group"] == flow["run_id"]
+    assert _gone(server["process"]["pid"])
+    assert "workload done" in "".join(
+        p.read_text() for c in data["children"] for p in Path(c["local_dir"]).glob("*.log")
+    )
+    # One manifest over the job and its steps; tampering with a step is caught locally.
+    assert proctor("runs", "verify", job.name).returncode == 0
+    # Indexed in the local store without `runs reindex`.
+    with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
+        ids = {row[0] for row in db.execute("SELECT id FROM runs")}
+    assert {job.name, flow["run_id"], server["run_id"]} <= ids
+    step_log = next(kinds["server"].glob("*.log"))
+    step_log.write_text(step_log.read_text() + "forged\n")
+    assert proctor("runs", "verify", job.name).returncode != 0
+
+
+def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
+    ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+) -> None:
+    host = ssh_hosts.hosts[1]
+    repo = _project(tmp_path, host)
+    code, data = _flow(host, repo, 8012, "--fault-after-requests", "1", sleep=60)
+    assert code == 2, data["completion"]
+    flow = data["flow"]
+    steps = {s["step"]: s for s in flow["steps"]}
+    assert steps["drain"]["exit_code"] == 2 and "Memory access fault" in steps["drain"]["message"]
+    assert "teardown" in steps
+    server_id = flow["server_run"]
+    job = Path(data["completion"]["local_dir"])
+    server = json.loads((job / "steps" / server_id / "record.json").read_text())
+    assert server["outcome"] == "stopped"
+    assert _gone(server["process"]["pid"])
+    assert data["completion"]["logs_verified"]
+
+
+def test_serve_start_ready_stop_step_by_step_on_the_target(
+    ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+) -> None:
+    host = ssh_hosts.hosts[0]
+    repo = _project(tmp_path, host)
+    url = _url(host)
+    started = proctor("serve", "start", "--target", url, "--engine", "fake", "--model", "m",
+                      "--port", "8013", cwd=repo, timeout=120)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    server_id = started.stdout.strip().splitlines()[-1]
+    far = host.workspace / "proctor" / "runs" / server_id
+    assert far.is_dir() and json.loads((far / "record.json").read_text())["kind"] == "server"
+    local = isolated_runs / server_id
+    assert (local / ".remote.json").is_file()  # `runs attach|logs|stop ID` can reconnect
+    ready = proctor("serve", "ready", server_id, "--target", url, "--timeout", "60s",
+                    cwd=repo, timeout=120)  # fmt: skip
+    assert ready.returncode == 0, ready.stderr
+    stopped = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    # The stopped server was fetched and verified into its own local run directory.
+    record = json.loads((local / "record.json").read_text())
+    assert record["outcome"] == "stopped" and record["kind"] == "server"
+    assert (local / "manifest.sha256").is_file()
+    assert proctor("runs", "verify", server_id).returncode == 0
+    assert _gone(record["process"]["pid"])
+    # A second stop is a no-op there too.
+    again = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
+    assert again.returncode == 0, again.stderr
