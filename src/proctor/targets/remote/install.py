@@ -148,6 +148,11 @@ def ensure_venv(dest: str, wheel: str | None, tag: str) -> dict[str, Any]:
         # Controllers sharing a workspace (pods on one volume) install one at a time.
         fcntl.flock(lock, fcntl.LOCK_EX)
         python = root / "bin" / "python"
+        installed = None
+        with contextlib.suppress(OSError, ValueError):
+            installed = json.loads((root / INSTALL_FILE).read_text()).get("tag")
+        if installed != tag and wheel is None:
+            return {"needs_wheel": True, "installed_tag": installed}
         created = False
         if not python.exists():
             venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(root)
@@ -157,13 +162,8 @@ def ensure_venv(dest: str, wheel: str | None, tag: str) -> dict[str, Any]:
         base_paths = _base_site_packages()
         if created and base_paths:
             (purelib / "_proctor_base.pth").write_text("\n".join(base_paths) + "\n")
-        installed = None
-        with contextlib.suppress(OSError, ValueError):
-            installed = json.loads((root / INSTALL_FILE).read_text()).get("tag")
         action = "reused"
-        if installed != tag:
-            if wheel is None:
-                return {"needs_wheel": True, "installed_tag": installed}
+        if installed != tag and wheel is not None:
             _install_wheel(Path(wheel), purelib, root / "bin", python)
             action = "installed"
         found = _check(python)
