@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -73,7 +74,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _flow(host: SshHost, repo: Path, port: int, *extra: str, sleep: int = 0) -> tuple[int, dict]:
+def _flow(host: SshHost, repo: Path, port: int, *extra: str, sleep: int = 0) -> tuple[int, dict[str, Any]]:
     result = proctor("flow", "--target", _url(host), "--engine", "fake", "--model", "m",
                      "--port", str(port), "--poll", "1s", "--workload-cmd",
                      f"bash workload.sh {port} {sleep}", "--json", "--", *extra,
