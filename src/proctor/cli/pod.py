@@ -170,12 +170,9 @@ def start(
 
 
 if __name__ == "__main__":
-    # Until the lead mounts this group, run it through the real root so errors map to exit codes.
+    # Through the real root, so errors map to exit codes as in `proctor pod ...`.
     import sys
 
-    from proctor.cli import groups
     from proctor.cli.main import main
 
-    if ("pod", "pod") not in groups.GROUPS:
-        groups.GROUPS.append(("pod", "pod"))
     sys.exit(main(["pod", *sys.argv[1:]]))
