@@ -85,3 +85,9 @@ def test_flow_transformers_serve_on_cuda(gpu_model: Path, isolated_runs: Path) -
     assert peak >= baseline + 1000, "memory did not rise while serving"
     assert stop["memory_ok"] is True
     assert after <= baseline + 256
+    report_dir = os.environ.get("PROCTOR_GPU_REPORT_DIR")
+    if report_dir:
+        # The HTML report of this real GPU run, for a person (or a browser test) to look at.
+        out = Path(report_dir) / "gpu-flow-report.html"
+        made = proctor("report", flow["run_id"], "-o", str(out))
+        assert made.returncode == 0, made.stderr
