@@ -147,11 +147,17 @@ def _flow_events(view: RunView) -> list[Any]:
     flow = RunDir(view.run.path.parent / group).read_json("record.json") or {}
     if flow.get("kind") != "flow":
         return []
-    return [
-        {"time": s["started_at"], "event": s["step"], "detail": f"flow step {s['step']}"}
-        for s in flow.get("steps", [])
-        if isinstance(s, dict) and isinstance(s.get("started_at"), str) and s.get("step") != "stop"
-    ]
+    events = []
+    for s in flow.get("steps", []):
+        if not isinstance(s, dict) or not isinstance(s.get("started_at"), str):
+            continue
+        if s.get("step") == "stop":
+            continue
+        # The gate's moment is when it passed, not when it began to wait.
+        when = s.get("ended_at") if s.get("step") == "ready" else s["started_at"]
+        if isinstance(when, str):
+            events.append({"time": when, "event": s["step"], "detail": f"flow step {s['step']}"})
+    return events
 
 
 def phases_of(view: RunView) -> list[Phase]:
