@@ -265,6 +265,20 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
         yield str(name), float(value), unit
 
 
+def index_quietly(store_path: str | Path | None, run_dir: Path, who: str) -> None:
+    """Index one run for a process that must not fail on the store (the wrapper, a tracker):
+    the run directory stays the source of truth, and `runs reindex` repairs the index."""
+    if not store_path:
+        return
+    import sys
+
+    try:
+        with Store(Path(store_path)) as store:
+            store.index_run_dir(run_dir)
+    except Exception as error:
+        sys.stderr.write(f"proctor {who}: store update failed: {error!r}\n")
+
+
 def reindex(store: Store, runs_dir: Path) -> int:
     """Rebuild every row from the run directories. Returns how many runs were indexed."""
     store.delete_all()

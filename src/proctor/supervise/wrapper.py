@@ -188,16 +188,9 @@ class Wrapper:
             return []
 
     def index(self) -> None:
-        store_path = self.plan.get("store_path")
-        if not store_path:
-            return
-        try:
-            from proctor.store.db import Store
+        from proctor.store.db import index_quietly
 
-            with Store(Path(store_path)) as store:
-                store.index_run_dir(self.run.path)
-        except Exception as error:  # the run directory stays the source of truth
-            sys.stderr.write(f"proctor wrapper: store update failed: {error!r}\n")
+        index_quietly(self.plan.get("store_path"), self.run.path, "wrapper")
 
     def run_all(self) -> int:
         me = psutil.Process()
