@@ -15,9 +15,10 @@ import io
 import json
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -29,8 +30,17 @@ from proctor.spec.config import ProjectConfig
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import RunFlags
 from proctor.targets.base import JobSpec, Target
-from proctor.targets.remote.orchestrate import Completion, RemoteOptions, resume_remote, run_remote
+from proctor.targets.remote.orchestrate import (
+    Completion,
+    RemoteOptions,
+    _release_into,
+    resume_remote,
+    run_remote,
+)
 from proctor.targets.ssh import SshOptions, SshTarget, parse_ssh_url
+
+if TYPE_CHECKING:
+    from proctor.targets.remote.workflow import WorkflowResult
 
 
 @dataclass
@@ -119,7 +129,7 @@ def run_with_target(flags: RunFlags, rf: RemoteFlags, config: ProjectConfig, run
     identity = source_identity(Path(flags.cwd or ".").resolve())
     options = RemoteOptions(existing_checkout=rf.remote_checkout, setup_script=setup_script(config),
                             detach=flags.detach)  # fmt: skip
-    if rf.target == "runpod" or rf.target.startswith("runpod:"):
+    if is_runpod_target(rf.target):
         return _run_runpod(identity, job, rf, config, runs_dir, as_json, options)
     if not rf.target.startswith("ssh://"):
         raise UsageError(f"unknown --target {rf.target!r}",
@@ -151,8 +161,85 @@ def attach(local_dir: Path, *, follow: bool, as_json: bool) -> int:
 
 def _run_runpod(identity: Any, job: JobSpec, rf: RemoteFlags, config: ProjectConfig,
                 runs_dir: Path, as_json: bool, options: RemoteOptions) -> int:  # fmt: skip
+    from proctor.targets.runpod.target import release_all
+
+    if rf.target.startswith("runpod:"):
+        choice = parse_runpod_target(rf.target)
+        rf.reuse_pods = [*rf.reuse_pods, *choice.reuse]
+    targets, budget, group = acquire_pods(identity, rf, config)
+    if budget.max_time_s is not None:
+        # The far wrapper stops the command at the budget even without this controller.
+        left = max(1.0, budget.deadline() - budget.started_at)
+        job.timeout_s = min(job.timeout_s or left, left)
+    job.group = group if len(targets) > 1 else None
+    try:
+        completions = run_group(targets, identity, job, runs_dir, options, _log_out(as_json))
+    except ProctorError:
+        release_all(targets)
+        raise
+    finally:
+        for t in targets:
+            t.close()
+    if len(completions) == 1:
+        return report(completions[0], as_json)
+    return group_report(group, completions, runs_dir, as_json)
+
+
+@dataclass
+class PodChoice:
+    """What a `--target runpod[:ID[,ID]][?keep&max-cost=N...]` string asks for."""
+
+    reuse: list[str] = field(default_factory=list)
+    keep: bool = False
+    terminate: bool = False
+    allow_terminate: bool = False
+    max_time: str | None = None
+    max_cost: float | None = None
+
+
+RUNPOD_TARGET_HINT = ("use runpod (a new pod from [runpod] in proctor.toml), runpod:POD_ID to "
+                      "reuse a pod, options after ?: keep, terminate, allow-terminate, "
+                      "max-time=30m, max-cost=2.5 (e.g. runpod:abc123?keep)")  # fmt: skip
+
+
+def is_runpod_target(target: str) -> bool:
+    return target == "runpod" or target.startswith(("runpod:", "runpod?"))
+
+
+def parse_runpod_target(target: str) -> PodChoice:
+    """`runpod`, `runpod:ID`, `runpod://ID,ID2`, each optionally `?keep&max-cost=2.5`."""
+    head, _, query = target.partition("?")
+    if head != "runpod" and not head.startswith("runpod:"):
+        raise UsageError(f"not a Runpod target: {target!r}", hint=RUNPOD_TARGET_HINT)
+    ids = head[len("runpod:"):].lstrip("/") if head.startswith("runpod:") else ""
+    choice = PodChoice(reuse=[i for i in ids.split(",") if i])
+    for item in (q for q in query.split("&") if q):
+        key, sep, value = item.partition("=")
+        flag = key.replace("_", "-")
+        if flag in ("keep", "terminate", "allow-terminate") and not sep:
+            setattr(choice, flag.replace("-", "_"), True)
+        elif flag == "max-time" and value:
+            choice.max_time = value
+        elif flag == "max-cost" and value:
+            try:
+                choice.max_cost = float(value)
+            except ValueError:
+                raise UsageError(f"max-cost={value!r} in --target is not a number",
+                                 hint="write e.g. runpod?max-cost=2.5") from None  # fmt: skip
+        else:
+            raise UsageError(f"unknown option {item!r} in --target {head}", hint=RUNPOD_TARGET_HINT)
+    if choice.keep and choice.terminate:
+        raise UsageError("keep and terminate contradict each other", hint="pick one")
+    return choice
+
+
+def acquire_pods(
+    identity: Any, rf: RemoteFlags, config: ProjectConfig
+) -> tuple[list[Any], Any, str]:
+    """Resolve the pod configuration (flags over [runpod]), the budget (starting now) and the
+    volume; acquire or reuse the pods. Returns (targets, budget, group run id)."""
     from proctor.targets.runpod import Budget, Grants, PodSpec, RunpodClient, resolve_volume
-    from proctor.targets.runpod.target import ReleasePolicy, acquire_targets, release_all
+    from proctor.targets.runpod.target import ReleasePolicy, acquire_targets
 
     rp = config.table("runpod")
     max_time = rf.max_time or rp.get("max_time")
@@ -183,7 +270,7 @@ def _run_runpod(identity: Any, job: JobSpec, rf: RemoteFlags, config: ProjectCon
         raise NotAuthorised("--terminate deletes the pod disk; stop keeps it",
                             flag="--allow-terminate")  # fmt: skip
     group = new_run_id()
-    with RunpodClient(base_url=rf.api_url) as client:
+    with RunpodClient(base_url=rf.api_url or rp.get("api_url")) as client:
         volume = None
         if rp.get("volume") or rf.allow_create_volume:
             project = str(rp.get("project") or Path(identity.repo_root or ".").name)
@@ -197,22 +284,7 @@ def _run_runpod(identity: Any, job: JobSpec, rf: RemoteFlags, config: ProjectCon
             volume=volume, reuse_ids=rf.reuse_pods, grants=grants, policy=policy,
             budget=budget, api_url=client.base_url,
         )  # fmt: skip
-    if budget.max_time_s is not None:
-        # The controller's own enforcement: the far wrapper stops the command at the budget.
-        left = max(1.0, budget.deadline() - budget.started_at)
-        job.timeout_s = min(job.timeout_s or left, left)
-    job.group = group if len(targets) > 1 else None
-    try:
-        completions = run_group(targets, identity, job, runs_dir, options, _log_out(as_json))
-    except ProctorError:
-        release_all(targets)
-        raise
-    finally:
-        for t in targets:
-            t.close()
-    if len(completions) == 1:
-        return report(completions[0], as_json)
-    return group_report(group, completions, runs_dir, as_json)
+    return targets, budget, group
 
 
 def _log_out(as_json: bool) -> IO[bytes]:
@@ -280,8 +352,9 @@ def group_report(group: str, completions: list[Completion], runs_dir: Path, as_j
 
 
 # -- the workflow commands with --target -----------------------------------------------------
-TARGET_HELP = ("ssh://user@host[:port]: run this command there, next to the GPU, with proctor "
-               "in <ws>/proctor/venv; SSH settings from [remote] in proctor.toml (docs/remote.md).")  # fmt: skip
+TARGET_HELP = ("ssh://user@host[:port] or runpod[:POD_ID][?keep&max-cost=N]: run this command "
+               "there, next to the GPU, with proctor in <ws>/proctor/venv; SSH settings from "
+               "[remote], pods from [runpod] in proctor.toml (docs/remote.md, docs/runpod.md).")  # fmt: skip
 # Options whose meaning is local (where the local runs go, how output is shown): not forwarded.
 LOCAL_ONLY = {"target", "runs_dir", "as_json", "json_out"}
 
@@ -339,10 +412,9 @@ def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_
     from proctor.spec.plan import resolve_runs_dir, resolve_store_path
     from proctor.targets.remote.workflow import WorkflowCommand, run_workflow_remote
 
-    if not target.startswith("ssh://"):
+    if not target.startswith("ssh://") and not is_runpod_target(target):
         raise UsageError(f"--target {target!r} is not supported for this command",
-                         hint="use ssh://user@host[:port]; for pods, `proctor run --target "
-                              "runpod` or a pod's ssh:// address")  # fmt: skip
+                         hint="use ssh://user@host[:port] or runpod[:POD_ID]")  # fmt: skip
     config = load_config()
     local_runs = Path(resolve_runs_dir(runs_dir, config).value)
     command = WorkflowCommand(forward_args(ctx, as_json=answer), nested=nested, answer=answer,
@@ -350,17 +422,26 @@ def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_
     options = RemoteOptions(setup_script=setup_script(config),
                             store_path=Path(resolve_store_path(config, local_runs).value))  # fmt: skip
     identity = source_identity(Path(".").resolve())
-    ssh = SshTarget(ssh_options(RemoteFlags(target), config, target))
-    try:
-        result = run_workflow_remote(ssh, identity, command, local_runs, _log_out(as_json),
-                                     options)  # fmt: skip
-    finally:
-        ssh.close()
+    pod: dict[str, Any] | None = None
+    result: WorkflowResult
+    if is_runpod_target(target):
+        command.name = f"runpod-{'-'.join(a for a in command.args[:2] if not a.startswith('-'))}"
+        result, pod = _workflow_on_pod(ctx, target, command, config, identity, local_runs,
+                                       options, _log_out(as_json))  # fmt: skip
+    else:
+        ssh = SshTarget(ssh_options(RemoteFlags(target), config, target))
+        try:
+            result = run_workflow_remote(ssh, identity, command, local_runs, _log_out(as_json),
+                                         options)  # fmt: skip
+        finally:
+            ssh.close()
     if result.stderr and not as_json:
         sys.stderr.write(result.stderr)
     if as_json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), **({"pod": pod} if pod is not None else {})})
         return result.exit_status()
+    if pod is not None:
+        err_console.print(pod_text(pod), highlight=False, markup=False)
     if result.direct_exit is None:
         err_console.print(result.completion.text(), highlight=False, markup=False)
     for child in result.children:
@@ -375,6 +456,73 @@ def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_
     return result.exit_status()
 
 
+# Commands whose server outlives them on the pod: its pod is kept running unless told otherwise.
+_SERVER_LIVES = {("serve", "start"), ("serve", "ready"), ("drain",)}
+
+
+def _workflow_on_pod(ctx: click.Context, target: str, command: Any, config: ProjectConfig,
+                     identity: Any, local_runs: Path, options: RemoteOptions,
+                     out: IO[bytes]) -> tuple[WorkflowResult, dict[str, Any]]:  # fmt: skip
+    """`--target runpod...` on a workflow command: acquire or reuse the pod, run the command
+    there as for ssh://, release with the final state verified; the result and the pod view."""
+    from proctor.targets.remote.workflow import run_workflow_remote
+    from proctor.targets.runpod.target import RunpodTarget
+
+    choice = parse_runpod_target(target)
+    names = tuple(command_names(ctx))
+    server_lives = names[:2] in _SERVER_LIVES or names[:1] in _SERVER_LIVES or (
+        names[:1] in (("bench",), ("eval",)) and bool(ctx.params.get("server")))  # fmt: skip
+    keep = choice.keep or (server_lives and not choice.terminate)
+    rf = RemoteFlags(target, reuse_pods=choice.reuse, max_time=choice.max_time,
+                     max_cost=choice.max_cost, keep=keep, terminate=choice.terminate,
+                     allow_terminate=choice.allow_terminate)  # fmt: skip
+    targets, budget, _ = acquire_pods(identity, rf, config)
+    if len(targets) != 1:
+        for t in targets:
+            t.release()
+            t.close()
+        raise UsageError(f"this command runs on one pod, not {len(targets)}",
+                         hint="set [runpod] pods = 1, or name one pod: runpod:POD_ID")  # fmt: skip
+    pod: RunpodTarget = targets[0]
+    if budget.max_time_s is not None:
+        command.timeout_s = max(1.0, budget.deadline() - time.time())
+    try:
+        result = run_workflow_remote(pod, identity, command, local_runs, out, options)
+        if command.direct:  # no job, so nothing released it yet (kept: its server lives)
+            _release_into(pod, result.completion, None)
+    except ProctorError:
+        pod.release()  # run_remote released already where it could; this is idempotent
+        raise
+    finally:
+        pod.close()
+    released = pod.released
+    view = {"pod_id": pod.pod_id, "pod": pod.pod, "kept": keep,
+            "kept_because": "its server lives on" if keep and not choice.keep else None,
+            "release": released.to_record() if released else None,
+            "release_verified": released.verified if released else None,
+            "budget": pod.budget_view(), "watchdog": pod.watchdog}  # fmt: skip
+    return result, view
+
+
+def pod_text(view: dict[str, Any]) -> str:
+    pod = view.get("pod") or {}
+    release = view.get("release") or {}
+    state = ", ".join(f"{s.get('desired_status') or 'gone'}" for s in release.get("states") or [])
+    gpu = pod.get("gpu_name") or pod.get("gpu_type_id")
+    verified = "(verified through the API)" if view.get("release_verified") else "(NOT verified)"
+    lines = [f"pod {view['pod_id']}: {pod.get('gpu_count')}x {gpu}, {pod.get('cost_per_hr')}/hr; "
+             f"final state {state or 'unknown'} {verified}"]  # fmt: skip
+    if view.get("kept_because"):
+        lines.append(f"  kept running: {view['kept_because']}")
+    budget = view.get("budget") or {}
+    if budget.get("max_time_s") or budget.get("max_cost"):
+        stopped = budget.get("limit_reached")
+        lines.append(f"  budget: {budget.get('elapsed_s')}s, spent {budget.get('spent')} of "
+                     f"max_time {budget.get('max_time_s')}s / max_cost {budget.get('max_cost')}"
+                     + (f"; STOPPED: {stopped}" if stopped else ""))  # fmt: skip
+    return "\n".join(lines)
+
+
 def hand_off(target: str, *, runs_dir: str | None, as_json: bool, **how: bool) -> None:
     """From inside a command given `--target`: run it there, exit with its code."""
     code = remote_command(click.get_current_context(), target, runs_dir=runs_dir,
@@ -383,5 +531,6 @@ def hand_off(target: str, *, runs_dir: str | None, as_json: bool, **how: bool) -
         raise click.exceptions.Exit(code)
 
 
-__all__ = ["TARGET_HELP", "RemoteFlags", "attach", "forward_args", "hand_off", "job_from_flags",
+__all__ = ["TARGET_HELP", "PodChoice", "RemoteFlags", "acquire_pods", "attach", "forward_args",
+           "hand_off", "is_runpod_target", "job_from_flags", "parse_runpod_target", "pod_text",
            "remote_command", "report", "run_with_target", "ssh_options"]  # fmt: skip

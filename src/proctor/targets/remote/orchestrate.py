@@ -61,6 +61,7 @@ class Completion:
     far: dict[str, Any] | None = None  # the far side as found: workspace, python, env.sh, setup
     reconnects: int = 0  # connections re-established after a drop
     indexed: bool = False  # fetched runs are in the local store
+    limit: str | None = None  # the controller stopped the job: its time/cost budget was spent
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +84,8 @@ class Completion:
                          f", setup {self.far.get('setup')}")  # fmt: skip
         if self.reconnects:
             lines.append(f"  reconnected:    {self.reconnects} time(s) after a drop")
+        if self.limit:
+            lines.append(f"  stopped:        {self.limit}")
         if self.unmet:
             lines.append("  not met:        " + "; ".join(self.unmet))
         if self.error:
@@ -113,6 +116,9 @@ class Completion:
                 f"{(self.release or {}).get('detail')}",
                 hint="check with `proctor pod status ID` and stop it",
             )
+        if self.limit:
+            raise TimeLimitReached(f"run {self.run_id} stopped by the controller: {self.limit}",
+                                   hint="raise the budget (max_time / max_cost)")  # fmt: skip
         if self.outcome == "timeout":
             raise TimeLimitReached(f"run {self.run_id} reached its time limit and was stopped")
         return int(self.exit_code or 0)
@@ -242,6 +248,9 @@ def finish_remote(
             wait = getattr(target, "wait", None)
             status = wait(run_id) if wait is not None else target.status(run_id)
         assert status is not None
+        completion.limit = getattr(target, "limit_reached", None)
+        if completion.limit:
+            completion.unmet.append(f"budget: {completion.limit}")
         completion.result_known = status.state == "finished" and status.exit_code is not None
         completion.exit_code, completion.exit_signal = status.exit_code, status.exit_signal
         completion.outcome = status.outcome if completion.result_known else "unknown"

@@ -58,6 +58,7 @@ class WorkflowCommand:
     direct: bool = False  # run it in an agent call, not a job (it only starts detached runs)
     name: str | None = None
     grace_s: float | None = 120.0  # a stopped flow still tears its server down
+    timeout_s: float | None = None  # the far wrapper's own cap (a pod's time budget)
 
 
 @dataclass
@@ -102,7 +103,8 @@ def job_for(command: WorkflowCommand) -> JobSpec:
     argv += ["--answer"] if command.answer else []
     sub = "-".join(a for a in command.args[:2] if not a.startswith("-"))
     return JobSpec(argv=[*argv, "--", *command.args], name=command.name or f"remote-{sub}",
-                   grace_s=command.grace_s, gpu_sample_s=0)  # fmt: skip
+                   grace_s=command.grace_s, timeout_s=command.timeout_s,
+                   gpu_sample_s=0)  # fmt: skip
 
 
 def run_workflow_remote(

@@ -6,10 +6,16 @@ IP and mapped port 22 plus: the pod's identity in the record (id, GPU model and 
 cost per hour, volume, mount path), the on-pod budget watchdog, and `release()` that stops
 (or, only with --allow-terminate, terminates) the pod and verifies the final state through
 the API. The API key stays inside RunpodClient: it is in no record, log or far file.
+
+The controller enforces the budget too, not only the watchdog: `start` refuses once it is spent,
+and `follow`/`wait` check elapsed time and cost (costPerHr summed over the run's pods) at every
+poll; once spent they stop the far job, wait out its grace, and set `limit_reached`, which the
+completion turns into exit 4 after fetch and release.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import tempfile
 import time
@@ -17,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from proctor.errors import ProctorError
+from proctor.errors import ProctorError, TimeLimitReached
 from proctor.source.identity import SourceIdentity
 from proctor.targets.base import (
     Fetched,
@@ -51,10 +57,27 @@ class ReleasePolicy:
     timeout_s: float = 180.0
 
 
+class _Counting:
+    """A byte sink that remembers how much went through (to resume a follow at that offset)."""
+
+    def __init__(self, out: IO[bytes], offset: int) -> None:
+        self.out, self.position = out, offset
+
+    def write(self, chunk: bytes) -> int:
+        self.position += len(chunk)
+        return self.out.write(chunk)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
 class RunpodTarget:
-    """One pod. Everything but describe/prepare/release is the SSH target's."""
+    """One pod. Everything but describe/prepare/release is the SSH target's, with the
+    controller-side budget check around start/follow/wait."""
 
     kind = "runpod"
+    poll_s = 1.0  # how often a budgeted follow/wait looks at the job and the budget
+    stop_wait_s = 150.0  # after a budget stop: how long to wait for the far job to end
 
     def __init__(self, client_factory: Any, pod: dict[str, Any], ssh: SshTarget,
                  policy: ReleasePolicy, budget: Budget | None = None) -> None:  # fmt: skip
@@ -64,6 +87,9 @@ class RunpodTarget:
         self.policy = policy
         self.budget = budget
         self.watchdog: dict[str, Any] | None = None
+        self.group_cost_per_hr: float | None = None  # all pods of the run; else this pod's
+        self.limit_reached: str | None = None  # why the controller stopped the job (exit 4)
+        self.released: Released | None = None
 
     @classmethod
     def from_record(cls, ssh: SshTarget, remote: dict[str, Any]) -> RunpodTarget:
@@ -119,7 +145,62 @@ class RunpodTarget:
     def run_setup(self, script: str, checkout: str) -> str:
         return self.ssh.run_setup(script, checkout)
 
+    # -- the controller's budget ------------------------------------------------------------
+    @property
+    def budgeted(self) -> bool:
+        b = self.budget
+        return b is not None and (b.max_time_s is not None or b.max_cost is not None)
+
+    def cost_per_hr(self) -> float | None:
+        if self.group_cost_per_hr is not None:
+            return self.group_cost_per_hr
+        value = self.pod.get("cost_per_hr")
+        return float(value) if value is not None else None
+
+    def budget_spent(self, now: float | None = None) -> str | None:
+        """The reason, once the time or cost budget is spent; None while it is not."""
+        if self.budget is None:
+            return None
+        try:
+            self.budget.check(now, self.cost_per_hr())
+        except TimeLimitReached as error:
+            return error.message
+        return None
+
+    def budget_view(self, now: float | None = None) -> dict[str, Any] | None:
+        """For the completion report: limits, elapsed, spent so far, and the stop reason."""
+        b = self.budget
+        if b is None:
+            return None
+        now = time.time() if now is None else now
+        rate = self.cost_per_hr()
+        return {"max_time_s": b.max_time_s, "max_cost": b.max_cost, "cost_per_hr": rate,
+                "elapsed_s": round(now - b.started_at, 1),
+                "spent": round(b.spent(now, rate), 4) if rate else None,
+                "limit_reached": self.limit_reached}  # fmt: skip
+
+    def _stop_for_budget(self, run_id: str, reason: str, out: _Counting | None) -> RunStatus:
+        """Stop the far job (its grace lets a flow tear its server down), wait for its end."""
+        self.limit_reached = reason
+        # The wait below sees whether it ended; the release stops the pod regardless.
+        with contextlib.suppress(ProctorError):
+            self.ssh.stop(run_id)
+        give_up = time.monotonic() + self.stop_wait_s
+        while True:
+            if out is not None:
+                status = self.ssh.follow(run_id, out, offset=out.position,  # type: ignore[arg-type]
+                                         until_done=False)  # fmt: skip
+            else:
+                status = self.ssh.status(run_id)
+            if status.done or time.monotonic() >= give_up:
+                return status
+            time.sleep(self.poll_s)
+
     def start(self, job: JobSpec) -> StartedRun:
+        reason = self.budget_spent()
+        if reason is not None:
+            self.limit_reached = reason
+            raise TimeLimitReached(reason, hint="nothing was started; raise the budget")
         job.extra = {**job.extra, "pod": self.pod, "watchdog": self.watchdog}
         return self.ssh.start(job)
 
@@ -128,10 +209,30 @@ class RunpodTarget:
 
     def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
                until_done: bool = True) -> RunStatus:  # fmt: skip
-        return self.ssh.follow(run_id, out, offset=offset, until_done=until_done)
+        if not (until_done and self.budgeted):
+            return self.ssh.follow(run_id, out, offset=offset, until_done=until_done)
+        counting = _Counting(out, offset)
+        while True:
+            status = self.ssh.follow(run_id, counting, offset=counting.position,  # type: ignore[arg-type]
+                                     until_done=False)  # fmt: skip
+            if status.done:
+                return status
+            reason = self.budget_spent()
+            if reason is not None:
+                return self._stop_for_budget(run_id, reason, counting)
+            time.sleep(self.poll_s)
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
-        return self.ssh.wait(run_id, timeout)
+        if not self.budgeted:
+            return self.ssh.wait(run_id, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.ssh.wait(run_id, self.poll_s)
+            if status.done or (deadline is not None and time.monotonic() >= deadline):
+                return status
+            reason = self.budget_spent()
+            if reason is not None:
+                return self._stop_for_budget(run_id, reason, None)
 
     def stop(self, run_id: str) -> bool:
         return self.ssh.stop(run_id)
@@ -140,6 +241,13 @@ class RunpodTarget:
         return self.ssh.fetch(run_id, dest)
 
     def release(self) -> Released:
+        """Stop (keep, terminate) the pod and verify the final state; once per target, so the
+        run's own release and a caller's safety net do not act twice."""
+        if self.released is None:
+            self.released = self._release()
+        return self.released
+
+    def _release(self) -> Released:
         p = self.policy
         with self._client_factory() as client:
             try:
@@ -199,6 +307,12 @@ def acquire_targets(
         target = RunpodTarget(lambda: RunpodClient(base_url=base_url), pod, ssh, policy, budget)
         target.api_url = base_url  # type: ignore[attr-defined]
         targets.append(target)
+    if budget is not None and budget.max_cost is not None and targets:
+        # The bill is the run's: every pod's controller checks against the summed rate.
+        rates = [t.pod.get("cost_per_hr") for t in targets]
+        if all(r is not None for r in rates):
+            for t in targets:
+                t.group_cost_per_hr = float(sum(float(r) for r in rates if r is not None))
     return targets
 
 

@@ -1,0 +1,211 @@
+"""The server workflow on a Runpod pod: `proctor flow --target runpod...` against the spec-checking
+emulator, whose pods are real SSH hosts in network namespaces running the fake engine.
+
+Checked: the pod is acquired, the flow runs there and comes back verified, the pod is stopped
+and its final state read back through the API (or kept RUNNING with `?keep`), a cost budget
+spent mid-run stops the far job and the pod (exit 4), and the API key is in no artifact."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proctor.cli.remote import parse_runpod_target
+from proctor.errors import UsageError
+from tests.fixtures.runpod_emulator import RunpodEmulator, running
+from tests.helpers import REPO, proctor
+from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
+
+pytestmark = pytest.mark.sshhosts
+__all__ = ["ssh_hosts"]
+
+KEY = "rpa_CANARY0workflow5e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6"
+H200 = "NVIDIA H200"
+FAKE = REPO / "tests/fixtures/fake_openai_server.py"
+BASE_PYTHON = "/work/main/.venv/bin/python"
+STEPS = ["stop", "start", "ready", "workload", "drain", "teardown"]
+
+
+@pytest.fixture
+def pods(ssh_hosts: SshHostLab) -> Iterator[RunpodEmulator]:
+    """Every pod the emulator creates is the first namespace host."""
+    host = ssh_hosts.hosts[0]
+
+    def on_create(pod: dict[str, Any]) -> tuple[str, int]:
+        return host.address, host.port
+
+    yield from running(RunpodEmulator(api_key=KEY, on_create=on_create))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _project(tmp_path: Path, host: SshHost, runpod_extra: str = "") -> Path:
+    repo = tmp_path / "project"
+    repo.mkdir()
+    (repo / "proctor.toml").write_text(f"""
+[remote]
+identity_file = "{host.client_key}"
+known_hosts = "{host.known_hosts}"
+workspace = "{host.workspace}"
+venv_base = "{BASE_PYTHON}"
+
+[runpod]
+gpu_type = "{H200}"
+image = "runpod/pytorch"
+{runpod_extra}
+
+[engines.fake]
+description = "fault-injection fake server"
+launchers = [{{ command = ["{sys.executable}", "{FAKE}"], model_arg = "--model" }}]
+port_arg = "--port"
+host_arg = "--host"
+ready_endpoints = ["/health"]
+metrics_path = "/metrics"
+startup_fault_patterns = ["CUDA out of memory"]
+runtime_fault_patterns = ["Memory access fault by GPU"]
+progress_metrics = ["vllm:generation_tokens"]
+running_metrics = ["vllm:num_requests_running"]
+progress_markers = ['"POST /v1/completions HTTP/1\\\\.1" 200']
+server_patterns = ["fake_openai_server"]
+worker_patterns = ["multiprocessing"]
+""")
+    (repo / "workload.sh").write_text(
+        'curl -sS "http://127.0.0.1:$1/v1/completions" '
+        "-d '{\"model\": \"m\", \"prompt\": \"hi\", \"max_tokens\": 5}'\n"
+        'echo "workload done"\nsleep "${2:-0}"\n'
+    )
+    # A long workload that keeps making progress (so drain sees no hang): a request a second.
+    (repo / "loop.sh").write_text(
+        'for i in $(seq "$2"); do curl -sS "http://127.0.0.1:$1/v1/completions" '
+        "-d '{\"model\": \"m\", \"prompt\": \"hi\", \"max_tokens\": 5}'; sleep 1; done\n"
+    )
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "."], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "project"], cwd=repo, check=True)
+    return repo
+
+
+def _flow(emulator: RunpodEmulator, repo: Path, target: str, *, loop: int = 0,
+          as_json: bool = True) -> Any:  # fmt: skip
+    port = _free_port()
+    workload = f"bash loop.sh {port} {loop}" if loop else f"bash workload.sh {port} 0"
+    return proctor("flow", "--target", target, "--engine", "fake", "--model", "m",
+                   "--port", str(port), "--poll", "1s", "--workload-cmd", workload,
+                   *(["--json"] if as_json else []),
+                   env={"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": emulator.base_url},
+                   cwd=repo, timeout=240)  # fmt: skip
+
+
+def _no_key_anywhere(*roots: Path) -> None:
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_flow_on_a_new_pod_is_fetched_then_the_pod_stopped_and_verified(
+    pods: RunpodEmulator, ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+) -> None:
+    host = ssh_hosts.hosts[0]
+    repo = _project(tmp_path, host)
+    result = _flow(pods, repo, "runpod")
+    assert result.stdout.strip(), result.stderr
+    data = json.loads(result.stdout)
+    completion = data["completion"]
+    assert result.returncode == 0, (completion, result.stderr)
+    assert completion["result_known"] and completion["logs_verified"], completion["unmet"]
+    assert completion["target"]["kind"] == "runpod"
+    assert [s["step"] for s in data["flow"]["steps"]] == STEPS
+    # Exactly one pod of the configured type, stopped afterwards, the stop read back.
+    assert [r.body["gpuTypeIds"] for r in pods.calls("POST", "/pods")] == [[H200]]
+    (pod_id,) = pods.pods
+    assert pods.pods[pod_id]["desiredStatus"] == "EXITED"
+    assert len(pods.calls("POST", "/pods/{podId}/stop")) == 1
+    assert completion["release_verified"] is True and completion["release"]["action"] == "stopped"
+    pod = data["pod"]
+    assert pod["pod_id"] == pod_id and pod["kept"] is False and pod["release_verified"] is True
+    assert [s["desired_status"] for s in pod["release"]["states"]] == ["EXITED"]
+    assert pod["pod"]["cost_per_hr"] == pytest.approx(2.5)
+    job = Path(completion["local_dir"])
+    assert job.parent == isolated_runs
+    assert proctor("runs", "verify", job.name).returncode == 0
+    _no_key_anywhere(isolated_runs, host.workspace)
+
+
+def test_keep_leaves_the_pod_running_then_reuse_stops_it(
+    pods: RunpodEmulator, ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+) -> None:
+    host = ssh_hosts.hosts[0]
+    repo = _project(tmp_path, host)
+    kept = _flow(pods, repo, "runpod?keep")
+    assert kept.returncode == 0, kept.stderr
+    data = json.loads(kept.stdout)
+    (pod_id,) = pods.pods
+    assert pods.pods[pod_id]["desiredStatus"] == "RUNNING"
+    assert pods.calls("POST", "/pods/{podId}/stop") == []
+    assert data["pod"]["kept"] is True and data["pod"]["release_verified"] is True
+    assert [s["desired_status"] for s in data["pod"]["release"]["states"]] == ["RUNNING"]
+    # The kept pod is reused by id (no second rental), and this time stopped; text report.
+    again = _flow(pods, repo, f"runpod:{pod_id}", as_json=False)
+    assert again.returncode == 0, again.stderr
+    assert len(pods.calls("POST", "/pods")) == 1 and list(pods.pods) == [pod_id]
+    assert pods.pods[pod_id]["desiredStatus"] == "EXITED"
+    assert f"pod {pod_id}: 1x" in again.stderr and "final state EXITED (verified" in again.stderr
+    _no_key_anywhere(isolated_runs, host.workspace)
+
+
+def test_cost_budget_spent_mid_run_stops_the_job_and_the_pod_exit_4(
+    pods: RunpodEmulator, ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+) -> None:
+    host = ssh_hosts.hosts[0]
+    # 2.5/hr: 0.025 lasts 36 s from acquisition, enough to install and start; the workload
+    # would go on for 300 s. No key on the pod, so the watchdog cannot act: the controller must.
+    repo = _project(tmp_path, host, "max_cost = 0.025")
+    began = time.monotonic()
+    result = _flow(pods, repo, "runpod", loop=300)
+    took = time.monotonic() - began
+    assert result.returncode == 4, result.stderr
+    assert took < 150, took
+    data = json.loads(result.stdout)
+    completion = data["completion"]
+    assert "cost budget spent" in (completion["limit"] or ""), completion
+    assert completion["result_known"] and completion["logs_verified"], completion["unmet"]
+    assert completion["exit_code"] != 0  # the far flow was stopped, not left to finish
+    assert data["pod"]["budget"]["limit_reached"] == completion["limit"]
+    assert data["pod"]["budget"]["spent"] >= 0.025
+    (pod_id,) = pods.pods
+    assert pods.pods[pod_id]["desiredStatus"] == "EXITED"
+    assert completion["release_verified"] is True
+    # What existed was fetched: the flow's steps up to the stop, its server torn down.
+    steps = {s["step"] for s in (data["flow"] or {}).get("steps", [])}
+    assert {"start", "ready"} <= steps, data["flow"]
+    _no_key_anywhere(isolated_runs, host.workspace)
+
+
+@pytest.mark.parametrize(
+    ("text", "reuse", "keep", "max_cost"),
+    [("runpod", [], False, None), ("runpod:abc", ["abc"], False, None),
+     ("runpod://a,b?keep", ["a", "b"], True, None), ("runpod?max-cost=1.5", [], False, 1.5)],
+)  # fmt: skip
+def test_target_string(text: str, reuse: list[str], keep: bool, max_cost: float | None) -> None:
+    choice = parse_runpod_target(text)
+    assert (choice.reuse, choice.keep, choice.max_cost) == (reuse, keep, max_cost)
+
+
+@pytest.mark.parametrize("text", ["runpod?stop", "runpod?max-cost=x", "runpod?keep&terminate"])
+def test_bad_target_string_is_a_usage_error(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_runpod_target(text)
