@@ -195,6 +195,36 @@ def test_cost_budget_spent_mid_run_stops_the_job_and_the_pod_exit_4(
     _no_key_anywhere(isolated_runs, host.workspace)
 
 
+@pytest.mark.slow
+def test_serve_step_by_step_keeps_the_pod_until_serve_stop(
+    pods: RunpodEmulator, ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+) -> None:
+    host = ssh_hosts.hosts[0]
+    repo = _project(tmp_path, host)
+    env = {"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": pods.base_url}
+    started = proctor("serve", "start", "--target", "runpod", "--engine", "fake", "--model", "m",
+                      "--port", str(_free_port()), env=env, cwd=repo, timeout=180)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    server_id = started.stdout.strip().splitlines()[-1]
+    (pod_id,) = pods.pods
+    # The server lives on the pod: kept RUNNING (verified), not stopped under it.
+    assert pods.pods[pod_id]["desiredStatus"] == "RUNNING"
+    assert "kept running" in started.stderr and pods.calls("POST", "/pods/{podId}/stop") == []
+    target = f"runpod:{pod_id}"
+    ready = proctor("serve", "ready", server_id, "--target", target, "--timeout", "60s",
+                    env=env, cwd=repo, timeout=180)  # fmt: skip
+    assert ready.returncode == 0, ready.stderr
+    assert pods.pods[pod_id]["desiredStatus"] == "RUNNING"
+    stopped = proctor("serve", "stop", server_id, "--target", target, env=env, cwd=repo,
+                      timeout=180)  # fmt: skip
+    assert stopped.returncode == 0, stopped.stderr
+    assert pods.pods[pod_id]["desiredStatus"] == "EXITED"
+    assert json.loads((isolated_runs / server_id / "record.json").read_text())["outcome"] == (
+        "stopped")
+    assert len(pods.calls("POST", "/pods")) == 1
+    _no_key_anywhere(isolated_runs, host.workspace)
+
+
 @pytest.mark.parametrize(
     ("text", "reuse", "keep", "max_cost"),
     [("runpod", [], False, None), ("runpod:abc", ["abc"], False, None),

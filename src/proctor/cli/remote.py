@@ -470,7 +470,8 @@ def _workflow_on_pod(ctx: click.Context, target: str, command: Any, config: Proj
 
     choice = parse_runpod_target(target)
     names = tuple(command_names(ctx))
-    server_lives = names[:2] in _SERVER_LIVES or names[:1] in _SERVER_LIVES or (
+    server_lives = command.leave_live or names[:2] in _SERVER_LIVES or (
+        names[:1] in _SERVER_LIVES) or (
         names[:1] in (("bench",), ("eval",)) and bool(ctx.params.get("server")))  # fmt: skip
     keep = choice.keep or (server_lives and not choice.terminate)
     rf = RemoteFlags(target, reuse_pods=choice.reuse, max_time=choice.max_time,
@@ -497,7 +498,8 @@ def _workflow_on_pod(ctx: click.Context, target: str, command: Any, config: Proj
         pod.close()
     released = pod.released
     view = {"pod_id": pod.pod_id, "pod": pod.pod, "kept": keep,
-            "kept_because": "its server lives on" if keep and not choice.keep else None,
+            "kept_because": "a server or detached run lives on it" if keep and not choice.keep
+            else None,
             "release": released.to_record() if released else None,
             "release_verified": released.verified if released else None,
             "budget": pod.budget_view(), "watchdog": pod.watchdog}  # fmt: skip
