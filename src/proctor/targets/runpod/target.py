@@ -145,6 +145,11 @@ class RunpodTarget:
     def run_setup(self, script: str, checkout: str) -> str:
         return self.ssh.run_setup(script, checkout)
 
+    def agent(self, command: str, request: dict[str, Any],
+              timeout: float | None = 300.0) -> dict[str, Any]:  # fmt: skip
+        """A far agent call (workflow commands run directly, e.g. `serve start`)."""
+        return self.ssh.agent(command, request, timeout)
+
     # -- the controller's budget ------------------------------------------------------------
     @property
     def budgeted(self) -> bool:
