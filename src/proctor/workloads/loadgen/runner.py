@@ -26,6 +26,7 @@ from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
 from proctor.workloads.loadgen.client import PlannedRequest, make_session
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import LocalTokenizer, build_requests
+from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.metrics import BenchMetrics, compute_metrics
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
@@ -154,14 +155,14 @@ def run_benchmark(cfg: BenchConfig) -> BenchResult:
     """Run one benchmark; raises TargetUnavailable when the server cannot be reached."""
     started = _now()
     profile = ProfileStatus(requested=cfg.profile)
-    model, reqs, source = asyncio.run(prepare(cfg))
+    model, reqs, source = run_loop(prepare(cfg))
     with PollingProgress(cfg.progress) as bar:
         if cfg.workers > 1:
             from proctor.workloads.loadgen.workers import run_workers
 
             records, duration = run_workers(cfg, model, reqs, bar, profile)
         else:
-            records, duration = asyncio.run(_run_single(cfg, model, reqs, bar, profile))
+            records, duration = run_loop(_run_single(cfg, model, reqs, bar, profile))
     metrics = compute_metrics(records, duration, percentiles=cfg.percentiles,
                               goodput_slos_ms=cfg.goodput_slos_ms or None,
                               max_concurrency=cfg.concurrency, request_rate=cfg.rate_or_none)

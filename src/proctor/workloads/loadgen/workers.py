@@ -22,6 +22,7 @@ from typing import Any
 from proctor.errors import WorkloadFailed
 from proctor.workloads.loadgen.client import PlannedRequest, make_session
 from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.scheduler import Counter, run_requests
@@ -83,7 +84,7 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
 def _worker(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
             concurrency: int, rate: float, shared: Synchronized[int], warm_done: Event,
             go: Event, out: mp.Queue[Any]) -> None:
-    records, t0, t1 = asyncio.run(
+    records, t0, t1 = run_loop(
         _worker_main(wid, cfg, model, reqs, concurrency, rate, shared, warm_done, go))
     out.put((wid, t0, t1, [r.to_dict() for r in records]))
 
@@ -124,7 +125,7 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
             check_alive()
             time.sleep(0.05)
         if cfg.profile:
-            asyncio.run(_profile_once(cfg, profile, "start", _profile))
+            run_loop(_profile_once(cfg, profile, "start", _profile))
         bar.phase("benchmark", len(reqs) - n_warm, lambda: int(shared.value))
         go.set()
         while len(results) < n:
@@ -134,7 +135,7 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
             except queue.Empty:
                 check_alive()
         if cfg.profile:
-            asyncio.run(_profile_once(cfg, profile, "stop", _profile))
+            run_loop(_profile_once(cfg, profile, "stop", _profile))
     finally:
         for p in procs:
             p.join(5)
