@@ -229,8 +229,23 @@ def run_raw(port: int, emu: psutil.Process, conc: int, n: int, osl: int, ttft: f
                  (_cpu(emu) - e0) / dur, (time.process_time() - c0) / dur)
 
 
+# Ablations of the client's speed-ups, same run: (label suffix, extra environment).
+ABLATIONS = {
+    "asyncio": {"PROCTOR_EVENT_LOOP": "asyncio"},  # standard loop instead of uvloop
+    "stdjson": {"PROCTOR_EVENT_LOOP": "asyncio", "_NO_ORJSON": "1"},  # ... and json, not orjson
+}
+
+
+def _ablation_env(name: str, tmp: str) -> dict[str, str]:
+    env = {**os.environ, **ABLATIONS[name]}
+    if env.pop("_NO_ORJSON", None):  # an orjson module that fails to import hides the real one
+        Path(tmp, "orjson.py").write_text("raise ImportError('hidden by the bench')\n")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tmp, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def run_proctor(port: int, emu: psutil.Process, conc: int, n: int, osl: int, ttft: float,
-                workers: int, pin: bool = False) -> Point:
+                workers: int, pin: bool = False, ablation: str | None = None) -> Point:
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "proctor.workloads.loadgen", "--port", str(port),
                "--output-dir", out, "--model", MODEL, "--tokenizer-mode", "approx",
@@ -240,14 +255,16 @@ def run_proctor(port: int, emu: psutil.Process, conc: int, n: int, osl: int, ttf
         me = psutil.Process()
         c0, e0 = _children_cpu(me), _cpu(emu)
         t0 = time.perf_counter()
+        env = _ablation_env(ablation, out) if ablation else None
         r = subprocess.run(_pinned(cmd, pin), capture_output=True, text=True, cwd=ROOT,
-                           timeout=300)  # fmt: skip
+                           timeout=300, env=env)  # fmt: skip
         wall = time.perf_counter() - t0
         if r.returncode != 0:
             raise SystemExit(f"proctor client failed ({r.returncode}): {r.stderr[-500:]}")
         doc = json.loads((Path(out) / "metrics.json").read_text())
     m = doc["metrics"]
-    return Point(f"proctor w{workers}", conc, workers, m["request_throughput"],
+    label = f"proctor w{workers}" + (f" {ablation}" if ablation else "")
+    return Point(label, conc, workers, m["request_throughput"],
                  m["output_throughput"], m["mean_ttft_ms"] - ttft * 1000,
                  (_cpu(emu) - e0) / wall, (_children_cpu(me) - c0) / wall)
 
@@ -322,6 +339,8 @@ def main() -> int:
     ap.add_argument("--no-vllm", action="store_true", help="skip vLLM's client")
     ap.add_argument("--no-pin", action="store_true", help="do not pin emulator and clients")
     ap.add_argument("--workers", default="2", help="comma-separated --workers to try beyond 1")
+    ap.add_argument("--ablate", action="store_true",
+                    help="also run proctor w1 without uvloop, and without uvloop and orjson")
     a = ap.parse_args()
     if a.serve:
         asyncio.run(_serve(a.serve, a.ttft, a.tick))
@@ -359,6 +378,10 @@ def main() -> int:
             print(f"  raw        c={conc}: {points[-1].chunks_s:.0f} chunks/s", flush=True)
             points.append(run_proctor(port, emu, conc, n, a.osl, a.ttft, 1, pin))
             print(f"  proctor w1 c={conc}: {points[-1].chunks_s:.0f} chunks/s", flush=True)
+            for name in ABLATIONS if a.ablate else ():
+                points.append(run_proctor(port, emu, conc, n, a.osl, a.ttft, 1, pin, name))
+                print(f"  {points[-1].client} c={conc}: {points[-1].chunks_s:.0f} chunks/s",
+                      flush=True)
             if vllm:
                 points.append(run_extra(vllm, base_url, emu, conc, n, a.osl, a.ttft, "vllm", pin))
                 print(f"  vllm       c={conc}: {points[-1].chunks_s:.0f} chunks/s", flush=True)
@@ -376,7 +399,7 @@ def main() -> int:
     w1 = {p.concurrency: p for p in points if p.client == "proctor w1"}
     vl = {p.concurrency: p for p in points if p.client == "vllm"}
     print()
-    print(f"{'client':<11} {'conc':>5} {'req/s':>8} {'chunks/s':>9} {'TTFT+ms':>8} "
+    print(f"{'client':<18} {'conc':>5} {'req/s':>8} {'chunks/s':>9} {'TTFT+ms':>8} "
           f"{'emuCPU':>7} {'cliCPU':>7} {'vs raw':>7} {'vs ideal':>8} {'vs w1':>6} {'vs vllm':>7}")
     for p in points:
         ideal = p.concurrency * a.osl / (a.ttft + a.osl * a.tick)
@@ -384,7 +407,7 @@ def main() -> int:
         vs_w1 = p.chunks_s / w1[p.concurrency].chunks_s if p.client.startswith("proctor") else 1.0
         ref = vl.get(p.concurrency)
         vs_vllm = f"{p.chunks_s / ref.chunks_s:>7.2f}" if ref and p.client != "raw" else f"{'-':>7}"
-        print(f"{p.client:<11} {p.concurrency:>5} {p.req_s:>8.1f} {p.chunks_s:>9.0f} "
+        print(f"{p.client:<18} {p.concurrency:>5} {p.req_s:>8.1f} {p.chunks_s:>9.0f} "
               f"{p.ttft_added_ms:>8.1f} {p.emu_cpu:>6.0%} {p.client_cpu:>6.0%} {vs_raw:>7.2f} "
               f"{p.chunks_s / ideal:>8.2f} {vs_w1:>6.2f} {vs_vllm}")
     print("\nTTFT+ms: mean TTFT minus the emulator's configured TTFT. emuCPU near 100% means the"
