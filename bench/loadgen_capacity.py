@@ -7,13 +7,15 @@ chunks/s (one token per chunk, so = output tok/s), the TTFT the client adds over
 emulator's configured TTFT, the emulator's CPU use (if it nears 100% of a core, the emulator
 is the bottleneck, not the client), and ratios against the raw client.
 
-    .venv/bin/python bench/loadgen_capacity.py [--quick] [--vllm-python PY --tokenizer DIR]
+    .venv/bin/python bench/loadgen_capacity.py [--quick] [--ablate]
+        [--vllm-python PY --tokenizer DIR]
         [--extra-client 'CMD {base_url} {concurrency} {num_prompts} {isl} {osl} {model}']
 
 vLLM's own client (`vllm bench serve`, through tests/infra/vllm_bench_shim.py) runs on the same
 emulator at every concurrency when --vllm-python is given, or found in the test-engine install
 (~/.cache/proctor-test/engines.json); the table then has a "vs vllm" column (proctor's chunks/s
 over vLLM's). --extra-client runs any other client, read through its printed block.
+--ablate adds proctor rows without uvloop, and without uvloop and orjson (same run).
 With 2+ cores the emulator is pinned to core 0 and the clients to the other cores, so a client
 that is "on one core" really is (--no-pin turns this off).
 """
