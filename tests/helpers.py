@@ -52,3 +52,23 @@ def only_run(runs: Path) -> Path:
     dirs = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert len(dirs) == 1, dirs
     return dirs[0]
+
+
+FAKE_SERVER = REPO / "tests/fixtures/fake_openai_server.py"
+
+# An engine profile for the fault-injecting fake server, for a test's proctor.toml.
+FAKE_ENGINE_TOML = f"""[engines.fake]
+description = "fault-injection fake server"
+launchers = [{{ command = ["{sys.executable}", "{FAKE_SERVER}"], model_arg = "--model" }}]
+port_arg = "--port"
+host_arg = "--host"
+ready_endpoints = ["/health"]
+metrics_path = "/metrics"
+startup_fault_patterns = ["CUDA out of memory", "Memory access fault by GPU"]
+runtime_fault_patterns = ["Memory access fault by GPU"]
+progress_metrics = ["vllm:generation_tokens"]
+running_metrics = ["vllm:num_requests_running"]
+progress_markers = ['"POST /v1/completions HTTP/1\\\\.1" 200']
+server_patterns = ["fake_openai_server"]
+worker_patterns = ["multiprocessing"]
+"""

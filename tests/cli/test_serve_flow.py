@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import REPO, proctor
+from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor
 
 FAKE = REPO / "tests/fixtures/fake_openai_server.py"
 FAULT = "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x0."
@@ -29,20 +29,7 @@ def fake_engine(tmp_path: Path) -> int:
     """A proctor.toml in the test's working directory with an engine profile for the fake."""
     (tmp_path / "work" / "proctor.toml").write_text(
         f"""
-[engines.fake]
-description = "fault-injection fake server"
-launchers = [{{ command = ["{sys.executable}", "{FAKE}"], model_arg = "--model" }}]
-port_arg = "--port"
-host_arg = "--host"
-ready_endpoints = ["/health"]
-metrics_path = "/metrics"
-startup_fault_patterns = ["CUDA out of memory", "Memory access fault by GPU"]
-runtime_fault_patterns = ["Memory access fault by GPU"]
-progress_metrics = ["vllm:generation_tokens"]
-running_metrics = ["vllm:num_requests_running"]
-progress_markers = ['"POST /v1/completions HTTP/1\\\\.1" 200']
-server_patterns = ["fake_openai_server"]
-worker_patterns = ["multiprocessing"]
+{FAKE_ENGINE_TOML}
 """
     )
     return free_port()

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from tests.helpers import REPO, proctor
+from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
 
 pytestmark = pytest.mark.sshhosts
@@ -36,20 +35,7 @@ known_hosts = "{host.known_hosts}"
 workspace = "{host.workspace}"
 venv_base = "{BASE_PYTHON}"
 
-[engines.fake]
-description = "fault-injection fake server"
-launchers = [{{ command = ["{sys.executable}", "{FAKE}"], model_arg = "--model" }}]
-port_arg = "--port"
-host_arg = "--host"
-ready_endpoints = ["/health"]
-metrics_path = "/metrics"
-startup_fault_patterns = ["CUDA out of memory", "Memory access fault by GPU"]
-runtime_fault_patterns = ["Memory access fault by GPU"]
-progress_metrics = ["vllm:generation_tokens"]
-running_metrics = ["vllm:num_requests_running"]
-progress_markers = ['"POST /v1/completions HTTP/1\\\\.1" 200']
-server_patterns = ["fake_openai_server"]
-worker_patterns = ["multiprocessing"]
+{FAKE_ENGINE_TOML}
 """)
     (repo / "workload.sh").write_text(
         'curl -sS "http://127.0.0.1:$1/v1/completions" '

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from proctor.cli.remote import parse_runpod_target
 from proctor.errors import UsageError
 from tests.fixtures.runpod_emulator import RunpodEmulator, running
-from tests.helpers import REPO, proctor
+from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
 
 pytestmark = pytest.mark.sshhosts
@@ -66,20 +65,7 @@ gpu_type = "{H200}"
 image = "runpod/pytorch"
 {runpod_extra}
 
-[engines.fake]
-description = "fault-injection fake server"
-launchers = [{{ command = ["{sys.executable}", "{FAKE}"], model_arg = "--model" }}]
-port_arg = "--port"
-host_arg = "--host"
-ready_endpoints = ["/health"]
-metrics_path = "/metrics"
-startup_fault_patterns = ["CUDA out of memory"]
-runtime_fault_patterns = ["Memory access fault by GPU"]
-progress_metrics = ["vllm:generation_tokens"]
-running_metrics = ["vllm:num_requests_running"]
-progress_markers = ['"POST /v1/completions HTTP/1\\\\.1" 200']
-server_patterns = ["fake_openai_server"]
-worker_patterns = ["multiprocessing"]
+{FAKE_ENGINE_TOML}
 """)
     (repo / "workload.sh").write_text(
         'curl -sS "http://127.0.0.1:$1/v1/completions" '
