@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,3 +19,53 @@ def isolated_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     monkeypatch.chdir(work)
     yield runs
 
+
+
+# ---- a skip is a test that did not run ------------------------------------------------------
+# With PROCTOR_NO_SKIPS=1 (set by .ci/run) every skip outside the `gpu` marker is a failure that
+# names the missing part, so a broken install can never turn into a green run of fewer tests.
+# PROCTOR_REQUIRE_<SUITE>=1 does the same for the tests of one marker.
+
+REQUIRE_BY_MARKER = {
+    "engine": "PROCTOR_REQUIRE_ENGINES",
+    "browser": "PROCTOR_REQUIRE_BROWSER",
+    "sshhosts": "PROCTOR_REQUIRE_SSH",
+    "slurm": "PROCTOR_REQUIRE_SLURM",
+}
+
+
+def _no_skips() -> bool:
+    return os.environ.get("PROCTOR_NO_SKIPS") == "1"
+
+
+def _skip_fails(item: pytest.Item) -> str | None:
+    """The variable that makes a skip of this test a failure, if one is set."""
+    if item.get_closest_marker("gpu") is not None:
+        return None
+    for marker, var in REQUIRE_BY_MARKER.items():
+        if item.get_closest_marker(marker) is not None and os.environ.get(var) == "1":
+            return var
+    return "PROCTOR_NO_SKIPS" if _no_skips() else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    var = _skip_fails(item)
+    if var is None:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"skipped under {var}=1, so it fails: {reason}"
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if _no_skips() and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"module skipped under PROCTOR_NO_SKIPS=1, so it fails: {reason}"

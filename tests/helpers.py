@@ -9,9 +9,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: The interpreter running the tests (the project's venv): the namespace test hosts share this
+#: filesystem, so it is also the far side's base Python. Never a path of one machine.
+TEST_PYTHON = sys.executable
 
-def shared_dir() -> Path:
-    return Path(os.environ.get("PROCTOR_SHARED_DIR", REPO.parent / "shared"))
+
+#: A 50-line subset of each GSM8K split (MIT; tests/data/gsm8k/SOURCE.md), so every clone has it.
+GSM8K_DATA = REPO / "tests" / "data" / "gsm8k"
 
 
 def proctor(

@@ -36,18 +36,9 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "proctor-test"
 
 
-def shared_dir() -> Path:
-    """The project's shared/ folder: PROCTOR_SHARED_DIR, else beside the repository root."""
-    env = os.environ.get("PROCTOR_SHARED_DIR")
-    return Path(env) if env else REPO_ROOT.parent / "shared"
-
-
 def gsm8k_data_dir() -> Path:
-    """GSM8K test/train JSONL (MIT), skipping the test when absent."""
-    path = shared_dir() / "data" / "gsm8k"
-    if not (path / "test.jsonl").is_file():
-        pytest.skip(f"GSM8K data not found at {path} (set PROCTOR_SHARED_DIR)")
-    return path
+    """The GSM8K subset in the repository (MIT, tests/data/gsm8k/SOURCE.md)."""
+    return REPO_ROOT / "tests" / "data" / "gsm8k"
 
 
 @dataclass(frozen=True)

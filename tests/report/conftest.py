@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from proctor.report import find_chromium
-from tests.helpers import shared_dir
+from tests.helpers import GSM8K_DATA
 from tests.report import runs
 
 
@@ -36,11 +36,8 @@ def served(report_env: runs.Env) -> Iterator[dict[str, str]]:
 def gsm8k_id(report_env: runs.Env) -> str:
     if importlib.util.find_spec("lm_eval") is None:
         pytest.skip("lm-eval not installed (proctor[eval])")
-    data = shared_dir() / "data" / "gsm8k"
-    if not (data / "test.jsonl").is_file():
-        pytest.skip(f"GSM8K data not found at {data}")
-    with runs.answer_key_server(data) as url:
-        return runs.gsm8k_run(report_env, url, data)
+    with runs.answer_key_server(GSM8K_DATA) as url:
+        return runs.gsm8k_run(report_env, url, GSM8K_DATA)
 
 
 @pytest.fixture(scope="session")

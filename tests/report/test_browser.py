@@ -3,6 +3,7 @@ asked the network for nothing, logged no console error; a screenshot is kept."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -173,3 +174,28 @@ def test_no_chromium_is_unavailable(tmp_path: Path) -> None:
                        env={"PATH": str(tmp_path)}, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("69 no chromium found on PATH")
+
+
+def test_check_page_leaves_no_chromium_process_and_no_profile(
+    chromium: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chromium's helpers are stopped with its leader, before its profile folder is removed."""
+    import tempfile
+
+    import psutil
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    page = tmp_path / "p.html"
+    page.write_text('<html><body data-rendered="0"><p>hello</p></body></html>')
+    for _ in range(3):
+        assert check_page(page, chromium=chromium, screenshot=tmp_path / "p.png").rendered == "0"
+        assert list(scratch.iterdir()) == []
+        left = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if any(str(scratch) in part for part in proc.info["cmdline"] or ()):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if proc.status() != psutil.STATUS_ZOMBIE:
+                        left.append(proc.pid)
+        assert left == []

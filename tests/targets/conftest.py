@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import TEST_PYTHON
 from tests.infra.sshhosts import SshHost
 
 JOB = """#!/bin/sh
@@ -38,5 +39,5 @@ def ssh_flags(host: SshHost) -> list[str]:
         "--identity-file", str(host.client_key),
         "--known-hosts", str(host.known_hosts),
         "--workspace", str(host.workspace),
-        "--remote-python", "/work/main/.venv/bin/python",
+        "--remote-python", TEST_PYTHON,
     ]  # fmt: skip

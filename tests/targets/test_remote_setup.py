@@ -17,14 +17,14 @@ import pytest
 from proctor.errors import TargetUnavailable
 from proctor.targets.remote.orchestrate import COMPLETION_FILE, REMOTE_FILE
 from proctor.targets.ssh import SshOptions, SshTarget
-from tests.helpers import only_run, proctor
+from tests.helpers import TEST_PYTHON, only_run, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts, ssh_hosts_factory
 from tests.targets.conftest import ssh_flags
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts", "ssh_hosts_factory"]
 
-BASE_PYTHON = "/work/main/.venv/bin/python"
+BASE_PYTHON = TEST_PYTHON
 SETUP = """#!/bin/bash
 set -e
 echo "setup ran in $(pwd)" >> "$SETUP_COUNT"

@@ -13,14 +13,14 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor
+from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts"]
 
 FAKE = REPO / "tests/fixtures/fake_openai_server.py"
-BASE_PYTHON = "/work/main/.venv/bin/python"  # the hosts share this filesystem, not a network
+BASE_PYTHON = TEST_PYTHON
 STEPS = ["stop", "start", "ready", "workload", "drain", "teardown"]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.runpod_emulator import RunpodEmulator, running
-from tests.helpers import proctor
+from tests.helpers import TEST_PYTHON, proctor
 from tests.infra.sshhosts import SshHostLab, ssh_hosts, ssh_hosts_factory
 
 pytestmark = pytest.mark.sshhosts
@@ -40,7 +40,7 @@ def _run(emulator: RunpodEmulator, lab: SshHostLab, project: Path, *extra: str,
         "run", "--target", "runpod", "--api-url", emulator.base_url, "--gpu-type", H200,
         "--image", "runpod/pytorch", "--identity-file", str(host.client_key),
         "--known-hosts", str(host.known_hosts),
-        "--workspace", str(host.workspace), "--remote-python", "/work/main/.venv/bin/python",
+        "--workspace", str(host.workspace), "--remote-python", TEST_PYTHON,
         "--json", *extra, "--", *argv,
         env={"RUNPOD_API_KEY": KEY}, cwd=project, timeout=150,
     )  # fmt: skip

@@ -20,7 +20,7 @@ import pytest
 from proctor.cli.remote import parse_runpod_target
 from proctor.errors import UsageError
 from tests.fixtures.runpod_emulator import RunpodEmulator, running
-from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor
+from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
 
 pytestmark = pytest.mark.sshhosts
@@ -29,7 +29,7 @@ __all__ = ["ssh_hosts"]
 KEY = "rpa_CANARY0workflow5e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6"
 H200 = "NVIDIA H200"
 FAKE = REPO / "tests/fixtures/fake_openai_server.py"
-BASE_PYTHON = "/work/main/.venv/bin/python"
+BASE_PYTHON = TEST_PYTHON
 STEPS = ["stop", "start", "ready", "workload", "drain", "teardown"]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import TEST_PYTHON
 from tests.infra.slurmcluster import SlurmCluster, require_cluster
 from tests.infra.sshhosts import SshHostLab, require_lab
 
@@ -105,7 +106,7 @@ def test_run_over_ssh_login_host_ships_source_and_fetches_nodes(
     result = proctor(
         "run", "--target", f"slurm://{host.user}@{host.address}:{host.port}",
         "--identity-file", str(host.client_key), "--known-hosts", str(host.known_hosts),
-        "--workspace", str(ws), "--remote-python", "/work/main/.venv/bin/python",
+        "--workspace", str(ws), "--remote-python", TEST_PYTHON,
         "--nodes", "2", "--name", "job", "--env", f"API_TOKEN={SECRET}", "--json",
         "--", "sh", "-c", 'sh job.sh "$SLURMD_NODENAME" 2 0 && test -n "$API_TOKEN"',
         cwd=project,

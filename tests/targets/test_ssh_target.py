@@ -18,7 +18,7 @@ from proctor.source.identity import source_identity
 from proctor.targets.base import JobSpec
 from proctor.targets.remote.orchestrate import REMOTE_FILE, run_remote
 from proctor.targets.ssh import SshOptions, SshTarget
-from tests.helpers import only_run, proctor, proctor_popen
+from tests.helpers import TEST_PYTHON, only_run, proctor, proctor_popen
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts, ssh_hosts_factory
 from tests.targets.conftest import ssh_flags
 
@@ -30,7 +30,7 @@ def _target(host: SshHost) -> SshTarget:
     return SshTarget(SshOptions(
         host=host.address, user=host.user, port=host.port, identity_file=str(host.client_key),
         known_hosts=str(host.known_hosts), workspace=str(host.workspace),
-        remote_python="/work/main/.venv/bin/python", reconnect_s=30,
+        remote_python=TEST_PYTHON, reconnect_s=30,
     ))  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from proctor.errors import TargetUnavailable
+from proctor.supervise.kill import kill_ladder
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -188,12 +189,10 @@ async def _check(browser: str, path: Path, screenshot: Path | None, timeout_s: f
                                            max_msg_size=0) as ws:
                     await _drive(_Cdp(ws), url, result, screenshot, deadline, width, height)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            # Chromium's helpers (zygote, renderers, GPU process) write into the profile until
+            # they exit: stop the whole group and wait for it before the profile is removed.
+            kill_ladder(proc.pid, [proc.pid], grace=5.0, kill_wait=10.0, reap=lambda: None if proc.poll() else None)
+            proc.wait(10)
     return result
 
 
