@@ -191,7 +191,10 @@ async def _check(browser: str, path: Path, screenshot: Path | None, timeout_s: f
         finally:
             # Chromium's helpers (zygote, renderers, GPU process) write into the profile until
             # they exit: stop the whole group and wait for it before the profile is removed.
-            kill_ladder(proc.pid, [proc.pid], grace=5.0, kill_wait=10.0, reap=lambda: None if proc.poll() else None)
+            def reap() -> None:
+                proc.poll()
+
+            kill_ladder(proc.pid, [proc.pid], grace=5.0, kill_wait=10.0, reap=reap)
             proc.wait(10)
     return result
 
