@@ -162,6 +162,23 @@ def test_ctrl_c_stops_the_run_and_exits_130(isolated_runs: Path) -> None:
     assert (run / "exit_code").read_text() == "143 SIGTERM\n"
 
 
+def test_ctrl_c_in_the_start_window_still_stops_the_run(isolated_runs: Path) -> None:
+    """A Ctrl-C the moment the wrapper exists (before the controller could have installed
+    its handler without the signal block) stops the run: nothing is left going."""
+    controller = proctor_popen("run", "--", "sleep", "300")
+    _wait_for(lambda: isolated_runs.exists() and any(isolated_runs.glob("*/wrapper.pid")), 30)
+    controller.send_signal(signal.SIGINT)
+    assert controller.wait(timeout=30) == 130
+    run = only_run(isolated_runs)
+    _wait_for(lambda: (run / "exit_code").exists(), 30)
+    wrapper = json.loads((run / "wrapper.pid").read_text())
+    _wait_for(lambda: not psutil.pid_exists(wrapper["pid"]) or
+              psutil.Process(wrapper["pid"]).status() == psutil.STATUS_ZOMBIE, 30)
+    record = json.loads((run / "record.json").read_text())
+    assert record["outcome"] == "stopped", record
+    assert not psutil.pid_exists(record["process"]["pid"])
+
+
 def test_key_attaches_instead_of_starting_a_copy(isolated_runs: Path, tmp_path: Path) -> None:
     marker = tmp_path / "starts"
     cmd = ["bash", "-c", f"echo x >> {marker}; sleep 3; exit 9"]

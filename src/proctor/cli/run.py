@@ -17,7 +17,15 @@ from proctor.record.status import RunState
 from proctor.spec.config import load_config
 from proctor.spec.durations import format_duration
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
-from proctor.supervise.launch import follow_log, record_of, request_stop, start_run, wait_run
+from proctor.supervise.launch import (
+    Started,
+    follow_log,
+    record_of,
+    request_stop,
+    start_run,
+    wait_run,
+)
+from proctor.supervise.signals import deferred_stops
 
 RUN_HELP = """Run CMD as a supervised run and pass its exit status through.
 
@@ -85,8 +93,8 @@ def print_plan(plan: RunPlan, as_json: bool) -> None:
 class _Interrupts:
     """Ctrl-C / SIGTERM of the controller become a stop request for the run."""
 
-    def __init__(self, run: RunDir) -> None:
-        self.run = run
+    def __init__(self) -> None:
+        self.run: RunDir | None = None
         self.hit = False
 
     def __enter__(self) -> _Interrupts:
@@ -99,7 +107,8 @@ class _Interrupts:
         if not self.hit:
             err_console.print("proctor: interrupted, stopping the run ...")
         self.hit = True
-        request_stop(self.run)
+        if self.run is not None:
+            request_stop(self.run)
 
     def __exit__(self, *exc: object) -> None:
         for s, handler in self.previous.items():
@@ -133,6 +142,47 @@ def summary_line(run: RunDir, state: RunState) -> str:
         f"run {run.run_id}: {record.get('outcome', '?')}, exit {state.exit.code}{sig}{took}; "
         f"log {run.log_path()}"
     )
+
+
+def _follow_started(
+    started: Started, *, key: str | None, detach: bool, as_json: bool, interrupts: _Interrupts
+) -> None:
+    """Report a started run; in the foreground follow it and exit with its status.
+
+    With --json, stdout holds the JSON document only: the command's output (always in the
+    run's log) is copied to stderr instead.
+    """
+    run = started.run
+    info = {"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
+            "attached": started.attached}  # fmt: skip
+    if detach:
+        if as_json:
+            print_json(info)
+        else:
+            verb = "attached to running" if started.attached else "started"
+            err_console.print(f"proctor: {verb} run {run.run_id} ({run.path})", highlight=False)
+            typer.echo(run.run_id)
+        if interrupts.hit:
+            raise Interrupted(f"run {run.run_id} stopped on interrupt")
+        return
+    if started.attached:
+        err_console.print(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
+    else:
+        err_console.print(f"proctor: run {run.run_id} -> {run.path}", highlight=False)
+    out = sys.stderr.buffer if as_json else sys.stdout.buffer
+    follow_log(run, out, from_start=True)
+    state = wait_run(run)
+    if as_json:
+        print_json({**info, "state": state.state,
+                    "exit": state.exit.model_dump() if state.exit else None,
+                    "outcome": record_of(run).get("outcome")})  # fmt: skip
+    else:
+        err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    if interrupts.hit:
+        raise Interrupted(f"run {run.run_id} stopped on interrupt")
+    code = exit_for_state(run, state)
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
@@ -220,36 +270,13 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             print_plan(plan, as_json)
             return
-        started = start_run(plan)
-        run = started.run
-        info = {"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
-                "attached": started.attached}  # fmt: skip
-        if detach:
-            if as_json:
-                print_json(info)
-            else:
-                verb = "attached to running" if started.attached else "started"
-                err_console.print(f"proctor: {verb} run {run.run_id} ({run.path})")
-                typer.echo(run.run_id)
-            return
-        if started.attached:
-            err_console.print(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
-        else:
-            err_console.print(f"proctor: run {run.run_id} -> {run.path}", highlight=False)
-        with _Interrupts(run) as interrupts:
-            follow_log(run, sys.stdout.buffer, from_start=True)
-            state = wait_run(run)
-        if as_json:
-            print_json({**info, "state": state.state,
-                        "exit": state.exit.model_dump() if state.exit else None,
-                        "outcome": record_of(run).get("outcome")})  # fmt: skip
-        else:
-            err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-        if interrupts.hit:
-            raise Interrupted(f"run {run.run_id} stopped on interrupt")
-        code = exit_for_state(run, state)
-        if code:
-            raise typer.Exit(code)
+        # Signals are held from before the wrapper starts until the handler knows the run:
+        # a Ctrl-C in between is delivered then, and stops the run instead of orphaning it.
+        with _Interrupts() as interrupts:
+            with deferred_stops():
+                started = start_run(plan)
+                interrupts.run = started.run
+            _follow_started(started, key=key, detach=detach, as_json=as_json, interrupts=interrupts)
 
     @app.command("plan", context_settings={"allow_interspersed_args": False})
     def plan_command(

@@ -55,13 +55,21 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {"value": str(value)}
 
 
-def collect_source(cwd: Path) -> dict[str, Any]:
+def proctor_outputs(runs_dir: Path, store_path: Path | None) -> list[Path]:
+    """What proctor itself writes: never part of a run's source identity."""
+    outputs = [runs_dir]
+    if store_path is not None:
+        outputs += [store_path.with_name(store_path.name + s) for s in ("", "-wal", "-shm", "-journal")]
+    return outputs
+
+
+def collect_source(cwd: Path, outputs: list[Path] | None = None) -> dict[str, Any]:
     try:
         from proctor.source.identity import source_identity
     except ImportError:
         return {"is_git": False, "reason": "source identity not available in this build"}
     try:
-        return _as_dict(source_identity(cwd))
+        return _as_dict(source_identity(cwd, exclude=outputs or []))
     except ProctorError as error:
         return {"is_git": False, "reason": error.one_line()}
 
@@ -114,7 +122,10 @@ def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Red
         log=log_name,
         proctor_version=__version__,
         target={**spec.target, "host": spec.target.get("host") or host_info()["hostname"]},
-        source=collect_source(Path(plan.cwd.value)),
+        source=collect_source(
+            Path(plan.cwd.value),
+            proctor_outputs(Path(plan.runs_dir.value), Path(str(plan.store_path.value))),
+        ),
         gpu=gpu,
         env_overrides=redactor.env(plan.env_values),
         options={k: v for k, v in plan.options(redactor).items()},  # type: ignore[misc]

@@ -193,13 +193,15 @@ class Wrapper:
         index_quietly(self.plan.get("store_path"), self.run.path, "wrapper")
 
     def run_all(self) -> int:
+        # First of all: a stop that arrives from here on is held for sigtimedwait, never lost
+        # (the controller starts us with these blocked already; this covers other starters).
+        signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
         me = psutil.Process()
         write_atomic(
             self.run.wrapper_pid_path,
             json.dumps({"pid": me.pid, "create_time": me.create_time(), "pgid": os.getpgid(0)}),
         )
         _become_subreaper()
-        signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
         started = time.time()
         try:
             self.start_child()
