@@ -93,8 +93,8 @@ def print_plan(plan: RunPlan, as_json: bool) -> None:
 class _Interrupts:
     """Ctrl-C / SIGTERM of the controller become a stop request for the run."""
 
-    def __init__(self) -> None:
-        self.run: RunDir | None = None
+    def __init__(self, run: RunDir | None = None) -> None:
+        self.run = run
         self.hit = False
 
     def __enter__(self) -> _Interrupts:

@@ -59,7 +59,8 @@ def proctor_outputs(runs_dir: Path, store_path: Path | None) -> list[Path]:
     """What proctor itself writes: never part of a run's source identity."""
     outputs = [runs_dir]
     if store_path is not None:
-        outputs += [store_path.with_name(store_path.name + s) for s in ("", "-wal", "-shm", "-journal")]
+        sidecars = ("", "-wal", "-shm", "-journal")
+        outputs += [store_path.with_name(store_path.name + s) for s in sidecars]
     return outputs
 
 
