@@ -18,7 +18,7 @@ from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
-from proctor.store.db import Store, reindex
+from proctor.store.db import Store, index_missing, reindex
 from proctor.supervise.launch import follow_log, record_of, request_stop, resolve_run, wait_run
 
 app = typer.Typer(
@@ -73,8 +73,8 @@ def list_runs(
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
     with _store(directory) as store:
-        if not store.runs(limit=1) and directory.is_dir():
-            reindex(store, directory)
+        # Runs whose wrapper could not index them (a locked store) or that predate the store.
+        index_missing(store, directory)
         rows = store.runs(name=name, commit=commit, since=since_iso, limit=None)
         out: list[dict[str, Any]] = []
         for row in rows:

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -83,6 +84,7 @@ class Wrapper:
         self.child_status: int | None = None
         self.stop_reason: str | None = None  # "timeout" or "stopped"
         self.sampler: Any = None
+        self.indexer: threading.Thread | None = None
 
     # -- record ---------------------------------------------------------------------------
     def update_record(self, **fields: Any) -> None:
@@ -188,9 +190,17 @@ class Wrapper:
             return []
 
     def index(self) -> None:
+        """Index the run in the store, after everything else: a locked store costs at most
+        INDEX_WAIT_S here, and then the run is left pending for the next indexing."""
         from proctor.store.db import index_quietly
 
         index_quietly(self.plan.get("store_path"), self.run.path, "wrapper")
+
+    def index_in_background(self) -> None:
+        # The "running" row is a convenience; the time limit and the stop must never wait
+        # for it, so it is written by a thread the main loop does not wait for.
+        self.indexer = threading.Thread(target=self.index, daemon=True)
+        self.indexer.start()
 
     def run_all(self) -> int:
         # First of all: a stop that arrives from here on is held for sigtimedwait, never lost
@@ -231,7 +241,7 @@ class Wrapper:
             process={"pid": child.pid, "create_time": child.create_time(), "pgid": child.pid},
             add_events=[self.event("start", " ".join(self.plan.get("argv", [])))],
         )
-        self.index()
+        self.index_in_background()
         self.start_sampler()
         self.wait()
         ended = time.time()
@@ -260,6 +270,9 @@ class Wrapper:
             from proctor.record.manifest import write_run_manifest
 
             write_run_manifest(self.run)
+        if self.indexer is not None:
+            # Never two rows in flight: a late "running" row must not overwrite the final one.
+            self.indexer.join()
         self.index()
 
 
