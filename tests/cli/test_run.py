@@ -156,7 +156,7 @@ def test_ctrl_c_stops_the_run_and_exits_130(isolated_runs: Path) -> None:
     run = only_run(isolated_runs)
     _wait_for(lambda: json.loads((run / "record.json").read_text()).get("process") is not None)
     controller.send_signal(signal.SIGINT)
-    assert controller.wait(timeout=30) == 130
+    assert controller.wait(timeout=30) == 130, controller.communicate()[1]
     record = json.loads((run / "record.json").read_text())
     assert record["outcome"] == "stopped"
     assert (run / "exit_code").read_text() == "143 SIGTERM\n"
@@ -168,7 +168,7 @@ def test_ctrl_c_in_the_start_window_still_stops_the_run(isolated_runs: Path) -> 
     controller = proctor_popen("run", "--", "sleep", "300")
     _wait_for(lambda: isolated_runs.exists() and any(isolated_runs.glob("*/wrapper.pid")), 30)
     controller.send_signal(signal.SIGINT)
-    assert controller.wait(timeout=30) == 130
+    assert controller.wait(timeout=30) == 130, controller.communicate()[1]
     run = only_run(isolated_runs)
     _wait_for(lambda: (run / "exit_code").exists(), 30)
     wrapper = json.loads((run / "wrapper.pid").read_text())

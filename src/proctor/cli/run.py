@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 from pathlib import Path
@@ -105,7 +107,10 @@ class _Interrupts:
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         if not self.hit:
-            err_console.print("proctor: interrupted, stopping the run ...")
+            # A raw write: the main thread may be inside a write to the same stream, and a
+            # buffered print from a signal handler would fail with a reentrant call.
+            with contextlib.suppress(OSError):
+                os.write(2, b"proctor: interrupted, stopping the run ...\n")
         self.hit = True
         if self.run is not None:
             request_stop(self.run)

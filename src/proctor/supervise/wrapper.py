@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from proctor.record.finish import seal_run, write_exit_code
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.supervise.kill import kill_ladder
 
@@ -218,7 +219,7 @@ class Wrapper:
         except OSError as error:
             # Shell convention: 126 not executable, 127 not found.
             code = 127 if isinstance(error, FileNotFoundError) else 126
-            write_atomic(self.run.exit_code_path, f"{code}\n")
+            write_exit_code(self.run, code)
             self.update_record(
                 outcome="failed",
                 error=f"cannot start {self.plan['argv'][0]!r}: {error.strerror}",
@@ -249,7 +250,7 @@ class Wrapper:
         code, sig = _exit_text(self.child_status)
         decided_by = "proctor" if self.stop_reason else "command"
         # The evidence first: the status is on disk before anything else can go wrong.
-        write_atomic(self.run.exit_code_path, f"{code} {sig}\n" if sig else f"{code}\n")
+        write_exit_code(self.run, code, sig)
         leftovers = self.stop_tree(grace=float(self.plan.get("leftover_grace_s", 2.0)))
         peaks = self.stop_sampler()
         outcome = self.stop_reason or ("ok" if code == 0 else "failed")
@@ -266,14 +267,10 @@ class Wrapper:
         return 0
 
     def finish(self) -> None:
-        with contextlib.suppress(Exception):
-            from proctor.record.manifest import write_run_manifest
-
-            write_run_manifest(self.run)
         if self.indexer is not None:
             # Never two rows in flight: a late "running" row must not overwrite the final one.
             self.indexer.join()
-        self.index()
+        seal_run(self.run, self.plan.get("store_path"), "wrapper")
 
 
 def main(argv: list[str] | None = None) -> int:
