@@ -150,6 +150,35 @@ def test_runs_stop_stops_the_whole_tree(isolated_runs: Path, tmp_path: Path) -> 
     assert again.returncode == 0 and json.loads(again.stdout)["stop_sent"] is False
 
 
+def test_runs_stop_after_sigkill_of_the_wrapper_stops_what_it_started(
+    isolated_runs: Path, tmp_path: Path
+) -> None:
+    started = proctor("run", "-d", "--json", "--grace", "1s", "--", "bash", "-c", _tree_script(tmp_path))
+    run = isolated_runs / json.loads(started.stdout)["run_id"]
+    _wait_for(lambda: (tmp_path / "pids").exists() and len((tmp_path / "pids").read_text().split()) == 3)
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    wrapper = json.loads((run / "wrapper.pid").read_text())["pid"]
+    os.kill(wrapper, signal.SIGKILL)
+    _wait_for(lambda: not psutil.pid_exists(wrapper) or
+              psutil.Process(wrapper).status() == psutil.STATUS_ZOMBIE)
+    assert all(psutil.pid_exists(pid) for pid in pids)  # orphans now
+    stopped = proctor("runs", "stop", run.name, "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    view = json.loads(stopped.stdout)
+    assert view["stop_sent"] is False and view["outcome"] == "unknown"
+    assert set(pids) <= set(view["orphans"]["found"])
+    assert set(pids) <= set(view["orphans"]["terminated"]) | set(view["orphans"]["killed"])
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    record = json.loads((run / "record.json").read_text())
+    assert record["outcome"] == "unknown" and "wrapper died" in record["error"]
+    assert not (run / "exit_code").exists()  # nobody waited for it: the status is unknown
+    assert proctor("runs", "verify", run.name).returncode == 0
+    # Said in words, and idempotent: a second stop finds nothing and says so.
+    again = proctor("runs", "stop", run.name)
+    assert again.returncode == 0 and "no process of it is alive" in again.stderr
+
+
 def test_ctrl_c_stops_the_run_and_exits_130(isolated_runs: Path) -> None:
     controller = proctor_popen("run", "--", "sleep", "300")
     _wait_for(lambda: isolated_runs.exists() and any(isolated_runs.glob("*/wrapper.pid")))
