@@ -336,3 +336,14 @@ def test_manifest_detects_one_changed_byte(isolated_runs: Path) -> None:
     result = proctor("runs", "verify", run.name, "--json")
     assert result.returncode == 2
     assert json.loads(result.stdout)["changed"] == ["m.log"]
+
+
+def test_a_180kb_command_line_runs(isolated_runs: Path) -> None:
+    words = [f"word{i:05d}-" + "x" * 20 for i in range(7000)]  # ~185 KB in all
+    assert sum(len(w) + 1 for w in words) > 180_000
+    script = "import sys; print(len(sys.argv) - 1, sum(map(len, sys.argv[1:])))"
+    result = proctor("run", "--", sys.executable, "-c", script, *words)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == [str(len(words)), str(sum(map(len, words)))]
+    assert "Traceback" not in result.stderr
+

@@ -147,10 +147,13 @@ def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
     env.update(plan.env_values)
     env["PROCTOR_RUN_DIR"] = str(run.path)
     env["PROCTOR_RUN_ID"] = run.run_id
-    env["PROCTOR_WRAPPER_ARGV"] = json.dumps(plan.argv)
+    # The real argv goes through a pipe: never a file (no secret at rest), and never one
+    # environment variable (Linux caps a single one at 128 KiB; a long command line is fine).
+    env.pop("PROCTOR_WRAPPER_ARGV", None)
+    env["PROCTOR_WRAPPER_ARGV_STDIN"] = "1"
     proc = subprocess.Popen(
         [sys.executable, "-m", "proctor.supervise.wrapper", str(run.path)],
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=open(run.path / ".wrapper.err", "ab"),  # noqa: SIM115 - handed to the child
         start_new_session=True,
@@ -158,6 +161,11 @@ def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
         env=env,
         cwd=str(plan.cwd.value),
     )
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):  # it died at once: reported below
+        proc.stdin.write(json.dumps(plan.argv).encode())
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
     deadline = time.monotonic() + WRAPPER_START_TIMEOUT_S
     while time.monotonic() < deadline:
         ref = read_wrapper_ref(run)
@@ -214,8 +222,36 @@ class Started:
     redactor: Redactor
 
 
+_MAX_ARG_STRLEN = 32 * 4096  # Linux: the longest single argument or environment string
+
+
+def check_exec_limits(argv: list[str], env: dict[str, str]) -> None:
+    """A command line the kernel would refuse (E2BIG) is a usage error, said before any run
+    directory exists, rather than a failure deep in a spawn."""
+    longest = max((len(os.fsencode(a)) + 1 for a in argv), default=0)
+    if longest > _MAX_ARG_STRLEN:
+        raise UsageError(
+            f"one argument of the command is {longest - 1} bytes; the system allows "
+            f"{_MAX_ARG_STRLEN - 1} per argument",
+            hint="pass long input through a file instead of the command line",
+        )
+    try:
+        arg_max = int(os.sysconf("SC_ARG_MAX"))
+    except (ValueError, OSError):
+        return
+    pointer = 8
+    total = sum(len(os.fsencode(a)) + 1 + pointer for a in argv)
+    total += sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 + pointer for k, v in env.items())
+    if total > arg_max:
+        raise UsageError(
+            f"the command line and environment are {total} bytes; the system allows {arg_max}",
+            hint="pass long input through a file instead of the command line",
+        )
+
+
 def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
     """Start a run, or attach to the live run holding the same key."""
+    check_exec_limits(plan.argv, {**os.environ, **plan.env_values})
     key = plan.key.value
     if not key:
         run, redactor = prepare_run(plan, spec)

@@ -71,6 +71,16 @@ def _exit_text(wait_status: int) -> tuple[int, str | None]:
     return code, None
 
 
+def _real_argv() -> list[str] | None:
+    """The unmasked argv, which no file holds (it may carry a secret): from a pipe on stdin
+    (the local launcher) or from one environment variable (the Slurm node launcher)."""
+    if os.environ.pop("PROCTOR_WRAPPER_ARGV_STDIN", None):
+        raw = sys.stdin.buffer.read()
+        return list(json.loads(raw)) if raw else None
+    env = os.environ.pop("PROCTOR_WRAPPER_ARGV", None)
+    return list(json.loads(env)) if env else None
+
+
 class Wrapper:
     def __init__(self, run_dir: Path) -> None:
         self.run = RunDir(run_dir)
@@ -78,9 +88,7 @@ class Wrapper:
         if plan is None:
             raise SystemExit(f"proctor wrapper: no plan.json in {run_dir}")
         self.plan: dict[str, Any] = plan
-        # The unmasked argv comes through the environment so that no file holds a secret.
-        raw = os.environ.pop("PROCTOR_WRAPPER_ARGV", None)
-        self.argv: list[str] = json.loads(raw) if raw else list(plan["argv"])
+        self.argv: list[str] = _real_argv() or list(plan["argv"])
         self.child: subprocess.Popen[bytes] | None = None
         self.child_status: int | None = None
         self.stop_reason: str | None = None  # "timeout" or "stopped"
