@@ -347,3 +347,14 @@ def test_a_180kb_command_line_runs(isolated_runs: Path) -> None:
     assert result.stdout.split() == [str(len(words)), str(sum(map(len, words)))]
     assert "Traceback" not in result.stderr
 
+
+
+def test_json_in_the_foreground_keeps_stdout_json_only(isolated_runs: Path) -> None:
+    result = proctor("run", "--json", "--", "sh", "-c", "echo out-line; echo err-line >&2; exit 3")
+    assert result.returncode == 3
+    doc = json.loads(result.stdout)  # the whole of stdout is one JSON document
+    assert doc["exit"]["code"] == 3 and doc["state"] == "finished"
+    # The command's output is not lost: in the run's log, and copied to stderr.
+    assert "out-line" in result.stderr and "err-line" in result.stderr
+    log = Path(doc["log"]).read_text()
+    assert "out-line" in log and "err-line" in log
