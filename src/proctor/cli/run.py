@@ -125,8 +125,7 @@ def exit_for_state(run: RunDir, state: RunState) -> int:
     record = record_of(run)
     if state.state == "unknown" or state.exit is None:
         raise ResultUnknown(
-            f"run {run.run_id}: result unknown (no exit status was recorded)",
-            hint=f"see {run.path}",
+            f"run {run.run_id}: result unknown ({_reason(record)})", hint=f"see {run.path}"
         )
     if record.get("outcome") == "timeout":
         raise TimeLimitReached(
@@ -136,12 +135,18 @@ def exit_for_state(run: RunDir, state: RunState) -> int:
     return state.exit.code
 
 
+def _reason(record: dict[str, Any]) -> str:
+    """Why a run's result is unknown, in one line (a traceback's last line)."""
+    lines = str(record.get("error") or "").strip().splitlines()
+    return lines[-1][:300] if lines else "no exit status was recorded"
+
+
 def summary_line(run: RunDir, state: RunState) -> str:
     record = record_of(run)
     duration = record.get("duration_s")
     took = f" in {format_duration(float(duration))}" if duration is not None else ""
     if state.exit is None:
-        return f"run {run.run_id}: result unknown; evidence in {run.path}"
+        return f"run {run.run_id}: result unknown ({_reason(record)}); evidence in {run.path}"
     sig = f" ({state.exit.signal})" if state.exit.signal else ""
     return (
         f"run {run.run_id}: {record.get('outcome', '?')}, exit {state.exit.code}{sig}{took}; "

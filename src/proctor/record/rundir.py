@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -159,6 +160,8 @@ def create_run_dir(runs_dir: Path, run_id: str) -> RunDir:
     except FileExistsError:
         raise UsageError(f"run directory {runs_dir / run_id} already exists") from None
     except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise  # the caller says ENOSPC (result unknown), not a usage error
         raise UsageError(
             f"cannot create a run directory under {runs_dir}: {error.strerror}",
             hint="choose a writable directory with --runs-dir or PROCTOR_RUNS_DIR",

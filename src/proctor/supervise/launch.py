@@ -90,6 +90,21 @@ def collect_gpu() -> dict[str, Any]:
 
 def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Redactor]:
     """Create the run directory with plan.json and the first record. Nothing runs yet."""
+    try:
+        return _prepare_run(plan, spec)
+    except OSError as error:
+        from proctor.record.space import is_enospc
+
+        if not is_enospc(error):
+            raise
+        raise ResultUnknown(
+            f"no space left on device (ENOSPC) under {plan.runs_dir.value}: the run could not "
+            f"be recorded, so it was not started",
+            hint="free some space, or choose another --runs-dir",
+        ) from None
+
+
+def _prepare_run(plan: RunPlan, spec: RunSpec | None) -> tuple[RunDir, Redactor]:
     spec = spec or RunSpec()
     redactor = plan.redactor()
     run_id = new_run_id()

@@ -30,6 +30,7 @@ import psutil
 
 from proctor.record.finish import seal_run, write_exit_code
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.space import SpaceReserve, disk_full, enospc_reason, is_enospc
 from proctor.supervise.kill import kill_ladder
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -94,15 +95,30 @@ class Wrapper:
         self.stop_reason: str | None = None  # "timeout" or "stopped"
         self.sampler: Any = None
         self.indexer: threading.Thread | None = None
+        self.pending: dict[str, Any] = {}
+        self.pending_events: list[dict[str, Any]] = []
+        self.reserve = SpaceReserve(self.run.path)
+        self.enospc = False
 
     # -- record ---------------------------------------------------------------------------
     def update_record(self, **fields: Any) -> None:
+        """Merge facts into record.json. On a full disk they are kept in memory and written
+        with the final record, from the space reserve (see record/space.py)."""
+        self.pending_events.extend(fields.pop("add_events", None) or [])
+        self.pending.update(fields)
         record = self.run.read_json("record.json") or {}
-        events = fields.pop("add_events", None)
-        record.update(fields)
-        if events:
-            record.setdefault("events", []).extend(events)
-        self.run.write_json("record.json", record)
+        record.update(self.pending)
+        if self.pending_events:
+            record.setdefault("events", []).extend(self.pending_events)
+        try:
+            self.run.write_json("record.json", record)
+        except OSError as error:
+            if not is_enospc(error):
+                raise
+            self.enospc = True
+            return
+        self.pending.clear()
+        self.pending_events.clear()
 
     def event(self, name: str, detail: str | None = None) -> dict[str, Any]:
         return {"time": now_iso(), "event": name, "detail": detail}
@@ -216,6 +232,7 @@ class Wrapper:
         # (the controller starts us with these blocked already; this covers other starters).
         signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
         me = psutil.Process()
+        self.reserve.take()
         write_atomic(
             self.run.wrapper_pid_path,
             json.dumps({"pid": me.pid, "create_time": me.create_time(), "pgid": os.getpgid(0)}),
@@ -258,23 +275,44 @@ class Wrapper:
         code, sig = _exit_text(self.child_status)
         decided_by = "proctor" if self.stop_reason else "command"
         # The evidence first: the status is on disk before anything else can go wrong.
-        write_exit_code(self.run, code, sig)
+        self.enospc = self.enospc or disk_full(self.run.path)
+        if not self.enospc:
+            try:
+                write_exit_code(self.run, code, sig)
+            except OSError as error:
+                if not is_enospc(error):
+                    raise
+                self.enospc = True
         leftovers = self.stop_tree(grace=float(self.plan.get("leftover_grace_s", 2.0)))
         peaks = self.stop_sampler()
         outcome = self.stop_reason or ("ok" if code == 0 else "failed")
-        self.update_record(
-            outcome=outcome,
-            exit={"code": code, "signal": sig, "decided_by": decided_by},
-            ended_at=iso_at(ended),
-            duration_s=round(ended - started, 6),
-            leftovers_killed=leftovers,
-            gpu_peaks=peaks,
-            add_events=[self.event("end", f"exit {code}" + (f" ({sig})" if sig else ""))],
-        )
+        end = {
+            "exit": {"code": code, "signal": sig, "decided_by": decided_by},
+            "ended_at": iso_at(ended),
+            "duration_s": round(ended - started, 6),
+            "leftovers_killed": leftovers,
+            "gpu_peaks": peaks,
+        }
+        event = self.event("end", f"exit {code}" + (f" ({sig})" if sig else ""))
+        self.update_record(outcome=outcome, **end, add_events=[event])
+        if self.enospc:
+            self.end_on_full_disk()
         self.finish()
         return 0
 
+    def end_on_full_disk(self) -> None:
+        """The disk filled up: the evidence is incomplete, so the result is unknown (no
+        exit_code), and the record says why, written into the space held back for it."""
+        self.reserve.release()
+        with contextlib.suppress(OSError):
+            self.run.exit_code_path.unlink()
+        reason = enospc_reason(self.run.path)
+        self.update_record(
+            outcome="unknown", error=reason, add_events=[self.event("enospc", reason)]
+        )
+
     def finish(self) -> None:
+        self.reserve.release()
         if self.indexer is not None:
             # Never two rows in flight: a late "running" row must not overwrite the final one.
             self.indexer.join()
@@ -291,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         return wrapper.run_all()
     except Exception:
         # Leave the reason in the record; without exit_code the run reads as unknown.
+        wrapper.reserve.release()
         with contextlib.suppress(Exception):
             wrapper.update_record(error=traceback.format_exc(limit=5))
         raise
