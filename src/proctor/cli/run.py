@@ -214,7 +214,7 @@ def register(app: typer.Typer) -> None:
         cwd: str = typer.Option(None, "--cwd", help="Working directory for the command."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."),
         config: Path = typer.Option(None, "--config", help="proctor.toml to use (default: found at the project root)."),
-        as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+        as_json: bool = typer.Option(False, "--json", help="Machine-readable output: stdout holds the JSON only; the command's output goes to stderr (and the log)."),
         target: str = typer.Option(None, "--target", help="local (default), ssh://user@host[:port], runpod, or slurm://[user@]login-host (docs/remote.md, docs/slurm.md)."),
         identity_file: str = typer.Option(None, "--identity-file", help="SSH private key file."),
         known_hosts: str = typer.Option(None, "--known-hosts", help="known_hosts file to verify host keys (default ~/.ssh/known_hosts)."),
