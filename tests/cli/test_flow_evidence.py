@@ -93,3 +93,28 @@ def test_sigterm_to_a_flow_stops_its_workload_run_too(
     teardown = [s for s in records[flow_dir.name]["steps"] if s["step"] == "teardown"]  # type: ignore[union-attr]
     assert set(teardown[0]["stopped_runs"]) == {workload_dir.name, server["run_id"]}
     assert proctor("runs", "verify", flow_dir.name).returncode == 0
+
+
+def test_ctrl_c_of_a_foreground_bench_stops_its_run(
+    fake_engine: int, isolated_runs: Path  # noqa: F811
+) -> None:
+    server = start(fake_engine, "--ttft", "60")
+    assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
+    before = set(isolated_runs.iterdir())
+    controller = proctor_popen("bench", "--server", server, "--isl", "8", "--osl", "4",
+                               "--concurrency", "2", "--name", "slow")  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+        (p / "wrapper.pid").exists() for p in set(isolated_runs.iterdir()) - before
+    ):
+        time.sleep(0.01)
+    controller.send_signal(signal.SIGINT)  # the moment the bench's wrapper exists
+    assert controller.wait(timeout=60) == 130, controller.communicate()[1]
+    [bench] = [p for p in set(isolated_runs.iterdir()) - before if p.is_dir()]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (bench / "exit_code").exists():
+        time.sleep(0.05)
+    record = json.loads((bench / "record.json").read_text())
+    assert record["outcome"] == "stopped", record
+    assert _dead(int(record["process"]["pid"]))
+    assert proctor("serve", "stop", server).returncode == 0

@@ -27,7 +27,7 @@ from proctor.supervise.launch import (
     start_run,
     wait_run,
 )
-from proctor.supervise.signals import deferred_stops
+from proctor.supervise.signals import STOP_SIGNALS, deferred_stops
 
 RUN_HELP = """Run CMD as a supervised run and pass its exit status through.
 
@@ -118,6 +118,28 @@ class _Interrupts:
     def __exit__(self, *exc: object) -> None:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+
+    # For commands that start one run and follow it to the end of the process (bench, eval,
+    # offline, slurm): arm() before the start, attach(run) once it is known.
+    def arm(self) -> _Interrupts:
+        """Install the handler and hold SIGINT/SIGTERM until attach(): no start window."""
+        self.__enter__()
+        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        return self
+
+    def attach(self, run: RunDir) -> None:
+        """The run is known: deliver any held signal (it stops the run) and go on handling."""
+        self.run = run
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+
+    def raise_if_hit(self) -> None:
+        if self.hit and self.run is not None:
+            raise Interrupted(f"run {self.run.run_id} stopped on interrupt")
+
+
+def guard_start() -> _Interrupts:
+    """Ctrl-C/SIGTERM handling for a command about to start one run; see _Interrupts.arm."""
+    return _Interrupts().arm()
 
 
 def exit_for_state(run: RunDir, state: RunState) -> int:
