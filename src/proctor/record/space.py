@@ -56,8 +56,7 @@ class SpaceReserve:
                 if is_enospc(error):
                     raise
                 os.write(fd, b"\0" * self.size)  # a filesystem without fallocate
-            os.fsync(fd)
-            self.held = True
+            self.held = True  # allocated now (no fsync needed: the blocks are taken)
         except OSError:
             self.release()
         finally:
