@@ -290,7 +290,7 @@ class Flow:
         if not run_id:
             return []
         run = RunDir(self.runs_dir / str(run_id))
-        if not request_stop(run):
+        if run_state(run).state == "finished" or not request_stop(run):
             return []
         state = wait_run(run, WORKLOAD_STOP_WAIT_S)
         self.log(f"[teardown] workload run {run.run_id} stopped ({state.state})")
