@@ -27,7 +27,7 @@ from proctor.supervise.launch import (
     start_run,
     wait_run,
 )
-from proctor.supervise.signals import STOP_SIGNALS, deferred_stops
+from proctor.supervise.signals import deferred_stops
 
 RUN_HELP = """Run CMD as a supervised run and pass its exit status through.
 
@@ -120,17 +120,19 @@ class _Interrupts:
             signal.signal(s, handler)
 
     # For commands that start one run and follow it to the end of the process (bench, eval,
-    # offline, slurm): arm() before the start, attach(run) once it is known.
+    # offline, slurm): arm() before the start, attach(run) once it is known. No signal mask
+    # here (whatever the start spawns, e.g. a Slurm tracker, must not inherit a blocked
+    # SIGTERM): a signal during the start is noted by the handler and acted on at attach().
     def arm(self) -> _Interrupts:
-        """Install the handler and hold SIGINT/SIGTERM until attach(): no start window."""
+        """Install the handler before the start: no window without one."""
         self.__enter__()
-        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         return self
 
     def attach(self, run: RunDir) -> None:
-        """The run is known: deliver any held signal (it stops the run) and go on handling."""
+        """The run is known: a signal noted during the start stops it now."""
         self.run = run
-        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+        if self.hit:
+            request_stop(run)
 
     def raise_if_hit(self) -> None:
         if self.hit and self.run is not None:
