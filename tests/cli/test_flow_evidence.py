@@ -10,11 +10,19 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
-from tests.cli.test_serve_flow import curl, fake_engine, start  # noqa: F401 - a fixture
-from tests.helpers import proctor, proctor_popen
+from tests.cli.test_serve_flow import curl, free_port, start
+from tests.helpers import FAKE_ENGINE_TOML, proctor, proctor_popen
 
 EXIT_CODE = re.compile(r"^\d+( SIG[A-Z0-9]+)?\n$")
+
+
+@pytest.fixture
+def fake_engine(tmp_path: Path) -> int:
+    """A proctor.toml in the test's working directory with the fake server's engine profile."""
+    (tmp_path / "work" / "proctor.toml").write_text(FAKE_ENGINE_TOML)
+    return free_port()
 
 
 def _records(runs: Path) -> dict[str, dict[str, object]]:
@@ -29,7 +37,8 @@ def _dead(pid: int) -> bool:
 
 
 def test_flow_and_sweep_directories_carry_the_same_evidence(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     port = fake_engine
     flow = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
@@ -51,14 +60,18 @@ def test_flow_and_sweep_directories_carry_the_same_evidence(
         verified = proctor("runs", "verify", run_id, "--json")
         assert verified.returncode == 0, (record["kind"], verified.stdout, verified.stderr)
         assert json.loads(verified.stdout)["verified"] is True
-    listed = {row["id"]: row for row in json.loads(proctor("runs", "list", "--json", "--limit", "0").stdout)}
+    listed = {
+        row["id"]: row
+        for row in json.loads(proctor("runs", "list", "--json", "--limit", "0").stdout)
+    }
     for run_id, record in records.items():
         if record["kind"] in ("flow", "sweep"):
             assert listed[run_id]["outcome"] == "ok" and listed[run_id]["exit_code"] == 0
 
 
 def test_sigterm_to_a_flow_stops_its_workload_run_too(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     port = fake_engine
     controller = proctor_popen("flow", "--engine", "fake", "--model", "m", "--port", str(port),
@@ -96,7 +109,8 @@ def test_sigterm_to_a_flow_stops_its_workload_run_too(
 
 
 def test_ctrl_c_of_a_foreground_bench_stops_its_run(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     server = start(fake_engine, "--ttft", "60")
     assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
