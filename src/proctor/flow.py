@@ -10,6 +10,8 @@ failing step's. `resume` continues a flow whose controller died without a second
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from typing import Any
 from proctor import __version__
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
+from proctor.record.finish import finish_run
 from proctor.record.rundir import RunDir, create_run_dir, new_run_id
 from proctor.record.status import run_state
 from proctor.serve import (
@@ -33,11 +36,14 @@ from proctor.serve import (
     worker_pids,
 )
 from proctor.spec.config import ProjectConfig
-from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir
-from proctor.supervise.launch import RunSpec, start_run
+from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, resolve_store_path
+from proctor.supervise.launch import RunSpec, request_stop, start_run, wait_run
+from proctor.supervise.signals import deferred_stops
 from proctor.supervise.wrapper import now_iso
 
 STEPS = ("stop", "start", "ready", "workload", "drain", "inspect", "teardown")
+# The workload's own kill ladder (SIGTERM, its grace, SIGKILL) runs in its wrapper.
+WORKLOAD_STOP_WAIT_S = 60.0
 
 
 @dataclass
@@ -90,6 +96,7 @@ class Flow:
         self.say = say
         self.runs_dir = Path(resolve_runs_dir(options.runs_dir, config).value)
         self.dir = run or create_run_dir(self.runs_dir, new_run_id())
+        self.server: RunDir | None = None
         self.record: dict[str, Any] = record_of(self.dir) or {
             "schema": "proctor.flow",
             "schema_version": 1,
@@ -164,12 +171,16 @@ class Flow:
             env=list(self.options.server_env),
         )
         try:
-            started, applied = start_server(
-                self.options.server, self.config, flags=flags, group=self.dir.run_id
-            )
+            # A stop that arrives while the server starts is held until the flow knows the
+            # run, so teardown always finds what was started.
+            with deferred_stops():
+                started, applied = start_server(
+                    self.options.server, self.config, flags=flags, group=self.dir.run_id
+                )
+                self.record["server_run"] = started.run.run_id
+                self.save()
         except ProctorError as error:
             return self.end(step, int(error.exit_code), error.one_line()), None
-        self.record["server_run"] = started.run.run_id
         env = " ".join(f"{k}={v}" for k, v in applied["applied_env"].items()) or "(none)"
         self.log(f"[start] model profile {applied['model_profile']}; env {env}")
         self.log(f"[start] {' '.join(applied['argv'])}")
@@ -208,15 +219,17 @@ class Flow:
         )
         try:
             plan = resolve_run_plan(flags, self.config)
-            started = start_run(
-                plan,
-                RunSpec(
-                    kind="workload", group=self.dir.run_id, extra={"server_run": server.run_id}
-                ),
-            )
+            with deferred_stops():
+                started = start_run(
+                    plan,
+                    RunSpec(
+                        kind="workload", group=self.dir.run_id, extra={"server_run": server.run_id}
+                    ),
+                )
+                self.record["workload_run"] = started.run.run_id
+                self.save()
         except ProctorError as error:
             return self.end(step, int(error.exit_code), error.one_line()), None
-        self.record["workload_run"] = started.run.run_id
         return self.end(
             step, 0, f"workload run {started.run.run_id}", run_id=started.run.run_id
         ), started.run
@@ -271,23 +284,48 @@ class Flow:
             step, 0, f"stacks of {len(pids)} process(es) in {server.path / 'inspect'}", files=files
         )
 
+    def stop_workload(self) -> list[str]:
+        """Stop the workload run if it is still going (a failed step, Ctrl-C, SIGTERM)."""
+        run_id = self.record.get("workload_run")
+        if not run_id:
+            return []
+        run = RunDir(self.runs_dir / str(run_id))
+        if run_state(run).state == "finished" or not request_stop(run):
+            return []
+        state = wait_run(run, WORKLOAD_STOP_WAIT_S)
+        self.log(f"[teardown] workload run {run.run_id} stopped ({state.state})")
+        return [run.run_id]
+
     def teardown(self, server: RunDir | None) -> int:
         step = self.begin("teardown")
+        stopped = self.stop_workload()
+        if server is None and self.record.get("server_run"):
+            server = RunDir(self.runs_dir / str(self.record["server_run"]))
         if server is None:
-            return self.end(step, 0, "no server to stop")
+            return self.end(step, 0, "no server to stop", stopped_runs=stopped)
         report = stop_server(
             server,
             gpu_processes=self.options.gpu_processes,
             vram_timeout_s=self.options.vram_timeout_s,
         )
+        stopped.append(server.run_id)
         if not report.memory_ok:
             return self.end(
                 step,
                 int(ExitCode.FAULT),
                 f"GPU memory still held: {report.holders}",
                 stop=report.to_dict(),
+                stopped_runs=stopped,
             )
-        return self.end(step, 0, f"server {server.run_id} stopped", stop=report.to_dict())
+        return self.end(
+            step, 0, f"server {server.run_id} stopped", stop=report.to_dict(), stopped_runs=stopped
+        )
+
+    def _noted(self, signum: int, frame: FrameType | None) -> None:
+        # A raw write: a buffered print from a signal handler can fail as a reentrant call.
+        with contextlib.suppress(OSError):
+            name = signal.Signals(signum).name
+            os.write(2, f"proctor: {name}: finishing the teardown first\n".encode())
 
     def _tails(self, tails: dict[str, list[str]]) -> None:
         for path, lines in (tails or {}).items():
@@ -297,13 +335,13 @@ class Flow:
 
     # -- the sequence -----------------------------------------------------------------------
     def run(self, *, resume: bool = False) -> int:
-        first_failure = 0
-        server: RunDir | None = None
+        """Run the steps, then always tear down and end the flow's run directory. The exit
+        code is the first failing step's, teardown included."""
+        failures: list[int] = []
 
         def note(code: int) -> int:
-            nonlocal first_failure
-            if code and not first_failure:
-                first_failure = code
+            if code:
+                failures.append(code)
             return code
 
         def on_term(signum: int, frame: FrameType | None) -> None:
@@ -311,51 +349,59 @@ class Flow:
 
         previous = signal.signal(signal.SIGTERM, on_term)
         try:
-            if resume and self.record.get("server_run"):
-                server = RunDir(self.runs_dir / self.record["server_run"])
-                if run_state(server).state not in ("running", "starting"):
-                    self.log(f"[resume] server run {server.run_id} is no longer running")
-                    note(int(ExitCode.WORKLOAD_FAILED))
-                    return first_failure
-            else:
-                note(self.stop_leftovers())
-                code, server = self.start_server()
-                if note(code):
-                    return first_failure
-            assert server is not None
-            done = self.step_done("ready")
-            if (done is None or done["exit_code"] != 0) and note(self.ready(server)):
-                return first_failure
-            workload: RunDir | None = None
-            done = self.step_done("workload")
-            if done and done.get("run_id"):
-                workload = RunDir(self.runs_dir / done["run_id"])
-            else:
-                code, workload = self.workload(server)
-                if note(code):
-                    return first_failure
-            assert workload is not None
-            code = note(self.drain(server, workload))
-            if code == int(ExitCode.HANG) and self.options.inspect_on_hang:
-                self.inspect(server)
-            return first_failure
+            self._steps(note, resume=resume)
         except (KeyboardInterrupt, _Terminated):
             self.log("[flow] interrupted: tearing down")
             note(int(ExitCode.INTERRUPTED))
-            return first_failure
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            # Teardown is bounded; a second Ctrl-C or SIGTERM must not cut it short.
+            previous_int = signal.signal(signal.SIGINT, self._noted)
+            signal.signal(signal.SIGTERM, self._noted)
             try:
-                code = self.teardown(server)
-            except (KeyboardInterrupt, _Terminated):
-                code = self.teardown(server)
-            note(code)
-            self.record["outcome"] = "ok" if first_failure == 0 else "failed"
-            self.record["exit_code"] = first_failure
-            self.record["ended_at"] = now_iso()
-            self.save()
-            (self.dir.path / "exit_code").write_text(f"{first_failure}\n")
+                note(self.teardown(self.server))
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+                signal.signal(signal.SIGINT, previous_int)
+            code = failures[0] if failures else 0
+            finish_run(
+                self.dir,
+                self.record,
+                code=code,
+                outcome="ok" if code == 0 else "failed",
+                store_path=resolve_store_path(self.config, self.runs_dir).value,
+                who="flow",
+            )
+        return code
 
+    def _steps(self, note: Callable[[int], int], *, resume: bool) -> None:
+        if resume and self.record.get("server_run"):
+            self.server = RunDir(self.runs_dir / self.record["server_run"])
+            if run_state(self.server).state not in ("running", "starting"):
+                self.log(f"[resume] server run {self.server.run_id} is no longer running")
+                note(int(ExitCode.WORKLOAD_FAILED))
+                return
+        else:
+            note(self.stop_leftovers())
+            code, self.server = self.start_server()
+            if note(code):
+                return
+        server = self.server
+        assert server is not None
+        done = self.step_done("ready")
+        if (done is None or done["exit_code"] != 0) and note(self.ready(server)):
+            return
+        workload: RunDir | None = None
+        done = self.step_done("workload")
+        if done and done.get("run_id"):
+            workload = RunDir(self.runs_dir / done["run_id"])
+        else:
+            code, workload = self.workload(server)
+            if note(code):
+                return
+        assert workload is not None
+        code = note(self.drain(server, workload))
+        if code == int(ExitCode.HANG) and self.options.inspect_on_hang:
+            self.inspect(server)
 
 def resume_flow(
     ref: str, config: ProjectConfig, runs_dir: str | None, say: Callable[[str], None]

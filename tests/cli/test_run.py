@@ -150,16 +150,62 @@ def test_runs_stop_stops_the_whole_tree(isolated_runs: Path, tmp_path: Path) -> 
     assert again.returncode == 0 and json.loads(again.stdout)["stop_sent"] is False
 
 
+def test_runs_stop_after_sigkill_of_the_wrapper_stops_what_it_started(
+    isolated_runs: Path, tmp_path: Path
+) -> None:
+    started = proctor("run", "-d", "--json", "--grace", "1s", "--", "bash", "-c", _tree_script(tmp_path))
+    run = isolated_runs / json.loads(started.stdout)["run_id"]
+    _wait_for(lambda: (tmp_path / "pids").exists() and len((tmp_path / "pids").read_text().split()) == 3)
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    wrapper = json.loads((run / "wrapper.pid").read_text())["pid"]
+    os.kill(wrapper, signal.SIGKILL)
+    _wait_for(lambda: not psutil.pid_exists(wrapper) or
+              psutil.Process(wrapper).status() == psutil.STATUS_ZOMBIE)
+    assert all(psutil.pid_exists(pid) for pid in pids)  # orphans now
+    stopped = proctor("runs", "stop", run.name, "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    view = json.loads(stopped.stdout)
+    assert view["stop_sent"] is False and view["outcome"] == "unknown"
+    assert set(pids) <= set(view["orphans"]["found"])
+    assert set(pids) <= set(view["orphans"]["terminated"]) | set(view["orphans"]["killed"])
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    record = json.loads((run / "record.json").read_text())
+    assert record["outcome"] == "unknown" and "wrapper died" in record["error"]
+    assert not (run / "exit_code").exists()  # nobody waited for it: the status is unknown
+    assert proctor("runs", "verify", run.name).returncode == 0
+    # Said in words, and idempotent: a second stop finds nothing and says so.
+    again = proctor("runs", "stop", run.name)
+    assert again.returncode == 0 and "no process of it is alive" in again.stderr
+
+
 def test_ctrl_c_stops_the_run_and_exits_130(isolated_runs: Path) -> None:
     controller = proctor_popen("run", "--", "sleep", "300")
     _wait_for(lambda: isolated_runs.exists() and any(isolated_runs.glob("*/wrapper.pid")))
     run = only_run(isolated_runs)
     _wait_for(lambda: json.loads((run / "record.json").read_text()).get("process") is not None)
     controller.send_signal(signal.SIGINT)
-    assert controller.wait(timeout=30) == 130
+    assert controller.wait(timeout=30) == 130, controller.communicate()[1]
     record = json.loads((run / "record.json").read_text())
     assert record["outcome"] == "stopped"
     assert (run / "exit_code").read_text() == "143 SIGTERM\n"
+
+
+def test_ctrl_c_in_the_start_window_still_stops_the_run(isolated_runs: Path) -> None:
+    """A Ctrl-C the moment the wrapper exists (before the controller could have installed
+    its handler without the signal block) stops the run: nothing is left going."""
+    controller = proctor_popen("run", "--", "sleep", "300")
+    _wait_for(lambda: isolated_runs.exists() and any(isolated_runs.glob("*/wrapper.pid")), 30)
+    controller.send_signal(signal.SIGINT)
+    assert controller.wait(timeout=30) == 130, controller.communicate()[1]
+    run = only_run(isolated_runs)
+    _wait_for(lambda: (run / "exit_code").exists(), 30)
+    wrapper = json.loads((run / "wrapper.pid").read_text())
+    _wait_for(lambda: not psutil.pid_exists(wrapper["pid"]) or
+              psutil.Process(wrapper["pid"]).status() == psutil.STATUS_ZOMBIE, 30)
+    record = json.loads((run / "record.json").read_text())
+    assert record["outcome"] == "stopped", record
+    assert not psutil.pid_exists(record["process"]["pid"])
 
 
 def test_key_attaches_instead_of_starting_a_copy(isolated_runs: Path, tmp_path: Path) -> None:
@@ -290,3 +336,25 @@ def test_manifest_detects_one_changed_byte(isolated_runs: Path) -> None:
     result = proctor("runs", "verify", run.name, "--json")
     assert result.returncode == 2
     assert json.loads(result.stdout)["changed"] == ["m.log"]
+
+
+def test_a_180kb_command_line_runs(isolated_runs: Path) -> None:
+    words = [f"word{i:05d}-" + "x" * 20 for i in range(7000)]  # ~185 KB in all
+    assert sum(len(w) + 1 for w in words) > 180_000
+    script = "import sys; print(len(sys.argv) - 1, sum(map(len, sys.argv[1:])))"
+    result = proctor("run", "--", sys.executable, "-c", script, *words)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == [str(len(words)), str(sum(map(len, words)))]
+    assert "Traceback" not in result.stderr
+
+
+
+def test_json_in_the_foreground_keeps_stdout_json_only(isolated_runs: Path) -> None:
+    result = proctor("run", "--json", "--", "sh", "-c", "echo out-line; echo err-line >&2; exit 3")
+    assert result.returncode == 3
+    doc = json.loads(result.stdout)  # the whole of stdout is one JSON document
+    assert doc["exit"]["code"] == 3 and doc["state"] == "finished"
+    # The command's output is not lost: in the run's log, and copied to stderr.
+    assert "out-line" in result.stderr and "err-line" in result.stderr
+    log = Path(doc["log"]).read_text()
+    assert "out-line" in log and "err-line" in log

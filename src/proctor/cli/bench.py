@@ -163,7 +163,7 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
                 timeout: str | None, runs_dir: str | None, server_facts: dict[str, object],
                 json_out: bool) -> None:  # fmt: skip
     from proctor.cli.output import err_console
-    from proctor.cli.run import exit_for_state, summary_line
+    from proctor.cli.run import exit_for_state, guard_start, summary_line
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
     from proctor.supervise.launch import RunSpec, follow_log, record_of, start_run, wait_run
@@ -176,8 +176,10 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
                                           "concurrency": cfg.concurrency}}  # fmt: skip
     if server_facts:
         extra["server_run"] = server_facts["run_id"]
+    interrupts = guard_start()
     started = start_run(plan, RunSpec(kind="bench", extra=extra))
     run = started.run
+    interrupts.attach(run)
     if detach:
         if json_out:
             print_json({"run_id": run.run_id, "dir": str(run.path), "attached": started.attached})
@@ -191,6 +193,7 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {}),
                     "outcome": record_of(run).get("outcome")})  # fmt: skip
     err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    interrupts.raise_if_hit()
     code = exit_for_state(run, state)
     if code:
         raise typer.Exit(code)

@@ -114,7 +114,7 @@ def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool
     import os
 
     from proctor.cli.output import err_console
-    from proctor.cli.run import exit_for_state, summary_line
+    from proctor.cli.run import exit_for_state, guard_start, summary_line
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
     from proctor.supervise.launch import RunSpec, follow_log, start_run, wait_run
@@ -122,8 +122,10 @@ def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool
     plan = resolve_run_plan(RunFlags(argv=argv, name=name, runs_dir=runs_dir, detach=detach,
                                      gpu_sample=0), load_config())  # fmt: skip
     extra = {"server_run": server_run} if server_run else {}
+    interrupts = guard_start()
     started = start_run(plan, RunSpec(kind="eval", extra=extra))
     run = started.run
+    interrupts.attach(run)
     if detach:
         typer.echo(run.run_id)
         return
@@ -134,6 +136,7 @@ def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool
     if as_json:
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {})})
     err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    interrupts.raise_if_hit()
     code = exit_for_state(run, state)
     if code:
         raise typer.Exit(code)

@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
         as_json: bool = typer.Option(False, "--json", help="Print the run id, outcome and parsed metrics as JSON."),
     ) -> None:  # fmt: skip
-        from proctor.cli.run import _Interrupts, exit_for_state, summary_line
+        from proctor.cli.run import exit_for_state, guard_start, summary_line
         from proctor.errors import Interrupted
         from proctor.supervise.launch import follow_log, record_of, wait_run
 
@@ -64,8 +64,10 @@ def register(app: typer.Typer) -> None:
             name=name, runs_dir=runs_dir, timeout=timeout, env=list(env or []), key=key,
             detach=detach, gpu_sample=gpu_sample,
         )
+        interrupts = guard_start()
         started = start_offline(request, load_config(config))
         run = started.run
+        interrupts.attach(run)
         if detach:
             if as_json:
                 print_json({"run_id": run.run_id, "dir": str(run.path),
@@ -74,7 +76,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(run.run_id)
             return
         err_console.print(f"proctor: offline run {run.run_id} -> {run.path}", highlight=False)
-        with _Interrupts(run) as interrupts, open(os.devnull, "wb") as devnull:
+        with open(os.devnull, "wb") as devnull:
             follow_log(run, devnull if as_json else sys.stdout.buffer)
             state = wait_run(run)
         doc = run.read_json("metrics.json") or {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 from pathlib import Path
@@ -17,7 +19,15 @@ from proctor.record.status import RunState
 from proctor.spec.config import load_config
 from proctor.spec.durations import format_duration
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
-from proctor.supervise.launch import follow_log, record_of, request_stop, start_run, wait_run
+from proctor.supervise.launch import (
+    Started,
+    follow_log,
+    record_of,
+    request_stop,
+    start_run,
+    wait_run,
+)
+from proctor.supervise.signals import deferred_stops
 
 RUN_HELP = """Run CMD as a supervised run and pass its exit status through.
 
@@ -85,7 +95,7 @@ def print_plan(plan: RunPlan, as_json: bool) -> None:
 class _Interrupts:
     """Ctrl-C / SIGTERM of the controller become a stop request for the run."""
 
-    def __init__(self, run: RunDir) -> None:
+    def __init__(self, run: RunDir | None = None) -> None:
         self.run = run
         self.hit = False
 
@@ -97,13 +107,41 @@ class _Interrupts:
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         if not self.hit:
-            err_console.print("proctor: interrupted, stopping the run ...")
+            # A raw write: the main thread may be inside a write to the same stream, and a
+            # buffered print from a signal handler would fail with a reentrant call.
+            with contextlib.suppress(OSError):
+                os.write(2, b"proctor: interrupted, stopping the run ...\n")
         self.hit = True
-        request_stop(self.run)
+        if self.run is not None:
+            request_stop(self.run)
 
     def __exit__(self, *exc: object) -> None:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+
+    # For commands that start one run and follow it to the end of the process (bench, eval,
+    # offline, slurm): arm() before the start, attach(run) once it is known. No signal mask
+    # here (whatever the start spawns, e.g. a Slurm tracker, must not inherit a blocked
+    # SIGTERM): a signal during the start is noted by the handler and acted on at attach().
+    def arm(self) -> _Interrupts:
+        """Install the handler before the start: no window without one."""
+        self.__enter__()
+        return self
+
+    def attach(self, run: RunDir) -> None:
+        """The run is known: a signal noted during the start stops it now."""
+        self.run = run
+        if self.hit:
+            request_stop(run)
+
+    def raise_if_hit(self) -> None:
+        if self.hit and self.run is not None:
+            raise Interrupted(f"run {self.run.run_id} stopped on interrupt")
+
+
+def guard_start() -> _Interrupts:
+    """Ctrl-C/SIGTERM handling for a command about to start one run; see _Interrupts.arm."""
+    return _Interrupts().arm()
 
 
 def exit_for_state(run: RunDir, state: RunState) -> int:
@@ -111,8 +149,7 @@ def exit_for_state(run: RunDir, state: RunState) -> int:
     record = record_of(run)
     if state.state == "unknown" or state.exit is None:
         raise ResultUnknown(
-            f"run {run.run_id}: result unknown (no exit status was recorded)",
-            hint=f"see {run.path}",
+            f"run {run.run_id}: result unknown ({_reason(record)})", hint=f"see {run.path}"
         )
     if record.get("outcome") == "timeout":
         raise TimeLimitReached(
@@ -122,17 +159,64 @@ def exit_for_state(run: RunDir, state: RunState) -> int:
     return state.exit.code
 
 
+def _reason(record: dict[str, Any]) -> str:
+    """Why a run's result is unknown, in one line (a traceback's last line)."""
+    lines = str(record.get("error") or "").strip().splitlines()
+    return lines[-1][:300] if lines else "no exit status was recorded"
+
+
 def summary_line(run: RunDir, state: RunState) -> str:
     record = record_of(run)
     duration = record.get("duration_s")
     took = f" in {format_duration(float(duration))}" if duration is not None else ""
     if state.exit is None:
-        return f"run {run.run_id}: result unknown; evidence in {run.path}"
+        return f"run {run.run_id}: result unknown ({_reason(record)}); evidence in {run.path}"
     sig = f" ({state.exit.signal})" if state.exit.signal else ""
     return (
         f"run {run.run_id}: {record.get('outcome', '?')}, exit {state.exit.code}{sig}{took}; "
         f"log {run.log_path()}"
     )
+
+
+def _follow_started(
+    started: Started, *, key: str | None, detach: bool, as_json: bool, interrupts: _Interrupts
+) -> None:
+    """Report a started run; in the foreground follow it and exit with its status.
+
+    With --json, stdout holds the JSON document only: the command's output (always in the
+    run's log) is copied to stderr instead.
+    """
+    run = started.run
+    info = {"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
+            "attached": started.attached}  # fmt: skip
+    if detach:
+        if as_json:
+            print_json(info)
+        else:
+            verb = "attached to running" if started.attached else "started"
+            err_console.print(f"proctor: {verb} run {run.run_id} ({run.path})", highlight=False)
+            typer.echo(run.run_id)
+        if interrupts.hit:
+            raise Interrupted(f"run {run.run_id} stopped on interrupt")
+        return
+    if started.attached:
+        err_console.print(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
+    else:
+        err_console.print(f"proctor: run {run.run_id} -> {run.path}", highlight=False)
+    out = sys.stderr.buffer if as_json else sys.stdout.buffer
+    follow_log(run, out, from_start=True)
+    state = wait_run(run)
+    if as_json:
+        print_json({**info, "state": state.state,
+                    "exit": state.exit.model_dump() if state.exit else None,
+                    "outcome": record_of(run).get("outcome")})  # fmt: skip
+    else:
+        err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    if interrupts.hit:
+        raise Interrupted(f"run {run.run_id} stopped on interrupt")
+    code = exit_for_state(run, state)
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
@@ -154,7 +238,7 @@ def register(app: typer.Typer) -> None:
         cwd: str = typer.Option(None, "--cwd", help="Working directory for the command."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."),
         config: Path = typer.Option(None, "--config", help="proctor.toml to use (default: found at the project root)."),
-        as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+        as_json: bool = typer.Option(False, "--json", help="Machine-readable output: stdout holds the JSON only; the command's output goes to stderr (and the log)."),
         target: str = typer.Option(None, "--target", help="local (default), ssh://user@host[:port], runpod, or slurm://[user@]login-host (docs/remote.md, docs/slurm.md)."),
         identity_file: str = typer.Option(None, "--identity-file", help="SSH private key file."),
         known_hosts: str = typer.Option(None, "--known-hosts", help="known_hosts file to verify host keys (default ~/.ssh/known_hosts)."),
@@ -220,36 +304,13 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             print_plan(plan, as_json)
             return
-        started = start_run(plan)
-        run = started.run
-        info = {"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
-                "attached": started.attached}  # fmt: skip
-        if detach:
-            if as_json:
-                print_json(info)
-            else:
-                verb = "attached to running" if started.attached else "started"
-                err_console.print(f"proctor: {verb} run {run.run_id} ({run.path})")
-                typer.echo(run.run_id)
-            return
-        if started.attached:
-            err_console.print(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
-        else:
-            err_console.print(f"proctor: run {run.run_id} -> {run.path}", highlight=False)
-        with _Interrupts(run) as interrupts:
-            follow_log(run, sys.stdout.buffer, from_start=True)
-            state = wait_run(run)
-        if as_json:
-            print_json({**info, "state": state.state,
-                        "exit": state.exit.model_dump() if state.exit else None,
-                        "outcome": record_of(run).get("outcome")})  # fmt: skip
-        else:
-            err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-        if interrupts.hit:
-            raise Interrupted(f"run {run.run_id} stopped on interrupt")
-        code = exit_for_state(run, state)
-        if code:
-            raise typer.Exit(code)
+        # Signals are held from before the wrapper starts until the handler knows the run:
+        # a Ctrl-C in between is delivered then, and stops the run instead of orphaning it.
+        with _Interrupts() as interrupts:
+            with deferred_stops():
+                started = start_run(plan)
+                interrupts.run = started.run
+            _follow_started(started, key=key, detach=detach, as_json=as_json, interrupts=interrupts)
 
     @app.command("plan", context_settings={"allow_interspersed_args": False})
     def plan_command(

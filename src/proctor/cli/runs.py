@@ -18,8 +18,9 @@ from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
-from proctor.store.db import Store, reindex
+from proctor.store.db import Store, index_missing, reindex
 from proctor.supervise.launch import follow_log, record_of, request_stop, resolve_run, wait_run
+from proctor.supervise.orphans import stop_dead_wrapper_run
 
 app = typer.Typer(
     help="List, show, follow, wait for, stop, verify and reindex runs.", no_args_is_help=True
@@ -73,8 +74,8 @@ def list_runs(
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
     with _store(directory) as store:
-        if not store.runs(limit=1) and directory.is_dir():
-            reindex(store, directory)
+        # Runs whose wrapper could not index them (a locked store) or that predate the store.
+        index_missing(store, directory)
         rows = store.runs(name=name, commit=commit, since=since_iso, limit=None)
         out: list[dict[str, Any]] = []
         for row in rows:
@@ -213,17 +214,34 @@ def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
                               f"run {run.run_id}; `proctor runs wait {run.run_id}` fetches it")  # fmt: skip
         return
     sent = request_stop(run)
-    state = wait_run(run, parse_duration(wait_for, option="--wait")) if sent else run_state(run)
+    orphans = None
+    if sent:
+        state = wait_run(run, parse_duration(wait_for, option="--wait"))
+    else:
+        # No live wrapper: whatever its command left running is stopped from the record.
+        orphans = stop_dead_wrapper_run(run)
+        state = run_state(run)
     view = {"run_id": run.run_id, "stop_sent": sent, "state": state.state,
-            "outcome": effective_outcome(record_of(run), state)}  # fmt: skip
+            "outcome": effective_outcome(record_of(run), state),
+            "orphans": orphans.to_dict() if orphans else None}  # fmt: skip
     if as_json:
         print_json(view)
     elif sent:
         err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    elif orphans is not None and orphans.found:
+        err_console.print(f"proctor: run {run.run_id}: {orphans.reason} "
+                          f"(pids {', '.join(map(str, orphans.found))}); "
+                          f"result {view['outcome']}", markup=False, highlight=False)  # fmt: skip
     else:
-        err_console.print(f"proctor: run {run.run_id} is not running ({view['outcome']})")
+        err_console.print(f"proctor: run {run.run_id} is not running ({view['outcome']}); "
+                          f"no process of it is alive", markup=False, highlight=False)  # fmt: skip
     if state.state in ("running", "starting"):
         raise WorkloadFailed(f"run {run.run_id} is still running after {wait_for}")
+    if orphans is not None and orphans.survivors:
+        raise WorkloadFailed(
+            f"run {run.run_id}: processes {orphans.survivors} survived SIGKILL",
+            hint="they may be in uninterruptible sleep (state D); see `ps -o pid,stat`",
+        )
 
 
 @app.command("verify")

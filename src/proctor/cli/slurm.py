@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from proctor.cli.output import console, err_console, print_json
-from proctor.cli.run import _Interrupts, exit_for_state, flags_from, summary_line
+from proctor.cli.run import exit_for_state, flags_from, guard_start, summary_line
 from proctor.errors import Interrupted, TargetUnavailable
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir
@@ -75,11 +75,13 @@ def run_on_slurm(
         )
         return
     target = SlurmTarget(options)
+    interrupts = guard_start()
     try:
         started = target.start_plan(plan)
     finally:
         target.close()
     run = started.run
+    interrupts.attach(run)
     meta = run.read_json("slurm.json") or {}
     info = {
         "run_id": run.run_id,
@@ -98,9 +100,8 @@ def run_on_slurm(
     err_console.print(
         f"proctor: Slurm job {info['job_id']}, run {run.run_id} -> {run.path}", highlight=False
     )
-    with _Interrupts(run) as interrupts:
-        follow_log(run, sys.stdout.buffer, from_start=True)
-        state = wait_run(run)
+    follow_log(run, sys.stdout.buffer, from_start=True)
+    state = wait_run(run)
     record = record_of(run)
     if as_json:
         print_json(

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -131,14 +132,36 @@ class RunDir:
         write_atomic(self.path / filename, json.dumps(data, indent=2, default=str) + "\n")
 
 
+_GITIGNORE = "# Written by proctor: run directories are outputs, not source.\n*\n"
+
+
+def _is_proctor_entry(name: str) -> bool:
+    return name.startswith(".") or is_run_id(name) or name.startswith("proctor.sqlite")
+
+
+def ignore_in_git(runs_dir: Path) -> None:
+    """Put a `.gitignore` of `*` in a runs directory that holds only proctor's outputs, so
+    they never show as untracked files (git status, source identity) inside a repository.
+    A directory holding anything else is left alone (the identity excludes it by path)."""
+    marker = runs_dir / ".gitignore"
+    if marker.exists():
+        return
+    with contextlib.suppress(OSError):
+        if all(_is_proctor_entry(entry.name) for entry in os.scandir(runs_dir)):
+            write_atomic(marker, _GITIGNORE)
+
+
 def create_run_dir(runs_dir: Path, run_id: str) -> RunDir:
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
+        ignore_in_git(runs_dir)
         path = runs_dir / run_id
         path.mkdir()
     except FileExistsError:
         raise UsageError(f"run directory {runs_dir / run_id} already exists") from None
     except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise  # the caller says ENOSPC (result unknown), not a usage error
         raise UsageError(
             f"cannot create a run directory under {runs_dir}: {error.strerror}",
             hint="choose a writable directory with --runs-dir or PROCTOR_RUNS_DIR",

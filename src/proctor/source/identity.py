@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -121,8 +122,14 @@ def strip_credentials(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def source_identity(path: str | os.PathLike[str]) -> SourceIdentity:
-    """Identify the source tree containing `path` (a file or directory)."""
+def source_identity(
+    path: str | os.PathLike[str], exclude: Iterable[str | os.PathLike[str]] = ()
+) -> SourceIdentity:
+    """Identify the source tree containing `path` (a file or directory).
+
+    `exclude`: paths that are outputs, not source (proctor's runs directory and store): they
+    never count as untracked or changed, so the same tree always gives the same source id.
+    """
     here = Path(path).resolve()
     start = here if here.is_dir() else here.parent
     if not start.exists():
@@ -131,15 +138,31 @@ def source_identity(path: str | os.PathLike[str]) -> SourceIdentity:
     if top.returncode != 0:
         return SourceIdentity(is_git=False, reason=NOT_A_GIT_CHECKOUT, path=str(here))
     root = Path(top.stdout.decode(errors="surrogateescape").strip())
-    ident = _identify_root(root)
+    ident = _identify_root(root, _exclude_specs(root, exclude))
     ident.path = str(here)
     return ident
 
 
-def _identify_root(root: Path) -> SourceIdentity:
+def _exclude_specs(root: Path, exclude: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """git pathspecs leaving out each excluded path that lies inside the repository."""
+    real_root = root.resolve()
+    specs: list[str] = []
+    for item in exclude:
+        target = Path(item).resolve()
+        try:
+            rel = target.relative_to(real_root)
+        except ValueError:
+            continue  # outside this repository: nothing to leave out
+        if rel.parts:
+            specs.append(f":(top,exclude,literal){rel.as_posix()}")
+    return specs
+
+
+def _identify_root(root: Path, excluded: list[str] | None = None) -> SourceIdentity:
+    pathspec = ["--", ".", *excluded] if excluded else []
     status = run_git(
         root, "status", "--porcelain=v2", "-z", "--branch",
-        "--untracked-files=all", "--ignore-submodules=none",
+        "--untracked-files=all", "--ignore-submodules=none", *pathspec,
     ).stdout  # fmt: skip
     commit, branch, staged, modified, deleted, untracked = _parse_status(status)
     submodules = _submodules(root, has_commit=commit is not None)

@@ -93,10 +93,11 @@ def row_from_record(record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, timeout: float = 30.0) -> None:
+        """`timeout`: how long to wait for another process's lock before failing."""
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
+        self.conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
         self.conn.row_factory = sqlite3.Row
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
@@ -265,18 +266,59 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
         yield str(name), float(value), unit
 
 
-def index_quietly(store_path: str | Path | None, run_dir: Path, who: str) -> None:
-    """Index one run for a process that must not fail on the store (the wrapper, a tracker):
-    the run directory stays the source of truth, and `runs reindex` repairs the index."""
+# A run directory whose row may be missing or stale in the store: its wrapper could not
+# index it in time (the store was locked). Any later indexing picks it up; a dot-file, so
+# it is not an artifact of the run (the manifest leaves it out).
+INDEX_PENDING = ".index-pending"
+INDEX_WAIT_S = 2.0
+
+
+def index_quietly(
+    store_path: str | Path | None, run_dir: Path, who: str, *, timeout: float = INDEX_WAIT_S
+) -> bool:
+    """Index one run for a process that must not fail or wait long on the store (the wrapper,
+    a tracker): the run directory stays the source of truth. If the store cannot be updated
+    within `timeout` the run is marked pending, and the next indexing of its runs directory
+    (another run's end, `runs list`, `runs reindex`) indexes it. Returns True if indexed."""
     if not store_path:
-        return
+        return False
+    import contextlib
     import sys
 
+    marker = run_dir / INDEX_PENDING
+    with contextlib.suppress(OSError):
+        marker.touch()
     try:
-        with Store(Path(store_path)) as store:
+        with Store(Path(store_path), timeout=timeout) as store:
             store.index_run_dir(run_dir)
+            with contextlib.suppress(OSError):
+                marker.unlink()
+            index_missing(store, run_dir.parent, only_pending=True)
     except Exception as error:
-        sys.stderr.write(f"proctor {who}: store update failed: {error!r}\n")
+        sys.stderr.write(f"proctor {who}: store update failed (the run stays pending): {error!r}\n")
+        return False
+    return True
+
+
+def index_missing(store: Store, runs_dir: Path, *, only_pending: bool = False) -> int:
+    """Index the run directories marked pending, and (unless `only_pending`) those the store
+    has no row for. Returns how many were indexed."""
+    import contextlib
+
+    if not runs_dir.is_dir():
+        return 0
+    known = set() if only_pending else {row["id"] for row in store.runs()}
+    count = 0
+    for child in sorted(runs_dir.iterdir()):
+        pending = (child / INDEX_PENDING).exists()
+        if not pending and (only_pending or child.name in known or not child.is_dir()):
+            continue
+        if store.index_run_dir(child):
+            count += 1
+        if pending:
+            with contextlib.suppress(OSError):
+                (child / INDEX_PENDING).unlink()
+    return count
 
 
 def reindex(store: Store, runs_dir: Path) -> int:
@@ -287,4 +329,5 @@ def reindex(store: Store, runs_dir: Path) -> int:
         for child in sorted(runs_dir.iterdir()):
             if child.is_dir() and store.index_run_dir(child):
                 count += 1
+                (child / INDEX_PENDING).unlink(missing_ok=True)
     return count

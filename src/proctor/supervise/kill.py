@@ -76,11 +76,13 @@ def kill_ladder(
     exclude: Iterable[int] = (),
     reap: Callable[[], None] | None = None,
     poll: float = 0.05,
+    extra: Callable[[], Iterable[psutil.Process]] | None = None,
 ) -> LadderReport:
     """Stop a process group and the descendants of `roots`. Returns who got which signal.
 
     `reap` is called while waiting, so a caller that is the parent (or subreaper) of these
-    processes can collect their exit statuses instead of leaving zombies.
+    processes can collect their exit statuses instead of leaving zombies. `extra` names more
+    processes of the run, asked again at every step (see supervise/orphans.py).
     """
     roots = tuple(roots)
     exclude = tuple(exclude)
@@ -89,7 +91,11 @@ def kill_ladder(
     def current() -> list[psutil.Process]:
         if reap is not None:
             reap()
-        return members(pgid, roots, exclude)
+        found = members(pgid, roots, exclude)
+        if extra is not None:
+            seen = {p.pid for p in found}
+            found += [p for p in extra() if p.pid not in seen and _alive(p)]
+        return found
 
     procs = current()
     if not procs:

@@ -55,13 +55,22 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {"value": str(value)}
 
 
-def collect_source(cwd: Path) -> dict[str, Any]:
+def proctor_outputs(runs_dir: Path, store_path: Path | None) -> list[Path]:
+    """What proctor itself writes: never part of a run's source identity."""
+    outputs = [runs_dir]
+    if store_path is not None:
+        sidecars = ("", "-wal", "-shm", "-journal")
+        outputs += [store_path.with_name(store_path.name + s) for s in sidecars]
+    return outputs
+
+
+def collect_source(cwd: Path, outputs: list[Path] | None = None) -> dict[str, Any]:
     try:
         from proctor.source.identity import source_identity
     except ImportError:
         return {"is_git": False, "reason": "source identity not available in this build"}
     try:
-        return _as_dict(source_identity(cwd))
+        return _as_dict(source_identity(cwd, exclude=outputs or []))
     except ProctorError as error:
         return {"is_git": False, "reason": error.one_line()}
 
@@ -81,6 +90,21 @@ def collect_gpu() -> dict[str, Any]:
 
 def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Redactor]:
     """Create the run directory with plan.json and the first record. Nothing runs yet."""
+    try:
+        return _prepare_run(plan, spec)
+    except OSError as error:
+        from proctor.record.space import is_enospc
+
+        if not is_enospc(error):
+            raise
+        raise ResultUnknown(
+            f"no space left on device (ENOSPC) under {plan.runs_dir.value}: the run could not "
+            f"be recorded, so it was not started",
+            hint="free some space, or choose another --runs-dir",
+        ) from None
+
+
+def _prepare_run(plan: RunPlan, spec: RunSpec | None) -> tuple[RunDir, Redactor]:
     spec = spec or RunSpec()
     redactor = plan.redactor()
     run_id = new_run_id()
@@ -114,7 +138,10 @@ def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Red
         log=log_name,
         proctor_version=__version__,
         target={**spec.target, "host": spec.target.get("host") or host_info()["hostname"]},
-        source=collect_source(Path(plan.cwd.value)),
+        source=collect_source(
+            Path(plan.cwd.value),
+            proctor_outputs(Path(plan.runs_dir.value), Path(str(plan.store_path.value))),
+        ),
         gpu=gpu,
         env_overrides=redactor.env(plan.env_values),
         options={k: v for k, v in plan.options(redactor).items()},  # type: ignore[misc]
@@ -135,10 +162,13 @@ def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
     env.update(plan.env_values)
     env["PROCTOR_RUN_DIR"] = str(run.path)
     env["PROCTOR_RUN_ID"] = run.run_id
-    env["PROCTOR_WRAPPER_ARGV"] = json.dumps(plan.argv)
+    # The real argv goes through a pipe: never a file (no secret at rest), and never one
+    # environment variable (Linux caps a single one at 128 KiB; a long command line is fine).
+    env.pop("PROCTOR_WRAPPER_ARGV", None)
+    env["PROCTOR_WRAPPER_ARGV_STDIN"] = "1"
     proc = subprocess.Popen(
         [sys.executable, "-m", "proctor.supervise.wrapper", str(run.path)],
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=open(run.path / ".wrapper.err", "ab"),  # noqa: SIM115 - handed to the child
         start_new_session=True,
@@ -146,6 +176,11 @@ def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
         env=env,
         cwd=str(plan.cwd.value),
     )
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):  # it died at once: reported below
+        proc.stdin.write(json.dumps(plan.argv).encode())
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
     deadline = time.monotonic() + WRAPPER_START_TIMEOUT_S
     while time.monotonic() < deadline:
         ref = read_wrapper_ref(run)
@@ -202,8 +237,36 @@ class Started:
     redactor: Redactor
 
 
+_MAX_ARG_STRLEN = 32 * 4096  # Linux: the longest single argument or environment string
+
+
+def check_exec_limits(argv: list[str], env: dict[str, str]) -> None:
+    """A command line the kernel would refuse (E2BIG) is a usage error, said before any run
+    directory exists, rather than a failure deep in a spawn."""
+    longest = max((len(os.fsencode(a)) + 1 for a in argv), default=0)
+    if longest > _MAX_ARG_STRLEN:
+        raise UsageError(
+            f"one argument of the command is {longest - 1} bytes; the system allows "
+            f"{_MAX_ARG_STRLEN - 1} per argument",
+            hint="pass long input through a file instead of the command line",
+        )
+    try:
+        arg_max = int(os.sysconf("SC_ARG_MAX"))
+    except (ValueError, OSError):
+        return
+    pointer = 8
+    total = sum(len(os.fsencode(a)) + 1 + pointer for a in argv)
+    total += sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 + pointer for k, v in env.items())
+    if total > arg_max:
+        raise UsageError(
+            f"the command line and environment are {total} bytes; the system allows {arg_max}",
+            hint="pass long input through a file instead of the command line",
+        )
+
+
 def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
     """Start a run, or attach to the live run holding the same key."""
+    check_exec_limits(plan.argv, {**os.environ, **plan.env_values})
     key = plan.key.value
     if not key:
         run, redactor = prepare_run(plan, spec)

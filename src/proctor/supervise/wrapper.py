@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -27,7 +28,9 @@ from typing import Any
 
 import psutil
 
+from proctor.record.finish import seal_run, write_exit_code
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.space import SpaceReserve, disk_full, enospc_reason, is_enospc
 from proctor.supervise.kill import kill_ladder
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -69,6 +72,16 @@ def _exit_text(wait_status: int) -> tuple[int, str | None]:
     return code, None
 
 
+def _real_argv() -> list[str] | None:
+    """The unmasked argv, which no file holds (it may carry a secret): from a pipe on stdin
+    (the local launcher) or from one environment variable (the Slurm node launcher)."""
+    if os.environ.pop("PROCTOR_WRAPPER_ARGV_STDIN", None):
+        raw = sys.stdin.buffer.read()
+        return list(json.loads(raw)) if raw else None
+    env = os.environ.pop("PROCTOR_WRAPPER_ARGV", None)
+    return list(json.loads(env)) if env else None
+
+
 class Wrapper:
     def __init__(self, run_dir: Path) -> None:
         self.run = RunDir(run_dir)
@@ -76,22 +89,36 @@ class Wrapper:
         if plan is None:
             raise SystemExit(f"proctor wrapper: no plan.json in {run_dir}")
         self.plan: dict[str, Any] = plan
-        # The unmasked argv comes through the environment so that no file holds a secret.
-        raw = os.environ.pop("PROCTOR_WRAPPER_ARGV", None)
-        self.argv: list[str] = json.loads(raw) if raw else list(plan["argv"])
+        self.argv: list[str] = _real_argv() or list(plan["argv"])
         self.child: subprocess.Popen[bytes] | None = None
         self.child_status: int | None = None
         self.stop_reason: str | None = None  # "timeout" or "stopped"
         self.sampler: Any = None
+        self.indexer: threading.Thread | None = None
+        self.pending: dict[str, Any] = {}
+        self.pending_events: list[dict[str, Any]] = []
+        self.reserve = SpaceReserve(self.run.path)
+        self.enospc = False
 
     # -- record ---------------------------------------------------------------------------
     def update_record(self, **fields: Any) -> None:
+        """Merge facts into record.json. On a full disk they are kept in memory and written
+        with the final record, from the space reserve (see record/space.py)."""
+        self.pending_events.extend(fields.pop("add_events", None) or [])
+        self.pending.update(fields)
         record = self.run.read_json("record.json") or {}
-        events = fields.pop("add_events", None)
-        record.update(fields)
-        if events:
-            record.setdefault("events", []).extend(events)
-        self.run.write_json("record.json", record)
+        record.update(self.pending)
+        if self.pending_events:
+            record.setdefault("events", []).extend(self.pending_events)
+        try:
+            self.run.write_json("record.json", record)
+        except OSError as error:
+            if not is_enospc(error):
+                raise
+            self.enospc = True
+            return
+        self.pending.clear()
+        self.pending_events.clear()
 
     def event(self, name: str, detail: str | None = None) -> dict[str, Any]:
         return {"time": now_iso(), "event": name, "detail": detail}
@@ -188,25 +215,36 @@ class Wrapper:
             return []
 
     def index(self) -> None:
+        """Index the run in the store, after everything else: a locked store costs at most
+        INDEX_WAIT_S here, and then the run is left pending for the next indexing."""
         from proctor.store.db import index_quietly
 
         index_quietly(self.plan.get("store_path"), self.run.path, "wrapper")
 
+    def index_in_background(self) -> None:
+        # The "running" row is a convenience; the time limit and the stop must never wait
+        # for it, so it is written by a thread the main loop does not wait for.
+        self.indexer = threading.Thread(target=self.index, daemon=True)
+        self.indexer.start()
+
     def run_all(self) -> int:
+        # First of all: a stop that arrives from here on is held for sigtimedwait, never lost
+        # (the controller starts us with these blocked already; this covers other starters).
+        signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
         me = psutil.Process()
+        self.reserve.take()
         write_atomic(
             self.run.wrapper_pid_path,
             json.dumps({"pid": me.pid, "create_time": me.create_time(), "pgid": os.getpgid(0)}),
         )
         _become_subreaper()
-        signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
         started = time.time()
         try:
             self.start_child()
         except OSError as error:
             # Shell convention: 126 not executable, 127 not found.
             code = 127 if isinstance(error, FileNotFoundError) else 126
-            write_atomic(self.run.exit_code_path, f"{code}\n")
+            write_exit_code(self.run, code)
             self.update_record(
                 outcome="failed",
                 error=f"cannot start {self.plan['argv'][0]!r}: {error.strerror}",
@@ -229,7 +267,7 @@ class Wrapper:
             process={"pid": child.pid, "create_time": child.create_time(), "pgid": child.pid},
             add_events=[self.event("start", " ".join(self.plan.get("argv", [])))],
         )
-        self.index()
+        self.index_in_background()
         self.start_sampler()
         self.wait()
         ended = time.time()
@@ -237,28 +275,48 @@ class Wrapper:
         code, sig = _exit_text(self.child_status)
         decided_by = "proctor" if self.stop_reason else "command"
         # The evidence first: the status is on disk before anything else can go wrong.
-        write_atomic(self.run.exit_code_path, f"{code} {sig}\n" if sig else f"{code}\n")
+        self.enospc = self.enospc or disk_full(self.run.path)
+        if not self.enospc:
+            try:
+                write_exit_code(self.run, code, sig)
+            except OSError as error:
+                if not is_enospc(error):
+                    raise
+                self.enospc = True
         leftovers = self.stop_tree(grace=float(self.plan.get("leftover_grace_s", 2.0)))
         peaks = self.stop_sampler()
         outcome = self.stop_reason or ("ok" if code == 0 else "failed")
-        self.update_record(
-            outcome=outcome,
-            exit={"code": code, "signal": sig, "decided_by": decided_by},
-            ended_at=iso_at(ended),
-            duration_s=round(ended - started, 6),
-            leftovers_killed=leftovers,
-            gpu_peaks=peaks,
-            add_events=[self.event("end", f"exit {code}" + (f" ({sig})" if sig else ""))],
-        )
+        end = {
+            "exit": {"code": code, "signal": sig, "decided_by": decided_by},
+            "ended_at": iso_at(ended),
+            "duration_s": round(ended - started, 6),
+            "leftovers_killed": leftovers,
+            "gpu_peaks": peaks,
+        }
+        event = self.event("end", f"exit {code}" + (f" ({sig})" if sig else ""))
+        self.update_record(outcome=outcome, **end, add_events=[event])
+        if self.enospc:
+            self.end_on_full_disk()
         self.finish()
         return 0
 
-    def finish(self) -> None:
-        with contextlib.suppress(Exception):
-            from proctor.record.manifest import write_run_manifest
+    def end_on_full_disk(self) -> None:
+        """The disk filled up: the evidence is incomplete, so the result is unknown (no
+        exit_code), and the record says why, written into the space held back for it."""
+        self.reserve.release()
+        with contextlib.suppress(OSError):
+            self.run.exit_code_path.unlink()
+        reason = enospc_reason(self.run.path)
+        self.update_record(
+            outcome="unknown", error=reason, add_events=[self.event("enospc", reason)]
+        )
 
-            write_run_manifest(self.run)
-        self.index()
+    def finish(self) -> None:
+        self.reserve.release()
+        if self.indexer is not None:
+            # Never two rows in flight: a late "running" row must not overwrite the final one.
+            self.indexer.join()
+        seal_run(self.run, self.plan.get("store_path"), "wrapper")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         return wrapper.run_all()
     except Exception:
         # Leave the reason in the record; without exit_code the run reads as unknown.
+        wrapper.reserve.release()
         with contextlib.suppress(Exception):
             wrapper.update_record(error=traceback.format_exc(limit=5))
         raise

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from proctor import __version__
+from proctor.record.finish import finish_run
 from proctor.record.rundir import RunDir, create_run_dir, new_run_id, write_atomic
 from proctor.spec.config import ProjectConfig
-from proctor.spec.plan import RunFlags, resolve_run_plan
+from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
 from proctor.supervise.launch import RunSpec, record_of, start_run, wait_run
 from proctor.supervise.wrapper import now_iso
 
@@ -85,39 +86,65 @@ def run_sweep(
     if reason:
         say(f"[sweep] the PNG plot is skipped: {reason}")
     points: list[SweepPoint] = []
-    for conc in concurrencies:
-        flags = RunFlags(
-            argv=bench_argv(base_argv, conc),
-            runs_dir=str(runs_root),
-            name=f"{name}-c{conc}",
-            gpu_sample=0,
-        )
-        plan = resolve_run_plan(flags, config)
-        started = start_run(
-            plan,
-            RunSpec(
-                kind="bench", group=sweep.run_id, extra={"sweep": sweep.run_id, "concurrency": conc}
-            ),
-        )
-        say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
-        state = wait_run(started.run)
-        metrics = (started.run.read_json("metrics.json") or {}).get("metrics") or {}
-        point = SweepPoint(
-            conc,
-            started.run.run_id,
-            state.exit.code if state.exit else None,
-            {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
-        )
-        points.append(point)
-        say(
-            f"[sweep] concurrency {conc}: exit {point.exit_code}, "
-            f"total {point.metrics.get('total_token_throughput', float('nan')):.1f} tok/s"
-        )
+    store_path = resolve_store_path(config, runs_root).value
+    try:
+        for conc in concurrencies:
+            points.append(_run_point(base_argv, conc, config, runs_root, name, sweep, say))
+            write_summary(sweep, record, points)
+    except KeyboardInterrupt:
         write_summary(sweep, record, points)
-    record["outcome"] = "ok" if all(p.exit_code == 0 for p in points) else "failed"
-    record["ended_at"] = now_iso()
+        finish_run(sweep, record, code=130, outcome="stopped", store_path=store_path, who="sweep")
+        raise
+    except BaseException as error:
+        # No status can be established for a sweep that died: no exit_code (unknown).
+        write_summary(sweep, record, points)
+        finish_run(sweep, record, code=None, outcome="unknown", store_path=store_path,
+                   who="sweep", error=repr(error))  # fmt: skip
+        raise
+    failing = [p for p in points if p.exit_code != 0]
+    code = 0 if not failing else (failing[0].exit_code if failing[0].exit_code is not None else 6)
     write_summary(sweep, record, points)
+    finish_run(sweep, record, code=code, outcome="ok" if code == 0 else "failed",
+               store_path=store_path, who="sweep")  # fmt: skip
     return sweep, points
+
+
+def _run_point(
+    base_argv: list[str],
+    conc: int,
+    config: ProjectConfig,
+    runs_root: Path,
+    name: str,
+    sweep: RunDir,
+    say: Callable[[str], None],
+) -> SweepPoint:
+    flags = RunFlags(
+        argv=bench_argv(base_argv, conc),
+        runs_dir=str(runs_root),
+        name=f"{name}-c{conc}",
+        gpu_sample=0,
+    )
+    plan = resolve_run_plan(flags, config)
+    started = start_run(
+        plan,
+        RunSpec(
+            kind="bench", group=sweep.run_id, extra={"sweep": sweep.run_id, "concurrency": conc}
+        ),
+    )
+    say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
+    state = wait_run(started.run)
+    metrics = (started.run.read_json("metrics.json") or {}).get("metrics") or {}
+    point = SweepPoint(
+        conc,
+        started.run.run_id,
+        state.exit.code if state.exit else None,
+        {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+    )
+    say(
+        f"[sweep] concurrency {conc}: exit {point.exit_code}, "
+        f"total {point.metrics.get('total_token_throughput', float('nan')):.1f} tok/s"
+    )
+    return point
 
 
 def summary_text(points: list[SweepPoint]) -> str:

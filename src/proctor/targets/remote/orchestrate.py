@@ -273,16 +273,19 @@ def index_local(run_dir: Path, store_path: Path | None = None) -> bool:
     """Index a fetched run (and the step runs fetched inside it) in the local store."""
     import sqlite3
 
-    from proctor.store.db import STORE_NAME, Store
+    from proctor.store.db import INDEX_PENDING, INDEX_WAIT_S, STORE_NAME, Store
 
     try:
-        with Store(store_path or run_dir.parent / STORE_NAME) as store:
+        # Bounded: a locked store leaves the run pending for the next indexing (store/db.py).
+        (run_dir / INDEX_PENDING).touch()
+        with Store(store_path or run_dir.parent / STORE_NAME, timeout=INDEX_WAIT_S) as store:
             done = store.index_run_dir(run_dir)
             steps = run_dir / "steps"
             if steps.is_dir():
                 for child in sorted(steps.iterdir()):
                     if child.is_dir():
                         store.index_run_dir(child)
+            (run_dir / INDEX_PENDING).unlink(missing_ok=True)
             return done
     except (OSError, ProctorError, ValueError, sqlite3.Error) as error:
         # The artifacts are local and verified; a store problem must not hide that.

@@ -312,6 +312,8 @@ class Tracker:
         )
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.on_signal)
+        # Handlers only help if the signals arrive: a starter may have held them blocked.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if self.run.exit_code_path.exists():
             return 0  # already finished: nothing to resume

@@ -1,0 +1,66 @@
+"""Ending a run directory, the same way for every kind (command, server, bench, flow, sweep).
+
+The order is the evidence's: the exit status first (atomically), then the final record, then
+manifest.sha256 over everything, and the store row last, with a bounded wait, so a locked
+store never delays or loses the rest. The run wrapper (which imports no pydantic) uses the
+same pieces, so this module must not import pydantic either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from proctor.record.rundir import RunDir, write_atomic
+
+
+def now_iso() -> str:
+    offset = time.strftime("%z")
+    tz = f"{offset[:3]}:{offset[3:]}" if offset else "+00:00"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime()) + tz
+
+
+def exit_code_text(code: int, signal: str | None = None) -> str:
+    return f"{code} {signal}\n" if signal else f"{code}\n"
+
+
+def write_exit_code(run: RunDir, code: int, signal: str | None = None) -> None:
+    """`exit_code`, atomically: a reader sees no file or the whole status, never half."""
+    write_atomic(run.exit_code_path, exit_code_text(code, signal))
+
+
+def seal_run(run: RunDir, store_path: str | Path | None, who: str) -> None:
+    """manifest.sha256 over every artifact, then the store row (bounded; pending if locked)."""
+    from proctor.record.manifest import write_run_manifest
+    from proctor.store.db import index_quietly
+
+    with contextlib.suppress(OSError):
+        write_run_manifest(run)
+    index_quietly(store_path, run.path, who)
+
+
+def finish_run(
+    run: RunDir,
+    record: dict[str, Any],
+    *,
+    code: int | None,
+    outcome: str,
+    store_path: str | Path | None,
+    who: str,
+    decided_by: str = "proctor",
+    **fields: Any,
+) -> None:
+    """End a run that proctor itself ran (a flow, a sweep): `code` None means the status is
+    unknown, so no exit_code is written (absent means unknown, never success)."""
+    if code is not None:
+        write_exit_code(run, code)
+        record["exit"] = {"code": code, "signal": None, "decided_by": decided_by}
+        record["exit_code"] = code
+    record.update(outcome=outcome, ended_at=now_iso(), **fields)
+    run.write_json("record.json", record)
+    seal_run(run, store_path, who)
+
+
+__all__ = ["exit_code_text", "finish_run", "now_iso", "seal_run", "write_exit_code"]

@@ -1,0 +1,75 @@
+"""Point 6 of issue 11: nothing on the path of a time limit, a kill or the exit status waits
+for the SQLite store; the run is indexed afterwards and never lost."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from tests.helpers import proctor
+
+# Another process holding the store exclusively: no other connection can read or write it.
+LOCKER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+conn.execute("BEGIN EXCLUSIVE")
+conn.execute("CREATE TABLE IF NOT EXISTS held (x)")
+print("locked", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def test_a_locked_store_delays_neither_the_time_limit_nor_the_exit_status(
+    isolated_runs: Path,
+) -> None:
+    proctor("runs", "reindex", check=True)  # creates the store
+    store = isolated_runs / "proctor.sqlite"
+    locker = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(store)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        begun = time.monotonic()
+        limited = proctor("run", "--name", "limited", "--timeout", "3s", "--", "sleep", "60")
+        took = time.monotonic() - begun
+        assert limited.returncode == 4, limited.stderr
+        assert took < 15, f"proctor run --timeout 3s took {took:.1f}s with the store locked"
+        begun = time.monotonic()
+        quick = proctor("run", "--name", "quick", "--", "true")
+        assert quick.returncode == 0, quick.stderr
+        assert time.monotonic() - begun < 10
+        for run in isolated_runs.iterdir():
+            if not run.is_dir():
+                continue
+            record = json.loads((run / "record.json").read_text())
+            written = (run / "exit_code").stat().st_mtime - _epoch(record["started_at"])
+            limit = 3 + 2.5 if record["name"] == "limited" else 2.5
+            assert written < limit, f"{record['name']}: exit_code written {written:.1f}s in"
+            assert record["outcome"] == ("timeout" if record["name"] == "limited" else "ok")
+            assert (run / "manifest.sha256").exists()
+    finally:
+        if locker.stdin is not None:
+            locker.stdin.close()
+        locker.wait(timeout=30)
+    # Lock released: nothing was lost, the store catches up on the next look.
+    listed = proctor("runs", "list", "--json", check=True)
+    outcomes = {row["name"]: row["outcome"] for row in json.loads(listed.stdout)}
+    assert outcomes == {"limited": "timeout", "quick": "ok"}
+    with sqlite3.connect(store) as conn:
+        rows = dict(conn.execute("SELECT name, outcome FROM runs").fetchall())
+    assert rows == {"limited": "timeout", "quick": "ok"}
+    assert not list(isolated_runs.glob("*/.index-pending"))
