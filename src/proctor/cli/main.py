@@ -14,6 +14,7 @@ import typer
 
 from proctor import __version__
 from proctor.cli.output import print_error
+from proctor.crash import report_internal
 from proctor.errors import ExitCode, ProctorError, exit_code_for
 
 app = typer.Typer(
@@ -22,6 +23,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help text holds literal brackets (ssh://user@host[:port], [slurm] nodes): no markup.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -48,8 +51,9 @@ def _mount(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _mount(list(sys.argv[1:] if argv is None else argv))
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
+        _mount(args)
         result = app(args=argv, standalone_mode=False)
     except ProctorError as error:
         print_error(error.one_line())
@@ -65,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print_error("interrupted")
         return int(ExitCode.INTERRUPTED)
+    except SystemExit as exit_:
+        if exit_.code is None or isinstance(exit_.code, int):
+            return int(exit_.code or 0)
+        return report_internal("proctor", exit_, ["proctor", *args], print_error)
+    except Exception as error:
+        # Anything else is a bug: one line naming the crash log, and a code of its own.
+        return report_internal("proctor", error, ["proctor", *args], print_error)
     # Without standalone mode, Click returns the code of a typer.Exit instead of raising it.
     return result if isinstance(result, int) else 0
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from proctor.cli.output import console, err_console, print_json
+from proctor.cli.output import console, err_console, print_json, styled
 from proctor.cli.run import exit_for_state, summary_line
 from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
 from proctor.record.manifest import verify_run_manifest
@@ -129,14 +129,15 @@ def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, 
     keys = ("run_id", "name", "kind", "outcome", "state", "exit", "argv", "cwd", "created_at",
             "started_at", "ended_at", "duration_s", "dir", "log")  # fmt: skip
     for k in keys:
-        console.print(f"[bold]{k:>11}[/] {view.get(k)}")
+        console.print(styled(f"{k:>11}", "bold", f" {view.get(k)}"))
     source = view.get("source") or {}
     commit = source.get("commit") or source.get("reason")
-    console.print(f"[bold]{'source':>11}[/] {commit}{' (dirty)' if source.get('dirty') else ''}")
+    dirty = " (dirty)" if source.get("dirty") else ""
+    console.print(styled(f"{'source':>11}", "bold", f" {commit}{dirty}"))
     gpu = view.get("gpu") or {}
-    console.print(f"[bold]{'gpu':>11}[/] {gpu.get('gpus') or gpu.get('reason')}")
+    console.print(styled(f"{'gpu':>11}", "bold", f" {gpu.get('gpus') or gpu.get('reason')}"))
     if view.get("gpu_peaks"):
-        console.print(f"[bold]{'gpu peaks':>11}[/] {view['gpu_peaks']}")
+        console.print(styled(f"{'gpu peaks':>11}", "bold", f" {view['gpu_peaks']}"))
 
 
 @app.command("logs")

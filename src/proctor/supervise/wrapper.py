@@ -27,6 +27,7 @@ from typing import Any
 
 import psutil
 
+from proctor.errors import UsageError
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.supervise.kill import kill_ladder
 
@@ -74,7 +75,9 @@ class Wrapper:
         self.run = RunDir(run_dir)
         plan = self.run.read_json("plan.json")
         if plan is None:
-            raise SystemExit(f"proctor wrapper: no plan.json in {run_dir}")
+            raise UsageError(
+                f"no plan.json in {run_dir}", hint="give the directory of a run proctor created"
+            )
         self.plan: dict[str, Any] = plan
         # The unmasked argv comes through the environment so that no file holds a secret.
         raw = os.environ.pop("PROCTOR_WRAPPER_ARGV", None)
@@ -277,4 +280,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from proctor.crash import guarded
+
+    sys.exit(guarded("proctor wrapper", main))
