@@ -18,7 +18,7 @@ from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
-from proctor.store.db import Store, reindex
+from proctor.store.db import StoreUnreadable, open_for_reading, rebuild
 from proctor.supervise.launch import follow_log, record_of, request_stop, resolve_run, wait_run
 
 app = typer.Typer(
@@ -33,8 +33,8 @@ def _runs_dir(flag: str | None) -> Path:
     return Path(resolve_runs_dir(flag, load_config()).value)
 
 
-def _store(runs_dir: Path) -> Store:
-    return Store(Path(resolve_store_path(load_config(), runs_dir).value))
+def _store_path(runs_dir: Path) -> Path:
+    return Path(resolve_store_path(load_config(), runs_dir).value)
 
 
 def _find(ref: str, runs_dir_flag: str | None) -> RunDir:
@@ -72,9 +72,11 @@ def list_runs(
     """Runs, newest first, with the outcome as the evidence says (never 'ok' without a status)."""
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
-    with _store(directory) as store:
-        if not store.runs(limit=1) and directory.is_dir():
-            reindex(store, directory)
+    # Never creates a store; an unreadable one is listed around, with a warning.
+    store, warning = open_for_reading(_store_path(directory), directory)
+    if warning:
+        err_console.print(f"proctor: warning: {warning}", highlight=False)
+    with store:
         rows = store.runs(name=name, commit=commit, since=since_iso, limit=None)
         out: list[dict[str, Any]] = []
         for row in rows:
@@ -254,12 +256,24 @@ def verify(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
 def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:
     """Rebuild the SQLite store from the run directories (they are the source of truth)."""
     directory = _runs_dir(runs_dir)
-    with _store(directory) as store:
-        count = reindex(store, directory)
+    path = _store_path(directory)
+    skipped: list[tuple[Path, str]] = []
+    try:
+        count, moved = rebuild(path, directory, skipped)
+    except StoreUnreadable as error:
+        raise UsageError(
+            str(error), hint="make the store writable, or set [store] path in proctor.toml"
+        ) from None
     if as_json:
-        print_json({"indexed": count, "store": str(store.path)})
-    else:
-        console.print(f"indexed {count} runs into {store.path}")
+        print_json({"indexed": count, "store": str(path),
+                    "moved_aside": str(moved) if moved else None,
+                    "skipped": [{"dir": str(d), "reason": r} for d, r in skipped]})  # fmt: skip
+        return
+    if moved:
+        err_console.print(f"proctor: the store was corrupt: moved it aside to {moved}")
+    for run_dir, reason in skipped:
+        err_console.print(f"proctor: skipped {run_dir}: {reason}", highlight=False)
+    console.print(f"indexed {count} runs into {path}" + (f", skipped {len(skipped)}" if skipped else ""))
 
 
 def _mount_compare() -> None:
