@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from proctor.errors import ConfigError
 from proctor.monitors.logscan import LogScanner
 from proctor.spec.profiles import load_profiles
+from tests.helpers import FAKE_ENGINE_TOML, proctor
 
 CAPTURED = Path(__file__).resolve().parents[1] / "data" / "captured" / "gpu-faults"
 ENGINES = ("vllm", "sglang", "atom", "transformers")
@@ -68,3 +71,23 @@ def test_the_gpu_set_is_one_shared_table_that_users_can_extend_or_drop() -> None
         assert "CUDA error: " not in own and "NCCL error" not in own
     with pytest.raises(ConfigError, match="unknown fault set 'nope'"):
         load_profiles({"engines": {"vllm": {"fault_sets": ["nope"]}}})
+
+
+def test_a_gpu_fault_no_engine_pattern_names_fails_the_flow(tmp_path: Path) -> None:
+    """End to end: the fake engine's own patterns do not know CUDA errors; the shared set does."""
+    Path("proctor.toml").write_text(FAKE_ENGINE_TOML)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    line = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+    workload = tmp_path / "workload.sh"
+    body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 5})
+    workload.write_text(
+        f"curl -sN http://127.0.0.1:{port}/v1/completions -d '{body}'\nsleep 60\n"
+    )
+    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port),
+                     "--workload-cmd", f"bash {workload}", "--json", "--",
+                     "--fault-after-requests", "1", "--fault-line", line)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    drain = next(s for s in json.loads(result.stdout)["steps"] if s["step"] == "drain")
+    assert "illegal memory access" in drain["message"]
