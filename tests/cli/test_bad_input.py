@@ -74,7 +74,9 @@ def test_runs_dir_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value", ["99999999h", "inf", "nan"])
-def test_absurd_timeout_is_a_usage_error_before_anything_runs(value: str, isolated_runs: Path) -> None:
+def test_absurd_timeout_is_a_usage_error_before_anything_runs(
+    value: str, isolated_runs: Path
+) -> None:
     result = proctor("run", "--timeout", value, "--", "true")
     assert result.returncode == 64, result.stderr
     assert "--timeout" in _one_line(result.stderr)
@@ -115,7 +117,9 @@ def test_user_text_with_brackets_is_printed_verbatim() -> None:
      ("proctor.targets.slurm.tracker", "proctor slurm tracker"),
      ("proctor.targets.slurm.node", "proctor node")],
 )  # fmt: skip
-def test_helper_entry_points_say_one_line_and_exit_64(module: str, prog: str, tmp_path: Path) -> None:
+def test_helper_entry_points_say_one_line_and_exit_64(
+    module: str, prog: str, tmp_path: Path
+) -> None:
     result = subprocess.run([sys.executable, "-m", module, str(tmp_path / "nowhere")],
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 64
@@ -126,4 +130,7 @@ def test_step_entry_point_rejects_an_unknown_option_with_64() -> None:
     result = subprocess.run([sys.executable, "-m", "proctor.targets.remote.step", "--bogus"],
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 64
-    assert _one_line(result.stderr) == "proctor step: unknown option '--bogus' (known: --steps X, --answer)"
+    assert (
+        _one_line(result.stderr)
+        == "proctor step: unknown option '--bogus' (known: --steps X, --answer)"
+    )

@@ -36,7 +36,9 @@ def _faults_found(patterns: list[str], lines: list[str], tmp_path: Path) -> set[
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("phase", ["startup", "runtime"])
-def test_every_engine_finds_every_captured_gpu_fault(engine: str, phase: str, tmp_path: Path) -> None:
+def test_every_engine_finds_every_captured_gpu_fault(
+    engine: str, phase: str, tmp_path: Path
+) -> None:
     faults = _lines("faults.txt")
     assert len(faults) >= 20
     patterns = load_profiles().engine(engine).fault_patterns(phase)  # type: ignore[arg-type]
@@ -82,9 +84,7 @@ def test_a_gpu_fault_no_engine_pattern_names_fails_the_flow(tmp_path: Path) -> N
     line = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
     workload = tmp_path / "workload.sh"
     body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 5})
-    workload.write_text(
-        f"curl -sN http://127.0.0.1:{port}/v1/completions -d '{body}'\nsleep 60\n"
-    )
+    workload.write_text(f"curl -sN http://127.0.0.1:{port}/v1/completions -d '{body}'\nsleep 60\n")
     result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port),
                      "--workload-cmd", f"bash {workload}", "--json", "--",
                      "--fault-after-requests", "1", "--fault-line", line)  # fmt: skip

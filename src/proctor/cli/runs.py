@@ -273,7 +273,9 @@ def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None
         err_console.print(f"proctor: the store was corrupt: moved it aside to {moved}")
     for run_dir, reason in skipped:
         err_console.print(f"proctor: skipped {run_dir}: {reason}", highlight=False)
-    console.print(f"indexed {count} runs into {path}" + (f", skipped {len(skipped)}" if skipped else ""))
+    console.print(
+        f"indexed {count} runs into {path}" + (f", skipped {len(skipped)}" if skipped else "")
+    )
 
 
 def _mount_compare() -> None:

@@ -416,4 +416,3 @@ def rebuild(path: Path, runs_dir: Path, skipped: list[tuple[Path, str]]) -> tupl
         store = Store(path)
     with store:
         return reindex(store, runs_dir, skipped), moved
-
