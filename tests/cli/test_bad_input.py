@@ -134,3 +134,14 @@ def test_step_entry_point_rejects_an_unknown_option_with_64() -> None:
         _one_line(result.stderr)
         == "proctor step: unknown option '--bogus' (known: --steps X, --answer)"
     )
+
+
+def test_a_record_that_is_not_utf8_reads_as_missing_not_as_a_bug(isolated_runs: Path) -> None:
+    proctor("run", "--", "true", check=True)
+    run_dir = next(p for p in isolated_runs.iterdir() if p.is_dir())
+    (run_dir / "record.json").write_bytes(b"\xff\xfe{garbage")
+    for args in (("runs", "show", run_dir.name), ("runs", "wait", run_dir.name),
+                 ("report", run_dir.name, "-o", str(isolated_runs.parent / "r.html"))):  # fmt: skip
+        result = proctor(*args)
+        assert result.returncode not in (1, 70), (args, result.stderr)
+        assert "Traceback" not in result.stderr and "internal error" not in result.stderr
