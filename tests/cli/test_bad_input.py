@@ -145,3 +145,20 @@ def test_a_record_that_is_not_utf8_reads_as_missing_not_as_a_bug(isolated_runs: 
         result = proctor(*args)
         assert result.returncode not in (1, 70), (args, result.stderr)
         assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "code"),
+    [("metrics.json", ("runs", "reindex"), 0),
+     ("manifest.sha256", ("runs", "verify", "{id}"), 2),
+     ("exit_code", ("runs", "wait", "{id}"), 6)],
+)  # fmt: skip
+def test_evidence_files_of_garbage_bytes_are_evidence_not_bugs(
+    name: str, args: tuple[str, ...], code: int, isolated_runs: Path
+) -> None:
+    proctor("run", "--", "true", check=True)
+    run_dir = next(p for p in isolated_runs.iterdir() if p.is_dir())
+    (run_dir / name).write_bytes(b"\xff\xfe garbage\n")
+    result = proctor(*(a.format(id=run_dir.name) for a in args))
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr

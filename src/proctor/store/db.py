@@ -323,7 +323,7 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
     """Flat numeric metrics from metrics.json: {"metrics": {name: value | {value, unit}}}."""
     try:
         data = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return
     metrics = data.get("metrics", {}) if isinstance(data, dict) else {}
     units = data.get("units", {}) if isinstance(data, dict) else {}
