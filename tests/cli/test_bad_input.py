@@ -162,3 +162,14 @@ def test_evidence_files_of_garbage_bytes_are_evidence_not_bugs(
     result = proctor(*(a.format(id=run_dir.name) for a in args))
     assert result.returncode == code, result.stderr
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+def test_an_argument_of_non_utf8_bytes_is_a_usage_error(isolated_runs: Path) -> None:
+    result = subprocess.run(
+        [sys.executable.encode(), b"-m", b"proctor.cli.main", b"run", b"--", b"echo", b"ab\xff"],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 64, result.stderr
+    line = _one_line(result.stderr.decode())
+    assert "argument 4 ('ab\\xff') is not UTF-8 text: byte 0xff at position 2" in line
+    assert not isolated_runs.exists() or not any(isolated_runs.iterdir())

@@ -15,7 +15,7 @@ import typer
 from proctor import __version__
 from proctor.cli.output import print_error
 from proctor.crash import report_internal
-from proctor.errors import ExitCode, ProctorError, exit_code_for
+from proctor.errors import ExitCode, ProctorError, UsageError, exit_code_for
 
 app = typer.Typer(
     name="proctor",
@@ -50,9 +50,25 @@ def _mount(argv: list[str]) -> None:
     groups.mount(app, argv)
 
 
+def _check_text(args: list[str]) -> None:
+    """Records, plans and the store hold text: an argument of non-UTF-8 bytes is refused here,
+    in one line, rather than failing later when the record is written."""
+    for index, arg in enumerate(args, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as error:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise UsageError(
+                f"argument {index} ('{shown[:80]}') is not UTF-8 text: byte"
+                f" 0x{ord(arg[error.start]) & 0xFF:02x} at position {error.start}",
+                hint="proctor records commands as text; pass the bytes through a file or a script",
+            ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        _check_text(args)
         _mount(args)
         result = app(args=argv, standalone_mode=False)
     except ProctorError as error:
