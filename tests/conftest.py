@@ -14,6 +14,8 @@ import pytest
 def isolated_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     runs = tmp_path / "runs"
     monkeypatch.setenv("PROCTOR_RUNS_DIR", str(runs))
+    # Crash logs of unexpected errors go here, never into the home directory.
+    monkeypatch.setenv("PROCTOR_STATE_DIR", str(tmp_path / "state"))
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

@@ -4,6 +4,8 @@
     ├── UsageError                    64  bad flag, invalid config, unknown profile, no command
     ├── TargetUnavailable             69  host unreachable, binary missing, port in use, sold out
     ├── NotAuthorised                 77  needs an explicit flag (names it)
+    ├── InternalError                 70  a bug in proctor (any unexpected exception; the
+    │                                      message names a crash log with the traceback)
     ├── Interrupted                  130  Ctrl-C / SIGTERM of proctor itself
     └── Outcome errors: what a supervised thing ended as
         ├── HangDetected               1
@@ -34,6 +36,7 @@ class ExitCode(enum.IntEnum):
     REGRESSION = 7
     USAGE = 64
     UNAVAILABLE = 69
+    INTERNAL = 70
     NOT_AUTHORISED = 77
     INTERRUPTED = 130
 
@@ -50,6 +53,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.REGRESSION: "regression against a baseline",
     ExitCode.USAGE: "usage or configuration error",
     ExitCode.UNAVAILABLE: "resource or target unavailable",
+    ExitCode.INTERNAL: "internal error: a bug in proctor (one line names a log with the details)",
     ExitCode.NOT_AUTHORISED: "not authorised: needs an explicit flag",
     ExitCode.INTERRUPTED: "interrupted",
 }
@@ -87,6 +91,12 @@ class NotAuthorised(ProctorError):
     def __init__(self, message: str, *, flag: str) -> None:
         super().__init__(message, hint=f"pass {flag} to authorise it")
         self.flag = flag
+
+
+class InternalError(ProctorError):
+    """Something proctor did not expect; the CLI maps any stray exception to this code."""
+
+    exit_code = ExitCode.INTERNAL
 
 
 class Interrupted(ProctorError):
@@ -131,4 +141,4 @@ def exit_code_for(error: BaseException) -> int:
         return int(error.exit_code)
     if isinstance(error, KeyboardInterrupt):
         return int(ExitCode.INTERRUPTED)
-    return int(ExitCode.UNKNOWN)
+    return int(ExitCode.INTERNAL)

@@ -440,7 +440,9 @@ def load_flow_file(path: Path) -> dict[str, Any]:
     else:  # pragma: no cover
         import tomli as tomllib
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        from proctor.spec.config import read_toml
+
+        data = read_toml(path)  # bad bytes or bad TOML: a ConfigError naming the place
     except FileNotFoundError:
         raise UsageError(f"flow file {path} not found") from None
     except tomllib.TOMLDecodeError as error:

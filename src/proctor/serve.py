@@ -29,7 +29,7 @@ from proctor.supervise.launch import RunSpec, Started, record_of, request_stop, 
 
 
 def profiles_for(config: ProjectConfig) -> ProfileSet:
-    table = {k: config.table(k) for k in ("engines", "models", "addons")}
+    table = {k: config.table(k) for k in ("engines", "models", "addons", "fault_sets")}
     origin = str(config.source_path) if config.source_path else "proctor.toml"
     return load_profiles(table, origin=origin)
 

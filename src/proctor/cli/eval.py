@@ -40,7 +40,7 @@ def gsm8k(
     base_url: str | None = typer.Option(
         None, "--base-url", help="Server root, e.g. http://127.0.0.1:8000 (default: --port)."
     ),
-    port: int = typer.Option(8000, "--port", help="Port on 127.0.0.1 when --base-url is unset."),
+    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when --base-url is unset."),
     model: str | None = typer.Option(None, "--model", help="Served model name (default: the server run's)."),
     output_dir: Path | None = typer.Option(
         None, "--output-dir", help="Run in-process, writing here, instead of a supervised run."

@@ -14,7 +14,8 @@ import typer
 
 from proctor import __version__
 from proctor.cli.output import print_error
-from proctor.errors import ExitCode, ProctorError, exit_code_for
+from proctor.crash import report_internal
+from proctor.errors import ExitCode, ProctorError, UsageError, exit_code_for
 
 app = typer.Typer(
     name="proctor",
@@ -22,6 +23,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help text holds literal brackets (ssh://user@host[:port], [slurm] nodes): no markup.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -47,9 +50,26 @@ def _mount(argv: list[str]) -> None:
     groups.mount(app, argv)
 
 
+def _check_text(args: list[str]) -> None:
+    """Records, plans and the store hold text: an argument of non-UTF-8 bytes is refused here,
+    in one line, rather than failing later when the record is written."""
+    for index, arg in enumerate(args, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as error:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise UsageError(
+                f"argument {index} ('{shown[:80]}') is not UTF-8 text: byte"
+                f" 0x{ord(arg[error.start]) & 0xFF:02x} at position {error.start}",
+                hint="proctor records commands as text; pass the bytes through a file or a script",
+            ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    _mount(list(sys.argv[1:] if argv is None else argv))
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
+        _check_text(args)
+        _mount(args)
         result = app(args=argv, standalone_mode=False)
     except ProctorError as error:
         print_error(error.one_line())
@@ -65,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print_error("interrupted")
         return int(ExitCode.INTERRUPTED)
+    except SystemExit as exit_:
+        if exit_.code is None or isinstance(exit_.code, int):
+            return int(exit_.code or 0)
+        return report_internal("proctor", exit_, ["proctor", *args], print_error)
+    except Exception as error:
+        # Anything else is a bug: one line naming the crash log, and a code of its own.
+        return report_internal("proctor", error, ["proctor", *args], print_error)
     # Without standalone mode, Click returns the code of a typer.Exit instead of raising it.
     return result if isinstance(result, int) else 0
 

@@ -1,4 +1,9 @@
-"""Printing for the CLI: one console for people, plain JSON for automation."""
+"""Printing for the CLI: one console for people, plain JSON for automation.
+
+Both consoles print text as it is: Rich markup is off, because what proctor prints is mostly
+the user's own text (commands, names, paths, log lines, error messages) and `[x]` in it must
+neither vanish nor crash. Styling goes through `Text` objects (`styled`, `print_error`).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,19 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, markup=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+
+
+def styled(label: str, style: str, rest: str = "") -> Text:
+    """`label` in `style`, then `rest` verbatim (never parsed as markup)."""
+    return Text.assemble((label, style), rest)
 
 
 def print_error(message: str) -> None:
-    err_console.print(f"[bold red]proctor:[/] {message}", markup=True, soft_wrap=True)
+    err_console.print(styled("proctor:", "bold red", f" {message}"), soft_wrap=True)
 
 
 def print_json(data: Any) -> None:

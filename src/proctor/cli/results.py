@@ -7,9 +7,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from proctor.cli.output import console, print_json
+from proctor.cli.output import console, err_console, print_json
 from proctor.errors import Regression, ResultUnknown
 from proctor.results import check, compare, load_baseline, parse_path, worst_status
+from proctor.results.model import ParsedResult
 
 app = typer.Typer(help="Parse, check and compare benchmark and evaluation results.",
                   no_args_is_help=True)
@@ -21,13 +22,20 @@ def _fmt(v: float | None, pct: bool = False) -> str:
     return f"{v:+.2%}" if pct else f"{v:.4g}"
 
 
+def _parse(file: Path) -> ParsedResult:
+    res = parse_path(file)
+    if res.meta.get("input_cut"):  # a huge or endless input: say what was not read
+        err_console.print(f"proctor: warning: {file}: {res.meta['input_cut']}", highlight=False)
+    return res
+
+
 @app.command("parse")
 def parse_cmd(
     file: Path = typer.Argument(..., help="Log, result JSON, lm-eval JSON or run directory."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print the metrics found in FILE, with normalized names and units."""
-    res = parse_path(file)
+    res = _parse(file)
     if json_out:
         print_json(res.model_dump())
         return
@@ -47,7 +55,7 @@ def check_cmd(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verdict per baselined metric. Exit 7 on regression, 6 when a metric is missing."""
-    res = parse_path(file)
+    res = _parse(file)
     named = model or next((res.meta[k] for k in ("model_name", "model_id", "model")
                            if isinstance(res.meta.get(k), str)), None)
     verdicts = check(res.metrics, load_baseline(baselines), named)

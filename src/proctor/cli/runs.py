@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import typer
 
-from proctor.cli.output import console, err_console, print_json
+from proctor.cli.output import console, err_console, print_json, styled
 from proctor.cli.run import exit_for_state, summary_line
 from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
 from proctor.record.manifest import verify_run_manifest
@@ -18,7 +19,14 @@ from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
-from proctor.store.db import Store, index_missing, reindex
+from proctor.store.db import (
+    INDEX_WAIT_S,
+    Store,
+    StoreUnreadable,
+    index_missing,
+    open_for_reading,
+    rebuild,
+)
 from proctor.supervise.launch import follow_log, record_of, request_stop, resolve_run, wait_run
 from proctor.supervise.orphans import stop_dead_wrapper_run
 
@@ -34,8 +42,8 @@ def _runs_dir(flag: str | None) -> Path:
     return Path(resolve_runs_dir(flag, load_config()).value)
 
 
-def _store(runs_dir: Path) -> Store:
-    return Store(Path(resolve_store_path(load_config(), runs_dir).value))
+def _store_path(runs_dir: Path) -> Path:
+    return Path(resolve_store_path(load_config(), runs_dir).value)
 
 
 def _find(ref: str, runs_dir_flag: str | None) -> RunDir:
@@ -73,9 +81,17 @@ def list_runs(
     """Runs, newest first, with the outcome as the evidence says (never 'ok' without a status)."""
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
-    with _store(directory) as store:
-        # Runs whose wrapper could not index them (a locked store) or that predate the store.
-        index_missing(store, directory)
+    path = _store_path(directory)
+    if path.exists():
+        # Runs whose wrapper could not index them (a locked store) or that predate the store;
+        # an unusable store is listed around below, so any failure here is not fatal.
+        with contextlib.suppress(Exception), Store(path, timeout=INDEX_WAIT_S) as writable:
+            index_missing(writable, directory)
+    # Never creates a store; an unreadable one is listed around, with a warning.
+    store, warning = open_for_reading(path, directory)
+    if warning:
+        err_console.print(f"proctor: warning: {warning}", highlight=False)
+    with store:
         rows = store.runs(name=name, commit=commit, since=since_iso, limit=None)
         out: list[dict[str, Any]] = []
         for row in rows:
@@ -130,14 +146,15 @@ def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, 
     keys = ("run_id", "name", "kind", "outcome", "state", "exit", "argv", "cwd", "created_at",
             "started_at", "ended_at", "duration_s", "dir", "log")  # fmt: skip
     for k in keys:
-        console.print(f"[bold]{k:>11}[/] {view.get(k)}")
+        console.print(styled(f"{k:>11}", "bold", f" {view.get(k)}"))
     source = view.get("source") or {}
     commit = source.get("commit") or source.get("reason")
-    console.print(f"[bold]{'source':>11}[/] {commit}{' (dirty)' if source.get('dirty') else ''}")
+    dirty = " (dirty)" if source.get("dirty") else ""
+    console.print(styled(f"{'source':>11}", "bold", f" {commit}{dirty}"))
     gpu = view.get("gpu") or {}
-    console.print(f"[bold]{'gpu':>11}[/] {gpu.get('gpus') or gpu.get('reason')}")
+    console.print(styled(f"{'gpu':>11}", "bold", f" {gpu.get('gpus') or gpu.get('reason')}"))
     if view.get("gpu_peaks"):
-        console.print(f"[bold]{'gpu peaks':>11}[/] {view['gpu_peaks']}")
+        console.print(styled(f"{'gpu peaks':>11}", "bold", f" {view['gpu_peaks']}"))
 
 
 @app.command("logs")
@@ -271,12 +288,26 @@ def verify(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
 def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:
     """Rebuild the SQLite store from the run directories (they are the source of truth)."""
     directory = _runs_dir(runs_dir)
-    with _store(directory) as store:
-        count = reindex(store, directory)
+    path = _store_path(directory)
+    skipped: list[tuple[Path, str]] = []
+    try:
+        count, moved = rebuild(path, directory, skipped)
+    except StoreUnreadable as error:
+        raise UsageError(
+            str(error), hint="make the store writable, or set [store] path in proctor.toml"
+        ) from None
     if as_json:
-        print_json({"indexed": count, "store": str(store.path)})
-    else:
-        console.print(f"indexed {count} runs into {store.path}")
+        print_json({"indexed": count, "store": str(path),
+                    "moved_aside": str(moved) if moved else None,
+                    "skipped": [{"dir": str(d), "reason": r} for d, r in skipped]})  # fmt: skip
+        return
+    if moved:
+        err_console.print(f"proctor: the store was corrupt: moved it aside to {moved}")
+    for run_dir, reason in skipped:
+        err_console.print(f"proctor: skipped {run_dir}: {reason}", highlight=False)
+    console.print(
+        f"indexed {count} runs into {path}" + (f", skipped {len(skipped)}" if skipped else "")
+    )
 
 
 def _mount_compare() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from proctor.cli.output import console, err_console, print_json
+from proctor.cli.output import console, err_console, print_json, styled
 from proctor.errors import FaultDetected, ProctorError, UsageError
 from proctor.monitors.ready import ReadyResult
 from proctor.record.rundir import RunDir
@@ -72,7 +72,8 @@ def print_applied(applied: dict[str, Any]) -> None:
     """A required model-family setting that was not applied must be impossible to miss."""
     env = applied["applied_env"]
     err_console.print(
-        f"proctor: engine {applied['engine']}, model profile [bold]{applied['model_profile']}[/]"
+        styled(f"proctor: engine {applied['engine']}, model profile ", "", "")
+        + styled(str(applied["model_profile"]), "bold")
         + (f", add-ons {', '.join(applied['addons'])}" if applied["addons"] else "")
     )
     err_console.print(
@@ -81,7 +82,7 @@ def print_applied(applied: dict[str, Any]) -> None:
     err_console.print("proctor: command: " + " ".join(applied["argv"]), highlight=False)
     held = applied["preflight"]["gpu_held_by_others"]
     if held:
-        err_console.print(f"[yellow]proctor: GPU memory already held by: {held}[/]")
+        err_console.print(styled(f"proctor: GPU memory already held by: {held}", "yellow"))
 
 
 @app.command("start")
@@ -89,7 +90,7 @@ def start(
     engine: str = typer.Option(..., "--engine", "-e", help="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml."),
     model: str = typer.Option(..., "--model", "-m", help="Model path (or name the engine understands)."),
     tp: int = typer.Option(None, "--tp", help="Tensor parallelism (default: the model profile's)."),
-    port: int = typer.Option(8000, "--port", "-p"),
+    port: int = typer.Option(8000, "--port", "-p", min=1, max=65535),
     host: str = typer.Option("127.0.0.1", "--host"),
     model_profile: str = typer.Option(None, "--model-profile", help="Model profile by name (default: matched from the path, else the engine's default)."),
     addon: list[str] = typer.Option(None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."),
@@ -139,7 +140,7 @@ def _server_or_fail(ref: str | None, port: int | None, runs_dir: Path) -> RunDir
 
 def print_ready(result: ReadyResult) -> None:
     for match in result.faults[:10]:
-        err_console.print(f"[red]fault:[/] {match}", highlight=False)
+        err_console.print(styled("fault:", "red", f" {match}"), highlight=False)
     for path, lines in (result.tails or {}).items():
         err_console.print(f"--- last lines of {path} ---", highlight=False)
         for line in lines:
@@ -149,7 +150,7 @@ def print_ready(result: ReadyResult) -> None:
 @app.command("ready")
 def ready(
     ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
-    port: int = typer.Option(None, "--port", "-p"),
+    port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
     timeout: str = typer.Option("15m", "--timeout"),
     poll: str = typer.Option("1s", "--poll", help="Status line interval; detection itself never waits a poll."),
     engine: str = typer.Option("vllm", "--engine", help="Engine profile for a server proctor did not start."),
@@ -204,7 +205,7 @@ def ready(
 @app.command("stop")
 def stop(
     ref: str = typer.Argument(None, help="Server run to stop."),
-    port: int = typer.Option(None, "--port", "-p", help="Stop the live server run proctor started on this port."),
+    port: int = typer.Option(None, "--port", "-p", min=1, max=65535, help="Stop the live server run proctor started on this port."),
     mine: bool = typer.Option(False, "--mine", help="Stop every live server run in the runs dir."),
     gpu_processes: bool = typer.Option(False, "--gpu-processes", help="Also SIGKILL GPU compute processes left on the GPUs the run used."),
     vram_timeout: str = typer.Option("60s", "--vram-timeout", help="How long to wait for GPU memory to return to the start baseline."),

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from proctor.cli.output import console, err_console, print_json
+from proctor.cli.output import console, err_console, print_json, styled
 from proctor.cli.serve import print_ready, runs_dir_of, start_request
 from proctor.errors import ProctorError, UsageError
 from proctor.flow import Flow, FlowOptions, load_flow_file, resume_flow
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
     @app.command("drain")
     def drain(
         ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
-        port: int = typer.Option(None, "--port", "-p"),
+        port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
         max_: str = typer.Option("30m", "--max", help="Give up after this long (exit 4)."),
         poll: str = typer.Option("10s", "--poll", help="Progress poll; faults are caught within 1 s regardless."),
         stuck_polls: int = typer.Option(6, "--stuck-polls", help="Polls without progress, work in flight: hang (exit 1)."),
@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
             print_json(result.to_dict())
         else:
             for match in result.faults[:10]:
-                err_console.print(f"[red]fault:[/] {match}", highlight=False)
+                err_console.print(styled("fault:", "red", f" {match}"), highlight=False)
             for path, lines in (result.tails or {}).items():
                 err_console.print(f"--- last lines of {path} ---", highlight=False)
                 for line in lines:
@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect_command(
         ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
-        port: int = typer.Option(None, "--port", "-p"),
+        port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
         pid: list[int] = typer.Option(None, "--pid", help="Inspect these pids instead of the server's workers."),
         timeout: str = typer.Option("90s", "--timeout", help="Per tool and process."),
         runs_dir: str = typer.Option(None, "--runs-dir"),
@@ -156,7 +156,7 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option(None, "--engine", "-e"),
         model: str = typer.Option(None, "--model", "-m"),
         tp: int = typer.Option(None, "--tp"),
-        port: int = typer.Option(None, "--port", "-p"),
+        port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
         host: str = typer.Option(None, "--host"),
         model_profile: str = typer.Option(None, "--model-profile"),
         addon: list[str] = typer.Option(None, "--addon"),

@@ -27,6 +27,17 @@ from proctor.errors import ConfigError
 CHUNK_BYTES = 8 * 1024 * 1024
 #: An unfinished line longer than this is treated as a line of its own.
 MAX_LINE_BYTES = 64 * 1024
+#: Tail lines and fault lines keep at most this many bytes each (a 200 MB line is not printed):
+#: the rest is replaced by a note saying how much was cut.
+KEEP_LINE_BYTES = 2048
+
+
+def clip_line(raw: bytes, keep: int = KEEP_LINE_BYTES) -> str:
+    """`raw` decoded, cut to `keep` bytes with a note of what was cut."""
+    if len(raw) <= keep:
+        return raw.decode(errors="replace").rstrip("\r")
+    head = raw[:keep].decode(errors="ignore")
+    return f"{head} [... {len(raw) - keep:,} more bytes of this line cut]"
 
 
 @dataclass(frozen=True)
@@ -238,7 +249,7 @@ class LogScanner:
                         path=str(state.path),
                         line_no=first_line_no + data.count(b"\n", 0, line_start) + 1,
                         offset=base_offset + line_start,
-                        line=raw.decode(errors="replace").rstrip("\r"),
+                        line=clip_line(raw),
                         pattern=name,
                         seen_at=now,
                     )
@@ -248,7 +259,7 @@ class LogScanner:
         state.line_no += data.count(b"\n")
         # Tail: only the last lines of the chunk are ever decoded.
         lines = data.rstrip(b"\n").rsplit(b"\n", self._tail_lines)[-self._tail_lines :]
-        state.tail.extend(line.decode(errors="replace").rstrip("\r") for line in lines)
+        state.tail.extend(clip_line(line) for line in lines)
 
     # -- views -----------------------------------------------------------------------------
     def tail(self, path: str | os.PathLike[str] | None = None, lines: int = 30) -> list[str]:
@@ -261,7 +272,7 @@ class LogScanner:
         )
         out = list(state.tail)
         if state.partial:
-            out.append(state.partial.decode(errors="replace"))
+            out.append(clip_line(state.partial))
         return out[-lines:]
 
     def tails(self, lines: int = 30) -> dict[str, list[str]]:

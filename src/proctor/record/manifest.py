@@ -50,7 +50,7 @@ class ManifestCheck:
 
 def read_manifest(path: Path) -> dict[str, str]:
     entries: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
         digest, _, name = line.partition("  ")

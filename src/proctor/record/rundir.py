@@ -124,7 +124,7 @@ class RunDir:
     def read_json(self, filename: str) -> dict[str, Any] | None:
         try:
             data = json.loads((self.path / filename).read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError):
             return None
         return data if isinstance(data, dict) else None
 

@@ -30,7 +30,7 @@ def write_exit_status(run: RunDir, status: ExitStatus) -> None:
 def read_exit_status(run: RunDir) -> ExitStatus | None:
     try:
         text = run.exit_code_path.read_text(encoding="utf-8").split()
-    except FileNotFoundError:
+    except (FileNotFoundError, UnicodeDecodeError):  # garbage reads as no status
         return None
     if not text:
         return None

@@ -14,9 +14,10 @@ import re
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from proctor.errors import ConfigError, UsageError
+from proctor.errors import ConfigError, ProctorError, UsageError
 from proctor.results.model import ParsedResult
 from proctor.results.names import json_key_to_name, label_to_name
+from proctor.results.reading import read_bounded
 
 BLOCK_START = re.compile(r"=+ *(?:Serving|Offline Throughput) Benchmark Result *=+",
                          re.IGNORECASE)  # fmt: skip
@@ -260,8 +261,13 @@ def parse_path(path: str | Path) -> ParsedResult:
     p = Path(path)
     if p.is_dir():
         p = find_result_file(p)
+    read = read_bounded(p)  # bounded in memory and time, whatever the input is
     try:
-        text = p.read_text(errors="replace")
-    except OSError as e:
-        raise UsageError(f"cannot read {p}: {e.strerror}", hint="check the path") from e
-    return parse_string(text, str(p))
+        result = parse_string(read.data.decode(errors="replace"), str(p))
+    except ProctorError as error:
+        if read.cut:
+            error.message = f"{error.message} ({read.cut})"
+        raise
+    if read.cut:
+        result.meta["input_cut"] = read.cut
+    return result

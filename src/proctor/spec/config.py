@@ -63,6 +63,28 @@ def find_project_root(start: Path | None = None) -> Path:
     return here
 
 
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file as a table; bad bytes or bad TOML are a ConfigError naming file and place.
+    FileNotFoundError is left to the caller, which knows what the file was for."""
+    try:
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a directory, not a TOML file") from None
+    except PermissionError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not UTF-8 text: byte 0x{raw[error.start]:02x} at offset {error.start}",
+            hint="TOML files must be UTF-8; re-save the file as UTF-8",
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: {error}") from None
+
+
 def load_config(path: Path | None = None, *, start: Path | None = None) -> ProjectConfig:
     if path is None:
         candidate = find_project_root(start) / CONFIG_NAME
@@ -70,11 +92,9 @@ def load_config(path: Path | None = None, *, start: Path | None = None) -> Proje
             return ProjectConfig()
         path = candidate
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = read_toml(path)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} not found", hint="check the --config path") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: invalid TOML: {error}") from None
     try:
         config = ProjectConfig.model_validate(data)
     except ValidationError as error:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from proctor.errors import UsageError
+
+#: No time limit, grace or interval beyond this: anything longer is a typo, and timers overflow.
+MAX_DURATION_S = 366 * 86400.0
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -28,6 +32,13 @@ def parse_duration(text: str, *, option: str = "duration") -> float:
                 f"invalid {option} {text!r}",
                 hint="write seconds (90) or a duration such as 500ms, 30s, 15m, 1h30m",
             ) from None
+    if not math.isfinite(seconds):
+        raise UsageError(f"invalid {option} {text!r}: not a finite duration")
+    if seconds > MAX_DURATION_S:
+        raise UsageError(
+            f"invalid {option} {text!r}: longer than the limit of 366 days",
+            hint="give a duration of at most 366d (8784h)",
+        )
     if seconds < 0:
         raise UsageError(f"invalid {option} {text!r}: must not be negative")
     return seconds

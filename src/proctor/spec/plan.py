@@ -130,12 +130,28 @@ def resolve_runs_dir(
     here = cwd or Path.cwd()
     root = config.source_path.parent if config.source_path else find_project_root(here)
     if flag:
-        return Value(str((here / flag).resolve()), "flag")
+        return _usable_dir(Value(str((here / flag).resolve()), "flag"), "--runs-dir")
     if env.get(RUNS_DIR_ENV):
-        return Value(str((here / env[RUNS_DIR_ENV]).resolve()), f"env:{RUNS_DIR_ENV}")
+        value = Value(str((here / env[RUNS_DIR_ENV]).resolve()), f"env:{RUNS_DIR_ENV}")
+        return _usable_dir(value, RUNS_DIR_ENV)
     if config.run.runs_dir:
-        return Value(str((root / config.run.runs_dir).resolve()), f"config:{config.source_path}")
-    return Value(str(root / "logs"), "default")
+        value = Value(str((root / config.run.runs_dir).resolve()), f"config:{config.source_path}")
+        return _usable_dir(value, f"runs_dir in {config.source_path}")
+    return _usable_dir(Value(str(root / "logs"), "default"), "--runs-dir")
+
+
+def _usable_dir(value: Value, given_by: str) -> Value:
+    """A runs directory that is a file (or lies under one) is bad input, said as such."""
+    path = Path(value.value)
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            break
+        if candidate.exists() or candidate.is_symlink():
+            raise UsageError(
+                f"runs directory {path} cannot be used: {candidate} is not a directory",
+                hint=f"set {given_by} to a directory, or move {candidate} away",
+            )
+    return value
 
 
 def resolve_store_path(config: ProjectConfig, runs_dir: Path, cwd: Path | None = None) -> Value:

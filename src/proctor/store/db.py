@@ -3,12 +3,20 @@
 The run directories are the source of truth; this is an index over them, rebuilt by
 `reindex`. The schema grows through numbered migrations applied on open (ids are explicit
 numbers, so renaming one never re-runs it). No pydantic here: the wrapper writes rows too.
+
+The index repairs itself: a store SQLite cannot read is `StoreUnreadable`; readers then list
+from the run directories (`open_for_reading`), and `rebuild` moves the bad file aside (kept,
+with a timestamp) and indexes the run directories into a new one. Readers never create a store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -92,16 +100,61 @@ def row_from_record(record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     }
 
 
-class Store:
-    def __init__(self, path: Path, *, timeout: float = 30.0) -> None:
-        """`timeout`: how long to wait for another process's lock before failing."""
+#: Record schema versions this proctor can index (record.json `schema_version`).
+KNOWN_RECORD_VERSIONS = frozenset({1})
+#: A run id is a plain name: it becomes a path component and a key, never a path.
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+class StoreUnreadable(Exception):
+    """SQLite cannot use the store file. `corrupt`: the file itself is bad (garbage, not a
+    database); otherwise it could not be opened or written (permissions, read-only)."""
+
+    def __init__(self, path: Path, reason: str, *, corrupt: bool) -> None:
+        what = "is corrupt" if corrupt else "cannot be used"
+        super().__init__(f"store {path} {what} ({reason})")
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self.migrate()
+        self.reason = reason
+        self.corrupt = corrupt
+
+
+class Store:
+    def __init__(self, path: Path, *, read_only: bool = False, timeout: float = 30.0) -> None:
+        """Open (and, unless `read_only`, create and migrate) the store at `path`.
+        SQLite's complaints about the file itself become `StoreUnreadable`; `timeout` is how long
+        to wait for another process's lock before failing."""
+        self.path = path
+        self.read_only = read_only
+        try:
+            if read_only:
+                uri = f"file:{path.resolve()}?mode=ro"
+                self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+            else:
+                if str(path) != ":memory:":
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                self.conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
+            self.conn.row_factory = sqlite3.Row
+            if not read_only:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            if read_only:
+                self.conn.execute("SELECT count(*) FROM runs").fetchone()
+            else:
+                self.migrate()
+        except sqlite3.DatabaseError as error:  # OperationalError included
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            name = getattr(error, "sqlite_errorname", "")
+            if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(error):
+                raise  # a busy store is not a bad one: that is for the caller's bounded wait
+            corrupt = name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")) or any(
+                text in str(error) for text in ("not a database", "malformed")
+            )
+            raise StoreUnreadable(path, str(error), corrupt=corrupt) from error
+
+    @classmethod
+    def in_memory(cls) -> Store:
+        return cls(Path(":memory:"))
 
     def __enter__(self) -> Store:
         return self
@@ -172,12 +225,10 @@ class Store:
             raise
 
     def index_run_dir(self, run_dir: Path) -> bool:
-        """Index one run directory (record and metrics.json); False if it holds no record."""
-        try:
-            record = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
-            return False
-        if not isinstance(record, dict) or "run_id" not in record:
+        """Index one run directory (record and metrics.json); False if it holds no record
+        or one that `record_problem` rejects."""
+        record = read_record(run_dir)
+        if record is None or record_problem(record) is not None:
             return False
         self.upsert_run(row_from_record(record, run_dir))
         self.set_metrics(record["run_id"], list(metrics_of_run_dir(run_dir)))
@@ -246,11 +297,34 @@ class Store:
             yield tuple(row)
 
 
+def read_record(run_dir: Path) -> dict[str, Any] | None:
+    """record.json as a table, or None where there is none (or it is not JSON)."""
+    try:
+        record = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def record_problem(record: dict[str, Any]) -> str | None:
+    """Why a record must not be indexed, or None. A record without a version is an older one."""
+    if "run_id" not in record:
+        return "no run_id"
+    run_id = record["run_id"]
+    if not isinstance(run_id, str) or not _PLAIN_NAME.match(run_id) or ".." in run_id:
+        return f"run id {str(run_id)[:80]!r} is not a plain name"
+    version = record.get("schema_version", 1)
+    if isinstance(version, bool) or version not in KNOWN_RECORD_VERSIONS:
+        known = ", ".join(str(v) for v in sorted(KNOWN_RECORD_VERSIONS))
+        return f"unknown record schema version {str(version)[:40]} (this proctor knows {known})"
+    return None
+
+
 def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]:
     """Flat numeric metrics from metrics.json: {"metrics": {name: value | {value, unit}}}."""
     try:
         data = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return
     metrics = data.get("metrics", {}) if isinstance(data, dict) else {}
     units = data.get("units", {}) if isinstance(data, dict) else {}
@@ -321,13 +395,75 @@ def index_missing(store: Store, runs_dir: Path, *, only_pending: bool = False) -
     return count
 
 
-def reindex(store: Store, runs_dir: Path) -> int:
-    """Rebuild every row from the run directories. Returns how many runs were indexed."""
+def reindex(
+    store: Store,
+    runs_dir: Path,
+    skipped: list[tuple[Path, str]] | None = None,
+    *,
+    clear_pending: bool = True,
+) -> int:
+    """Rebuild every row from the run directories. Returns how many runs were indexed;
+    directories whose record is rejected go to `skipped` with the reason. `clear_pending`:
+    the store is the real one, so runs marked pending are indexed now."""
     store.delete_all()
     count = 0
     if runs_dir.is_dir():
         for child in sorted(runs_dir.iterdir()):
-            if child.is_dir() and store.index_run_dir(child):
+            if not child.is_dir():
+                continue
+            record = read_record(child)
+            if record is None:
+                continue
+            problem = record_problem(record)
+            if problem is not None:
+                if skipped is not None:
+                    skipped.append((child, problem))
+                continue
+            if store.index_run_dir(child):
                 count += 1
-                (child / INDEX_PENDING).unlink(missing_ok=True)
+                if clear_pending:
+                    (child / INDEX_PENDING).unlink(missing_ok=True)
     return count
+
+
+def open_for_reading(path: Path, runs_dir: Path) -> tuple[Store, str | None]:
+    """The store for a read-only command, and a warning when it could not be used.
+
+    Never creates a store file: with none (or an unreadable one), the runs are indexed from
+    their directories into memory, so the listing is right either way."""
+    warning: str | None = None
+    if path.exists():
+        try:
+            store = Store(path, read_only=True)
+            if store.runs(limit=1) or not runs_dir.is_dir():
+                return store, None
+            store.close()  # an empty index beside run directories: list from them
+        except StoreUnreadable as error:
+            warning = (
+                f"{error}; listing from the run directories"
+                " (`proctor runs reindex` rebuilds the store)"
+            )
+    memory = Store.in_memory()
+    reindex(memory, runs_dir, clear_pending=False)
+    return memory, warning
+
+
+def rebuild(path: Path, runs_dir: Path, skipped: list[tuple[Path, str]]) -> tuple[int, Path | None]:
+    """Reindex into the store at `path`; an unreadable one is first moved aside, kept as
+    `<name>.corrupt-<UTC time>` (its -wal/-shm with it). Returns (runs indexed, where the bad
+    store went or None)."""
+    moved: Path | None = None
+    try:
+        store = Store(path)
+    except StoreUnreadable as error:
+        if not error.corrupt:
+            raise
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        moved = path.with_name(f"{path.name}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            side = Path(f"{path}{suffix}")
+            if side.exists():
+                os.replace(side, f"{moved}{suffix}")
+        store = Store(path)
+    with store:
+        return reindex(store, runs_dir, skipped), moved

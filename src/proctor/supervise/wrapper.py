@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from proctor.errors import UsageError
 from proctor.record.finish import seal_run, write_exit_code
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.space import SpaceReserve, disk_full, enospc_reason, is_enospc
@@ -87,7 +88,9 @@ class Wrapper:
         self.run = RunDir(run_dir)
         plan = self.run.read_json("plan.json")
         if plan is None:
-            raise SystemExit(f"proctor wrapper: no plan.json in {run_dir}")
+            raise UsageError(
+                f"no plan.json in {run_dir}", hint="give the directory of a run proctor created"
+            )
         self.plan: dict[str, Any] = plan
         self.argv: list[str] = _real_argv() or list(plan["argv"])
         self.child: subprocess.Popen[bytes] | None = None
@@ -336,4 +339,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from proctor.crash import guarded
+
+    sys.exit(guarded("proctor wrapper", main))

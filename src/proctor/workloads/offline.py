@@ -529,4 +529,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from proctor.crash import guarded
+
+    sys.exit(guarded("proctor offline", main))

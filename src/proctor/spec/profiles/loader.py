@@ -18,14 +18,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from proctor.errors import ConfigError
-from proctor.spec.profiles.models import AddonProfile, EngineProfile, ModelProfile
+from proctor.spec.profiles.models import AddonProfile, EngineProfile, FaultSet, ModelProfile
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-SECTIONS = ("engines", "models", "addons")
+SECTIONS = ("engines", "models", "addons", "fault_sets")
 
 
 def builtin_table() -> dict[str, Any]:
@@ -72,6 +72,7 @@ class ProfileSet:
     engines: dict[str, EngineProfile] = field(default_factory=dict)
     models: dict[str, ModelProfile] = field(default_factory=dict)
     addons: dict[str, AddonProfile] = field(default_factory=dict)
+    fault_sets: dict[str, FaultSet] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)  # "engines.vllm" -> "built-in"/...
 
     def engine(self, name: str) -> EngineProfile:
@@ -136,6 +137,23 @@ class ProfileSet:
         return ModelProfile(name="(none)")
 
 
+def _included(result: ProfileSet, engine: str, body: Mapping[str, Any]) -> list[str]:
+    """The patterns of the fault sets an engine names (the loader's to fill, never the user's)."""
+    names = body.get("fault_sets", ["gpu"])
+    if not isinstance(names, list):
+        return []  # the model's validation says what is wrong
+    patterns: list[str] = []
+    for set_name in names:
+        if set_name not in result.fault_sets:
+            raise ConfigError(
+                f"engines.{engine}.fault_sets: unknown fault set {set_name!r}",
+                hint=f"known: {', '.join(sorted(result.fault_sets))};"
+                f" or define [fault_sets.{set_name}]",
+            )
+        patterns.extend(result.fault_sets[set_name].patterns)
+    return patterns
+
+
 def load_profiles(
     user_table: Mapping[str, Any] | None = None, *, origin: str = "proctor.toml"
 ) -> ProfileSet:
@@ -143,7 +161,10 @@ def load_profiles(
     builtin = builtin_table()
     merged = merge_tables(builtin, user_table or {})
     result = ProfileSet()
-    kinds: dict[str, type[EngineProfile] | type[ModelProfile] | type[AddonProfile]] = {
+    kinds: dict[
+        str, type[FaultSet] | type[EngineProfile] | type[ModelProfile] | type[AddonProfile]
+    ] = {
+        "fault_sets": FaultSet,  # first: engines include them by name
         "engines": EngineProfile,
         "models": ModelProfile,
         "addons": AddonProfile,
@@ -152,6 +173,8 @@ def load_profiles(
     for section, model_cls in kinds.items():
         for name, body in merged[section].items():
             try:
+                if section == "engines":
+                    body = {**body, "included_fault_patterns": _included(result, name, body)}
                 profile = model_cls.model_validate({**body, "name": name})
             except ValidationError as exc:
                 raise ConfigError(

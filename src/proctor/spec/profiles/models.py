@@ -117,6 +117,10 @@ class EngineProfile(_Strict):
     metrics_path: str | None = "/metrics"  # Prometheus text; None when the engine has none
     startup_fault_patterns: list[str] = []
     runtime_fault_patterns: list[str] = []
+    # Shared pattern sets ([fault_sets.NAME]) watched at startup and at runtime; "gpu" holds
+    # the generic CUDA/NCCL/Xid/HIP fault lines. The loader fills `included_fault_patterns`.
+    fault_sets: list[str] = ["gpu"]
+    included_fault_patterns: list[str] = []
     # Counter or gauge names on /metrics whose change means the engine did work.
     progress_metrics: list[str] = []
     # Gauges whose sum is the number of requests in flight on the server.
@@ -139,6 +143,7 @@ class EngineProfile(_Strict):
     @field_validator(
         "startup_fault_patterns",
         "runtime_fault_patterns",
+        "included_fault_patterns",
         "progress_markers",
         "server_patterns",
         "worker_patterns",
@@ -162,9 +167,30 @@ class EngineProfile(_Strict):
 
     def fault_patterns(self, phase: Literal["startup", "runtime"]) -> list[str]:
         """Startup faults also count at runtime; runtime-only faults are not startup faults."""
+        shared = self.included_fault_patterns
         if phase == "startup":
-            return list(dict.fromkeys(self.startup_fault_patterns + self.runtime_fault_patterns))
-        return list(dict.fromkeys(self.runtime_fault_patterns + self.startup_fault_patterns))
+            own = self.startup_fault_patterns + self.runtime_fault_patterns
+        else:
+            own = self.runtime_fault_patterns + self.startup_fault_patterns
+        return list(dict.fromkeys(own + shared))
+
+
+class FaultSet(_Strict):
+    """A named list of fault patterns that engine profiles include by name (`fault_sets`)."""
+
+    name: str
+    description: str = ""
+    patterns: list[str] = []
+
+    @field_validator("patterns")
+    @classmethod
+    def _regexes(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+        return value
 
 
 class ModelProfile(_Strict):

@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from proctor.errors import UsageError
+
 _RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
 
 
@@ -54,7 +56,7 @@ def _parse(argv: list[str]) -> tuple[str, bool, list[str]]:
         elif flag == "--answer":
             answer = True
         else:
-            raise SystemExit(f"proctor step: unknown option {flag!r}")
+            raise UsageError(f"unknown option {flag!r}", hint="known: --steps X, --answer")
     if rest and rest[0] == "--":
         rest.pop(0)
     return steps, answer, rest
@@ -96,4 +98,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from proctor.crash import guarded
+
+    sys.exit(guarded("proctor step", main))

@@ -95,7 +95,7 @@ def resolve_api_key(
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         data = {}
-    except (OSError, tomllib.TOMLDecodeError) as error:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         # The exception text can quote the file's content (the key): name only the file.
         raise UsageError(
             f"cannot read Runpod config {path} ({type(error).__name__})",

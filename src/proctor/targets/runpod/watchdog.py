@@ -143,4 +143,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from proctor.crash import guarded
+
+    sys.exit(guarded("proctor runpod watchdog", main))

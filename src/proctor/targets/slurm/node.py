@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from proctor.errors import UsageError
 from proctor.record.rundir import RunDir
 from proctor.supervise import wrapper
 
@@ -94,13 +95,18 @@ def apply_role(plan: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
+    for name in ("node-plan.json", "node-record.json"):
+        if not (run_dir / name).is_file():
+            raise UsageError(
+                f"no {name} in {run_dir}", hint="give the run directory the submit step made"
+            )
     plan = json.loads((run_dir / "node-plan.json").read_text(encoding="utf-8"))
     base = json.loads((run_dir / "node-record.json").read_text(encoding="utf-8"))
     path = run_dir / "nodes" / node
     path.mkdir(parents=True, exist_ok=True)
     run = RunDir(path)
     if run.exit_code_path.exists():
-        raise SystemExit(f"proctor node: {path} already holds a finished run")
+        raise UsageError(f"{path} already holds a finished run", hint="submit a new run")
     gpu = _gpu(plan)
     plan["gpu_present"] = bool(gpu.get("present"))
     role = apply_role(plan)
@@ -139,4 +145,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from proctor.crash import guarded
+
+    sys.exit(guarded("proctor node", main))

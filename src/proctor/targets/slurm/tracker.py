@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from proctor.errors import ProctorError
+from proctor.errors import ProctorError, UsageError
 from proctor.record.manifest import verify_run_manifest, write_run_manifest
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.status import read_exit_status
@@ -75,7 +75,9 @@ class Tracker:
         self.run = RunDir(group_dir)
         meta = self.run.read_json(META)
         if meta is None:
-            raise SystemExit(f"proctor slurm tracker: no {META} in {group_dir}")
+            raise UsageError(
+                f"no {META} in {group_dir}", hint="give the directory of a submitted Slurm run"
+            )
         self.meta: dict[str, Any] = meta
         self.job_id = int(meta["job_id"])
         self.remote = str(meta["remote_run_dir"])
@@ -347,4 +349,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from proctor.crash import guarded
+
+    sys.exit(guarded("proctor slurm tracker", main))
