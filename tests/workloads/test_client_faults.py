@@ -80,7 +80,14 @@ def test_mid_stream_disconnect(fake: Fake) -> None:
     assert {r.reason for r in bad} == {"disconnect"}
     assert all(r.error for r in bad)
     assert res.metrics.failures_by_reason == {"disconnect": 4}
-    check_outcome(res)  # partial failure is recorded, not fatal
+    # Half the requests failed: by default that fails the benchmark, with the count and reason.
+    with pytest.raises(WorkloadFailed, match=r"4 of 8 requests failed .*first: disconnect"):
+        check_outcome(res)
+    verdict = res.verdict()
+    assert (verdict.ok, verdict.failed, verdict.total, verdict.error_rate) == (False, 4, 8, 0.5)
+    allowed = bench(s.base_url, max_error_rate=0.5)
+    assert allowed.metrics.failed == 4
+    check_outcome(allowed)  # within --max-error-rate 0.5: a result
 
 
 @pytest.mark.parametrize(("mode", "status", "reason"),
@@ -101,6 +108,29 @@ def test_malformed_sse(fake: Fake) -> None:
     res = bench(s.base_url)
     assert {r.reason for r in res.measured} == {"malformed_sse"}
     assert all("not JSON" in r.error for r in res.measured)
+
+
+@pytest.mark.parametrize("chunk", [
+    '{"choices":"x"}', '{"choices":[null]}', '{"choices":[1]}', '{"choices":{"text":"a"}}',
+    "null", "[1, 2]", '"text"', '{"usage":[]}',
+    '{"choices":[],"usage":{"completion_tokens":"many"}}',
+    '{"choices":[{"text":"a"}],"usage":{"completion_tokens":1e999}}',
+    '{"choices":[{"text":"a"}],"usage":{"prompt_tokens":[3]}}',
+])
+def test_garbage_chunk_is_a_failed_request_not_a_crash(fake: Fake, chunk: str) -> None:
+    s = fake(mode="malformed-sse", malformed_chunk=chunk)
+    res = bench(s.base_url)
+    assert res.metrics.completed == 0 and res.metrics.failed == 8
+    assert {r.reason for r in res.measured} == {"malformed_sse"}
+    assert all(r.error.startswith("malformed stream message") for r in res.measured)
+    with pytest.raises(WorkloadFailed, match="malformed_sse"):
+        check_outcome(res)
+
+
+def test_garbage_chunk_in_chat_stream(fake: Fake) -> None:
+    s = fake(mode="malformed-sse", malformed_chunk='{"choices":[null]}')
+    res = bench(s.base_url, endpoint="chat")
+    assert {r.reason for r in res.measured} == {"malformed_sse"}
 
 
 def test_reasoning_only_stream_counts_as_output(fake: Fake) -> None:

@@ -41,12 +41,14 @@ class SweepPoint:
     run_id: str
     exit_code: int | None
     metrics: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None  # why the point failed, from the bench's verdict
 
     def row(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
             "run_id": self.run_id,
             "exit_code": self.exit_code,
+            "failure": self.failure,
             **self.metrics,
         }
 
@@ -101,23 +103,36 @@ def run_sweep(
         )
         say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
         state = wait_run(started.run)
-        metrics = (started.run.read_json("metrics.json") or {}).get("metrics") or {}
+        document = started.run.read_json("metrics.json") or {}
+        metrics = document.get("metrics") or {}
         point = SweepPoint(
             conc,
             started.run.run_id,
             state.exit.code if state.exit else None,
             {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+            failure=_failure(document, state.exit.code if state.exit else None),
         )
         points.append(point)
         say(
             f"[sweep] concurrency {conc}: exit {point.exit_code}, "
             f"total {point.metrics.get('total_token_throughput', float('nan')):.1f} tok/s"
+            + (f"; FAILED: {point.failure}" if point.failure else "")
         )
         write_summary(sweep, record, points)
     record["outcome"] = "ok" if all(p.exit_code == 0 for p in points) else "failed"
     record["ended_at"] = now_iso()
     write_summary(sweep, record, points)
     return sweep, points
+
+
+def _failure(document: dict[str, Any], exit_code: int | None) -> str | None:
+    """Why a point failed: its bench verdict, else its exit status; None when it passed."""
+    verdict = document.get("verdict")
+    if isinstance(verdict, dict) and verdict.get("ok") is False:
+        return str(verdict.get("message"))
+    if exit_code is None:
+        return "result unknown (no exit status)"
+    return None if exit_code == 0 else f"bench exited {exit_code}"
 
 
 def summary_text(points: list[SweepPoint]) -> str:

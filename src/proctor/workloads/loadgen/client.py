@@ -94,7 +94,43 @@ def _choice_text(choice: dict[str, object], chat: bool) -> str:
 
 
 class _Malformed(Exception):
-    pass
+    """A data: message that is not what the protocol allows; the request fails with it."""
+
+    def __init__(self, why: str, body: bytes) -> None:
+        super().__init__(f"malformed stream message, {why}: {body[:80].decode(errors='replace')}")
+
+
+def _count(value: object) -> int | None:
+    """A token count from `usage`: a non-negative integer, or None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"token count {value!r}")
+    return int(value)
+
+
+_Usage = tuple[int | None, int | None]  # (completion_tokens, prompt_tokens)
+
+
+def _message_parts(obj: dict[str, Any], chat: bool) -> tuple[str | None, _Usage]:
+    """(text of the first choice or None when the message carries no choices,
+    (completion_tokens, prompt_tokens) from usage). Raises on any shape the API does not allow,
+    so a garbage chunk becomes a failed request, never a crash."""
+    choices = obj.get("choices")
+    text: str | None = None
+    if choices is not None and not isinstance(choices, list):
+        raise TypeError(f"choices is a {type(choices).__name__}")
+    if choices:
+        first = choices[0]
+        if not isinstance(first, dict):
+            raise TypeError(f"choices[0] is a {type(first).__name__}")
+        text = _choice_text(first, chat)
+    usage = obj.get("usage")
+    if usage is None:
+        return text, (None, None)
+    if not isinstance(usage, dict):
+        raise TypeError(f"usage is a {type(usage).__name__}")
+    return text, (_count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens")))
 
 
 async def send_request(
@@ -169,16 +205,19 @@ async def _send(
                     try:
                         obj = _loads(body_bytes)
                     except ValueError as e:
-                        raise _Malformed(body_bytes[:80].decode(errors="replace")) from e
+                        raise _Malformed("not JSON", body_bytes) from e
                     if not isinstance(obj, dict):
-                        raise _Malformed(body_bytes[:80].decode(errors="replace"))
+                        raise _Malformed("not a JSON object", body_bytes)
                     if "error" in obj and not obj.get("choices"):
                         record.reason = "http_error"
-                        detail = json.dumps(obj["error"])[:_ERROR_EXCERPT]
+                        detail = json.dumps(obj["error"], default=str)[:_ERROR_EXCERPT]
                         record.error = f"error in stream: {detail}"
                         return record
-                    choices = obj.get("choices")
-                    if choices:
+                    try:
+                        text, usage = _message_parts(obj, chat)
+                    except (TypeError, AttributeError, ValueError, OverflowError) as e:
+                        raise _Malformed(f"unexpected shape ({e})", body_bytes) from e
+                    if text is not None:
                         if got_first:
                             record.itl.append(ts - last)
                         else:
@@ -186,13 +225,11 @@ async def _send(
                             record.ttft = ts - st
                         last = ts
                         record.chunks += 1
-                        pieces.append(_choice_text(choices[0], chat))
-                    usage = obj.get("usage")
-                    if isinstance(usage, dict):
-                        if usage.get("completion_tokens") is not None:
-                            usage_tokens = int(usage["completion_tokens"])
-                        if usage.get("prompt_tokens") is not None:
-                            record.prompt_tokens = int(usage["prompt_tokens"])
+                        pieces.append(text)
+                    if usage[0] is not None:
+                        usage_tokens = usage[0]
+                    if usage[1] is not None:
+                        record.prompt_tokens = usage[1]
     except asyncio.CancelledError:
         if not flight.expired or not settle(flight):
             raise
@@ -201,7 +238,7 @@ async def _send(
                        f"(total {cfg.request_timeout_s:g}s, idle {cfg.idle_timeout_s:g}s)"
         return record
     except _Malformed as e:
-        record.reason, record.error = "malformed_sse", f"not JSON: {e}"
+        record.reason, record.error = "malformed_sse", str(e)
         return record
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as e:
         record.reason = "timeout"
