@@ -69,6 +69,7 @@ def bench(
     save_detailed: bool = typer.Option(False, "--save-detailed", help="Write requests.jsonl."),
     json_out: bool = typer.Option(False, "--json", help="Print metrics.json to stdout."),
     max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of requests allowed to fail (default 0: any failed request fails the bench, exit 3)."),
+    log_every: float = typer.Option(5.0, "--log-every", help="Seconds between progress lines in the run's log (0: none)."),
     target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
 ) -> None:
     """Run a serving benchmark as a supervised run (its log holds vLLM's `Serving Benchmark
@@ -102,7 +103,7 @@ def bench(
             goodput_slos_ms=parse_goodput(goodput), request_timeout_s=request_timeout,
             idle_timeout_s=idle_timeout, save_detailed=save_detailed,
             progress=not json_out, api_key=SecretStr(api_key) if api_key else None,
-            max_error_rate=max_error_rate,
+            max_error_rate=max_error_rate, log_every_s=log_every,
         )
     except ValidationError as e:
         err = e.errors()[0]
