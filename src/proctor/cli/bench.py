@@ -103,7 +103,9 @@ def bench(
             goodput_slos_ms=parse_goodput(goodput), request_timeout_s=request_timeout,
             idle_timeout_s=idle_timeout, save_detailed=save_detailed,
             progress=not json_out, api_key=SecretStr(api_key) if api_key else None,
-            max_error_rate=max_error_rate, log_every_s=log_every,
+            max_error_rate=max_error_rate,
+            # In-process with --json: nothing but the JSON (the supervised run's log keeps its lines).
+            log_every_s=0.0 if json_out and output_dir is not None else log_every,
         )
     except ValidationError as e:
         err = e.errors()[0]

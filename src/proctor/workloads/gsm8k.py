@@ -301,7 +301,7 @@ QUOTED_LINES = 3
 
 def unanswered_requests(log_path: Path) -> tuple[int, list[str]]:
     """How many requests lm-eval's log says went unanswered, and the first such lines."""
-    count, first = 0, []
+    count, first = 0, list[str]()
     try:
         with open(log_path, "rb") as log:
             for line in log:  # line by line: a long log never sits in memory
