@@ -63,3 +63,12 @@ def test_a_few_failed_requests_fail_the_workload_not_the_server(fake_engine: int
     code, doc, err = flow(port, loadgen(port), "--mode", "http500", "--fault-every", "3")
     assert code == 3, err  # the bench failed (2 of 8 requests); the server answered the rest
     assert "the workload exited 3" in str(drain_step(doc)["message"])
+
+
+def test_broken_server_without_access_log_is_caught_from_metrics(fake_engine: int, tmp_path: Path) -> None:  # noqa: F811
+    port = fake_engine
+    # No access log and a plain curl workload: /metrics' http_requests_total is the evidence.
+    workload = script(tmp_path, "sleep 0.5", *[curl(port)] * 6, "sleep 2")
+    code, doc, err = flow(port, workload, "--broken-after-requests", "0", "--no-access-log")
+    assert code == 2, err
+    assert "the server's /metrics" in str(drain_step(doc)["message"])

@@ -63,3 +63,24 @@ def test_machine_calls_a_broken_server_a_fault_without_a_pattern() -> None:
     tally.feed("server.log", ERR * 5)
     outcome = machine.observe(DrainObservation(now=0.2, server=alive, answers=tally))
     assert outcome is DrainOutcome.FAULT and "alive but answered" in machine.reason
+
+
+def _scrape(good: int, errors: int) -> str:
+    return (
+        "# TYPE http_requests_total counter\n"
+        f'http_requests_total{{handler="/v1/completions",method="POST",status="2xx"}} {good}.0\n'
+        f'http_requests_total{{handler="/v1/completions",method="POST",status="5xx"}} {errors}.0\n'
+        f'http_requests_total{{handler="/health",method="GET",status="2xx"}} 99.0\n'
+    )
+
+
+def test_metrics_scrapes_count_5xx_of_generation_handlers_from_the_first_scrape_on() -> None:
+    tally = AnswerTally()
+    tally.feed_metrics(_scrape(3, 7))  # baseline: answers before the drain are not counted
+    assert tally.metrics.seen == 0
+    tally.feed_metrics(_scrape(3, 13))
+    assert tally.metrics.streak == 6 and "the server's /metrics" in (tally.broken(5) or "")
+    tally.feed_metrics(_scrape(4, 13))
+    assert tally.broken(5) is None
+    tally.feed_metrics("no metrics here {")
+    assert tally.metrics.seen == 7

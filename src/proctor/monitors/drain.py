@@ -30,7 +30,7 @@ from proctor.errors import (
 )
 from proctor.monitors.answers import AnswerTally
 from proctor.monitors.logscan import LogFollower, LogMatch, LogScanner
-from proctor.monitors.progress import choose_signals, fetch_metrics
+from proctor.monitors.progress import choose_signals, fetch_metrics_text, parse_metrics
 from proctor.monitors.watch import ProcStatus, Watched, count_matching
 from proctor.spec.profiles.models import EngineProfile
 
@@ -276,6 +276,10 @@ def drain(
     source = "none"
     next_poll = started + config.poll_s
     client = httpx.Client(trust_env=False)
+    if metrics_url and not config.offline:  # the baseline of the server's answer counters
+        baseline = fetch_metrics_text(metrics_url, client=client)
+        if baseline is not None:
+            answers.feed_metrics(baseline)
     try:
         while True:
             follower.fault_event.wait(tick_s)
@@ -292,9 +296,10 @@ def drain(
                 next_poll = now + config.poll_s
                 metrics = None
                 if metrics_url and not config.offline:
-                    metrics = fetch_metrics(
-                        metrics_url, [*progress_metrics, *running_metrics], client=client
-                    )
+                    text = fetch_metrics_text(metrics_url, client=client)
+                    if text is not None:
+                        metrics = parse_metrics(text, [*progress_metrics, *running_metrics])
+                        answers.feed_metrics(text)
                 markers = follower.marker_count() if scanner.has_markers else None
                 source, progress = choose_signals(
                     metrics=metrics,
