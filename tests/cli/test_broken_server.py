@@ -72,3 +72,12 @@ def test_broken_server_without_access_log_is_caught_from_metrics(fake_engine: in
     code, doc, err = flow(port, workload, "--broken-after-requests", "0", "--no-access-log")
     assert code == 2, err
     assert "the server's /metrics" in str(drain_step(doc)["message"])
+
+
+def test_error_streak_sets_how_many_errors_in_a_row_make_a_fault(fake_engine: int) -> None:  # noqa: F811
+    port = fake_engine
+    r = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
+                "--error-streak", "50", "--workload-cmd", loadgen(port, "--num-prompts", "40"),
+                "--json", "--", "--broken-after-requests", "4")  # fmt: skip
+    assert r.returncode == 3, r.stderr  # 36 errors after 4 answers: under 50, the bench failed
+    assert "the workload exited 3" in str(drain_step(json.loads(r.stdout))["message"])
