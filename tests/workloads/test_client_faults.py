@@ -127,6 +127,13 @@ def test_garbage_chunk_is_a_failed_request_not_a_crash(fake: Fake, chunk: str) -
         check_outcome(res)
 
 
+def test_message_without_boundary_fails_the_request_at_a_bound(fake: Fake) -> None:
+    s = fake(mode="endless-message")
+    res = bench(s.base_url, num_prompts=2)
+    assert {r.reason for r in res.measured} == {"malformed_sse"}
+    assert all("no message boundary in 16 MiB" in r.error for r in res.measured)
+
+
 def test_garbage_chunk_in_chat_stream(fake: Fake) -> None:
     s = fake(mode="malformed-sse", malformed_chunk='{"choices":[null]}')
     res = bench(s.base_url, endpoint="chat")

@@ -23,6 +23,9 @@ from proctor.workloads.loadgen.deadlines import Flight, for_loop, settle
 from proctor.workloads.loadgen.records import RequestRecord
 
 READ_BUFSIZE = 4 * 1024 * 1024  # aiohttp's 64 KiB default collapses long-context throughput
+# An SSE message can be long (a big chunk of text) but never this long: a server that streams
+# without message boundaries fails the request instead of growing the client's memory.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 _ERROR_EXCERPT = 300
 # Streaming requests: total and idle limits are enforced by deadlines.py (one timer per loop,
 # not one re-armed per read); only the connect limit stays with aiohttp.
@@ -190,6 +193,9 @@ async def _send(
                     buf += b"\n\n"  # a last message without its blank line still counts
                 else:
                     buf += data
+                    if len(buf) > MAX_MESSAGE_BYTES and b"\n\n" not in buf:
+                        limit = MAX_MESSAGE_BYTES >> 20
+                        raise _Malformed(f"no message boundary in {limit} MiB", buf)
                 while True:
                     cut = buf.find(b"\n\n")
                     if cut < 0:
