@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proctor.errors import TargetUnavailable, WorkloadFailed
+from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.runner import BenchResult, check_outcome, run_benchmark
 from tests.fixtures.fake_openai_server import FakeServer, free_port
@@ -219,3 +219,14 @@ def test_approx_tokenizer_records_server_counts(fake: Fake) -> None:
     res = bench(s.base_url, tokenizer_mode="approx")
     assert res.prompt_source == "approx"
     assert all(r.prompt_tokens == r.prompt_len for r in res.measured)  # one word per token
+
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", '{"data": 5}', '{"data": "abc"}', "null"])
+def test_garbage_model_list_is_a_clear_error_not_a_crash(fake: Fake, body: str) -> None:
+    s = fake(models_body=body)
+    # Without --model nothing says which model to ask for: a usage error, never a traceback.
+    with pytest.raises(UsageError, match="listed no model"):
+        bench(s.base_url, num_prompts=2)
+    res = bench(s.base_url, num_prompts=2, model="fake-model")  # with --model it runs
+    assert res.metrics.completed == 2

@@ -81,7 +81,9 @@ async def resolve_model(session: aiohttp.ClientSession, cfg: BenchConfig) -> str
         async with session.get(url, timeout=limit) as r:
             if r.status == 200:
                 data = await r.json(content_type=None)
-                ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+                listed = data.get("data") if isinstance(data, dict) else None
+                ids = [m.get("id") for m in (listed if isinstance(listed, list) else [])
+                       if isinstance(m, dict)]
                 if cfg.model:
                     return cfg.model
                 if ids and isinstance(ids[0], str):
