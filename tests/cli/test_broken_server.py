@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_serve_flow import curl, fake_engine, script  # noqa: F401 - fixture
+from tests.cli.test_serve_flow import curl, fake_engine, script, start  # noqa: F401 - fixture
 from tests.helpers import proctor
 
 pytestmark = pytest.mark.timeout(180)
@@ -81,3 +81,17 @@ def test_error_streak_sets_how_many_errors_in_a_row_make_a_fault(fake_engine: in
                 "--json", "--", "--broken-after-requests", "4")  # fmt: skip
     assert r.returncode == 3, r.stderr  # 36 errors after 4 answers: under 50, the bench failed
     assert "the workload exited 3" in str(drain_step(json.loads(r.stdout))["message"])
+
+
+def test_drain_of_a_broken_server_with_a_bench_client_is_a_fault(fake_engine: int) -> None:  # noqa: F811
+    server = start(fake_engine, "--broken-after-requests", "0", "--broken-as", "error-event")
+    try:
+        assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
+        bench = proctor("bench", "--server", server, "--isl", "8", "--osl", "4", "--concurrency",
+                        "2", "--num-prompts", "8", "--num-warmups", "0", "--detach")  # fmt: skip
+        assert bench.returncode == 0, bench.stderr
+        r = proctor("drain", server, "--poll", "1s", "--json")
+        assert r.returncode == 2, r.stderr
+        assert "alive but answered" in json.loads(r.stdout)["message"]
+    finally:
+        proctor("serve", "stop", server)
