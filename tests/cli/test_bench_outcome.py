@@ -65,8 +65,8 @@ def test_in_process_bench_with_failures_is_exit_3(tmp_path: Path) -> None:
 def test_api_key_is_not_the_attach_key_and_never_written(isolated_runs: Path, tmp_path: Path) -> None:
     secret = "sk-canary-Zq81-never-write-me"
     env = {"OPENAI_API_KEY": secret}
-    with FakeServer(api_key=secret, itl=0.05) as srv:  # refuses requests without the key
-        slow = ["--osl", "20", "--num-prompts", "4", "--detach", "--json"]
+    with FakeServer(api_key=secret, itl=0.1) as srv:  # refuses requests without the key
+        slow = ["--osl", "50", "--num-prompts", "4", "--detach", "--json"]  # ~10 s: still live
         first = proctor("bench", "--base-url", srv.base_url, *SMALL, *slow, env=env)
         assert first.returncode == 0, first.stderr
         # Other settings, same API key, no --key: a run of its own, never an attach.
@@ -75,7 +75,7 @@ def test_api_key_is_not_the_attach_key_and_never_written(isolated_runs: Path, tm
         a, b = json.loads(first.stdout), json.loads(second.stdout)
         assert a["run_id"] != b["run_id"] and not b["attached"]
         for run_id in (a["run_id"], b["run_id"]):
-            assert proctor("runs", "wait", run_id, timeout=60).returncode == 0
+            proctor("runs", "stop", run_id, timeout=60)
     printed = first.stdout + first.stderr + second.stdout + second.stderr
     assert secret not in printed
     for path in tmp_path.rglob("*"):
@@ -86,15 +86,15 @@ def test_api_key_is_not_the_attach_key_and_never_written(isolated_runs: Path, tm
 
 
 def test_key_flag_is_the_attach_key(isolated_runs: Path) -> None:
-    with FakeServer(itl=0.05) as srv:
-        args = ["--osl", "20", "--num-prompts", "4", "--key", "nightly", "--detach", "--json"]
+    with FakeServer(itl=0.1) as srv:  # ~10 s: still live when the same key comes again
+        args = ["--osl", "50", "--num-prompts", "4", "--key", "nightly", "--detach", "--json"]
         first = json.loads(proctor("bench", "--base-url", srv.base_url, *SMALL, *args, check=True).stdout)
         again = json.loads(proctor("bench", "--base-url", srv.base_url, *SMALL, *args, check=True).stdout)
         assert again["run_id"] == first["run_id"] and again["attached"] is True
         other = proctor("bench", "--base-url", srv.base_url, *SMALL, *args, "--isl", "6")
         assert other.returncode == 64, other.stderr
         assert "other settings" in other.stderr
-        assert proctor("runs", "wait", first["run_id"], timeout=60).returncode == 0
+        proctor("runs", "stop", first["run_id"], timeout=60)
     assert len(bench_runs(isolated_runs)) == 1
     record = json.loads((isolated_runs / first["run_id"] / "record.json").read_text())
     assert record["key"] == "nightly"
