@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proctor.errors import TargetUnavailable, WorkloadFailed
+from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.runner import BenchResult, check_outcome, run_benchmark
 from tests.fixtures.fake_openai_server import FakeServer, free_port
@@ -80,7 +80,14 @@ def test_mid_stream_disconnect(fake: Fake) -> None:
     assert {r.reason for r in bad} == {"disconnect"}
     assert all(r.error for r in bad)
     assert res.metrics.failures_by_reason == {"disconnect": 4}
-    check_outcome(res)  # partial failure is recorded, not fatal
+    # Half the requests failed: by default that fails the benchmark, with the count and reason.
+    with pytest.raises(WorkloadFailed, match=r"4 of 8 requests failed .*first: disconnect"):
+        check_outcome(res)
+    verdict = res.verdict()
+    assert (verdict.ok, verdict.failed, verdict.total, verdict.error_rate) == (False, 4, 8, 0.5)
+    allowed = bench(s.base_url, max_error_rate=0.5)
+    assert allowed.metrics.failed == 4
+    check_outcome(allowed)  # within --max-error-rate 0.5: a result
 
 
 @pytest.mark.parametrize(("mode", "status", "reason"),
@@ -101,6 +108,36 @@ def test_malformed_sse(fake: Fake) -> None:
     res = bench(s.base_url)
     assert {r.reason for r in res.measured} == {"malformed_sse"}
     assert all("not JSON" in r.error for r in res.measured)
+
+
+@pytest.mark.parametrize("chunk", [
+    '{"choices":"x"}', '{"choices":[null]}', '{"choices":[1]}', '{"choices":{"text":"a"}}',
+    "null", "[1, 2]", '"text"', '{"usage":[]}',
+    '{"choices":[],"usage":{"completion_tokens":"many"}}',
+    '{"choices":[{"text":"a"}],"usage":{"completion_tokens":1e999}}',
+    '{"choices":[{"text":"a"}],"usage":{"prompt_tokens":[3]}}',
+])
+def test_garbage_chunk_is_a_failed_request_not_a_crash(fake: Fake, chunk: str) -> None:
+    s = fake(mode="malformed-sse", malformed_chunk=chunk)
+    res = bench(s.base_url)
+    assert res.metrics.completed == 0 and res.metrics.failed == 8
+    assert {r.reason for r in res.measured} == {"malformed_sse"}
+    assert all(r.error.startswith("malformed stream message") for r in res.measured)
+    with pytest.raises(WorkloadFailed, match="malformed_sse"):
+        check_outcome(res)
+
+
+def test_message_without_boundary_fails_the_request_at_a_bound(fake: Fake) -> None:
+    s = fake(mode="endless-message")
+    res = bench(s.base_url, num_prompts=2)
+    assert {r.reason for r in res.measured} == {"malformed_sse"}
+    assert all("no message boundary in 16 MiB" in r.error for r in res.measured)
+
+
+def test_garbage_chunk_in_chat_stream(fake: Fake) -> None:
+    s = fake(mode="malformed-sse", malformed_chunk='{"choices":[null]}')
+    res = bench(s.base_url, endpoint="chat")
+    assert {r.reason for r in res.measured} == {"malformed_sse"}
 
 
 def test_reasoning_only_stream_counts_as_output(fake: Fake) -> None:
@@ -182,3 +219,14 @@ def test_approx_tokenizer_records_server_counts(fake: Fake) -> None:
     res = bench(s.base_url, tokenizer_mode="approx")
     assert res.prompt_source == "approx"
     assert all(r.prompt_tokens == r.prompt_len for r in res.measured)  # one word per token
+
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", '{"data": 5}', '{"data": "abc"}', "null"])
+def test_garbage_model_list_is_a_clear_error_not_a_crash(fake: Fake, body: str) -> None:
+    s = fake(models_body=body)
+    # Without --model nothing says which model to ask for: a usage error, never a traceback.
+    with pytest.raises(UsageError, match="listed no model"):
+        bench(s.base_url, num_prompts=2)
+    res = bench(s.base_url, num_prompts=2, model="fake-model")  # with --model it runs
+    assert res.metrics.completed == 2

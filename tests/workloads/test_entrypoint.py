@@ -60,15 +60,35 @@ def test_completed_run_writes_metrics_and_details(
         m["total_token_throughput"], abs=0.01)
 
 
-def test_partial_failures_exit_zero(fake_process: Callable[..., FakeProcess],
-                                    tmp_path: Path) -> None:
+def test_partial_failures_exit_3_with_count_and_reason(
+    fake_process: Callable[..., FakeProcess], tmp_path: Path
+) -> None:
     srv = started(fake_process, "--mode", "http500", "--fault-every", "3")
     r = loadgen("--port", str(srv.port), "--output-dir", str(tmp_path), "--num-warmups", "0",
                 *SMALL)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 3, r.stderr
+    assert "4 of 12 requests failed" in r.stderr and "HTTP 500" in r.stderr
+    assert "Result: FAILED: 4 of 12 requests failed" in r.stdout
     doc = json.loads((tmp_path / "metrics.json").read_text())
     assert doc["failures"]["count"] == 4 and doc["failures"]["by_reason"] == {"http_error": 4}
     assert doc["failures"]["examples"][0]["status"] == 500
+    assert doc["verdict"]["ok"] is False and doc["verdict"]["failed"] == 4
+    assert doc["verdict"]["first_reasons"][0].startswith("http_error: HTTP 500")
+    assert doc["metrics"]["workload_failed"] == 1
+    assert doc["metrics"]["error_rate"] == pytest.approx(4 / 12)
+
+
+def test_partial_failures_within_max_error_rate_exit_0(
+    fake_process: Callable[..., FakeProcess], tmp_path: Path
+) -> None:
+    srv = started(fake_process, "--mode", "http500", "--fault-every", "3")
+    r = loadgen("--port", str(srv.port), "--output-dir", str(tmp_path), "--num-warmups", "0",
+                "--max-error-rate", "0.34", *SMALL)
+    assert r.returncode == 0, r.stderr
+    assert "Result: ok (4 of 12 requests failed" in r.stdout
+    doc = json.loads((tmp_path / "metrics.json").read_text())
+    assert doc["verdict"]["ok"] is True and doc["metrics"]["workload_failed"] == 0
+    assert doc["config"]["max_error_rate"] == 0.34
 
 
 def test_every_request_failed_exits_3(fake_process: Callable[..., FakeProcess],
@@ -76,7 +96,7 @@ def test_every_request_failed_exits_3(fake_process: Callable[..., FakeProcess],
     srv = started(fake_process, "--mode", "http429")
     r = loadgen("--port", str(srv.port), "--output-dir", str(tmp_path), *SMALL)
     assert r.returncode == 3
-    assert "every request failed (rate_limited=12)" in r.stderr
+    assert "12 of 12 requests failed" in r.stderr and "rate_limited=12" in r.stderr
     assert json.loads((tmp_path / "metrics.json").read_text())["metrics"]["completed"] == 0
 
 

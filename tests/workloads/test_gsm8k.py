@@ -248,12 +248,17 @@ def _reply(question: str, key: dict[str, tuple[int, str]]) -> str:
 class AnswerKeyServer:
     base_url: str
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    null_answers: set[int] = field(default_factory=set)  # test indices answered with null text
 
 
 @pytest.fixture
 def answer_key_server() -> Iterator[AnswerKeyServer]:
     key = _answers(gsm8k_data_dir())
     seen: list[tuple[str, dict[str, Any]]] = []
+    nulls: set[int] = set()
+
+    def reply(question: str) -> str | None:
+        return None if key[question.strip()][0] in nulls else _reply(question, key)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:
@@ -265,11 +270,11 @@ def answer_key_server() -> Iterator[AnswerKeyServer]:
             if self.path == "/v1/completions":
                 prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
                 choices = [
-                    {"index": i, "text": _reply(_last_question(p), key), "finish_reason": "stop"}
+                    {"index": i, "text": reply(_last_question(p)), "finish_reason": "stop"}
                     for i, p in enumerate(prompts)
                 ]
             elif self.path == "/v1/chat/completions":
-                text = _reply(_last_question(body["messages"][-1]["content"]), key)
+                text = reply(_last_question(body["messages"][-1]["content"]))
                 choices = [{"index": 0, "message": {"role": "assistant", "content": text}}]
             else:
                 self.send_error(404)
@@ -285,7 +290,7 @@ def answer_key_server() -> Iterator[AnswerKeyServer]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield AnswerKeyServer(f"http://127.0.0.1:{server.server_address[1]}", seen)
+        yield AnswerKeyServer(f"http://127.0.0.1:{server.server_address[1]}", seen, nulls)
     finally:
         server.shutdown()
         server.server_close()
@@ -343,6 +348,31 @@ def test_workload_scores_known_answers(
     else:
         assert body["prompt"].count("Question:") == 4
         assert "Question:" in body["stop"]
+
+
+@needs_lm_eval
+@pytest.mark.parametrize(("allowed", "code"), [(None, 3), ("0.2", 0)])
+def test_unanswered_requests_are_not_an_accuracy(
+    answer_key_server: AnswerKeyServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    allowed: str | None, code: int,
+) -> None:
+    # lm-eval scores a null answer as a wrong one and exits 0: the accuracy would be bogus.
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    answer_key_server.null_answers.add(0)
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "proctor.workloads.gsm8k", "--base-url",
+            answer_key_server.base_url, "--model", "m1", "--fewshot", "1", "--limit", "5",
+            "--num-concurrent", "2", "--data", str(gsm8k_data_dir()), "--output-dir", str(out)]
+    argv += ["--max-error-rate", allowed] if allowed else []
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = json.loads((out / "metrics.json").read_text())
+    assert record["metrics"]["unanswered"] == 1 and record["verdict"]["unanswered"] == 1
+    if code:
+        assert "1 of 5 requests got no answer" in proc.stderr
+        assert record["status"] == "failed" and record["metrics"]["workload_failed"] == 1
+    else:
+        assert record["status"] == "ok" and record["metrics"]["workload_failed"] == 0
 
 
 @needs_lm_eval

@@ -16,6 +16,7 @@ from pydantic import SecretStr, ValidationError
 
 from proctor.cli.output import console, print_json
 from proctor.errors import UsageError
+from proctor.record.rundir import RunDir
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
 from proctor.workloads.loadgen.runner import (
     check_outcome,
@@ -24,6 +25,7 @@ from proctor.workloads.loadgen.runner import (
     write_outputs,
 )
 from proctor.workloads.loadgen.summary import format_summary
+from proctor.workloads.loadgen.verdict import format_verdict
 
 app = typer.Typer(help="Serving benchmarks against OpenAI-compatible servers.",
                   no_args_is_help=True)
@@ -34,7 +36,7 @@ def bench(
     output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Run in-process and write metrics.json here instead of making a supervised run."),
     server: str | None = typer.Option(None, "--server", help="A server run (id or 'last') to benchmark; gives base URL and model."),
     name: str | None = typer.Option(None, "--name", help="Run name (default bench-ISL-OSL-cCONC)."),
-    key: str | None = typer.Option(None, "--key", help="Attach to a live bench run with this key instead of starting another."),
+    key: str | None = typer.Option(None, "--key", help="Attach key: a second bench with the same key and settings attaches to the live run instead of starting another."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
     timeout: str | None = typer.Option(None, "--timeout", help="Time limit of the run (exit 4)."),
     runs_dir: str | None = typer.Option(None, "--runs-dir"),
@@ -66,11 +68,14 @@ def bench(
     idle_timeout: float = typer.Option(600.0, "--idle-timeout", help="Seconds between chunks."),
     save_detailed: bool = typer.Option(False, "--save-detailed", help="Write requests.jsonl."),
     json_out: bool = typer.Option(False, "--json", help="Print metrics.json to stdout."),
+    max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of requests allowed to fail (default 0: any failed request fails the bench, exit 3)."),
+    log_every: float = typer.Option(5.0, "--log-every", help="Seconds between progress lines in the run's log (0: none)."),
     target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
 ) -> None:
     """Run a serving benchmark as a supervised run (its log holds vLLM's `Serving Benchmark
-    Result` block; metrics.json and the store hold the metrics). Exit 3 if every request failed,
-    69 if the server cannot be reached, the run's status otherwise."""
+    Result` block and progress lines; metrics.json and the store hold the metrics). Exit 3 if
+    more requests failed than --max-error-rate allows (default: any), 69 if the server cannot be
+    reached or the --server run has ended or serves another model."""
     if target:
         from proctor.cli.remote import hand_off
 
@@ -79,11 +84,13 @@ def bench(
     server_facts: dict[str, object] = {}
     if server:
         server_facts = _server(server, runs_dir)
-        base_url = base_url or f"http://{server_facts.get('host') or '127.0.0.1'}:{server_facts['port']}"
-        model = model or str(server_facts.get("served_model_name") or "") or None
+        base_url = base_url or str(server_facts["base_url"])
+        model = model or str(server_facts["checked_model"])
         chat = chat or bool(server_facts.get("use_chat_template"))
+    # The API key authenticates requests; it is never the run's attach key (that is --key),
+    # and it reaches the load generator only through the inherited environment.
+    api_key = os.environ.get("OPENAI_API_KEY")
     try:
-        key = os.environ.get("OPENAI_API_KEY")
         cfg = BenchConfig(
             base_url=base_url or f"http://127.0.0.1:{port}", endpoint="chat" if chat else
             "completions", model=model, tokenizer=tokenizer,
@@ -95,7 +102,10 @@ def bench(
             percentiles=[float(p) for p in percentiles.split(",") if p],
             goodput_slos_ms=parse_goodput(goodput), request_timeout_s=request_timeout,
             idle_timeout_s=idle_timeout, save_detailed=save_detailed,
-            progress=not json_out, api_key=SecretStr(key) if key else None,
+            progress=not json_out, api_key=SecretStr(api_key) if api_key else None,
+            max_error_rate=max_error_rate,
+            # In-process with --json: nothing but the JSON (the supervised run's log keeps its lines).
+            log_every_s=0.0 if json_out and output_dir is not None else log_every,
         )
     except ValidationError as e:
         err = e.errors()[0]
@@ -113,6 +123,7 @@ def bench(
         print_json(result_document(result))
     else:
         console.print(format_summary(result.metrics), markup=False, highlight=False)
+        console.print(format_verdict(result.verdict()), markup=False, highlight=False)
     check_outcome(result)
 
 
@@ -121,15 +132,12 @@ _RUN_OPTIONS = {"output_dir", "server", "name", "key", "detach", "timeout", "run
 
 
 def _server(ref: str, runs_dir: str | None) -> dict[str, object]:
-    from proctor.serve import server_facts
+    """The live server run's facts; 69 when it has ended or serves another model."""
     from proctor.spec.config import load_config
     from proctor.spec.plan import resolve_runs_dir
-    from proctor.supervise.launch import resolve_run
+    from proctor.workloads.loadgen.server_run import server_run_facts
 
-    run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
-    facts = dict(server_facts(run))
-    facts["run_id"] = run.run_id
-    return facts
+    return server_run_facts(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
 
 
 def loadgen_argv(ctx: typer.Context, base_url: str, model: str | None, chat: bool) -> list[str]:
@@ -180,6 +188,10 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
     started = start_run(plan, RunSpec(kind="bench", extra=extra))
     run = started.run
     interrupts.attach(run)
+    if started.attached:
+        _check_same_bench(run, plan.redactor().argv(plan.argv), str(key))
+        err_console.print(f"proctor: attached to live bench run {run.run_id} (key {key})",
+                          markup=False, highlight=False)  # fmt: skip
     if detach:
         if json_out:
             print_json({"run_id": run.run_id, "dir": str(run.path), "attached": started.attached})
@@ -193,10 +205,26 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {}),
                     "outcome": record_of(run).get("outcome")})  # fmt: skip
     err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+    verdict = (run.read_json("metrics.json") or {}).get("verdict") or {}
+    if verdict.get("ok") is False:
+        err_console.print(f"proctor: benchmark failed: {verdict.get('message')}", markup=False,
+                          highlight=False)  # fmt: skip
     interrupts.raise_if_hit()
     code = exit_for_state(run, state)
     if code:
         raise typer.Exit(code)
+
+
+def _check_same_bench(run: RunDir, argv: list[str], key: str) -> None:
+    """Attaching is for the same bench started twice; a key held by other settings is refused."""
+    from proctor.supervise.launch import record_of
+
+    theirs = record_of(run).get("argv")
+    if theirs != argv:
+        raise UsageError(
+            f"key {key!r} belongs to live bench run {run.run_id}, started with other settings",
+            hint="use another --key, or wait for that run (`proctor runs wait`)",
+        )
 
 
 app.command("serve")(bench)
@@ -226,10 +254,12 @@ def register_sweep(root: typer.Typer) -> None:
         name: str = typer.Option("sweep", "--name"),
         runs_dir: str | None = typer.Option(None, "--runs-dir"),
         json_out: bool = typer.Option(False, "--json"),
+        max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of a point's requests allowed to fail (default 0); above it the point fails."),
     ) -> None:
         """A bench per concurrency, grouped under one sweep id; a summary table (text, JSON,
         CSV) in the sweep's directory, rewritten after each point so earlier points are kept if
-        a later one fails. Exit 0 if every point succeeded, else the first failing point's."""
+        a later one fails. A point whose requests failed beyond --max-error-rate is a failed
+        point (exit 3). Exit 0 if every point succeeded, else the first failing point's."""
         from proctor.cli.output import err_console
         from proctor.spec.config import load_config
         from proctor.workloads.sweep import run_sweep, summary_text
@@ -240,14 +270,18 @@ def register_sweep(root: typer.Typer) -> None:
             raise UsageError(f"invalid --concurrency {concurrency!r}", hint="write e.g. 4,8,16") from None
         if not points or min(points) < 1:
             raise UsageError("--concurrency needs positive integers, e.g. 4,8,16")
+        if not 0.0 <= max_error_rate <= 1.0:
+            raise UsageError(f"--max-error-rate {max_error_rate} must be between 0 and 1")
         if server:
             facts = _server(server, runs_dir)
-            base_url = base_url or f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}"
+            base_url = base_url or str(facts["base_url"])
+            model = model or str(facts["checked_model"])
             chat = chat or bool(facts.get("use_chat_template"))
         url = base_url or f"http://127.0.0.1:{port}"
         argv = [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", url, "--isl", str(isl),
                 "--osl", str(osl), "--prompt-multiplier", str(prompt_multiplier),
-                "--range-ratio", str(range_ratio), "--seed", str(seed), "--no-progress"]  # fmt: skip
+                "--range-ratio", str(range_ratio), "--seed", str(seed), "--no-progress",
+                "--max-error-rate", str(max_error_rate)]  # fmt: skip
         if model:
             argv += ["--model", model]
         if chat:

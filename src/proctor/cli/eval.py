@@ -52,9 +52,11 @@ def gsm8k(
     log_samples: bool = typer.Option(False, "--log-samples", help="Keep lm-eval's samples."),
     lm_eval: str | None = typer.Option(None, "--lm-eval", help="Path of the lm_eval executable."),
     as_json: bool = typer.Option(False, "--json", help="Print metrics.json's metrics as JSON."),
+    max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of samples allowed to go unanswered (default 0); above it exit 3."),
     target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
 ) -> None:
-    """Run GSM8K with lm-eval against a server; exit 3 when lm-eval fails or leaves no results."""
+    """Run GSM8K with lm-eval against a server; exit 3 when lm-eval fails, leaves no results,
+    or more requests went unanswered than --max-error-rate allows (default: any)."""
     if target:
         from proctor.cli.remote import hand_off
 
@@ -68,8 +70,8 @@ def gsm8k(
 
         facts = _server(server, runs_dir)
         server_run = str(facts["run_id"])
-        base_url = base_url or f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}"
-        model = model or str(facts.get("served_model_name") or facts.get("model"))
+        base_url = base_url or str(facts["base_url"])
+        model = model or str(facts["checked_model"])
     if not model:
         raise UsageError("--model is required without --server", hint="pass the served model name")
     if output_dir is None:
@@ -82,6 +84,7 @@ def gsm8k(
         argv += ["--data", str(data.resolve())] if data else []
         argv += ["--log-samples"] if log_samples else []
         argv += ["--lm-eval", lm_eval] if lm_eval else []
+        argv += ["--max-error-rate", str(max_error_rate)] if max_error_rate else []
         _supervised(argv, name or f"gsm8k-{fewshot}shot", server_run, detach, runs_dir, as_json)
         return
     config = Gsm8kConfig(
@@ -95,6 +98,7 @@ def gsm8k(
         gen_kwargs=gen_kwargs,
         log_samples=log_samples,
         lm_eval=find_lm_eval(lm_eval),
+        max_error_rate=max_error_rate,
     )
     result = run_gsm8k(config, output_dir, data_dir=data, echo=not as_json)
     if as_json:

@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         max_: str = typer.Option("30m", "--max", help="Give up after this long (exit 4)."),
         poll: str = typer.Option("10s", "--poll", help="Progress poll; faults are caught within 1 s regardless."),
         stuck_polls: int = typer.Option(6, "--stuck-polls", help="Polls without progress, work in flight: hang (exit 1)."),
+        error_streak: int = typer.Option(5, "--error-streak", min=1, help="Generation answers in a row that are errors: fault (exit 2), pattern or not."),
         startup_max: str = typer.Option("15m", "--startup-max", help="No client seen by then: exit 4."),
         log: list[Path] = typer.Option(None, "--log", help="Extra log to scan for faults and growth (repeatable)."),
         client: list[str] = typer.Option(None, "--client", help="A workload run to wait for (repeatable)."),
@@ -62,6 +63,7 @@ def register(app: typer.Typer) -> None:
             stuck_polls=stuck_polls,
             startup_max_s=parse_duration(startup_max, option="--startup-max"),
             offline=offline is not None,
+            error_streak=error_streak,
         )
         say = _say(as_json)
         extra_logs = list(log or [])
@@ -169,6 +171,7 @@ def register(app: typer.Typer) -> None:
         max_: str = typer.Option(None, "--max", help="Drain limit (default 30m)."),
         poll: str = typer.Option(None, "--poll", help="Drain poll (default 10s)."),
         stuck_polls: int = typer.Option(None, "--stuck-polls"),
+        error_streak: int = typer.Option(None, "--error-streak", min=1, help="Error answers in a row that are a fault (default 5)."),
         startup_max: str = typer.Option(None, "--startup-max"),
         client_pattern: str = typer.Option(None, "--client-pattern"),
         no_inspect: bool = typer.Option(False, "--no-inspect", help="Do not take stacks on a hang."),
@@ -226,6 +229,7 @@ def register(app: typer.Typer) -> None:
                 poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
                 stuck_polls=int(pick("stuck_polls", 6)),
                 startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
+                error_streak=int(pick("error_streak", 5)),
             ),
             client_pattern=pick("client_pattern"),
             inspect_on_hang=not pick("no_inspect", False),

@@ -1,7 +1,8 @@
 """Drain: wait for a workload to finish against a server (or offline), catching faults and hangs.
 
 Outcomes and exit codes: drained 0, hang 1, fault 2, server died / offline job failed 3,
-time limit or no client within startup-max 4.
+time limit or no client within startup-max 4. A fault is a fault pattern in a log, or a server
+alive but answering generation requests with errors (see answers.py), pattern or not.
 
 `DrainMachine` holds every rule and is fed `DrainObservation`s with an injected clock. Two
 kinds of observation: fast ones (every ~0.1 s: new fault lines, liveness) decide faults and
@@ -27,8 +28,9 @@ from proctor.errors import (
     TimeLimitReached,
     WorkloadFailed,
 )
+from proctor.monitors.answers import AnswerTally
 from proctor.monitors.logscan import LogFollower, LogMatch, LogScanner
-from proctor.monitors.progress import choose_signals, fetch_metrics
+from proctor.monitors.progress import choose_signals, fetch_metrics_text, parse_metrics
 from proctor.monitors.watch import ProcStatus, Watched, count_matching
 from proctor.spec.profiles.models import EngineProfile
 
@@ -67,6 +69,9 @@ class DrainConfig:
     offline: bool = False
     # Offline jobs: process alive counts as in-flight work, so silence is a hang.
     offline_hang: bool = True
+    # Server mode: this many generation answers in a row that are errors (5xx in the access
+    # log, failed requests in the load generator's progress) is a fault, pattern or not.
+    error_streak: int = 5
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class DrainObservation:
     clients_alive: int | None = None
     clients_known: int = 0  # clients proctor started: they count as seen even if already gone
     running: float | None = None  # in-flight requests per /metrics, when known
+    answers: AnswerTally | None = None  # server mode: generation answers seen in the logs
 
 
 class DrainMachine:
@@ -122,6 +128,8 @@ class DrainMachine:
         elif obs.server is not None and not obs.server.alive:
             self.exit_status = obs.server.exit_code
             return self._end(DrainOutcome.SERVER_DIED, "server process died")
+        elif obs.answers is not None and (broken := obs.answers.broken(cfg.error_streak)):
+            return self._end(DrainOutcome.FAULT, broken)
         if obs.progress is None:  # a fast tick: only faults and deaths are decided
             return None
 
@@ -146,6 +154,10 @@ class DrainMachine:
             if self.client_seen and self.clients_alive == 0:
                 # Clients are gone; done once the server has nothing left in flight.
                 idle = (obs.running or 0) == 0 if obs.running is not None else not progressed
+                broken = obs.answers.broken(cfg.error_streak, finished=True) if (
+                    idle and obs.answers is not None) else None
+                if broken:
+                    return self._end(DrainOutcome.FAULT, broken)
                 if idle:
                     return self._end(DrainOutcome.DRAINED, "clients finished, server idle")
             in_flight = self.clients_alive > 0 or (obs.running or 0) > 0
@@ -176,6 +188,7 @@ class DrainResult:
     exit_status: int | None = None  # server's (died) or offline job's
     tails: dict[str, list[str]] = field(default_factory=dict)  # on non-zero outcomes
     last_progress: dict[str, float] = field(default_factory=dict)
+    answers: dict[str, object] = field(default_factory=dict)  # generation answers seen
 
     @property
     def exit_code(self) -> int:
@@ -211,6 +224,7 @@ class DrainResult:
             "faults": [m.to_dict() for m in self.faults],
             "exit_status": self.exit_status,
             "last_progress": self.last_progress,
+            "answers": self.answers,
             "tails": self.tails,
             "message": self.message(),
         }
@@ -248,7 +262,9 @@ def drain(
         raise ValueError("drain needs the offline job (offline mode) or the server process")
     started = clock()
     machine = DrainMachine(config, started)
-    scanner = LogScanner(fault_patterns, marker_patterns=marker_patterns, tail_lines=50)
+    answers = AnswerTally()
+    scanner = LogScanner(fault_patterns, marker_patterns=marker_patterns, tail_lines=50,
+                         observers=[answers.feed])
     logs = ([server_log] if server_log is not None else []) + list(extra_logs)
     for path in logs:
         scanner.add(path, from_end=from_end)
@@ -260,6 +276,10 @@ def drain(
     source = "none"
     next_poll = started + config.poll_s
     client = httpx.Client(trust_env=False)
+    if metrics_url and not config.offline:  # the baseline of the server's answer counters
+        baseline = fetch_metrics_text(metrics_url, client=client)
+        if baseline is not None:
+            answers.feed_metrics(baseline)
     try:
         while True:
             follower.fault_event.wait(tick_s)
@@ -276,9 +296,10 @@ def drain(
                 next_poll = now + config.poll_s
                 metrics = None
                 if metrics_url and not config.offline:
-                    metrics = fetch_metrics(
-                        metrics_url, [*progress_metrics, *running_metrics], client=client
-                    )
+                    text = fetch_metrics_text(metrics_url, client=client)
+                    if text is not None:
+                        metrics = parse_metrics(text, [*progress_metrics, *running_metrics])
+                        answers.feed_metrics(text)
                 markers = follower.marker_count() if scanner.has_markers else None
                 source, progress = choose_signals(
                     metrics=metrics,
@@ -301,6 +322,7 @@ def drain(
                 clients_alive=alive,
                 clients_known=len(clients),
                 running=running,
+                answers=None if config.offline else answers,
             )
             outcome = machine.observe(obs)
             if full and on_status is not None:
@@ -319,6 +341,7 @@ def drain(
         faults=list(machine.faults),
         exit_status=machine.exit_status,
         last_progress=dict(machine.last_progress),
+        answers=answers.to_dict(),
     )
     if outcome is not DrainOutcome.DRAINED:
         result.tails = follower.tails(tail_lines)

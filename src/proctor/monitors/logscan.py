@@ -108,7 +108,10 @@ class LogScanner:
         marker_patterns: Iterable[str] = (),
         tail_lines: int = 200,
         max_matches: int = 1000,
+        observers: Sequence[Callable[[str, bytes], None]] = (),
     ) -> None:
+        # Observers see every chunk of complete lines once (path, bytes), e.g. answer statuses.
+        self._observers = list(observers)
         self._faults = compile_patterns(fault_patterns)
         self._fault_any = _combined(self._faults)
         self._markers = compile_patterns(marker_patterns)
@@ -256,6 +259,8 @@ class LogScanner:
                 )
         for name, rx in self._markers:
             state.markers[name] += sum(1 for _ in rx.finditer(data))
+        for observe in self._observers:
+            observe(str(state.path), data)
         state.line_no += data.count(b"\n")
         # Tail: only the last lines of the chunk are ever decoded.
         lines = data.rstrip(b"\n").rsplit(b"\n", self._tail_lines)[-self._tail_lines :]

@@ -47,6 +47,14 @@ def fetch_metrics(
     url: str, names: Iterable[str], *, timeout_s: float = 1.0, client: httpx.Client | None = None
 ) -> dict[str, float] | None:
     """GET `url` and parse it; None when the endpoint did not answer with metrics."""
+    text = fetch_metrics_text(url, timeout_s=timeout_s, client=client)
+    return None if text is None else parse_metrics(text, names)
+
+
+def fetch_metrics_text(
+    url: str, *, timeout_s: float = 1.0, client: httpx.Client | None = None
+) -> str | None:
+    """The Prometheus text at `url`, or None when it did not answer 200."""
     try:
         if client is not None:
             resp = client.get(url, timeout=timeout_s)
@@ -56,7 +64,7 @@ def fetch_metrics(
         return None
     if resp.status_code != 200:
         return None
-    return parse_metrics(resp.text, names)
+    return resp.text
 
 
 def choose_signals(

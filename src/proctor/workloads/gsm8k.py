@@ -10,7 +10,14 @@ Results come from lm-eval's results JSON, never its printed table.
         --fewshot 3 --limit 5 --data ../shared/data/gsm8k --output-dir DIR
 
 writes DIR/metrics.json ({"schema", "kind": "gsm8k", "status", "metrics", ...}) and DIR/lm_eval/
-(lm-eval's own output), and exits 0, 3 (lm-eval failed or left no results), 64 or 69.
+(lm-eval's own output), and exits 0, 3 (lm-eval failed, left no results, or requests went
+unanswered beyond --max-error-rate), 64 or 69.
+
+lm-eval exits 0 and scores an empty answer when a request fails for good in its sync path, or
+when the server answers 200 with null content; the accuracy is then bogus. Its log says so
+(`API returned null content`, `API request failed after multiple retries`): those lines are
+counted as unanswered requests, and more than --max-error-rate of the samples (default 0) fail
+the run, with the count in metrics.json (`unanswered`, `error_rate`) and the first lines quoted.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +62,7 @@ class Gsm8kConfig:
     include_path: Path | None = None
     log_samples: bool = False
     lm_eval: tuple[str, ...] = ("lm_eval",)
+    max_error_rate: float = 0.0  # unanswered requests allowed, as a fraction of the samples
 
     def __post_init__(self) -> None:
         if not self.model or any(c in self.model for c in ",="):
@@ -283,6 +292,41 @@ def read_results(output_path: Path) -> Gsm8kResult:
     )
 
 
+# lm-eval's own words for a request that got no real answer (0.4.10 .. 0.4.13).
+UNANSWERED = re.compile(
+    rb"API returned null content|API request failed after multiple retries"
+)
+QUOTED_LINES = 3
+
+
+def unanswered_requests(log_path: Path) -> tuple[int, list[str]]:
+    """How many requests lm-eval's log says went unanswered, and the first such lines."""
+    count, first = 0, list[str]()
+    try:
+        with open(log_path, "rb") as log:
+            for line in log:  # line by line: a long log never sits in memory
+                if UNANSWERED.search(line):
+                    count += 1
+                    if len(first) < QUOTED_LINES:
+                        first.append(line.decode(errors="replace").strip()[:200])
+    except OSError:
+        return 0, []
+    return count, first
+
+
+def check_answered(log_path: Path, n_samples: int, max_error_rate: float) -> dict[str, Any]:
+    """The unanswered-request verdict for metrics.json; raises WorkloadFailed beyond the limit."""
+    count, first = unanswered_requests(log_path)
+    rate = count / n_samples if n_samples else (1.0 if count else 0.0)
+    verdict = {"unanswered": count, "error_rate": rate, "max_error_rate": max_error_rate,
+               "first_lines": first, "ok": rate <= max_error_rate}
+    if not verdict["ok"]:
+        verdict["message"] = (f"{count} of {n_samples} requests got no answer "
+                              f"({rate:.1%}; allowed {max_error_rate:.1%}); first: "
+                              + " | ".join(first))
+    return verdict
+
+
 def find_lm_eval(explicit: str | None = None) -> tuple[str, ...]:
     """How to start lm-eval: an explicit path, `lm_eval` on PATH, or this Python's module."""
     if explicit:
@@ -370,13 +414,22 @@ def run_gsm8k(
                 f"lm-eval exited with status {rc}", hint=f"see its log in {log_path}"
             )
         result = read_results(lm_out)
+        verdict = check_answered(log_path, result.n_samples, config.max_error_rate)
+        record["verdict"] = verdict
+        if not verdict["ok"]:
+            # The scores stay in the record for the evidence, but the run is not a result.
+            record["metrics"] = {**result.to_metrics(), "unanswered": verdict["unanswered"],
+                                 "error_rate": verdict["error_rate"], "workload_failed": 1}
+            raise WorkloadFailed(f"eval failed: {verdict['message']}",
+                                 hint=f"see {log_path}; --max-error-rate R allows some")
     except ProctorError as error:
         record.update(status="failed", error=error.one_line())
         _atomic_write_json(metrics_path, record)
         raise
     record.update(
         status="ok",
-        metrics=result.to_metrics(),
+        metrics={**result.to_metrics(), "unanswered": verdict["unanswered"],
+                 "error_rate": verdict["error_rate"], "workload_failed": 0},
         results_file=os.path.relpath(result.results_file, output_dir),
         lm_eval_version=result.lm_eval_version,
         task_version=result.task_version,
@@ -430,6 +483,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, default=None, help="folder with train/test.jsonl")
     p.add_argument("--log-samples", action="store_true")
     p.add_argument("--lm-eval", default=None, help="path of the lm_eval executable")
+    p.add_argument("--max-error-rate", type=float, default=0.0,
+                   help="fraction of samples allowed to go unanswered (default 0)")
     return p
 
 
@@ -448,6 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gen_kwargs=args.gen_kwargs,
             log_samples=args.log_samples,
             lm_eval=find_lm_eval(args.lm_eval),
+            max_error_rate=args.max_error_rate,
         )
         result = run_gsm8k(config, args.output_dir, data_dir=args.data)
     except ProctorError as error:

@@ -42,12 +42,14 @@ class SweepPoint:
     run_id: str
     exit_code: int | None
     metrics: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None  # why the point failed, from the bench's verdict
 
     def row(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
             "run_id": self.run_id,
             "exit_code": self.exit_code,
+            "failure": self.failure,
             **self.metrics,
         }
 
@@ -133,18 +135,32 @@ def _run_point(
     )
     say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
     state = wait_run(started.run)
-    metrics = (started.run.read_json("metrics.json") or {}).get("metrics") or {}
+    document = started.run.read_json("metrics.json") or {}
+    metrics = document.get("metrics") or {}
+    code = state.exit.code if state.exit else None
     point = SweepPoint(
         conc,
         started.run.run_id,
-        state.exit.code if state.exit else None,
+        code,
         {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+        failure=_failure(document, code),
     )
     say(
         f"[sweep] concurrency {conc}: exit {point.exit_code}, "
         f"total {point.metrics.get('total_token_throughput', float('nan')):.1f} tok/s"
+        + (f"; FAILED: {point.failure}" if point.failure else "")
     )
     return point
+
+
+def _failure(document: dict[str, Any], exit_code: int | None) -> str | None:
+    """Why a point failed: its bench verdict, else its exit status; None when it passed."""
+    verdict = document.get("verdict")
+    if isinstance(verdict, dict) and verdict.get("ok") is False:
+        return str(verdict.get("message"))
+    if exit_code is None:
+        return "result unknown (no exit status)"
+    return None if exit_code == 0 else f"bench exited {exit_code}"
 
 
 def summary_text(points: list[SweepPoint]) -> str:

@@ -2,9 +2,10 @@
 
     run_benchmark(BenchConfig) -> BenchResult      one benchmark (raises TargetUnavailable)
     write_outputs(result, dir) -> [Path]           metrics.json (+ requests.jsonl)
-    check_outcome(result)                          raises WorkloadFailed if every request failed
+    check_outcome(result)                          raises WorkloadFailed beyond --max-error-rate
     compute_metrics(records, duration, ...)        vLLM's metric definitions, pure
     format_summary(metrics) -> str                 vLLM's `Serving Benchmark Result` block
+    result.verdict() -> Verdict                    failed requests against --max-error-rate
 
 Run as a program: `python -m proctor.workloads.loadgen --help`.
 """
@@ -20,6 +21,7 @@ from proctor.workloads.loadgen.runner import (
     write_outputs,
 )
 from proctor.workloads.loadgen.summary import format_summary
+from proctor.workloads.loadgen.verdict import Verdict, format_verdict, judge
 
 __all__ = [
     "BenchConfig",
@@ -27,9 +29,12 @@ __all__ = [
     "BenchResult",
     "RequestRecord",
     "Stat",
+    "Verdict",
     "check_outcome",
     "compute_metrics",
     "format_summary",
+    "format_verdict",
+    "judge",
     "result_document",
     "run_benchmark",
     "write_outputs",

@@ -1,9 +1,11 @@
 """`python -m proctor.workloads.loadgen [flags] --output-dir DIR`: one benchmark, supervisable.
 
 Writes DIR/metrics.json (and DIR/requests.jsonl with --save-detailed), prints vLLM's
-`Serving Benchmark Result` block on stdout and a progress bar on stderr.
-Exit 0: the benchmark completed (failed requests are recorded, not fatal);
-3: every request failed; 69: the server cannot be reached; 64: bad flags.
+`Serving Benchmark Result` block and a `Result:` line on stdout, and progress on stderr (a
+bar on a terminal, a line every --log-every seconds elsewhere).
+Exit 0: the benchmark completed with at most --max-error-rate of its requests failed (default
+0: none); 3: more failed (the count and first reasons are printed and in metrics.json);
+69: the server cannot be reached; 64: bad flags.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
 from proctor.workloads.loadgen.runner import check_outcome, run_benchmark, write_outputs
 from proctor.workloads.loadgen.summary import format_summary
+from proctor.workloads.loadgen.verdict import format_verdict
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,6 +58,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout", type=float, default=600.0)
     p.add_argument("--save-detailed", action="store_true")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--max-error-rate", type=float, default=0.0,
+                   help="fraction of requests allowed to fail (default 0)")
+    p.add_argument("--log-every", type=float, default=5.0,
+                   help="seconds between progress lines when not on a terminal (0: none)")
     return p
 
 
@@ -71,7 +78,8 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
             workers=a.workers, percentiles=[float(x) for x in a.percentiles.split(",") if x],
             goodput_slos_ms=parse_goodput(a.goodput), request_timeout_s=a.request_timeout,
             idle_timeout_s=a.idle_timeout, save_detailed=a.save_detailed,
-            progress=not a.no_progress,
+            progress=not a.no_progress, max_error_rate=a.max_error_rate,
+            log_every_s=a.log_every,
             api_key=SecretStr(key) if (key := os.environ.get("OPENAI_API_KEY")) else None,
         )
     except ValidationError as e:
@@ -89,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_benchmark(cfg)
         write_outputs(result, args.output_dir)
         print(format_summary(result.metrics), flush=True)
+        print(format_verdict(result.verdict()), flush=True)
         check_outcome(result)
     except ProctorError as e:
         print(f"proctor: {e.one_line()}", file=sys.stderr, flush=True)

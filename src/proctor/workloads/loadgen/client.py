@@ -23,6 +23,9 @@ from proctor.workloads.loadgen.deadlines import Flight, for_loop, settle
 from proctor.workloads.loadgen.records import RequestRecord
 
 READ_BUFSIZE = 4 * 1024 * 1024  # aiohttp's 64 KiB default collapses long-context throughput
+# An SSE message can be long (a big chunk of text) but never this long: a server that streams
+# without message boundaries fails the request instead of growing the client's memory.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 _ERROR_EXCERPT = 300
 # Streaming requests: total and idle limits are enforced by deadlines.py (one timer per loop,
 # not one re-armed per read); only the connect limit stays with aiohttp.
@@ -94,7 +97,43 @@ def _choice_text(choice: dict[str, object], chat: bool) -> str:
 
 
 class _Malformed(Exception):
-    pass
+    """A data: message that is not what the protocol allows; the request fails with it."""
+
+    def __init__(self, why: str, body: bytes) -> None:
+        super().__init__(f"malformed stream message, {why}: {body[:80].decode(errors='replace')}")
+
+
+def _count(value: object) -> int | None:
+    """A token count from `usage`: a non-negative integer, or None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"token count {value!r}")
+    return int(value)
+
+
+_Usage = tuple[int | None, int | None]  # (completion_tokens, prompt_tokens)
+
+
+def _message_parts(obj: dict[str, Any], chat: bool) -> tuple[str | None, _Usage]:
+    """(text of the first choice or None when the message carries no choices,
+    (completion_tokens, prompt_tokens) from usage). Raises on any shape the API does not allow,
+    so a garbage chunk becomes a failed request, never a crash."""
+    choices = obj.get("choices")
+    text: str | None = None
+    if choices is not None and not isinstance(choices, list):
+        raise TypeError(f"choices is a {type(choices).__name__}")
+    if choices:
+        first = choices[0]
+        if not isinstance(first, dict):
+            raise TypeError(f"choices[0] is a {type(first).__name__}")
+        text = _choice_text(first, chat)
+    usage = obj.get("usage")
+    if usage is None:
+        return text, (None, None)
+    if not isinstance(usage, dict):
+        raise TypeError(f"usage is a {type(usage).__name__}")
+    return text, (_count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens")))
 
 
 async def send_request(
@@ -154,6 +193,9 @@ async def _send(
                     buf += b"\n\n"  # a last message without its blank line still counts
                 else:
                     buf += data
+                    if len(buf) > MAX_MESSAGE_BYTES and b"\n\n" not in buf:
+                        limit = MAX_MESSAGE_BYTES >> 20
+                        raise _Malformed(f"no message boundary in {limit} MiB", buf)
                 while True:
                     cut = buf.find(b"\n\n")
                     if cut < 0:
@@ -169,16 +211,19 @@ async def _send(
                     try:
                         obj = _loads(body_bytes)
                     except ValueError as e:
-                        raise _Malformed(body_bytes[:80].decode(errors="replace")) from e
+                        raise _Malformed("not JSON", body_bytes) from e
                     if not isinstance(obj, dict):
-                        raise _Malformed(body_bytes[:80].decode(errors="replace"))
+                        raise _Malformed("not a JSON object", body_bytes)
                     if "error" in obj and not obj.get("choices"):
                         record.reason = "http_error"
-                        detail = json.dumps(obj["error"])[:_ERROR_EXCERPT]
+                        detail = json.dumps(obj["error"], default=str)[:_ERROR_EXCERPT]
                         record.error = f"error in stream: {detail}"
                         return record
-                    choices = obj.get("choices")
-                    if choices:
+                    try:
+                        text, usage = _message_parts(obj, chat)
+                    except (TypeError, AttributeError, ValueError, OverflowError) as e:
+                        raise _Malformed(f"unexpected shape ({e})", body_bytes) from e
+                    if text is not None:
                         if got_first:
                             record.itl.append(ts - last)
                         else:
@@ -186,13 +231,11 @@ async def _send(
                             record.ttft = ts - st
                         last = ts
                         record.chunks += 1
-                        pieces.append(_choice_text(choices[0], chat))
-                    usage = obj.get("usage")
-                    if isinstance(usage, dict):
-                        if usage.get("completion_tokens") is not None:
-                            usage_tokens = int(usage["completion_tokens"])
-                        if usage.get("prompt_tokens") is not None:
-                            record.prompt_tokens = int(usage["prompt_tokens"])
+                        pieces.append(text)
+                    if usage[0] is not None:
+                        usage_tokens = usage[0]
+                    if usage[1] is not None:
+                        record.prompt_tokens = usage[1]
     except asyncio.CancelledError:
         if not flight.expired or not settle(flight):
             raise
@@ -201,7 +244,7 @@ async def _send(
                        f"(total {cfg.request_timeout_s:g}s, idle {cfg.idle_timeout_s:g}s)"
         return record
     except _Malformed as e:
-        record.reason, record.error = "malformed_sse", f"not JSON: {e}"
+        record.reason, record.error = "malformed_sse", str(e)
         return record
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as e:
         record.reason = "timeout"

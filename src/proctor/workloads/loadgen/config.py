@@ -46,6 +46,10 @@ class BenchConfig(BaseModel):
     connect_timeout_s: float = Field(default=30.0, gt=0)
     save_detailed: bool = False
     progress: bool = True
+    # Failed measured requests allowed, as a fraction; above it the benchmark fails (exit 3).
+    max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Seconds between progress lines on stdout (the run's log); 0 = none.
+    log_every_s: float = Field(default=5.0, ge=0.0)
     api_key: SecretStr | None = Field(default=None, exclude=True)
 
     @field_validator("base_url")

@@ -166,8 +166,6 @@ async def build_requests(
             out.append(PlannedRequest(i, text, in_lens[i], out_lens[i], warmup=i < n_warm))
         return out, "approx"
 
-    probe = "hello world"
-    n_special = len(await tok.encode(probe, True)) - len(await tok.encode(probe, False))
     sem = asyncio.Semaphore(16)
     done = 0
 
@@ -182,8 +180,10 @@ async def build_requests(
         return PlannedRequest(i, text, actual, out_lens[i], warmup=i < n_warm)
 
     try:
+        probe = "hello world"
+        n_special = len(await tok.encode(probe, True)) - len(await tok.encode(probe, False))
         out = list(await asyncio.gather(*(one(i) for i in range(total))))
-    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError) as e:
+    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError, TypeError) as e:
         raise UsageError(f"building prompts through the tokenizer failed: {type(e).__name__}",
                          hint="use --tokenizer-mode approx to skip exact lengths") from e
     return out, tok.source

@@ -31,6 +31,7 @@ from proctor.workloads.loadgen.metrics import BenchMetrics, compute_metrics
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.scheduler import Counter, run_requests
+from proctor.workloads.loadgen.verdict import Verdict, judge
 
 SCHEMA = "proctor.bench.metrics"
 SCHEMA_VERSION = 1
@@ -63,6 +64,10 @@ class BenchResult:
     def all_failed(self) -> bool:
         return bool(self.measured) and self.metrics.completed == 0
 
+    def verdict(self) -> Verdict:
+        return judge(self.measured, self.config.max_error_rate)
+
+
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
@@ -76,7 +81,9 @@ async def resolve_model(session: aiohttp.ClientSession, cfg: BenchConfig) -> str
         async with session.get(url, timeout=limit) as r:
             if r.status == 200:
                 data = await r.json(content_type=None)
-                ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+                listed = data.get("data") if isinstance(data, dict) else None
+                ids = [m.get("id") for m in (listed if isinstance(listed, list) else [])
+                       if isinstance(m, dict)]
                 if cfg.model:
                     return cfg.model
                 if ids and isinstance(ids[0], str):
@@ -134,13 +141,13 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
     async with make_session(cfg, limit=cfg.concurrency) as session:
         records: list[RequestRecord] = []
         if warm:
-            bar.phase("warmup", len(warm), lambda: counter.value)
+            bar.phase("warmup", len(warm), lambda: counter.value, lambda: counter.failed)
             records += await run_requests(session, cfg, model, warm, concurrency=cfg.concurrency,
                                           rate=float("inf"), seed=cfg.seed, counter=counter,
                                           count_tokens=count)
         if cfg.profile:
             await _profile(session, cfg, "start", profile)
-        bar.phase("benchmark", len(meas), lambda: counter.value)
+        bar.phase("benchmark", len(meas), lambda: counter.value, lambda: counter.failed)
         t0 = time.perf_counter()
         records += await run_requests(session, cfg, model, meas, concurrency=cfg.concurrency,
                                       rate=cfg.request_rate, seed=cfg.seed + 1, counter=counter,
@@ -156,7 +163,7 @@ def run_benchmark(cfg: BenchConfig) -> BenchResult:
     started = _now()
     profile = ProfileStatus(requested=cfg.profile)
     model, reqs, source = run_loop(prepare(cfg))
-    with PollingProgress(cfg.progress) as bar:
+    with PollingProgress(cfg.progress, log_every_s=cfg.log_every_s) as bar:
         if cfg.workers > 1:
             from proctor.workloads.loadgen.workers import run_workers
 
@@ -178,6 +185,7 @@ def _dist(values: list[int]) -> dict[str, Any]:
 
 def result_document(res: BenchResult) -> dict[str, Any]:
     meas = res.measured
+    verdict = res.verdict()
     failed = [r for r in meas if not r.success]
     actual_prompt = [r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len
                      for r in meas]
@@ -189,7 +197,10 @@ def result_document(res: BenchResult) -> dict[str, Any]:
         "finished_at": res.finished_at,
         "model": res.model,
         "config": res.config.public_dict(),
-        "metrics": res.metrics.flat(),
+        "metrics": {**res.metrics.flat(), "error_rate": verdict.error_rate,
+                    "max_error_rate": verdict.max_error_rate,
+                    "workload_failed": int(not verdict.ok)},
+        "verdict": verdict.to_dict(),
         "stats_ms": {k: v.model_dump() for k, v in res.metrics.stats_ms.items()},
         "failures": {
             "count": len(failed),
@@ -236,8 +247,11 @@ def write_outputs(res: BenchResult, out_dir: Path) -> list[Path]:
 
 
 def check_outcome(res: BenchResult) -> None:
-    """Raise WorkloadFailed when every measured request failed."""
-    if res.all_failed:
-        reasons = ", ".join(f"{k}={v}" for k, v in res.metrics.failures_by_reason.items())
-        raise WorkloadFailed(f"every request failed ({reasons})",
-                             hint="see failures.examples in metrics.json")
+    """Raise WorkloadFailed when more measured requests failed than --max-error-rate allows
+    (by default any), or when none was measured."""
+    verdict = res.verdict()
+    if not verdict.ok:
+        by = ", ".join(f"{k}={v}" for k, v in res.metrics.failures_by_reason.items())
+        raise WorkloadFailed(f"benchmark failed: {verdict.message()}"
+                             + (f" [{by}]" if by else ""),
+                             hint="see failures in metrics.json; --max-error-rate R allows some")

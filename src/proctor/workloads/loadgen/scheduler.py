@@ -22,10 +22,16 @@ from proctor.workloads.loadgen.records import RequestRecord
 
 
 class Counter:
-    """Finished-request count, read by the progress bar from another thread."""
+    """Finished and failed request counts, read by the progress display from another thread."""
 
     def __init__(self) -> None:
         self.value = 0
+        self.failed = 0
+
+    def done(self, record: RequestRecord) -> None:
+        if not record.success:
+            self.failed += 1
+        self.value += 1
 
 
 def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[float]:
@@ -64,7 +70,7 @@ async def run_requests(
         async with sem:
             await send_request(session, cfg, model, req, rec, count_tokens)
         if counter is not None:
-            counter.value += 1
+            counter.done(rec)
         return rec
 
     t0 = time.perf_counter()
@@ -98,7 +104,7 @@ async def _pool(
         for i in todo:
             await send_request(session, cfg, model, requests[i], records[i], count_tokens)
             if counter is not None:
-                counter.value += 1
+                counter.done(records[i])
 
     await asyncio.gather(*(sender() for _ in range(min(concurrency, len(requests)))))
     return records

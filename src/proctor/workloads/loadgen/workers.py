@@ -31,15 +31,20 @@ from proctor.workloads.loadgen.scheduler import Counter, run_requests
 class _SharedCounter(Counter):
     """Counter that also publishes to a shared value every few requests."""
 
-    def __init__(self, shared: Synchronized[int]) -> None:
+    def __init__(self, shared: Synchronized[int], shared_failed: Synchronized[int]) -> None:
         super().__init__()
         self._shared = shared
+        self._shared_failed = shared_failed
         self._published = 0
+        self._published_failed = 0
 
     def flush(self) -> None:
         with self._shared.get_lock():
             self._shared.value += self.value - self._published
         self._published = self.value
+        with self._shared_failed.get_lock():
+            self._shared_failed.value += self.failed - self._published_failed
+        self._published_failed = self.failed
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -48,8 +53,9 @@ def split(total: int, parts: int) -> list[int]:
 
 async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
                        concurrency: int, rate: float, shared: Synchronized[int],
-                       warm_done: Event, go: Event) -> tuple[list[RequestRecord], float, float]:
-    counter = _SharedCounter(shared)
+                       shared_failed: Synchronized[int], warm_done: Event, go: Event
+                       ) -> tuple[list[RequestRecord], float, float]:
+    counter = _SharedCounter(shared, shared_failed)
 
     async def publish() -> None:
         while True:
@@ -82,10 +88,11 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
 
 
 def _worker(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
-            concurrency: int, rate: float, shared: Synchronized[int], warm_done: Event,
-            go: Event, out: mp.Queue[Any]) -> None:
-    records, t0, t1 = run_loop(
-        _worker_main(wid, cfg, model, reqs, concurrency, rate, shared, warm_done, go))
+            concurrency: int, rate: float, shared: Synchronized[int],
+            shared_failed: Synchronized[int], warm_done: Event, go: Event,
+            out: mp.Queue[Any]) -> None:
+    records, t0, t1 = run_loop(_worker_main(wid, cfg, model, reqs, concurrency, rate, shared,
+                                            shared_failed, warm_done, go))
     out.put((wid, t0, t1, [r.to_dict() for r in records]))
 
 
@@ -96,6 +103,7 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
     n = cfg.workers
     ctx = mp.get_context("spawn")  # no inherited event loop or threads
     shared: Synchronized[int] = ctx.Value("q", 0)
+    shared_failed: Synchronized[int] = ctx.Value("q", 0)
     out: mp.Queue[Any] = ctx.Queue()
     go = ctx.Event()
     conc = split(cfg.concurrency, n)
@@ -105,7 +113,7 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
         share = reqs[wid::n]
         p = ctx.Process(target=_worker, name=f"proctor-loadgen-{wid}",
                         args=(wid, cfg, model, share, conc[wid], cfg.request_rate / n, shared,
-                              ev, go, out), daemon=True)
+                              shared_failed, ev, go, out), daemon=True)
         p.start()
         procs.append(p)
         warm_events.append(ev)
@@ -120,13 +128,15 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
     try:
         n_warm = sum(r.warmup for r in reqs)
         if n_warm:
-            bar.phase("warmup", n_warm, lambda: int(shared.value))
+            bar.phase("warmup", n_warm, lambda: int(shared.value),
+                      lambda: int(shared_failed.value))
         while not all(ev.is_set() for ev in warm_events):
             check_alive()
             time.sleep(0.05)
         if cfg.profile:
             run_loop(_profile_once(cfg, profile, "start", _profile))
-        bar.phase("benchmark", len(reqs) - n_warm, lambda: int(shared.value))
+        bar.phase("benchmark", len(reqs) - n_warm, lambda: int(shared.value),
+                  lambda: int(shared_failed.value))
         go.set()
         while len(results) < n:
             try:
