@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from proctor import __version__
+from proctor import __version__, redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
 from proctor.record.rundir import RunDir, create_run_dir, new_run_id
@@ -114,7 +114,7 @@ class Flow:
     def log(self, line: str) -> None:
         self.say(line)
         with (self.dir.path / "flow.log").open("a", encoding="utf-8") as handle:
-            handle.write(f"{now_iso()} {line}\n")
+            handle.write(redact.text(f"{now_iso()} {line}\n"))
 
     def step_done(self, name: str) -> dict[str, Any] | None:
         for step in self.record["steps"]:

@@ -15,6 +15,7 @@ import typer
 from proctor import __version__
 from proctor.cli.output import print_error
 from proctor.errors import ExitCode, ProctorError, exit_code_for
+from proctor.redact import mask_output
 
 app = typer.Typer(
     name="proctor",
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
+    mask_output()  # every byte proctor prints goes through the one redaction layer
     sys.exit(main())
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import psutil
 
+from proctor import redact
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.supervise.kill import kill_ladder
 
@@ -79,6 +80,7 @@ class Wrapper:
         # The unmasked argv comes through the environment so that no file holds a secret.
         raw = os.environ.pop("PROCTOR_WRAPPER_ARGV", None)
         self.argv: list[str] = json.loads(raw) if raw else list(plan["argv"])
+        redact.process_redactor().learn_argv(self.argv)  # what this process writes is masked
         self.child: subprocess.Popen[bytes] | None = None
         self.child_status: int | None = None
         self.stop_reason: str | None = None  # "timeout" or "stopped"

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proctor import redact
 from proctor.errors import ProctorError, TargetUnavailable, UsageError, WorkloadFailed
 
 SCHEMA = "proctor.gsm8k-metrics/1"
@@ -306,7 +307,7 @@ def find_lm_eval(explicit: str | None = None) -> tuple[str, ...]:
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(redact.data(data), indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
