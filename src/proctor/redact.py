@@ -20,7 +20,7 @@ import io
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
 MASK = "***"
@@ -39,25 +39,31 @@ _HEADER_FLAGS = frozenset({"-H", "--header", "--headers"})
 # A secret ends at white space, a quote or a separator of the text around it.
 _VALUE = r"[^\s'\"`,;&|<>(){}\[\]]+"
 # scheme://userinfo@ : the whole userinfo goes (a lone user part is often a token).
-_URL_CREDS = re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]*://)(?P<info>[^\s/?#@'\"`]+)@", re.IGNORECASE)
-_BEARER = re.compile(rf"(?P<pre>\bBearer\s+)(?P<secret>{_VALUE})", re.IGNORECASE)
+# Each pattern starts only where a word starts, so a long unbroken word costs O(its length).
+_URL_CREDS = re.compile(
+    r"(?P<pre>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://)(?P<info>[^\s/?#@'\"`]+)@", re.IGNORECASE
+)
+_BEARER = re.compile(rf"(?P<pre>\bBearer[ \t]+)(?P<secret>{_VALUE})", re.IGNORECASE)
 # NAME=VALUE, Name: value, Name: Scheme value (headers, env words, flags written --name=value).
+# The name is judged before its value is read, so a plain name costs nothing more.
 _NAMED = re.compile(
-    rf"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>\s*:\s*|=)"
-    rf"(?P<scheme>(?:Bearer|Basic|Token|Digest|ApiKey)\s+)?(?P<secret>{_VALUE})",
+    r"(?P<name>(?<![A-Za-z0-9_.-])[A-Za-z_][A-Za-z0-9_.-]*)(?:[ \t]*:[ \t]*|=)"
+    r"(?:(?:Bearer|Basic|Token|Digest|ApiKey)[ \t]+)?",
     re.IGNORECASE,
 )
+_SECRET = re.compile(_VALUE)
 
 
 def is_secret_name(name: str, extra_names: Iterable[str] = ()) -> bool:
-    """True for HF_TOKEN, RUNPOD_API_KEY, APIKEY, DB_PASSWORD, AUTHORIZATION; not MAX_TOKENS."""
+    """True for HF_TOKEN, RUNPOD_API_KEY, APIKEY, DB_PASSWORD, AUTHORIZATION, Cookie;
+    not MAX_TOKENS."""
     upper = name.upper()
     if any(upper == extra.upper() for extra in extra_names):
         return True
     for part in _SPLIT.split(upper):
         if not part:
             continue
-        if part.endswith(("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")):
+        if part.endswith(("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "COOKIE")):
             return True
         if part.startswith(("AUTH", "CREDENTIAL", "SECRET", "PASSWORD")):
             return True
@@ -128,7 +134,7 @@ class Redactor:
             found.append(password if sep else user)
             found.append(match.group("info"))
         found += [m.group("secret") for m in _BEARER.finditer(text)]
-        found += [m.group("secret") for m in _NAMED.finditer(text) if self._masks(m)]
+        found += [text[start:end] for start, end in self._named_secrets(text)]
         self.add(found)
 
     def learn_argv(self, argv: Iterable[str]) -> None:
@@ -155,20 +161,28 @@ class Redactor:
             value = self._pattern.sub(MASK, value)
         value = _URL_CREDS.sub(lambda m: f"{m.group('pre')}{MASK}@", value)
         value = _BEARER.sub(lambda m: f"{m.group('pre')}{MASK}", value)
-        return _NAMED.sub(self._named, value)
+        out: list[str] = []
+        done = 0
+        for start, end in self._named_secrets(value):
+            out += [value[done:start], MASK]
+            done = end
+        return "".join(out) + value[done:]
 
-    def _masks(self, match: re.Match[str]) -> bool:
-        secret = match.group("secret")
-        return (
-            _is_secret_word(match.group("name"), self.extra_names)
-            and secret != MASK
-            and secret.lower() not in _PLAIN_VALUES
-        )
-
-    def _named(self, match: re.Match[str]) -> str:
-        if not self._masks(match):
-            return match.group(0)
-        return f"{match.group('name')}{match.group('sep')}{match.group('scheme') or ''}{MASK}"
+    def _named_secrets(self, text: str) -> Iterator[tuple[int, int]]:
+        """Spans of the values of secret names. A plain name gives up only itself, so that
+        `https://h/?api_key=X` and `x=a&token=X` still reach the secret after it."""
+        pos = 0
+        while (head := _NAMED.search(text, pos)) is not None:
+            pos = head.end("name")
+            if not _is_secret_word(head.group("name"), self.extra_names):
+                continue
+            value = _SECRET.match(text, head.end())
+            if value is None:
+                continue
+            secret = value.group(0)
+            if secret != MASK and secret.lower() not in _PLAIN_VALUES:
+                yield value.start(), value.end()
+            pos = value.end()
 
     def env(self, mapping: Mapping[str, str]) -> dict[str, str]:
         return {k: (MASK if self.is_secret(k) else self.text(v)) for k, v in mapping.items()}
