@@ -42,6 +42,7 @@ CANARIES = {
     "command not found URL password": "cnryMissing8M",
     "sweep --base-url password": "cnrySweepUrl9L",
     "unreachable bench URL password": "cnryDeadUrl1K",
+    "engine --api-key (flow server)": "cnryServeKey2J",
 }
 C = CANARIES
 
@@ -132,12 +133,14 @@ def test_no_canary_in_any_artifact_or_output(project: Path, isolated_runs: Path)
                "--model", "m", "--isl", "8", "--osl", "4", "--concurrency", "1")  # fmt: skip
     assert dead.returncode == 69, dead.stderr
 
-    # flow whose workload carries a bearer token and URL credentials.
+    # flow whose workload carries a bearer token and URL credentials, and whose server is
+    # started with an API key of its own; its human output is scanned too.
     port = free_port()
     workload = (f"curl -s -H 'Authorization: Bearer {C['flow --workload-cmd bearer']}' "
                 f"http://u:{C['flow --workload-cmd URL password']}@127.0.0.1:{port}/v1/models")  # fmt: skip
     flow = run("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
-               "--workload-cmd", workload, "--json", env=env)  # fmt: skip
+               "--workload-cmd", workload, "--", "--api-key",
+               C["engine --api-key (flow server)"], env=env)  # fmt: skip
     assert flow.returncode == 0, flow.stderr
 
     # Every reader.
