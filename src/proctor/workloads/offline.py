@@ -530,4 +530,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    redact.mask_output()  # what proctor's own workload prints goes through the redaction layer
     sys.exit(main())
