@@ -82,3 +82,15 @@ def test_the_commands_own_output_is_its_own_and_proctors_words_are_masked(
     record = json.loads((run / "record.json").read_text())
     assert record["argv"] == ["sh", "-c", "echo DB_PASSWORD=***"]
     assert "printedByCmd77" not in log.name and "printedByCmd77" not in (run / "plan.json").read_text()
+
+
+def test_a_short_secret_inside_the_run_paths_does_not_break_the_run(
+    isolated_runs: Path, tmp_path: Path
+) -> None:
+    """The working directory is .../work: a secret 'work' is masked in what is shown, never in
+    the paths the wrapper uses."""
+    result = proctor("run", "--env", "MY_TOKEN=work", "--", "sh", "-c", "pwd > here.txt")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "work" / "here.txt").read_text().strip() == str(tmp_path / "work")
+    record = json.loads((only_run(isolated_runs) / "record.json").read_text())
+    assert record["env_overrides"] == {"MY_TOKEN": MASK}

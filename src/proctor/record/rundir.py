@@ -133,8 +133,10 @@ class RunDir:
             return None
         return data if isinstance(data, dict) else None
 
-    def write_json(self, filename: str, data: dict[str, Any]) -> None:
-        text = json.dumps(redact.data(data), indent=2, default=str) + "\n"
+    def write_json(self, filename: str, data: dict[str, Any], mask: bool = True) -> None:
+        """Every string masked (proctor.redact), unless the caller masked what may hold a
+        secret and the rest must stay exact (plan.json: the paths the wrapper uses)."""
+        text = json.dumps(redact.data(data) if mask else data, indent=2, default=str) + "\n"
         write_atomic(self.path / filename, text, mask=False)
 
 

@@ -100,8 +100,11 @@ def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Red
             "gpu_sample_s": plan.gpu_sample_s.value,
             "gpu_present": bool(gpu.get("present")),
             "store_path": plan.store_path.value,
-            "key": plan.key.value,
+            "key": redactor.text(plan.key.value) if plan.key.value else None,
         },
+        # argv and key are masked above; the paths must stay exact even where a short secret
+        # value happens to be part of one (a run must not break over its own redaction).
+        mask=False,
     )
     record = RunRecord(
         run_id=run_id,
