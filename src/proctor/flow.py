@@ -10,6 +10,7 @@ failing step's. `resume` continues a flow whose controller died without a second
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -370,6 +371,7 @@ def resume_flow(
     if record.get("ended_at"):
         raise UsageError(f"flow {run.run_id} already ended with exit {record.get('exit_code')}")
     opts = record["options"]
+    _refuse_masked(run.run_id, record)
     options = FlowOptions(
         server=ServerRequest(**opts["server"]),
         workload_argv=list(opts["workload_argv"]),
@@ -384,6 +386,25 @@ def resume_flow(
         gpu_sample_s=opts.get("gpu_sample_s"),
     )
     return Flow(options, config, say=say, run=run).run(resume=True)
+
+
+def _refuse_masked(run_id: str, record: dict[str, Any]) -> None:
+    """A command whose secret was masked in the record cannot be run again from it: refuse
+    rather than start it with `***` where its key was."""
+    opts = record["options"]
+    done = {s["step"] for s in record.get("steps", []) if s.get("exit_code") is not None}
+    needed = []
+    if not record.get("server_run"):
+        needed.append(("server command", opts.get("server")))
+    if "workload" not in done:
+        needed.append(("workload command", opts.get("workload_argv")))
+    for what, value in needed:
+        if redact.MASK in json.dumps(value, default=str):
+            raise UsageError(
+                f"flow {run_id} cannot be resumed: its {what} holds a secret, which proctor"
+                " never writes down",
+                hint="start the flow again with the same options",
+            )
 
 
 def load_flow_file(path: Path) -> dict[str, Any]:

@@ -169,3 +169,40 @@ def test_no_canary_in_any_artifact_or_output(project: Path, isolated_runs: Path)
             leaks += _leaks(str(path.relative_to(project)), path.read_bytes())
         leaks += _leaks(f"file name {path.relative_to(project)}", str(path).encode())
     assert not leaks, "\n".join(leaks)
+
+
+def test_a_flow_whose_workload_held_a_secret_is_not_resumed_with_the_mask(
+    project: Path, isolated_runs: Path, tmp_path: Path
+) -> None:
+    """The record holds `Bearer ***`: resuming from it would run the workload with `***` as its
+    key. It is refused (64) and says why; nothing is started again."""
+    import signal
+    import time
+
+    from tests.helpers import proctor_popen
+
+    port = free_port()
+    workload = f"curl -s -H 'Authorization: Bearer {C['flow --workload-cmd bearer']}' http://127.0.0.1:{port}/v1/models"
+    controller = proctor_popen("flow", "--engine", "fake", "--model", "m", "--port", str(port),
+                               "--poll", "1s", "--workload-cmd", workload, "--",
+                               "--startup-delay", "20")  # fmt: skip
+    flow_dir = server_run = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server_run is None:
+        for rec in isolated_runs.glob("*/record.json") if isolated_runs.exists() else []:
+            data = json.loads(rec.read_text())
+            if data.get("kind") == "flow" and data.get("server_run"):
+                flow_dir, server_run = rec.parent, data["server_run"]
+        time.sleep(0.1)
+    assert flow_dir is not None and server_run is not None, "the flow never started its server"
+    controller.send_signal(signal.SIGKILL)
+    controller.wait(timeout=10)
+    try:
+        resumed = proctor("flow", "--resume", flow_dir.name)
+        assert resumed.returncode == 64, resumed.stderr
+        assert "holds a secret" in resumed.stderr
+        assert C["flow --workload-cmd bearer"] not in resumed.stdout + resumed.stderr
+        record = json.loads((flow_dir / "record.json").read_text())
+        assert not any(s["step"] == "workload" for s in record["steps"])
+    finally:
+        proctor("serve", "stop", server_run)
