@@ -218,7 +218,9 @@ def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
             return Started(existing, True, plan.redactor())
         run, redactor = prepare_run(plan, spec)
         start_wrapper(run, plan)
-        write_atomic(key_file, json.dumps({"key": key, "run_id": run.run_id, "dir": str(run.path)}))
+        # The key may be a secret (masked); the directory must stay exact for the next attach.
+        entry = {"key": redactor.text(str(key)), "run_id": run.run_id, "dir": str(run.path)}
+        write_atomic(key_file, json.dumps(entry), mask=False)
         return Started(run, False, redactor)
 
 
