@@ -38,7 +38,8 @@ _HEADER_FLAGS = frozenset({"-H", "--header", "--headers"})
 
 # A secret ends at white space, a quote or a separator of the text around it.
 _VALUE = r"[^\s'\"`,;&|<>(){}\[\]]+"
-# scheme://userinfo@ : the whole userinfo goes (a lone user part is often a token).
+# scheme://user:password@ loses its whole user part. A lone user is a secret only over HTTP
+# (https://TOKEN@github.com); ssh://root@host names a user, and "root" is no secret.
 # Each pattern starts only where a word starts, so a long unbroken word costs O(its length).
 _URL_CREDS = re.compile(
     r"(?P<pre>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://)(?P<info>[^\s/?#@'\"`]+)@", re.IGNORECASE
@@ -68,6 +69,16 @@ def is_secret_name(name: str, extra_names: Iterable[str] = ()) -> bool:
         if part.startswith(("AUTH", "CREDENTIAL", "SECRET", "PASSWORD")):
             return True
     return False
+
+
+def _url_secret(match: re.Match[str]) -> str | None:
+    """The secret of a URL's user part: the password, or over HTTP a lone user (a token)."""
+    user, sep, password = match.group("info").partition(":")
+    if sep:
+        return password or None
+    if match.group("pre").lower().startswith(("http://", "https://")) and user != MASK:
+        return user
+    return None
 
 
 def _is_secret_word(name: str, extra_names: Iterable[str]) -> bool:
@@ -130,9 +141,9 @@ class Redactor:
         """The secrets that a text shows by name or by form."""
         found: list[str] = []
         for match in _URL_CREDS.finditer(text):
-            user, sep, password = match.group("info").partition(":")
-            found.append(password if sep else user)
-            found.append(match.group("info"))
+            secret = _url_secret(match)
+            if secret is not None:
+                found.append(secret)
         found += [m.group("secret") for m in _BEARER.finditer(text)]
         found += [text[start:end] for start, end in self._named_secrets(text)]
         self.add(found)
@@ -159,7 +170,9 @@ class Redactor:
     def text(self, value: str) -> str:
         if self._pattern is not None:
             value = self._pattern.sub(MASK, value)
-        value = _URL_CREDS.sub(lambda m: f"{m.group('pre')}{MASK}@", value)
+        value = _URL_CREDS.sub(
+            lambda m: m.group(0) if _url_secret(m) is None else f"{m.group('pre')}{MASK}@", value
+        )
         value = _BEARER.sub(lambda m: f"{m.group('pre')}{MASK}", value)
         out: list[str] = []
         done = 0
