@@ -97,3 +97,15 @@ def test_a_short_secret_inside_the_run_paths_does_not_break_the_run(
     assert (tmp_path / "work" / "here.txt").read_text().strip() == str(tmp_path / "work")
     record = json.loads((only_run(isolated_runs) / "record.json").read_text())
     assert record["env_overrides"] == {"MY_TOKEN": MASK}
+
+
+def test_an_attach_key_and_a_user_name_are_not_secrets(isolated_runs: Path) -> None:
+    """`proctor run --key nightly --name nightly`: the key names the run, nothing is masked."""
+    result = proctor("run", "--key", "nightly", "--name", "nightly", "--target", "local", "--",
+                     "true", "ssh://root@gpu-host")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = only_run(isolated_runs)
+    record = json.loads((run / "record.json").read_text())
+    assert record["name"] == "nightly" and record["key"] == "nightly"
+    assert record["argv"] == ["true", "ssh://root@gpu-host"]
+    assert (run / "nightly.log").exists()

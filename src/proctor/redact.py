@@ -5,7 +5,7 @@ One layer, used by every writer (run directories, the store, reports, the termin
 - by name: `NAME=VALUE` and `Name: value` where NAME is secret-like (KEY, TOKEN, SECRET,
   PASSWORD, AUTH*, CREDENTIAL*, and the project's `[run] secret_names`), `--api-key VALUE`;
 - by form: credentials in URLs (`https://user:pass@host` -> `https://***@host`),
-  `Bearer X`, `Authorization: Basic X`, header values after `-H` / `--header`;
+  `Bearer X`, `Authorization: Basic X`, header values such as `-H "X-Api-Key: X"`;
 - by value: once a value is known to be secret (a secret-named variable of the environment,
   a `--env` override, or a secret found by name or form in a command line), it is masked
   wherever it appears, in any text.
@@ -34,7 +34,6 @@ _SECRET_FLAG = re.compile(
     r"^--?(?:[a-z0-9]+[-_])*(?:api[-_]?key|key|token|secret|password|passwd|credentials?|auth)$",
     re.IGNORECASE,
 )
-_HEADER_FLAGS = frozenset({"-H", "--header", "--headers"})
 
 # A secret ends at white space, a quote or a separator of the text around it.
 _VALUE = r"[^\s'\"`,;&|<>(){}\[\]]+"
@@ -239,7 +238,10 @@ def process_redactor() -> Redactor:
     global _PROCESS
     if _PROCESS is None:
         _PROCESS = Redactor.from_environment()
-        _PROCESS.learn_argv(sys.argv)
+        # Forms and names only: proctor's own `--key K` is an attach key, not a secret, and
+        # flags of a command after `--` are learned when its plan is resolved.
+        for word in sys.argv:
+            _PROCESS.learn_text(word)
     return _PROCESS
 
 
