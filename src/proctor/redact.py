@@ -296,6 +296,10 @@ class MaskedStream(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (reconfigure, line_buffering, ...) is the wrapped stream's.
+        return getattr(self._stream, name)
+
 
 def mask_output() -> None:
     """From here on, everything this process prints as text on stdout and stderr is masked."""

@@ -115,7 +115,7 @@ def test_no_canary_in_any_artifact_or_output(project: Path, isolated_runs: Path)
         # aiohttp refuses URL credentials together with an API key header: one bench each.
         bench = run("bench", "--base-url", url, "--model", "m", "--isl", "8", "--osl", "4",
                     "--concurrency", "2", "--prompt-multiplier", "2",
-                    env={"HF_TOKEN": env["HF_TOKEN"]})  # fmt: skip
+                    env={"HF_TOKEN": env["HF_TOKEN"], "OPENAI_API_KEY": ""})  # fmt: skip
         assert bench.returncode == 0, bench.stderr
         bench_json = run("bench", "--port", str(port), "--model", "m", "--isl", "8", "--osl", "4",
                          "--concurrency", "2", "--prompt-multiplier", "2", "--json",
