@@ -11,6 +11,7 @@ failing step's. `resume` continues a flow whose controller died without a second
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from proctor import __version__
+from proctor import __version__, redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
 from proctor.record.finish import finish_run
@@ -121,7 +122,7 @@ class Flow:
     def log(self, line: str) -> None:
         self.say(line)
         with (self.dir.path / "flow.log").open("a", encoding="utf-8") as handle:
-            handle.write(f"{now_iso()} {line}\n")
+            handle.write(redact.text(f"{now_iso()} {line}\n"))
 
     def step_done(self, name: str) -> dict[str, Any] | None:
         for step in self.record["steps"]:
@@ -416,6 +417,7 @@ def resume_flow(
     if record.get("ended_at"):
         raise UsageError(f"flow {run.run_id} already ended with exit {record.get('exit_code')}")
     opts = record["options"]
+    _refuse_masked(run.run_id, record)
     options = FlowOptions(
         server=ServerRequest(**opts["server"]),
         workload_argv=list(opts["workload_argv"]),
@@ -430,6 +432,25 @@ def resume_flow(
         gpu_sample_s=opts.get("gpu_sample_s"),
     )
     return Flow(options, config, say=say, run=run).run(resume=True)
+
+
+def _refuse_masked(run_id: str, record: dict[str, Any]) -> None:
+    """A command whose secret was masked in the record cannot be run again from it: refuse
+    rather than start it with `***` where its key was."""
+    opts = record["options"]
+    done = {s["step"] for s in record.get("steps", []) if s.get("exit_code") is not None}
+    needed = []
+    if not record.get("server_run"):
+        needed.append(("server command", opts.get("server")))
+    if "workload" not in done:
+        needed.append(("workload command", opts.get("workload_argv")))
+    for what, value in needed:
+        if redact.MASK in json.dumps(value, default=str):
+            raise UsageError(
+                f"flow {run_id} cannot be resumed: its {what} holds a secret, which proctor"
+                " never writes down",
+                hint="start the flow again with the same options",
+            )
 
 
 def load_flow_file(path: Path) -> dict[str, Any]:

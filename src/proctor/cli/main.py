@@ -16,6 +16,7 @@ from proctor import __version__
 from proctor.cli.output import print_error
 from proctor.crash import report_internal
 from proctor.errors import ExitCode, ProctorError, UsageError, exit_code_for
+from proctor.redact import mask_output
 
 app = typer.Typer(
     name="proctor",
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
+    mask_output()  # every byte proctor prints goes through the one redaction layer
     sys.exit(main())
 
 

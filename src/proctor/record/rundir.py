@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proctor import redact
 from proctor.errors import UsageError
 
 EXIT_CODE = "exit_code"
@@ -59,14 +60,19 @@ def derive_name(argv: list[str], limit: int = 60) -> str:
 
 
 def safe_name(name: str) -> str:
-    cleaned = _UNSAFE.sub("-", name.lower()).strip("-.")
+    cleaned = _UNSAFE.sub("-", redact.text(name).lower()).strip("-.")
     if not cleaned:
         raise UsageError(f"invalid run name {name!r}", hint="use letters, digits, '.', '_' or '-'")
     return cleaned[:80]
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
+def write_atomic(path: Path, text: str, mask: bool = True) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file.
+
+    Secrets are masked (proctor.redact) unless the caller masked the content's data already
+    (mask=False: an HTML page whose script must not be rewritten)."""
+    if mask:
+        text = redact.text(text)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -128,8 +134,11 @@ class RunDir:
             return None
         return data if isinstance(data, dict) else None
 
-    def write_json(self, filename: str, data: dict[str, Any]) -> None:
-        write_atomic(self.path / filename, json.dumps(data, indent=2, default=str) + "\n")
+    def write_json(self, filename: str, data: dict[str, Any], mask: bool = True) -> None:
+        """Every string masked (proctor.redact), unless the caller masked what may hold a
+        secret and the rest must stay exact (plan.json: the paths the wrapper uses)."""
+        text = json.dumps(redact.data(data) if mask else data, indent=2, default=str) + "\n"
+        write_atomic(self.path / filename, text, mask=False)
 
 
 _GITIGNORE = "# Written by proctor: run directories are outputs, not source.\n*\n"

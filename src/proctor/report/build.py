@@ -451,7 +451,8 @@ def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = Fa
 def write_report(report: Report, path: Path) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, report.html)
+        # The page's data was masked as it was loaded (load_run); its script must stay intact.
+        write_atomic(path, report.html, mask=False)
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror}",
                          hint="choose a writable path with -o") from None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from proctor import redact
 from proctor.record.manifest import ManifestCheck, verify_run_manifest
 from proctor.record.rundir import RunDir
 from proctor.record.schema import ProcessRef
@@ -101,9 +102,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def load_run(run: RunDir) -> RunView:
-    record = _read_json(run.record_path) or {"run_id": run.run_id}
+    # Masked again on the way in: a record written by an older proctor may hold a secret.
+    record = redact.data(_read_json(run.record_path) or {"run_id": run.run_id})
     state = run_state(run)
-    doc = _read_json(run.path / "metrics.json")
+    doc = redact.data(_read_json(run.path / "metrics.json"))
     view = RunView(
         run=run,
         record=record,

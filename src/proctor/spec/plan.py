@@ -11,7 +11,7 @@ from typing import Any
 
 from proctor.errors import TargetUnavailable, UsageError
 from proctor.record.rundir import derive_name, safe_name
-from proctor.redact import Redactor, is_secret_name
+from proctor.redact import Redactor, is_secret_name, remember
 from proctor.spec.config import ProjectConfig, find_project_root
 from proctor.spec.durations import parse_duration
 from proctor.store.db import STORE_NAME
@@ -67,7 +67,11 @@ class RunPlan:
         return {k: str(v.value) for k, v in self.env.items()}
 
     def redactor(self, environ: Mapping[str, str] | None = None) -> Redactor:
-        return Redactor.from_environment(self.env_values, self.secret_names, environ)
+        """The process's redactor, taught this plan's secrets: its secret-named env values and
+        what its command line shows (URL credentials, headers, --api-key X, NAME=VALUE)."""
+        own = Redactor.from_environment(self.env_values, self.secret_names, environ)
+        own.learn_argv(self.argv)
+        return remember(own)
 
     def options(self, redactor: Redactor) -> dict[str, dict[str, Any]]:
         """Every resolved value with its origin, secrets masked: for the record and --dry-run."""
@@ -195,9 +199,11 @@ def resolve_run_plan(
         name = Value(safe_name(flags.name), "flag")
     else:
         # From the masked argv: a secret typed on the command line must not name the log.
-        masked = Redactor.from_environment(
+        redactor = Redactor.from_environment(
             {k: str(v.value) for k, v in merged.items()}, config.run.secret_names, env
-        ).argv(flags.argv)
+        )
+        redactor.learn_argv(flags.argv)
+        masked = remember(redactor).argv(flags.argv)
         name = Value(derive_name(masked), "derived from the command")
 
     return RunPlan(

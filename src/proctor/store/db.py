@@ -22,6 +22,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from proctor import redact
+
 STORE_NAME = "proctor.sqlite"
 
 MIGRATIONS: list[tuple[int, str]] = [
@@ -206,6 +208,7 @@ class Store:
         cols = ", ".join(RUN_COLUMNS)
         marks = ", ".join("?" for _ in RUN_COLUMNS)
         updates = ", ".join(f"{c}=excluded.{c}" for c in RUN_COLUMNS if c != "id")
+        row = redact.data(row)  # every row goes through the one redaction layer
         self.conn.execute(
             f"INSERT INTO runs ({cols}) VALUES ({marks}) ON CONFLICT(id) DO UPDATE SET {updates}",
             [row.get(c) for c in RUN_COLUMNS],

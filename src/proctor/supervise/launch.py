@@ -124,8 +124,11 @@ def _prepare_run(plan: RunPlan, spec: RunSpec | None) -> tuple[RunDir, Redactor]
             "gpu_sample_s": plan.gpu_sample_s.value,
             "gpu_present": bool(gpu.get("present")),
             "store_path": plan.store_path.value,
-            "key": plan.key.value,
+            "key": redactor.text(plan.key.value) if plan.key.value else None,
         },
+        # argv and key are masked above; the paths must stay exact even where a short secret
+        # value happens to be part of one (a run must not break over its own redaction).
+        mask=False,
     )
     record = RunRecord(
         run_id=run_id,
@@ -278,7 +281,9 @@ def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
             return Started(existing, True, plan.redactor())
         run, redactor = prepare_run(plan, spec)
         start_wrapper(run, plan)
-        write_atomic(key_file, json.dumps({"key": key, "run_id": run.run_id, "dir": str(run.path)}))
+        # The key may be a secret (masked); the directory must stay exact for the next attach.
+        entry = {"key": redactor.text(str(key)), "run_id": run.run_id, "dir": str(run.path)}
+        write_atomic(key_file, json.dumps(entry), mask=False)
         return Started(run, False, redactor)
 
 

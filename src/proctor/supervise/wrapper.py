@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from proctor import redact
 from proctor.errors import UsageError
 from proctor.record.finish import seal_run, write_exit_code
 from proctor.record.rundir import RunDir, write_atomic
@@ -93,6 +94,7 @@ class Wrapper:
             )
         self.plan: dict[str, Any] = plan
         self.argv: list[str] = _real_argv() or list(plan["argv"])
+        redact.process_redactor().learn_argv(self.argv)  # what this process writes is masked
         self.child: subprocess.Popen[bytes] | None = None
         self.child_status: int | None = None
         self.stop_reason: str | None = None  # "timeout" or "stopped"

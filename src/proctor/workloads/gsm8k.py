@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proctor import redact
 from proctor.errors import ProctorError, TargetUnavailable, UsageError, WorkloadFailed
 
 SCHEMA = "proctor.gsm8k-metrics/1"
@@ -350,7 +351,7 @@ def find_lm_eval(explicit: str | None = None) -> tuple[str, ...]:
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(redact.data(data), indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -514,4 +515,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    redact.mask_output()  # what proctor's own workload prints goes through the redaction layer
     sys.exit(main())

@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from proctor import redact
 from proctor.errors import ConfigError, ProctorError, TargetUnavailable, UsageError
 from proctor.redact import Redactor
 from proctor.results.names import metric_info
@@ -368,7 +369,7 @@ class _Stopped(Exception):
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(redact.data(data), indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -531,4 +532,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     from proctor.crash import guarded
 
+    redact.mask_output()  # what proctor's own workload prints goes through the redaction layer
     sys.exit(guarded("proctor offline", main))

@@ -257,12 +257,10 @@ class SlurmTarget:
             if existing is not None:
                 return Started(existing, True, plan.redactor())
             started = self._start(plan, launch or GroupLaunch())
-            write_atomic(
-                key_file,
-                json.dumps(
-                    {"key": key, "run_id": started.run.run_id, "dir": str(started.run.path)}
-                ),
-            )
+            # The key may be a secret (masked); the directory must stay exact for the next attach.
+            entry = {"key": started.redactor.text(str(key)), "run_id": started.run.run_id,
+                     "dir": str(started.run.path)}  # fmt: skip
+            write_atomic(key_file, json.dumps(entry), mask=False)
             return started
 
     def _start(self, plan: RunPlan, launch: GroupLaunch) -> Started:

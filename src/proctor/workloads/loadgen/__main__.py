@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import SecretStr, ValidationError
 
+from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
 from proctor.workloads.loadgen.runner import check_outcome, run_benchmark, write_outputs
@@ -108,4 +109,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    redact.mask_output()  # a URL with credentials must not reach the bench log through us
     sys.exit(main())

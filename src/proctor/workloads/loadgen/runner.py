@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from proctor import __version__
+from proctor import __version__, redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
 from proctor.workloads.loadgen.client import PlannedRequest, make_session
 from proctor.workloads.loadgen.config import BenchConfig
@@ -238,10 +238,11 @@ def write_outputs(res: BenchResult, out_dir: Path) -> list[Path]:
     """DIR/metrics.json always; DIR/requests.jsonl with save_detailed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "metrics.json"]
-    _atomic_write(written[0], json.dumps(result_document(res), indent=2) + "\n")
+    _atomic_write(written[0], json.dumps(redact.data(result_document(res)), indent=2) + "\n")
     if res.config.save_detailed:
         path = out_dir / "requests.jsonl"
-        _atomic_write(path, "".join(json.dumps(r.to_dict()) + "\n" for r in res.records))
+        lines = (json.dumps(redact.data(r.to_dict())) + "\n" for r in res.records)
+        _atomic_write(path, "".join(lines))
         written.append(path)
     return written
 
