@@ -30,9 +30,11 @@ def crash_dir() -> Path:
 
 def _redacted(text: str) -> str:
     try:
-        from proctor.redact import Redactor
+        from proctor import redact
 
-        return Redactor.from_environment().text(text)
+        # The process redactor knows this process's environment and command line, so URL
+        # credentials and header values in an exception's text are masked too.
+        return redact.text(text)
     except Exception:  # the crash log must be written even if redaction itself is broken
         return text
 

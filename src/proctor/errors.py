@@ -45,8 +45,14 @@ class ExitCode(enum.IntEnum):
 EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "success: ready, drained, run finished with status 0",
     ExitCode.HANG: "hang detected",
-    ExitCode.FAULT: "fault detected (fault pattern, GPU fault, crashed server)",
-    ExitCode.WORKLOAD_FAILED: "workload failed (non-zero exit without a known fault)",
+    ExitCode.FAULT: (
+        "fault detected (fault pattern, GPU fault, crashed server,"
+        " server alive but answering generation requests with errors)"
+    ),
+    ExitCode.WORKLOAD_FAILED: (
+        "workload failed (non-zero exit without a known fault;"
+        " a bench or eval whose requests failed beyond `--max-error-rate`)"
+    ),
     ExitCode.TIME_LIMIT: "time limit reached",
     ExitCode.NOT_READY: "server not ready in time",
     ExitCode.UNKNOWN: "result unknown (no exit status could be established)",

@@ -516,4 +516,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     redact.mask_output()  # what proctor's own workload prints goes through the redaction layer
-    sys.exit(main())
+    from proctor.crash import guarded
+
+    sys.exit(guarded("proctor eval", main))

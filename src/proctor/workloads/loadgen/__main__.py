@@ -110,4 +110,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     redact.mask_output()  # a URL with credentials must not reach the bench log through us
-    sys.exit(main())
+    from proctor.crash import guarded
+
+    sys.exit(guarded("proctor bench", main))
