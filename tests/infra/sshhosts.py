@@ -1,7 +1,8 @@
 """Real OpenSSH hosts for tests, one per network namespace (see test-hosts-here.md).
 
 Each host is a namespace joined to the root namespace by a veth pair with its own /30
-(root side 10.231.I.1, host side 10.231.I.2), running its own `sshd -D` under
+in the first free 10.P.Q.0/24 of 10.231-239 (root side 10.P.Q.1, host side 10.P.Q.2; the rest of
+the /24 blackholed), chosen by probing the machine's addresses and routes; running its own `sshd -D` under
 `unshare --uts` (so `hostname` differs per host), key login only. The hosts share the
 machine's filesystem and process table: a host's "volume" is a directory (`workspace`).
 
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -36,8 +39,10 @@ import psutil
 import pytest
 
 SSHD = "/usr/sbin/sshd"
-NET_PREFIX = "10.231"
-BLACKHOLE = f"{NET_PREFIX}.0.0/16"
+# Candidate /24s for the hosts, tried in order: 10.231.0.0/24 ... 10.239.255.0/24. A host takes
+# the first /24 that no address or route on this machine overlaps (another project's hosts in
+# the same range made host-key errors here), and blackholes the rest of its /24 itself.
+NET_POOL = tuple(f"10.{second}" for second in range(231, 240))
 NS_PREFIX = "proctor-ssh-"
 VETH_PREFIX = "pxs"
 LOCK_PATH = Path("/run/lock/proctor-sshhosts.lock")
@@ -79,6 +84,45 @@ def _machine_lock() -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+_ROUTE_TYPES = {"unicast", "local", "broadcast", "multicast", "throw", "unreachable", "prohibit",
+                "blackhole", "nat", "anycast"}  # fmt: skip
+
+
+def _taken_networks() -> list[ipaddress.IPv4Network]:
+    """Networks this machine already uses: its addresses and the destinations of its routes in
+    every table. Routes broader than a /16 (a default route, a VPN's 10/8) are left out: a
+    host's /30 and its /24 blackhole are more specific, so they do not disturb them."""
+    taken: list[ipaddress.IPv4Network] = []
+    for match in re.finditer(r"\binet (\S+)", _run("ip", "-o", "-4", "addr", "show").stdout):
+        taken.append(ipaddress.IPv4Interface(match.group(1)).network)
+    for line in _run("ip", "-4", "route", "show", "table", "all").stdout.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        dest = words[1] if words[0] in _ROUTE_TYPES and len(words) > 1 else words[0]
+        try:
+            net = ipaddress.ip_network(dest, strict=False)
+        except ValueError:  # "default" and the like
+            continue
+        if isinstance(net, ipaddress.IPv4Network) and net.prefixlen >= 16:
+            taken.append(net)
+    return taken
+
+
+def _free_subnets(count: int) -> list[str]:
+    """`count` free /24s from NET_POOL, as "10.P.Q" prefixes."""
+    taken = _taken_networks()
+    free: list[str] = []
+    for prefix in NET_POOL:
+        for third in range(1, 255):
+            candidate = ipaddress.ip_network(f"{prefix}.{third}.0/24")
+            if not any(candidate.overlaps(net) for net in taken):
+                free.append(f"{prefix}.{third}")
+                if len(free) == count:
+                    return free
+    raise RuntimeError(f"no {count} free /24 subnets in 10.231-239.x for SSH test hosts")
+
+
 def _used_indices() -> set[int]:
     used: set[int] = set()
     for name in _run("ip", "netns", "list").stdout.split():
@@ -102,7 +146,8 @@ def zombie_or_gone(pid: int) -> bool:
 class SshHost:
     """One namespace host. `address` is where clients connect (port 22)."""
 
-    index: int
+    index: int  # names the namespace and the veth pair
+    subnet: str  # "10.P.Q": the host is 10.P.Q.2, its gateway 10.P.Q.1
     name: str
     dir: Path
     workspace: Path
@@ -112,6 +157,7 @@ class SshHost:
     port: int = 22
     sshd: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     cut_now: bool = False
+    blackholed: bool = False  # this lab added the /24 blackhole route and removes it
 
     @property
     def netns(self) -> str:
@@ -119,11 +165,11 @@ class SshHost:
 
     @property
     def address(self) -> str:
-        return f"{NET_PREFIX}.{self.index}.2"
+        return f"{self.subnet}.2"
 
     @property
     def gateway(self) -> str:
-        return f"{NET_PREFIX}.{self.index}.1"
+        return f"{self.subnet}.1"
 
     @property
     def veth_root(self) -> str:
@@ -194,12 +240,10 @@ class SshHostLab:
         try:
             with _machine_lock():
                 used = _used_indices()
-                free = [i for i in range(1, 255) if i not in used][: self.count]
-                if len(free) < self.count:
-                    raise RuntimeError("no free 10.231.I.0/30 subnets for SSH test hosts")
-                _run("ip", "route", "replace", "blackhole", BLACKHOLE)
-                for n, index in enumerate(free):
-                    self.hosts.append(self._make_host(index, f"{self.name_prefix}{n}"))
+                free = [i for i in range(1, 10_000) if i not in used][: self.count]
+                subnets = _free_subnets(self.count)
+                for n, (index, subnet) in enumerate(zip(free, subnets, strict=True)):
+                    self.hosts.append(self._make_host(index, subnet, f"{self.name_prefix}{n}"))
                     self._network(self.hosts[-1])
             for host in self.hosts:
                 self._start_sshd(host)
@@ -211,7 +255,7 @@ class SshHostLab:
             raise
         return self.hosts
 
-    def _make_host(self, index: int, name: str) -> SshHost:
+    def _make_host(self, index: int, subnet: str, name: str) -> SshHost:
         d = self.base / name
         (d / "workspace").mkdir(parents=True, exist_ok=True)
         d.chmod(0o700)
@@ -219,6 +263,7 @@ class SshHostLab:
              "-f", str(d / "ssh_host_ed25519_key"))  # fmt: skip
         return SshHost(
             index=index,
+            subnet=subnet,
             name=name,
             dir=d,
             workspace=d / "workspace",
@@ -227,6 +272,9 @@ class SshHostLab:
         )
 
     def _network(self, h: SshHost) -> None:
+        # Nothing for an absent address of this /24 may fall through to the default route.
+        _run("ip", "route", "add", "blackhole", f"{h.subnet}.0/24")
+        h.blackholed = True
         _run("ip", "netns", "add", h.netns)
         _run("ip", "link", "add", h.veth_root, "type", "veth", "peer", "name", h.veth_host)
         _run("ip", "link", "set", h.veth_host, "netns", h.netns)
@@ -337,10 +385,8 @@ class SshHostLab:
             _run("ip", "netns", "del", h.netns, check=False)
             if os.path.exists(f"/sys/class/net/{h.veth_root}"):
                 _run("ip", "link", "del", h.veth_root, check=False)
-        with _machine_lock():
-            others = [n for n in os.listdir("/sys/class/net") if n.startswith(VETH_PREFIX)]
-            if not others:
-                _run("ip", "route", "del", "blackhole", BLACKHOLE, check=False)
+            if h.blackholed:
+                _run("ip", "route", "del", "blackhole", f"{h.subnet}.0/24", check=False)
         if errors:
             raise RuntimeError("SSH host teardown incomplete: " + "; ".join(errors))
 

@@ -129,3 +129,41 @@ def test_teardown_leaves_no_namespace_or_process(ssh_hosts_factory: object) -> N
     assert not links & set(os.listdir("/sys/class/net"))
     assert all(zombie_or_gone(pid) for pid in sshd_pids)
     lab.teardown()  # idempotent
+
+
+def test_hosts_avoid_networks_already_on_the_machine(tmp_path: Path) -> None:
+    """Another host in the same range (here: a veth link holding two /24s, and a /16 blackhole
+    of someone else's) is probed and avoided, and teardown leaves what the lab did not make."""
+    import ipaddress
+
+    from tests.infra.sshhosts import require_lab
+
+    link = f"pxd{os.getpid() % 100000}"
+    foreign = [ipaddress.ip_network("10.231.1.0/24"), ipaddress.ip_network("10.231.2.0/24")]
+    subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", f"{link}p"],
+                   check=True)  # fmt: skip
+    try:
+        for net in foreign:
+            subprocess.run(["ip", "addr", "add", f"{net[1]}/24", "dev", link], check=True)
+        subprocess.run(["ip", "route", "add", "blackhole", "10.233.0.0/16"], check=True)
+        lab = require_lab(tmp_path, count=2)
+        try:
+            for h in lab.hosts:
+                mine = ipaddress.ip_network(f"{h.subnet}.0/24")
+                assert not any(mine.overlaps(net) for net in foreign), h.subnet
+                assert not mine.overlaps(ipaddress.ip_network("10.233.0.0/16")), h.subnet
+            res = subprocess.run(lab.hosts[0].ssh_argv("hostname"), capture_output=True,
+                                 text=True, timeout=30, check=False)  # fmt: skip
+            assert (res.returncode, res.stdout.strip()) == (0, "host0"), res.stderr
+        finally:
+            lab.teardown()
+        addrs = subprocess.run(["ip", "-o", "-4", "addr", "show", "dev", link],
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert "10.231.1.1/24" in addrs and "10.231.2.1/24" in addrs
+        routes = subprocess.run(["ip", "-4", "route", "show", "table", "all"],
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert "blackhole 10.233.0.0/16" in routes
+        assert not any(f"{h.subnet}.0/24" in routes for h in lab.hosts)
+    finally:
+        subprocess.run(["ip", "route", "del", "blackhole", "10.233.0.0/16"], check=False)
+        subprocess.run(["ip", "link", "del", link], check=False)
