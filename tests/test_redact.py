@@ -21,7 +21,7 @@ def test_credentials_in_urls_lose_the_whole_user_part() -> None:
     assert r.text("--repo=https://ghp_token99@github.com/o/r.git") == "--repo=https://***@github.com/o/r.git"
     assert r.text("bash -c 'curl postgres://u:p4ss@db/x'") == "bash -c 'curl postgres://***@db/x'"
     assert r.text("git@github.com:o/r.git and http://h/a@b") == "git@github.com:o/r.git and http://h/a@b"
-    # A user name is no secret: learning "root" would mask every /root/ path.
+    # A user name is no secret: learning "root" would mask every path under root's home.
     r.learn_text("ssh://root@gpu-host:22")
     assert r.text("ssh://root@gpu-host:22 /tmp/pytest-of-root") == "ssh://root@gpu-host:22 /tmp/pytest-of-root"
 
