@@ -91,3 +91,36 @@ def test_a_gpu_fault_no_engine_pattern_names_fails_the_flow(tmp_path: Path) -> N
     assert result.returncode == 2, result.stderr
     drain = next(s for s in json.loads(result.stdout)["steps"] if s["step"] == "drain")
     assert "illegal memory access" in drain["message"]
+
+
+# What each program printed on the H200 GPU machine (tests/data/captured/gpu-faults/README.md,
+# "Captured on the GPU machine"): the line each capture must be caught by.
+H200_KEY_LINES = {
+    "device-assert.txt": ["torch.AcceleratorError: CUDA error: device-side assert triggered"],
+    "illegal-address-torch.txt": [
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+        "cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal"
+        " memory access was encountered",
+    ],
+    "illegal-address-cupy.txt": [
+        "cupy_backends.cuda.api.runtime.CUDARuntimeError: cudaErrorIllegalAddress: an illegal"
+        " memory access was encountered",
+    ],
+    "xid.txt": [
+        "[   34.571324] NVRM: Xid (PCI:0000:00:06): 43, pid=447, name=python3, channel 0x0000000a",
+    ],
+}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("capture", sorted(H200_KEY_LINES))
+def test_every_engine_catches_what_a_real_gpu_fault_printed(
+    engine: str, capture: str, tmp_path: Path
+) -> None:
+    """Whole outputs (tracebacks and all) of real faults on an H200, scanned as a server log."""
+    lines = (CAPTURED / "h200" / capture).read_text(encoding="utf-8").splitlines()
+    patterns = load_profiles().engine(engine).fault_patterns("runtime")
+    found = _faults_found(patterns, lines, tmp_path)
+    for key in H200_KEY_LINES[capture]:
+        assert key in found, f"{engine} misses {key!r} in {capture}; found {sorted(found)}"
+    assert not any(line.startswith(("Traceback", "  File ")) for line in found), found
