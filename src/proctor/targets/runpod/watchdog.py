@@ -143,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from proctor.crash import guarded
+    # Stdlib only: the pod has no proctor to import. An unexpected error is a bug: its traceback
+    # goes to this watchdog's own log, and the exit status is 70, as in proctor's table.
+    try:
+        sys.exit(main())
+    except Exception:
+        import traceback
 
-    sys.exit(guarded("proctor runpod watchdog", main))
+        traceback.print_exc()
+        log("internal error (a bug in proctor's watchdog, exit 70)")
+        sys.exit(70)
