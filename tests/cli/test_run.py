@@ -358,3 +358,22 @@ def test_json_in_the_foreground_keeps_stdout_json_only(isolated_runs: Path) -> N
     assert "out-line" in result.stderr and "err-line" in result.stderr
     log = Path(doc["log"]).read_text()
     assert "out-line" in log and "err-line" in log
+
+
+def test_verify_never_reads_outside_the_run_directory(isolated_runs: Path, tmp_path: Path) -> None:
+    """A tampered manifest that names `../..` paths or an absolute path is a mismatch (2), and
+    the file it names is not read as if it were the run's."""
+    assert proctor("run", "--gpu-sample", "0", "--", "true").returncode == 0
+    run = only_run(isolated_runs)
+    secret = tmp_path / "outside.txt"
+    secret.write_text("not the run's\n")
+    import hashlib
+
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    manifest = run / "manifest.sha256"
+    rel = os.path.relpath(secret, run)
+    manifest.write_text(manifest.read_text() + f"{digest}  {rel}\n{digest}  {secret}\n")
+    r = proctor("runs", "verify", run.name, "--json")
+    assert r.returncode == 2, r.stdout + r.stderr
+    view = json.loads(r.stdout)
+    assert view["verified"] is False and sorted(view["outside"]) == sorted([rel, str(secret)])

@@ -269,7 +269,7 @@ def verify(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
     check = verify_run_manifest(run)
     view = {"run_id": run.run_id, "verified": check.verified, "manifest": check.present,
             "ok": len(check.ok), "changed": check.changed, "missing": check.missing,
-            "extra": check.extra}  # fmt: skip
+            "extra": check.extra, "outside": check.outside}  # fmt: skip
     if as_json:
         print_json(view)
     elif check.verified:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from proctor.record.rundir import MANIFEST, RunDir, write_atomic
 
@@ -42,11 +42,12 @@ class ManifestCheck:
     changed: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)  # names that leave the run directory
     present: bool = True
 
     @property
     def verified(self) -> bool:
-        return self.present and not (self.changed or self.missing or self.extra)
+        return self.present and not (self.changed or self.missing or self.extra or self.outside)
 
 
 def read_manifest(path: Path) -> dict[str, str]:
@@ -65,9 +66,13 @@ def verify_run_manifest(run: RunDir) -> ManifestCheck:
         check.present = False
         return check
     expected = read_manifest(run.manifest_path)
+    root = run.path.resolve()
     for name, digest in expected.items():
         path = run.path / name
-        if not path.is_file():
+        # A tampered manifest may name `../../etc/passwd`: never read outside the run.
+        if PurePosixPath(name).is_absolute() or not path.resolve().is_relative_to(root):
+            check.outside.append(name)
+        elif not path.is_file():
             check.missing.append(name)
         elif sha256_file(path) != digest:
             check.changed.append(name)

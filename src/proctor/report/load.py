@@ -222,6 +222,8 @@ def _logs_verified(view: RunView) -> Check:
         parts.append(f"missing: {_names(m.missing)}")
     if m.extra:
         parts.append(f"not in the manifest: {_names(m.extra)}")
+    if m.outside:
+        parts.append(f"names outside the run directory: {_names(m.outside)}")
     return Check(name, "fail", "; ".join(parts))
 
 
