@@ -171,7 +171,7 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
                 timeout: str | None, runs_dir: str | None, server_facts: dict[str, object],
                 json_out: bool) -> None:  # fmt: skip
     from proctor.cli.output import err_console
-    from proctor.cli.run import exit_for_state, guard_start, summary_line
+    from proctor.cli.run import guard_start, summary_line
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
     from proctor.supervise.launch import RunSpec, follow_log, record_of, start_run, wait_run
@@ -209,10 +209,7 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
     if verdict.get("ok") is False:
         err_console.print(f"proctor: benchmark failed: {verdict.get('message')}", markup=False,
                           highlight=False)  # fmt: skip
-    interrupts.raise_if_hit()
-    code = exit_for_state(run, state)
-    if code:
-        raise typer.Exit(code)
+    interrupts.exit_as(run, state)
 
 
 def _check_same_bench(run: RunDir, argv: list[str], key: str) -> None:

@@ -118,7 +118,7 @@ def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool
     import os
 
     from proctor.cli.output import err_console
-    from proctor.cli.run import exit_for_state, guard_start, summary_line
+    from proctor.cli.run import guard_start, summary_line
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
     from proctor.supervise.launch import RunSpec, follow_log, start_run, wait_run
@@ -140,7 +140,4 @@ def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool
     if as_json:
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {})})
     err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-    interrupts.raise_if_hit()
-    code = exit_for_state(run, state)
-    if code:
-        raise typer.Exit(code)
+    interrupts.exit_as(run, state)

@@ -53,8 +53,7 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
         as_json: bool = typer.Option(False, "--json", help="Print the run id, outcome and parsed metrics as JSON."),
     ) -> None:  # fmt: skip
-        from proctor.cli.run import exit_for_state, guard_start, summary_line
-        from proctor.errors import Interrupted
+        from proctor.cli.run import guard_start, summary_line
         from proctor.supervise.launch import follow_log, record_of, wait_run
 
         words = [w for w in (words or [])]
@@ -85,11 +84,7 @@ def register(app: typer.Typer) -> None:
                         "outcome": record_of(run).get("outcome"), "status": doc.get("status"),
                         "metrics": doc.get("metrics", {}), "faults": doc.get("faults", [])})  # fmt: skip
         err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-        if interrupts.hit:
-            raise Interrupted(f"run {run.run_id} stopped on interrupt")
-        code = exit_for_state(run, state)
-        if code:
-            raise typer.Exit(code)
+        interrupts.exit_as(run, state)
 
 
 __all__ = ["register"]

@@ -134,9 +134,17 @@ class _Interrupts:
         if self.hit:
             request_stop(run)
 
-    def raise_if_hit(self) -> None:
-        if self.hit and self.run is not None:
-            raise Interrupted(f"run {self.run.run_id} stopped on interrupt")
+    def raise_if_hit(self, run: RunDir | None = None) -> None:
+        run = run or self.run
+        if self.hit and run is not None:
+            raise Interrupted(f"run {run.run_id} stopped on interrupt")
+
+    def exit_as(self, run: RunDir, state: RunState) -> None:
+        """End the command as the run ended: 130 if interrupted, else its status (the table)."""
+        self.raise_if_hit(run)
+        code = exit_for_state(run, state)
+        if code:
+            raise typer.Exit(code)
 
 
 def guard_start() -> _Interrupts:
@@ -212,11 +220,7 @@ def _follow_started(
                     "outcome": record_of(run).get("outcome")})  # fmt: skip
     else:
         err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-    if interrupts.hit:
-        raise Interrupted(f"run {run.run_id} stopped on interrupt")
-    code = exit_for_state(run, state)
-    if code:
-        raise typer.Exit(code)
+    interrupts.exit_as(run, state)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
+def _compiled_or_error(patterns: list[str]) -> list[str]:
+    """The patterns unchanged if each is a valid regular expression; else which one is not."""
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+    return patterns
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -150,12 +159,7 @@ class EngineProfile(_Strict):
     )
     @classmethod
     def _regexes(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
-        return value
+        return _compiled_or_error(value)
 
     @field_validator("ready_endpoints")
     @classmethod
@@ -185,12 +189,7 @@ class FaultSet(_Strict):
     @field_validator("patterns")
     @classmethod
     def _regexes(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
-        return value
+        return _compiled_or_error(value)
 
 
 class ModelProfile(_Strict):
@@ -212,12 +211,7 @@ class ModelProfile(_Strict):
     @field_validator("match")
     @classmethod
     def _regexes(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
-        return value
+        return _compiled_or_error(value)
 
     def matches(self, model_path: str) -> bool:
         return any(re.search(p, model_path, re.IGNORECASE) for p in self.match)
