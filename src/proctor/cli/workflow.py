@@ -93,8 +93,8 @@ def register(app: typer.Typer) -> None:
                     on_status=say,
                 )  # fmt: skip
             else:
+                from proctor.monitors.proctree import listener_on_port, stdout_log_of
                 from proctor.monitors.watch import IdentityWatch
-                from proctor.supervise.proctree import listener_on_port, stdout_log_of
 
                 ident = listener_on_port(int(port))
                 if ident is None:

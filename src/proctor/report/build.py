@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from proctor import __version__
 from proctor.errors import ProctorError, UsageError
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
 from proctor.report.figures import (
@@ -39,6 +38,7 @@ from proctor.results.baselines import (
     select_entry,
 )
 from proctor.supervise.launch import resolve_run
+from proctor.version import __version__
 
 
 @dataclass

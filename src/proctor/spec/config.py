@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from proctor.errors import ConfigError
 
+# The store's file name, next to the run directories unless [store] path says otherwise.
+STORE_NAME = "proctor.sqlite"
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from proctor.errors import TargetUnavailable, UsageError
-from proctor.record.rundir import derive_name, safe_name
 from proctor.redact import Redactor, is_secret_name, remember
-from proctor.spec.config import ProjectConfig, find_project_root
+from proctor.spec.config import STORE_NAME, ProjectConfig, find_project_root
 from proctor.spec.durations import parse_duration
-from proctor.store.db import STORE_NAME
+from proctor.spec.names import derive_name, safe_name
 
 DEFAULT_GRACE_S = 10.0
 DEFAULT_GPU_SAMPLE_S = 3.0

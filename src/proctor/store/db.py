@@ -24,8 +24,6 @@ from typing import Any
 
 from proctor import redact
 
-STORE_NAME = "proctor.sqlite"
-
 MIGRATIONS: list[tuple[int, str]] = [
     (
         1,

@@ -21,8 +21,9 @@ from typing import Any
 
 import aiohttp
 
-from proctor import __version__, redact
+from proctor import redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
+from proctor.version import __version__
 from proctor.workloads.loadgen.client import PlannedRequest, make_session
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import LocalTokenizer, build_requests
