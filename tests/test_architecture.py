@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("flow",),  # server + workloads + drain + teardown as one run
     ("targets",),  # where it runs: local, ssh, runpod, slurm, and the far-side agent
     ("report",),  # HTML and tables read from the store and run directories
-    ("cli", "__init__", "__main__"),  # the thin shell and the public API on top
+    ("api", "cli", "__init__", "__main__"),  # the public API and the thin shell on top
 ]
 LAYER_OF = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -433,6 +433,7 @@ def compare_report(subjects: Sequence[Subject], baseline: Baseline | None = None
 
 def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = False,
                  baseline: Baseline | None = None, model: str | None = None) -> Report:  # fmt: skip
+    """The HTML report of one run, a sweep (a group), or two runs compared."""
     if not refs:
         raise UsageError("nothing to report on",
                          hint="give a run id, a sweep name, or --compare A B")
@@ -449,6 +450,7 @@ def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = Fa
 
 
 def write_report(report: Report, path: Path) -> Path:
+    """Write the report page atomically at `path`; return the path."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # The page's data was masked as it was loaded (load_run); its script must stay intact.

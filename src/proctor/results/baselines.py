@@ -97,6 +97,7 @@ def _err(path: Path, e: ValidationError) -> ConfigError:
 
 
 def load_baseline(path: str | Path) -> Baseline:
+    """A baseline file (performance metrics with tolerances, accuracy entries), validated."""
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -215,6 +216,7 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
 
 def check(metrics: dict[str, Metric], baseline: Baseline, model: str | None = None
           ) -> list[Verdict]:
+    """Verdicts of `metrics` against a baseline: pass, within noise, regression, missing."""
     if isinstance(baseline, PerfBaseline):
         return check_perf(metrics, baseline)
     return check_accuracy(metrics, select_entry(baseline, model))

@@ -10,6 +10,7 @@ from proctor.results.names import Direction, metric_info
 
 
 class Metric(BaseModel):
+    """One measured value with its unit and, when known, its standard error."""
     name: str
     value: float
     unit: str = ""
@@ -24,6 +25,7 @@ class Metric(BaseModel):
 
 
 class ParsedResult(BaseModel):
+    """The metrics read from one results file, with what kind of file it was."""
     kind: str  # serving-summary | vllm-json | sglang-json | proctor-metrics | lm-eval
     path: str | None = None
     metrics: dict[str, Metric] = Field(default_factory=dict)

@@ -258,6 +258,8 @@ def find_result_file(directory: Path) -> Path:
 
 
 def parse_path(path: str | Path) -> ParsedResult:
+    """Metrics from a results file (vLLM/SGLang/ATOM serving JSON, lm-eval JSON, proctor
+    metrics.json, or their text output)."""
     p = Path(path)
     if p.is_dir():
         p = find_result_file(p)

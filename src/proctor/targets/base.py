@@ -163,6 +163,7 @@ class Released:
 
 @runtime_checkable
 class Target(Protocol):
+    """Where a run executes; every target implements these steps (see the module docstring)."""
     kind: str
 
     def describe(self) -> TargetInfo: ...

@@ -67,6 +67,8 @@ def run_sweep(
     name: str,
     say: Callable[[str], None] = print,
 ) -> tuple[RunDir, list[SweepPoint]]:
+    """A bench per concurrency, grouped under one sweep run; a failing point is recorded and the
+    sweep goes on."""
     flags0 = RunFlags(argv=bench_argv(base_argv, concurrencies[0]), runs_dir=runs_dir)
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
     sweep = create_run_dir(runs_root, new_run_id())

@@ -18,6 +18,7 @@ SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
 class BenchConfig(BaseModel):
+    """Everything a serving benchmark needs: server, dataset shape, load shape, limits, outputs."""
     model_config = ConfigDict(extra="forbid")
 
     base_url: str = "http://127.0.0.1:8000"
