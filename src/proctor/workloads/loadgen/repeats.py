@@ -1,11 +1,11 @@
 """--repeat N: the measured phase run N times, and each metric's mean, stdev and 95% CI.
 
 Each repeat's metrics are computed on its own records, exactly as a single run's are. Across
-the N values of a metric: mean, sample standard deviation (n - 1), standard error stdev/sqrt(n)
-and the 95% confidence interval of the mean, mean ± t(0.975, n - 1) * stderr (Student's t:
-with few repeats the normal 1.96 would claim too narrow an interval). The repeats are taken
-as independent samples of the same system; drift between them (a warming cache, throttling)
-shows as a wide interval, not as a bias the interval corrects.
+the N values of a metric (proctor/stats.py): mean, sample standard deviation (n - 1), standard
+error stdev/sqrt(n) and the 95% confidence interval of the mean, mean ± t(0.975, n - 1) *
+stderr (Student's t: with few repeats the normal 1.96 would claim too narrow an interval).
+The repeats are taken as independent samples of the same system; drift between them (a
+warming cache, throttling) shows as a wide interval, not as a bias the interval corrects.
 
 The combined BenchMetrics that the summary block prints has totals for counts and duration
 (every measured request of every repeat) and the mean over repeats for rates and latencies.
@@ -16,35 +16,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from proctor.stats import CONFIDENCE, describe, t95
 from proctor.workloads.loadgen.metrics import BenchMetrics, Stat
 
-CONFIDENCE = 0.95
-# Two-sided 95% critical values of Student's t by degrees of freedom; between rows the next
-# lower row is used (a slightly wider, conservative interval).
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
-        16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074,
-        23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045,
-        30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+__all__ = ["CONFIDENCE", "combine", "describe", "format_repeats", "summarize", "t95"]
+
 _COUNTS = ("completed", "failed", "total_input_tokens", "total_output_tokens")
-
-
-def t95(df: float) -> float:
-    """Two-sided 95% critical value of Student's t with df degrees of freedom."""
-    if not df >= 1:
-        return math.inf
-    rows = [k for k in _T95 if k <= df]
-    return _T95[max(rows)] if df <= 120 else 1.960
-
-
-def describe(values: list[float]) -> dict[str, float | int]:
-    n = len(values)
-    mean = math.fsum(values) / n
-    stdev = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    stderr = stdev / math.sqrt(n)
-    half = t95(n - 1) * stderr if n > 1 else math.inf
-    return {"n": n, "mean": mean, "stdev": stdev, "stderr": stderr,
-            "ci95_low": mean - half, "ci95_high": mean + half, "ci95_half": half}
 
 
 def summarize(per_repeat: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
