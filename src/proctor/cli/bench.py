@@ -191,7 +191,8 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
                      runs_dir=runs_dir, timeout=timeout, key=key, detach=detach, gpu_sample=0)  # fmt: skip
     plan = resolve_run_plan(flags, load_config())
     extra: dict[str, object] = {"bench": {"base_url": cfg.base_url, "isl": cfg.isl, "osl": cfg.osl,
-                                          "concurrency": cfg.concurrency}}  # fmt: skip
+                                          "concurrency": cfg.concurrency, "dataset": cfg.dataset,
+                                          "repeat": cfg.repeat}}  # fmt: skip
     if server_facts:
         extra["server_run"] = server_facts["run_id"]
     interrupts = guard_start()

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-import aiohttp
-
-from proctor.workloads.loadgen.client import PlannedRequest, send_request
-from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.client import PlannedRequest
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.scheduler import Counter
 
@@ -32,10 +30,10 @@ def conversations(requests: Sequence[PlannedRequest]) -> list[list[PlannedReques
 
 
 async def run_conversations(
-    session: aiohttp.ClientSession, cfg: BenchConfig, model: str,
+    send: Callable[[PlannedRequest, RequestRecord], Awaitable[Any]],
     requests: Sequence[PlannedRequest], *, concurrency: int, counter: Counter | None = None,
-    count_tokens: Callable[[str], int] | None = None,
 ) -> list[RequestRecord]:
+    """`send(req, record)` sends one request and fills its record (the client's send)."""
     convs = iter(conversations(requests))
     records: list[RequestRecord] = []
 
@@ -46,7 +44,7 @@ async def run_conversations(
                                     expected_output_len=req.output_len, warmup=req.warmup,
                                     queued_at=time.perf_counter(),
                                     conversation=req.conversation, turn=req.turn)
-                await send_request(session, cfg, model, req, rec, count_tokens)
+                await send(req, rec)
                 records.append(rec)
                 if counter is not None:
                     counter.done(rec)

@@ -24,7 +24,7 @@ import aiohttp
 from proctor import __version__, redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
 from proctor.workloads.loadgen import prefix_counters, repeats
-from proctor.workloads.loadgen.client import PlannedRequest, make_session
+from proctor.workloads.loadgen.client import PlannedRequest, make_session, send_request
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import LocalTokenizer
 from proctor.workloads.loadgen.loop import run as run_loop
@@ -160,14 +160,16 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
             await _profile(session, cfg, "start", profile)
         bar.phase("benchmark", len(meas), lambda: counter.value, lambda: counter.failed)
         if prefix is not None:  # the server's prefix-cache counters around the measured phase
-            prefix.append(await prefix_counters.read(session, cfg.base_url))
+            prefix.append(await _read_prefix(cfg))
         t0 = time.perf_counter()
         if cfg.dataset_kind == "multi-turn":
             from proctor.workloads.loadgen.multiturn import run_conversations
 
-            records += await run_conversations(session, cfg, model, meas,
-                                               concurrency=cfg.concurrency, counter=counter,
-                                               count_tokens=count)
+            async def send(req: PlannedRequest, rec: RequestRecord) -> RequestRecord:
+                return await send_request(session, cfg, model, req, rec, count)
+
+            records += await run_conversations(send, meas, concurrency=cfg.concurrency,
+                                               counter=counter)
         else:
             records += await run_requests(session, cfg, model, meas,
                                           concurrency=cfg.concurrency, rate=cfg.request_rate,
@@ -175,7 +177,7 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
                                           count_tokens=count)
         duration = time.perf_counter() - t0
         if prefix is not None:
-            prefix.append(await prefix_counters.read(session, cfg.base_url))
+            prefix.append(await _read_prefix(cfg))
         if cfg.profile:
             await _profile(session, cfg, "stop", profile)
     return records, duration

@@ -1,0 +1,55 @@
+"""Datasets against the real vLLM for CPU (SmolLM2): the prefix-cache hit rate the server
+achieved, read from its own counters, for shared-prefix and multi-turn workloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.runner import BenchResult, result_document, run_benchmark
+from tests.infra.engines import EngineServer, vllm_server  # noqa: F401
+
+pytestmark = [pytest.mark.slow, pytest.mark.engine, pytest.mark.timeout(600)]
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
+
+
+def bench(server: EngineServer, **kw: Any) -> BenchResult:
+    args: dict[str, Any] = dict(base_url=server.base_url, model=server.model, osl=4,
+                                concurrency=1, num_warmups=1, range_ratio=0.0, progress=False,
+                                idle_timeout_s=120.0, request_timeout_s=300.0)
+    args.update(kw)
+    return run_benchmark(BenchConfig(**args))
+
+
+def test_vllm_shared_prefix_hit_rate_from_its_counters(vllm_server: EngineServer) -> None:  # noqa: F811
+    # One request at a time: each group's first prompt is prefilled before the next arrives.
+    res = bench(vllm_server, dataset="shared-prefix", isl=256, num_prompts=8, prefix_groups=2,
+                prefix_hit_rate=0.5)
+    assert res.metrics.completed == 8, [r.error for r in res.measured]
+    info = result_document(res)["dataset"]
+    expected, cache = info["expected_hit_rate"], info["prefix_cache"]
+    assert expected == pytest.approx(0.5, abs=0.02)
+    assert cache["source"].startswith("server /metrics")
+    # vLLM counts every prompt token of the measured phase, and hits only whole cached blocks
+    # of the shared prefix: some, never more than a perfect cache.
+    assert cache["queries_tokens"] == sum(r.prompt_tokens or 0 for r in res.measured)
+    assert 0.2 < cache["hit_rate"] <= expected + 0.01
+    print(f"vLLM CPU shared-prefix: expected {expected:.3f}, achieved {cache['hit_rate']:.3f} "
+          f"({cache['hits_tokens']:.0f}/{cache['queries_tokens']:.0f} tokens)")
+
+
+def test_vllm_multi_turn_history_hits_the_prefix_cache(vllm_server: EngineServer) -> None:  # noqa: F811
+    res = bench(vllm_server, dataset=f"multi-turn:{DATA / 'conversations.jsonl'}", osl=8)
+    assert res.metrics.completed == 6, [r.error for r in res.measured]
+    doc = result_document(res)["dataset"]
+    assert [t["requests"] for t in doc["per_turn"]] == [3, 2, 1]
+    # Later turns carry the earlier ones: their prompts are longer, and vLLM finds the shared
+    # start in its cache (the counters are the server's, not ours).
+    lens = [t["mean_prompt_len"] for t in doc["per_turn"]]
+    assert lens == sorted(lens)
+    assert doc["prefix_cache"]["hit_rate"] is not None and doc["prefix_cache"]["hit_rate"] >= 0
+    print(f"vLLM CPU multi-turn: prefix cache hit rate {doc['prefix_cache']['hit_rate']:.3f}")
