@@ -76,6 +76,28 @@ def test_a_bad_jsonl_line_is_one_usage_error_naming_the_line(
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+@pytest.mark.parametrize(("name", "content", "where", "why"), [
+    ("c.json", b'[{"conversations": []}, {"turns": []}]', "c.json entry 2", "conversations list"),
+    ("c.json", b'[1]', "c.json entry 1", "conversations list"),
+    ("c.jsonl", b'{"conversations": [{"from": "human", "value": 1}]}\n', "c.jsonl:1",
+     "string value"),
+    ("c.json", b'[{"conversations": [{"from": "gpt", "value": "x"}]}]', "c.json", "no conversation"),
+    ("c.json", b'[\n{"conversations": [{"from": "human", "value": "\xff"}]}]', "c.json:2",
+     "not UTF-8"),
+])
+def test_a_bad_sharegpt_file_is_one_usage_error_naming_the_entry(
+    fake_process: Callable[..., FakeProcess], tmp_path: Path, name: str, content: bytes,
+    where: str, why: str,
+) -> None:
+    srv = started(fake_process)
+    bad = tmp_path / name
+    bad.write_bytes(content)
+    for kind in ("sharegpt", "multi-turn"):
+        code, _, stderr = run(srv, tmp_path / kind, "--dataset", f"{kind}:{bad}")
+        assert code == 64, stderr
+        assert where in stderr and why in stderr and "Traceback" not in stderr
+
+
 def test_missing_dataset_file_and_bad_spec_are_usage_errors(
     fake_process: Callable[..., FakeProcess], tmp_path: Path
 ) -> None:

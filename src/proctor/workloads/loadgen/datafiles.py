@@ -65,8 +65,14 @@ def _read(path: str) -> bytes:
                          hint="give an existing file: --dataset KIND:PATH") from e
 
 
-def _bad(path: str, line: int | None, why: str) -> UsageError:
-    where = f"{path}:{line}" if line is not None else path
+def _bad(path: str, line: int | str | None, why: str) -> UsageError:
+    """`line`: a line number (JSONL), `entry N` (a JSON array), or None (the whole file)."""
+    if line is None:
+        where = path
+    elif isinstance(line, int):
+        where = f"{path}:{line}"
+    else:
+        where = f"{path} {line}"
     return UsageError(f"dataset {where}: {why}", hint="see docs/bench.md#datasets for the format")
 
 
@@ -113,7 +119,7 @@ def read_jsonl(path: str) -> tuple[list[Sample], FileData]:
     return samples, FileData(path, hashlib.sha256(raw).hexdigest(), len(samples))
 
 
-def _conversation(path: str, line: int | None, obj: Any) -> Conversation | None:
+def _conversation(path: str, line: int | str | None, obj: Any) -> Conversation | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("conversations"), list):
         raise _bad(path, line, "each entry must be an object with a conversations list")
     turns: list[Turn] = []
@@ -137,7 +143,7 @@ def _conversation(path: str, line: int | None, obj: Any) -> Conversation | None:
 
 def read_sharegpt(path: str) -> tuple[list[Conversation], FileData]:
     raw = _read(path)
-    entries: list[tuple[int | None, Any]]
+    entries: list[tuple[int | str | None, Any]]
     if raw.lstrip()[:1] == b"[":
         try:
             data = json.loads(raw.decode("utf-8"))
@@ -146,7 +152,7 @@ def read_sharegpt(path: str) -> tuple[list[Conversation], FileData]:
             raise _bad(path, line, "not UTF-8") from e
         except ValueError as e:
             raise _bad(path, getattr(e, "lineno", None), f"not JSON ({e})") from e
-        entries = [(None, x) for x in data]
+        entries = [(f"entry {i + 1}", x) for i, x in enumerate(data)]
     else:
         entries = list(_lines(path, raw))
     convs = [c for n, obj in entries if (c := _conversation(path, n, obj)) is not None]

@@ -116,7 +116,7 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(n))
 
 
-async def _exact_prompt(tok: Tokenizer, rng: random.Random, target: int, n_special: int,
+async def exact_prompt(tok: Tokenizer, rng: random.Random, target: int, n_special: int,
                         rounds: int = 4) -> tuple[str, int]:
     want = max(1, target - n_special)
     pool = await tok.encode(_words(rng, want + 16), special=False)
@@ -183,7 +183,7 @@ async def build_requests(
     async def one(i: int) -> PlannedRequest:
         nonlocal done
         async with sem:
-            text, actual = await _exact_prompt(tok, random.Random(seeds[i]), in_lens[i],
+            text, actual = await exact_prompt(tok, random.Random(seeds[i]), in_lens[i],
                                                n_special)
         done += 1
         if on_progress:

@@ -94,4 +94,6 @@ def merge(windows: list[dict[str, Any]]) -> dict[str, Any]:
     hits = sum(w["hits_tokens"] for w in known)
     return {"hit_rate": hits / queries if queries > 0 else None, "queries_tokens": queries,
             "hits_tokens": hits, "source": known[0]["source"],
-            "per_repeat": [w.get("hit_rate") for w in windows]}
+            "per_repeat": [w.get("hit_rate") for w in windows],
+            **({"includes_warmup": True} if any(w.get("includes_warmup") for w in windows)
+               else {})}

@@ -27,7 +27,7 @@ from proctor.workloads.loadgen.client import PlannedRequest
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import (
     Tokenizer,
-    _exact_prompt,
+    exact_prompt,
     lengths,
     resolve_tokenizer,
     words,
@@ -72,7 +72,7 @@ class _Texts:
             return "", 0
         if self.tok is None:
             return words(rng, n), n
-        return await _exact_prompt(self.tok, rng, n, self.n_special)
+        return await exact_prompt(self.tok, rng, n, self.n_special)
 
     async def joined(self, prefix: str, rng: random.Random, n: int) -> tuple[str, int]:
         """prefix + a random suffix, about n tokens in all; the actual count."""

@@ -46,10 +46,6 @@ class Workload:
     source: str  # where token lengths came from: server | local | approx
     info: dict[str, Any] = field(default_factory=dict)  # metrics.json "dataset"
 
-    @property
-    def all(self) -> list[PlannedRequest]:
-        return self.warmup + [r for rep in self.repeats for r in rep]
-
 
 class Counter:
     """Token lengths through the tokenizer (one call per distinct text), else word counts."""
