@@ -1,8 +1,10 @@
 """run_benchmark(config) -> BenchResult, and the files a run leaves behind.
 
-Sequence: resolve the model (/v1/models), build prompts, warmups (excluded from metrics),
-start profiling if asked, the measured requests, stop profiling, metrics computed once over
-all records (merged across worker processes when --workers > 1).
+Sequence: resolve the model (/v1/models), build the dataset's requests (workload.py),
+warmups (excluded from metrics), start profiling if asked, the measured requests, stop
+profiling, metrics computed once over all records (merged across worker processes when
+--workers > 1). With --repeat N the measured phase runs N times, each with its own requests
+and metrics (repeats.py); the server's prefix-cache counters are read around each.
 """
 
 from __future__ import annotations
