@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "proctor"
 
 # Lowest first. A module may import from its own layer and any layer listed before it.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "redact", "crash", "version"),  # foundation: imported by all, imports nothing above
+    ("errors", "redact", "crash", "version", "stats"),  # foundation: imports nothing above
     ("spec",),  # what the user asked for: config, durations, plans, profiles
     ("source",),  # which code: identity, archive, manifest of a tree
     ("results",),  # reading numbers out of files: parsers, baselines

@@ -16,6 +16,7 @@ class Metric(BaseModel):
     unit: str = ""
     direction: Direction = "none"
     stderr: float | None = None
+    n: int | None = None  # repeats behind value and stderr (bench --repeat); None: one run
 
     @classmethod
     def of(cls, name: str, value: float, stderr: float | None = None) -> Metric:
