@@ -23,8 +23,9 @@ from typing import Any
 from proctor import __version__, redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
-from proctor.record.finish import finish_run
-from proctor.record.rundir import RunDir, create_run_dir, new_run_id
+from proctor.record.recorder import Recorder
+from proctor.record.rundir import RunDir
+from proctor.record.schema import FlowRecord, RecordError, parse_as
 from proctor.record.status import run_state
 from proctor.serve import (
     RunWatch,
@@ -96,28 +97,29 @@ class Flow:
         self.config = config
         self.say = say
         self.runs_dir = Path(resolve_runs_dir(options.runs_dir, config).value)
-        self.dir = run or create_run_dir(self.runs_dir, new_run_id())
+        self.recorder = Recorder(run) if run else Recorder.create(self.runs_dir)
+        self.dir = self.recorder.run
         self.server: RunDir | None = None
-        self.record: dict[str, Any] = record_of(self.dir) or {
-            "schema": "proctor.flow",
-            "schema_version": 1,
-            "run_id": self.dir.run_id,
-            "name": f"flow-{options.server.engine}-p{options.server.port}",
-            "kind": "flow",
-            "argv": [],
-            "cwd": str(Path.cwd()),
-            "log": "flow.log",
-            "proctor_version": __version__,
-            "created_at": now_iso(),
-            "outcome": "running",
-            "options": options.to_dict(),
-            "steps": [],
-        }
-        self.save()
+        if not self.recorder.record:
+            self.recorder.start(
+                {
+                    "name": f"flow-{options.server.engine}-p{options.server.port}",
+                    "kind": "flow",
+                    "argv": [],
+                    "cwd": str(Path.cwd()),
+                    "log": "flow.log",
+                    "proctor_version": __version__,
+                    "outcome": "running",
+                    "options": options.to_dict(),
+                    "steps": [],
+                }
+            )
+        # The flow's own state: steps are updated in place and the whole record rewritten.
+        self.record: dict[str, Any] = self.recorder.record
 
     # -- bookkeeping ----------------------------------------------------------------------
     def save(self) -> None:
-        self.dir.write_json("record.json", self.record)
+        self.recorder.save()
 
     def log(self, line: str) -> None:
         self.say(line)
@@ -364,9 +366,7 @@ class Flow:
                 signal.signal(signal.SIGTERM, previous)
                 signal.signal(signal.SIGINT, previous_int)
             code = failures[0] if failures else 0
-            finish_run(
-                self.dir,
-                self.record,
+            self.recorder.finish(
                 code=code,
                 outcome="ok" if code == 0 else "failed",
                 store_path=resolve_store_path(self.config, self.runs_dir).value,
@@ -411,13 +411,14 @@ def resume_flow(
 
     directory = Path(resolve_runs_dir(runs_dir, config).value)
     run = resolve_run(directory, ref)
-    record = record_of(run)
-    if record.get("kind") != "flow":
-        raise UsageError(f"run {run.run_id} is not a flow", hint="pass the flow's run id")
-    if record.get("ended_at"):
-        raise UsageError(f"flow {run.run_id} already ended with exit {record.get('exit_code')}")
-    opts = record["options"]
-    _refuse_masked(run.run_id, record)
+    try:
+        record = parse_as(FlowRecord, record_of(run))
+    except RecordError:
+        raise UsageError(f"run {run.run_id} is not a flow", hint="pass the flow's run id") from None
+    if record.ended_at:
+        raise UsageError(f"flow {run.run_id} already ended with exit {record.exit_code}")
+    opts = record.options
+    _refuse_masked(record)
     options = FlowOptions(
         server=ServerRequest(**opts["server"]),
         workload_argv=list(opts["workload_argv"]),
@@ -434,21 +435,19 @@ def resume_flow(
     return Flow(options, config, say=say, run=run).run(resume=True)
 
 
-def _refuse_masked(run_id: str, record: dict[str, Any]) -> None:
+def _refuse_masked(record: FlowRecord) -> None:
     """A command whose secret was masked in the record cannot be run again from it: refuse
     rather than start it with `***` where its key was."""
-    opts = record["options"]
-    done = {s["step"] for s in record.get("steps", []) if s.get("exit_code") is not None}
     needed = []
-    if not record.get("server_run"):
-        needed.append(("server command", opts.get("server")))
-    if "workload" not in done:
-        needed.append(("workload command", opts.get("workload_argv")))
+    if not record.server_run:
+        needed.append(("server command", record.options.get("server")))
+    if record.step_done("workload") is None:
+        needed.append(("workload command", record.options.get("workload_argv")))
     for what, value in needed:
         if redact.MASK in json.dumps(value, default=str):
             raise UsageError(
-                f"flow {run_id} cannot be resumed: its {what} holds a secret, which proctor"
-                " never writes down",
+                f"flow {record.run_id} cannot be resumed: its {what} holds a secret, which"
+                " proctor never writes down",
                 hint="start the flow again with the same options",
             )
 
