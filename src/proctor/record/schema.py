@@ -268,7 +268,8 @@ def parse_as(model: type[R], data: dict[str, Any]) -> R:
     """The record as `model` (FlowRecord, SweepRecord...), or RecordError."""
     record = parse_record(data)
     if not isinstance(record, model):
-        raise RecordError(f"record {record.run_id!r} is a {record.kind} record, not a {model.kind}")
+        wanted = model.model_fields["kind"].default
+        raise RecordError(f"record {record.run_id!r} is a {record.kind} record, not a {wanted}")
     return record
 
 
