@@ -11,7 +11,6 @@ from typing import Any
 import typer
 
 from proctor.cli.output import console, err_console, print_json, styled
-from proctor.cli.run import exit_for_state, summary_line
 from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.rundir import RunDir
@@ -29,6 +28,7 @@ from proctor.store.db import (
 )
 from proctor.supervise.launch import follow_log, record_of, request_stop, resolve_run, wait_run
 from proctor.supervise.orphans import stop_dead_wrapper_run
+from proctor.supervise.service import SupervisedRun, exit_for_state, summary_line
 
 app = typer.Typer(
     help="List, show, follow, wait for, stop, verify and reindex runs.", no_args_is_help=True
@@ -181,10 +181,10 @@ def attach(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
         if code := attach_remote(run.path, follow=True, as_json=False):
             raise typer.Exit(code)
         return
-    follow_log(run, sys.stdout.buffer, from_start=True)
-    state = wait_run(run)
-    err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-    code = exit_for_state(run, state)
+    supervised = SupervisedRun(run)
+    state = supervised.follow_to_end(sys.stdout.buffer)
+    err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
+    code = supervised.exit_code(state)
     if code:
         raise typer.Exit(code)
 
@@ -202,7 +202,7 @@ def wait(ref: str = typer.Argument(...),
             raise typer.Exit(code)
         return
     limit = parse_duration(timeout, option="--timeout") if timeout else None
-    state = wait_run(run, limit)
+    state = SupervisedRun(run).wait(limit)
     if as_json:
         print_json(_view(run))
     if state.state in ("running", "starting"):
