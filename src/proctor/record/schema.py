@@ -273,6 +273,19 @@ def parse_as(model: type[R], data: dict[str, Any]) -> R:
     return record
 
 
+def view_record(data: dict[str, Any], run_id: str) -> RecordCore:
+    """A typed view of any record, for readers that must never fail (reports, listings):
+    the kind's model, else the shared core, else an empty core with `run_id`."""
+    try:
+        return parse_record(data)
+    except RecordError:
+        pass
+    try:
+        return RecordCore.model_validate({"kind": "command", **upgrade(data)})
+    except (RecordError, ValidationError):
+        return RecordCore(run_id=run_id, kind=str(data.get("kind") or "command"))
+
+
 def load_record(run_dir: Path) -> RecordCore | None:
     """record.json of a run directory, typed; None where it is missing or unreadable."""
     try:
@@ -324,6 +337,7 @@ __all__ = [
     "parse_as",
     "parse_record",
     "upgrade",
+    "view_record",
 ]
 
 
