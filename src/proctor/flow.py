@@ -25,7 +25,12 @@ from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
-from proctor.record.schema import FlowRecord, RecordError, parse_as
+from proctor.record.schema import (
+    FlowRecord,
+    FlowStep,
+    RecordError,
+    parse_as,
+)
 from proctor.record.status import run_state
 from proctor.serve import (
     RunWatch,
@@ -39,7 +44,8 @@ from proctor.serve import (
 )
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, resolve_store_path
-from proctor.supervise.launch import RunSpec, request_stop, start_run, wait_run
+from proctor.supervise.launch import RunSpec, start_run
+from proctor.supervise.service import SupervisedRun
 from proctor.supervise.signals import deferred_stops
 from proctor.supervise.wrapper import now_iso
 
@@ -126,11 +132,13 @@ class Flow:
         with (self.dir.path / "flow.log").open("a", encoding="utf-8") as handle:
             handle.write(redact.text(f"{now_iso()} {line}\n"))
 
-    def step_done(self, name: str) -> dict[str, Any] | None:
-        for step in self.record["steps"]:
-            if step["step"] == name and step.get("exit_code") is not None:
-                return dict(step)
-        return None
+    @property
+    def typed(self) -> FlowRecord:
+        """The flow's record as written so far, through its model."""
+        return parse_as(FlowRecord, self.record)
+
+    def step_done(self, name: str) -> FlowStep | None:
+        return self.typed.step_done(name)
 
     def begin(self, name: str, **fields: Any) -> dict[str, Any]:
         step = {"step": name, "started_at": now_iso(), "exit_code": None, **fields}
@@ -154,6 +162,7 @@ class Flow:
         stale = [
             r
             for r in live_runs(self.runs_dir, "server")
+            # Read as dicts: a stale server whose record its model rejects is still stopped.
             if (record_of(r).get("server") or {}).get("port") == port
         ]
         for run in stale:
@@ -289,21 +298,23 @@ class Flow:
 
     def stop_workload(self) -> list[str]:
         """Stop the workload run if it is still going (a failed step, Ctrl-C, SIGTERM)."""
-        run_id = self.record.get("workload_run")
+        run_id = self.typed.workload_run
         if not run_id:
             return []
         run = RunDir(self.runs_dir / str(run_id))
-        if run_state(run).state == "finished" or not request_stop(run):
+        supervised = SupervisedRun(run)
+        if run_state(run).state == "finished" or not supervised.stop():
             return []
-        state = wait_run(run, WORKLOAD_STOP_WAIT_S)
+        state = supervised.wait(WORKLOAD_STOP_WAIT_S)
         self.log(f"[teardown] workload run {run.run_id} stopped ({state.state})")
         return [run.run_id]
 
     def teardown(self, server: RunDir | None) -> int:
         step = self.begin("teardown")
         stopped = self.stop_workload()
-        if server is None and self.record.get("server_run"):
-            server = RunDir(self.runs_dir / str(self.record["server_run"]))
+        server_run = self.typed.server_run
+        if server is None and server_run:
+            server = RunDir(self.runs_dir / server_run)
         if server is None:
             return self.end(step, 0, "no server to stop", stopped_runs=stopped)
         report = stop_server(
@@ -375,8 +386,9 @@ class Flow:
         return code
 
     def _steps(self, note: Callable[[int], int], *, resume: bool) -> None:
-        if resume and self.record.get("server_run"):
-            self.server = RunDir(self.runs_dir / self.record["server_run"])
+        server_run = self.typed.server_run
+        if resume and server_run:
+            self.server = RunDir(self.runs_dir / server_run)
             if run_state(self.server).state not in ("running", "starting"):
                 self.log(f"[resume] server run {self.server.run_id} is no longer running")
                 note(int(ExitCode.WORKLOAD_FAILED))
@@ -389,12 +401,12 @@ class Flow:
         server = self.server
         assert server is not None
         done = self.step_done("ready")
-        if (done is None or done["exit_code"] != 0) and note(self.ready(server)):
+        if (done is None or done.exit_code != 0) and note(self.ready(server)):
             return
         workload: RunDir | None = None
         done = self.step_done("workload")
-        if done and done.get("run_id"):
-            workload = RunDir(self.runs_dir / done["run_id"])
+        if done and done.run_id:
+            workload = RunDir(self.runs_dir / done.run_id)
         else:
             code, workload = self.workload(server)
             if note(code):

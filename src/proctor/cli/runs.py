@@ -26,7 +26,7 @@ from proctor.store.db import (
     open_for_reading,
     rebuild,
 )
-from proctor.supervise.launch import follow_log, record_of, request_stop, resolve_run, wait_run
+from proctor.supervise.launch import follow_log, record_of, resolve_run
 from proctor.supervise.orphans import stop_dead_wrapper_run
 from proctor.supervise.service import SupervisedRun, exit_for_state, summary_line
 
@@ -230,10 +230,11 @@ def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
             err_console.print(f"proctor: stop {'sent to' if sent else 'not needed for'} remote "
                               f"run {run.run_id}; `proctor runs wait {run.run_id}` fetches it")  # fmt: skip
         return
-    sent = request_stop(run)
+    supervised = SupervisedRun(run)
+    sent = supervised.stop()
     orphans = None
     if sent:
-        state = wait_run(run, parse_duration(wait_for, option="--wait"))
+        state = supervised.wait(parse_duration(wait_for, option="--wait"))
     else:
         # No live wrapper: whatever its command left running is stopped from the record.
         orphans = stop_dead_wrapper_run(run)

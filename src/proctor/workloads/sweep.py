@@ -20,7 +20,8 @@ from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
-from proctor.supervise.launch import RunSpec, record_of, start_run, wait_run
+from proctor.supervise.launch import RunSpec, record_of, start_run
+from proctor.supervise.service import SupervisedRun
 
 COLUMNS = (
     ("concurrency", "concurrency", "{:.0f}"),
@@ -131,7 +132,7 @@ def _run_point(
         ),
     )
     say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
-    state = wait_run(started.run)
+    state = SupervisedRun(started.run).wait()
     document = started.run.read_json("metrics.json") or {}
     metrics = document.get("metrics") or {}
     code = state.exit.code if state.exit else None
