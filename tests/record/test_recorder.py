@@ -74,3 +74,17 @@ def test_the_writers_of_far_sides_import_no_pydantic() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_only_the_recorder_writes_records_and_exit_codes() -> None:
+    """One writer: no module but record/recorder.py writes record.json, and none but
+    record/finish.py (which the recorder uses) writes exit_code."""
+    writers: dict[str, list[str]] = {"record.json": [], "exit_code": []}
+    for path in sorted((REPO / "src/proctor").rglob("*.py")):
+        rel = path.relative_to(REPO / "src/proctor").as_posix()
+        for line in path.read_text().splitlines():
+            if "write_json(" in line and ('"record.json"' in line or "RECORD" in line):
+                writers["record.json"].append(rel)
+            if "write_atomic(" in line and ("exit_code_path" in line or '"exit_code"' in line):
+                writers["exit_code"].append(rel)
+    assert writers == {"record.json": ["record/recorder.py"], "exit_code": ["record/finish.py"]}
