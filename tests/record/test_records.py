@@ -101,3 +101,6 @@ def test_version_1_run_directories_stay_listed(tmp_path: Path) -> None:
     assert rows[str(V1_SWEEP["run_id"])]["exit_code"] == 6
     shown = proctor("runs", "show", str(V1_FLOW["run_id"]), "--json", "--runs-dir", str(runs))
     assert shown.returncode == 0, shown.stderr
+    for data in (V1_COMMAND, V1_FLOW, V1_SWEEP):
+        text = proctor("runs", "show", str(data["run_id"]), "--runs-dir", str(runs))
+        assert text.returncode == 0 and str(data["name"]) in text.stdout, text.stderr

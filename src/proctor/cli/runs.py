@@ -14,6 +14,7 @@ from proctor.cli.output import console, err_console, print_json, styled
 from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.rundir import RunDir
+from proctor.record.schema import LaunchedRecord, view_record
 from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
@@ -147,14 +148,16 @@ def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, 
             "started_at", "ended_at", "duration_s", "dir", "log")  # fmt: skip
     for k in keys:
         console.print(styled(f"{k:>11}", "bold", f" {view.get(k)}"))
-    source = view.get("source") or {}
+    record = view_record(record_of(run), run.run_id)
+    source = record.source or {}
     commit = source.get("commit") or source.get("reason")
     dirty = " (dirty)" if source.get("dirty") else ""
     console.print(styled(f"{'source':>11}", "bold", f" {commit}{dirty}"))
-    gpu = view.get("gpu") or {}
+    launched = record if isinstance(record, LaunchedRecord) else None
+    gpu = launched.gpu if launched else {}
     console.print(styled(f"{'gpu':>11}", "bold", f" {gpu.get('gpus') or gpu.get('reason')}"))
-    if view.get("gpu_peaks"):
-        console.print(styled(f"{'gpu peaks':>11}", "bold", f" {view['gpu_peaks']}"))
+    if launched and launched.gpu_peaks:
+        console.print(styled(f"{'gpu peaks':>11}", "bold", f" {launched.gpu_peaks}"))
 
 
 @app.command("logs")
