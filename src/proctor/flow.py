@@ -23,8 +23,14 @@ from typing import Any
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
-from proctor.record.finish import finish_run
-from proctor.record.rundir import RunDir, create_run_dir, new_run_id
+from proctor.record.recorder import Recorder
+from proctor.record.rundir import RunDir
+from proctor.record.schema import (
+    FlowRecord,
+    FlowStep,
+    RecordError,
+    parse_as,
+)
 from proctor.record.status import run_state
 from proctor.serve import (
     RunWatch,
@@ -38,7 +44,8 @@ from proctor.serve import (
 )
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, resolve_store_path
-from proctor.supervise.launch import RunSpec, request_stop, start_run, wait_run
+from proctor.supervise.launch import RunSpec, start_run
+from proctor.supervise.service import SupervisedRun
 from proctor.supervise.signals import deferred_stops
 from proctor.supervise.wrapper import now_iso
 from proctor.version import __version__
@@ -97,39 +104,42 @@ class Flow:
         self.config = config
         self.say = say
         self.runs_dir = Path(resolve_runs_dir(options.runs_dir, config).value)
-        self.dir = run or create_run_dir(self.runs_dir, new_run_id())
+        self.recorder = Recorder(run) if run else Recorder.create(self.runs_dir)
+        self.dir = self.recorder.run
         self.server: RunDir | None = None
-        self.record: dict[str, Any] = record_of(self.dir) or {
-            "schema": "proctor.flow",
-            "schema_version": 1,
-            "run_id": self.dir.run_id,
-            "name": f"flow-{options.server.engine}-p{options.server.port}",
-            "kind": "flow",
-            "argv": [],
-            "cwd": str(Path.cwd()),
-            "log": "flow.log",
-            "proctor_version": __version__,
-            "created_at": now_iso(),
-            "outcome": "running",
-            "options": options.to_dict(),
-            "steps": [],
-        }
-        self.save()
+        if not self.recorder.record:
+            self.recorder.start(
+                {
+                    "name": f"flow-{options.server.engine}-p{options.server.port}",
+                    "kind": "flow",
+                    "argv": [],
+                    "cwd": str(Path.cwd()),
+                    "log": "flow.log",
+                    "proctor_version": __version__,
+                    "outcome": "running",
+                    "options": options.to_dict(),
+                    "steps": [],
+                }
+            )
+        # The flow's own state: steps are updated in place and the whole record rewritten.
+        self.record: dict[str, Any] = self.recorder.record
 
     # -- bookkeeping ----------------------------------------------------------------------
     def save(self) -> None:
-        self.dir.write_json("record.json", self.record)
+        self.recorder.save()
 
     def log(self, line: str) -> None:
         self.say(line)
         with (self.dir.path / "flow.log").open("a", encoding="utf-8") as handle:
             handle.write(redact.text(f"{now_iso()} {line}\n"))
 
-    def step_done(self, name: str) -> dict[str, Any] | None:
-        for step in self.record["steps"]:
-            if step["step"] == name and step.get("exit_code") is not None:
-                return dict(step)
-        return None
+    @property
+    def typed(self) -> FlowRecord:
+        """The flow's record as written so far, through its model."""
+        return parse_as(FlowRecord, self.record)
+
+    def step_done(self, name: str) -> FlowStep | None:
+        return self.typed.step_done(name)
 
     def begin(self, name: str, **fields: Any) -> dict[str, Any]:
         step = {"step": name, "started_at": now_iso(), "exit_code": None, **fields}
@@ -153,6 +163,7 @@ class Flow:
         stale = [
             r
             for r in live_runs(self.runs_dir, "server")
+            # Read as dicts: a stale server whose record its model rejects is still stopped.
             if (record_of(r).get("server") or {}).get("port") == port
         ]
         for run in stale:
@@ -288,21 +299,23 @@ class Flow:
 
     def stop_workload(self) -> list[str]:
         """Stop the workload run if it is still going (a failed step, Ctrl-C, SIGTERM)."""
-        run_id = self.record.get("workload_run")
+        run_id = self.typed.workload_run
         if not run_id:
             return []
         run = RunDir(self.runs_dir / str(run_id))
-        if run_state(run).state == "finished" or not request_stop(run):
+        supervised = SupervisedRun(run)
+        if run_state(run).state == "finished" or not supervised.stop():
             return []
-        state = wait_run(run, WORKLOAD_STOP_WAIT_S)
+        state = supervised.wait(WORKLOAD_STOP_WAIT_S)
         self.log(f"[teardown] workload run {run.run_id} stopped ({state.state})")
         return [run.run_id]
 
     def teardown(self, server: RunDir | None) -> int:
         step = self.begin("teardown")
         stopped = self.stop_workload()
-        if server is None and self.record.get("server_run"):
-            server = RunDir(self.runs_dir / str(self.record["server_run"]))
+        server_run = self.typed.server_run
+        if server is None and server_run:
+            server = RunDir(self.runs_dir / server_run)
         if server is None:
             return self.end(step, 0, "no server to stop", stopped_runs=stopped)
         report = stop_server(
@@ -365,9 +378,7 @@ class Flow:
                 signal.signal(signal.SIGTERM, previous)
                 signal.signal(signal.SIGINT, previous_int)
             code = failures[0] if failures else 0
-            finish_run(
-                self.dir,
-                self.record,
+            self.recorder.finish(
                 code=code,
                 outcome="ok" if code == 0 else "failed",
                 store_path=resolve_store_path(self.config, self.runs_dir).value,
@@ -376,8 +387,9 @@ class Flow:
         return code
 
     def _steps(self, note: Callable[[int], int], *, resume: bool) -> None:
-        if resume and self.record.get("server_run"):
-            self.server = RunDir(self.runs_dir / self.record["server_run"])
+        server_run = self.typed.server_run
+        if resume and server_run:
+            self.server = RunDir(self.runs_dir / server_run)
             if run_state(self.server).state not in ("running", "starting"):
                 self.log(f"[resume] server run {self.server.run_id} is no longer running")
                 note(int(ExitCode.WORKLOAD_FAILED))
@@ -390,12 +402,12 @@ class Flow:
         server = self.server
         assert server is not None
         done = self.step_done("ready")
-        if (done is None or done["exit_code"] != 0) and note(self.ready(server)):
+        if (done is None or done.exit_code != 0) and note(self.ready(server)):
             return
         workload: RunDir | None = None
         done = self.step_done("workload")
-        if done and done.get("run_id"):
-            workload = RunDir(self.runs_dir / done["run_id"])
+        if done and done.run_id:
+            workload = RunDir(self.runs_dir / done.run_id)
         else:
             code, workload = self.workload(server)
             if note(code):
@@ -412,13 +424,14 @@ def resume_flow(
 
     directory = Path(resolve_runs_dir(runs_dir, config).value)
     run = resolve_run(directory, ref)
-    record = record_of(run)
-    if record.get("kind") != "flow":
-        raise UsageError(f"run {run.run_id} is not a flow", hint="pass the flow's run id")
-    if record.get("ended_at"):
-        raise UsageError(f"flow {run.run_id} already ended with exit {record.get('exit_code')}")
-    opts = record["options"]
-    _refuse_masked(run.run_id, record)
+    try:
+        record = parse_as(FlowRecord, record_of(run))
+    except RecordError:
+        raise UsageError(f"run {run.run_id} is not a flow", hint="pass the flow's run id") from None
+    if record.ended_at:
+        raise UsageError(f"flow {run.run_id} already ended with exit {record.exit_code}")
+    opts = record.options
+    _refuse_masked(record)
     options = FlowOptions(
         server=ServerRequest(**opts["server"]),
         workload_argv=list(opts["workload_argv"]),
@@ -435,21 +448,19 @@ def resume_flow(
     return Flow(options, config, say=say, run=run).run(resume=True)
 
 
-def _refuse_masked(run_id: str, record: dict[str, Any]) -> None:
+def _refuse_masked(record: FlowRecord) -> None:
     """A command whose secret was masked in the record cannot be run again from it: refuse
     rather than start it with `***` where its key was."""
-    opts = record["options"]
-    done = {s["step"] for s in record.get("steps", []) if s.get("exit_code") is not None}
     needed = []
-    if not record.get("server_run"):
-        needed.append(("server command", opts.get("server")))
-    if "workload" not in done:
-        needed.append(("workload command", opts.get("workload_argv")))
+    if not record.server_run:
+        needed.append(("server command", record.options.get("server")))
+    if record.step_done("workload") is None:
+        needed.append(("workload command", record.options.get("workload_argv")))
     for what, value in needed:
         if redact.MASK in json.dumps(value, default=str):
             raise UsageError(
-                f"flow {run_id} cannot be resumed: its {what} holds a secret, which proctor"
-                " never writes down",
+                f"flow {record.run_id} cannot be resumed: its {what} holds a secret, which"
+                " proctor never writes down",
                 hint="start the flow again with the same options",
             )
 

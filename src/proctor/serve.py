@@ -25,7 +25,8 @@ from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, Value, resolve_run_plan
 from proctor.spec.profiles.loader import ProfileSet, load_profiles
 from proctor.spec.profiles.models import AddonUse, EngineProfile
-from proctor.supervise.launch import RunSpec, Started, record_of, request_stop, start_run, wait_run
+from proctor.supervise.launch import RunSpec, Started, record_of, start_run
+from proctor.supervise.service import SupervisedRun
 
 
 def profiles_for(config: ProjectConfig) -> ProfileSet:
@@ -249,8 +250,9 @@ def stop_server(
     from proctor.monitors.gpu import gpu_holders, memory_back_to_baseline
 
     facts = record_of(run).get("server") or {}
-    sent = request_stop(run)
-    state = wait_run(run, wait_s) if sent else run_state(run)
+    supervised = SupervisedRun(run)
+    sent = supervised.stop()
+    state = supervised.wait(wait_s) if sent else run_state(run)
     baseline = {
         int(k): float(v)
         for k, v in ((facts.get("preflight") or {}).get("gpu_baseline_mib") or {}).items()

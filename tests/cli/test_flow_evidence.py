@@ -9,9 +9,11 @@ import signal
 import time
 from pathlib import Path
 
+import jsonschema
 import psutil
 import pytest
 
+from proctor.record.schema import MODELS, json_schema, parse_record
 from tests.cli.test_serve_flow import curl, free_port, start
 from tests.helpers import FAKE_ENGINE_TOML, proctor, proctor_popen
 
@@ -53,7 +55,12 @@ def test_flow_and_sweep_directories_carry_the_same_evidence(
     records = _records(isolated_runs)
     kinds = {str(r["kind"]) for r in records.values()}
     assert {"flow", "sweep", "server", "workload", "bench"} <= kinds, kinds
+    schema = json_schema()
     for run_id, record in records.items():
+        # One schema for every kind: the shared core plus what the kind adds.
+        jsonschema.validate(record, schema)
+        assert parse_record(record).kind == record["kind"]
+        assert type(parse_record(record)) is MODELS[str(record["kind"])]
         run = isolated_runs / run_id
         assert EXIT_CODE.match((run / "exit_code").read_text()), (record["kind"], run_id)
         assert not list(run.glob(".exit_code.*")), "a temporary file of an atomic write is left"

@@ -181,10 +181,11 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
                 timeout: str | None, runs_dir: str | None, server_facts: dict[str, object],
                 json_out: bool) -> None:  # fmt: skip
     from proctor.cli.output import err_console
-    from proctor.cli.run import guard_start, summary_line
+    from proctor.record.schema import load_record
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
-    from proctor.supervise.launch import RunSpec, follow_log, record_of, start_run, wait_run
+    from proctor.supervise.launch import RunSpec, start_run
+    from proctor.supervise.service import SupervisedRun, guard_start
 
     argv = loadgen_argv(ctx, cfg.base_url, model, chat)
     flags = RunFlags(argv=argv, name=name or f"bench-isl{cfg.isl}-osl{cfg.osl}-c{cfg.concurrency}",
@@ -210,17 +211,20 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
             typer.echo(run.run_id)
         return
     err_console.print(f"proctor: bench run {run.run_id} -> {run.path}", highlight=False)
-    follow_log(run, sys.stdout.buffer if not json_out else open(os.devnull, "wb"))  # noqa: SIM115
-    state = wait_run(run)
+    supervised = SupervisedRun(run)
+    with open(os.devnull, "wb") as devnull:
+        state = supervised.follow_to_end(devnull if json_out else sys.stdout.buffer)
     if json_out:
+        record = load_record(run.path)
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {}),
-                    "outcome": record_of(run).get("outcome")})  # fmt: skip
-    err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
+                    "outcome": record.outcome if record else None})  # fmt: skip
+    err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
     verdict = (run.read_json("metrics.json") or {}).get("verdict") or {}
     if verdict.get("ok") is False:
         err_console.print(f"proctor: benchmark failed: {verdict.get('message')}", markup=False,
                           highlight=False)  # fmt: skip
-    interrupts.exit_as(run, state)
+    if code := interrupts.exit_code(run, state):
+        raise typer.Exit(code)
 
 
 def _check_same_bench(run: RunDir, argv: list[str], key: str) -> None:

@@ -118,10 +118,10 @@ def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool
     import os
 
     from proctor.cli.output import err_console
-    from proctor.cli.run import guard_start, summary_line
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
-    from proctor.supervise.launch import RunSpec, follow_log, start_run, wait_run
+    from proctor.supervise.launch import RunSpec, start_run
+    from proctor.supervise.service import SupervisedRun, guard_start
 
     plan = resolve_run_plan(RunFlags(argv=argv, name=name, runs_dir=runs_dir, detach=detach,
                                      gpu_sample=0), load_config())  # fmt: skip
@@ -134,10 +134,11 @@ def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool
         typer.echo(run.run_id)
         return
     err_console.print(f"proctor: eval run {run.run_id} -> {run.path}", highlight=False)
+    supervised = SupervisedRun(run)
     with open(os.devnull, "wb") as devnull:
-        follow_log(run, devnull if as_json else sys.stdout.buffer)
-    state = wait_run(run)
+        state = supervised.follow_to_end(devnull if as_json else sys.stdout.buffer)
     if as_json:
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {})})
-    err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-    interrupts.exit_as(run, state)
+    err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
+    if code := interrupts.exit_code(run, state):
+        raise typer.Exit(code)

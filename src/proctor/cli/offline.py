@@ -53,8 +53,8 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
         as_json: bool = typer.Option(False, "--json", help="Print the run id, outcome and parsed metrics as JSON."),
     ) -> None:  # fmt: skip
-        from proctor.cli.run import guard_start, summary_line
-        from proctor.supervise.launch import follow_log, record_of, wait_run
+        from proctor.record.schema import load_record
+        from proctor.supervise.service import SupervisedRun, guard_start
 
         words = [w for w in (words or [])]
         request = OfflineRequest(
@@ -75,16 +75,18 @@ def register(app: typer.Typer) -> None:
                 typer.echo(run.run_id)
             return
         err_console.print(f"proctor: offline run {run.run_id} -> {run.path}", highlight=False)
+        supervised = SupervisedRun(run)
         with open(os.devnull, "wb") as devnull:
-            follow_log(run, devnull if as_json else sys.stdout.buffer)
-            state = wait_run(run)
+            state = supervised.follow_to_end(devnull if as_json else sys.stdout.buffer)
         doc = run.read_json("metrics.json") or {}
+        record = load_record(run.path)
         if as_json:
             print_json({"run_id": run.run_id, "dir": str(run.path),
-                        "outcome": record_of(run).get("outcome"), "status": doc.get("status"),
+                        "outcome": record.outcome if record else None, "status": doc.get("status"),
                         "metrics": doc.get("metrics", {}), "faults": doc.get("faults", [])})  # fmt: skip
-        err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-        interrupts.exit_as(run, state)
+        err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
+        if code := interrupts.exit_code(run, state):
+            raise typer.Exit(code)
 
 
 __all__ = ["register"]

@@ -2,32 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import typer
 
 from proctor.cli.output import console, err_console, print_json
-from proctor.errors import ExitCode, Interrupted, ResultUnknown, TimeLimitReached
-from proctor.record.rundir import RunDir
-from proctor.record.status import RunState
+from proctor.errors import ExitCode
+from proctor.record.schema import load_record
 from proctor.spec.config import load_config
-from proctor.spec.durations import format_duration
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
-from proctor.supervise.launch import (
-    Started,
-    follow_log,
-    record_of,
-    request_stop,
-    start_run,
-    wait_run,
+from proctor.supervise.launch import Started, start_run
+from proctor.supervise.service import (
+    Interrupts,
+    SupervisedRun,
+    exit_for_state,
+    start_held,
+    summary_line,
 )
-from proctor.supervise.signals import deferred_stops
 
 RUN_HELP = """Run CMD as a supervised run and pass its exit status through.
 
@@ -92,102 +85,8 @@ def print_plan(plan: RunPlan, as_json: bool) -> None:
     console.print(table)
 
 
-class _Interrupts:
-    """Ctrl-C / SIGTERM of the controller become a stop request for the run."""
-
-    def __init__(self, run: RunDir | None = None) -> None:
-        self.run = run
-        self.hit = False
-
-    def __enter__(self) -> _Interrupts:
-        self.previous = {
-            s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)
-        }
-        return self
-
-    def handle(self, signum: int, frame: FrameType | None) -> None:
-        if not self.hit:
-            # A raw write: the main thread may be inside a write to the same stream, and a
-            # buffered print from a signal handler would fail with a reentrant call.
-            with contextlib.suppress(OSError):
-                os.write(2, b"proctor: interrupted, stopping the run ...\n")
-        self.hit = True
-        if self.run is not None:
-            request_stop(self.run)
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-
-    # For commands that start one run and follow it to the end of the process (bench, eval,
-    # offline, slurm): arm() before the start, attach(run) once it is known. No signal mask
-    # here (whatever the start spawns, e.g. a Slurm tracker, must not inherit a blocked
-    # SIGTERM): a signal during the start is noted by the handler and acted on at attach().
-    def arm(self) -> _Interrupts:
-        """Install the handler before the start: no window without one."""
-        self.__enter__()
-        return self
-
-    def attach(self, run: RunDir) -> None:
-        """The run is known: a signal noted during the start stops it now."""
-        self.run = run
-        if self.hit:
-            request_stop(run)
-
-    def raise_if_hit(self, run: RunDir | None = None) -> None:
-        run = run or self.run
-        if self.hit and run is not None:
-            raise Interrupted(f"run {run.run_id} stopped on interrupt")
-
-    def exit_as(self, run: RunDir, state: RunState) -> None:
-        """End the command as the run ended: 130 if interrupted, else its status (the table)."""
-        self.raise_if_hit(run)
-        code = exit_for_state(run, state)
-        if code:
-            raise typer.Exit(code)
-
-
-def guard_start() -> _Interrupts:
-    """Ctrl-C/SIGTERM handling for a command about to start one run; see _Interrupts.arm."""
-    return _Interrupts().arm()
-
-
-def exit_for_state(run: RunDir, state: RunState) -> int:
-    """The exit status of a run as `proctor run` and `proctor runs wait` report it."""
-    record = record_of(run)
-    if state.state == "unknown" or state.exit is None:
-        raise ResultUnknown(
-            f"run {run.run_id}: result unknown ({_reason(record)})", hint=f"see {run.path}"
-        )
-    if record.get("outcome") == "timeout":
-        raise TimeLimitReached(
-            f"run {run.run_id} reached its time limit and was stopped "
-            f"(command status {state.exit.code}{' ' + state.exit.signal if state.exit.signal else ''})"
-        )
-    return state.exit.code
-
-
-def _reason(record: dict[str, Any]) -> str:
-    """Why a run's result is unknown, in one line (a traceback's last line)."""
-    lines = str(record.get("error") or "").strip().splitlines()
-    return lines[-1][:300] if lines else "no exit status was recorded"
-
-
-def summary_line(run: RunDir, state: RunState) -> str:
-    record = record_of(run)
-    duration = record.get("duration_s")
-    took = f" in {format_duration(float(duration))}" if duration is not None else ""
-    if state.exit is None:
-        return f"run {run.run_id}: result unknown ({_reason(record)}); evidence in {run.path}"
-    sig = f" ({state.exit.signal})" if state.exit.signal else ""
-    return (
-        f"run {run.run_id}: {record.get('outcome', '?')}, exit {state.exit.code}{sig}{took}; "
-        f"log {run.log_path()}"
-    )
-
-
 def _follow_started(
-    started: Started, *, key: str | None, detach: bool, as_json: bool, interrupts: _Interrupts
+    started: Started, *, key: str | None, detach: bool, as_json: bool, interrupts: Interrupts
 ) -> None:
     """Report a started run; in the foreground follow it and exit with its status.
 
@@ -204,23 +103,24 @@ def _follow_started(
             verb = "attached to running" if started.attached else "started"
             err_console.print(f"proctor: {verb} run {run.run_id} ({run.path})", highlight=False)
             typer.echo(run.run_id)
-        if interrupts.hit:
-            raise Interrupted(f"run {run.run_id} stopped on interrupt")
+        interrupts.raise_if_hit(run)
         return
     if started.attached:
         err_console.print(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
     else:
         err_console.print(f"proctor: run {run.run_id} -> {run.path}", highlight=False)
-    out = sys.stderr.buffer if as_json else sys.stdout.buffer
-    follow_log(run, out, from_start=True)
-    state = wait_run(run)
+    supervised = SupervisedRun(run)
+    state = supervised.follow_to_end(sys.stderr.buffer if as_json else sys.stdout.buffer)
     if as_json:
+        record = load_record(run.path)
         print_json({**info, "state": state.state,
                     "exit": state.exit.model_dump() if state.exit else None,
-                    "outcome": record_of(run).get("outcome")})  # fmt: skip
+                    "outcome": record.outcome if record else None})  # fmt: skip
     else:
-        err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-    interrupts.exit_as(run, state)
+        err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
+    code = interrupts.exit_code(run, state)
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
@@ -310,10 +210,8 @@ def register(app: typer.Typer) -> None:
             return
         # Signals are held from before the wrapper starts until the handler knows the run:
         # a Ctrl-C in between is delivered then, and stops the run instead of orphaning it.
-        with _Interrupts() as interrupts:
-            with deferred_stops():
-                started = start_run(plan)
-                interrupts.run = started.run
+        with Interrupts() as interrupts:
+            started = start_held(interrupts, lambda: start_run(plan))
             _follow_started(started, key=key, detach=detach, as_json=as_json, interrupts=interrupts)
 
     @app.command("plan", context_settings={"allow_interspersed_args": False})

@@ -11,10 +11,10 @@ from typing import Any
 import typer
 
 from proctor.cli.output import console, err_console, print_json, styled
-from proctor.cli.run import exit_for_state, summary_line
 from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.rundir import RunDir
+from proctor.record.schema import LaunchedRecord, view_record
 from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
@@ -27,8 +27,9 @@ from proctor.store.db import (
     open_for_reading,
     rebuild,
 )
-from proctor.supervise.launch import follow_log, record_of, request_stop, resolve_run, wait_run
+from proctor.supervise.launch import follow_log, record_of, resolve_run
 from proctor.supervise.orphans import stop_dead_wrapper_run
+from proctor.supervise.service import SupervisedRun, exit_for_state, summary_line
 
 app = typer.Typer(
     help="List, show, follow, wait for, stop, verify and reindex runs.", no_args_is_help=True
@@ -147,14 +148,16 @@ def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, 
             "started_at", "ended_at", "duration_s", "dir", "log")  # fmt: skip
     for k in keys:
         console.print(styled(f"{k:>11}", "bold", f" {view.get(k)}"))
-    source = view.get("source") or {}
+    record = view_record(record_of(run), run.run_id)
+    source = record.source or {}
     commit = source.get("commit") or source.get("reason")
     dirty = " (dirty)" if source.get("dirty") else ""
     console.print(styled(f"{'source':>11}", "bold", f" {commit}{dirty}"))
-    gpu = view.get("gpu") or {}
+    launched = record if isinstance(record, LaunchedRecord) else None
+    gpu = launched.gpu if launched else {}
     console.print(styled(f"{'gpu':>11}", "bold", f" {gpu.get('gpus') or gpu.get('reason')}"))
-    if view.get("gpu_peaks"):
-        console.print(styled(f"{'gpu peaks':>11}", "bold", f" {view['gpu_peaks']}"))
+    if launched and launched.gpu_peaks:
+        console.print(styled(f"{'gpu peaks':>11}", "bold", f" {launched.gpu_peaks}"))
 
 
 @app.command("logs")
@@ -181,10 +184,10 @@ def attach(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
         if code := attach_remote(run.path, follow=True, as_json=False):
             raise typer.Exit(code)
         return
-    follow_log(run, sys.stdout.buffer, from_start=True)
-    state = wait_run(run)
-    err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-    code = exit_for_state(run, state)
+    supervised = SupervisedRun(run)
+    state = supervised.follow_to_end(sys.stdout.buffer)
+    err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
+    code = supervised.exit_code(state)
     if code:
         raise typer.Exit(code)
 
@@ -202,7 +205,7 @@ def wait(ref: str = typer.Argument(...),
             raise typer.Exit(code)
         return
     limit = parse_duration(timeout, option="--timeout") if timeout else None
-    state = wait_run(run, limit)
+    state = SupervisedRun(run).wait(limit)
     if as_json:
         print_json(_view(run))
     if state.state in ("running", "starting"):
@@ -230,10 +233,11 @@ def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
             err_console.print(f"proctor: stop {'sent to' if sent else 'not needed for'} remote "
                               f"run {run.run_id}; `proctor runs wait {run.run_id}` fetches it")  # fmt: skip
         return
-    sent = request_stop(run)
+    supervised = SupervisedRun(run)
+    sent = supervised.stop()
     orphans = None
     if sent:
-        state = wait_run(run, parse_duration(wait_for, option="--wait"))
+        state = supervised.wait(parse_duration(wait_for, option="--wait"))
     else:
         # No live wrapper: whatever its command left running is stopped from the record.
         orphans = stop_dead_wrapper_run(run)

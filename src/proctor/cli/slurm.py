@@ -14,11 +14,13 @@ from typing import Any
 import typer
 
 from proctor.cli.output import console, err_console, print_json
-from proctor.cli.run import exit_for_state, flags_from, guard_start, summary_line
+from proctor.cli.run import flags_from
 from proctor.errors import Interrupted, TargetUnavailable
+from proctor.record.schema import SlurmRecord, load_record
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir
-from proctor.supervise.launch import follow_log, record_of, resolve_run, wait_run
+from proctor.supervise.launch import resolve_run
+from proctor.supervise.service import SupervisedRun, guard_start
 
 app = typer.Typer(help="Multi-node runs on a Slurm cluster (sbatch + srun).", no_args_is_help=True)
 
@@ -74,7 +76,7 @@ def run_on_slurm(
             }
         )
         return
-    target = SlurmTarget(options)
+    target = SlurmTarget(options, runs_dir=Path(plan.runs_dir.value))
     interrupts = guard_start()
     try:
         started = target.start_plan(plan)
@@ -100,27 +102,29 @@ def run_on_slurm(
     err_console.print(
         f"proctor: Slurm job {info['job_id']}, run {run.run_id} -> {run.path}", highlight=False
     )
-    follow_log(run, sys.stdout.buffer, from_start=True)
-    state = wait_run(run)
-    record = record_of(run)
+    # The tracker keeps the group's local run directory: follow it through the target.
+    supervised = SupervisedRun(run, target)
+    state = supervised.follow_to_end(sys.stdout.buffer)
+    record = load_record(run.path)
+    group = record if isinstance(record, SlurmRecord) else None
     if as_json:
         print_json(
             {
                 **info,
                 "state": state.state,
-                "outcome": record.get("outcome"),
+                "outcome": record.outcome if record else None,
                 "exit": state.exit.model_dump() if state.exit else None,
-                "reason": record.get("reason"),
-                "nodes": record.get("nodes"),
+                "reason": group.reason if group else None,
+                "nodes": group.nodes if group else None,
             }
         )
     else:
-        err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-        if record.get("reason"):
-            err_console.print(f"proctor: {record['reason']}", highlight=False)
+        err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
+        if group and group.reason:
+            err_console.print(f"proctor: {group.reason}", highlight=False)
     if interrupts.hit:
         raise Interrupted(f"run {run.run_id} stopped on interrupt (job {info['job_id']} cancelled)")
-    code = exit_for_state(run, state)
+    code = supervised.exit_code(state)
     if code:
         raise typer.Exit(code)
 

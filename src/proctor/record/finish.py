@@ -1,4 +1,5 @@
-"""Ending a run directory, the same way for every kind (command, server, bench, flow, sweep).
+"""Ending a run directory, the same way for every kind (command, server, bench, flow, sweep):
+the pieces record/recorder.py (`Recorder.finish`) puts together.
 
 The order is the evidence's: the exit status first (atomically), then the final record, then
 manifest.sha256 over everything, and the store row last, with a bounded wait, so a locked
@@ -11,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
 
 from proctor.record.rundir import RunDir, write_atomic
 
@@ -41,26 +41,4 @@ def seal_run(run: RunDir, store_path: str | Path | None, who: str) -> None:
     index_quietly(store_path, run.path, who)
 
 
-def finish_run(
-    run: RunDir,
-    record: dict[str, Any],
-    *,
-    code: int | None,
-    outcome: str,
-    store_path: str | Path | None,
-    who: str,
-    decided_by: str = "proctor",
-    **fields: Any,
-) -> None:
-    """End a run that proctor itself ran (a flow, a sweep): `code` None means the status is
-    unknown, so no exit_code is written (absent means unknown, never success)."""
-    if code is not None:
-        write_exit_code(run, code)
-        record["exit"] = {"code": code, "signal": None, "decided_by": decided_by}
-        record["exit_code"] = code
-    record.update(outcome=outcome, ended_at=now_iso(), **fields)
-    run.write_json("record.json", record)
-    seal_run(run, store_path, who)
-
-
-__all__ = ["exit_code_text", "finish_run", "now_iso", "seal_run", "write_exit_code"]
+__all__ = ["exit_code_text", "now_iso", "seal_run", "write_exit_code"]

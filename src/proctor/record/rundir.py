@@ -3,7 +3,7 @@
     <runs_dir>/<run_id>/
         <name>.log         combined stdout+stderr of the command
         exit_code          "<code>" or "<128+N> <SIGNAME>", written atomically by the waiter
-        record.json        RunRecord, rewritten atomically as facts become known
+        record.json        the record (record/schema.py), written by record/recorder.py only
         plan.json          what the wrapper needs to run the command (no secret values)
         wrapper.pid        the wrapper's pid and start time (pid-reuse guard)
         gpu.csv            GPU samples

@@ -13,18 +13,10 @@ from typing import Literal
 
 import psutil
 
-from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.rundir import RunDir
 from proctor.record.schema import ExitStatus, ProcessRef
 
 State = Literal["running", "finished", "unknown", "starting"]
-
-
-def format_exit_status(status: ExitStatus) -> str:
-    return f"{status.code} {status.signal}\n" if status.signal else f"{status.code}\n"
-
-
-def write_exit_status(run: RunDir, status: ExitStatus) -> None:
-    write_atomic(run.exit_code_path, format_exit_status(status))
 
 
 def read_exit_status(run: RunDir) -> ExitStatus | None:

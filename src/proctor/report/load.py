@@ -6,13 +6,20 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 from proctor import redact
 from proctor.record.manifest import ManifestCheck, verify_run_manifest
 from proctor.record.rundir import RunDir
-from proctor.record.schema import ProcessRef
+from proctor.record.schema import (
+    FlowRecord,
+    LaunchedRecord,
+    RecordCore,
+    load_record,
+    view_record,
+)
 from proctor.record.status import RunState, effective_outcome, is_alive, run_state
 from proctor.report.metrics import MetricSet, metrics_of_doc
 from proctor.report.series import GpuSeries, Latencies, read_gpu_csv, read_requests_jsonl
@@ -53,13 +60,18 @@ class RunView:
     phases: list[Phase] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
 
+    @cached_property
+    def typed(self) -> RecordCore:
+        """The record through its kind's model (never fails: see view_record)."""
+        return view_record(self.record, self.run.run_id)
+
     @property
     def run_id(self) -> str:
-        return str(self.record.get("run_id") or self.run.run_id)
+        return self.typed.run_id or self.run.run_id
 
     @property
     def name(self) -> str:
-        return str(self.record.get("name") or self.run_id)
+        return self.typed.name or self.run_id
 
     @property
     def kind(self) -> str:
@@ -69,7 +81,7 @@ class RunView:
             return "gsm8k"
         if doc.get("schema") == "proctor.bench.metrics":
             return "bench"
-        return str(self.record.get("kind") or "command")
+        return self.typed.kind
 
     @property
     def label(self) -> str:
@@ -77,8 +89,7 @@ class RunView:
 
     @property
     def command(self) -> str:
-        argv = self.record.get("argv_display") or self.record.get("argv") or []
-        return shlex.join(str(a) for a in argv) if isinstance(argv, list) else str(argv)
+        return shlex.join(self.typed.command)
 
     @property
     def exit_text(self) -> str:
@@ -87,8 +98,8 @@ class RunView:
         text = str(self.state.exit.code)
         if self.state.exit.signal:
             text += f" ({self.state.exit.signal})"
-        decided = (self.record.get("exit") or {}).get("decided_by")
-        if decided == "proctor":
+        recorded = self.typed.exit
+        if recorded is not None and recorded.decided_by == "proctor":
             text += ", decided by proctor"
         return text
 
@@ -143,22 +154,20 @@ _PHASE_OF_EVENT = {
 
 def _flow_events(view: RunView) -> list[Any]:
     """The steps of the flow this run belongs to (its `group`), as events on its timeline."""
-    group = view.record.get("group")
-    if not isinstance(group, str) or "/" in group:
+    group = view.typed.group
+    if not group or "/" in group:
         return []
-    flow = RunDir(view.run.path.parent / group).read_json("record.json") or {}
-    if flow.get("kind") != "flow":
+    flow = load_record(view.run.path.parent / group)
+    if not isinstance(flow, FlowRecord):
         return []
     events = []
-    for s in flow.get("steps", []):
-        if not isinstance(s, dict) or not isinstance(s.get("started_at"), str):
-            continue
-        if s.get("step") == "stop":
+    for s in flow.steps:
+        if s.step == "stop":
             continue
         # The gate's moment is when it passed, not when it began to wait.
-        when = s.get("ended_at") if s.get("step") == "ready" else s["started_at"]
-        if isinstance(when, str):
-            events.append({"time": when, "event": s["step"], "detail": f"flow step {s['step']}"})
+        when = s.ended_at if s.step == "ready" else s.started_at
+        if when:
+            events.append({"time": when, "event": s.step, "detail": f"flow step {s.step}"})
     return events
 
 
@@ -180,10 +189,11 @@ def phases_of(view: RunView) -> list[Phase]:
         if isinstance(doc.get("finished_at"), str):
             phases.append(Phase("workload end", doc["finished_at"], "benchmark finished",
                                 view.run_id))  # fmt: skip
-    if "start" not in names and isinstance(view.record.get("started_at"), str):
-        phases.append(Phase("start", view.record["started_at"], "", view.run_id))
-    if "end" not in names and isinstance(view.record.get("ended_at"), str):
-        phases.append(Phase("end", view.record["ended_at"], "", view.run_id))
+    typed = view.typed
+    if "start" not in names and typed.started_at:
+        phases.append(Phase("start", typed.started_at, "", view.run_id))
+    if "end" not in names and typed.ended_at:
+        phases.append(Phase("end", typed.ended_at, "", view.run_id))
     return sorted(phases, key=lambda p: p.time)
 
 
@@ -227,13 +237,6 @@ def _logs_verified(view: RunView) -> Check:
     return Check(name, "fail", "; ".join(parts))
 
 
-def _ref(data: Any) -> ProcessRef | None:
-    try:
-        return ProcessRef.model_validate(data) if isinstance(data, dict) else None
-    except ValueError:
-        return None
-
-
 def _machine_state(view: RunView) -> Check:
     name = "machine state verified"
     explicit = view.record.get("machine_state")
@@ -245,12 +248,14 @@ def _machine_state(view: RunView) -> Check:
         return Check(name, "pending", f"the run is {view.state.state}")
     problems: list[str] = []
     notes: list[str] = []
-    if is_alive(_ref(view.record.get("process"))):
+    typed = view.typed
+    process = typed.process if isinstance(typed, LaunchedRecord) else None
+    if is_alive(process):
         problems.append("the command's process is still alive")
     if view.state.wrapper_alive:
         problems.append("the run wrapper is still alive")
-    leftovers = view.record.get("leftovers_killed")
-    if isinstance(leftovers, int) and leftovers > 0:
+    leftovers = typed.leftovers_killed if isinstance(typed, LaunchedRecord) else None
+    if leftovers:
         notes.append(f"{leftovers} leftover process(es) were stopped")
     else:
         notes.append("no leftover processes")

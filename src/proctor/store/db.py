@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from proctor import redact
+from proctor.version import KNOWN_RECORD_VERSIONS as KNOWN_VERSIONS
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -101,7 +102,7 @@ def row_from_record(record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 #: Record schema versions this proctor can index (record.json `schema_version`).
-KNOWN_RECORD_VERSIONS = frozenset({1})
+KNOWN_RECORD_VERSIONS = KNOWN_VERSIONS
 #: A run id is a plain name: it becomes a path component and a key, never a path.
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 

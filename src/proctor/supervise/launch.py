@@ -23,8 +23,9 @@ from typing import IO, Any
 
 from proctor.errors import ProctorError, ResultUnknown, UsageError
 from proctor.record.hostinfo import host_info
-from proctor.record.rundir import RunDir, create_run_dir, is_run_id, new_run_id, write_atomic
-from proctor.record.schema import ProcessRef, RunRecord
+from proctor.record.recorder import Recorder
+from proctor.record.rundir import RunDir, is_run_id, write_atomic
+from proctor.record.schema import MODELS, LaunchedRecord, ProcessRef
 from proctor.record.status import RunState, is_alive, read_wrapper_ref, run_state
 from proctor.redact import Redactor
 from proctor.spec.plan import RunPlan
@@ -107,8 +108,9 @@ def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Red
 def _prepare_run(plan: RunPlan, spec: RunSpec | None) -> tuple[RunDir, Redactor]:
     spec = spec or RunSpec()
     redactor = plan.redactor()
-    run_id = new_run_id()
-    run = create_run_dir(Path(plan.runs_dir.value), run_id)
+    recorder = Recorder.create(Path(plan.runs_dir.value))
+    run = recorder.run
+    run_id = run.run_id
     log_name = f"{plan.name.value}.log"
     argv_display = redactor.argv(plan.argv)
     gpu = collect_gpu() if plan.gpu_sample_s.value else {"present": False, "reason": "sampling off"}
@@ -130,7 +132,10 @@ def _prepare_run(plan: RunPlan, spec: RunSpec | None) -> tuple[RunDir, Redactor]
         # value happens to be part of one (a run must not break over its own redaction).
         mask=False,
     )
-    record = RunRecord(
+    model = MODELS.get(spec.kind, LaunchedRecord)
+    if not issubclass(model, LaunchedRecord):
+        model = LaunchedRecord
+    record = model(
         run_id=run_id,
         name=str(plan.name.value),
         kind=spec.kind,
@@ -150,11 +155,11 @@ def _prepare_run(plan: RunPlan, spec: RunSpec | None) -> tuple[RunDir, Redactor]
         options={k: v for k, v in plan.options(redactor).items()},  # type: ignore[misc]
         created_at=now_iso(),
     )
-    data = json.loads(record.to_json())
+    data = record.to_record()
     data["host"] = host_info()
     data["argv_display"] = argv_display
     data.update(spec.extra)
-    run.write_json("record.json", data)
+    recorder.start(data)
     (run.path / log_name).touch()
     return run, redactor
 

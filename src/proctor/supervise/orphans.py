@@ -116,7 +116,7 @@ def stop_dead_wrapper_run(run: RunDir) -> OrphanStop:
     """`runs stop` for a run whose wrapper is gone: stop what it left running and, when no
     exit status was recorded, end the record as unknown with the reason (exit_code stays
     absent: nobody waited for the command, so its status is not known)."""
-    from proctor.record.finish import finish_run, now_iso
+    from proctor.record.recorder import Recorder, event
 
     record = run.read_json("record.json") or {}
     plan = run.read_json("plan.json") or {}
@@ -126,10 +126,8 @@ def stop_dead_wrapper_run(run: RunDir) -> OrphanStop:
     if record.get("outcome") in _FINAL and not report.found:
         return report
     events = list(record.get("events") or [])
-    events.append({"time": now_iso(), "event": "stop", "detail": f"runs stop: {report.reason}"})
-    finish_run(
-        run,
-        record,
+    events.append(event("stop", f"runs stop: {report.reason}"))
+    Recorder(run, record).finish(
         code=None,
         outcome="unknown",
         store_path=plan.get("store_path"),

@@ -30,7 +30,8 @@ import psutil
 
 from proctor import redact
 from proctor.errors import UsageError
-from proctor.record.finish import seal_run, write_exit_code
+from proctor.record.recorder import Recorder
+from proctor.record.recorder import event as record_event
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.space import SpaceReserve, disk_full, enospc_reason, is_enospc
 from proctor.supervise.kill import kill_ladder
@@ -87,6 +88,7 @@ def _real_argv() -> list[str] | None:
 class Wrapper:
     def __init__(self, run_dir: Path) -> None:
         self.run = RunDir(run_dir)
+        self.recorder = Recorder(self.run, {})
         plan = self.run.read_json("plan.json")
         if plan is None:
             raise UsageError(
@@ -111,12 +113,8 @@ class Wrapper:
         with the final record, from the space reserve (see record/space.py)."""
         self.pending_events.extend(fields.pop("add_events", None) or [])
         self.pending.update(fields)
-        record = self.run.read_json("record.json") or {}
-        record.update(self.pending)
-        if self.pending_events:
-            record.setdefault("events", []).extend(self.pending_events)
         try:
-            self.run.write_json("record.json", record)
+            self.recorder.update(add_events=self.pending_events, **self.pending)
         except OSError as error:
             if not is_enospc(error):
                 raise
@@ -126,7 +124,7 @@ class Wrapper:
         self.pending_events.clear()
 
     def event(self, name: str, detail: str | None = None) -> dict[str, Any]:
-        return {"time": now_iso(), "event": name, "detail": detail}
+        return record_event(name, detail)
 
     # -- process --------------------------------------------------------------------------
     def reap(self) -> None:
@@ -249,7 +247,7 @@ class Wrapper:
         except OSError as error:
             # Shell convention: 126 not executable, 127 not found.
             code = 127 if isinstance(error, FileNotFoundError) else 126
-            write_exit_code(self.run, code)
+            self.recorder.write_exit(code)
             self.update_record(
                 outcome="failed",
                 error=f"cannot start {self.plan['argv'][0]!r}: {error.strerror}",
@@ -283,7 +281,7 @@ class Wrapper:
         self.enospc = self.enospc or disk_full(self.run.path)
         if not self.enospc:
             try:
-                write_exit_code(self.run, code, sig)
+                self.recorder.write_exit(code, sig)
             except OSError as error:
                 if not is_enospc(error):
                     raise
@@ -321,7 +319,7 @@ class Wrapper:
         if self.indexer is not None:
             # Never two rows in flight: a late "running" row must not overwrite the final one.
             self.indexer.join()
-        seal_run(self.run, self.plan.get("store_path"), "wrapper")
+        self.recorder.seal(self.plan.get("store_path"), "wrapper")
 
 
 def main(argv: list[str] | None = None) -> int:

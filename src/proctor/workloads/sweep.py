@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proctor.record.finish import finish_run
-from proctor.record.rundir import RunDir, create_run_dir, new_run_id, write_atomic
+from proctor.record.recorder import Recorder
+from proctor.record.rundir import RunDir, write_atomic
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
-from proctor.supervise.launch import RunSpec, record_of, start_run, wait_run
-from proctor.supervise.wrapper import now_iso
+from proctor.supervise.launch import RunSpec, record_of, start_run
+from proctor.supervise.service import SupervisedRun
 from proctor.version import __version__
 
 COLUMNS = (
@@ -71,21 +71,19 @@ def run_sweep(
     sweep goes on."""
     flags0 = RunFlags(argv=bench_argv(base_argv, concurrencies[0]), runs_dir=runs_dir)
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
-    sweep = create_run_dir(runs_root, new_run_id())
-    record: dict[str, Any] = {
-        "schema": "proctor.sweep",
-        "schema_version": 1,
-        "run_id": sweep.run_id,
-        "name": name,
-        "kind": "sweep",
-        "argv": base_argv,
-        "concurrencies": concurrencies,
-        "proctor_version": __version__,
-        "created_at": now_iso(),
-        "outcome": "running",
-        "points": [],
-    }
-    sweep.write_json("record.json", record)
+    recorder = Recorder.create(runs_root)
+    sweep = recorder.run
+    record = recorder.start(
+        {
+            "name": name,
+            "kind": "sweep",
+            "argv": base_argv,
+            "concurrencies": concurrencies,
+            "proctor_version": __version__,
+            "outcome": "running",
+            "points": [],
+        }
+    )
     reason = plot_unavailable()
     if reason:
         say(f"[sweep] the PNG plot is skipped: {reason}")
@@ -97,19 +95,19 @@ def run_sweep(
             write_summary(sweep, record, points)
     except KeyboardInterrupt:
         write_summary(sweep, record, points)
-        finish_run(sweep, record, code=130, outcome="stopped", store_path=store_path, who="sweep")
+        recorder.finish(code=130, outcome="stopped", store_path=store_path, who="sweep")
         raise
     except BaseException as error:
         # No status can be established for a sweep that died: no exit_code (unknown).
         write_summary(sweep, record, points)
-        finish_run(sweep, record, code=None, outcome="unknown", store_path=store_path,
-                   who="sweep", error=repr(error))  # fmt: skip
+        recorder.finish(code=None, outcome="unknown", store_path=store_path, who="sweep",
+                        error=repr(error))  # fmt: skip
         raise
     failing = [p for p in points if p.exit_code != 0]
     code = 0 if not failing else (failing[0].exit_code if failing[0].exit_code is not None else 6)
     write_summary(sweep, record, points)
-    finish_run(sweep, record, code=code, outcome="ok" if code == 0 else "failed",
-               store_path=store_path, who="sweep")  # fmt: skip
+    recorder.finish(code=code, outcome="ok" if code == 0 else "failed", store_path=store_path,
+                    who="sweep")  # fmt: skip
     return sweep, points
 
 
@@ -136,7 +134,7 @@ def _run_point(
         ),
     )
     say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
-    state = wait_run(started.run)
+    state = SupervisedRun(started.run).wait()
     document = started.run.read_json("metrics.json") or {}
     metrics = document.get("metrics") or {}
     code = state.exit.code if state.exit else None
@@ -261,7 +259,7 @@ def write_summary(sweep: RunDir, record: dict[str, Any], points: list[SweepPoint
     sweep.write_json("summary.json", summary)
     write_atomic(sweep.path / "summary.csv", summary_csv(points))
     write_atomic(sweep.path / "summary.txt", summary_text(points))
-    sweep.write_json("record.json", record)
+    Recorder(sweep, record).save()
 
 
 __all__ = ["PLOT_NAME", "SweepPoint", "plot_unavailable", "record_of", "run_sweep",

@@ -25,6 +25,7 @@ from proctor.errors import (
     TimeLimitReached,
     UsageError,
 )
+from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.source.identity import SourceIdentity
 from proctor.supervise.wrapper import now_iso
@@ -209,10 +210,9 @@ def run_remote(
     }
     write_atomic(local.path / REMOTE_FILE, json.dumps(remote, indent=2, default=str) + "\n")
     if not local.record_path.exists():
-        local.write_json("record.json", {"run_id": started.run_id, "kind": "remote",
-                                         "outcome": "running", "target": info.to_record(),
-                                         "remote_dir": started.remote_dir,
-                                         "source": completion.source})  # fmt: skip
+        Recorder(local, {}).start({"kind": "remote", "outcome": "running",
+                                   "target": info.to_record(), "remote_dir": started.remote_dir,
+                                   "source": completion.source})  # fmt: skip
     completion.run_id, completion.local_dir = started.run_id, str(local.path)
     if opts.on_started is not None:
         opts.on_started(started.run_id, local.path)

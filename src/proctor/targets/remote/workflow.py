@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from proctor.errors import FaultDetected
+from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.source.identity import SourceIdentity
 from proctor.supervise.wrapper import now_iso
@@ -210,11 +211,9 @@ def _adopt(target: Target, job: dict[str, Any], local: Path, run_id: str,
     status = target.status(run_id)
     if command.leave_live and not status.done:
         if not (local / "record.json").exists():
-            RunDir(local).write_json("record.json", {"run_id": run_id, "kind": "remote",
-                                                     "outcome": "running",
-                                                     "target": job["target"],
-                                                     "remote_dir": remote_dir,
-                                                     "source": job.get("source")})  # fmt: skip
+            Recorder(RunDir(local), {}).start({"kind": "remote", "outcome": "running",
+                                               "target": job["target"], "remote_dir": remote_dir,
+                                               "source": job.get("source")})  # fmt: skip
         return ChildRun(run_id, str(local), live=True, outcome="running")
     done = finish_remote(target, local, None, follow=False, release=False,
                          store_path=opts.store_path)  # fmt: skip

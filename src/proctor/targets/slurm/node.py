@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.errors import UsageError
+from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
 from proctor.supervise import wrapper
 
@@ -103,8 +104,8 @@ def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
     plan = json.loads((run_dir / "node-plan.json").read_text(encoding="utf-8"))
     base = json.loads((run_dir / "node-record.json").read_text(encoding="utf-8"))
     path = run_dir / "nodes" / node
-    path.mkdir(parents=True, exist_ok=True)
-    run = RunDir(path)
+    recorder = Recorder.at(path)
+    run = recorder.run
     if run.exit_code_path.exists():
         raise UsageError(f"{path} already holds a finished run", hint="submit a new run")
     gpu = _gpu(plan)
@@ -124,7 +125,7 @@ def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
     if role is not None:
         record["argv"] = plan["argv"]
         record["multinode"] = role
-    run.write_json("record.json", record)
+    recorder.start(record)
     (path / str(plan["log"])).touch()
     return run
 

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from proctor.errors import ProctorError, ResultUnknown, TargetUnavailable, UsageError
+from proctor.record.recorder import Recorder, event
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.status import is_alive, read_wrapper_ref
 from proctor.source.identity import SourceIdentity
 from proctor.spec.plan import RunPlan
 from proctor.supervise.launch import RunSpec, Started, key_lock, live_keyed_run, prepare_run
-from proctor.supervise.wrapper import now_iso
 from proctor.targets.base import (
     Fetched,
     JobSpec,
@@ -100,17 +100,13 @@ def login_from_meta(meta: Mapping[str, Any]) -> LoginHost:
 
 
 def _event(name: str, detail: str | None = None) -> dict[str, Any]:
-    return {"time": now_iso(), "event": name, "detail": detail}
+    return event(name, detail)
 
 
 def update_record(
     run: RunDir, add_events: list[dict[str, Any]] | None = None, **fields: Any
 ) -> None:
-    record = run.read_json("record.json") or {}
-    record.update(fields)
-    if add_events:
-        record.setdefault("events", []).extend(add_events)
-    run.write_json("record.json", record)
+    Recorder(run, {}).update(add_events=add_events, **fields)
 
 
 class SlurmTarget:

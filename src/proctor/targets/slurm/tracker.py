@@ -24,7 +24,8 @@ from typing import Any
 import psutil
 
 from proctor.errors import ProctorError, UsageError
-from proctor.record.manifest import verify_run_manifest, write_run_manifest
+from proctor.record.manifest import verify_run_manifest
+from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.status import read_exit_status
 from proctor.supervise.wrapper import now_iso
@@ -269,16 +270,11 @@ class Tracker:
         ]
         if node_durations and (elapsed is None or max(node_durations) > elapsed):
             elapsed = max(node_durations)  # type: ignore[assignment]
+        recorder = Recorder(self.run)
         if verdict.exit_code is not None:
-            text = (
-                f"{verdict.exit_code} {verdict.signal}\n"
-                if verdict.signal
-                else f"{verdict.exit_code}\n"
-            )
-            write_atomic(self.run.exit_code_path, text)
-        record = self.run.read_json("record.json") or {}
-        update_record(
-            self.run,
+            recorder.write_exit(verdict.exit_code, verdict.signal)
+        record = recorder.record
+        recorder.update(
             outcome=verdict.outcome,
             exit=None
             if verdict.exit_code is None
@@ -298,8 +294,7 @@ class Tracker:
                 _event("end", f"{verdict.outcome}: {verdict.reason or 'all nodes exit 0'}")
             ],
         )
-        write_run_manifest(self.run)
-        self.index()
+        recorder.seal(self.meta.get("store_path"), "slurm tracker")
 
     def index(self) -> None:
         from proctor.store.db import index_quietly

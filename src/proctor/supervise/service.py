@@ -1,0 +1,221 @@
+"""One supervised run as every command drives it: start (with Ctrl-C held), follow, wait,
+interrupt, stop, and the exit status the command ends with.
+
+`proctor run`, bench, eval, offline, `slurm run` and `runs wait/attach` all end the same way:
+
+    interrupts = guard_start()                   handler first: no window without one
+    started = start_run(plan, spec)              (or a target's start)
+    interrupts.attach(started.run)               a Ctrl-C noted during the start stops it now
+    sup = SupervisedRun(started.run, target)     follow/wait/stop through the Target protocol
+    state = sup.follow_to_end(out)
+    code = interrupts.exit_code(sup.run, state)  130 if interrupted, else the run's status
+
+Following goes through the Target protocol (targets/base.py: status, follow, stop), so a local
+run and a Slurm group run (its tracker keeps the local directory) follow the same path; the
+local target is the default. The run directory stays the source of the record and summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import IO, TYPE_CHECKING
+
+from proctor.errors import Interrupted, ResultUnknown, TimeLimitReached
+from proctor.record.rundir import RunDir
+from proctor.record.schema import ExitStatus, RecordCore, load_record
+from proctor.record.status import RunState
+from proctor.supervise.launch import WRAPPER_FINISH_TIMEOUT_S, Started, request_stop
+from proctor.supervise.signals import deferred_stops
+
+if TYPE_CHECKING:
+    from proctor.targets.base import RunStatus, Target
+
+
+class Interrupts:
+    """Ctrl-C / SIGTERM of the controller become a stop request for the run."""
+
+    def __init__(self, run: RunDir | None = None) -> None:
+        self.run = run
+        self.hit = False
+
+    def __enter__(self) -> Interrupts:
+        self.previous = {
+            s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)
+        }
+        return self
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.hit:
+            # A raw write: the main thread may be inside a write to the same stream, and a
+            # buffered print from a signal handler would fail with a reentrant call.
+            with contextlib.suppress(OSError):
+                os.write(2, b"proctor: interrupted, stopping the run ...\n")
+        self.hit = True
+        if self.run is not None:
+            request_stop(self.run)
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    # For commands that start one run and follow it to the end of the process (bench, eval,
+    # offline, slurm): arm() before the start, attach(run) once it is known. No signal mask
+    # here (whatever the start spawns, e.g. a Slurm tracker, must not inherit a blocked
+    # SIGTERM): a signal during the start is noted by the handler and acted on at attach().
+    def arm(self) -> Interrupts:
+        """Install the handler before the start: no window without one."""
+        self.__enter__()
+        return self
+
+    def attach(self, run: RunDir) -> None:
+        """The run is known: a signal noted during the start stops it now."""
+        self.run = run
+        if self.hit:
+            request_stop(run)
+
+    def raise_if_hit(self, run: RunDir | None = None) -> None:
+        run = run or self.run
+        if self.hit and run is not None:
+            raise Interrupted(f"run {run.run_id} stopped on interrupt")
+
+    def exit_code(self, run: RunDir, state: RunState) -> int:
+        """How the command ends as the run ended: Interrupted (130) if interrupted, else its
+        status (ResultUnknown, TimeLimitReached, or the command's own code)."""
+        self.raise_if_hit(run)
+        return exit_for_state(run, state)
+
+
+def guard_start() -> Interrupts:
+    """Ctrl-C/SIGTERM handling for a command about to start one run; see Interrupts.arm."""
+    return Interrupts().arm()
+
+
+def start_held(interrupts: Interrupts, start: Callable[[], Started]) -> Started:
+    """Start a wrapper-run with SIGINT/SIGTERM held from before the wrapper starts until the
+    handler knows the run: a Ctrl-C in between is delivered then, and stops the run instead of
+    orphaning it (supervise/signals.py). `interrupts` must be entered already."""
+    with deferred_stops():
+        started = start()
+        interrupts.run = started.run
+    return started
+
+
+def exit_for_state(run: RunDir, state: RunState) -> int:
+    """The exit status of a run as `proctor run` and `proctor runs wait` report it."""
+    record = load_record(run.path)
+    if state.state == "unknown" or state.exit is None:
+        raise ResultUnknown(
+            f"run {run.run_id}: result unknown ({unknown_reason(record)})", hint=f"see {run.path}"
+        )
+    if record is not None and record.outcome == "timeout":
+        sig = f" {state.exit.signal}" if state.exit.signal else ""
+        raise TimeLimitReached(
+            f"run {run.run_id} reached its time limit and was stopped "
+            f"(command status {state.exit.code}{sig})"
+        )
+    return state.exit.code
+
+
+def unknown_reason(record: RecordCore | None) -> str:
+    """Why a run's result is unknown, in one line (a traceback's last line)."""
+    lines = str((record.error if record else None) or "").strip().splitlines()
+    return lines[-1][:300] if lines else "no exit status was recorded"
+
+
+def summary_line(run: RunDir, state: RunState) -> str:
+    from proctor.spec.durations import format_duration
+
+    record = load_record(run.path)
+    duration = record.duration_s if record else None
+    took = f" in {format_duration(float(duration))}" if duration is not None else ""
+    if state.exit is None:
+        why = unknown_reason(record)
+        return f"run {run.run_id}: result unknown ({why}); evidence in {run.path}"
+    sig = f" ({state.exit.signal})" if state.exit.signal else ""
+    outcome = record.outcome if record else "?"
+    return f"run {run.run_id}: {outcome}, exit {state.exit.code}{sig}{took}; log {run.log_path()}"
+
+
+def state_of(status: RunStatus) -> RunState:
+    """A target's RunStatus as the RunState the exit table reads."""
+    exit_ = None if status.exit_code is None else ExitStatus(code=status.exit_code,
+                                                             signal=status.exit_signal)  # fmt: skip
+    return RunState(status.state, exit_, status.wrapper_alive)
+
+
+class SupervisedRun:
+    """A started run, driven through the Target protocol (status / follow / stop); its run
+    directory (local, or the local directory a tracker keeps) holds the record."""
+
+    def __init__(self, run: RunDir, target: Target | None = None) -> None:
+        self.run = run
+        self.target = target if target is not None else _local_target(run)
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    def status(self) -> RunStatus:
+        return self.target.status(self.run_id)
+
+    def follow(self, out: IO[bytes], *, offset: int = 0) -> RunStatus:
+        """Copy the run's log to `out` until the command is done."""
+        return self.target.follow(self.run_id, out, offset=offset)
+
+    def wait(self, timeout: float | None = None, poll: float = 0.1) -> RunState:
+        """Until the run has a status and its supervisor has finished the record (bounded), or
+        is gone without one (unknown)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finish_by: float | None = None
+        while True:
+            status = self.status()
+            if status.done:
+                return state_of(status)
+            if status.state == "finished":
+                # The status is known; let the wrapper finish the record (it hashes the
+                # artifacts, which takes a while for a large log on a loaded machine).
+                finish_by = finish_by or time.monotonic() + WRAPPER_FINISH_TIMEOUT_S
+                if time.monotonic() >= finish_by:
+                    return state_of(status)
+            if deadline is not None and time.monotonic() >= deadline:
+                return state_of(status)
+            time.sleep(0.02 if status.state == "finished" else poll)
+
+    def stop(self) -> bool:
+        """Ask the run to stop (its supervisor runs the kill ladder). False if not running."""
+        return self.target.stop(self.run_id)
+
+    def follow_to_end(self, out: IO[bytes]) -> RunState:
+        """Follow the log, then wait for the final record: the state the command ends on."""
+        self.follow(out)
+        return self.wait()
+
+    def exit_code(self, state: RunState) -> int:
+        return exit_for_state(self.run, state)
+
+    def summary(self, state: RunState) -> str:
+        return summary_line(self.run, state)
+
+
+def _local_target(run: RunDir) -> Target:
+    from proctor.spec.config import ProjectConfig
+    from proctor.targets.local import LocalTarget
+
+    return LocalTarget(run.path.parent, config=ProjectConfig())
+
+
+__all__ = [
+    "Interrupts",
+    "SupervisedRun",
+    "exit_for_state",
+    "guard_start",
+    "start_held",
+    "state_of",
+    "summary_line",
+    "unknown_reason",
+]
