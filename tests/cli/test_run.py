@@ -98,7 +98,7 @@ def test_exit_code_survives_sigkill_of_the_controller(isolated_runs: Path) -> No
 
 
 def test_detached_run_and_runs_commands(isolated_runs: Path) -> None:
-    started = proctor("run", "--detach", "--json", "--", "bash", "-c", "echo started; sleep 1; exit 5")
+    started = proctor("run", "--detach", "--json", "--", "bash", "-c", "echo started; sleep 5; exit 5")
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout)
     run_id = info["run_id"]
