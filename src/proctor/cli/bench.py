@@ -25,6 +25,7 @@ from proctor.workloads.loadgen.runner import (
     write_outputs,
 )
 from proctor.workloads.loadgen.summary import format_summary
+from proctor.workloads.loadgen.telemetry import summary_lines
 from proctor.workloads.loadgen.verdict import format_verdict
 
 app = typer.Typer(help="Serving benchmarks against OpenAI-compatible servers.",
@@ -70,6 +71,11 @@ def bench(
     json_out: bool = typer.Option(False, "--json", help="Print metrics.json to stdout."),
     max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of requests allowed to fail (default 0: any failed request fails the bench, exit 3)."),
     log_every: float = typer.Option(5.0, "--log-every", help="Seconds between progress lines in the run's log (0: none)."),
+    server_metrics: float = typer.Option(1.0, "--server-metrics", help="Seconds between scrapes of the server's /metrics into server_metrics.csv (0: none)."),
+    gpu_sample: float = typer.Option(1.0, "--gpu-sample", help="Seconds between GPU samples (memory, power, clock) into the bench's gpu.csv (0: none)."),
+    idle_power_w: float | None = typer.Option(None, "--idle-power-w", help="Idle GPU power in W (all GPUs) for energy/token; default: measured before the load."),
+    min_requests: int = typer.Option(100, "--min-requests", help="Fewer measured requests make the benchmark INVALID."),
+    min_window: float = typer.Option(10.0, "--min-window", help="A shorter measured window (s) makes the benchmark INVALID."),
     target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
 ) -> None:
     """Run a serving benchmark as a supervised run (its log holds vLLM's `Serving Benchmark
@@ -106,6 +112,8 @@ def bench(
             max_error_rate=max_error_rate,
             # In-process with --json: nothing but the JSON (the supervised run's log keeps its lines).
             log_every_s=0.0 if json_out and output_dir is not None else log_every,
+            server_metrics_s=server_metrics, gpu_sample_s=gpu_sample, idle_power_w=idle_power_w,
+            min_requests=min_requests, min_window_s=min_window,
         )
     except ValidationError as e:
         err = e.errors()[0]
@@ -117,13 +125,15 @@ def bench(
         _supervised(ctx, cfg, base_url, model, chat, name, key, detach, timeout, runs_dir,
                     server_facts, json_out)
         return
-    result = run_benchmark(cfg)
+    result = run_benchmark(cfg, output_dir)
     write_outputs(result, output_dir)
     if json_out:
         print_json(result_document(result))
     else:
         console.print(format_summary(result.metrics), markup=False, highlight=False)
         console.print(format_verdict(result.verdict()), markup=False, highlight=False)
+        for line in summary_lines(result_document(result)):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     check_outcome(result)
 
 

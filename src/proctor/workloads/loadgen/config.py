@@ -51,6 +51,14 @@ class BenchConfig(BaseModel):
     # Seconds between progress lines on stdout (the run's log); 0 = none.
     log_every_s: float = Field(default=5.0, ge=0.0)
     api_key: SecretStr | None = Field(default=None, exclude=True)
+    # Telemetry (docs/monitors.md): the server's /metrics every N s (0: off), GPU samples every
+    # N s into gpu.csv (0: off), idle GPU power for energy/token (None: measured before the load).
+    server_metrics_s: float = Field(default=1.0, ge=0.0)
+    gpu_sample_s: float = Field(default=1.0, ge=0.0)
+    idle_power_w: float | None = Field(default=None, ge=0.0)
+    # Validity thresholds (docs/bench.md): fewer measured requests or a shorter window is INVALID.
+    min_requests: int = Field(default=100, ge=0)
+    min_window_s: float = Field(default=10.0, ge=0.0)
 
     @field_validator("base_url")
     @classmethod

@@ -23,6 +23,7 @@ import aiohttp
 
 from proctor import __version__, redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
+from proctor.results.validity import judge_validity, ttft_trend
 from proctor.workloads.loadgen.client import PlannedRequest, make_session
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import LocalTokenizer, build_requests
@@ -31,6 +32,7 @@ from proctor.workloads.loadgen.metrics import BenchMetrics, compute_metrics
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.scheduler import Counter, run_requests
+from proctor.workloads.loadgen.telemetry import BenchTelemetry
 from proctor.workloads.loadgen.verdict import Verdict, judge
 
 SCHEMA = "proctor.bench.metrics"
@@ -55,6 +57,7 @@ class BenchResult:
     started_at: str
     finished_at: str
     profile: ProfileStatus = field(default_factory=ProfileStatus)
+    telemetry: dict[str, Any] = field(default_factory=dict)  # "server", "energy" (telemetry.py)
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -158,22 +161,28 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
     return records, duration
 
 
-def run_benchmark(cfg: BenchConfig) -> BenchResult:
-    """Run one benchmark; raises TargetUnavailable when the server cannot be reached."""
+def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
+    """Run one benchmark; raises TargetUnavailable when the server cannot be reached.
+    With `out_dir`, the server's /metrics and the GPUs are sampled into it meanwhile."""
     started = _now()
     profile = ProfileStatus(requested=cfg.profile)
-    model, reqs, source = run_loop(prepare(cfg))
-    with PollingProgress(cfg.progress, log_every_s=cfg.log_every_s) as bar:
-        if cfg.workers > 1:
-            from proctor.workloads.loadgen.workers import run_workers
+    with BenchTelemetry(cfg, out_dir) as telemetry:
+        model, reqs, source = run_loop(prepare(cfg))
+        with PollingProgress(cfg.progress, log_every_s=cfg.log_every_s,
+                             on_phase=telemetry.phase) as bar:
+            if cfg.workers > 1:
+                from proctor.workloads.loadgen.workers import run_workers
 
-            records, duration = run_workers(cfg, model, reqs, bar, profile)
-        else:
-            records, duration = run_loop(_run_single(cfg, model, reqs, bar, profile))
+                records, duration = run_workers(cfg, model, reqs, bar, profile)
+            else:
+                records, duration = run_loop(_run_single(cfg, model, reqs, bar, profile))
+        telemetry.end()
     metrics = compute_metrics(records, duration, percentiles=cfg.percentiles,
                               goodput_slos_ms=cfg.goodput_slos_ms or None,
                               max_concurrency=cfg.concurrency, request_rate=cfg.rate_or_none)
-    return BenchResult(cfg, model, metrics, records, source, started, _now(), profile)
+    res = BenchResult(cfg, model, metrics, records, source, started, _now(), profile)
+    res.telemetry = telemetry.sections(metrics, res.measured)
+    return res
 
 
 def _dist(values: list[int]) -> dict[str, Any]:
@@ -189,7 +198,7 @@ def result_document(res: BenchResult) -> dict[str, Any]:
     failed = [r for r in meas if not r.success]
     actual_prompt = [r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len
                      for r in meas]
-    return {
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "proctor_version": __version__,
@@ -224,6 +233,25 @@ def result_document(res: BenchResult) -> dict[str, Any]:
         "profile": vars(res.profile),
         "workers": res.config.workers,
     }
+    doc.update(res.telemetry)
+    return with_validity(doc, res)
+
+
+def with_validity(doc: dict[str, Any], res: BenchResult) -> dict[str, Any]:
+    """Add "validity" (results.validity) and the store's metrics: valid, energy per token."""
+    trend = ttft_trend([(r.start_time, r.ttft) for r in res.measured if r.success])
+    validity = judge_validity(doc, trend, min_requests=res.config.min_requests,
+                              min_window_s=res.config.min_window_s).to_dict()
+    if trend is not None:
+        validity["ttft_trend"] = trend
+    doc["validity"] = validity
+    doc["metrics"]["valid"] = int(validity["verdict"] == "VALID")
+    energy = doc.get("energy") or {}
+    for key, name in (("j_per_output_token", "energy_per_output_token_j"),
+                      ("mean_power_w", "gpu_power_mean_w")):
+        if energy.get(key) is not None:
+            doc["metrics"][name] = energy[key]
+    return doc
 
 
 def _atomic_write(path: Path, text: str) -> None:
