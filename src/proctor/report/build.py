@@ -29,6 +29,7 @@ from proctor.report.figures import (
 )
 from proctor.report.load import RunView, load_run
 from proctor.report.page import badge, esc, figure_block, kv_table, mark, render_page, table
+from proctor.report.telemetry import telemetry_blocks
 from proctor.results.baselines import (
     DEFAULT_TOLERANCE,
     AccuracyEntry,
@@ -281,6 +282,7 @@ def run_report(view: RunView, baseline: Baseline | None = None,
                model: str | None = None) -> Report:  # fmt: skip
     figures: list[Figure] = []
     blocks = [run_header(view), "<h2>GPU memory</h2>", gpu_block([view], figures, "gpu-memory")]
+    blocks += telemetry_blocks(view, figures)
     if view.kind == "gsm8k":
         blocks += ["<h2>Evaluation</h2>", eval_block([view], baseline, model, figures)]
     elif view.kind == "bench" or view.latencies:

@@ -36,6 +36,7 @@ class BenchTelemetry:
         self.load_began: float | None = None  # unix time of the first request phase
         self.window: list[float] = []  # [start, end] of the measured requests, unix time
         self.notes: list[str] = []
+        self.wrapper_gpu = False  # the supervising wrapper writes gpu.csv here already
 
     def __enter__(self) -> BenchTelemetry:
         if self.out_dir is None:
@@ -45,7 +46,8 @@ class BenchTelemetry:
             self.scraper = ServerMetricsScraper(self.cfg.base_url, self.out_dir / SERVER_CSV,
                                                 interval_s=self.cfg.server_metrics_s)  # fmt: skip
             self.scraper.start()
-        if self.cfg.gpu_sample_s > 0:
+        self.wrapper_gpu = wrapper_samples_gpu(self.out_dir)
+        if self.cfg.gpu_sample_s > 0 and not self.wrapper_gpu:
             try:
                 self.sampler = GpuSampler(self.out_dir / GPU_CSV, self.cfg.gpu_sample_s)
                 self.sampler.start()  # its first sample is before any request: idle power
@@ -111,6 +113,11 @@ class BenchTelemetry:
         return out
 
     def _energy(self, metrics: BenchMetrics) -> dict[str, Any]:
+        if self.wrapper_gpu and self.out_dir is not None and len(self.window) == 2:
+            start, end = self.window  # the wrapper's samples, at its interval
+            return energy_summary(self.out_dir / GPU_CSV, start, end, metrics.total_output_tokens,
+                                  idle_before=self.load_began or start,
+                                  idle_power_w=self.cfg.idle_power_w)  # fmt: skip
         if self.sampler is None or self.out_dir is None:
             reason = ("GPU sampling off (--gpu-sample 0)" if self.cfg.gpu_sample_s <= 0
                       else "no output directory")
@@ -126,6 +133,19 @@ class BenchTelemetry:
         return energy_summary(self.out_dir / GPU_CSV, start, end, metrics.total_output_tokens,
                               idle_before=self.load_began or start,
                               idle_power_w=self.cfg.idle_power_w)  # fmt: skip
+
+
+def wrapper_samples_gpu(out_dir: Path) -> bool:
+    """True when `out_dir` is a supervised run whose wrapper samples the GPUs into its gpu.csv
+    (plan.json says so): a second writer of that file would interleave its rows."""
+    import json
+
+    try:
+        plan = json.loads((out_dir / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(plan, dict) and bool(plan.get("gpu_present"))
+            and float(plan.get("gpu_sample_s") or 0) > 0)
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
