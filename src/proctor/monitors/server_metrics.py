@@ -33,6 +33,8 @@ MAX_SERIES = 2000
 DEFAULT_INTERVAL_S = 1.0
 TIMEOUT_S = 2.0
 QUANTILES = (0.5, 0.9, 0.99)
+SETTLE_S = 1.0  # the longest wait at the end of the window for the engine's last counts
+SETTLE_POLL_S = 0.05
 
 # Series names, vLLM's first, SGLang's second (new spellings before old ones).
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
@@ -132,6 +134,20 @@ class ServerMetricsScraper:
             if window is not None:
                 self._window_open = window
         return snap
+
+    def mark_settled(self, name: str, *, window: bool | None = None,
+                     timeout_s: float = SETTLE_S) -> Snapshot | None:  # fmt: skip
+        """Mark `name` once the engine reports no running request (at most `timeout_s`): vLLM
+        records an iteration's counters after it has sent the tokens, so a scrape the moment
+        the client saw its last token can miss that last step."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            snap = self.mark(name, window=window)
+            if snap is None or not prom.total(snap.values, RUNNING):
+                return snap
+            if time.monotonic() >= deadline:
+                return snap
+            time.sleep(SETTLE_POLL_S)
 
     # -- one scrape ----------------------------------------------------------------------
     def _fetch(self) -> str | None:

@@ -77,7 +77,7 @@ class BenchTelemetry:
             self._gpu_sample()
             self.window.append(time.time())
         if self.scraper is not None:
-            self.scraper.mark("end", window=False)
+            self.scraper.mark_settled("end", window=False)
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  tb: TracebackType | None) -> None:  # fmt: skip
