@@ -23,6 +23,7 @@ from typing import Any
 from proctor import __version__, redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
+from proctor.monitors.server_metrics import ServerMetricsScraper
 from proctor.record.finish import finish_run
 from proctor.record.rundir import RunDir, create_run_dir, new_run_id
 from proctor.record.status import run_state
@@ -98,6 +99,7 @@ class Flow:
         self.runs_dir = Path(resolve_runs_dir(options.runs_dir, config).value)
         self.dir = run or create_run_dir(self.runs_dir, new_run_id())
         self.server: RunDir | None = None
+        self.scraper: ServerMetricsScraper | None = None  # the server's /metrics, ready to stop
         self.record: dict[str, Any] = record_of(self.dir) or {
             "schema": "proctor.flow",
             "schema_version": 1,
@@ -188,6 +190,26 @@ class Flow:
         return self.end(
             step, 0, f"server run {started.run.run_id}", run_id=started.run.run_id
         ), started.run
+
+    def start_scrape(self) -> None:
+        """The server's /metrics into the flow's server_metrics.csv from ready to teardown."""
+        host = self.options.server.host
+        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        self.scraper = ServerMetricsScraper(f"http://{host}:{self.options.server.port}",
+                                            self.dir.path / "server_metrics.csv")  # fmt: skip
+        self.scraper.start()
+        self.scraper.mark("ready")
+
+    def stop_scrape(self) -> None:
+        if self.scraper is None:
+            return
+        self.scraper.stop()
+        summary = self.scraper.summary("ready", "stop")
+        self.record["server_metrics"] = {k: summary[k] for k in (
+            "available", "scrapes", "errors", "note", "engine", "generation_tokens", "ttft_ms")
+            if k in summary}  # fmt: skip
+        self.scraper = None
+        self.save()
 
     def ready(self, server: RunDir) -> int:
         from proctor.monitors.ready import ready_for_engine
@@ -359,6 +381,7 @@ class Flow:
             previous_int = signal.signal(signal.SIGINT, self._noted)
             signal.signal(signal.SIGTERM, self._noted)
             try:
+                self.stop_scrape()
                 note(self.teardown(self.server))
             finally:
                 signal.signal(signal.SIGTERM, previous)
@@ -391,6 +414,7 @@ class Flow:
         done = self.step_done("ready")
         if (done is None or done["exit_code"] != 0) and note(self.ready(server)):
             return
+        self.start_scrape()
         workload: RunDir | None = None
         done = self.step_done("workload")
         if done and done.get("run_id"):

@@ -13,6 +13,7 @@ import pytest
 from proctor.monitors.prom import histogram_quantile, histogram_window, parse_exposition
 from proctor.monitors.server_metrics import ServerMetricsScraper
 from proctor.store.db import Store
+from tests.cli.test_serve_flow import fake_engine  # noqa: F401 - fixture
 from tests.fixtures.fake_openai_server import FakeServer
 from tests.helpers import only_run, proctor
 
@@ -125,3 +126,23 @@ def test_store_holds_validity_and_server_run_is_in_store(isolated_runs: Path) ->
     with Store(isolated_runs / "proctor.sqlite") as store:
         metrics = {m["name"]: m["value"] for m in store.metrics(run.name)}
     assert metrics["valid"] == 0  # 40 requests in well under 10 s: INVALID by default
+
+
+def test_flow_scrapes_its_server_from_ready_to_teardown(fake_engine: int,  # noqa: F811
+                                                        isolated_runs: Path) -> None:  # fmt: skip
+    port = fake_engine
+    body = json.dumps({"model": "m", "prompt": "a b c", "max_tokens": 40, "stream": True})
+    work = (f"bash -c 'for i in 1 2 3; do curl -sN http://127.0.0.1:{port}/v1/completions "
+            f"-d '\"'\"'{body}'\"'\"' >/dev/null; sleep 0.5; done'")
+    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll",
+                     "1s", "--workload-cmd", work, "--json", "--", "--itl", "0.01")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    flow = json.loads(result.stdout)
+    flow_dir = isolated_runs / flow["run_id"]
+    rows = list(csv.DictReader((flow_dir / "server_metrics.csv").open()))
+    tokens = [float(r["value"]) for r in rows if r["name"] == "vllm:generation_tokens_total"]
+    assert tokens[0] == 0 and tokens[-1] == 120  # three requests of 40 tokens, seen growing
+    record = json.loads((flow_dir / "record.json").read_text())
+    assert record["server_metrics"]["available"] is True
+    assert record["server_metrics"]["generation_tokens"] == 120
+    assert "server_metrics.csv" in (flow_dir / "manifest.sha256").read_text()

@@ -29,6 +29,7 @@ from proctor.report.figures import (
 )
 from proctor.report.load import RunView, load_run
 from proctor.report.page import badge, esc, figure_block, kv_table, mark, render_page, table
+from proctor.report.series import read_server_csv
 from proctor.report.telemetry import telemetry_blocks
 from proctor.results.baselines import (
     DEFAULT_TOLERANCE,
@@ -80,17 +81,23 @@ def group_runs(runs_dir: Path, group: str) -> list[RunDir]:
 
 
 def resolve_subject(runs_dir: Path, ref: str) -> Subject:
+    flow_dir: Path | None = None
     with contextlib.suppress(ProctorError):
-        record = resolve_run(runs_dir, ref).read_json("record.json") or {}
+        run = resolve_run(runs_dir, ref)
+        record = run.read_json("record.json") or {}
         # A flow's report is its server's: the GPU timeline with the flow's steps marked on it.
         if record.get("kind") == "flow" and record.get("server_run"):
             ref = str(record["server_run"])
+            flow_dir = run.path
         elif record.get("kind") == "sweep":
             ref = str(record["run_id"])
     members = group_runs(runs_dir, ref)
     if members:
         return Subject(ref, [load_run(r) for r in members], group=ref)
     view = load_run(resolve_run(runs_dir, ref))
+    if flow_dir is not None and not view.server.traces:
+        # The flow scraped its server's /metrics from ready to teardown into its own directory.
+        view.server = read_server_csv(flow_dir / "server_metrics.csv")
     return Subject(view.label, [view])
 
 
