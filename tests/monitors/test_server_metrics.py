@@ -62,6 +62,21 @@ def test_parse_keeps_engine_series_only_and_histograms_work() -> None:
     assert histogram_quantile(0.99, buckets) == 0.5  # in +Inf: the highest finite bound
 
 
+def test_fast_reader_agrees_with_prometheus_client_and_falls_back_to_it() -> None:
+    from proctor.monitors import prom
+
+    lines = [line for line in VLLM_BODY.splitlines() if prom._wanted(line)]
+    fast = prom._fast(lines)
+    assert fast is not None and fast == {
+        (s.name, ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))): s.value
+        for f in prom.text_string_to_metric_families("\n".join(lines) + "\n")
+        for s in f.samples if not s.name.endswith("_created")
+    }  # fmt: skip
+    escaped = 'vllm:num_requests_running{model_name="a\\"b"} 2.0\n'  # an escaped quote
+    assert prom._fast(escaped.splitlines()) is None
+    assert parse_exposition(escaped) == {("vllm:num_requests_running", 'model_name="a"b"'): 2.0}
+
+
 def test_bench_writes_server_series_and_agrees_with_client(isolated_runs: Path) -> None:
     with FakeServer(itl=0.002) as srv:
         r = proctor("bench", "--base-url", srv.base_url, *SMALL)

@@ -1,13 +1,18 @@
 """The engine series proctor keeps from a Prometheus `/metrics` body, and histogram arithmetic.
 
-Only `vllm:` and `sglang:` series in KEEP are parsed: vLLM's body is a few hundred KB of
-which proctor needs a few dozen lines, and the parse runs in the load generator's process, so
-lines are filtered with plain string tests before prometheus-client's text parser sees them.
+Only `vllm:` and `sglang:` series in KEEP are parsed: vLLM's body is tens to hundreds of KB of
+which proctor needs a few hundred lines, and the parse runs in the load generator's process
+(holding the GIL the client's event loop needs), so lines are filtered with plain string tests
+first. The kept lines are then read by one regular expression (about 4 us a line); a body with
+any line it does not read (escaped quotes in a label, exemplars) goes to prometheus-client's
+text parser instead, which reads everything but costs about 50 us a line (measured here: 24 ms
+for 490 histogram lines, against 2 ms).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -57,12 +62,42 @@ def _wanted(line: str) -> bool:
     return base_name(name) in KEEP
 
 
+# name{k="v",...} value [timestamp]; label values without backslashes or quotes only.
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)"
+                     r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*)\})?'
+                     r"\s+(\S+)(?:\s+-?\d+)?\s*$")  # fmt: skip
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
+
+
+def _fast(lines: list[str]) -> dict[Key, float] | None:
+    out: dict[Key, float] = {}
+    for line in lines:
+        if line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            return None
+        name, labels, raw = m.groups()
+        if name.endswith("_created"):
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            return None
+        pairs = sorted(_LABEL.findall(labels or ""))
+        out[(name, ",".join(f'{k}="{v}"' for k, v in pairs))] = value
+    return out
+
+
 def parse_exposition(text: str) -> dict[Key, float]:
     """The kept series of one /metrics body; raises ValueError on a body that is not text
     exposition format."""
-    kept = "\n".join(line for line in text.splitlines() if _wanted(line))
+    lines = [line for line in text.splitlines() if _wanted(line)]
+    fast = _fast(lines)
+    if fast is not None:
+        return fast
     out: dict[Key, float] = {}
-    for family in text_string_to_metric_families(kept + "\n"):
+    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for s in family.samples:
             if s.name.endswith("_created"):
                 continue
