@@ -161,3 +161,8 @@ def test_flow_scrapes_its_server_from_ready_to_teardown(fake_engine: int,  # noq
     assert record["server_metrics"]["available"] is True
     assert record["server_metrics"]["generation_tokens"] == 120
     assert "server_metrics.csv" in (flow_dir / "manifest.sha256").read_text()
+    out = isolated_runs.parent / "flow.html"
+    made = proctor("report", flow["run_id"], "-o", str(out), "--json")
+    assert made.returncode == 0, made.stderr
+    timeline = {f["id"]: f for f in json.loads(made.stdout)["figures"]}["timeline"]
+    assert timeline["points"] > 0 and "server: running requests" in out.read_text()
