@@ -309,10 +309,11 @@ def run_report(view: RunView, baseline: Baseline | None = None,
 
 def sweep_summary_table(views: Sequence[RunView]) -> str:
     cols = ["concurrency", "run", "req/s", "output tok/s", "total tok/s", "median TTFT ms",
-            "p99 TTFT ms", "median TPOT ms", "p99 TPOT ms", "median E2EL ms", "failed"]
+            "p99 TTFT ms", "median TPOT ms", "p99 TPOT ms", "median E2EL ms", "failed",
+            "J/token", "valid"]
     names = ["request_throughput", "output_throughput", "total_token_throughput",
              "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
-             "failed"]  # fmt: skip
+             "failed", "energy_per_output_token_j", "valid"]  # fmt: skip
     ordered = sorted(views, key=lambda v: concurrency_of(v) or 0.0)
     rows = []
     for v in ordered:
@@ -320,6 +321,9 @@ def sweep_summary_table(views: Sequence[RunView]) -> str:
         cells: list[str | tuple[str, str]] = ["" if conc is None else f"{conc:g}", v.run_id]
         for n in names:
             m = v.metrics.get(n)
+            if n == "valid":  # the verdict in words; n/a for runs older than the verdict
+                cells.append("n/a" if m is None else "VALID" if m.value else "INVALID")
+                continue
             cells.append((_fmt(m.value if m else None), "num"))
         rows.append(cells)
     return table(cols, rows)
