@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,21 @@ def test_server_without_metrics_is_a_note_not_an_error(isolated_runs: Path) -> N
     assert not (run / "server_metrics.csv").exists()
 
 
-def test_unreachable_metrics_never_stops_the_scraper_or_raises(tmp_path: Path) -> None:
+def test_hanging_metrics_costs_the_bench_a_few_seconds_at_most(tmp_path: Path) -> None:
+    with FakeServer(itl=0.002, metrics_hang=True) as srv:
+        started = time.monotonic()
+        r = proctor("bench", "--base-url", srv.base_url, "--output-dir", str(tmp_path / "o"),
+                    *SMALL)  # fmt: skip
+        took = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert doc["server"]["available"] is False
+    assert "gave up after 3 failed scrapes" in doc["server"]["note"], doc["server"]
+    assert doc["metrics"]["completed"] == 40 and doc["metrics"]["duration"] < 2.0
+    assert took < 20, took  # three 2 s timeouts, then no more scrapes
+
+
+def test_unreachable_metrics_is_a_note_never_an_exception(tmp_path: Path) -> None:
     scraper = ServerMetricsScraper("http://127.0.0.1:9", tmp_path / "s.csv", interval_s=0.05,
                                    timeout_s=0.5)  # fmt: skip
     scraper.start()
@@ -130,7 +145,8 @@ def test_unreachable_metrics_never_stops_the_scraper_or_raises(tmp_path: Path) -
     scraper.stop()
     summary = scraper.summary("start", "end")
     assert summary["available"] is False and summary["errors"] >= 1
-    assert "no scrape answered (ConnectError" in summary["note"]
+    assert "gave up after 3 failed scrapes" in summary["note"] and "ConnectError" in summary["note"]
+    assert not (tmp_path / "s.csv").exists()
 
 
 def test_store_holds_validity_and_server_run_is_in_store(isolated_runs: Path) -> None:

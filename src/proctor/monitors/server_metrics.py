@@ -33,6 +33,7 @@ MAX_SERIES = 2000
 DEFAULT_INTERVAL_S = 1.0
 TIMEOUT_S = 2.0
 QUANTILES = (0.5, 0.9, 0.99)
+GIVE_UP_AFTER = 3  # failed scrapes in a row (timeouts, refusals) end the scraping, with a note
 SETTLE_S = 1.0  # the longest wait at the end of the window for the engine's last counts
 SETTLE_POLL_S = 0.05
 
@@ -84,6 +85,7 @@ class ServerMetricsScraper:
     marks: dict[str, Snapshot] = field(default_factory=dict)
     first: Snapshot | None = None
     last: Snapshot | None = None
+    _failed_in_row: int = 0
     _written: dict[Key, float] = field(default_factory=dict)
     _gauges: dict[str, _GaugeStats] = field(default_factory=dict)
     _window_open: bool = False
@@ -169,6 +171,11 @@ class ServerMetricsScraper:
         except (httpx.HTTPError, ValueError) as error:
             self.errors += 1
             self.last_error = f"{type(error).__name__}: {error}"[:200]
+            self._failed_in_row += 1
+            if self._failed_in_row >= GIVE_UP_AFTER:
+                # A /metrics that hangs or refuses must not cost the bench a timeout per mark.
+                self.note = (f"gave up after {GIVE_UP_AFTER} failed scrapes of {self.url} "
+                             f"({self.last_error})")
             return None
 
     def scrape(self, *, final: bool = False) -> Snapshot | None:
@@ -177,6 +184,7 @@ class ServerMetricsScraper:
             text = self._fetch()
             if text is None:
                 return None
+            self._failed_in_row = 0
             try:
                 values = prom.parse_exposition(text)
             except ValueError as error:
