@@ -120,3 +120,29 @@ def test_real_overloaded_server_is_invalid_and_check_fails(isolated_runs: Path,
     compared = proctor("runs", "compare", run.name, run.name, "--json")
     assert compared.returncode == 0, compared.stderr
     assert any(row["metric"] == "valid" and row["a"] == 0 for row in json.loads(compared.stdout))
+
+
+def test_sent_rate_against_its_schedule_cancels_poisson_noise() -> None:
+    from proctor.results.validity import sent_rates
+
+    due = [0.0, 0.05, 0.3, 0.31, 0.9, 1.0]  # bursty arrivals, as Poisson gives
+    assert sent_rates([(d, d + 0.002) for d in due]) == pytest.approx((5.0, 5.0))
+    late = sent_rates([(d, i * 0.5) for i, d in enumerate(due)])  # sends fell behind
+    assert late is not None and late[0] == pytest.approx(2.0)
+    v = judge_validity(doc(config={"request_rate": 5.0}), None, min_requests=1, min_window_s=0,
+                       sent=late).to_dict()
+    assert v["verdict"] == "INVALID" and "achieved 2.00 req/s of the 5.00 asked (sent" in \
+        v["checks"]["rate"]["detail"]
+
+
+def test_real_client_that_cannot_keep_the_rate_is_invalid(isolated_runs: Path) -> None:
+    # 4 in flight, the server runs 2 at once for 0.1 s: about 20 req/s can be sent, 60 are asked.
+    with FakeServer(itl=0.01, max_running=2) as srv:
+        r = proctor("bench", "--base-url", srv.base_url, "--isl", "8", "--osl", "10",
+                    "--range-ratio", "0", "--concurrency", "4", "--num-prompts", "60",
+                    "--num-warmups", "2", "--request-rate", "60", "--tokenizer-mode", "approx",
+                    "--min-requests", "20", "--min-window", "1")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    checks = json.loads((only_run(isolated_runs) / "metrics.json").read_text())["validity"]["checks"]
+    assert checks["rate"]["ok"] is False, checks["rate"]
+    assert "rate: achieved" in r.stdout

@@ -182,7 +182,7 @@ def timeline(views: Sequence[RunView], fig_id: str = "timeline") -> Figure | Non
     shapes, annotations = phase_marks([p for v in views for p in v.phases], zone, len(views) > 1)
     layout = _layout("Server and GPU over time", f"time ({zone_name(zone)})", "requests",
                      shapes=shapes, annotations=annotations, height=560)  # fmt: skip
-    layout["xaxis"]["type"] = "date"
+    layout["xaxis"].update(type="date", anchor="y2")  # the time axis under the lower panel
     layout["yaxis"].update(domain=[0.55, 1.0], rangemode="tozero")
     layout["yaxis2"] = {"title": {"text": "GPU power (W)"}, "domain": [0.0, 0.45],
                         "anchor": "x", "rangemode": "tozero"}  # fmt: skip

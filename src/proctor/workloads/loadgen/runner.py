@@ -23,7 +23,7 @@ import aiohttp
 
 from proctor import __version__, redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
-from proctor.results.validity import judge_validity, ttft_trend
+from proctor.results.validity import judge_validity, sent_rates, ttft_trend
 from proctor.workloads.loadgen.client import PlannedRequest, make_session
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import LocalTokenizer, build_requests
@@ -241,7 +241,9 @@ def with_validity(doc: dict[str, Any], res: BenchResult) -> dict[str, Any]:
     """Add "validity" (results.validity) and the store's metrics: valid, energy per token."""
     trend = ttft_trend([(r.start_time, r.ttft) for r in res.measured if r.success])
     validity = judge_validity(doc, trend, min_requests=res.config.min_requests,
-                              min_window_s=res.config.min_window_s).to_dict()
+                              min_window_s=res.config.min_window_s,
+                              sent=sent_rates([(r.queued_at, r.start_time)
+                                               for r in res.measured])).to_dict()
     if trend is not None:
         validity["ttft_trend"] = trend
     doc["validity"] = validity
