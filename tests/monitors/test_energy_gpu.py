@@ -60,9 +60,9 @@ def test_bench_energy_per_token_on_transformers_serve(gpu_model: Path,  # noqa: 
                                                       isolated_runs: Path) -> None:  # fmt: skip
     port = "18932"
     bench = (f"{sys.executable} -m proctor.workloads.loadgen --base-url http://127.0.0.1:{port} "
-             f"--model {gpu_model} --no-ignore-eos --isl 128 --osl 128 --concurrency 8 "
-             "--num-prompts 64 --num-warmups 4 --tokenizer-mode approx --gpu-sample 0.25 "
-             "--min-requests 32 --min-window 5 --no-progress")
+             f"--model {gpu_model} --no-ignore-eos --isl 64 --osl 64 --concurrency 4 "
+             "--num-prompts 32 --num-warmups 4 --tokenizer-mode approx --gpu-sample 0.25 "
+             "--min-requests 16 --min-window 5 --no-progress")
     result = proctor(
         "flow", "--engine", "transformers", "--model", str(gpu_model), "--port", port,
         "--gpu-sample", "1", "--poll", "2s", "--ready-timeout", "5m",
