@@ -7,8 +7,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import httpx
 import pytest
 
+from proctor.monitors import prom
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.runner import result_document, run_benchmark
 from proctor.workloads.loadgen.telemetry import summary_lines
@@ -50,6 +52,15 @@ def test_vllm_server_metrics_agree_with_the_client(vllm_server: EngineServer,  #
     lines = summary_lines(doc)
     assert lines[0].startswith("Server metrics (vllm,") and "128 generated tokens" in lines[0]
     assert doc["validity"]["verdict"] == "VALID", doc["validity"]
+    # vLLM's real body is read by the fast path, and it reads what prometheus-client reads.
+    body = httpx.get(vllm_server.base_url + "/metrics", timeout=10).text
+    lines = [line for line in body.splitlines() if prom._wanted(line)]
+    fast = prom._fast(lines)
+    assert fast is not None and len(fast) > 50
+    slow = {(s.name, ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))): s.value
+            for f in prom.text_string_to_metric_families("\n".join(lines) + "\n")
+            for s in f.samples if not s.name.endswith("_created")}  # fmt: skip
+    assert fast == slow
 
 
 def test_transformers_serve_without_metrics_is_a_note(tf_server: EngineServer,  # noqa: F811
