@@ -108,6 +108,7 @@ def test_real_overloaded_server_is_invalid_and_check_fails(isolated_runs: Path,
                     "--min-requests", "20", "--min-window", "1")  # fmt: skip
     assert r.returncode == 0, r.stderr  # every request answered: the bench itself succeeded
     assert "Validity: INVALID" in r.stdout and "TTFT grows without bound" in r.stdout
+    assert "proctor: benchmark INVALID: saturation: TTFT grows without bound" in r.stderr
     run = only_run(isolated_runs)
     doc_ = json.loads((run / "metrics.json").read_text())
     assert doc_["validity"]["checks"]["saturation"]["ok"] is False

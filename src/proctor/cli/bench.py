@@ -215,10 +215,15 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {}),
                     "outcome": record_of(run).get("outcome")})  # fmt: skip
     err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
-    verdict = (run.read_json("metrics.json") or {}).get("verdict") or {}
+    doc = run.read_json("metrics.json") or {}
+    verdict = doc.get("verdict") or {}
     if verdict.get("ok") is False:
         err_console.print(f"proctor: benchmark failed: {verdict.get('message')}", markup=False,
                           highlight=False)  # fmt: skip
+    validity = doc.get("validity") or {}
+    if validity.get("verdict") == "INVALID":  # a result, but not a measurement (docs/bench.md)
+        err_console.print("proctor: benchmark INVALID: " + "; ".join(validity.get("reasons") or []),
+                          markup=False, highlight=False)  # fmt: skip
     interrupts.exit_as(run, state)
 
 

@@ -113,26 +113,31 @@ class BenchTelemetry:
         return out
 
     def _energy(self, metrics: BenchMetrics) -> dict[str, Any]:
-        if self.wrapper_gpu and self.out_dir is not None and len(self.window) == 2:
-            start, end = self.window  # the wrapper's samples, at its interval
-            return energy_summary(self.out_dir / GPU_CSV, start, end, metrics.total_output_tokens,
-                                  idle_before=self.load_began or start,
-                                  idle_power_w=self.cfg.idle_power_w)  # fmt: skip
-        if self.sampler is None or self.out_dir is None:
-            reason = ("GPU sampling off (--gpu-sample 0)" if self.cfg.gpu_sample_s <= 0
-                      else "no output directory")
-            return {"available": False, "reason": reason}
+        unmeasured = self._why_no_energy()
+        if unmeasured is not None:
+            return unmeasured
+        assert self.out_dir is not None
+        start, end = self.window
+        return energy_summary(self.out_dir / GPU_CSV, start, end, metrics.total_output_tokens,
+                              idle_before=self.load_began or start,
+                              idle_power_w=self.cfg.idle_power_w)  # fmt: skip
+
+    def _why_no_energy(self) -> dict[str, Any] | None:
+        if self.out_dir is None:
+            return {"available": False, "reason": "no output directory"}
+        if len(self.window) < 2:
+            return {"available": False, "reason": "the measured window did not complete"}
+        if self.wrapper_gpu:
+            return None  # the wrapper's gpu.csv, at its interval
+        if self.sampler is None:
+            return {"available": False, "reason": "GPU sampling off (--gpu-sample 0)"
+                    if self.cfg.gpu_sample_s <= 0 else "GPU sampling failed to start"}
         inventory = self.sampler.inventory
         if inventory is None or not inventory.gpus:
             detail = (inventory.reason if inventory else None) or "no GPU"
             # The short reason is printed; the backends' refusals stay in metrics.json.
             return {"available": False, "reason": detail.split(":")[0], "detail": detail}
-        if len(self.window) < 2:
-            return {"available": False, "reason": "the measured window did not complete"}
-        start, end = self.window
-        return energy_summary(self.out_dir / GPU_CSV, start, end, metrics.total_output_tokens,
-                              idle_before=self.load_began or start,
-                              idle_power_w=self.cfg.idle_power_w)  # fmt: skip
+        return None
 
 
 def wrapper_samples_gpu(out_dir: Path) -> bool:
