@@ -23,6 +23,7 @@ from typing import Any
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
+from proctor.monitors.server_metrics import ServerMetricsScraper
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
 from proctor.record.schema import (
@@ -107,6 +108,7 @@ class Flow:
         self.recorder = Recorder(run) if run else Recorder.create(self.runs_dir)
         self.dir = self.recorder.run
         self.server: RunDir | None = None
+        self.scraper: ServerMetricsScraper | None = None  # the server's /metrics, ready to stop
         if not self.recorder.record:
             self.recorder.start(
                 {
@@ -200,6 +202,26 @@ class Flow:
         return self.end(
             step, 0, f"server run {started.run.run_id}", run_id=started.run.run_id
         ), started.run
+
+    def start_scrape(self) -> None:
+        """The server's /metrics into the flow's server_metrics.csv from ready to teardown."""
+        host = self.options.server.host
+        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        self.scraper = ServerMetricsScraper(f"http://{host}:{self.options.server.port}",
+                                            self.dir.path / "server_metrics.csv")  # fmt: skip
+        self.scraper.start()
+        self.scraper.mark("ready")
+
+    def stop_scrape(self) -> None:
+        if self.scraper is None:
+            return
+        self.scraper.stop()
+        summary = self.scraper.summary("ready", "stop")
+        self.record["server_metrics"] = {k: summary[k] for k in (
+            "available", "scrapes", "errors", "note", "engine", "generation_tokens", "ttft_ms")
+            if k in summary}  # fmt: skip
+        self.scraper = None
+        self.save()
 
     def ready(self, server: RunDir) -> int:
         from proctor.monitors.ready import ready_for_engine
@@ -373,6 +395,7 @@ class Flow:
             previous_int = signal.signal(signal.SIGINT, self._noted)
             signal.signal(signal.SIGTERM, self._noted)
             try:
+                self.stop_scrape()
                 note(self.teardown(self.server))
             finally:
                 signal.signal(signal.SIGTERM, previous)
@@ -404,6 +427,7 @@ class Flow:
         done = self.step_done("ready")
         if (done is None or done.exit_code != 0) and note(self.ready(server)):
             return
+        self.start_scrape()
         workload: RunDir | None = None
         done = self.step_done("workload")
         if done and done.run_id:

@@ -198,8 +198,11 @@ def test_bench_against_a_server_run_is_a_run_with_metrics_in_the_store(
 
     server = start(fake_engine)
     assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
+    # A tiny bench: validity thresholds off, so check judges the baseline (an INVALID bench
+    # would be refused with exit 6 before any baseline is looked at).
     result = proctor("bench", "--server", server, "--isl", "16", "--osl", "8", "--concurrency", "4",
-                     "--prompt-multiplier", "2", "--name", "b")  # fmt: skip
+                     "--prompt-multiplier", "2", "--name", "b", "--min-requests", "0",
+                     "--min-window", "0")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "Serving Benchmark Result" in result.stdout
     bench_dir = next(p for p in isolated_runs.iterdir() if (p / "b.log").exists())

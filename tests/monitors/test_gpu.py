@@ -73,6 +73,9 @@ def test_csv_rows_and_peaks(tmp_path: Path) -> None:
         "143771.0",
         "50",
         "123:1900;456:12",
+        "",
+        "",
+        "",
     ]
     assert sampler.peaks[0].memory_used_mib == 2000 and sampler.peaks[1].memory_used_mib == 10
     assert (
@@ -120,8 +123,8 @@ FAKE_SMI = """#!{py}
 import sys
 args = " ".join(sys.argv[1:])
 if "--query-gpu" in args:
-    print("0, GPU-aaa, NVIDIA H200, 2237, 143771, 17, 570.1")
-    print("1, GPU-bbb, NVIDIA H200, 0, 143771, 0, 570.1")
+    print("0, GPU-aaa, NVIDIA H200, 2237, 143771, 17, 570.1, 118.52, 1980, 34")
+    print("1, GPU-bbb, NVIDIA H200, 0, 143771, 0, 570.1, [N/A], [N/A], [N/A]")
 elif "--query-compute-apps" in args:
     print("GPU-aaa, 4242, 2228")
 else:
@@ -143,6 +146,10 @@ def test_nvidia_smi_fallback_parses_real_tool_output(
         (1, "GPU-bbb", 0.0, 0.0),
     ]
     assert samples[0].processes == ((4242, 2228.0),)
+    assert (samples[0].power_w, samples[0].sm_clock_mhz, samples[0].temperature_c) == (
+        118.52, 1980.0, 34.0)
+    assert (samples[1].power_w, samples[1].sm_clock_mhz, samples[1].temperature_c) == (
+        None, None, None)
     assert backend.driver() == "570.1"
     assert gpu_holders([0], backend=backend) == [(4242, 2228.0)]
     assert gpu_holders([1], backend=backend) == []

@@ -26,6 +26,7 @@ from proctor.workloads.loadgen.runner import (
     write_outputs,
 )
 from proctor.workloads.loadgen.summary import format_summary
+from proctor.workloads.loadgen.telemetry import summary_lines
 from proctor.workloads.loadgen.verdict import format_verdict
 
 app = typer.Typer(help="Serving benchmarks against OpenAI-compatible servers.",
@@ -71,6 +72,11 @@ def bench(
     json_out: bool = typer.Option(False, "--json", help="Print metrics.json to stdout."),
     max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of requests allowed to fail (default 0: any failed request fails the bench, exit 3)."),
     log_every: float = typer.Option(5.0, "--log-every", help="Seconds between progress lines in the run's log (0: none)."),
+    server_metrics: float = typer.Option(1.0, "--server-metrics", help="Seconds between scrapes of the server's /metrics into server_metrics.csv (0: none)."),
+    gpu_sample: float = typer.Option(1.0, "--gpu-sample", help="Seconds between GPU samples (memory, power, clock) into the bench's gpu.csv (0: none)."),
+    idle_power_w: float | None = typer.Option(None, "--idle-power-w", help="Idle GPU power in W (all GPUs) for energy/token; default: measured before the load."),
+    min_requests: int = typer.Option(100, "--min-requests", help="Fewer measured requests make the benchmark INVALID."),
+    min_window: float = typer.Option(10.0, "--min-window", help="A shorter measured window (s) makes the benchmark INVALID."),
     target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
     dataset: str = typer.Option("random", "--dataset", help="What to send: random | jsonl:PATH (prompt, output_len per line) | sharegpt:PATH (first human turn; the gpt reply's length) | shared-prefix (groups sharing a prefix) | multi-turn:PATH (ShareGPT conversations, turn by turn). docs/bench.md#datasets."),
     prefix_groups: int = typer.Option(4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."),
@@ -114,6 +120,8 @@ def bench(
             log_every_s=0.0 if json_out and output_dir is not None else log_every,
             dataset=dataset, prefix_groups=prefix_groups, prefix_hit_rate=prefix_hit_rate,
             prefix_len=prefix_len, repeat=repeat,
+            server_metrics_s=server_metrics, gpu_sample_s=gpu_sample, idle_power_w=idle_power_w,
+            min_requests=min_requests, min_window_s=min_window,
         )
     except ValidationError as e:
         err = e.errors()[0]
@@ -125,7 +133,7 @@ def bench(
         _supervised(ctx, cfg, base_url, model, chat, name, key, detach, timeout, runs_dir,
                     server_facts, json_out)
         return
-    result = run_benchmark(cfg)
+    result = run_benchmark(cfg, output_dir)
     write_outputs(result, output_dir)
     if json_out:
         print_json(result_document(result))
@@ -134,6 +142,8 @@ def bench(
         for line in extra_lines(result):
             console.print(line, markup=False, highlight=False)
         console.print(format_verdict(result.verdict()), markup=False, highlight=False)
+        for line in summary_lines(result_document(result)):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     check_outcome(result)
 
 
@@ -219,10 +229,15 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {}),
                     "outcome": record.outcome if record else None})  # fmt: skip
     err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
-    verdict = (run.read_json("metrics.json") or {}).get("verdict") or {}
+    doc = run.read_json("metrics.json") or {}
+    verdict = doc.get("verdict") or {}
     if verdict.get("ok") is False:
         err_console.print(f"proctor: benchmark failed: {verdict.get('message')}", markup=False,
                           highlight=False)  # fmt: skip
+    validity = doc.get("validity") or {}
+    if validity.get("verdict") == "INVALID":  # a result, but not a measurement (docs/bench.md)
+        err_console.print("proctor: benchmark INVALID: " + "; ".join(validity.get("reasons") or []),
+                          markup=False, highlight=False)  # fmt: skip
     if code := interrupts.exit_code(run, state):
         raise typer.Exit(code)
 

@@ -73,8 +73,9 @@ def check_cmd(
     json_out: bool = typer.Option(False, "--json"),
     allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
 ) -> None:
-    """Verdict per baselined metric. Exit 7 on regression, 6 when a metric is missing, 77 when
-    the baseline's [meta] names a source, engine args, dataset or GPU the result differs in."""
+    """Verdict per baselined metric. Exit 7 on regression, 6 when a metric is missing or the
+    benchmark's validity verdict is INVALID (its reasons are printed), 77 when the baseline's
+    [meta] names a source, engine args, dataset or GPU the result differs in."""
     res = _parse(file)
     named = model or next((res.meta[k] for k in ("model_name", "model_id", "model")
                            if isinstance(res.meta.get(k), str)), None)
@@ -89,6 +90,7 @@ def check_cmd(
     status = worst_status(verdicts)
     if json_out:
         print_json({"status": status, "verdicts": [v.model_dump() for v in verdicts],
+                    "validity": res.meta.get("validity"),
                     **({"not_comparable": diff} if diff else {})})
     else:
         mark = "  [NOT COMPARABLE]" if diff else ""
@@ -100,6 +102,7 @@ def check_cmd(
                                                          else v.threshold),
                           _fmt(v.change, pct=True), _fmt(v.noise), v.status, v.message)
         console.print(table)
+    refuse_invalid(res)
     if status == "regression":
         bad = [v.metric for v in verdicts if v.status == "regression"]
         raise Regression(f"regression in {', '.join(bad)}", hint="see the table above")
@@ -107,6 +110,18 @@ def check_cmd(
         gone = [v.metric for v in verdicts if v.status == "missing"]
         raise ResultUnknown(f"baselined metrics missing from the result: {', '.join(gone)}",
                             hint="check that the run produced them")
+
+
+def refuse_invalid(res: ParsedResult) -> None:
+    """An INVALID benchmark is no measurement: its metrics cannot pass or regress (exit 6)."""
+    validity = res.meta.get("validity")
+    if not isinstance(validity, dict) or validity.get("verdict") != "INVALID":
+        return
+    reasons = [str(r) for r in validity.get("reasons") or []]
+    for reason in reasons:
+        err_console.print(f"proctor: invalid benchmark: {reason}", markup=False, highlight=False)
+    raise ResultUnknown(f"the benchmark is INVALID ({'; '.join(reasons) or 'no reason given'})",
+                        hint="fix what the reasons say and run the benchmark again")
 
 
 @app.command("compare")

@@ -1,4 +1,5 @@
-"""GPU inventory and memory sampling (gpu.csv), behind one small backend protocol.
+"""GPU inventory and sampling (gpu.csv: memory, utilisation, power, SM clock, temperature),
+behind one small backend protocol.
 
 Backends, tried in order: NVML (nvidia-ml-py), amdsmi (Python), `amd-smi` JSON, `rocm-smi`
 JSON, `nvidia-smi` CSV. None available is not an error: the inventory says why, and a run goes
@@ -32,6 +33,10 @@ CSV_COLUMNS = [
     "memory_total_mib",
     "utilization_pct",
     "processes",
+    # Appended after `processes` so readers keyed by position on the old columns still work.
+    "power_w",
+    "sm_clock_mhz",
+    "temperature_c",
 ]
 _MIB = 1024 * 1024
 _CLI_TIMEOUT_S = 10.0
@@ -54,6 +59,9 @@ class GpuSample:
     memory_total_mib: float
     utilization_pct: float | None
     processes: tuple[tuple[int, float], ...] = ()  # (pid, MiB) where the driver says
+    power_w: float | None = None  # board power now (None: the driver does not say)
+    sm_clock_mhz: float | None = None
+    temperature_c: float | None = None
 
     def info(self) -> GpuInfo:
         return GpuInfo(self.index, self.uuid, self.name, self.memory_total_mib)
@@ -87,6 +95,17 @@ class GpuBackend(Protocol):
 
 class BackendUnavailable(Exception):
     """This backend cannot be used here (library missing, no device, tool absent)."""
+
+
+# (power W, SM clock MHz, temperature C), each None where the driver does not say.
+Physics = tuple[float | None, float | None, float | None]
+
+
+def _try(read: Callable[[], Any]) -> float | None:
+    try:
+        return float(read())
+    except Exception:  # NVMLError_NotSupported and friends: the column stays empty
+        return None
 
 
 # -- NVML ------------------------------------------------------------------------------------
@@ -148,6 +167,7 @@ class NvmlBackend:
                             procs.append((int(p.pid), mib))
                 except Exception:
                     continue
+            power, clock, temperature = self._physics(handle)
             out.append(
                 GpuSample(
                     index=index,
@@ -157,13 +177,27 @@ class NvmlBackend:
                     memory_total_mib=total,
                     utilization_pct=util,
                     processes=tuple(procs),
+                    power_w=power,
+                    sm_clock_mhz=clock,
+                    temperature_c=temperature,
                 )
             )
         return out
 
+    def _physics(self, handle: Any) -> Physics:
+        """Power (mW -> W), SM clock, temperature; each None where the driver refuses it."""
+        nv = self._nv
+        return (
+            _try(lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0),
+            _try(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)),
+            _try(lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)),
+        )
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._nv.nvmlShutdown()
+
+
 
 
 def _text(value: Any) -> str:
@@ -228,6 +262,7 @@ class AmdSmiBackend:
                     float(vram["vram_total"]),
                     util,
                     tuple(procs),
+                    *_amdsmi_physics(a, h),
                 )
             )
         return out
@@ -235,6 +270,27 @@ class AmdSmiBackend:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._a.amdsmi_shut_down()
+
+
+def _amdsmi_physics(a: Any, h: Any) -> Physics:
+    def power() -> float:
+        info = a.amdsmi_get_power_info(h)  # W; the key moved between ROCm releases
+        for key in ("current_socket_power", "average_socket_power", "socket_power"):
+            value = _num(info.get(key))
+            if value is not None:
+                return value
+        raise KeyError("no power key")
+
+    def clock() -> float:
+        info = a.amdsmi_get_clock_info(h, a.AmdSmiClkType.GFX)
+        return float(info.get("clk", info.get("cur_clk")))
+
+    def temperature() -> float:
+        return float(a.amdsmi_get_temp_metric(
+            h, a.AmdSmiTemperatureType.HOTSPOT, a.AmdSmiTemperatureMetric.CURRENT
+        ))
+
+    return _try(power), _try(clock), _try(temperature)
 
 
 # -- command-line tools ----------------------------------------------------------------------
@@ -271,7 +327,10 @@ class NvidiaSmiBackend:
     """`nvidia-smi --query-gpu ... --format=csv`: the NVIDIA fallback when NVML is unusable."""
 
     name = "nvidia-smi"
-    _QUERY = "index,uuid,name,memory.used,memory.total,utilization.gpu,driver_version"
+    _QUERY = (
+        "index,uuid,name,memory.used,memory.total,utilization.gpu,driver_version,"
+        "power.draw,clocks.sm,temperature.gpu"
+    )
 
     def __init__(self, tool: str | None = None, run: Runner = _run_tool) -> None:
         self._tool = tool or shutil.which("nvidia-smi")
@@ -325,6 +384,10 @@ class NvidiaSmiBackend:
                     memory_total_mib=_num(cells[4]) or 0.0,
                     utilization_pct=_num(cells[5]),
                     processes=tuple(by_uuid.get(uuid, [])),
+                    # "[N/A]" where the board does not report it: _num makes that None.
+                    power_w=_num(cells[7]) if len(cells) > 7 else None,
+                    sm_clock_mhz=_num(cells[8]) if len(cells) > 8 else None,
+                    temperature_c=_num(cells[9]) if len(cells) > 9 else None,
                 )
             )
         return gpus
@@ -568,6 +631,10 @@ def _iso_now() -> str:
     return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="milliseconds")
 
 
+def _cell(value: float | None, digits: int) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
 def format_processes(procs: Iterable[tuple[int, float]]) -> str:
     return ";".join(f"{pid}:{mib:.0f}" for pid, mib in procs)
 
@@ -670,6 +737,9 @@ class GpuSampler:
                             f"{s.memory_total_mib:.1f}",
                             "" if s.utilization_pct is None else f"{s.utilization_pct:.0f}",
                             format_processes(s.processes),
+                            _cell(s.power_w, 1),
+                            _cell(s.sm_clock_mhz, 0),
+                            _cell(s.temperature_c, 0),
                         ]
                     )
                     peak = self.peaks.get(s.index)

@@ -28,6 +28,8 @@ from proctor.report.figures import (
 )
 from proctor.report.load import RunView, load_run
 from proctor.report.page import badge, esc, figure_block, kv_table, mark, render_page, table
+from proctor.report.series import read_server_csv
+from proctor.report.telemetry import telemetry_blocks
 from proctor.results.baselines import (
     DEFAULT_TOLERANCE,
     AccuracyEntry,
@@ -79,17 +81,23 @@ def group_runs(runs_dir: Path, group: str) -> list[RunDir]:
 
 
 def resolve_subject(runs_dir: Path, ref: str) -> Subject:
+    flow_dir: Path | None = None
     with contextlib.suppress(ProctorError):
-        record = resolve_run(runs_dir, ref).read_json("record.json") or {}
+        run = resolve_run(runs_dir, ref)
+        record = run.read_json("record.json") or {}
         # A flow's report is its server's: the GPU timeline with the flow's steps marked on it.
         if record.get("kind") == "flow" and record.get("server_run"):
             ref = str(record["server_run"])
+            flow_dir = run.path
         elif record.get("kind") == "sweep":
             ref = str(record["run_id"])
     members = group_runs(runs_dir, ref)
     if members:
         return Subject(ref, [load_run(r) for r in members], group=ref)
     view = load_run(resolve_run(runs_dir, ref))
+    if flow_dir is not None and not view.server.traces:
+        # The flow scraped its server's /metrics from ready to teardown into its own directory.
+        view.server = read_server_csv(flow_dir / "server_metrics.csv")
     return Subject(view.label, [view])
 
 
@@ -281,6 +289,7 @@ def run_report(view: RunView, baseline: Baseline | None = None,
                model: str | None = None) -> Report:  # fmt: skip
     figures: list[Figure] = []
     blocks = [run_header(view), "<h2>GPU memory</h2>", gpu_block([view], figures, "gpu-memory")]
+    blocks += telemetry_blocks(view, figures)
     if view.kind == "gsm8k":
         blocks += ["<h2>Evaluation</h2>", eval_block([view], baseline, model, figures)]
     elif view.kind == "bench" or view.latencies:
@@ -300,10 +309,11 @@ def run_report(view: RunView, baseline: Baseline | None = None,
 
 def sweep_summary_table(views: Sequence[RunView]) -> str:
     cols = ["concurrency", "run", "req/s", "output tok/s", "total tok/s", "median TTFT ms",
-            "p99 TTFT ms", "median TPOT ms", "p99 TPOT ms", "median E2EL ms", "failed"]
+            "p99 TTFT ms", "median TPOT ms", "p99 TPOT ms", "median E2EL ms", "failed",
+            "J/token", "valid"]
     names = ["request_throughput", "output_throughput", "total_token_throughput",
              "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
-             "failed"]  # fmt: skip
+             "failed", "energy_per_output_token_j", "valid"]  # fmt: skip
     ordered = sorted(views, key=lambda v: concurrency_of(v) or 0.0)
     rows = []
     for v in ordered:
@@ -311,6 +321,9 @@ def sweep_summary_table(views: Sequence[RunView]) -> str:
         cells: list[str | tuple[str, str]] = ["" if conc is None else f"{conc:g}", v.run_id]
         for n in names:
             m = v.metrics.get(n)
+            if n == "valid":  # the verdict in words; n/a for runs older than the verdict
+                cells.append("n/a" if m is None else "VALID" if m.value else "INVALID")
+                continue
             cells.append((_fmt(m.value if m else None), "num"))
         rows.append(cells)
     return table(cols, rows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from proctor.report.load import Phase, RunView
@@ -115,6 +115,82 @@ def gpu_timeline(views: Sequence[RunView], fig_id: str = "gpu-memory") -> Figure
     layout["xaxis"]["type"] = "date"
     layout["yaxis"]["rangemode"] = "tozero"
     return Figure(fig_id, "GPU memory timeline", data, layout)
+
+
+def unix_axis_time(t: float, zone: timezone) -> str:
+    return datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+_SERVER_LABELS = {
+    "num_requests_running": "running requests", "num_running_reqs": "running requests",
+    "num_requests_waiting": "waiting requests", "num_queue_reqs": "waiting requests",
+    "kv_cache_usage_perc": "KV cache used (%)", "gpu_cache_usage_perc": "KV cache used (%)",
+    "token_usage": "KV cache used (%)",
+}  # fmt: skip
+
+
+def _server_traces(views: Sequence[RunView], zone: timezone) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = []
+    several = len(views) > 1
+    for i, view in enumerate(views):
+        for j, trace in enumerate(view.server.traces):
+            short = trace.name.split(":", 1)[-1]
+            label = _SERVER_LABELS.get(short, short)
+            percent = label.endswith("(%)")
+            ys = [v * 100.0 if percent else v for v in trace.values]
+            name = f"server: {label}" + (f" / {view.name}" if several else "")
+            data.append({
+                "type": "scatter", "mode": "lines", "name": name, "yaxis": "y3" if percent
+                else "y", "x": [unix_axis_time(t, zone) for t in trace.times], "y": ys,
+                "line": {"shape": "hv", "color": colour(i * 3 + j), "width": 2,
+                         "dash": "dot" if percent else "solid"},
+                "hovertemplate": f"%{{y:.1f}}<br>%{{x}}<extra>{name}</extra>",
+            })  # fmt: skip
+    return data
+
+
+def _gpu_power_traces(views: Sequence[RunView], zone: timezone) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = []
+    several = len(views) > 1
+    for view in views:
+        for trace in view.gpu.traces:
+            for values, what, axis, dash in ((trace.power_w, "power (W)", "y2", "solid"),
+                                             (trace.util_pct, "utilisation (%)", "y4", "dash")):
+                pairs = [(axis_time(t, zone), v) for t, v in zip(trace.times, values, strict=True)
+                         if v is not None]  # fmt: skip
+                pairs = [(x, v) for x, v in pairs if x is not None]
+                if not pairs:
+                    continue
+                name = f"GPU {trace.index} {what}" + (f" / {view.name}" if several else "")
+                data.append({
+                    "type": "scatter", "mode": "lines+markers", "name": name, "yaxis": axis,
+                    "x": [p[0] for p in pairs], "y": [p[1] for p in pairs],
+                    "line": {"color": colour(4 + trace.index), "dash": dash},
+                    "marker": {"size": 3},
+                    "hovertemplate": f"%{{y:.0f}}<br>%{{x}}<extra>{name}</extra>",
+                })  # fmt: skip
+    return data
+
+
+def timeline(views: Sequence[RunView], fig_id: str = "timeline") -> Figure | None:
+    """The server's queue and KV cache (server_metrics.csv) above the GPUs' power (gpu.csv), on
+    one time axis; percentages (KV cache, GPU utilisation) on the right-hand axis."""
+    zone = reference_zone(views)
+    data = _server_traces(views, zone) + _gpu_power_traces(views, zone)
+    if not data:
+        return None
+    shapes, annotations = phase_marks([p for v in views for p in v.phases], zone, len(views) > 1)
+    layout = _layout("Server and GPU over time", f"time ({zone_name(zone)})", "requests",
+                     shapes=shapes, annotations=annotations, height=560)  # fmt: skip
+    layout["xaxis"].update(type="date", anchor="y2")  # the time axis under the lower panel
+    layout["yaxis"].update(domain=[0.55, 1.0], rangemode="tozero")
+    layout["yaxis2"] = {"title": {"text": "GPU power (W)"}, "domain": [0.0, 0.45],
+                        "anchor": "x", "rangemode": "tozero"}  # fmt: skip
+    for axis, over in (("yaxis3", "y"), ("yaxis4", "y2")):
+        layout[axis] = {"title": {"text": "%"}, "overlaying": over, "side": "right",
+                        "range": [0, 105], "showgrid": False}  # fmt: skip
+    return Figure(fig_id, "Server and GPU timeline", data, layout,
+                  "top: the engine's requests (its /metrics); bottom: GPU board power")
 
 
 def phase_marks(

@@ -22,7 +22,14 @@ from proctor.record.schema import (
 )
 from proctor.record.status import RunState, effective_outcome, is_alive, run_state
 from proctor.report.metrics import MetricSet, metrics_of_doc
-from proctor.report.series import GpuSeries, Latencies, read_gpu_csv, read_requests_jsonl
+from proctor.report.series import (
+    GpuSeries,
+    Latencies,
+    ServerSeries,
+    read_gpu_csv,
+    read_requests_jsonl,
+    read_server_csv,
+)
 
 CheckStatus = Literal["ok", "fail", "unknown", "pending"]
 # GPU memory back within this of where the run started counts as released.
@@ -59,6 +66,7 @@ class RunView:
     gpu: GpuSeries
     phases: list[Phase] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
+    server: ServerSeries = field(default_factory=ServerSeries)  # server_metrics.csv
 
     @cached_property
     def typed(self) -> RecordCore:
@@ -127,6 +135,7 @@ def load_run(run: RunDir) -> RunView:
         metrics=metrics_of_doc(doc),
         latencies=read_requests_jsonl(run.path / "requests.jsonl"),
         gpu=read_gpu_csv(run.gpu_csv_path),
+        server=read_server_csv(run.path / "server_metrics.csv"),
     )
     view.phases = phases_of(view)
     view.checks = completion_checks(view)

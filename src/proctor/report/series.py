@@ -1,5 +1,6 @@
-"""The numbers behind the plots: GPU samples from gpu.csv, per-request latencies from
-requests.jsonl, and CDFs thinned to a size a browser draws at once.
+"""The numbers behind the plots: GPU samples from gpu.csv, the server's series from
+server_metrics.csv, per-request latencies from requests.jsonl, and CDFs thinned to a size a
+browser draws at once.
 
 Everything here reads tolerantly: a missing file is an empty series, a bad row is skipped
 and counted, never an exception (a report of a broken run matters most).
@@ -41,6 +42,8 @@ class GpuTrace:
     times: list[str] = field(default_factory=list)
     used_mib: list[float] = field(default_factory=list)
     total_mib: float = 0.0
+    power_w: list[float | None] = field(default_factory=list)  # parallel to times
+    util_pct: list[float | None] = field(default_factory=list)
 
     @property
     def first_mib(self) -> float | None:
@@ -88,9 +91,68 @@ def read_gpu_csv(path: Path) -> GpuSeries:
                 by_index[index] = trace
             trace.times.append(when)
             trace.used_mib.append(used)
+            trace.power_w.append(_cell(row.get("power_w")))
+            trace.util_pct.append(_cell(row.get("utilization_pct")))
             with contextlib.suppress(ValueError):
                 trace.total_mib = max(trace.total_mib, float(row.get("memory_total_mib") or 0))
     series.traces = [by_index[i] for i in sorted(by_index)]
+    return series
+
+
+def _cell(text: str | None) -> float | None:
+    try:
+        value = float(text or "nan")
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+# server_metrics.csv series the report draws (the engine's queue and KV cache).
+SERVER_PLOTTED = ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                  "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                  "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
+MAX_SERVER_POINTS = 20000  # per series; rows are written on change, so this is hours of run
+
+
+@dataclass
+class ServerTrace:
+    name: str
+    labels: str
+    times: list[float] = field(default_factory=list)  # unix seconds
+    values: list[float] = field(default_factory=list)
+
+
+@dataclass
+class ServerSeries:
+    traces: list[ServerTrace] = field(default_factory=list)
+    bad_rows: int = 0
+    present: bool = False
+
+
+def read_server_csv(path: Path) -> ServerSeries:
+    """The plotted series of server_metrics.csv (t, name, labels, value)."""
+    series = ServerSeries()
+    try:
+        handle = path.open(newline="", encoding="utf-8", errors="replace")
+    except OSError:
+        return series
+    series.present = True
+    by_key: dict[tuple[str, str], ServerTrace] = {}
+    with handle:
+        for row in csv.DictReader(handle):
+            name = row.get("name") or ""
+            if name not in SERVER_PLOTTED:
+                continue
+            t, value = _cell(row.get("t")), _cell(row.get("value"))
+            if t is None or value is None:
+                series.bad_rows += 1
+                continue
+            key = (name, row.get("labels") or "")
+            trace = by_key.setdefault(key, ServerTrace(*key))
+            if len(trace.times) < MAX_SERVER_POINTS:
+                trace.times.append(t)
+                trace.values.append(value)
+    series.traces = [by_key[k] for k in sorted(by_key)]
     return series
 
 

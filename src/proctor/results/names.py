@@ -38,6 +38,10 @@ _FIXED: dict[str, tuple[str, Direction]] = {
     "spec_acceptance_rate": ("fraction", "higher"),
     "spec_acceptance_length": ("tokens", "higher"),
     "mtp_acceptance_rate": ("fraction", "higher"),
+    # proctor's bench: the validity verdict (1 VALID, 0 INVALID) and energy (docs/bench.md)
+    "valid": ("bool", "higher"),
+    "energy_per_output_token_j": ("J/token", "lower"),
+    "gpu_power_mean_w": ("W", "none"),
 }
 
 

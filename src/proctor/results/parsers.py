@@ -237,6 +237,8 @@ def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
         res.meta.update(model=obj.get("model"), schema_version=obj.get("schema_version"),
                         started_at=obj.get("started_at"))
         _repeat_noise(res, obj.get("repeats"))
+        if isinstance(obj.get("validity"), dict):
+            res.meta["validity"] = obj["validity"]
         return res
     results = obj.get("results")
     if isinstance(results, dict) and any(isinstance(v, dict) for v in results.values()):

@@ -21,8 +21,14 @@ from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
 from proctor.workloads.loadgen.extra_lines import extra_lines
-from proctor.workloads.loadgen.runner import check_outcome, run_benchmark, write_outputs
+from proctor.workloads.loadgen.runner import (
+    check_outcome,
+    result_document,
+    run_benchmark,
+    write_outputs,
+)
 from proctor.workloads.loadgen.summary import format_summary
+from proctor.workloads.loadgen.telemetry import summary_lines
 from proctor.workloads.loadgen.verdict import format_verdict
 
 
@@ -70,6 +76,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix-hit-rate", type=float, default=0.5)
     p.add_argument("--prefix-len", type=int)
     p.add_argument("--repeat", type=int, default=1, help="run the measured phase N times")
+    p.add_argument("--server-metrics", type=float, default=1.0,
+                   help="seconds between scrapes of the server's /metrics (0: none)")
+    p.add_argument("--gpu-sample", type=float, default=1.0,
+                   help="seconds between GPU samples into gpu.csv (0: none)")
+    p.add_argument("--idle-power-w", type=float,
+                   help="idle GPU power (W, all GPUs) for energy/token; default: measured")
+    p.add_argument("--min-requests", type=int, default=100,
+                   help="fewer measured requests make the benchmark INVALID")
+    p.add_argument("--min-window", type=float, default=10.0,
+                   help="a shorter measured window (s) makes the benchmark INVALID")
     return p
 
 
@@ -89,6 +105,9 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
             progress=not a.no_progress, max_error_rate=a.max_error_rate,
             log_every_s=a.log_every, dataset=a.dataset, prefix_groups=a.prefix_groups,
             prefix_hit_rate=a.prefix_hit_rate, prefix_len=a.prefix_len, repeat=a.repeat,
+            server_metrics_s=a.server_metrics,
+            gpu_sample_s=a.gpu_sample, idle_power_w=a.idle_power_w,
+            min_requests=a.min_requests, min_window_s=a.min_window,
             api_key=SecretStr(key) if (key := os.environ.get("OPENAI_API_KEY")) else None,
         )
     except ValidationError as e:
@@ -103,12 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         cfg = config_from_args(args)
-        result = run_benchmark(cfg)
+        result = run_benchmark(cfg, args.output_dir)
         write_outputs(result, args.output_dir)
         print(format_summary(result.metrics), flush=True)
         for line in extra_lines(result):
             print(line, flush=True)
         print(format_verdict(result.verdict()), flush=True)
+        print("\n".join(summary_lines(result_document(result))), flush=True)
         check_outcome(result)
     except ProctorError as e:
         print(f"proctor: {e.one_line()}", file=sys.stderr, flush=True)

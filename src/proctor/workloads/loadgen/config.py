@@ -60,6 +60,14 @@ class BenchConfig(BaseModel):
     prefix_len: int | None = Field(default=None, ge=1)  # overrides the target hit rate
     # The measured phase is run this many times; metrics get mean, stdev and a 95% CI.
     repeat: int = Field(default=1, ge=1)
+    # Telemetry (docs/monitors.md): the server's /metrics every N s (0: off), GPU samples every
+    # N s into gpu.csv (0: off), idle GPU power for energy/token (None: measured before the load).
+    server_metrics_s: float = Field(default=1.0, ge=0.0)
+    gpu_sample_s: float = Field(default=1.0, ge=0.0)
+    idle_power_w: float | None = Field(default=None, ge=0.0)
+    # Validity thresholds (docs/bench.md): fewer measured requests or a shorter window is INVALID.
+    min_requests: int = Field(default=100, ge=0)
+    min_window_s: float = Field(default=10.0, ge=0.0)
 
     @field_validator("base_url")
     @classmethod

@@ -53,8 +53,11 @@ class _Phase:
 
 class PollingProgress:
     def __init__(self, enabled: bool, interval: float = 0.25, *, log_every_s: float = 0.0,
-                 stream: TextIO | None = None, console: Console | None = None) -> None:
+                 stream: TextIO | None = None, console: Console | None = None,
+                 on_phase: Callable[[str], None] | None = None) -> None:
         self.interval = interval
+        # Told when a phase begins, display or not (the bench's telemetry marks its window).
+        self.on_phase = on_phase
         self.log_every_s = log_every_s
         self.stream = stream if stream is not None else sys.stderr
         console = console or Console(stderr=True)
@@ -85,6 +88,8 @@ class PollingProgress:
     def phase(self, description: str, total: int, get_count: Callable[[], int],
               get_failed: Callable[[], int] | None = None) -> None:
         """Start tracking a new phase (warmup, benchmark); the previous one is completed."""
+        if self.on_phase is not None:
+            self.on_phase(description)
         if not (self.bar or self.lines):
             return
         self._finish_phase()

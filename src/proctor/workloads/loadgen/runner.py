@@ -25,6 +25,7 @@ import aiohttp
 
 from proctor import redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
+from proctor.results.validity import judge_validity, sent_rates, ttft_trend
 from proctor.version import __version__
 from proctor.workloads.loadgen import prefix_counters, repeats
 from proctor.workloads.loadgen.client import PlannedRequest, make_session, send_request
@@ -35,6 +36,7 @@ from proctor.workloads.loadgen.metrics import BenchMetrics, compute_metrics
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.scheduler import Counter, run_requests
+from proctor.workloads.loadgen.telemetry import BenchTelemetry
 from proctor.workloads.loadgen.verdict import Verdict, judge
 from proctor.workloads.loadgen.workload import Workload, build_workload
 
@@ -63,6 +65,7 @@ class BenchResult:
     dataset: dict[str, Any] = field(default_factory=dict)  # what was sent (workload.py)
     prefix_cache: dict[str, Any] | None = None  # the server's hit rate over the measured phase
     per_repeat: list[BenchMetrics] = field(default_factory=list)  # --repeat N > 1
+    telemetry: dict[str, Any] = field(default_factory=dict)  # "server", "energy" (telemetry.py)
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -186,47 +189,53 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
     return records, duration
 
 
-def run_benchmark(cfg: BenchConfig) -> BenchResult:
-    """Run one benchmark; raises TargetUnavailable when the server cannot be reached."""
+def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
+    """Run one benchmark; raises TargetUnavailable when the server cannot be reached.
+    With `out_dir`, the server's /metrics and the GPUs are sampled into it meanwhile."""
     started = _now()
     profile = ProfileStatus(requested=cfg.profile)
-    model, work = run_loop(prepare(cfg))
-    records: list[RequestRecord] = []
-    per_repeat: list[BenchMetrics] = []
-    windows: list[dict[str, Any]] = []
-    with PollingProgress(cfg.progress, log_every_s=cfg.log_every_s) as bar:
-        for r, measured in enumerate(work.repeats):
-            # Warmups once, before the first repeat; profiling covers the first repeat only.
-            reqs = (work.warmup if r == 0 else []) + measured
-            phase_cfg = cfg if r == 0 else cfg.model_copy(update={"profile": False})
-            readings: list[prefix_counters.Reading | None] = []
-            if cfg.workers > 1:
-                from proctor.workloads.loadgen.workers import run_workers
+    with BenchTelemetry(cfg, out_dir) as telemetry:
+        model, work = run_loop(prepare(cfg))
+        records: list[RequestRecord] = []
+        per_repeat: list[BenchMetrics] = []
+        windows: list[dict[str, Any]] = []
+        with PollingProgress(cfg.progress, log_every_s=cfg.log_every_s,
+                             on_phase=telemetry.phase) as bar:
+            for r, measured in enumerate(work.repeats):
+                # Warmups once, before the first repeat; profiling covers the first repeat only.
+                reqs = (work.warmup if r == 0 else []) + measured
+                phase_cfg = cfg if r == 0 else cfg.model_copy(update={"profile": False})
+                readings: list[prefix_counters.Reading | None] = []
+                if cfg.workers > 1:
+                    from proctor.workloads.loadgen.workers import run_workers
 
-                # Workers run warmups and measured requests in one call: on repeat 0 with
-                # warmups, the counters' window includes the warmups (said in metrics.json).
-                readings.append(run_loop(_read_prefix(cfg)))
-                got, duration = run_workers(phase_cfg, model, reqs, bar, profile)
-                readings.append(run_loop(_read_prefix(cfg)))
-            else:
-                got, duration = run_loop(_run_single(phase_cfg, model, reqs, bar, profile,
-                                                     readings))
-            for rec in got:
-                if not rec.warmup:
-                    rec.repeat = r
-            records += got
-            windows.append(prefix_counters.achieved(readings[0], readings[-1]))
-            if cfg.workers > 1 and r == 0 and work.warmup:
-                windows[-1]["includes_warmup"] = True
-            per_repeat.append(compute_metrics(
-                got, duration, percentiles=cfg.percentiles,
-                goodput_slos_ms=cfg.goodput_slos_ms or None, max_concurrency=cfg.concurrency,
-                request_rate=cfg.rate_or_none))
+                    # Workers run warmups and measured requests in one call: on repeat 0 with
+                    # warmups, the counters' window includes the warmups (said in metrics.json).
+                    readings.append(run_loop(_read_prefix(cfg)))
+                    got, duration = run_workers(phase_cfg, model, reqs, bar, profile)
+                    readings.append(run_loop(_read_prefix(cfg)))
+                else:
+                    got, duration = run_loop(_run_single(phase_cfg, model, reqs, bar, profile,
+                                                         readings))
+                for rec in got:
+                    if not rec.warmup:
+                        rec.repeat = r
+                records += got
+                windows.append(prefix_counters.achieved(readings[0], readings[-1]))
+                if cfg.workers > 1 and r == 0 and work.warmup:
+                    windows[-1]["includes_warmup"] = True
+                per_repeat.append(compute_metrics(
+                    got, duration, percentiles=cfg.percentiles,
+                    goodput_slos_ms=cfg.goodput_slos_ms or None, max_concurrency=cfg.concurrency,
+                    request_rate=cfg.rate_or_none))
+        telemetry.end()
     metrics = per_repeat[0] if len(per_repeat) == 1 else repeats.combine(per_repeat)
     prefix = windows[0] if len(windows) == 1 else prefix_counters.merge(windows)
-    return BenchResult(cfg, model, metrics, records, work.source, started, _now(), profile,
-                       dataset=work.info, prefix_cache=prefix,
-                       per_repeat=per_repeat if len(per_repeat) > 1 else [])
+    res = BenchResult(cfg, model, metrics, records, work.source, started, _now(), profile,
+                      dataset=work.info, prefix_cache=prefix,
+                      per_repeat=per_repeat if len(per_repeat) > 1 else [])
+    res.telemetry = telemetry.sections(metrics, res.measured)
+    return res
 
 
 def _dist(values: list[int]) -> dict[str, Any]:
@@ -242,7 +251,7 @@ def result_document(res: BenchResult) -> dict[str, Any]:
     failed = [r for r in meas if not r.success]
     actual_prompt = [r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len
                      for r in meas]
-    return {
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "proctor_version": __version__,
@@ -279,6 +288,27 @@ def result_document(res: BenchResult) -> dict[str, Any]:
         "dataset": _dataset_section(res),
         **({"repeats": _repeats_section(res)} if res.per_repeat else {}),
     }
+    doc.update(res.telemetry)
+    return with_validity(doc, res)
+
+
+def with_validity(doc: dict[str, Any], res: BenchResult) -> dict[str, Any]:
+    """Add "validity" (results.validity) and the store's metrics: valid, energy per token."""
+    trend = ttft_trend([(r.start_time, r.ttft) for r in res.measured if r.success])
+    validity = judge_validity(doc, trend, min_requests=res.config.min_requests,
+                              min_window_s=res.config.min_window_s,
+                              sent=sent_rates([(r.queued_at, r.start_time)
+                                               for r in res.measured])).to_dict()
+    if trend is not None:
+        validity["ttft_trend"] = trend
+    doc["validity"] = validity
+    doc["metrics"]["valid"] = int(validity["verdict"] == "VALID")
+    energy = doc.get("energy") or {}
+    for key, name in (("j_per_output_token", "energy_per_output_token_j"),
+                      ("mean_power_w", "gpu_power_mean_w")):
+        if energy.get(key) is not None:
+            doc["metrics"][name] = energy[key]
+    return doc
 
 
 def _dataset_section(res: BenchResult) -> dict[str, Any]:

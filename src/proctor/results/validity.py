@@ -1,0 +1,180 @@
+"""Is this benchmark a measurement at all? VALID or INVALID, with the reasons.
+
+A benchmark can finish with every request answered and still measure nothing useful: the
+client was the bottleneck, the rate asked for was never reached, the server's queue grew for
+the whole run, or the window was too short to say anything. `judge_validity` reads a bench's
+metrics.json document and says which checks failed. Thresholds (docs/bench.md):
+
+- errors: failed measured requests within --max-error-rate (the bench's own verdict).
+- warmup: at least one warm-up request ran and was left out of the metrics.
+- requests: at least --min-requests measured requests (default 100: a p99 of fewer is the max).
+- window: a measured window of at least --min-window seconds (default 10).
+- rate: with a target request rate, the achieved rate at least RATE_FLOOR (95 %) of it: the
+  load generator's own figure (metrics.json "schedule"), else the rate at which the measured
+  requests were sent against the rate their schedule asked for over the same requests
+  (`sent_rates`; both over the span of the requests, so the randomness of Poisson arrivals,
+  about 10 % over 100 requests, cancels out and only the client's lag remains).
+- client: the load generator was not the bottleneck (metrics.json "client"; not measured
+  when the document has none).
+- saturation: TTFT did not grow without bound: the least-squares slope of TTFT against request
+  start time is at most SATURATION_SLOPE (0.05 s of TTFT per s of run), or the rise the fit
+  predicts over the window is at most SATURATION_RISE (50 %) of the mean TTFT.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+RATE_FLOOR = 0.95
+SATURATION_SLOPE = 0.05
+SATURATION_RISE = 0.5
+MIN_TREND_POINTS = 10
+
+Verdict = Literal["VALID", "INVALID"]
+
+
+@dataclass
+class Validity:
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, name: str, ok: bool, detail: str) -> None:
+        self.checks[name] = {"ok": ok, "detail": detail}
+
+    @property
+    def verdict(self) -> Verdict:
+        return "VALID" if all(c["ok"] for c in self.checks.values()) else "INVALID"
+
+    @property
+    def reasons(self) -> list[str]:
+        return [f"{name}: {c['detail']}" for name, c in self.checks.items() if not c["ok"]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "reasons": self.reasons, "checks": self.checks}
+
+
+def ttft_trend(points: Sequence[tuple[float, float]]) -> dict[str, float] | None:
+    """Least-squares fit of TTFT (s) against request start time (s): slope, the rise it
+    predicts over the window, and the mean. None with fewer than MIN_TREND_POINTS."""
+    if len(points) < MIN_TREND_POINTS:
+        return None
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    span = max(xs) - min(xs)
+    return {"slope_s_per_s": slope, "rise_ms": slope * span * 1000.0,
+            "mean_ms": my * 1000.0, "points": float(len(points)), "span_s": span}  # fmt: skip
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def sent_rates(pairs: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """(sent, scheduled) requests per second of (due time, send time) pairs: n - 1 over the
+    span of the send times, and over the span of the due times."""
+    if len(pairs) < 2:
+        return None
+    due = [p[0] for p in pairs]
+    sent = [p[1] for p in pairs]
+    due_span, sent_span = max(due) - min(due), max(sent) - min(sent)
+    if due_span <= 0 or sent_span <= 0:
+        return None
+    return (len(pairs) - 1) / sent_span, (len(pairs) - 1) / due_span
+
+
+def _rate(doc: dict[str, Any], validity: Validity,
+          sent: tuple[float, float] | None) -> None:  # fmt: skip
+    schedule = doc.get("schedule") if isinstance(doc.get("schedule"), dict) else None
+    target = _num((schedule or {}).get("target_rate"))
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    asked = _num((config or {}).get("request_rate"))  # "inf" is not a number
+    if target is None and asked is None:
+        validity.add("rate", True, "no target rate (requests sent as fast as the concurrency "
+                                   "allows)")  # fmt: skip
+        return
+    achieved = _num((schedule or {}).get("achieved_rate"))
+    goal = target if target is not None else asked
+    how = ""
+    if achieved is None and sent is not None:
+        achieved, goal = sent
+        how = f" (sent; its schedule asked {goal:.2f} for target {target or asked:g})"
+    if achieved is None:
+        validity.add("rate", True, f"target {target or asked:g} req/s; achieved rate not measured")
+        return
+    assert goal is not None
+    ok = achieved >= RATE_FLOOR * goal
+    validity.add("rate", ok, f"achieved {achieved:.2f} req/s of the {goal:.2f} asked{how} "
+                             f"({achieved / goal:.0%}; at least {RATE_FLOOR:.0%} needed)")
+
+
+def _client(doc: dict[str, Any], validity: Validity) -> None:
+    client = doc.get("client")
+    if not isinstance(client, dict):
+        validity.add("client", True, "client headroom not measured")
+        return
+    bound = bool(client.get("client_bound"))
+    reasons = [str(r) for r in client.get("reasons") or []]
+    cpu, lag = _num(client.get("cpu_percent")), _num(client.get("loop_lag_p99_ms"))
+    facts = ", ".join(x for x in (f"client CPU {cpu:.0f}%" if cpu is not None else "",
+                                  f"loop lag p99 {lag:.1f} ms" if lag is not None else "") if x)
+    detail = "; ".join(reasons) if bound and reasons else facts or "client not saturated"
+    validity.add("client", not bound, ("client-bound: " + detail) if bound else detail)
+
+
+def _saturation(trend: dict[str, float] | None, validity: Validity) -> None:
+    if trend is None:
+        validity.add("saturation", True, f"not judged: fewer than {MIN_TREND_POINTS} "
+                                         "successful requests")  # fmt: skip
+        return
+    slope, rise, mean = trend["slope_s_per_s"], trend["rise_ms"], trend["mean_ms"]
+    growing = slope > SATURATION_SLOPE and rise > SATURATION_RISE * mean
+    text = (f"TTFT slope {slope * 1000:.1f} ms per s of run, a rise of {rise:.0f} ms over "
+            f"{trend['span_s']:.1f} s against a mean of {mean:.0f} ms")
+    if growing:
+        text = "TTFT grows without bound (the server's queue grows): " + text
+    validity.add("saturation", not growing, text)
+
+
+def judge_validity(doc: dict[str, Any], trend: dict[str, float] | None, *,
+                   min_requests: int, min_window_s: float,
+                   sent: tuple[float, float] | None = None) -> Validity:  # fmt: skip
+    """The verdict on a bench's metrics.json document (read-only)."""
+    v = Validity()
+    verdict = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else {}
+    assert isinstance(verdict, dict)
+    v.add("errors", bool(verdict.get("ok")), str(verdict.get("message") or "no error verdict"))
+    warm = doc.get("warmup") if isinstance(doc.get("warmup"), dict) else {}
+    assert isinstance(warm, dict)
+    n_warm = int(warm.get("count") or 0)
+    v.add("warmup", n_warm > 0,
+          f"{n_warm} warm-up requests, left out of the metrics" if n_warm else
+          "no warm-up request: cold caches and first compilations are measured "
+          "(--num-warmups)")  # fmt: skip
+    metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
+    assert isinstance(metrics, dict)
+    measured = int((_num(metrics.get("completed")) or 0) + (_num(metrics.get("failed")) or 0))
+    v.add("requests", measured >= min_requests,
+          f"{measured} measured requests (at least {min_requests} needed, --min-requests)")
+    window = _num(metrics.get("duration")) or 0.0
+    v.add("window", window >= min_window_s,
+          f"measured window {window:.1f} s (at least {min_window_s:g} s needed, --min-window)")
+    _rate(doc, v, sent)
+    _client(doc, v)
+    _saturation(trend, v)
+    return v
+
+
+def format_validity(validity: dict[str, Any]) -> list[str]:
+    """Lines printed with the summary."""
+    if validity.get("verdict") == "VALID":
+        return ["Validity: VALID (" + ", ".join(validity.get("checks", {})) + " checked)"]
+    return ["Validity: INVALID"] + [f"  - {r}" for r in validity.get("reasons", [])]
