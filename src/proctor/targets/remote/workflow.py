@@ -31,7 +31,7 @@ from proctor.errors import FaultDetected
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.source.identity import SourceIdentity
 from proctor.supervise.wrapper import now_iso
-from proctor.targets.base import JobSpec, Target
+from proctor.targets.base import AGENT, JobSpec, Target, capable
 from proctor.targets.remote.orchestrate import (
     FAR_PYTHON,
     REMOTE_FILE,
@@ -40,6 +40,7 @@ from proctor.targets.remote.orchestrate import (
     finish_remote,
     read_remote,
     run_remote,
+    run_setup,
 )
 from proctor.targets.remote.step import run_ids_in
 
@@ -154,22 +155,19 @@ def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowComma
     from proctor.errors import ProctorError, UsageError
     from proctor.targets.remote.orchestrate import _source_view
 
-    agent = getattr(target, "agent", None)
-    if agent is None:
+    far = capable(target, AGENT)
+    if far is None:
         raise UsageError(f"target {target.kind} cannot run proctor commands directly")
     info = target.describe()
     completion = Completion(None, None, info.to_record(), _source_view(identity))
     try:
         prepared = target.prepare()
         synced = target.sync_source(identity, existing=opts.existing_checkout)
-        setup = "none"
-        run_setup = getattr(target, "run_setup", None)
-        if opts.setup_script and run_setup is not None:
-            setup = str(run_setup(opts.setup_script, synced.checkout))
+        setup = run_setup(target, opts.setup_script, synced.checkout)
         far_runs = f"{prepared.workspace}/proctor/runs"
         request = {"args": command.args, "checkout": synced.checkout, "runs_dir": far_runs,
                    "identity": identity.model_dump(mode="json")}  # fmt: skip
-        answer = agent("proctor", request, timeout=600)
+        answer = far.agent("proctor", request, timeout=600)
     except ProctorError as error:
         completion.error, completion.error_type = error.one_line(), type(error).__name__
         raise
