@@ -1,6 +1,10 @@
 """The server workflow on a remote target: `proctor flow|serve|... --target ssh://...` runs the
 command on a real SSH host (network namespace) against the fault-injecting fake server, with
-proctor installed into the far workspace's venv; everything is fetched, verified and indexed."""
+proctor installed into the far workspace's venv; everything is fetched, verified and indexed.
+
+Each test runs twice: on ssh:// and on dir:// (tests/infra/dirtarget.py, a target only tests
+register, a second local directory through the same agent path): adding a target is one module
+and one registry entry, with no change in the CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ import psutil
 import pytest
 
 from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, proctor
-from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
+from tests.infra.sshhosts import ssh_hosts
+from tests.targets.conftest import FarPlace
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts"]
@@ -24,16 +29,13 @@ BASE_PYTHON = TEST_PYTHON
 STEPS = ["stop", "start", "ready", "workload", "drain", "teardown"]
 
 
-def _project(tmp_path: Path, host: SshHost) -> Path:
-    """A git project whose proctor.toml has the fake engine and how to reach `host`."""
+def _project(tmp_path: Path, place: FarPlace) -> Path:
+    """A git project whose proctor.toml has the fake engine and how to reach `place`."""
     repo = tmp_path / "project"
     repo.mkdir()
     (repo / "proctor.toml").write_text(f"""
 [remote]
-identity_file = "{host.client_key}"
-known_hosts = "{host.known_hosts}"
-workspace = "{host.workspace}"
-venv_base = "{BASE_PYTHON}"
+{place.remote_toml}venv_base = "{BASE_PYTHON}"
 
 {FAKE_ENGINE_TOML}
 """)
@@ -49,10 +51,6 @@ venv_base = "{BASE_PYTHON}"
     return repo
 
 
-def _url(host: SshHost) -> str:
-    return f"ssh://{host.user}@{host.address}:{host.port}"
-
-
 def _gone(pid: int) -> bool:
     try:
         return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
@@ -60,8 +58,8 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _flow(host: SshHost, repo: Path, port: int, *extra: str, sleep: int = 0) -> tuple[int, dict[str, Any]]:
-    result = proctor("flow", "--target", _url(host), "--engine", "fake", "--model", "m",
+def _flow(place: FarPlace, repo: Path, port: int, *extra: str, sleep: int = 0) -> tuple[int, dict[str, Any]]:
+    result = proctor("flow", "--target", place.url, "--engine", "fake", "--model", "m",
                      "--port", str(port), "--poll", "1s", "--workload-cmd",
                      f"bash workload.sh {port} {sleep}", "--json", "--", *extra,
                      cwd=repo, timeout=180)  # fmt: skip
@@ -70,16 +68,15 @@ def _flow(host: SshHost, repo: Path, port: int, *extra: str, sleep: int = 0) -> 
 
 
 def test_remote_flow_fetches_and_verifies_every_step(
-    ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
 ) -> None:
-    host = ssh_hosts.hosts[0]
-    repo = _project(tmp_path, host)
-    code, data = _flow(host, repo, 8011)
+    repo = _project(tmp_path, far_place)
+    code, data = _flow(far_place, repo, far_place.port(8011))
     completion = data["completion"]
     assert code == 0, completion
     assert completion["result_known"] and completion["logs_verified"], completion["unmet"]
     # The far side as found: proctor in the workspace's venv, made from this machine's wheel.
-    venv = host.workspace / "proctor" / "venv"
+    venv = far_place.workspace / "proctor" / "venv"
     assert completion["far"]["python"] == str(venv / "bin" / "python")
     assert completion["far"]["venv"] == str(venv)
     assert json.loads((venv / "proctor-install.json").read_text())["base_python"] == BASE_PYTHON
@@ -112,11 +109,11 @@ def test_remote_flow_fetches_and_verifies_every_step(
 
 
 def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
-    ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
 ) -> None:
-    host = ssh_hosts.hosts[1]
-    repo = _project(tmp_path, host)
-    code, data = _flow(host, repo, 8012, "--fault-after-requests", "1", sleep=60)
+    repo = _project(tmp_path, far_place)
+    code, data = _flow(far_place, repo, far_place.port(8012), "--fault-after-requests", "1",
+                       sleep=60)  # fmt: skip
     assert code == 2, data["completion"]
     flow = data["flow"]
     steps = {s["step"]: s for s in flow["steps"]}
@@ -131,16 +128,15 @@ def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
 
 
 def test_serve_start_ready_stop_step_by_step_on_the_target(
-    ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
 ) -> None:
-    host = ssh_hosts.hosts[0]
-    repo = _project(tmp_path, host)
-    url = _url(host)
+    repo = _project(tmp_path, far_place)
+    url = far_place.url
     started = proctor("serve", "start", "--target", url, "--engine", "fake", "--model", "m",
-                      "--port", "8013", cwd=repo, timeout=120)  # fmt: skip
+                      "--port", str(far_place.port(8013)), cwd=repo, timeout=120)  # fmt: skip
     assert started.returncode == 0, started.stderr
     server_id = started.stdout.strip().splitlines()[-1]
-    far = host.workspace / "proctor" / "runs" / server_id
+    far = far_place.workspace / "proctor" / "runs" / server_id
     assert far.is_dir() and json.loads((far / "record.json").read_text())["kind"] == "server"
     local = isolated_runs / server_id
     assert (local / ".remote.json").is_file()  # `runs attach|logs|stop ID` can reconnect

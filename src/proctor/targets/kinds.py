@@ -74,7 +74,7 @@ class SshBase(BaseModel):
     def ssh_options(self) -> SshOptions:
         from proctor.targets.ssh import SshOptions
 
-        data = self.model_dump(exclude_none=True)
+        data = self.model_dump(include=set(SshBase.model_fields), exclude_none=True)
         return SshOptions(**data)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import UsageError
 from proctor.spec.config import ProjectConfig
 from proctor.targets.base import Target
 
@@ -229,7 +229,7 @@ def target_from_record(remote: dict[str, Any]) -> Target:
 def kind_of_run(run_dir: Path) -> TargetKind:
     """The kind a run directory belongs to: for a far run, the target in its `.remote.json`
     (the far record may say "local": it ran locally *there*); else its record's
-    `target.kind`; local when neither says."""
+    `target.kind`; local when neither says. A kind not registered here is a usage error."""
     name = "local"
     for file in (".remote.json", "record.json"):
         try:
@@ -240,10 +240,11 @@ def kind_of_run(run_dir: Path) -> TargetKind:
         if isinstance(target, dict) and target.get("kind"):
             name = str(target["kind"])
             break
-    try:
-        return kind_named(name)
-    except ProctorError:
-        return kind_named("local")
+    _load()
+    if name not in _REGISTRY:
+        raise UsageError(f"{run_dir.name} ran on a {name!r} target, which is not registered here",
+                         hint=f"load the module that registers it ({PLUGINS_ENV})")  # fmt: skip
+    return _REGISTRY[name]
 
 
 __all__ = [
