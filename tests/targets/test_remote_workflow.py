@@ -154,3 +154,81 @@ def test_serve_start_ready_stop_step_by_step_on_the_target(
     # A second stop is a no-op there too.
     again = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
     assert again.returncode == 0, again.stderr
+
+
+SMALL = ["--isl", "8", "--osl", "4", "--prompt-multiplier", "2"]
+
+
+def test_bench_and_sweep_against_a_server_on_the_target(
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+) -> None:
+    repo = _project(tmp_path, far_place)
+    url = far_place.url
+    started = proctor("serve", "start", "--target", url, "--engine", "fake", "--model", "m",
+                      "--port", str(far_place.port(8014)), cwd=repo, timeout=120)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    server_id = started.stdout.strip().splitlines()[-1]
+    try:
+        ready = proctor("serve", "ready", server_id, "--target", url, "--timeout", "60s",
+                        cwd=repo, timeout=120)  # fmt: skip
+        assert ready.returncode == 0, ready.stderr
+        # bench: the far bench run comes back as its own local run, verified and indexed.
+        bench = proctor("bench", "--target", url, "--server", server_id, *SMALL,
+                        "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "0",
+                        "--json", cwd=repo, timeout=180)  # fmt: skip
+        assert bench.returncode == 0, bench.stderr
+        data = json.loads(bench.stdout)
+        assert data["answer"]["verdict"]["ok"] is True, data["answer"]
+        bench_id = data["answer"]["run_id"]
+        (child,) = [c for c in data["children"] if c["run_id"] == bench_id]
+        assert child["verified"] and child["exit_code"] == 0
+        record = json.loads((isolated_runs / bench_id / "record.json").read_text())
+        assert record["server_run"] == server_id
+        assert proctor("runs", "verify", bench_id).returncode == 0
+        # sweep: the sweep and each point come back as local runs, verified.
+        sweep = proctor("sweep", "--target", url, "--server", server_id, "--concurrency", "1,2",
+                        *SMALL, "--json", cwd=repo, timeout=180)  # fmt: skip
+        assert sweep.returncode == 0, sweep.stderr
+        data = json.loads(sweep.stdout)
+        summary = data["answer"]
+        assert [p["exit_code"] for p in summary["points"]] == [0, 0]
+        fetched = {c["run_id"]: c for c in data["children"]}
+        assert {summary["sweep"], *(p["run_id"] for p in summary["points"])} <= set(fetched)
+        assert all(c["verified"] for c in fetched.values()), fetched
+        assert (isolated_runs / summary["sweep"] / "summary.csv").is_file()
+        assert proctor("runs", "verify", summary["sweep"]).returncode == 0
+    finally:
+        stopped = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+
+
+def test_runs_commands_reach_a_detached_far_run_through_its_record(
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+) -> None:
+    repo = _project(tmp_path, far_place)
+    (repo / "job.sh").write_text('echo "start $1"; sleep "$2"; echo "done $1"; exit "$3"\n')
+    short = proctor("run", "--target", far_place.url, "--detach", "--", "sh", "job.sh", "a", "1",
+                    "3", cwd=repo, timeout=120)  # fmt: skip
+    assert short.returncode == 0, short.stderr
+    run_id = short.stdout.strip().splitlines()[-1]
+    # wait: reconnects from the record, fetches, verifies; exits with the far status.
+    waited = proctor("runs", "wait", run_id, timeout=120)
+    assert waited.returncode == 3, waited.stderr
+    assert "result known:   yes" in waited.stderr
+    logs = proctor("runs", "logs", run_id, timeout=60)
+    assert "start a" in logs.stdout and "done a" in logs.stdout
+    assert proctor("runs", "verify", run_id).returncode == 0
+    # stop: the far run is stopped there; attach then fetches it, outcome stopped.
+    long = proctor("run", "--target", far_place.url, "--detach", "--", "sh", "job.sh", "b", "300",
+                   "0", cwd=repo, timeout=120)  # fmt: skip
+    assert long.returncode == 0, long.stderr
+    long_id = long.stdout.strip().splitlines()[-1]
+    stop = proctor("runs", "stop", long_id, "--json", timeout=60)
+    assert stop.returncode == 0, stop.stderr
+    assert json.loads(stop.stdout)["stop_sent"] is True
+    attached = proctor("runs", "attach", long_id, timeout=120)
+    assert "start b" in attached.stdout and "done b" not in attached.stdout
+    completion = json.loads((isolated_runs / long_id / ".completion.json").read_text())
+    assert completion["outcome"] == "stopped" and completion["logs_verified"]
+    far = far_place.workspace / "proctor" / "runs" / long_id
+    assert json.loads((far / "record.json").read_text())["outcome"] == "stopped"

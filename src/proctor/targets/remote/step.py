@@ -32,11 +32,11 @@ _RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
 
 
 def run_ids_in(value: Any) -> list[str]:
-    """Every run id under a `run_id`, `server_run` or `*_run` key of a JSON answer."""
+    """Every run id under a `run_id`, `sweep`, `server_run` or `*_run` key of a JSON answer."""
     found: list[str] = []
     if isinstance(value, dict):
         for key, item in value.items():
-            if (key == "run_id" or key.endswith("_run")) and isinstance(item, str):
+            if (key in ("run_id", "sweep") or key.endswith("_run")) and isinstance(item, str):
                 if _RUN_ID.match(item):
                     found.append(item)
             else:
