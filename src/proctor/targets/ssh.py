@@ -402,11 +402,15 @@ class SshTarget:
 
     def agent(self, command: str, request: dict[str, Any],
               timeout: float | None = 300.0) -> dict[str, Any]:  # fmt: skip
-        """Run one agent command on the far side; its JSON answer, or its error re-raised."""
+        """Run one agent command on the far side with `request` (validated by the command's
+        model, requests.py); its JSON answer, or its error re-raised."""
+        from proctor.targets.remote.requests import request_for
+
         p = self.prepared
         assert p is not None
+        payload = request_for(command, request).model_dump_json().encode()
         line = f"{self._shell_prefix()} exec {shlex.quote(p.python)} -m {AGENT} {command}"
-        rc, out, err = self.conn.run(line, stdin=json.dumps(request).encode(), timeout=timeout)
+        rc, out, err = self.conn.run(line, stdin=payload, timeout=timeout)
         return decode_answer(self.opts.name, command, rc, out, err)
 
     @property
@@ -602,14 +606,16 @@ class SshTarget:
             out.flush()
             position += len(chunk)
 
+        from proctor.targets.remote.requests import FollowRequest
+
         p = self.prepared
         assert p is not None
         while True:
-            request = {"runs_dir": self.runs_dir, "run_id": run_id, "offset": position,
-                       "until_done": until_done}  # fmt: skip
+            request = FollowRequest(runs_dir=self.runs_dir, run_id=run_id, offset=position,
+                                    until_done=until_done)  # fmt: skip
             line = f"{self._shell_prefix()} exec {shlex.quote(p.python)} -m {AGENT} follow"
             try:
-                rc, err = self.conn.stream(line, sink, json.dumps(request).encode())
+                rc, err = self.conn.stream(line, sink, request.model_dump_json().encode())
             except TargetUnavailable:
                 if time.monotonic() >= give_up:
                     raise
