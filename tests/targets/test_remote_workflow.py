@@ -232,3 +232,29 @@ def test_runs_commands_reach_a_detached_far_run_through_its_record(
     assert completion["outcome"] == "stopped" and completion["logs_verified"]
     far = far_place.workspace / "proctor" / "runs" / long_id
     assert json.loads((far / "record.json").read_text())["outcome"] == "stopped"
+
+
+def test_the_far_request_holds_a_secret_that_no_file_keeps(
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+) -> None:
+    """The command reaches the far side as a typed request (no rebuilt command line); the
+    request's --env values never land in a record, a log or a process listing proctor wrote."""
+    canary = "hf_CANARY_7c1d9e"
+    repo = _project(tmp_path, far_place)
+    port = far_place.port(8015)
+    result = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
+                     "--port", str(port), "--poll", "1s", "--env", f"HF_TOKEN={canary}",
+                     "--workload-cmd", f"bash workload.sh {port} 0", "--json",
+                     cwd=repo, timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert canary not in result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    job = Path(data["completion"]["local_dir"])
+    far_job = json.loads((job / "record.json").read_text())
+    assert far_job["request"] == {"command": ["flow"],
+                                  "options": ["engine", "env", "model", "poll", "port",
+                                              "workload_cmd"]}  # fmt: skip
+    for root in (isolated_runs, far_place.workspace / "proctor" / "runs"):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert canary.encode() not in path.read_bytes(), path

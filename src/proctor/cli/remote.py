@@ -1,8 +1,9 @@
 """`--target` for run and the workflow commands, and `runs attach|wait` of far runs: thin glue
 over proctor.targets (the registry, targets/remote/commands.py); this module only prints.
 
-`--target` on serve/drain/flow/bench/eval/sweep: `hand_off()` forwards the options the user
-set to the same command run far away (targets/remote/workflow.py).
+`--target` on serve/drain/inspect/flow/bench/eval/sweep: `hand_off()` sends the command and the
+options the user set as a typed request (cli/request.py) to run far away
+(targets/remote/workflow.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import IO, Any
 import click
 
 from proctor.cli.output import err_console, print_json
+from proctor.cli.request import command_names, request_of
 from proctor.source.identity import source_identity
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags
@@ -80,55 +82,8 @@ def _log_out(as_json: bool) -> IO[bytes]:
 TARGET_HELP = ("ssh://user@host[:port] or runpod[:POD_ID][?keep&max-cost=N]: run this command "
                "there, next to the GPU, with proctor in <ws>/proctor/venv; SSH settings from "
                "[remote], pods from [runpod] in proctor.toml (docs/remote.md, docs/runpod.md).")  # fmt: skip
-# Options whose meaning is local (where the local runs go, how output is shown): not forwarded.
-LOCAL_ONLY = {"target", "runs_dir", "as_json", "json_out"}
 # Commands whose server outlives them on the machine: a rented one is kept unless told otherwise.
 _SERVER_LIVES = {("serve", "start"), ("serve", "ready"), ("drain",)}
-
-
-def command_names(ctx: click.Context) -> list[str]:
-    """["serve", "start"] for `proctor serve start`."""
-    names: list[str] = []
-    while ctx.parent is not None:
-        names.append(str(ctx.info_name))
-        ctx = ctx.parent
-    return names[::-1]
-
-
-def forward_args(ctx: click.Context, *, as_json: bool = False) -> list[str]:
-    """The command line for the far side: the command's names and every option and argument
-    the user set (defaults stay the far side's defaults); `--json` where asked."""
-    argv = command_names(ctx) + (["--json"] if as_json else [])
-    positional: list[str] = []
-    rest: list[str] = []
-    for param in ctx.command.params:
-        name = param.name
-        if name is None or name in LOCAL_ONLY:
-            continue
-        source = ctx.get_parameter_source(name)
-        value = ctx.params.get(name)
-        if source in (None, click.core.ParameterSource.DEFAULT) or value is None:
-            continue
-        if isinstance(param, click.Argument):
-            values = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
-            (rest if param.nargs == -1 else positional).extend(values)
-            continue
-        if not isinstance(param, click.Option):
-            continue
-        if param.is_flag:
-            if param.secondary_opts:
-                argv.append(param.opts[0] if value else param.secondary_opts[0])
-            elif value:
-                argv.append(param.opts[0])
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                argv += [param.opts[0], str(item)]
-        else:
-            argv += [param.opts[0], str(value)]
-    argv += positional
-    if rest:
-        argv += ["--", *rest]
-    return argv
 
 
 def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_json: bool,
@@ -143,7 +98,7 @@ def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_
     config = load_config()
     spec = target_options(target, config)
     local_runs = Path(resolve_runs_dir(runs_dir, config).value)
-    command = WorkflowCommand(forward_args(ctx, as_json=answer), nested=nested, answer=answer,
+    command = WorkflowCommand(request_of(ctx, as_json=answer), nested=nested, answer=answer,
                               leave_live=leave_live, direct=direct)  # fmt: skip
     options = RemoteOptions(setup_script=setup_script(config),
                             store_path=Path(resolve_store_path(config, local_runs).value))  # fmt: skip
@@ -183,5 +138,5 @@ def hand_off(target: str, *, runs_dir: str | None, as_json: bool, **how: bool) -
         raise click.exceptions.Exit(code)
 
 
-__all__ = ["TARGET_HELP", "attach", "forward_args", "hand_off", "print_group", "remote_command",
+__all__ = ["TARGET_HELP", "attach", "hand_off", "print_group", "remote_command",
            "report", "run_with_target"]  # fmt: skip

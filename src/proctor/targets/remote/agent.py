@@ -136,9 +136,9 @@ def start(req: StartRequest) -> dict[str, Any]:
 
 
 def run_proctor(req: ProctorRequest) -> dict[str, Any]:
-    """`proctor ARGS` in the verified checkout with the far runs dir, waited for here: for
-    commands that only start detached runs (serve start), which must not be a job's children
-    (a job's wrapper stops what its command leaves behind)."""
+    """The request's proctor command (cli/request.py) in the verified checkout with the far
+    runs dir, waited for here: for commands that only start detached runs (serve start), which
+    must not be a job's children (a job's wrapper stops what its command leaves behind)."""
     import subprocess
 
     from proctor.source.archive import ensure_matches
@@ -147,9 +147,9 @@ def run_proctor(req: ProctorRequest) -> dict[str, Any]:
     ensure_matches(check_source(checkout, req.identity))
     env = {k: v for k, v in os.environ.items() if k not in ("PROCTOR_RUN_DIR", "PROCTOR_RUN_ID")}
     env["PROCTOR_RUNS_DIR"] = req.runs_dir
-    proc = subprocess.run([sys.executable, "-m", "proctor.cli.main", *req.args], cwd=checkout,
+    proc = subprocess.run([sys.executable, "-m", "proctor.cli.request"], cwd=checkout,
                           env=env, capture_output=True, text=True, check=False,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+                          input=req.request.model_dump_json())  # fmt: skip
     return {"exit_code": proc.returncode, "stdout": proc.stdout,
             "stderr": proc.stderr[-8000:]}  # fmt: skip
 

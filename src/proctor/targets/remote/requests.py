@@ -64,10 +64,26 @@ class StartRequest(AgentRequest):
     target: dict[str, Any] = Field(default_factory=dict)
 
 
-class ProctorRequest(AgentRequest):
-    """`proctor ARGS` in the verified checkout, with the far runs dir (agent.run_proctor)."""
+JsonValue = str | int | float | bool | None | list[str | int | float | bool]
 
-    args: list[str]
+
+class CommandRequest(AgentRequest):
+    """A proctor command to run far away, as data: the command's path (["serve", "start"]) and
+    the values of the parameters the user set, by parameter name, in their JSON form. The far
+    side (proctor.cli.request) casts each through the command's own parameter type and invokes
+    the command: no command line is rebuilt or parsed again."""
+
+    command: list[str] = Field(min_length=1)
+    params: dict[str, JsonValue] = Field(default_factory=dict)
+
+    def title(self) -> str:
+        return " ".join(self.command)
+
+
+class ProctorRequest(AgentRequest):
+    """A proctor command in the verified checkout, with the far runs dir (agent.run_proctor)."""
+
+    request: CommandRequest
     checkout: str
     runs_dir: str
     identity: SourceIdentity | None = None
@@ -109,6 +125,6 @@ def request_for(command: str, data: dict[str, Any] | AgentRequest) -> AgentReque
         raise UsageError(f"agent {command}: {where}: {first['msg']}") from None
 
 
-__all__ = ["REQUESTS", "AgentRequest", "FollowRequest", "InspectRequest", "JobRequest",
-           "ProbeRequest", "ProctorRequest", "RunRequest", "StartRequest", "UnpackRequest",
-           "VenvRequest", "request_for"]  # fmt: skip
+__all__ = ["REQUESTS", "AgentRequest", "CommandRequest", "FollowRequest", "InspectRequest",
+           "JobRequest", "ProbeRequest", "ProctorRequest", "RunRequest", "StartRequest",
+           "UnpackRequest", "VenvRequest", "request_for"]  # fmt: skip
