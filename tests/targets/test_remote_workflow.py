@@ -127,15 +127,20 @@ def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
     assert data["completion"]["logs_verified"]
 
 
+def _serve_start(place: FarPlace, repo: Path, port: int) -> str:
+    """`serve start --target` of the fake engine; the server's run id."""
+    started = proctor("serve", "start", "--target", place.url, "--engine", "fake", "--model", "m",
+                      "--port", str(place.port(port)), cwd=repo, timeout=120)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    return started.stdout.strip().splitlines()[-1]
+
+
 def test_serve_start_ready_stop_step_by_step_on_the_target(
     far_place: FarPlace, tmp_path: Path, isolated_runs: Path
 ) -> None:
     repo = _project(tmp_path, far_place)
     url = far_place.url
-    started = proctor("serve", "start", "--target", url, "--engine", "fake", "--model", "m",
-                      "--port", str(far_place.port(8013)), cwd=repo, timeout=120)  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    server_id = started.stdout.strip().splitlines()[-1]
+    server_id = _serve_start(far_place, repo, 8013)
     far = far_place.workspace / "proctor" / "runs" / server_id
     assert far.is_dir() and json.loads((far / "record.json").read_text())["kind"] == "server"
     local = isolated_runs / server_id
@@ -164,10 +169,7 @@ def test_bench_and_sweep_against_a_server_on_the_target(
 ) -> None:
     repo = _project(tmp_path, far_place)
     url = far_place.url
-    started = proctor("serve", "start", "--target", url, "--engine", "fake", "--model", "m",
-                      "--port", str(far_place.port(8014)), cwd=repo, timeout=120)  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    server_id = started.stdout.strip().splitlines()[-1]
+    server_id = _serve_start(far_place, repo, 8014)
     try:
         ready = proctor("serve", "ready", server_id, "--target", url, "--timeout", "60s",
                         cwd=repo, timeout=120)  # fmt: skip

@@ -109,13 +109,12 @@ def start(req: StartRequest) -> dict[str, Any]:
     from proctor.source.archive import ensure_matches
     from proctor.spec.config import load_config
     from proctor.supervise.launch import RunSpec, start_run
-    from proctor.targets.base import JobSpec
     from proctor.targets.local import plan_for_job
 
     checkout = Path(req.checkout)
     # Verify again right before running: the checkout may have changed since the sync.
     report = ensure_matches(check_source(str(checkout), req.identity))
-    job = JobSpec(**req.job.model_dump())
+    job = req.job
     config_file = checkout / "proctor.toml"
     config = load_config(config_file) if config_file.is_file() else None
     plan = plan_for_job(job, Path(req.runs_dir), checkout, config)

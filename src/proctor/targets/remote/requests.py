@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from proctor.source.identity import SourceIdentity
+from proctor.targets.base import JobSpec
 
 
 class AgentRequest(BaseModel):
@@ -40,24 +41,8 @@ class UnpackRequest(AgentRequest):
     sha256: str | None = None
 
 
-class JobRequest(AgentRequest):
-    """targets.base.JobSpec on the wire (env values travel only here, never in a file)."""
-
-    argv: list[str]
-    name: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    secret_names: list[str] = Field(default_factory=list)
-    timeout_s: float | None = None
-    grace_s: float | None = None
-    gpu_sample_s: float | None = None
-    key: str | None = None
-    cwd: str | None = None
-    group: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
-
-
 class StartRequest(AgentRequest):
-    job: JobRequest
+    job: JobSpec  # the dataclass itself, validated field by field
     runs_dir: str
     checkout: str
     identity: SourceIdentity | None = None
@@ -126,5 +111,5 @@ def request_for(command: str, data: dict[str, Any] | AgentRequest) -> AgentReque
 
 
 __all__ = ["REQUESTS", "AgentRequest", "CommandRequest", "FollowRequest", "InspectRequest",
-           "JobRequest", "ProbeRequest", "ProctorRequest", "RunRequest", "StartRequest",
+           "ProbeRequest", "ProctorRequest", "RunRequest", "StartRequest",
            "UnpackRequest", "VenvRequest", "request_for"]  # fmt: skip
