@@ -97,6 +97,10 @@ def print_plan(plan: RunPlan, as_json: bool, target: dict[str, Any] | None = Non
     table.add_row("command", " ".join(view["argv"]), "flag")
     for option, value in view["options"].items():
         table.add_row(option, str(value["value"]), str(value["origin"]))
+    for option, value in (target or {}).items():
+        known = isinstance(value, dict) and "value" in value
+        table.add_row(f"target {option}", str(value["value"] if known else value),
+                      str(value.get("origin", "")) if known else "target")  # fmt: skip
     console.print(table)
 
 
