@@ -41,7 +41,7 @@ def _redacted(text: str) -> str:
 
 def write_crash_log(prog: str, error: BaseException, argv: Sequence[str]) -> Path | None:
     """The traceback, the command and proctor's version, in a new file; None if nowhere works."""
-    from proctor import __version__
+    from proctor.version import __version__
 
     stamp = time.strftime("%Y%m%dT%H%M%S")
     when = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from proctor import __version__, redact
+from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
 from proctor.record.finish import finish_run
@@ -41,6 +41,7 @@ from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, reso
 from proctor.supervise.launch import RunSpec, request_stop, start_run, wait_run
 from proctor.supervise.signals import deferred_stops
 from proctor.supervise.wrapper import now_iso
+from proctor.version import __version__
 
 STEPS = ("stop", "start", "ready", "workload", "drain", "inspect", "teardown")
 # The workload's own kill ladder (SIGTERM, its grace, SIGKILL) runs in its wrapper.

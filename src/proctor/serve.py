@@ -78,7 +78,7 @@ def preflight(request: ServerRequest, runs_dir: Path) -> dict[str, Any]:
     if port_in_use(request.host, request.port):
         holder = ""
         with contextlib.suppress(Exception):
-            from proctor.supervise.proctree import listener_on_port
+            from proctor.monitors.proctree import listener_on_port
 
             ident = listener_on_port(request.port)
             if ident is not None:
@@ -274,7 +274,7 @@ def stop_server(
 
 def worker_pids(run: RunDir, engine: EngineProfile) -> list[int]:
     """The server's worker processes (within its tree only), else the server process itself."""
-    from proctor.supervise.proctree import ProcessIdentity, descendants, find_workers
+    from proctor.monitors.proctree import ProcessIdentity, descendants, find_workers
 
     process = record_of(run).get("process") or {}
     if not process:

@@ -169,3 +169,41 @@ def test_compare_rows() -> None:
     assert acc.assessment == "within_noise" and acc.noise == pytest.approx(0.0084853, rel=1e-4)
     assert rows["only_here"].assessment == "only_a"
     assert rows["request_goodput"].assessment == "only_b"
+
+
+def rep(name: str, value: float, stderr: float, n: int) -> Metric:
+    """A metric from bench --repeat n: its mean and the standard error over the repeats."""
+    metric = Metric.of(name, value, stderr)
+    metric.n = n
+    return metric
+
+
+def test_compare_with_repeats_on_both_sides_uses_the_95pct_interval() -> None:
+    # se 10 on each side, n=3: Welch df = 4, t = 2.776, half = 2.776 * sqrt(200) = 39.26.
+    a = {"output_throughput": rep("output_throughput", 1000.0, 10.0, 3)}
+    inside = {"output_throughput": rep("output_throughput", 965.0, 10.0, 3)}
+    beyond = {"output_throughput": rep("output_throughput", 955.0, 10.0, 3)}
+    row = compare(a, inside)[0]
+    assert row.method == "ci95" and row.noise == pytest.approx(2.776 * 200 ** 0.5)
+    # 3.5% worse: one stderr (14.1) would call it worse; the interval says noise.
+    assert row.assessment == "within_noise"
+    assert compare(a, beyond)[0].assessment == "worse"
+    # Repeats on one side only: the old one-stderr band.
+    single = {"output_throughput": m("output_throughput", 965.0, 10.0)}
+    row = compare(a, single)[0]
+    assert row.method == "stderr" and row.assessment == "worse"
+
+
+def test_check_with_repeats_replaces_the_tolerance_by_the_interval() -> None:
+    spec = MetricBaseline(value=1000.0, stderr=5.0, n=5)
+    # 3% worse: inside a 5% tolerance, but far beyond the interval of such quiet repeats.
+    v = check_metric("output_throughput", rep("output_throughput", 970.0, 5.0, 5), spec)
+    assert (v.status, v.method) == ("regression", "ci95")
+    # Noisy repeats: 8% worse (beyond the 5% tolerance) is inside their interval.
+    noisy = MetricBaseline(value=1000.0, stderr=40.0, n=3)
+    v = check_metric("output_throughput", rep("output_throughput", 920.0, 40.0, 3), noisy)
+    assert (v.status, v.method) == ("within_noise", "ci95")
+    # A baseline stderr without n (not from repeats): the tolerance rule as before.
+    plain = MetricBaseline(value=1000.0, stderr=5.0)
+    v = check_metric("output_throughput", rep("output_throughput", 970.0, 5.0, 5), plain)
+    assert (v.status, v.method) == ("pass", "tolerance")

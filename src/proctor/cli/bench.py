@@ -18,6 +18,7 @@ from proctor.cli.output import console, print_json
 from proctor.errors import UsageError
 from proctor.record.rundir import RunDir
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
+from proctor.workloads.loadgen.extra_lines import extra_lines
 from proctor.workloads.loadgen.runner import (
     check_outcome,
     result_document,
@@ -71,6 +72,11 @@ def bench(
     max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of requests allowed to fail (default 0: any failed request fails the bench, exit 3)."),
     log_every: float = typer.Option(5.0, "--log-every", help="Seconds between progress lines in the run's log (0: none)."),
     target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
+    dataset: str = typer.Option("random", "--dataset", help="What to send: random | jsonl:PATH (prompt, output_len per line) | sharegpt:PATH (first human turn; the gpt reply's length) | shared-prefix (groups sharing a prefix) | multi-turn:PATH (ShareGPT conversations, turn by turn). docs/bench.md#datasets."),
+    prefix_groups: int = typer.Option(4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."),
+    prefix_hit_rate: float = typer.Option(0.5, "--prefix-hit-rate", help="shared-prefix: target prefix-cache hit rate (sizes the prefix)."),
+    prefix_len: int | None = typer.Option(None, "--prefix-len", help="shared-prefix: prefix tokens (overrides --prefix-hit-rate)."),
+    repeat: int = typer.Option(1, "--repeat", help="Run the measured phase N times: each metric gets mean, stdev and a 95% confidence interval."),
 ) -> None:
     """Run a serving benchmark as a supervised run (its log holds vLLM's `Serving Benchmark
     Result` block and progress lines; metrics.json and the store hold the metrics). Exit 3 if
@@ -106,6 +112,8 @@ def bench(
             max_error_rate=max_error_rate,
             # In-process with --json: nothing but the JSON (the supervised run's log keeps its lines).
             log_every_s=0.0 if json_out and output_dir is not None else log_every,
+            dataset=dataset, prefix_groups=prefix_groups, prefix_hit_rate=prefix_hit_rate,
+            prefix_len=prefix_len, repeat=repeat,
         )
     except ValidationError as e:
         err = e.errors()[0]
@@ -123,6 +131,8 @@ def bench(
         print_json(result_document(result))
     else:
         console.print(format_summary(result.metrics), markup=False, highlight=False)
+        for line in extra_lines(result):
+            console.print(line, markup=False, highlight=False)
         console.print(format_verdict(result.verdict()), markup=False, highlight=False)
     check_outcome(result)
 
@@ -181,7 +191,8 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
                      runs_dir=runs_dir, timeout=timeout, key=key, detach=detach, gpu_sample=0)  # fmt: skip
     plan = resolve_run_plan(flags, load_config())
     extra: dict[str, object] = {"bench": {"base_url": cfg.base_url, "isl": cfg.isl, "osl": cfg.osl,
-                                          "concurrency": cfg.concurrency}}  # fmt: skip
+                                          "concurrency": cfg.concurrency, "dataset": cfg.dataset,
+                                          "repeat": cfg.repeat}}  # fmt: skip
     if server_facts:
         extra["server_run"] = server_facts["run_id"]
     interrupts = guard_start()

@@ -14,11 +14,11 @@ from typing import Any
 import click
 import typer
 
-from proctor import __version__
 from proctor.cli.output import print_error
 from proctor.crash import report_internal
 from proctor.errors import ExitCode, ProctorError, UsageError, exit_code_for
 from proctor.redact import mask_output
+from proctor.version import __version__
 
 app = typer.Typer(
     name="proctor",

@@ -8,8 +8,9 @@ import typer
 from rich.table import Table
 
 from proctor.cli.output import console, err_console, print_json
-from proctor.errors import Regression, ResultUnknown
-from proctor.results import check, compare, load_baseline, parse_path, worst_status
+from proctor.errors import NotAuthorised, Regression, ResultUnknown
+from proctor.results import PerfBaseline, check, compare, load_baseline, parse_path, worst_status
+from proctor.results.identity import FIELDS, identity_of, mismatches
 from proctor.results.model import ParsedResult
 
 app = typer.Typer(help="Parse, check and compare benchmark and evaluation results.",
@@ -27,6 +28,23 @@ def _parse(file: Path) -> ParsedResult:
     if res.meta.get("input_cut"):  # a huge or endless input: say what was not read
         err_console.print(f"proctor: warning: {file}: {res.meta['input_cut']}", highlight=False)
     return res
+
+
+_ALLOW = "--allow-mismatch"
+_ALLOW_HELP = ("Compare even when the two sides differ in source, engine args, dataset or GPU "
+               "(the output is marked NOT COMPARABLE).")
+
+
+def _refuse_or_mark(what: str, a: dict[str, str | None], b: dict[str, str | None],
+                    allow: bool) -> list[str]:
+    """Exit 77 when the sides measured different things, unless allowed; the differences."""
+    diff = mismatches(a, b)
+    if diff and not allow:
+        raise NotAuthorised(f"{what} measured different things: {'; '.join(diff)}", flag=_ALLOW)
+    if diff:
+        err_console.print(f"proctor: NOT COMPARABLE ({what}): {'; '.join(diff)}",
+                          markup=False, highlight=False)
+    return diff
 
 
 @app.command("parse")
@@ -53,17 +71,28 @@ def check_cmd(
     baselines: Path = typer.Option(..., "--baselines", help="models_accuracy.json or perf TOML."),
     model: str | None = typer.Option(None, "--model", help="Entry in models_accuracy.json."),
     json_out: bool = typer.Option(False, "--json"),
+    allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
 ) -> None:
-    """Verdict per baselined metric. Exit 7 on regression, 6 when a metric is missing."""
+    """Verdict per baselined metric. Exit 7 on regression, 6 when a metric is missing, 77 when
+    the baseline's [meta] names a source, engine args, dataset or GPU the result differs in."""
     res = _parse(file)
     named = model or next((res.meta[k] for k in ("model_name", "model_id", "model")
                            if isinstance(res.meta.get(k), str)), None)
-    verdicts = check(res.metrics, load_baseline(baselines), named)
+    baseline = load_baseline(baselines)
+    diff: list[str] = []
+    if isinstance(baseline, PerfBaseline):
+        theirs = {k: str(v) if v is not None else None
+                  for k, v in ((f, baseline.meta.get(f)) for f in FIELDS)}
+        diff = _refuse_or_mark("the result and the baseline", identity_of(file), theirs,
+                               allow_mismatch)
+    verdicts = check(res.metrics, baseline, named)
     status = worst_status(verdicts)
     if json_out:
-        print_json({"status": status, "verdicts": [v.model_dump() for v in verdicts]})
+        print_json({"status": status, "verdicts": [v.model_dump() for v in verdicts],
+                    **({"not_comparable": diff} if diff else {})})
     else:
-        table = Table(title=f"{file} vs {baselines}")
+        mark = "  [NOT COMPARABLE]" if diff else ""
+        table = Table(title=f"{file} vs {baselines}{mark}")
         for col in ("metric", "value", "baseline", "change", "noise", "verdict", "why"):
             table.add_column(col)
         for v in verdicts:
@@ -85,18 +114,22 @@ def compare_cmd(
     a: Path = typer.Argument(..., help="Result A (file or run directory)."),
     b: Path = typer.Argument(..., help="Result B."),
     json_out: bool = typer.Option(False, "--json"),
+    allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
 ) -> None:
-    """Each metric of A and B side by side, with the change and its noise band."""
+    """Each metric of A and B side by side, with the change and its noise band (the 95% CI of
+    the difference when both come from bench --repeat). Exit 77 when A and B differ in source,
+    engine args, dataset or GPU, unless --allow-mismatch."""
+    diff = _refuse_or_mark("A and B", identity_of(a), identity_of(b), allow_mismatch)
     rows = compare(parse_path(a).metrics, parse_path(b).metrics)
     if json_out:
         print_json([r.model_dump() for r in rows])
         return
-    table = Table(title=f"A={a}  B={b}")
-    for col in ("metric", "A", "B", "change", "± noise", "assessment"):
+    table = Table(title=f"A={a}  B={b}" + ("  [NOT COMPARABLE]" if diff else ""))
+    for col in ("metric", "A", "B", "change", "± noise", "noise from", "assessment"):
         table.add_column(col)
     for r in rows:
         table.add_row(r.metric, _fmt(r.a), _fmt(r.b), _fmt(r.change, pct=True), _fmt(r.noise),
-                      r.assessment)
+                      r.method, r.assessment)
     console.print(table)
 
 
@@ -122,9 +155,11 @@ def register(root: typer.Typer) -> None:
         model: str | None = typer.Option(None, "--model", help="Entry in models_accuracy.json."),
         runs_dir: str | None = typer.Option(None, "--runs-dir"),
         json_out: bool = typer.Option(False, "--json"),
+        allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
     ) -> None:
-        """Verdicts against baselines: pass, within noise, regression (exit 7), missing (exit 6)."""
-        check_cmd(_run_path(run, runs_dir), baselines, model, json_out)
+        """Verdicts against baselines: pass, within noise, regression (exit 7), missing (exit 6);
+        exit 77 when the baseline's [meta] identity differs from the run's."""
+        check_cmd(_run_path(run, runs_dir), baselines, model, json_out, allow_mismatch)
 
 
 def register_compare(runs_app: typer.Typer) -> None:
@@ -134,6 +169,9 @@ def register_compare(runs_app: typer.Typer) -> None:
         b: str = typer.Argument(..., help="Run B."),
         runs_dir: str | None = typer.Option(None, "--runs-dir"),
         json_out: bool = typer.Option(False, "--json"),
+        allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
     ) -> None:
-        """Each metric of two runs side by side, with the change and its noise band."""
-        compare_cmd(_run_path(a, runs_dir), _run_path(b, runs_dir), json_out)
+        """Each metric of two runs side by side, with the change and its noise band (the 95% CI
+        of the difference when both ran bench --repeat). Exit 77 when the runs differ in
+        source, engine args, dataset or GPU, unless --allow-mismatch."""
+        compare_cmd(_run_path(a, runs_dir), _run_path(b, runs_dir), json_out, allow_mismatch)

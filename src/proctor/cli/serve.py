@@ -179,7 +179,7 @@ def ready(
                                   process=RunWatch(run), logs=[run.log_path()],
                                   timeout_s=timeout_s, poll_s=poll_s, on_status=status)  # fmt: skip
     elif port is not None:
-        from proctor.supervise.proctree import listener_on_port, stdout_log_of
+        from proctor.monitors.proctree import listener_on_port, stdout_log_of
 
         profile = profiles_for(config).engine(engine)
         ident = listener_on_port(port)

@@ -16,6 +16,7 @@ from proctor.monitors.drain import DrainConfig
 from proctor.serve import RunWatch, engine_of, find_server, profiles_for, record_of, worker_pids
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
+from proctor.spec.merge import Settings
 from proctor.supervise.launch import resolve_run
 
 
@@ -93,8 +94,8 @@ def register(app: typer.Typer) -> None:
                     on_status=say,
                 )  # fmt: skip
             else:
+                from proctor.monitors.proctree import listener_on_port, stdout_log_of
                 from proctor.monitors.watch import IdentityWatch
-                from proctor.supervise.proctree import listener_on_port, stdout_log_of
 
                 ident = listener_on_port(int(port))
                 if ident is None:
@@ -205,12 +206,15 @@ def register(app: typer.Typer) -> None:
             if code:
                 raise typer.Exit(code)
             return
-        given = {k: v for k, v in locals().items() if v is not None and v is not False and v != []}
+        given = {k.rstrip("_"): v for k, v in locals().items() if v is not False}
         table = load_flow_file(file) if file else {}
+        settings = Settings(
+            flags=given, table={k.replace("-", "_"): v for k, v in table.items()},
+            table_origin=f"flow file:{file}", environ={},
+        )  # fmt: skip
 
         def pick(name: str, default: Any = None) -> Any:
-            return given.get(name, table.get(name.rstrip("_").replace("_", "-"),
-                                            table.get(name.rstrip("_"), default)))  # fmt: skip
+            return settings.value(name.rstrip("_"), default)
 
         if not pick("engine") or not pick("model"):
             raise UsageError("flow needs --engine and --model (or a flow file with them)")

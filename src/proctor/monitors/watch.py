@@ -16,7 +16,7 @@ from typing import Protocol
 
 import psutil
 
-from proctor.supervise.proctree import ProcessIdentity
+from proctor.monitors.proctree import ProcessIdentity
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ GPU_CSV = "gpu.csv"
 MANIFEST = "manifest.sha256"
 
 _RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
-_UNSAFE = re.compile(r"[^a-z0-9._]+")
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -45,25 +44,6 @@ def new_run_id(now: float | None = None) -> str:
 
 def is_run_id(text: str) -> bool:
     return bool(_RUN_ID.match(text))
-
-
-def derive_name(argv: list[str], limit: int = 60) -> str:
-    """`cargo bench --release` -> cargo-bench-release (secrets already masked by the caller)."""
-    words: list[str] = []
-    for i, arg in enumerate(argv):
-        word = os.path.basename(arg) if i == 0 else arg
-        word = _UNSAFE.sub("-", word.lower().lstrip("-")).strip("-.")
-        if word:
-            words.append(word)
-    name = "-".join(words)[:limit].strip("-.")
-    return name or "run"
-
-
-def safe_name(name: str) -> str:
-    cleaned = _UNSAFE.sub("-", redact.text(name).lower()).strip("-.")
-    if not cleaned:
-        raise UsageError(f"invalid run name {name!r}", hint="use letters, digits, '.', '_' or '-'")
-    return cleaned[:80]
 
 
 def write_atomic(path: Path, text: str, mask: bool = True) -> None:

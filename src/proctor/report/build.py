@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from proctor import __version__
 from proctor.errors import ProctorError, UsageError
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
 from proctor.report.figures import (
@@ -39,6 +38,7 @@ from proctor.results.baselines import (
     select_entry,
 )
 from proctor.supervise.launch import resolve_run
+from proctor.version import __version__
 
 
 @dataclass
@@ -433,6 +433,7 @@ def compare_report(subjects: Sequence[Subject], baseline: Baseline | None = None
 
 def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = False,
                  baseline: Baseline | None = None, model: str | None = None) -> Report:  # fmt: skip
+    """The HTML report of one run, a sweep (a group), or two runs compared."""
     if not refs:
         raise UsageError("nothing to report on",
                          hint="give a run id, a sweep name, or --compare A B")
@@ -449,6 +450,7 @@ def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = Fa
 
 
 def write_report(report: Report, path: Path) -> Path:
+    """Write the report page atomically at `path`; return the path."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # The page's data was masked as it was loaded (load_run); its script must stay intact.

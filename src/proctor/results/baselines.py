@@ -8,6 +8,14 @@ Verdicts (one per baselined metric):
                 and outside the noise band
 - missing       the baseline names a metric the result does not have
 
+Measured noise instead of tolerances: when the result comes from `bench --repeat N` (each
+metric has a standard error over N repeats) and the baseline gives the metric's `stderr` and
+the `n` repeats behind it, the fixed tolerance is not used: a metric is a regression when it is
+worse by more than the 95% confidence interval of the difference of the two means (Welch's t,
+proctor/stats.py), within_noise when worse by less. `compare` does the same when both sides
+have repeats. A baseline's [meta] may name `source`, `engine_args`, `dataset` and `gpu`
+(identity.py); a result that differs in one is not compared (the CLI refuses, exit 77).
+
 Performance baseline file (TOML or JSON), per metric: value, optional stderr, direction
 (higher|lower; default from the metric's name) and tolerance (a fraction; default 0.05 for
 higher-is-better, i.e. a throughput drop over 5%, and 0.10 for lower-is-better, a latency
@@ -19,6 +27,10 @@ rise over 10%):
     [metrics.mean_tpot_ms]
     value = 21.3
     tolerance = 0.15
+    [metrics.output_throughput]     # from a bench --repeat 5: mean, its stderr and n
+    value = 5120.0
+    stderr = 31.0
+    n = 5
 
 ATOM accuracy file: a JSON array of {model_name, model_path, accuracy_threshold,
 accuracy_baseline, mtp_accept_threshold?, ...}; checked against
@@ -38,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proctor.errors import ConfigError
 from proctor.results.model import Metric
 from proctor.results.names import Direction, metric_info
+from proctor.stats import welch_half_width
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,6 +69,7 @@ class MetricBaseline(BaseModel):
     stderr: float | None = Field(default=None, ge=0)
     direction: Literal["higher", "lower"] | None = None
     tolerance: float | None = Field(default=None, ge=0)
+    n: int | None = Field(default=None, ge=1)  # repeats behind value and stderr
 
 
 class PerfBaseline(BaseModel):
@@ -85,6 +99,8 @@ class Verdict(BaseModel):
     noise: float | None = None  # one stderr, in the metric's unit
     direction: Direction = "none"
     message: str = ""
+    # How `noise` was judged: "ci95" (measured: repeats on both sides), else "tolerance".
+    method: Literal["ci95", "tolerance"] = "tolerance"
 
 
 Baseline = PerfBaseline | list[AccuracyEntry]
@@ -97,6 +113,7 @@ def _err(path: Path, e: ValidationError) -> ConfigError:
 
 
 def load_baseline(path: str | Path) -> Baseline:
+    """A baseline file (performance metrics with tolerances, accuracy entries), validated."""
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -138,12 +155,22 @@ def check_metric(name: str, metric: Metric | None, spec: MetricBaseline) -> Verd
     v, b = metric.value, spec.value
     noise = _noise(spec.stderr, metric.stderr)
     change = (v - b) / abs(b) if b else None
+    measured = _measured_noise(spec.stderr, spec.n, metric)
     if direction == "none":
         return Verdict(metric=name, status="pass", value=v, baseline=b, change=change,
                        noise=noise, direction=direction, message="informational (no direction)")
     tol = spec.tolerance if spec.tolerance is not None else DEFAULT_TOLERANCE[direction]
     worse_by = (b - v) if direction == "higher" else (v - b)  # > 0 means worse
     worse_frac = worse_by / abs(b) if b else (math.inf if worse_by > 0 else 0.0)
+    if measured is not None:
+        base = Verdict(metric=name, status="pass", value=v, baseline=b, change=change,
+                       noise=measured, direction=direction, method="ci95")
+        if worse_by <= 0:
+            return _with(base, "pass", "at or better than the baseline")
+        ci = f"95% CI of the difference ±{measured:.4g}, n={spec.n}/{metric.n}"
+        if worse_by <= measured:
+            return _with(base, "within_noise", f"worse by {worse_frac:.1%}, inside the {ci}")
+        return _with(base, "regression", f"worse by {worse_frac:.1%}, beyond the {ci}")
     base = Verdict(metric=name, status="pass", value=v, baseline=b, change=change,
                    tolerance=tol, noise=noise, direction=direction)
     if worse_by <= 0:
@@ -153,6 +180,13 @@ def check_metric(name: str, metric: Metric | None, spec: MetricBaseline) -> Verd
     if worse_frac > tol:
         return _with(base, "regression", f"worse by {worse_frac:.1%} (tolerance {tol:.0%})")
     return _with(base, "pass", f"worse by {worse_frac:.1%}, within tolerance")
+
+
+def _measured_noise(stderr: float | None, n: int | None, metric: Metric) -> float | None:
+    """The 95% half-width of the difference when both sides come from repeats, else None."""
+    if stderr is None or n is None or n < 2 or metric.stderr is None or (metric.n or 0) < 2:
+        return None
+    return welch_half_width(stderr, n, metric.stderr, metric.n or 0)
 
 
 def check_perf(metrics: dict[str, Metric], baseline: PerfBaseline) -> list[Verdict]:
@@ -215,6 +249,7 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
 
 def check(metrics: dict[str, Metric], baseline: Baseline, model: str | None = None
           ) -> list[Verdict]:
+    """Verdicts of `metrics` against a baseline: pass, within noise, regression, missing."""
     if isinstance(baseline, PerfBaseline):
         return check_perf(metrics, baseline)
     return check_accuracy(metrics, select_entry(baseline, model))
@@ -230,6 +265,9 @@ class CompareRow(BaseModel):
     direction: Direction = "none"
     assessment: Literal["better", "worse", "same", "within_noise", "only_a", "only_b",
                         "changed"] = "same"
+    # "ci95": noise is the 95% CI half-width of the difference (repeats on both sides);
+    # "stderr": one combined stderr; "none": no noise known.
+    method: Literal["ci95", "stderr", "none"] = "none"
 
 
 def compare(a: dict[str, Metric], b: dict[str, Metric]) -> list[CompareRow]:
@@ -244,10 +282,14 @@ def compare(a: dict[str, Metric], b: dict[str, Metric]) -> list[CompareRow]:
                                    assessment="only_a" if mb is None else "only_b"))
             continue
         delta = mb.value - ma.value
-        noise = _noise(ma.stderr, mb.stderr)
+        noise = _measured_noise(ma.stderr, ma.n, mb)
+        method: Literal["ci95", "stderr", "none"] = "ci95"
+        if noise is None:
+            noise = _noise(ma.stderr, mb.stderr)
+            method = "stderr" if noise is not None else "none"
         row = CompareRow(metric=name, a=ma.value, b=mb.value, delta=delta, noise=noise,
                          change=delta / abs(ma.value) if ma.value else None,
-                         direction=direction)
+                         direction=direction, method=method)
         if delta == 0:
             row.assessment = "same"
         elif noise is not None and abs(delta) <= noise:

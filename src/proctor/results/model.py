@@ -10,11 +10,13 @@ from proctor.results.names import Direction, metric_info
 
 
 class Metric(BaseModel):
+    """One measured value with its unit and, when known, its standard error."""
     name: str
     value: float
     unit: str = ""
     direction: Direction = "none"
     stderr: float | None = None
+    n: int | None = None  # repeats behind value and stderr (bench --repeat); None: one run
 
     @classmethod
     def of(cls, name: str, value: float, stderr: float | None = None) -> Metric:
@@ -24,6 +26,7 @@ class Metric(BaseModel):
 
 
 class ParsedResult(BaseModel):
+    """The metrics read from one results file, with what kind of file it was."""
     kind: str  # serving-summary | vllm-json | sglang-json | proctor-metrics | lm-eval
     path: str | None = None
     metrics: dict[str, Metric] = Field(default_factory=dict)

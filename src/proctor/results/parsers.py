@@ -208,6 +208,22 @@ def _flat_metrics(obj: dict[str, Any], kind: str, path: str | None) -> ParsedRes
     return res
 
 
+def _repeat_noise(res: ParsedResult, repeats: Any) -> None:
+    """bench --repeat N: each metric's standard error over the repeats, and N."""
+    stats = repeats.get("stats") if isinstance(repeats, dict) else None
+    if not isinstance(stats, dict):
+        return
+    for key, s in stats.items():
+        name = json_key_to_name(key)
+        metric = res.metrics.get(name) if name else None
+        if metric is None or not isinstance(s, dict):
+            continue
+        n, stderr = s.get("n"), s.get("stderr")
+        if isinstance(n, int) and n > 1 and _finite(stderr):
+            metric.stderr, metric.n = float(stderr), n
+    res.meta["repeats"] = repeats.get("n")
+
+
 def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
     if not isinstance(obj, dict):
         raise ConfigError(f"{path or 'JSON'} is not a JSON object", hint="give a result JSON")
@@ -220,6 +236,7 @@ def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
         res = _serving_json(obj.get("metrics") or {}, "proctor-metrics", path)
         res.meta.update(model=obj.get("model"), schema_version=obj.get("schema_version"),
                         started_at=obj.get("started_at"))
+        _repeat_noise(res, obj.get("repeats"))
         return res
     results = obj.get("results")
     if isinstance(results, dict) and any(isinstance(v, dict) for v in results.values()):
@@ -258,6 +275,8 @@ def find_result_file(directory: Path) -> Path:
 
 
 def parse_path(path: str | Path) -> ParsedResult:
+    """Metrics from a results file (vLLM/SGLang/ATOM serving JSON, lm-eval JSON, proctor
+    metrics.json, or their text output)."""
     p = Path(path)
     if p.is_dir():
         p = find_result_file(p)

@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from proctor.errors import ConfigError
 
+# The store's file name, next to the run directories unless [store] path says otherwise.
+STORE_NAME = "proctor.sqlite"
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -40,6 +43,7 @@ class StoreConfig(BaseModel):
 
 
 class ProjectConfig(BaseModel):
+    """proctor.toml, validated: [run] defaults, [store], engine and model profiles, other tables."""
     model_config = ConfigDict(extra="allow")
 
     run: RunDefaults = Field(default_factory=RunDefaults)
@@ -86,6 +90,8 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 def load_config(path: Path | None = None, *, start: Path | None = None) -> ProjectConfig:
+    """The proctor.toml at `path`, or the nearest one above `start` (or the working directory);
+    empty defaults when there is none."""
     if path is None:
         candidate = find_project_root(start) / CONFIG_NAME
         if not candidate.is_file():

@@ -10,24 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from proctor.errors import TargetUnavailable, UsageError
-from proctor.record.rundir import derive_name, safe_name
 from proctor.redact import Redactor, is_secret_name, remember
-from proctor.spec.config import ProjectConfig, find_project_root
+from proctor.spec.config import STORE_NAME, ProjectConfig, find_project_root
 from proctor.spec.durations import parse_duration
-from proctor.store.db import STORE_NAME
+from proctor.spec.merge import Settings, config_origin
+from proctor.spec.names import derive_name, safe_name
+from proctor.spec.values import Value
 
 DEFAULT_GRACE_S = 10.0
 DEFAULT_GPU_SAMPLE_S = 3.0
 RUNS_DIR_ENV = "PROCTOR_RUNS_DIR"
-
-
-@dataclass(frozen=True)
-class Value:
-    value: Any
-    origin: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "origin": self.origin}
 
 
 @dataclass
@@ -95,15 +87,6 @@ def _parse_env(items: list[str]) -> dict[str, str]:
     return parsed
 
 
-def _duration(flag: str | None, config_value: str | None, default: float | None,
-              option: str, config_origin: str) -> Value:  # fmt: skip
-    if flag is not None:
-        return Value(parse_duration(flag, option=option), "flag")
-    if config_value is not None:
-        return Value(parse_duration(config_value, option=option), config_origin)
-    return Value(default, "default")
-
-
 def check_executable(argv: list[str], cwd: Path) -> None:
     if not argv:
         raise UsageError(
@@ -130,18 +113,22 @@ def resolve_runs_dir(
     environ: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> Value:
-    env = os.environ if environ is None else environ
     here = cwd or Path.cwd()
     root = config.source_path.parent if config.source_path else find_project_root(here)
-    if flag:
-        return _usable_dir(Value(str((here / flag).resolve()), "flag"), "--runs-dir")
-    if env.get(RUNS_DIR_ENV):
-        value = Value(str((here / env[RUNS_DIR_ENV]).resolve()), f"env:{RUNS_DIR_ENV}")
-        return _usable_dir(value, RUNS_DIR_ENV)
-    if config.run.runs_dir:
-        value = Value(str((root / config.run.runs_dir).resolve()), f"config:{config.source_path}")
-        return _usable_dir(value, f"runs_dir in {config.source_path}")
-    return _usable_dir(Value(str(root / "logs"), "default"), "--runs-dir")
+    settings = Settings(
+        flags={"runs_dir": flag}, table={"runs_dir": config.run.runs_dir},
+        table_origin=config_origin(config.source_path),
+        environ=os.environ if environ is None else environ, env_names={"runs_dir": RUNS_DIR_ENV},
+    )  # fmt: skip
+    picked = settings.pick("runs_dir")
+    base = root if picked.origin.startswith("config") else here
+    if picked.value is None:
+        return _usable_dir(Value(str(root / "logs"), "default"), "--runs-dir")
+    given_by = {"flag": "--runs-dir", "default": "--runs-dir"}.get(
+        picked.origin, RUNS_DIR_ENV if picked.origin.startswith("env:")
+        else f"runs_dir in {config.source_path}",
+    )  # fmt: skip
+    return _usable_dir(Value(str((base / picked.value).resolve()), picked.origin), given_by)
 
 
 def _usable_dir(value: Value, given_by: str) -> Value:
@@ -175,25 +162,26 @@ def resolve_run_plan(
     if flags.cwd and not cwd.is_dir():
         raise UsageError(f"--cwd {flags.cwd} is not a directory")
     check_executable(flags.argv, cwd)
-    config_origin = f"config:{config.source_path}" if config.source_path else "config"
+    origin = config_origin(config.source_path)
 
     runs_dir = resolve_runs_dir(flags.runs_dir, config, env, cwd)
     store_path = resolve_store_path(config, Path(runs_dir.value), cwd)
 
-    timeout = _duration(flags.timeout, config.run.timeout, None, "--timeout", config_origin)
+    settings = Settings(
+        flags={"timeout": flags.timeout, "grace": flags.grace, "gpu_sample": flags.gpu_sample},
+        table=config.run.model_dump(), table_origin=origin, environ={},
+    )  # fmt: skip
+    timeout = settings.pick("timeout", parse=lambda v: parse_duration(str(v), option="--timeout"))
     if timeout.value == 0:
         timeout = Value(None, timeout.origin)
-    grace = _duration(flags.grace, config.run.grace, DEFAULT_GRACE_S, "--grace", config_origin)
-    if flags.gpu_sample is not None:
-        if flags.gpu_sample < 0:
-            raise UsageError("--gpu-sample must be 0 (off) or a positive number of seconds")
-        gpu_sample = Value(flags.gpu_sample, "flag")
-    elif config.run.gpu_sample is not None:
-        gpu_sample = Value(config.run.gpu_sample, config_origin)
-    else:
-        gpu_sample = Value(DEFAULT_GPU_SAMPLE_S, "default")
+    grace = settings.pick(
+        "grace", DEFAULT_GRACE_S, parse=lambda v: parse_duration(str(v), option="--grace")
+    )
+    if flags.gpu_sample is not None and flags.gpu_sample < 0:
+        raise UsageError("--gpu-sample must be 0 (off) or a positive number of seconds")
+    gpu_sample = settings.pick("gpu_sample", DEFAULT_GPU_SAMPLE_S)
 
-    merged: dict[str, Value] = {k: Value(v, config_origin) for k, v in config.run.env.items()}
+    merged: dict[str, Value] = {k: Value(v, origin) for k, v in config.run.env.items()}
     merged.update({k: Value(v, "flag") for k, v in _parse_env(flags.env).items()})
     if flags.name:
         name = Value(safe_name(flags.name), "flag")

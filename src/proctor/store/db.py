@@ -24,8 +24,6 @@ from typing import Any
 
 from proctor import redact
 
-STORE_NAME = "proctor.sqlite"
-
 MIGRATIONS: list[tuple[int, str]] = [
     (
         1,
@@ -121,6 +119,7 @@ class StoreUnreadable(Exception):
 
 
 class Store:
+    """The SQLite index of run records and metrics (bounded waits on a locked database)."""
     def __init__(self, path: Path, *, read_only: bool = False, timeout: float = 30.0) -> None:
         """Open (and, unless `read_only`, create and migrate) the store at `path`.
         SQLite's complaints about the file itself become `StoreUnreadable`; `timeout` is how long

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from proctor import __version__
 from proctor.errors import ProctorError, ResultUnknown, UsageError
 from proctor.record.hostinfo import host_info
 from proctor.record.rundir import RunDir, create_run_dir, is_run_id, new_run_id, write_atomic
@@ -30,6 +29,7 @@ from proctor.record.status import RunState, is_alive, read_wrapper_ref, run_stat
 from proctor.redact import Redactor
 from proctor.spec.plan import RunPlan
 from proctor.supervise.wrapper import now_iso
+from proctor.version import __version__
 
 WRAPPER_START_TIMEOUT_S = 15.0
 WRAPPER_FINISH_TIMEOUT_S = 120.0

@@ -201,6 +201,7 @@ PLAN: Final = "plan"
 
 @runtime_checkable
 class Target(Protocol):
+    """Where a run executes; every target implements these steps (see the module docstring)."""
     kind: str
     capabilities: frozenset[str]
 

@@ -320,9 +320,9 @@ class _suppress:
 # -- proctor's own package, shipped to the far side -----------------------------------------
 def proctor_bundle(dest_dir: Path) -> tuple[Path, str]:
     """A deterministic tar.gz of the installed `proctor` package; (path, content hash[:12])."""
-    import proctor
+    from proctor.version import PACKAGE_DIR, __version__
 
-    root = Path(proctor.__file__).parent
+    root = PACKAGE_DIR
     files = sorted(
         p for p in root.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
@@ -330,7 +330,7 @@ def proctor_bundle(dest_dir: Path) -> tuple[Path, str]:
     digest = hashlib.sha256()
     for p in files:
         digest.update(p.relative_to(root.parent).as_posix().encode() + b"\0" + p.read_bytes())
-    tag = f"{proctor.__version__}-{digest.hexdigest()[:12]}"
+    tag = f"{__version__}-{digest.hexdigest()[:12]}"
     out = dest_dir / f"proctor-{tag}.tar.gz"
     if not out.exists():
         buf = io.BytesIO()

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proctor import __version__
 from proctor.record.finish import finish_run
 from proctor.record.rundir import RunDir, create_run_dir, new_run_id, write_atomic
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
 from proctor.supervise.launch import RunSpec, record_of, start_run, wait_run
 from proctor.supervise.wrapper import now_iso
+from proctor.version import __version__
 
 COLUMNS = (
     ("concurrency", "concurrency", "{:.0f}"),
@@ -67,6 +67,8 @@ def run_sweep(
     name: str,
     say: Callable[[str], None] = print,
 ) -> tuple[RunDir, list[SweepPoint]]:
+    """A bench per concurrency, grouped under one sweep run; a failing point is recorded and the
+    sweep goes on."""
     flags0 = RunFlags(argv=bench_argv(base_argv, concurrencies[0]), runs_dir=runs_dir)
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
     sweep = create_run_dir(runs_root, new_run_id())

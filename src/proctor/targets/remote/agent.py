@@ -54,10 +54,10 @@ def _status(run: Any) -> dict[str, Any]:
 def probe(req: ProbeRequest) -> dict[str, Any]:
     import platform
 
-    import proctor
+    from proctor.version import PACKAGE_DIR, __version__
 
     return {"python": sys.executable, "python_version": platform.python_version(),
-            "proctor_version": proctor.__version__, "proctor_file": proctor.__file__,
+            "proctor_version": __version__, "proctor_file": str(PACKAGE_DIR / "__init__.py"),
             "cwd": os.getcwd()}  # fmt: skip
 
 

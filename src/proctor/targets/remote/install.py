@@ -33,9 +33,9 @@ WANTED = ("typer", "rich", "click", "httpx", "aiohttp", "asyncssh", "prometheus_
 
 
 def _package_files() -> tuple[Path, list[Path]]:
-    import proctor
+    from proctor.version import PACKAGE_DIR
 
-    root = Path(proctor.__file__).parent
+    root = PACKAGE_DIR
     files = sorted(
         p for p in root.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
@@ -50,13 +50,13 @@ def _record_hash(data: bytes) -> str:
 
 def proctor_wheel(dest_dir: Path) -> tuple[Path, str]:
     """A deterministic wheel of the running proctor package; (path, tag). Cached by tag."""
-    import proctor
+    from proctor.version import __version__
 
     root, files = _package_files()
     digest = hashlib.sha256()
     for p in files:
         digest.update(p.relative_to(root.parent).as_posix().encode() + b"\0" + p.read_bytes())
-    version = proctor.__version__
+    version = __version__
     tag = f"{version}-{digest.hexdigest()[:12]}"
     out = dest_dir / tag / f"proctor-{version}-py3-none-any.whl"
     if out.exists():

@@ -289,7 +289,8 @@ def index_local(run_dir: Path, store_path: Path | None = None) -> bool:
     """Index a fetched run (and the step runs fetched inside it) in the local store."""
     import sqlite3
 
-    from proctor.store.db import INDEX_PENDING, INDEX_WAIT_S, STORE_NAME, Store
+    from proctor.spec.config import STORE_NAME
+    from proctor.store.db import INDEX_PENDING, INDEX_WAIT_S, Store
 
     try:
         # Bounded: a locked store leaves the run pending for the next indexing (store/db.py).

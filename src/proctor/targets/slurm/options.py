@@ -20,6 +20,7 @@ Flags over the `[slurm]` table of proctor.toml over defaults, each value with it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proctor.errors import ConfigError, UsageError
 from proctor.spec.config import ProjectConfig
 from proctor.spec.durations import parse_duration
-from proctor.spec.plan import Value
+from proctor.spec.merge import Settings, config_origin
+from proctor.spec.values import Value
 from proctor.targets.slurm.scheduler import elapsed_seconds
 
 LOCAL_HOSTS = frozenset({"", "local", "localhost"})
@@ -156,16 +158,10 @@ def resolve_slurm_options(
     flags: SlurmFlags, config: ProjectConfig, timeout_s: float | None = None
 ) -> SlurmOptions:
     table = load_slurm_config(config)
-    origin = f"config:{config.source_path}" if config.source_path else "config"
-
-    def pick(name: str, default: Any) -> Value:
-        flag = getattr(flags, name)
-        if flag is not None:
-            return Value(flag, "flag")
-        conf = getattr(table, name)
-        if conf is not None:
-            return Value(conf, origin)
-        return Value(default, "default")
+    pick = Settings(
+        flags=dataclasses.asdict(flags), table=table.model_dump(),
+        table_origin=config_origin(config.source_path), environ={},
+    ).pick  # fmt: skip
 
     target = pick("target", None)
     if target.value is None:

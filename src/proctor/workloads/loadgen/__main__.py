@@ -20,6 +20,7 @@ from pydantic import SecretStr, ValidationError
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
+from proctor.workloads.loadgen.extra_lines import extra_lines
 from proctor.workloads.loadgen.runner import check_outcome, run_benchmark, write_outputs
 from proctor.workloads.loadgen.summary import format_summary
 from proctor.workloads.loadgen.verdict import format_verdict
@@ -63,6 +64,12 @@ def parser() -> argparse.ArgumentParser:
                    help="fraction of requests allowed to fail (default 0)")
     p.add_argument("--log-every", type=float, default=5.0,
                    help="seconds between progress lines when not on a terminal (0: none)")
+    p.add_argument("--dataset", default="random",
+                   help="random | jsonl:PATH | sharegpt:PATH | shared-prefix | multi-turn:PATH")
+    p.add_argument("--prefix-groups", type=int, default=4)
+    p.add_argument("--prefix-hit-rate", type=float, default=0.5)
+    p.add_argument("--prefix-len", type=int)
+    p.add_argument("--repeat", type=int, default=1, help="run the measured phase N times")
     return p
 
 
@@ -80,7 +87,8 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
             goodput_slos_ms=parse_goodput(a.goodput), request_timeout_s=a.request_timeout,
             idle_timeout_s=a.idle_timeout, save_detailed=a.save_detailed,
             progress=not a.no_progress, max_error_rate=a.max_error_rate,
-            log_every_s=a.log_every,
+            log_every_s=a.log_every, dataset=a.dataset, prefix_groups=a.prefix_groups,
+            prefix_hit_rate=a.prefix_hit_rate, prefix_len=a.prefix_len, repeat=a.repeat,
             api_key=SecretStr(key) if (key := os.environ.get("OPENAI_API_KEY")) else None,
         )
     except ValidationError as e:
@@ -98,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_benchmark(cfg)
         write_outputs(result, args.output_dir)
         print(format_summary(result.metrics), flush=True)
+        for line in extra_lines(result):
+            print(line, flush=True)
         print(format_verdict(result.verdict()), flush=True)
         check_outcome(result)
     except ProctorError as e:

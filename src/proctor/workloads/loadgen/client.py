@@ -52,6 +52,11 @@ class PlannedRequest:
     prompt_len: int
     output_len: int
     warmup: bool = False
+    # Multi-turn: the chat history for /v1/chat/completions (else `prompt` is the only
+    # user message), and which conversation and turn this is.
+    messages: list[dict[str, str]] | None = None
+    conversation: int | None = None
+    turn: int | None = None
 
 
 def make_session(cfg: BenchConfig, limit: int) -> aiohttp.ClientSession:
@@ -74,8 +79,8 @@ def build_payload(cfg: BenchConfig, model: str, req: PlannedRequest) -> tuple[st
     body: dict[str, object]
     if cfg.endpoint == "chat":
         path = "/v1/chat/completions"
-        body = {"model": model, "messages": [{"role": "user", "content": req.prompt}],
-                "max_completion_tokens": req.output_len}
+        messages = req.messages or [{"role": "user", "content": req.prompt}]
+        body = {"model": model, "messages": messages, "max_completion_tokens": req.output_len}
     else:
         path = "/v1/completions"
         body = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len}

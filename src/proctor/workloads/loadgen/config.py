@@ -18,6 +18,7 @@ SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
 class BenchConfig(BaseModel):
+    """Everything a serving benchmark needs: server, dataset shape, load shape, limits, outputs."""
     model_config = ConfigDict(extra="forbid")
 
     base_url: str = "http://127.0.0.1:8000"
@@ -51,6 +52,14 @@ class BenchConfig(BaseModel):
     # Seconds between progress lines on stdout (the run's log); 0 = none.
     log_every_s: float = Field(default=5.0, ge=0.0)
     api_key: SecretStr | None = Field(default=None, exclude=True)
+    # What is sent (docs/bench.md#datasets): random | jsonl:PATH | sharegpt:PATH |
+    # shared-prefix | multi-turn:PATH.
+    dataset: str = "random"
+    prefix_groups: int = Field(default=4, ge=1)  # shared-prefix: groups sharing one prefix
+    prefix_hit_rate: float = Field(default=0.5, ge=0.0, lt=1.0)  # target prefix-cache hits
+    prefix_len: int | None = Field(default=None, ge=1)  # overrides the target hit rate
+    # The measured phase is run this many times; metrics get mean, stdev and a 95% CI.
+    repeat: int = Field(default=1, ge=1)
 
     @field_validator("base_url")
     @classmethod
@@ -80,11 +89,35 @@ class BenchConfig(BaseModel):
                 raise ValueError(f"goodput SLO {key} must be > 0 ms")
         return v
 
+    @field_validator("dataset")
+    @classmethod
+    def _check_dataset(cls, v: str) -> str:
+        kind, path = split_dataset(v)
+        if kind not in DATASET_KINDS:
+            raise ValueError(f"dataset {v!r} must be one of: random, jsonl:PATH, sharegpt:PATH, "
+                             "shared-prefix, multi-turn:PATH")
+        if kind in FILE_DATASETS and not path:
+            raise ValueError(f"dataset {kind} needs a file: {kind}:PATH")
+        if kind not in FILE_DATASETS and path:
+            raise ValueError(f"dataset {kind} takes no file")
+        return v
+
     @model_validator(mode="after")
     def _check_workers(self) -> BenchConfig:
         if self.workers > self.concurrency:
             raise ValueError("workers must not exceed concurrency")
+        if self.dataset_kind == "multi-turn" and (self.workers > 1 or self.rate_or_none):
+            raise ValueError("multi-turn runs conversations at --concurrency sessions; "
+                             "it takes neither --workers nor a finite --request-rate")
         return self
+
+    @property
+    def dataset_kind(self) -> str:
+        return split_dataset(self.dataset)[0]
+
+    @property
+    def dataset_path(self) -> str:
+        return split_dataset(self.dataset)[1]
 
     @property
     def total_prompts(self) -> int:
@@ -104,6 +137,16 @@ class BenchConfig(BaseModel):
         if math.isinf(self.request_rate):
             data["request_rate"] = "inf"
         return data
+
+
+DATASET_KINDS = ("random", "jsonl", "sharegpt", "shared-prefix", "multi-turn")
+FILE_DATASETS = ("jsonl", "sharegpt", "multi-turn")
+
+
+def split_dataset(spec: str) -> tuple[str, str]:
+    """`jsonl:data/p.jsonl` -> ("jsonl", "data/p.jsonl"); `random` -> ("random", "")."""
+    kind, _, path = spec.partition(":")
+    return kind.strip().lower(), path
 
 
 def parse_rate(text: str) -> float:

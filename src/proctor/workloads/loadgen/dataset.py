@@ -116,7 +116,7 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(n))
 
 
-async def _exact_prompt(tok: Tokenizer, rng: random.Random, target: int, n_special: int,
+async def exact_prompt(tok: Tokenizer, rng: random.Random, target: int, n_special: int,
                         rounds: int = 4) -> tuple[str, int]:
     want = max(1, target - n_special)
     pool = await tok.encode(_words(rng, want + 16), special=False)
@@ -136,29 +136,40 @@ async def _exact_prompt(tok: Tokenizer, rng: random.Random, target: int, n_speci
     return text, actual
 
 
+async def resolve_tokenizer(cfg: BenchConfig, session: aiohttp.ClientSession,
+                            model: str) -> Tokenizer | None:
+    """The tokenizer that counts lengths, in order of preference; None: approximate."""
+    if cfg.tokenizer_mode in ("auto", "server") and cfg.tokenizer is None:
+        server = ServerTokenizer(session, cfg.base_url, model)
+        if await server.available():
+            return server
+        if cfg.tokenizer_mode == "server":
+            raise UsageError("the server has no working /tokenize and /detokenize",
+                             hint="pass --tokenizer DIR or use --tokenizer-mode approx")
+    if cfg.tokenizer is not None and cfg.tokenizer_mode != "approx":
+        return LocalTokenizer(cfg.tokenizer)
+    return None
+
+
+def words(rng: random.Random, n: int) -> str:
+    """n random common words: the approximate prompt of n tokens."""
+    return _words(rng, n)
+
+
 async def build_requests(
     cfg: BenchConfig, session: aiohttp.ClientSession, model: str,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None, measured: int | None = None,
 ) -> tuple[list[PlannedRequest], str]:
-    """Warmup requests first (flagged), then the measured ones; and the length source."""
+    """Warmup requests first (flagged), then the measured ones (`measured`, default
+    --num-prompts; more for --repeat); and the length source."""
     rng = random.Random(cfg.seed)
-    n_warm, n_meas = cfg.warmups, cfg.total_prompts
+    n_warm, n_meas = cfg.warmups, measured or cfg.total_prompts
     total = n_warm + n_meas
     in_lens = lengths(total, cfg.isl, cfg.range_ratio, rng)
     out_lens = lengths(total, cfg.osl, cfg.range_ratio, rng)
     seeds = [rng.randrange(2**32) for _ in range(total)]
 
-    tok: Tokenizer | None = None
-    if cfg.tokenizer_mode in ("auto", "server") and cfg.tokenizer is None:
-        server = ServerTokenizer(session, cfg.base_url, model)
-        if await server.available():
-            tok = server
-        elif cfg.tokenizer_mode == "server":
-            raise UsageError("the server has no working /tokenize and /detokenize",
-                             hint="pass --tokenizer DIR or use --tokenizer-mode approx")
-    if tok is None and cfg.tokenizer is not None and cfg.tokenizer_mode != "approx":
-        tok = LocalTokenizer(cfg.tokenizer)
-
+    tok = await resolve_tokenizer(cfg, session, model)
     out: list[PlannedRequest] = []
     if tok is None:
         for i in range(total):
@@ -172,7 +183,7 @@ async def build_requests(
     async def one(i: int) -> PlannedRequest:
         nonlocal done
         async with sem:
-            text, actual = await _exact_prompt(tok, random.Random(seeds[i]), in_lens[i],
+            text, actual = await exact_prompt(tok, random.Random(seeds[i]), in_lens[i],
                                                n_special)
         done += 1
         if on_progress:

@@ -45,6 +45,9 @@ class RequestRecord:
     error: str = ""
     reason: str = ""
     generated_chars: int = 0
+    repeat: int = 0  # which repeat of the measured phase (--repeat); warmups are 0
+    conversation: int | None = None  # multi-turn: the conversation and turn (from 0)
+    turn: int | None = None
 
     @property
     def queue_time(self) -> float:

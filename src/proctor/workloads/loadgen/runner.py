@@ -1,8 +1,10 @@
 """run_benchmark(config) -> BenchResult, and the files a run leaves behind.
 
-Sequence: resolve the model (/v1/models), build prompts, warmups (excluded from metrics),
-start profiling if asked, the measured requests, stop profiling, metrics computed once over
-all records (merged across worker processes when --workers > 1).
+Sequence: resolve the model (/v1/models), build the dataset's requests (workload.py),
+warmups (excluded from metrics), start profiling if asked, the measured requests, stop
+profiling, metrics computed once over all records (merged across worker processes when
+--workers > 1). With --repeat N the measured phase runs N times, each with its own requests
+and metrics (repeats.py); the server's prefix-cache counters are read around each.
 """
 
 from __future__ import annotations
@@ -21,17 +23,20 @@ from typing import Any
 
 import aiohttp
 
-from proctor import __version__, redact
+from proctor import redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
-from proctor.workloads.loadgen.client import PlannedRequest, make_session
+from proctor.version import __version__
+from proctor.workloads.loadgen import prefix_counters, repeats
+from proctor.workloads.loadgen.client import PlannedRequest, make_session, send_request
 from proctor.workloads.loadgen.config import BenchConfig
-from proctor.workloads.loadgen.dataset import LocalTokenizer, build_requests
+from proctor.workloads.loadgen.dataset import LocalTokenizer
 from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.metrics import BenchMetrics, compute_metrics
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.scheduler import Counter, run_requests
 from proctor.workloads.loadgen.verdict import Verdict, judge
+from proctor.workloads.loadgen.workload import Workload, build_workload
 
 SCHEMA = "proctor.bench.metrics"
 SCHEMA_VERSION = 1
@@ -55,6 +60,9 @@ class BenchResult:
     started_at: str
     finished_at: str
     profile: ProfileStatus = field(default_factory=ProfileStatus)
+    dataset: dict[str, Any] = field(default_factory=dict)  # what was sent (workload.py)
+    prefix_cache: dict[str, Any] | None = None  # the server's hit rate over the measured phase
+    per_repeat: list[BenchMetrics] = field(default_factory=list)  # --repeat N > 1
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -118,11 +126,16 @@ async def _profile(session: aiohttp.ClientSession, cfg: BenchConfig, which: str,
         status.stopped = ok
 
 
-async def prepare(cfg: BenchConfig) -> tuple[str, list[PlannedRequest], str]:
+async def prepare(cfg: BenchConfig) -> tuple[str, Workload]:
     async with make_session(cfg, limit=32) as session:
         model = await resolve_model(session, cfg)
-        reqs, source = await build_requests(cfg, session, model)
-    return model, reqs, source
+        work = await build_workload(cfg, session, model)
+    return model, work
+
+
+async def _read_prefix(cfg: BenchConfig) -> prefix_counters.Reading | None:
+    async with make_session(cfg, limit=1) as session:
+        return await prefix_counters.read(session, cfg.base_url)
 
 
 def _count_fn(cfg: BenchConfig) -> Callable[[str], int] | None:
@@ -132,7 +145,8 @@ def _count_fn(cfg: BenchConfig) -> Callable[[str], int] | None:
 
 
 async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
-                      bar: PollingProgress, profile: ProfileStatus
+                      bar: PollingProgress, profile: ProfileStatus,
+                      prefix: list[prefix_counters.Reading | None] | None = None,
                       ) -> tuple[list[RequestRecord], float]:
     counter = Counter()
     count = _count_fn(cfg)
@@ -148,11 +162,25 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
         if cfg.profile:
             await _profile(session, cfg, "start", profile)
         bar.phase("benchmark", len(meas), lambda: counter.value, lambda: counter.failed)
+        if prefix is not None:  # the server's prefix-cache counters around the measured phase
+            prefix.append(await _read_prefix(cfg))
         t0 = time.perf_counter()
-        records += await run_requests(session, cfg, model, meas, concurrency=cfg.concurrency,
-                                      rate=cfg.request_rate, seed=cfg.seed + 1, counter=counter,
-                                      count_tokens=count)
+        if cfg.dataset_kind == "multi-turn":
+            from proctor.workloads.loadgen.multiturn import run_conversations
+
+            async def send(req: PlannedRequest, rec: RequestRecord) -> RequestRecord:
+                return await send_request(session, cfg, model, req, rec, count)
+
+            records += await run_conversations(send, meas, concurrency=cfg.concurrency,
+                                               counter=counter)
+        else:
+            records += await run_requests(session, cfg, model, meas,
+                                          concurrency=cfg.concurrency, rate=cfg.request_rate,
+                                          seed=cfg.seed + 1, counter=counter,
+                                          count_tokens=count)
         duration = time.perf_counter() - t0
+        if prefix is not None:
+            prefix.append(await _read_prefix(cfg))
         if cfg.profile:
             await _profile(session, cfg, "stop", profile)
     return records, duration
@@ -162,18 +190,43 @@ def run_benchmark(cfg: BenchConfig) -> BenchResult:
     """Run one benchmark; raises TargetUnavailable when the server cannot be reached."""
     started = _now()
     profile = ProfileStatus(requested=cfg.profile)
-    model, reqs, source = run_loop(prepare(cfg))
+    model, work = run_loop(prepare(cfg))
+    records: list[RequestRecord] = []
+    per_repeat: list[BenchMetrics] = []
+    windows: list[dict[str, Any]] = []
     with PollingProgress(cfg.progress, log_every_s=cfg.log_every_s) as bar:
-        if cfg.workers > 1:
-            from proctor.workloads.loadgen.workers import run_workers
+        for r, measured in enumerate(work.repeats):
+            # Warmups once, before the first repeat; profiling covers the first repeat only.
+            reqs = (work.warmup if r == 0 else []) + measured
+            phase_cfg = cfg if r == 0 else cfg.model_copy(update={"profile": False})
+            readings: list[prefix_counters.Reading | None] = []
+            if cfg.workers > 1:
+                from proctor.workloads.loadgen.workers import run_workers
 
-            records, duration = run_workers(cfg, model, reqs, bar, profile)
-        else:
-            records, duration = run_loop(_run_single(cfg, model, reqs, bar, profile))
-    metrics = compute_metrics(records, duration, percentiles=cfg.percentiles,
-                              goodput_slos_ms=cfg.goodput_slos_ms or None,
-                              max_concurrency=cfg.concurrency, request_rate=cfg.rate_or_none)
-    return BenchResult(cfg, model, metrics, records, source, started, _now(), profile)
+                # Workers run warmups and measured requests in one call: on repeat 0 with
+                # warmups, the counters' window includes the warmups (said in metrics.json).
+                readings.append(run_loop(_read_prefix(cfg)))
+                got, duration = run_workers(phase_cfg, model, reqs, bar, profile)
+                readings.append(run_loop(_read_prefix(cfg)))
+            else:
+                got, duration = run_loop(_run_single(phase_cfg, model, reqs, bar, profile,
+                                                     readings))
+            for rec in got:
+                if not rec.warmup:
+                    rec.repeat = r
+            records += got
+            windows.append(prefix_counters.achieved(readings[0], readings[-1]))
+            if cfg.workers > 1 and r == 0 and work.warmup:
+                windows[-1]["includes_warmup"] = True
+            per_repeat.append(compute_metrics(
+                got, duration, percentiles=cfg.percentiles,
+                goodput_slos_ms=cfg.goodput_slos_ms or None, max_concurrency=cfg.concurrency,
+                request_rate=cfg.rate_or_none))
+    metrics = per_repeat[0] if len(per_repeat) == 1 else repeats.combine(per_repeat)
+    prefix = windows[0] if len(windows) == 1 else prefix_counters.merge(windows)
+    return BenchResult(cfg, model, metrics, records, work.source, started, _now(), profile,
+                       dataset=work.info, prefix_cache=prefix,
+                       per_repeat=per_repeat if len(per_repeat) > 1 else [])
 
 
 def _dist(values: list[int]) -> dict[str, Any]:
@@ -223,7 +276,39 @@ def result_document(res: BenchResult) -> dict[str, Any]:
         },
         "profile": vars(res.profile),
         "workers": res.config.workers,
+        "dataset": _dataset_section(res),
+        **({"repeats": _repeats_section(res)} if res.per_repeat else {}),
     }
+
+
+def _dataset_section(res: BenchResult) -> dict[str, Any]:
+    info = dict(res.dataset)
+    if res.prefix_cache is not None:
+        info["prefix_cache"] = res.prefix_cache
+    if res.config.dataset_kind == "multi-turn":
+        info["per_turn"] = _per_turn(res.measured)
+    return info
+
+
+def _per_turn(meas: list[RequestRecord]) -> list[dict[str, Any]]:
+    """TTFT and prompt length by turn number: later turns carry longer histories."""
+    out: list[dict[str, Any]] = []
+    for turn in sorted({r.turn for r in meas if r.turn is not None}):
+        ok = [r for r in meas if r.turn == turn and r.success]
+        n_all = sum(r.turn == turn for r in meas)
+        out.append({"turn": turn, "requests": n_all, "completed": len(ok),
+                    "mean_prompt_len": statistics.fmean([r.prompt_len for r in ok]) if ok
+                    else None,
+                    "mean_ttft_ms": statistics.fmean([r.ttft for r in ok]) * 1000 if ok
+                    else None})
+    return out
+
+
+def _repeats_section(res: BenchResult) -> dict[str, Any]:
+    per = [m.flat() for m in res.per_repeat]
+    return {"n": len(per), "confidence": repeats.CONFIDENCE,
+            "method": "mean over repeats; 95% CI = mean ± t(0.975, n-1) * stdev/sqrt(n)",
+            "stats": repeats.summarize(per), "per_repeat": per}
 
 
 def _atomic_write(path: Path, text: str) -> None:

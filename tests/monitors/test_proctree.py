@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from proctor.errors import TargetUnavailable
-from proctor.supervise.proctree import (
+from proctor.monitors.proctree import (
     ProcessIdentity,
     TreeTracker,
     descendants,

@@ -1,0 +1,190 @@
+"""proctor from Python: start, follow, wait for and stop supervised runs, run a flow or a bench,
+read and compare results, as the CLI does (the CLI is a thin layer on these same calls).
+
+    import proctor
+
+    result = proctor.run(["python", "train.py"], timeout="10m")
+    print(result.run_id, result.outcome, result.exit_code)
+
+Every function raises proctor.errors types; `exit_code_for(error)` gives the CLI's exit code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from proctor.flow import Flow, FlowOptions
+from proctor.record.rundir import RunDir
+from proctor.record.status import RunState, run_state
+from proctor.spec.config import ProjectConfig, load_config
+from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan, resolve_runs_dir
+from proctor.supervise.launch import (
+    RunSpec,
+    follow_log,
+    record_of,
+    request_stop,
+    resolve_run,
+    start_run,
+    wait_run,
+)
+from proctor.supervise.signals import deferred_stops
+from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.runner import BenchResult, run_benchmark, write_outputs
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where a run is and how it ended (`outcome` None and `exit_code` None while running)."""
+
+    run_id: str
+    path: Path
+    attached: bool
+    state: str
+    outcome: str | None
+    exit_code: int | None
+    exit_signal: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok" and self.exit_code == 0
+
+
+def _config(config: ProjectConfig | str | Path | None) -> ProjectConfig:
+    if isinstance(config, ProjectConfig):
+        return config
+    return load_config(Path(config) if config is not None else None)
+
+
+def _result(run: RunDir, attached: bool = False, state: RunState | None = None) -> RunResult:
+    state = state or run_state(run)
+    outcome = record_of(run).get("outcome")
+    return RunResult(
+        run_id=run.run_id, path=run.path, attached=attached, state=state.state,
+        outcome=str(outcome) if outcome is not None else None,
+        exit_code=state.exit.code if state.exit else None,
+        exit_signal=state.exit.signal if state.exit else None,
+    )  # fmt: skip
+
+
+def plan(
+    argv: Sequence[str],
+    *,
+    name: str | None = None,
+    runs_dir: str | Path | None = None,
+    timeout: str | None = None,
+    grace: str | None = None,
+    gpu_sample: float | None = None,
+    env: Mapping[str, str] | None = None,
+    key: str | None = None,
+    cwd: str | Path | None = None,
+    config: ProjectConfig | str | Path | None = None,
+) -> RunPlan:
+    """What `proctor run` would run, every value with its origin (`proctor plan`)."""
+    flags = RunFlags(
+        argv=list(argv), name=name, runs_dir=str(runs_dir) if runs_dir else None,
+        timeout=timeout, grace=grace, gpu_sample=gpu_sample,
+        env=[f"{k}={v}" for k, v in (env or {}).items()], key=key,
+        cwd=str(cwd) if cwd else None,
+    )  # fmt: skip
+    return resolve_run_plan(flags, _config(config))
+
+
+def start(run_plan: RunPlan, *, kind: str = "command", extra: Mapping[str, Any] | None = None
+          ) -> RunResult:  # fmt: skip
+    """Start a supervised run detached (or attach to the live run holding the plan's key)."""
+    with deferred_stops():
+        started = start_run(run_plan, RunSpec(kind=kind, extra=dict(extra or {})))
+    return _result(started.run, started.attached)
+
+
+def find(ref: str, *, runs_dir: str | Path | None = None,
+         config: ProjectConfig | str | Path | None = None) -> RunDir:  # fmt: skip
+    """A run by id, unique prefix, directory or 'last' (as `proctor runs show`)."""
+    where = Path(resolve_runs_dir(str(runs_dir) if runs_dir else None, _config(config)).value)
+    return resolve_run(where, ref)
+
+
+def _dir(run: RunResult | RunDir | str, runs_dir: str | Path | None) -> RunDir:
+    if isinstance(run, RunDir):
+        return run
+    if isinstance(run, RunResult):
+        return RunDir(run.path)
+    return find(run, runs_dir=runs_dir)
+
+
+def wait(
+    run: RunResult | RunDir | str,
+    *,
+    timeout: float | None = None,
+    follow: IO[bytes] | None = None,
+    runs_dir: str | Path | None = None,
+) -> RunResult:
+    """Wait until the run has ended (or `timeout` seconds passed); with `follow`, copy its log
+    there as it grows."""
+    target = _dir(run, runs_dir)
+    if follow is not None:
+        follow_log(target, follow)
+    return _result(target, state=wait_run(target, timeout=timeout))
+
+
+def stop(run: RunResult | RunDir | str, *, runs_dir: str | Path | None = None) -> bool:
+    """Ask the run's wrapper to stop it (TERM, grace, KILL); False when nothing was running."""
+    return request_stop(_dir(run, runs_dir))
+
+
+def status(run: RunResult | RunDir | str, *, runs_dir: str | Path | None = None) -> RunResult:
+    """Where the run is now, without waiting."""
+    return _result(_dir(run, runs_dir))
+
+
+def run(argv: Sequence[str], *, follow: IO[bytes] | None = None, **options: Any) -> RunResult:
+    """`proctor run -- ARGV`: start a supervised run and wait for its end. `options` are
+    those of `plan` (name, runs_dir, timeout, grace, gpu_sample, env, key, cwd, config)."""
+    started = start(plan(argv, **options))
+    return wait(started, follow=follow)
+
+
+def bench(config: BenchConfig, output_dir: str | Path | None = None) -> BenchResult:
+    """`proctor bench --output-dir DIR`: a serving benchmark in this process; metrics.json (and
+    the other outputs) are written to `output_dir` when given. `result.verdict()` says whether
+    more requests failed than `config.max_error_rate` allows."""
+    result = run_benchmark(config)
+    if output_dir is not None:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        write_outputs(result, Path(output_dir))
+    return result
+
+
+@dataclass(frozen=True)
+class FlowResult:
+    run_id: str
+    path: Path
+    exit_code: int
+    record: dict[str, Any]
+
+
+def run_flow(options: FlowOptions, *, config: ProjectConfig | str | Path | None = None,
+         say: Callable[[str], None] = print) -> FlowResult:  # fmt: skip
+    """`proctor flow`: stop, start, ready, workload, drain, inspect on hang, teardown (always).
+    `exit_code` is the CLI's: 0 done, 1 hang, 2 fault, 3 workload failed, 4 timeout, ..."""
+    runner = Flow(options, _config(config), say=say)
+    code = runner.run()
+    return FlowResult(runner.dir.run_id, runner.dir.path, code, dict(runner.record))
+
+
+__all__ = [
+    "FlowResult",
+    "RunResult",
+    "bench",
+    "find",
+    "plan",
+    "run",
+    "run_flow",
+    "start",
+    "status",
+    "stop",
+    "wait",
+]

@@ -1,0 +1,34 @@
+"""Lines printed under the summary block for datasets and repeats (outside vLLM's block, so
+tools that grep its labels are not disturbed)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from proctor.workloads.loadgen import repeats
+
+if TYPE_CHECKING:
+    from proctor.workloads.loadgen.runner import BenchResult
+
+
+def _pct(x: object) -> str:
+    return f"{x:.1%}" if isinstance(x, (int, float)) else "unknown"
+
+
+def extra_lines(res: BenchResult) -> list[str]:
+    out: list[str] = []
+    info = res.dataset
+    if info.get("kind") not in (None, "random"):
+        where = f" {info['path']}" if info.get("path") else ""
+        out.append(f"Dataset: {info['kind']}{where}")
+    prefix = res.prefix_cache or {}
+    if info.get("kind") == "shared-prefix":
+        out.append(f"Prefix cache hit rate: expected {_pct(info.get('expected_hit_rate'))}, "
+                   f"achieved {_pct(prefix.get('hit_rate'))} (server /metrics)"
+                   + (f"; {prefix['reason']}" if prefix.get("reason") else ""))
+    elif prefix.get("hit_rate") is not None:
+        out.append(f"Prefix cache hit rate: {_pct(prefix['hit_rate'])} (server /metrics)")
+    if res.per_repeat:
+        stats = repeats.summarize([m.flat() for m in res.per_repeat])
+        out.append(repeats.format_repeats(stats, len(res.per_repeat)))
+    return out

@@ -1,0 +1,136 @@
+"""`runs compare` and `check` with bench --repeat: measured noise instead of fixed tolerances,
+and refusal (exit 77) of comparisons between results that measured different things, through
+the real CLI: server runs of the fake engine, supervised bench runs against them."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proctor.stats import welch_half_width
+from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor
+
+pytestmark = pytest.mark.timeout(300)
+
+SMALL = ["--isl", "8", "--osl", "4", "--concurrency", "2", "--num-prompts", "6",
+         "--num-warmups", "1", "--repeat", "3"]
+DATA = REPO / "tests" / "data" / "datasets"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> None:
+    (tmp_path / "work" / "proctor.toml").write_text(FAKE_ENGINE_TOML)
+
+
+def serve(*extra: str) -> str:
+    port = free_port()
+    r = proctor("serve", "start", "--engine", "fake", "--model", "m", "--port", str(port),
+                "--json", "--", "--no-access-log", *extra)
+    assert r.returncode == 0, r.stderr
+    run_id = str(json.loads(r.stdout)["run_id"])
+    ready = proctor("serve", "ready", run_id, "--timeout", "60s")
+    assert ready.returncode == 0, ready.stderr
+    return run_id
+
+
+def bench(server: str, *extra: str) -> str:
+    r = proctor("bench", "--server", server, *SMALL, *extra, "--json")
+    assert r.returncode == 0, r.stderr
+    return str(json.loads(r.stdout)["run_id"])
+
+
+def stop(*servers: str) -> None:
+    for s in servers:
+        proctor("serve", "stop", s)
+
+
+def compare(a: str, b: str, *extra: str) -> tuple[int, Any, str]:
+    r = proctor("runs", "compare", a, b, "--json", *extra)
+    return r.returncode, json.loads(r.stdout) if r.returncode == 0 else None, r.stderr
+
+
+def test_same_setup_compares_with_the_measured_noise(engine: None, isolated_runs: Path) -> None:
+    server = serve("--itl", "0.002")
+    try:
+        a, b = bench(server), bench(server)
+    finally:
+        stop(server)
+    code, rows, stderr = compare(a, b)
+    assert code == 0, stderr
+    by = {r["metric"]: r for r in rows}
+    tput = by["output_throughput"]
+    assert tput["method"] == "ci95" and tput["noise"] > 0
+    # The noise is the 95% CI of the difference: a change inside it is within_noise.
+    if abs(tput["delta"]) <= tput["noise"]:
+        assert tput["assessment"] == "within_noise"
+    else:
+        assert tput["assessment"] in ("better", "worse")
+    doc = json.loads((isolated_runs / a / "metrics.json").read_text())
+    stats = doc["repeats"]["stats"]["output_throughput"]
+    # What compare used as A's stderr is the one metrics.json holds.
+    assert stats["n"] == 3 and stats["stderr"] > 0
+
+
+def test_different_engine_args_or_dataset_are_refused_unless_allowed(
+    engine: None, isolated_runs: Path
+) -> None:
+    fast, slow = serve("--itl", "0.001"), serve("--itl", "0.003")
+    try:
+        a = bench(fast)
+        b = bench(slow)
+        c = bench(fast, "--dataset", f"jsonl:{DATA / 'prompts.jsonl'}")
+    finally:
+        stop(fast, slow)
+    code, _, stderr = compare(a, b)
+    assert code == 77, stderr
+    assert "engine_args" in stderr and "--itl 0.001" in stderr and "--allow-mismatch" in stderr
+    code, _, stderr = compare(a, c)
+    assert code == 77 and "dataset" in stderr and "engine_args" not in stderr
+    code, rows, stderr = compare(a, b, "--allow-mismatch")
+    assert code == 0 and "NOT COMPARABLE" in stderr and rows
+
+
+def test_check_uses_measured_noise_and_refuses_another_dataset(
+    engine: None, isolated_runs: Path, tmp_path: Path
+) -> None:
+    server = serve("--itl", "0.002")
+    try:
+        run = bench(server)
+    finally:
+        stop(server)
+    doc = json.loads((isolated_runs / run / "metrics.json").read_text())
+    s = doc["repeats"]["stats"]["output_throughput"]
+    mean, se = s["mean"], s["stderr"]
+    half = welch_half_width(se, 3, se, 3)  # the 95% CI of a difference of two such means
+    base = tmp_path / "base.toml"
+
+    def check_against(value: float) -> tuple[int, dict[str, Any]]:
+        base.write_text(f"[meta]\ndataset = \"{doc['dataset']['id']}\"\n"
+                        f"[metrics.output_throughput]\nvalue = {value}\n"
+                        f"stderr = {se}\nn = 3\n")
+        r = proctor("check", run, "--baselines", str(base), "--json")
+        return r.returncode, json.loads(r.stdout)["verdicts"][0]
+
+    # Worse than a baseline from repeats by half the interval: noise, whatever the tolerance.
+    code, verdict = check_against(mean + half / 2)
+    assert (code, verdict["status"], verdict["method"]) == (0, "within_noise", "ci95")
+    assert verdict["noise"] == pytest.approx(half, rel=1e-6)
+    # Worse by twice the interval: a regression, even when a 5% tolerance would pass it.
+    code, verdict = check_against(mean + 2 * half)
+    assert (code, verdict["status"]) == (7, "regression")
+    assert "beyond the 95% CI" in verdict["message"]
+    other = tmp_path / "other.toml"
+    other.write_text("[meta]\ndataset = \"sharegpt:sha256:0123\"\n"
+                     f"[metrics.output_throughput]\nvalue = {mean}\n")
+    r = proctor("check", run, "--baselines", str(other))
+    assert r.returncode == 77 and "dataset" in r.stderr
