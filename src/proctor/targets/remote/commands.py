@@ -19,15 +19,35 @@ from pathlib import Path
 from typing import IO, Any
 
 from proctor.errors import ProctorError, UsageError
-from proctor.record.rundir import write_atomic
+from proctor.record.rundir import RunDir, write_atomic
 from proctor.spec.config import ProjectConfig
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import RunFlags
-from proctor.targets.base import AGENT, FAR, JobSpec, Target
+from proctor.targets.base import AGENT, FAR, PLAN, JobSpec, Target
 from proctor.targets.kinds import time_left
-from proctor.targets.registry import Acquired, TargetContext, TargetOptions, acquire, kind_named
-from proctor.targets.remote.orchestrate import Completion, RemoteOptions, release_into, run_remote
-from proctor.targets.remote.workflow import WorkflowCommand, WorkflowResult, run_workflow_remote
+from proctor.targets.registry import (
+    Acquired,
+    TargetContext,
+    TargetOptions,
+    acquire,
+    kind_named,
+    open_target,
+)
+from proctor.targets.remote.orchestrate import (
+    Completion,
+    RemoteOptions,
+    apply_fetch,
+    release_into,
+    run_remote,
+    source_view,
+)
+from proctor.targets.remote.workflow import (
+    ChildRun,
+    WorkflowCommand,
+    WorkflowResult,
+    job_for,
+    run_workflow_remote,
+)
 
 
 def job_from_flags(flags: RunFlags, config: ProjectConfig) -> JobSpec:
@@ -183,6 +203,9 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
     """`command` (a proctor command line) on the one machine `options` names, as one far job
     (or one agent call, command.direct); the machine is released as its kind says (a pod
     hosting a server that outlives the command is kept)."""
+    caps = kind_named(options.kind).capabilities
+    if AGENT not in caps and PLAN in caps and command.nested:
+        return WorkflowRun(run_planned(options, command, identity, config, runs_dir, out))
     _require(options, AGENT, "proctor's server workflow (serve, drain, flow, bench, eval)")
     acquired: Acquired = acquire(options, TargetContext(config, runs_dir,
                                                         keep_for_server=keep_for_server),
@@ -211,5 +234,41 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
     return WorkflowRun(result, acquired.view_key if view is not None else None, view, text)
 
 
+def run_planned(
+    options: TargetOptions, command: WorkflowCommand, identity: Any, config: ProjectConfig,
+    runs_dir: Path, out: IO[bytes],
+) -> WorkflowResult:  # fmt: skip
+    """A self-contained workflow command (flow: its steps live inside its own run) on a target
+    that makes local run directories (PLAN: Slurm): one job, followed, its directory verified
+    against its manifest; the flow's record is found among the steps."""
+    target = open_target(options, TargetContext(config, runs_dir))
+    completion = Completion(None, None, target.describe().to_record(), source_view(identity))
+    try:
+        prepared = target.prepare()
+        job = job_for(command)
+        job.argv[0] = prepared.python
+        started = target.start(job)
+        local = runs_dir / started.run_id
+        completion.run_id, completion.local_dir = started.run_id, str(local)
+        status = target.follow(started.run_id, out)
+        completion.result_known = status.state == "finished" and status.exit_code is not None
+        completion.exit_code, completion.exit_signal = status.exit_code, status.exit_signal
+        completion.outcome = status.outcome if completion.result_known else "unknown"
+        apply_fetch(completion, target.fetch(started.run_id, local))
+        release_into(target, completion, None)
+    finally:
+        target.close()
+    result = WorkflowResult(completion)
+    for path in sorted(local.glob("**/steps/*/record.json")):
+        run = RunDir(path.parent)
+        record = run.read_json("record.json") or {}
+        if record.get("kind") == "flow":
+            result.flow = record
+        result.children.append(ChildRun(run.run_id, str(run.path), outcome=record.get("outcome"),
+                                        verified=completion.logs_verified))  # fmt: skip
+    return result
+
+
 __all__ = ["GroupRun", "WorkflowRun", "group_exit_status", "group_report", "job_from_flags",
-           "release_all", "run_far", "run_group", "run_workflow", "setup_script"]  # fmt: skip
+           "release_all", "run_far", "run_group", "run_planned", "run_workflow",
+           "setup_script"]  # fmt: skip

@@ -160,7 +160,7 @@ class RemoteOptions:
     store_path: Path | None = None  # local store to index fetched runs in (default runs_dir's)
 
 
-def _source_view(identity: SourceIdentity, synced: Any = None) -> dict[str, Any]:
+def source_view(identity: SourceIdentity, synced: Any = None) -> dict[str, Any]:
     view: dict[str, Any] = {
         "source_id": identity.source_id, "summary": identity.summary(),
         "commit": identity.commit, "dirty": identity.dirty,
@@ -190,11 +190,11 @@ def run_remote(
     """Run `job` on `target` with the exact source `identity`; see the module docstring."""
     opts = options or RemoteOptions()
     info = target.describe()
-    completion = Completion(None, None, info.to_record(), _source_view(identity))
+    completion = Completion(None, None, info.to_record(), source_view(identity))
     try:
         prepared = target.prepare()
         synced = target.sync_source(identity, existing=opts.existing_checkout)
-        completion.source = _source_view(identity, synced)
+        completion.source = source_view(identity, synced)
         setup = run_setup(target, opts.setup_script, synced.checkout)
         completion.far = {"workspace": prepared.workspace, "python": prepared.python,
                           "env_sh": prepared.env_sh, "setup": setup,
@@ -270,7 +270,7 @@ def finish_remote(
         completion.exit_code, completion.exit_signal = status.exit_code, status.exit_signal
         completion.outcome = status.outcome if completion.result_known else "unknown"
         fetched = target.fetch(run_id, local_dir)
-        _apply_fetch(completion, fetched)
+        apply_fetch(completion, fetched)
     except ProctorError as error:
         completion.error, completion.error_type = error.one_line(), type(error).__name__
         completion.unmet.append(f"retrieval incomplete: {error.message}")
@@ -312,7 +312,7 @@ def index_local(run_dir: Path, store_path: Path | None = None) -> bool:
         return False
 
 
-def _apply_fetch(completion: Completion, fetched: Fetched) -> None:
+def apply_fetch(completion: Completion, fetched: Fetched) -> None:
     completion.fetched = fetched.to_record()
     completion.logs_local = bool(fetched.files)
     completion.logs_verified = fetched.verified

@@ -158,13 +158,13 @@ def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowComma
                 runs_dir: Path, opts: RemoteOptions) -> WorkflowResult:  # fmt: skip
     """Prepare, sync, setup, then `proctor ARGS` in one agent call (agent.run_proctor)."""
     from proctor.errors import ProctorError, UsageError
-    from proctor.targets.remote.orchestrate import _source_view
+    from proctor.targets.remote.orchestrate import source_view
 
     far = capable(target, AGENT)
     if far is None:
         raise UsageError(f"target {target.kind} cannot run proctor commands directly")
     info = target.describe()
-    completion = Completion(None, None, info.to_record(), _source_view(identity))
+    completion = Completion(None, None, info.to_record(), source_view(identity))
     try:
         prepared = target.prepare()
         synced = target.sync_source(identity, existing=opts.existing_checkout)
@@ -177,7 +177,7 @@ def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowComma
     except ProctorError as error:
         completion.error, completion.error_type = error.one_line(), type(error).__name__
         raise
-    completion.source = _source_view(identity, synced)
+    completion.source = source_view(identity, synced)
     completion.far = {"workspace": prepared.workspace, "python": prepared.python,
                       "env_sh": prepared.env_sh, "setup": setup, "checkout": synced.checkout,
                       "venv": (prepared.found.get("venv") or {}).get("venv")}  # fmt: skip
