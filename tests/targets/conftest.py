@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import TEST_PYTHON
-from tests.infra.sshhosts import SshHost
+from tests.helpers import REPO, TEST_PYTHON
+from tests.infra.sshhosts import SshHost, ssh_hosts
+
+__all__ = ["ssh_hosts"]
 
 JOB = """#!/bin/sh
 echo "start $1"
@@ -41,3 +46,41 @@ def ssh_flags(host: SshHost) -> list[str]:
         "--workspace", str(host.workspace),
         "--remote-python", TEST_PYTHON,
     ]  # fmt: skip
+
+
+@dataclass
+class FarPlace:
+    """Where a far-target test runs: a real SSH host (namespace) or `dir://NAME` (a second
+    local directory through the same agent path, tests/infra/dirtarget.py)."""
+
+    kind: str
+    url: str
+    workspace: Path
+    remote_toml: str  # the [remote] settings that reach it, for a project's proctor.toml
+    ssh: SshHost | None = None
+
+    def port(self, wanted: int) -> int:
+        """`wanted` in a host's own network namespace; a free port for a local directory."""
+        if self.ssh is not None:
+            return wanted
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+
+@pytest.fixture(params=["ssh", "dir"])
+def far_place(request: pytest.FixtureRequest, tmp_path: Path,
+              monkeypatch: pytest.MonkeyPatch) -> FarPlace:  # fmt: skip
+    """The same test on ssh:// and on the test-only dir:// target (registered through
+    PROCTOR_TARGETS, with no change in the CLI)."""
+    if request.param == "ssh":
+        host = request.getfixturevalue("ssh_hosts").hosts[0]
+        toml = (f'identity_file = "{host.client_key}"\nknown_hosts = "{host.known_hosts}"\n'
+                f'workspace = "{host.workspace}"\n')  # fmt: skip
+        return FarPlace("ssh", f"ssh://{host.user}@{host.address}:{host.port}", host.workspace,
+                        toml, host)  # fmt: skip
+    workspace = tmp_path / "far-dir"
+    monkeypatch.setenv("PROCTOR_TARGETS", "tests.infra.dirtarget")
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + (os.pathsep + path if path else ""))
+    return FarPlace("dir", "dir://gpu-box", workspace, f'workspace = "{workspace}"\n')

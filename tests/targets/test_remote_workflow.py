@@ -1,6 +1,10 @@
 """The server workflow on a remote target: `proctor flow|serve|... --target ssh://...` runs the
 command on a real SSH host (network namespace) against the fault-injecting fake server, with
-proctor installed into the far workspace's venv; everything is fetched, verified and indexed."""
+proctor installed into the far workspace's venv; everything is fetched, verified and indexed.
+
+Each test runs twice: on ssh:// and on dir:// (tests/infra/dirtarget.py, a target only tests
+register, a second local directory through the same agent path): adding a target is one module
+and one registry entry, with no change in the CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ import psutil
 import pytest
 
 from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, proctor
-from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
+from tests.infra.sshhosts import ssh_hosts
+from tests.targets.conftest import FarPlace
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts"]
@@ -24,16 +29,13 @@ BASE_PYTHON = TEST_PYTHON
 STEPS = ["stop", "start", "ready", "workload", "drain", "teardown"]
 
 
-def _project(tmp_path: Path, host: SshHost) -> Path:
-    """A git project whose proctor.toml has the fake engine and how to reach `host`."""
+def _project(tmp_path: Path, place: FarPlace) -> Path:
+    """A git project whose proctor.toml has the fake engine and how to reach `place`."""
     repo = tmp_path / "project"
     repo.mkdir()
     (repo / "proctor.toml").write_text(f"""
 [remote]
-identity_file = "{host.client_key}"
-known_hosts = "{host.known_hosts}"
-workspace = "{host.workspace}"
-venv_base = "{BASE_PYTHON}"
+{place.remote_toml}venv_base = "{BASE_PYTHON}"
 
 {FAKE_ENGINE_TOML}
 """)
@@ -49,10 +51,6 @@ venv_base = "{BASE_PYTHON}"
     return repo
 
 
-def _url(host: SshHost) -> str:
-    return f"ssh://{host.user}@{host.address}:{host.port}"
-
-
 def _gone(pid: int) -> bool:
     try:
         return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
@@ -60,8 +58,8 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _flow(host: SshHost, repo: Path, port: int, *extra: str, sleep: int = 0) -> tuple[int, dict[str, Any]]:
-    result = proctor("flow", "--target", _url(host), "--engine", "fake", "--model", "m",
+def _flow(place: FarPlace, repo: Path, port: int, *extra: str, sleep: int = 0) -> tuple[int, dict[str, Any]]:
+    result = proctor("flow", "--target", place.url, "--engine", "fake", "--model", "m",
                      "--port", str(port), "--poll", "1s", "--workload-cmd",
                      f"bash workload.sh {port} {sleep}", "--json", "--", *extra,
                      cwd=repo, timeout=180)  # fmt: skip
@@ -70,16 +68,15 @@ def _flow(host: SshHost, repo: Path, port: int, *extra: str, sleep: int = 0) -> 
 
 
 def test_remote_flow_fetches_and_verifies_every_step(
-    ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
 ) -> None:
-    host = ssh_hosts.hosts[0]
-    repo = _project(tmp_path, host)
-    code, data = _flow(host, repo, 8011)
+    repo = _project(tmp_path, far_place)
+    code, data = _flow(far_place, repo, far_place.port(8011))
     completion = data["completion"]
     assert code == 0, completion
     assert completion["result_known"] and completion["logs_verified"], completion["unmet"]
     # The far side as found: proctor in the workspace's venv, made from this machine's wheel.
-    venv = host.workspace / "proctor" / "venv"
+    venv = far_place.workspace / "proctor" / "venv"
     assert completion["far"]["python"] == str(venv / "bin" / "python")
     assert completion["far"]["venv"] == str(venv)
     assert json.loads((venv / "proctor-install.json").read_text())["base_python"] == BASE_PYTHON
@@ -112,11 +109,11 @@ def test_remote_flow_fetches_and_verifies_every_step(
 
 
 def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
-    ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
 ) -> None:
-    host = ssh_hosts.hosts[1]
-    repo = _project(tmp_path, host)
-    code, data = _flow(host, repo, 8012, "--fault-after-requests", "1", sleep=60)
+    repo = _project(tmp_path, far_place)
+    code, data = _flow(far_place, repo, far_place.port(8012), "--fault-after-requests", "1",
+                       sleep=60)  # fmt: skip
     assert code == 2, data["completion"]
     flow = data["flow"]
     steps = {s["step"]: s for s in flow["steps"]}
@@ -130,17 +127,21 @@ def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
     assert data["completion"]["logs_verified"]
 
 
-def test_serve_start_ready_stop_step_by_step_on_the_target(
-    ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
-) -> None:
-    host = ssh_hosts.hosts[0]
-    repo = _project(tmp_path, host)
-    url = _url(host)
-    started = proctor("serve", "start", "--target", url, "--engine", "fake", "--model", "m",
-                      "--port", "8013", cwd=repo, timeout=120)  # fmt: skip
+def _serve_start(place: FarPlace, repo: Path, port: int) -> str:
+    """`serve start --target` of the fake engine; the server's run id."""
+    started = proctor("serve", "start", "--target", place.url, "--engine", "fake", "--model", "m",
+                      "--port", str(place.port(port)), cwd=repo, timeout=120)  # fmt: skip
     assert started.returncode == 0, started.stderr
-    server_id = started.stdout.strip().splitlines()[-1]
-    far = host.workspace / "proctor" / "runs" / server_id
+    return started.stdout.strip().splitlines()[-1]
+
+
+def test_serve_start_ready_stop_step_by_step_on_the_target(
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+) -> None:
+    repo = _project(tmp_path, far_place)
+    url = far_place.url
+    server_id = _serve_start(far_place, repo, 8013)
+    far = far_place.workspace / "proctor" / "runs" / server_id
     assert far.is_dir() and json.loads((far / "record.json").read_text())["kind"] == "server"
     local = isolated_runs / server_id
     assert (local / ".remote.json").is_file()  # `runs attach|logs|stop ID` can reconnect
@@ -158,3 +159,104 @@ def test_serve_start_ready_stop_step_by_step_on_the_target(
     # A second stop is a no-op there too.
     again = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
     assert again.returncode == 0, again.stderr
+
+
+SMALL = ["--isl", "8", "--osl", "4", "--prompt-multiplier", "2"]
+
+
+def test_bench_and_sweep_against_a_server_on_the_target(
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+) -> None:
+    repo = _project(tmp_path, far_place)
+    url = far_place.url
+    server_id = _serve_start(far_place, repo, 8014)
+    try:
+        ready = proctor("serve", "ready", server_id, "--target", url, "--timeout", "60s",
+                        cwd=repo, timeout=120)  # fmt: skip
+        assert ready.returncode == 0, ready.stderr
+        # bench: the far bench run comes back as its own local run, verified and indexed.
+        bench = proctor("bench", "--target", url, "--server", server_id, *SMALL,
+                        "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "0",
+                        "--json", cwd=repo, timeout=180)  # fmt: skip
+        assert bench.returncode == 0, bench.stderr
+        data = json.loads(bench.stdout)
+        assert data["answer"]["verdict"]["ok"] is True, data["answer"]
+        bench_id = data["answer"]["run_id"]
+        (child,) = [c for c in data["children"] if c["run_id"] == bench_id]
+        assert child["verified"] and child["exit_code"] == 0
+        record = json.loads((isolated_runs / bench_id / "record.json").read_text())
+        assert record["server_run"] == server_id
+        assert proctor("runs", "verify", bench_id).returncode == 0
+        # sweep: the sweep and each point come back as local runs, verified.
+        sweep = proctor("sweep", "--target", url, "--server", server_id, "--concurrency", "1,2",
+                        *SMALL, "--json", cwd=repo, timeout=180)  # fmt: skip
+        assert sweep.returncode == 0, sweep.stderr
+        data = json.loads(sweep.stdout)
+        summary = data["answer"]
+        assert [p["exit_code"] for p in summary["points"]] == [0, 0]
+        fetched = {c["run_id"]: c for c in data["children"]}
+        assert {summary["sweep"], *(p["run_id"] for p in summary["points"])} <= set(fetched)
+        assert all(c["verified"] for c in fetched.values()), fetched
+        assert (isolated_runs / summary["sweep"] / "summary.csv").is_file()
+        assert proctor("runs", "verify", summary["sweep"]).returncode == 0
+    finally:
+        stopped = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+
+
+def test_runs_commands_reach_a_detached_far_run_through_its_record(
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+) -> None:
+    repo = _project(tmp_path, far_place)
+    (repo / "job.sh").write_text('echo "start $1"; sleep "$2"; echo "done $1"; exit "$3"\n')
+    short = proctor("run", "--target", far_place.url, "--detach", "--", "sh", "job.sh", "a", "1",
+                    "3", cwd=repo, timeout=120)  # fmt: skip
+    assert short.returncode == 0, short.stderr
+    run_id = short.stdout.strip().splitlines()[-1]
+    # wait: reconnects from the record, fetches, verifies; exits with the far status.
+    waited = proctor("runs", "wait", run_id, timeout=120)
+    assert waited.returncode == 3, waited.stderr
+    assert "result known:   yes" in waited.stderr
+    logs = proctor("runs", "logs", run_id, timeout=60)
+    assert "start a" in logs.stdout and "done a" in logs.stdout
+    assert proctor("runs", "verify", run_id).returncode == 0
+    # stop: the far run is stopped there; attach then fetches it, outcome stopped.
+    long = proctor("run", "--target", far_place.url, "--detach", "--", "sh", "job.sh", "b", "300",
+                   "0", cwd=repo, timeout=120)  # fmt: skip
+    assert long.returncode == 0, long.stderr
+    long_id = long.stdout.strip().splitlines()[-1]
+    stop = proctor("runs", "stop", long_id, "--json", timeout=60)
+    assert stop.returncode == 0, stop.stderr
+    assert json.loads(stop.stdout)["stop_sent"] is True
+    attached = proctor("runs", "attach", long_id, timeout=120)
+    assert "start b" in attached.stdout and "done b" not in attached.stdout
+    completion = json.loads((isolated_runs / long_id / ".completion.json").read_text())
+    assert completion["outcome"] == "stopped" and completion["logs_verified"]
+    far = far_place.workspace / "proctor" / "runs" / long_id
+    assert json.loads((far / "record.json").read_text())["outcome"] == "stopped"
+
+
+def test_the_far_request_holds_a_secret_that_no_file_keeps(
+    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+) -> None:
+    """The command reaches the far side as a typed request (no rebuilt command line); the
+    request's --env values never land in a record, a log or a process listing proctor wrote."""
+    canary = "hf_CANARY_7c1d9e"
+    repo = _project(tmp_path, far_place)
+    port = far_place.port(8015)
+    result = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
+                     "--port", str(port), "--poll", "1s", "--env", f"HF_TOKEN={canary}",
+                     "--workload-cmd", f"bash workload.sh {port} 0", "--json",
+                     cwd=repo, timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert canary not in result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    job = Path(data["completion"]["local_dir"])
+    far_job = json.loads((job / "record.json").read_text())
+    assert far_job["request"] == {"command": ["flow"],
+                                  "options": ["engine", "env", "model", "poll", "port",
+                                              "workload_cmd"]}  # fmt: skip
+    for root in (isolated_runs, far_place.workspace / "proctor" / "runs"):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert canary.encode() not in path.read_bytes(), path

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from proctor.cli.remote import parse_runpod_target
 from proctor.errors import UsageError
+from proctor.targets.runpod.session import parse_runpod_target
 from tests.fixtures.runpod_emulator import RunpodEmulator, running
 from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts

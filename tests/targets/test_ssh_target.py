@@ -100,10 +100,10 @@ def test_tampered_remote_artifact_is_detected(
     finally:
         target.close()
     assert not fetched.verified and fetched.changed == [log.name]
-    from proctor.targets.remote.orchestrate import Completion, _apply_fetch
+    from proctor.targets.remote.orchestrate import Completion, apply_fetch
 
     c = Completion("r", "d", {}, {}, result_known=True, exit_code=0)
-    _apply_fetch(c, fetched)
+    apply_fetch(c, fetched)
     with pytest.raises(FaultDetected):
         c.exit_status()
 

@@ -282,6 +282,7 @@ def register_sweep(root: typer.Typer) -> None:
         runs_dir: str | None = typer.Option(None, "--runs-dir"),
         json_out: bool = typer.Option(False, "--json"),
         max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of a point's requests allowed to fail (default 0); above it the point fails."),
+        target: str | None = typer.Option(None, "--target", help="Run the sweep on this target, next to the server (docs/remote.md)."),
     ) -> None:
         """A bench per concurrency, grouped under one sweep id; a summary table (text, JSON,
         CSV) in the sweep's directory, rewritten after each point so earlier points are kept if
@@ -291,6 +292,12 @@ def register_sweep(root: typer.Typer) -> None:
         from proctor.spec.config import load_config
         from proctor.workloads.sweep import run_sweep, summary_text
 
+        if target:
+            from proctor.cli.remote import hand_off
+
+            # As bench: in the far runs dir (where --server runs are); the sweep and its points
+            # come back as local runs of their own.
+            return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True)
         try:
             points = [int(x) for x in concurrency.split(",") if x.strip()]
         except ValueError:

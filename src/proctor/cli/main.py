@@ -8,6 +8,8 @@ the error's code. Nothing here holds logic.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 import typer
@@ -68,10 +70,19 @@ def _check_text(args: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def go() -> Any:
         _check_text(args)
         _mount(args)
-        result = app(args=argv, standalone_mode=False)
+        return app(args=argv, standalone_mode=False)
+
+    return guarded(go, ["proctor", *args])
+
+
+def guarded(go: Callable[[], Any], shown: list[str]) -> int:
+    """Run `go` (a command) and map what it raises to the exit-code table."""
+    try:
+        result = go()
     except ProctorError as error:
         print_error(error.one_line())
         return exit_code_for(error)
@@ -89,10 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):
             return int(exit_.code or 0)
-        return report_internal("proctor", exit_, ["proctor", *args], print_error)
+        return report_internal("proctor", exit_, shown, print_error)
     except Exception as error:
         # Anything else is a bug: one line naming the crash log, and a code of its own.
-        return report_internal("proctor", error, ["proctor", *args], print_error)
+        return report_internal("proctor", error, shown, print_error)
     # Without standalone mode, Click returns the code of a typer.Exit instead of raising it.
     return result if isinstance(result, int) else 0
 

@@ -9,17 +9,24 @@ from typing import Any
 import typer
 
 from proctor.cli.output import console, err_console, print_json
-from proctor.errors import ExitCode
+from proctor.errors import ExitCode, UsageError
 from proctor.record.schema import load_record
-from proctor.spec.config import load_config
+from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
-from proctor.supervise.launch import Started, start_run
+from proctor.supervise.launch import Started
 from proctor.supervise.service import (
     Interrupts,
     SupervisedRun,
     exit_for_state,
-    start_held,
     summary_line,
+)
+from proctor.targets.base import FAR, PLAN, capable
+from proctor.targets.registry import (
+    TargetContext,
+    TargetOptions,
+    kind_named,
+    open_target,
+    target_options,
 )
 
 RUN_HELP = """Run CMD as a supervised run and pass its exit status through.
@@ -68,8 +75,10 @@ def plan_view(plan: RunPlan) -> dict[str, Any]:
     }
 
 
-def print_plan(plan: RunPlan, as_json: bool) -> None:
+def print_plan(plan: RunPlan, as_json: bool, target: dict[str, Any] | None = None) -> None:
     view = plan_view(plan)
+    if target:
+        view["target"] = target  # a target with options of its own (slurm: nodes, time ...)
     if as_json:
         print_json(view)
         return
@@ -82,11 +91,16 @@ def print_plan(plan: RunPlan, as_json: bool) -> None:
     table.add_row("command", " ".join(view["argv"]), "flag")
     for option, value in view["options"].items():
         table.add_row(option, str(value["value"]), str(value["origin"]))
+    for option, value in (target or {}).items():
+        known = isinstance(value, dict) and "value" in value
+        table.add_row(f"target {option}", str(value["value"] if known else value),
+                      str(value.get("origin", "")) if known else "target")  # fmt: skip
     console.print(table)
 
 
 def _follow_started(
-    started: Started, *, key: str | None, detach: bool, as_json: bool, interrupts: Interrupts
+    started: Started, *, key: str | None, detach: bool, as_json: bool, interrupts: Interrupts,
+    facts: dict[str, Any] | None = None,
 ) -> None:
     """Report a started run; in the foreground follow it and exit with its status.
 
@@ -95,7 +109,7 @@ def _follow_started(
     """
     run = started.run
     info = {"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
-            "attached": started.attached}  # fmt: skip
+            "attached": started.attached, **(facts or {})}  # fmt: skip
     if detach:
         if as_json:
             print_json(info)
@@ -121,6 +135,21 @@ def _follow_started(
     code = interrupts.exit_code(run, state)
     if code:
         raise typer.Exit(code)
+
+
+def _run_far(flags: RunFlags, spec: TargetOptions, project: ProjectConfig, runs_dir: str | None,
+             dry_run: bool, as_json: bool, remote_checkout: str | None) -> int:  # fmt: skip
+    """`proctor run --target X` where X's runs live far away: its exit code."""
+    from proctor.cli.remote import run_with_target
+    from proctor.spec.plan import resolve_runs_dir
+    from proctor.targets.remote.commands import job_from_flags
+
+    if dry_run:
+        job = job_from_flags(flags, project)
+        print_json({"job": job.public(), "target": spec.model_dump(mode="json")})
+        return 0
+    where = Path(resolve_runs_dir(runs_dir, project).value)
+    return run_with_target(flags, spec, project, where, as_json, remote_checkout)
 
 
 def register(app: typer.Typer) -> None:
@@ -172,47 +201,42 @@ def register(app: typer.Typer) -> None:
         time_limit: str = typer.Option(None, "--time", help="Slurm: time limit, e.g. 30m, 2h, 1:30:00 (default: --timeout)."),
     ) -> None:  # fmt: skip
         flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
-        if target and (target == "slurm" or target.startswith("slurm:")):
-            from proctor.cli.slurm import run_on_slurm, slurm_flags
-
-            sflags = slurm_flags(
-                target, nodes, gpus_per_node, partition, time_limit, workspace, remote_python,
-                identity_file, known_hosts, insecure_accept_host_key, jump,
-            )  # fmt: skip
-            run_on_slurm(flags, sflags, load_config(config), as_json=as_json, dry_run=dry_run)
-            return
-        if any(v is not None for v in (nodes, gpus_per_node, partition, time_limit)):
-            from proctor.errors import UsageError
-
-            raise UsageError(
-                "--nodes/--gpus-per-node/--partition/--time need a Slurm target",
-                hint="add --target slurm://login-host (or slurm://local on the login node)",
-            )
-        if target and target != "local":
-            from proctor.cli.remote import RemoteFlags, run_with_target
-            from proctor.spec.plan import resolve_runs_dir
-
-            project = load_config(config)
-            remote = RemoteFlags(
-                target, identity_file, known_hosts, insecure_accept_host_key, jump, workspace,
-                remote_python, remote_checkout, list(pod or []), pods, gpu_type, gpu_count, image,
-                max_time, max_cost, keep, terminate, allow_terminate, allow_create_volume,
-                allow_other_volume, allow_gpu_substitution, allow_more_capacity, api_url,
-            )  # fmt: skip
-            where = Path(resolve_runs_dir(runs_dir, project).value)
-            code = run_with_target(flags, remote, project, where, as_json)
+        project = load_config(config)
+        spec = target_options(
+            target, project, identity_file=identity_file, known_hosts=known_hosts,
+            insecure_accept_host_key=insecure_accept_host_key, jump=jump, workspace=workspace,
+            remote_python=remote_python, reuse_pods=list(pod or []), pods=pods,
+            gpu_type=gpu_type, gpu_count=gpu_count, image=image, max_time=max_time,
+            max_cost=max_cost, keep=keep, terminate=terminate, allow_terminate=allow_terminate,
+            allow_create_volume=allow_create_volume, allow_other_volume=allow_other_volume,
+            allow_gpu_substitution=allow_gpu_substitution,
+            allow_more_capacity=allow_more_capacity, api_url=api_url, nodes=nodes,
+            gpus_per_node=gpus_per_node, partition=partition, time_limit=time_limit,
+        )  # fmt: skip
+        if FAR in kind_named(spec.kind).capabilities:
+            code = _run_far(flags, spec, project, runs_dir, dry_run, as_json, remote_checkout)
             if code:
                 raise typer.Exit(code)
             return
-        plan = resolve_run_plan(flags, load_config(config))
+        plan = resolve_run_plan(flags, project)
+        context = TargetContext(project, Path(plan.runs_dir.value), plan.timeout_s.value)
+        planned = capable(open_target(spec, context), PLAN)
+        if planned is None:
+            raise UsageError(f"a {spec.kind} target cannot run a command")
         if dry_run:
-            print_plan(plan, as_json)
+            print_plan(plan, as_json, planned.describe().details)
+            planned.close()
             return
-        # Signals are held from before the wrapper starts until the handler knows the run:
-        # a Ctrl-C in between is delivered then, and stops the run instead of orphaning it.
+        # Stop signals are held while the run starts (LocalTarget.start_plan) and noted by the
+        # handler: the run they find is stopped as soon as it is known (attach), never orphaned.
         with Interrupts() as interrupts:
-            started = start_held(interrupts, lambda: start_run(plan))
-            _follow_started(started, key=key, detach=detach, as_json=as_json, interrupts=interrupts)
+            try:
+                started = planned.start_plan(plan)
+            finally:
+                planned.close()  # a connection to a login host is not needed to follow
+            interrupts.attach(started.run)
+            _follow_started(started, key=key, detach=detach, as_json=as_json,
+                            interrupts=interrupts, facts=planned.run_facts(started.run))  # fmt: skip
 
     @app.command("plan", context_settings={"allow_interspersed_args": False})
     def plan_command(

@@ -51,10 +51,13 @@ def _find(ref: str, runs_dir_flag: str | None) -> RunDir:
     return resolve_run(_runs_dir(runs_dir_flag), ref)
 
 
-def _is_remote(run: RunDir) -> bool:
-    from proctor.targets.remote.orchestrate import is_remote_run
+def _far(run: RunDir) -> bool:
+    """The run lives on a far target (its kind, from its record, through the registry):
+    logs/attach/wait/stop reconnect to it there."""
+    from proctor.targets.base import FAR
+    from proctor.targets.registry import kind_of_run
 
-    return is_remote_run(run.path)
+    return FAR in kind_of_run(run.path).capabilities
 
 
 def _view(run: RunDir) -> dict[str, Any]:
@@ -166,7 +169,7 @@ def logs(ref: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
          runs_dir: str = RunsDirOpt) -> None:  # fmt: skip
     """Print a run's combined log."""
     run = _find(ref, runs_dir)
-    if _is_remote(run):
+    if _far(run):
         from proctor.targets.remote.orchestrate import remote_logs
 
         remote_logs(run.path, sys.stdout.buffer, follow)
@@ -178,7 +181,7 @@ def logs(ref: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
 def attach(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
     """Follow a run's log until it ends, then exit with its status (like `proctor run`)."""
     run = _find(ref, runs_dir)
-    if _is_remote(run):
+    if _far(run):
         from proctor.cli.remote import attach as attach_remote
 
         if code := attach_remote(run.path, follow=True, as_json=False):
@@ -198,7 +201,7 @@ def wait(ref: str = typer.Argument(...),
          runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:  # fmt: skip
     """Wait for a run to end and exit with its status (6 if unknown, 4 if it timed out)."""
     run = _find(ref, runs_dir)
-    if _is_remote(run):
+    if _far(run):
         from proctor.cli.remote import attach as attach_remote
 
         if code := attach_remote(run.path, follow=False, as_json=as_json):
@@ -223,7 +226,7 @@ def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
          as_json: bool = JsonOpt) -> None:  # fmt: skip
     """Stop a run: SIGTERM to its whole tree, its grace period, then SIGKILL. Idempotent."""
     run = _find(ref, runs_dir)
-    if _is_remote(run):
+    if _far(run):
         from proctor.targets.remote.orchestrate import remote_stop
 
         sent = remote_stop(run.path)

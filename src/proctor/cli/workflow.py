@@ -131,9 +131,14 @@ def register(app: typer.Typer) -> None:
         timeout: str = typer.Option("90s", "--timeout", help="Per tool and process."),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         as_json: bool = typer.Option(False, "--json"),
+        target: str = typer.Option(None, "--target", help="Inspect the server where it runs (docs/remote.md)."),
     ) -> None:  # fmt: skip
         """Stacks of a hung server's workers (py-spy dump; gdb/cuda-gdb/rocgdb in batch mode, detach
         before quit) into RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`."""
+        if target:
+            from proctor.cli.remote import hand_off
+
+            return hand_off(target, runs_dir=runs_dir, as_json=as_json, answer=True, direct=True)
         from proctor.supervise.inspect import inspect
 
         config = load_config()

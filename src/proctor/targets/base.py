@@ -17,17 +17,47 @@ The protocol is synchronous: an implementation that talks asyncio (asyncssh) run
 Every method raises only proctor.errors types (TargetUnavailable for a host that cannot be
 reached, SourceMismatch for a wrong checkout, ...). No field of any result holds a credential.
 
+Optional capabilities are declared, never probed: every target has `capabilities`, a frozenset
+of the names below, and a target that declares one also implements its small protocol
+(`capable(target, SETUP)` returns it typed, or None):
+
+    AGENT     agent(cmd, request) -> dict: proctor's far-side agent (targets/remote/agent.py);
+              the server workflow runs through it (serve start, flow, bench, ... with --target)
+    SETUP     run_setup(script, checkout) -> str: the project setup script, once per workspace
+    WAIT      wait(run_id, timeout) -> RunStatus: waits through connection drops
+    BUDGET    limit_reached: str | None: the controller stopped the job (time/cost budget)
+    FAR       runs live far away: the controller fetches them into a local run directory
+              (`.remote.json`, then verified artifacts); without it the run directory is local
+    PLAN      start_plan(plan) -> supervise.launch.Started: a local run directory from a RunPlan
+              (local, slurm: `proctor run` follows it as it follows a local run)
+
 Stability: other targets (slurm) code against this module. Changes are listed here.
     v1 (initial): the dataclasses and Target below.
+    v2: `capabilities` and the capability protocols; SlurmTarget.start follows the protocol.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol, runtime_checkable
+from typing import (
+    IO,
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Literal,
+    Protocol,
+    cast,
+    overload,
+    runtime_checkable,
+)
 
 from proctor.source.identity import SourceIdentity
+
+if TYPE_CHECKING:
+    from proctor.record.rundir import RunDir
+    from proctor.spec.plan import RunPlan
+    from proctor.supervise.launch import Started
 
 RunStateName = Literal["running", "finished", "unknown", "starting"]
 ReleaseAction = Literal["none", "kept", "stopped", "terminated"]
@@ -161,10 +191,19 @@ class Released:
         return asdict(self)
 
 
+AGENT: Final = "agent"
+SETUP: Final = "setup"
+WAIT: Final = "wait"
+BUDGET: Final = "budget"
+FAR: Final = "far"
+PLAN: Final = "plan"
+
+
 @runtime_checkable
 class Target(Protocol):
     """Where a run executes; every target implements these steps (see the module docstring)."""
     kind: str
+    capabilities: frozenset[str]
 
     def describe(self) -> TargetInfo: ...
 
@@ -200,14 +239,77 @@ class Target(Protocol):
     def close(self) -> None: ...
 
 
+class AgentCapable(Target, Protocol):
+    def agent(self, command: str, request: dict[str, Any],
+              timeout: float | None = 300.0) -> dict[str, Any]: ...  # fmt: skip
+
+
+class SetupCapable(Target, Protocol):
+    def run_setup(self, script: str, checkout: str) -> str: ...
+
+
+class WaitCapable(Target, Protocol):
+    """Survives connection drops: waits through them, and counts the reconnections."""
+
+    @property
+    def reconnects(self) -> int: ...
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunStatus: ...
+
+
+class BudgetCapable(Target, Protocol):
+    limit_reached: str | None
+
+
+class PlanCapable(Target, Protocol):
+    def start_plan(self, plan: RunPlan) -> Started: ...
+
+    def run_facts(self, run: RunDir) -> dict[str, Any]:
+        """What the target adds to `proctor run`'s report of a started run (a Slurm job id)."""
+        ...
+
+
+_CAPS: dict[str, type] = {AGENT: AgentCapable, SETUP: SetupCapable, WAIT: WaitCapable,
+                          BUDGET: BudgetCapable, PLAN: PlanCapable}  # fmt: skip
+
+
+@overload
+def capable(target: Target, name: Literal["agent"]) -> AgentCapable | None: ...
+@overload
+def capable(target: Target, name: Literal["setup"]) -> SetupCapable | None: ...
+@overload
+def capable(target: Target, name: Literal["wait"]) -> WaitCapable | None: ...
+@overload
+def capable(target: Target, name: Literal["budget"]) -> BudgetCapable | None: ...
+@overload
+def capable(target: Target, name: Literal["plan"]) -> PlanCapable | None: ...
+def capable(target: Target, name: str) -> Any:
+    """`target` as the protocol of capability `name` when it declares it, else None."""
+    if name not in _CAPS:
+        raise ValueError(f"unknown capability {name!r}")
+    return cast(Any, target) if name in target.capabilities else None
+
+
 __all__ = [
+    "AGENT",
+    "BUDGET",
+    "FAR",
+    "PLAN",
+    "SETUP",
+    "WAIT",
+    "AgentCapable",
+    "BudgetCapable",
     "Fetched",
     "JobSpec",
+    "PlanCapable",
     "Prepared",
     "Released",
     "RunStatus",
+    "SetupCapable",
     "StartedRun",
     "SyncedSource",
     "Target",
     "TargetInfo",
+    "WaitCapable",
+    "capable",
 ]

@@ -18,8 +18,17 @@ from proctor.source.archive import inspect_checkout
 from proctor.source.identity import SourceIdentity
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
-from proctor.supervise.launch import RunSpec, follow_log, record_of, request_stop, start_run
+from proctor.supervise.launch import (
+    RunSpec,
+    Started,
+    follow_log,
+    record_of,
+    request_stop,
+    start_run,
+)
+from proctor.supervise.signals import deferred_stops
 from proctor.targets.base import (
+    PLAN,
     Fetched,
     JobSpec,
     Prepared,
@@ -89,6 +98,7 @@ class LocalTarget:
     """Runs on this machine; the workspace is the project checkout itself."""
 
     kind = "local"
+    capabilities = frozenset({PLAN})
 
     def __init__(self, runs_dir: Path, checkout: Path | None = None,
                  config: ProjectConfig | None = None) -> None:  # fmt: skip
@@ -132,6 +142,15 @@ class LocalTarget:
         started = start_run(plan, spec)
         run = started.run
         return StartedRun(run.run_id, str(run.path), run.log_path().name, started.attached)
+
+    def start_plan(self, plan: RunPlan) -> Started:
+        """`proctor run` on this machine: the run from its resolved plan. Stop signals are held
+        until the run exists (delivered on return), so a Ctrl-C never orphans a wrapper."""
+        with deferred_stops():
+            return start_run(plan)
+
+    def run_facts(self, run: RunDir) -> dict[str, Any]:
+        return {}
 
     def status(self, run_id: str) -> RunStatus:
         return status_of(self._run(run_id))

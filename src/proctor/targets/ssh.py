@@ -28,14 +28,18 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import asyncssh
 
 from proctor.errors import ProctorError, TargetUnavailable, UsageError
 from proctor.source.identity import SourceIdentity
+from proctor.targets.base import AGENT as AGENT_CAP
 from proctor.targets.base import (
+    FAR,
+    SETUP,
+    WAIT,
     Fetched,
     JobSpec,
     Prepared,
@@ -340,14 +344,36 @@ def proctor_bundle(dest_dir: Path) -> tuple[Path, str]:
     return out, tag
 
 
+class Shell(Protocol):
+    """How the agent target reaches its far side: a shell that runs commands, copies files.
+    SshConnection is one; a test target runs local subprocesses instead (tests/infra)."""
+
+    reconnects: int
+
+    def run(self, command: str, stdin: bytes | None = None,
+            timeout: float | None = 120.0) -> tuple[int, bytes, bytes]: ...  # fmt: skip
+
+    def stream(self, command: str, sink: Callable[[bytes], None],
+               stdin: bytes = b"") -> tuple[int, bytes]: ...  # fmt: skip
+
+    def put(self, local: Path, remote: str) -> None: ...
+
+    def get_many(self, remote_dir: str, names: list[str], local_dir: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class SshTarget:
-    """The Target protocol on one SSH host."""
+    """The Target protocol on one SSH host (or, with another `Shell`, any host that runs a
+    shell: everything far away is done by the agent through `conn`)."""
 
     kind = "ssh"
+    capabilities = frozenset({AGENT_CAP, SETUP, WAIT, FAR})
 
-    def __init__(self, opts: SshOptions, *, info_extra: dict[str, Any] | None = None) -> None:
+    def __init__(self, opts: SshOptions, *, info_extra: dict[str, Any] | None = None,
+                 conn: Shell | None = None) -> None:  # fmt: skip
         self.opts = opts
-        self.conn = SshConnection(opts)
+        self.conn: Shell = conn if conn is not None else SshConnection(opts)
         self.info_extra = dict(info_extra or {})
         self.prepared: Prepared | None = None
         self.checkout: str | None = None
@@ -376,12 +402,24 @@ class SshTarget:
 
     def agent(self, command: str, request: dict[str, Any],
               timeout: float | None = 300.0) -> dict[str, Any]:  # fmt: skip
-        """Run one agent command on the far side; its JSON answer, or its error re-raised."""
+        """Run one agent command on the far side with `request` (validated by the command's
+        model, requests.py); its JSON answer, or its error re-raised."""
+        from proctor.targets.remote.requests import request_for
+
         p = self.prepared
         assert p is not None
+        payload = request_for(command, request).model_dump_json().encode()
         line = f"{self._shell_prefix()} exec {shlex.quote(p.python)} -m {AGENT} {command}"
-        rc, out, err = self.conn.run(line, stdin=json.dumps(request).encode(), timeout=timeout)
+        rc, out, err = self.conn.run(line, stdin=payload, timeout=timeout)
         return decode_answer(self.opts.name, command, rc, out, err)
+
+    @property
+    def name(self) -> str:
+        return self.opts.name
+
+    @property
+    def reconnects(self) -> int:
+        return self.conn.reconnects
 
     def with_prepared(self, prepared: Prepared) -> SshTarget:
         """Reuse what an earlier prepare() found (reconnecting from a record)."""
@@ -392,7 +430,7 @@ class SshTarget:
     def describe(self) -> TargetInfo:
         details = {k: v for k, v in self.opts.to_record().items() if k not in ("host",)}
         details.update(self.info_extra)
-        return TargetInfo(kind=self.kind, name=self.opts.name, host=self.opts.host, details=details)
+        return TargetInfo(kind=self.kind, name=self.name, host=self.opts.host, details=details)
 
     def prepare(self) -> Prepared:
         o = self.opts
@@ -568,14 +606,16 @@ class SshTarget:
             out.flush()
             position += len(chunk)
 
+        from proctor.targets.remote.requests import FollowRequest
+
         p = self.prepared
         assert p is not None
         while True:
-            request = {"runs_dir": self.runs_dir, "run_id": run_id, "offset": position,
-                       "until_done": until_done}  # fmt: skip
+            request = FollowRequest(runs_dir=self.runs_dir, run_id=run_id, offset=position,
+                                    until_done=until_done)  # fmt: skip
             line = f"{self._shell_prefix()} exec {shlex.quote(p.python)} -m {AGENT} follow"
             try:
-                rc, err = self.conn.stream(line, sink, json.dumps(request).encode())
+                rc, err = self.conn.stream(line, sink, request.model_dump_json().encode())
             except TargetUnavailable:
                 if time.monotonic() >= give_up:
                     raise

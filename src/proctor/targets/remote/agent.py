@@ -1,4 +1,5 @@
-"""The far side of a remote run: `python -m proctor.targets.remote.agent CMD`, JSON on stdin.
+"""The far side of a remote run: `python -m proctor.targets.remote.agent CMD`, JSON on stdin,
+validated by the command's request model (targets/remote/requests.py).
 
 It calls exactly the code a local run uses (source.inspect_checkout/unpack_and_verify,
 supervise.launch.start_run, record.status), so the remote run directory is made as locally.
@@ -18,15 +19,27 @@ from pathlib import Path
 from typing import Any
 
 from proctor.errors import ProctorError, UsageError
+from proctor.targets.remote.requests import (
+    REQUESTS,
+    FollowRequest,
+    InspectRequest,
+    ProbeRequest,
+    ProctorRequest,
+    RunRequest,
+    StartRequest,
+    UnpackRequest,
+    VenvRequest,
+    request_for,
+)
 
 
-def _run_dir(req: dict[str, Any]) -> Any:
+def _run_dir(req: RunRequest) -> Any:
     from proctor.record.rundir import RunDir, is_run_id
 
-    run_id = str(req["run_id"])
-    path = Path(req["runs_dir"]) / run_id
+    run_id = req.run_id
+    path = Path(req.runs_dir) / run_id
     if not is_run_id(run_id) or not path.is_dir():
-        raise UsageError(f"no run {run_id!r} in {req['runs_dir']} on this host")
+        raise UsageError(f"no run {run_id!r} in {req.runs_dir} on this host")
     return RunDir(path)
 
 
@@ -38,7 +51,7 @@ def _status(run: Any) -> dict[str, Any]:
             "wrapper_alive": s.wrapper_alive, "outcome": s.outcome}  # fmt: skip
 
 
-def probe(req: dict[str, Any]) -> dict[str, Any]:
+def probe(req: ProbeRequest) -> dict[str, Any]:
     import platform
 
     from proctor.version import PACKAGE_DIR, __version__
@@ -46,12 +59,6 @@ def probe(req: dict[str, Any]) -> dict[str, Any]:
     return {"python": sys.executable, "python_version": platform.python_version(),
             "proctor_version": __version__, "proctor_file": str(PACKAGE_DIR / "__init__.py"),
             "cwd": os.getcwd()}  # fmt: skip
-
-
-def _identity(req: dict[str, Any]) -> Any:
-    from proctor.source.identity import SourceIdentity
-
-    return SourceIdentity.model_validate(req["identity"]) if req.get("identity") else None
 
 
 def _report(report: Any) -> dict[str, Any]:
@@ -79,46 +86,46 @@ def check_source(path: str, expected: Any) -> Any:
     return report
 
 
-def inspect(req: dict[str, Any]) -> dict[str, Any]:
-    return _report(check_source(str(req["path"]), _identity(req)))
+def inspect(req: InspectRequest) -> dict[str, Any]:
+    return _report(check_source(req.path, req.identity))
 
 
-def unpack(req: dict[str, Any]) -> dict[str, Any]:
+def unpack(req: UnpackRequest) -> dict[str, Any]:
     from proctor.record.manifest import sha256_file
     from proctor.source.archive import SourceMismatch, unpack_and_verify
 
-    archive = Path(req["archive"])
+    archive = Path(req.archive)
     try:
-        if req.get("sha256") and sha256_file(archive) != req["sha256"]:
+        if req.sha256 and sha256_file(archive) != req.sha256:
             raise SourceMismatch(f"the source archive {archive} arrived corrupted (sha256 differs)",
                                  hint="retry the sync")  # fmt: skip
-        report = unpack_and_verify(archive, req["dest"])
+        report = unpack_and_verify(archive, req.dest)
     finally:
         archive.unlink(missing_ok=True)
     return _report(report)
 
 
-def start(req: dict[str, Any]) -> dict[str, Any]:
+def start(req: StartRequest) -> dict[str, Any]:
     from proctor.source.archive import ensure_matches
     from proctor.spec.config import load_config
     from proctor.supervise.launch import RunSpec, start_run
-    from proctor.targets.base import JobSpec
     from proctor.targets.local import plan_for_job
 
-    checkout = Path(req["checkout"])
+    checkout = Path(req.checkout)
     # Verify again right before running: the checkout may have changed since the sync.
-    report = ensure_matches(check_source(str(checkout), _identity(req)))
-    job = JobSpec(**req["job"])
+    report = ensure_matches(check_source(str(checkout), req.identity))
+    job = req.job
     config_file = checkout / "proctor.toml"
     config = load_config(config_file) if config_file.is_file() else None
-    plan = plan_for_job(job, Path(req["runs_dir"]), checkout, config)
-    target = dict(req.get("target") or {})
+    plan = plan_for_job(job, Path(req.runs_dir), checkout, config)
+    target = dict(req.target)
     target["checkout"] = str(checkout)
     extra = dict(job.extra)
-    if req.get("identity"):
+    if req.identity is not None:
         # The far checkout is an unpacked archive, not git: record the identity that was shipped
         # and verified, with where it was found.
-        extra["source"] = {**req["identity"], "repo_root": None, "path": str(checkout),
+        extra["source"] = {**req.identity.model_dump(mode="json"), "repo_root": None,
+                           "path": str(checkout),
                            "verified_on_target": _report(report)}  # fmt: skip
     spec = RunSpec(group=job.group, target=target, extra=extra)
     started = start_run(plan, spec)
@@ -127,37 +134,37 @@ def start(req: dict[str, Any]) -> dict[str, Any]:
             "attached": started.attached, "source_check": _report(report)}  # fmt: skip
 
 
-def run_proctor(req: dict[str, Any]) -> dict[str, Any]:
-    """`proctor ARGS` in the verified checkout with the far runs dir, waited for here: for
-    commands that only start detached runs (serve start), which must not be a job's children
-    (a job's wrapper stops what its command leaves behind)."""
+def run_proctor(req: ProctorRequest) -> dict[str, Any]:
+    """The request's proctor command (cli/request.py) in the verified checkout with the far
+    runs dir, waited for here: for commands that only start detached runs (serve start), which
+    must not be a job's children (a job's wrapper stops what its command leaves behind)."""
     import subprocess
 
     from proctor.source.archive import ensure_matches
 
-    checkout = str(req["checkout"])
-    ensure_matches(check_source(checkout, _identity(req)))
+    checkout = req.checkout
+    ensure_matches(check_source(checkout, req.identity))
     env = {k: v for k, v in os.environ.items() if k not in ("PROCTOR_RUN_DIR", "PROCTOR_RUN_ID")}
-    env["PROCTOR_RUNS_DIR"] = str(req["runs_dir"])
-    proc = subprocess.run([sys.executable, "-m", "proctor.cli.main", *req["args"]], cwd=checkout,
+    env["PROCTOR_RUNS_DIR"] = req.runs_dir
+    proc = subprocess.run([sys.executable, "-m", "proctor.cli.request"], cwd=checkout,
                           env=env, capture_output=True, text=True, check=False,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+                          input=req.request.model_dump_json())  # fmt: skip
     return {"exit_code": proc.returncode, "stdout": proc.stdout,
             "stderr": proc.stderr[-8000:]}  # fmt: skip
 
 
-def status(req: dict[str, Any]) -> dict[str, Any]:
+def status(req: RunRequest) -> dict[str, Any]:
     return _status(_run_dir(req))
 
 
-def stop(req: dict[str, Any]) -> dict[str, Any]:
+def stop(req: RunRequest) -> dict[str, Any]:
     from proctor.supervise.launch import request_stop
 
     run = _run_dir(req)
     return {"sent": request_stop(run), **_status(run)}
 
 
-def listing(req: dict[str, Any]) -> dict[str, Any]:
+def listing(req: RunRequest) -> dict[str, Any]:
     run = _run_dir(req)
     files = sorted(
         p.relative_to(run.path).as_posix()
@@ -167,15 +174,14 @@ def listing(req: dict[str, Any]) -> dict[str, Any]:
     return {"files": files, **_status(run)}
 
 
-def follow(req: dict[str, Any]) -> dict[str, Any]:
+def follow(req: FollowRequest) -> dict[str, Any]:
     """Stream the log from `offset` to stdout until the run is done (or at once)."""
     from proctor.record.status import run_state
 
     run = _run_dir(req)
     out = sys.stdout.buffer
     log = run.log_path()
-    offset = int(req.get("offset") or 0)
-    until_done = bool(req.get("until_done", True))
+    offset, until_done = req.offset, req.until_done
     while not log.exists() and run_state(run).state == "starting":
         time.sleep(0.05)
     with log.open("rb") as handle:
@@ -196,22 +202,25 @@ def follow(req: dict[str, Any]) -> dict[str, Any]:
             time.sleep(0.05)
 
 
-def make_venv(req: dict[str, Any]) -> dict[str, Any]:
+def make_venv(req: VenvRequest) -> dict[str, Any]:
     """Create or update <ws>/proctor/venv with the shipped proctor wheel (install.py)."""
     from proctor.errors import TargetUnavailable
     from proctor.targets.remote.install import ensure_venv
 
     try:
-        return ensure_venv(str(req["dest"]), req.get("wheel"), str(req["tag"]))
+        return ensure_venv(req.dest, req.wheel, req.tag)
     except (RuntimeError, OSError, ValueError) as error:
         raise TargetUnavailable(f"cannot make the far venv: {error}",
                                 hint="give the base python psutil and pydantic ([remote] "
                                      "venv_base), or pass --remote-python") from None  # fmt: skip
 
 
-COMMANDS = {"probe": probe, "venv": make_venv, "proctor": run_proctor, "inspect": inspect,
-            "unpack": unpack, "start": start, "status": status, "stop": stop,
-            "listing": listing, "follow": follow}  # fmt: skip
+COMMANDS: dict[str, Any] = {
+    "probe": probe, "venv": make_venv, "proctor": run_proctor, "inspect": inspect,
+    "unpack": unpack, "start": start, "status": status, "stop": stop, "listing": listing,
+    "follow": follow,
+}  # fmt: skip
+assert set(COMMANDS) == set(REQUESTS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     answer_to = sys.stderr if args[0] == "follow" else sys.stdout
     try:
         raw = sys.stdin.read()
-        request = json.loads(raw) if raw.strip() else {}
+        data = json.loads(raw) if raw.strip() else {}
+        if not isinstance(data, dict):
+            raise UsageError(f"agent {args[0]}: the request is not a JSON object")
+        request = request_for(args[0], data)
         answer: dict[str, Any] = {"ok": True, **COMMANDS[args[0]](request)}
         code = 0
     except ProctorError as error:

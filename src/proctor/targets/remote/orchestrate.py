@@ -29,7 +29,17 @@ from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.source.identity import SourceIdentity
 from proctor.supervise.wrapper import now_iso
-from proctor.targets.base import Fetched, JobSpec, Released, RunStatus, Target
+from proctor.targets.base import (
+    BUDGET,
+    SETUP,
+    WAIT,
+    Fetched,
+    JobSpec,
+    Released,
+    RunStatus,
+    Target,
+    capable,
+)
 
 REMOTE_FILE = ".remote.json"
 COMPLETION_FILE = ".completion.json"
@@ -151,7 +161,7 @@ class RemoteOptions:
     store_path: Path | None = None  # local store to index fetched runs in (default runs_dir's)
 
 
-def _source_view(identity: SourceIdentity, synced: Any = None) -> dict[str, Any]:
+def source_view(identity: SourceIdentity, synced: Any = None) -> dict[str, Any]:
     view: dict[str, Any] = {
         "source_id": identity.source_id, "summary": identity.summary(),
         "commit": identity.commit, "dirty": identity.dirty,
@@ -160,6 +170,14 @@ def _source_view(identity: SourceIdentity, synced: Any = None) -> dict[str, Any]
     if synced is not None:
         view["checkout"] = synced.to_record()
     return view
+
+
+def run_setup(target: Target, script: str | None, checkout: str) -> str:
+    """The project setup script on a target that runs one: 'ran', 'already-done' or 'none'."""
+    setup = capable(target, SETUP)
+    if not script or setup is None:
+        return "none"
+    return str(setup.run_setup(script, checkout))
 
 
 def run_remote(
@@ -173,15 +191,12 @@ def run_remote(
     """Run `job` on `target` with the exact source `identity`; see the module docstring."""
     opts = options or RemoteOptions()
     info = target.describe()
-    completion = Completion(None, None, info.to_record(), _source_view(identity))
+    completion = Completion(None, None, info.to_record(), source_view(identity))
     try:
         prepared = target.prepare()
         synced = target.sync_source(identity, existing=opts.existing_checkout)
-        completion.source = _source_view(identity, synced)
-        setup = "none"
-        run_setup = getattr(target, "run_setup", None)
-        if opts.setup_script and run_setup is not None:
-            setup = str(run_setup(opts.setup_script, synced.checkout))
+        completion.source = source_view(identity, synced)
+        setup = run_setup(target, opts.setup_script, synced.checkout)
         completion.far = {"workspace": prepared.workspace, "python": prepared.python,
                           "env_sh": prepared.env_sh, "setup": setup,
                           "checkout": synced.checkout,
@@ -190,7 +205,7 @@ def run_remote(
             job.argv[0] = prepared.python
         started = target.start(job)
     except ProctorError as error:
-        _release_into(target, completion, opts)
+        release_into(target, completion, opts)
         completion.error, completion.error_type = error.one_line(), type(error).__name__
         raise
     local = RunDir(runs_dir / started.run_id)
@@ -244,26 +259,27 @@ def finish_remote(
     try:
         if follow and out is not None:
             status = target.follow(run_id, out)
+        waits = capable(target, WAIT)
         if status is None or not status.done:
-            wait = getattr(target, "wait", None)
-            status = wait(run_id) if wait is not None else target.status(run_id)
-        assert status is not None
-        completion.limit = getattr(target, "limit_reached", None)
+            status = waits.wait(run_id) if waits is not None else target.status(run_id)
+        budgeted = capable(target, BUDGET)
+        completion.limit = budgeted.limit_reached if budgeted is not None else None
         if completion.limit:
             completion.unmet.append(f"budget: {completion.limit}")
         completion.result_known = status.state == "finished" and status.exit_code is not None
         completion.exit_code, completion.exit_signal = status.exit_code, status.exit_signal
         completion.outcome = status.outcome if completion.result_known else "unknown"
         fetched = target.fetch(run_id, local_dir)
-        _apply_fetch(completion, fetched)
+        apply_fetch(completion, fetched)
     except ProctorError as error:
         completion.error, completion.error_type = error.one_line(), type(error).__name__
         completion.unmet.append(f"retrieval incomplete: {error.message}")
-    completion.reconnects = int(getattr(getattr(target, "conn", None), "reconnects", 0) or 0)
+    waits = capable(target, WAIT)
+    completion.reconnects = waits.reconnects if waits is not None else 0
     if completion.logs_local:
         completion.indexed = index_local(local_dir, store_path)
     if release:
-        _release_into(target, completion, None)
+        release_into(target, completion, None)
     completion.finished_at = now_iso()
     _write_completion(local_dir, completion)
     return completion
@@ -296,7 +312,7 @@ def index_local(run_dir: Path, store_path: Path | None = None) -> bool:
         return False
 
 
-def _apply_fetch(completion: Completion, fetched: Fetched) -> None:
+def apply_fetch(completion: Completion, fetched: Fetched) -> None:
     completion.fetched = fetched.to_record()
     completion.logs_local = bool(fetched.files)
     completion.logs_verified = fetched.verified
@@ -310,7 +326,7 @@ def _apply_fetch(completion: Completion, fetched: Fetched) -> None:
         completion.unmet.append("no exit status: result unknown")
 
 
-def _release_into(target: Target, completion: Completion, opts: RemoteOptions | None) -> None:
+def release_into(target: Target, completion: Completion, opts: RemoteOptions | None) -> None:
     if opts is not None and not opts.release:
         return
     try:
@@ -346,23 +362,10 @@ def is_remote_run(local_dir: Path) -> bool:
 
 
 def target_for_record(remote: dict[str, Any]) -> Target:
-    """Rebuild the target a remote run was started on, from its `.remote.json`."""
-    from proctor.targets.base import Prepared
-    from proctor.targets.ssh import SshOptions, SshTarget
+    """Rebuild the target a remote run was started on, from its `.remote.json` (registry)."""
+    from proctor.targets.registry import target_from_record
 
-    info = remote["target"]
-    details = dict(info.get("details") or {})
-    opts = SshOptions.from_record({**details, "host": info["host"]})
-    prepared = Prepared(**{k: v for k, v in remote["prepared"].items()
-                           if k in Prepared.__dataclass_fields__})  # fmt: skip
-    ssh = SshTarget(opts, info_extra={k: v for k, v in details.items()
-                                      if k not in SshOptions.__dataclass_fields__})  # fmt: skip
-    ssh.with_prepared(prepared)
-    if info.get("kind") == "runpod":
-        from proctor.targets.runpod.target import RunpodTarget
-
-        return RunpodTarget.from_record(ssh, remote)
-    return ssh
+    return target_from_record(remote)
 
 
 def resume_remote(local_dir: Path, out: IO[bytes] | None, *, follow: bool = True,
@@ -414,6 +417,7 @@ __all__ = [
     "index_local",
     "is_remote_run",
     "read_remote",
+    "release_into",
     "remote_logs",
     "remote_status",
     "remote_stop",

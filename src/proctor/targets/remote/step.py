@@ -1,7 +1,9 @@
 """The far side of a remote workflow command: `python -m proctor.targets.remote.step`.
 
-It is the command of one supervised far job (the same wrapper as any remote run) and runs
-`proctor ARGS...` there with PROCTOR_RUNS_DIR pointed at:
+It is the command of one supervised far job (the same wrapper as any remote run) and runs the
+proctor command of the typed request in its environment (PROCTOR_REQUEST, a CommandRequest;
+given to `python -m proctor.cli.request` on stdin, never on a command line, and not passed on
+to what the command starts) with PROCTOR_RUNS_DIR pointed at:
 
     --steps nested   <this job's run dir>/steps/  (flow: every step's run directory lives inside
                      the job, so one manifest covers them and one fetch brings them home)
@@ -29,14 +31,15 @@ from typing import Any
 from proctor.errors import UsageError
 
 _RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+REQUEST_ENV = "PROCTOR_REQUEST"
 
 
 def run_ids_in(value: Any) -> list[str]:
-    """Every run id under a `run_id`, `server_run` or `*_run` key of a JSON answer."""
+    """Every run id under a `run_id`, `sweep`, `server_run` or `*_run` key of a JSON answer."""
     found: list[str] = []
     if isinstance(value, dict):
         for key, item in value.items():
-            if (key == "run_id" or key.endswith("_run")) and isinstance(item, str):
+            if (key in ("run_id", "sweep") or key.endswith("_run")) and isinstance(item, str):
                 if _RUN_ID.match(item):
                     found.append(item)
             else:
@@ -47,9 +50,9 @@ def run_ids_in(value: Any) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _parse(argv: list[str]) -> tuple[str, bool, list[str]]:
+def _parse(argv: list[str]) -> tuple[str, bool]:
     steps, answer, rest = "nested", False, list(argv)
-    while rest and rest[0] != "--":
+    while rest:
         flag = rest.pop(0)
         if flag == "--steps" and rest:
             steps = rest.pop(0)
@@ -57,26 +60,37 @@ def _parse(argv: list[str]) -> tuple[str, bool, list[str]]:
             answer = True
         else:
             raise UsageError(f"unknown option {flag!r}", hint="known: --steps X, --answer")
-    if rest and rest[0] == "--":
-        rest.pop(0)
-    return steps, answer, rest
+    return steps, answer
+
+
+def _title(request: str) -> str:
+    try:
+        return " ".join(str(n) for n in json.loads(request)["command"])
+    except (ValueError, KeyError, TypeError):
+        return "?"
 
 
 def main(argv: list[str] | None = None) -> int:
-    steps, want_answer, args = _parse(sys.argv[1:] if argv is None else argv)
+    steps, want_answer = _parse(sys.argv[1:] if argv is None else argv)
+    request = os.environ.get(REQUEST_ENV)
+    if not request:
+        raise UsageError(f"no request: {REQUEST_ENV} is not set",
+                         hint="proctor sends it with a --target command")  # fmt: skip
     own = Path(os.environ.get("PROCTOR_RUN_DIR") or ".")
     inner = own / "steps" if steps == "nested" else own.parent if steps == "shared" else Path(steps)
     inner.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PROCTOR_RUN_DIR", "PROCTOR_RUN_ID")}
+    drop = ("PROCTOR_RUN_DIR", "PROCTOR_RUN_ID", REQUEST_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env["PROCTOR_RUNS_DIR"] = str(inner)
     signal.signal(signal.SIGTERM, lambda *_: None)  # the inner proctor got it too: wait for it
     signal.signal(signal.SIGINT, lambda *_: None)
     # Only the command's name: its options may carry secret values (--env).
-    sys.stderr.write(f"proctor step: proctor {args[0] if args else ''} (runs in {inner})\n")
+    sys.stderr.write(f"proctor step: proctor {_title(request)} (runs in {inner})\n")
     sys.stderr.flush()
-    proc = subprocess.Popen([sys.executable, "-m", "proctor.cli.main", *args], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "proctor.cli.request"], env=env,
+                            stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE if want_answer else None)  # fmt: skip
-    out = proc.communicate()[0] if want_answer else None
+    out = proc.communicate(request.encode())[0]  # None without --answer: stdout is the log
     proc.wait()
     answer: Any = None
     if out is not None:

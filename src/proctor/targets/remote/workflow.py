@@ -32,7 +32,7 @@ from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.source.identity import SourceIdentity
 from proctor.supervise.wrapper import now_iso
-from proctor.targets.base import JobSpec, Target
+from proctor.targets.base import AGENT, JobSpec, Target, capable
 from proctor.targets.remote.orchestrate import (
     FAR_PYTHON,
     REMOTE_FILE,
@@ -41,18 +41,20 @@ from proctor.targets.remote.orchestrate import (
     finish_remote,
     read_remote,
     run_remote,
+    run_setup,
 )
-from proctor.targets.remote.step import run_ids_in
+from proctor.targets.remote.requests import CommandRequest
+from proctor.targets.remote.step import REQUEST_ENV, run_ids_in
 
 STEP_MODULE = "proctor.targets.remote.step"
 
 
 @dataclass
 class WorkflowCommand:
-    """A proctor command to run far away: `args` after `proctor` (e.g. ["flow", "--engine",
-    "vllm", ...]); with `answer`, args hold `--json` and its stdout is kept."""
+    """A proctor command to run far away, as a typed request (its names and the parameters the
+    user set); with `answer`, the request sets its --json and its stdout is kept."""
 
-    args: list[str]
+    request: CommandRequest
     nested: bool = False
     answer: bool = False
     leave_live: bool = False  # serve start: its server keeps running; do not wait for it
@@ -102,10 +104,14 @@ class WorkflowResult:
 def job_for(command: WorkflowCommand) -> JobSpec:
     argv = [FAR_PYTHON, "-m", STEP_MODULE, "--steps", "nested" if command.nested else "shared"]
     argv += ["--answer"] if command.answer else []
-    sub = "-".join(a for a in command.args[:2] if not a.startswith("-"))
-    return JobSpec(argv=[*argv, "--", *command.args], name=command.name or f"remote-{sub}",
-                   grace_s=command.grace_s, timeout_s=command.timeout_s,
-                   gpu_sample_s=0)  # fmt: skip
+    request = command.request
+    # The request reaches the step through the job's environment only (it may hold --env
+    # values): masked in every record; the record keeps the command and which options were set.
+    return JobSpec(argv=argv, name=command.name or f"remote-{'-'.join(request.command)}",
+                   env={REQUEST_ENV: request.model_dump_json()}, secret_names=[REQUEST_ENV],
+                   grace_s=command.grace_s, timeout_s=command.timeout_s, gpu_sample_s=0,
+                   extra={"request": {"command": request.command,
+                                      "options": sorted(request.params)}})  # fmt: skip
 
 
 def run_workflow_remote(
@@ -153,28 +159,26 @@ def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowComma
                 runs_dir: Path, opts: RemoteOptions) -> WorkflowResult:  # fmt: skip
     """Prepare, sync, setup, then `proctor ARGS` in one agent call (agent.run_proctor)."""
     from proctor.errors import ProctorError, UsageError
-    from proctor.targets.remote.orchestrate import _source_view
+    from proctor.targets.remote.orchestrate import source_view
 
-    agent = getattr(target, "agent", None)
-    if agent is None:
+    far = capable(target, AGENT)
+    if far is None:
         raise UsageError(f"target {target.kind} cannot run proctor commands directly")
     info = target.describe()
-    completion = Completion(None, None, info.to_record(), _source_view(identity))
+    completion = Completion(None, None, info.to_record(), source_view(identity))
     try:
         prepared = target.prepare()
         synced = target.sync_source(identity, existing=opts.existing_checkout)
-        setup = "none"
-        run_setup = getattr(target, "run_setup", None)
-        if opts.setup_script and run_setup is not None:
-            setup = str(run_setup(opts.setup_script, synced.checkout))
+        setup = run_setup(target, opts.setup_script, synced.checkout)
         far_runs = f"{prepared.workspace}/proctor/runs"
-        request = {"args": command.args, "checkout": synced.checkout, "runs_dir": far_runs,
+        request = {"request": command.request.model_dump(mode="json"),
+                   "checkout": synced.checkout, "runs_dir": far_runs,
                    "identity": identity.model_dump(mode="json")}  # fmt: skip
-        answer = agent("proctor", request, timeout=600)
+        answer = far.agent("proctor", request, timeout=600)
     except ProctorError as error:
         completion.error, completion.error_type = error.one_line(), type(error).__name__
         raise
-    completion.source = _source_view(identity, synced)
+    completion.source = source_view(identity, synced)
     completion.far = {"workspace": prepared.workspace, "python": prepared.python,
                       "env_sh": prepared.env_sh, "setup": setup, "checkout": synced.checkout,
                       "venv": (prepared.found.get("venv") or {}).get("venv")}  # fmt: skip

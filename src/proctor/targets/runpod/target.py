@@ -26,6 +26,11 @@ from typing import IO, Any
 from proctor.errors import ProctorError, TimeLimitReached
 from proctor.source.identity import SourceIdentity
 from proctor.targets.base import (
+    AGENT,
+    BUDGET,
+    FAR,
+    SETUP,
+    WAIT,
     Fetched,
     JobSpec,
     Prepared,
@@ -76,6 +81,7 @@ class RunpodTarget:
     controller-side budget check around start/follow/wait."""
 
     kind = "runpod"
+    capabilities = frozenset({AGENT, SETUP, WAIT, FAR, BUDGET})
     poll_s = 1.0  # how often a budgeted follow/wait looks at the job and the budget
     stop_wait_s = 150.0  # after a budget stop: how long to wait for the far job to end
 
@@ -90,6 +96,7 @@ class RunpodTarget:
         self.group_cost_per_hr: float | None = None  # all pods of the run; else this pod's
         self.limit_reached: str | None = None  # why the controller stopped the job (exit 4)
         self.released: Released | None = None
+        self.api_url: str | None = None
 
     @classmethod
     def from_record(cls, ssh: SshTarget, remote: dict[str, Any]) -> RunpodTarget:
@@ -100,13 +107,17 @@ class RunpodTarget:
                    policy)  # fmt: skip
 
     @property
+    def reconnects(self) -> int:
+        return self.ssh.reconnects
+
+    @property
     def pod_id(self) -> str:
         return str(self.pod["pod_id"])
 
     def describe(self) -> TargetInfo:
         base = self.ssh.describe()
         details = {**base.details, "pod": self.pod, "release_policy": asdict(self.policy),
-                   "api_url": getattr(self, "api_url", None)}  # fmt: skip
+                   "api_url": self.api_url}  # fmt: skip
         return TargetInfo(kind="runpod", name=f"runpod://{self.pod_id}", host=base.host,
                           details=details)  # fmt: skip
 
@@ -310,7 +321,7 @@ def acquire_targets(
         pod = item.to_record()
         ssh = SshTarget(opts)
         target = RunpodTarget(lambda: RunpodClient(base_url=base_url), pod, ssh, policy, budget)
-        target.api_url = base_url  # type: ignore[attr-defined]
+        target.api_url = base_url
         targets.append(target)
     if budget is not None and budget.max_cost is not None and targets:
         # The bill is the run's: every pod's controller checks against the summed rate.

@@ -137,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         return 64
     node = node_name()
     run = prepare_node_dir(Path(args[0]), node)
+    # As the local launcher does: the command knows its run directory (a far workflow step
+    # keeps its steps there; bench writes its metrics there).
+    os.environ["PROCTOR_RUN_DIR"] = str(run.path)
+    os.environ["PROCTOR_RUN_ID"] = str((run.read_json("record.json") or {}).get("run_id"))
     wrapper.main([str(run.path)])
     status = run.exit_code_path.read_text().split() if run.exit_code_path.exists() else []
     if not status:

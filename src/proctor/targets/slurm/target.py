@@ -1,7 +1,8 @@
 """The Slurm target: sync the exact source, submit, and hand the job to a detached tracker.
 
     target = SlurmTarget(options)                 # from resolve_slurm_options(...)
-    started = target.start(plan)                  # -> launch.Started (group run directory)
+    started = target.start_plan(plan)             # -> launch.Started (group run directory)
+    started = target.start(job)                   # the Target protocol: JobSpec -> StartedRun
     SlurmTarget.stop(run)                         # scancel through the tracker (or directly)
 
 The local run directory is a *group*: `record.json` (job id, node list, Slurm accounting,
@@ -31,6 +32,7 @@ from proctor.source.identity import SourceIdentity
 from proctor.spec.plan import RunPlan
 from proctor.supervise.launch import RunSpec, Started, key_lock, live_keyed_run, prepare_run
 from proctor.targets.base import (
+    PLAN,
     Fetched,
     JobSpec,
     Prepared,
@@ -113,6 +115,7 @@ class SlurmTarget:
     """A Slurm cluster as a `proctor.targets.base.Target`; run ids name local group runs."""
 
     kind = "slurm"
+    capabilities = frozenset({PLAN})
 
     def __init__(
         self,
@@ -150,10 +153,8 @@ class SlurmTarget:
             found={"scontrol_ping": ping.stdout.strip()},
         )
 
-    def start(self, job: JobSpec | RunPlan) -> Any:
-        """With a RunPlan: -> launch.Started. With a JobSpec (the protocol): -> StartedRun."""
-        if isinstance(job, RunPlan):
-            return self.start_plan(job)
+    def start(self, job: JobSpec) -> StartedRun:
+        """The protocol's start: `job` as a group run (start_plan takes a resolved RunPlan)."""
         started = self.start_plan(self._plan_for(job))
         meta = started.run.read_json(META) or {}
         return StartedRun(
@@ -162,6 +163,10 @@ class SlurmTarget:
             log_name=started.run.log_path().name,
             attached=started.attached,
         )
+
+    def run_facts(self, run: RunDir) -> dict[str, Any]:
+        """The Slurm job id of a started group run (for `proctor run`'s report)."""
+        return {"job_id": (run.read_json(META) or {}).get("job_id")}
 
     def _plan_for(self, job: JobSpec) -> RunPlan:
         from proctor.spec.config import ProjectConfig

@@ -1,0 +1,274 @@
+"""Commands on far targets, for any registered kind that declares FAR (and AGENT for the
+server workflow): acquire the machine(s) through the registry, run, release on failure.
+
+    run_far(options, job, ...)          `proctor run --target X`: one job, or the same job on
+                                         every machine of a group at once (a thread each)
+    run_workflow(options, command, ...) `proctor serve|drain|flow|bench|eval|sweep --target X`
+
+The CLI only prints what these return.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from proctor.errors import ProctorError, UsageError
+from proctor.record.rundir import RunDir, write_atomic
+from proctor.spec.config import ProjectConfig
+from proctor.spec.durations import parse_duration
+from proctor.spec.plan import RunFlags
+from proctor.targets.base import AGENT, FAR, PLAN, JobSpec, Target
+from proctor.targets.kinds import time_left
+from proctor.targets.registry import (
+    Acquired,
+    TargetContext,
+    TargetOptions,
+    acquire,
+    kind_named,
+    open_target,
+)
+from proctor.targets.remote.orchestrate import (
+    Completion,
+    RemoteOptions,
+    apply_fetch,
+    release_into,
+    run_remote,
+    source_view,
+)
+from proctor.targets.remote.workflow import (
+    ChildRun,
+    WorkflowCommand,
+    WorkflowResult,
+    job_for,
+    run_workflow_remote,
+)
+
+
+def job_from_flags(flags: RunFlags, config: ProjectConfig) -> JobSpec:
+    """The far job of `proctor run --target T -- CMD`: flags over [run] in proctor.toml."""
+    if not flags.argv:
+        raise UsageError("no command given",
+                         hint="write it after --: proctor run --target T -- CMD")  # fmt: skip
+    env = dict(config.run.env)
+    for item in flags.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"invalid --env {name!r}", hint="write --env NAME=VALUE")
+        env[name] = value
+    timeout = flags.timeout or config.run.timeout
+    grace = flags.grace or config.run.grace
+    return JobSpec(
+        argv=list(flags.argv), name=flags.name, env=env,
+        secret_names=list(config.run.secret_names),
+        timeout_s=parse_duration(timeout, option="--timeout") if timeout else None,
+        grace_s=parse_duration(grace, option="--grace") if grace else None,
+        gpu_sample_s=flags.gpu_sample if flags.gpu_sample is not None else config.run.gpu_sample,
+        key=flags.key, cwd=flags.cwd,
+    )  # fmt: skip
+
+
+def setup_script(config: ProjectConfig) -> str | None:
+    value = config.table("remote").get("setup") or (config.model_extra or {}).get("setup")
+    return str(value) if value else None
+
+
+def _require(options: TargetOptions, capability: str, what: str) -> None:
+    kind = kind_named(options.kind)
+    if capability not in kind.capabilities:
+        raise UsageError(f"a {kind.kind} target cannot run {what}",
+                         hint="use a target with proctor's far-side agent, e.g. ssh:// or "
+                              "runpod (docs/remote.md)")  # fmt: skip
+
+
+@dataclass
+class GroupRun:
+    """What `run_far` did: one completion per machine; `group` names a group of several."""
+
+    completions: list[Completion]
+    group: str | None = None
+    report: dict[str, Any] = field(default_factory=dict)
+    report_path: Path | None = None
+
+
+def run_far(options: TargetOptions, job: JobSpec, identity: Any, config: ProjectConfig,
+            runs_dir: Path, out: IO[bytes], remote: RemoteOptions) -> GroupRun:  # fmt: skip
+    """`job` on the machine(s) `options` names; see the module docstring."""
+    _require(options, FAR, "a far run")
+    acquired = acquire(options, TargetContext(config, runs_dir), identity)
+    left = time_left(acquired, from_start=True)
+    if left is not None:
+        # The far wrapper stops the command at the budget even without this controller.
+        job.timeout_s = min(job.timeout_s or left, left)
+    targets = acquired.targets
+    job.group = acquired.group if len(targets) > 1 else None
+    try:
+        completions = run_group(targets, identity, job, runs_dir, remote, out)
+    except ProctorError:
+        release_all(targets)
+        raise
+    finally:
+        for t in targets:
+            t.close()
+    if len(completions) == 1:
+        return GroupRun(completions)
+    group = str(acquired.group)
+    report, path = group_report(group, completions, runs_dir)
+    return GroupRun(completions, group, report, path)
+
+
+def release_all(targets: list[Target]) -> None:
+    """Give every machine back (idempotent; a failure to is in each target's own report)."""
+    for target in targets:
+        with contextlib.suppress(ProctorError):
+            target.release()
+
+
+def run_group(targets: list[Target], identity: Any, job: JobSpec, runs_dir: Path,
+              options: RemoteOptions, out: IO[bytes]) -> list[Completion]:  # fmt: skip
+    """The same job on every target at once, each its own run; one completion per target."""
+    if len(targets) == 1:
+        return [run_remote(targets[0], identity, job, runs_dir, out, options)]
+    results: list[Completion | BaseException | None] = [None] * len(targets)
+
+    def one(i: int, target: Target) -> None:
+        try:
+            results[i] = run_remote(target, identity, JobSpec(**{**job.__dict__}), runs_dir,
+                                    io.BytesIO(), options)  # fmt: skip
+        except BaseException as error:
+            results[i] = error
+
+    threads = [threading.Thread(target=one, args=(i, t)) for i, t in enumerate(targets)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done: list[Completion] = []
+    for i, result in enumerate(results):
+        if isinstance(result, Completion):
+            done.append(result)
+        else:
+            info = targets[i].describe().to_record()
+            failed = Completion(None, None, info, {"source_id": identity.source_id},
+                                error=str(result), error_type=type(result).__name__)  # fmt: skip
+            if isinstance(result, ProctorError):
+                failed.error = result.one_line()
+            done.append(failed)
+    return done
+
+
+def group_report(group: str, completions: list[Completion],
+                 runs_dir: Path) -> tuple[dict[str, Any], Path]:  # fmt: skip
+    """The group's report, written to <runs>/.groups/<group>.json; (report, path)."""
+    data = {"group": group, "runs": [c.to_dict() for c in completions],
+            "all_known": all(c.result_known for c in completions),
+            "all_verified": all(c.logs_verified for c in completions),
+            "all_released": all(c.release_verified for c in completions)}  # fmt: skip
+    path = runs_dir / ".groups" / f"{group}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    return data, path
+
+
+def group_exit_status(completions: list[Completion]) -> int:
+    """The worst status of the group; the first deciding error is raised."""
+    codes: list[int] = []
+    errors: list[ProctorError] = []
+    for c in completions:
+        try:
+            codes.append(c.exit_status())
+        except ProctorError as error:
+            errors.append(error)
+    if errors:
+        raise errors[0]
+    return max(codes) if codes else 0
+
+
+@dataclass
+class WorkflowRun:
+    result: WorkflowResult
+    view_key: str | None = None
+    view: dict[str, Any] | None = None
+    text: str | None = None
+
+
+def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any,
+                 config: ProjectConfig, runs_dir: Path, out: IO[bytes], remote: RemoteOptions,
+                 *, keep_for_server: bool = False) -> WorkflowRun:  # fmt: skip
+    """`command` (a proctor command line) on the one machine `options` names, as one far job
+    (or one agent call, command.direct); the machine is released as its kind says (a pod
+    hosting a server that outlives the command is kept)."""
+    caps = kind_named(options.kind).capabilities
+    if AGENT not in caps and PLAN in caps and command.nested:
+        return WorkflowRun(run_planned(options, command, identity, config, runs_dir, out))
+    _require(options, AGENT, "proctor's server workflow (serve, drain, flow, bench, eval)")
+    acquired: Acquired = acquire(options, TargetContext(config, runs_dir,
+                                                        keep_for_server=keep_for_server),
+                                 identity)  # fmt: skip
+    if len(acquired.targets) != 1:
+        release_all(acquired.targets)
+        for t in acquired.targets:
+            t.close()
+        raise UsageError(f"this command runs on one machine, not {len(acquired.targets)}",
+                         hint="set [runpod] pods = 1, or name one pod: runpod:POD_ID")  # fmt: skip
+    target = acquired.targets[0]
+    left = time_left(acquired)
+    if left is not None:
+        command.timeout_s = left
+    try:
+        result = run_workflow_remote(target, identity, command, runs_dir, out, remote)
+        if command.direct:  # no job, so nothing released it yet (kept: its server lives)
+            release_into(target, result.completion, None)
+    except ProctorError:
+        release_all([target])  # run_remote released already where it could; idempotent
+        raise
+    finally:
+        target.close()
+    view = acquired.view() if acquired.view is not None else None
+    text = acquired.text(view) if acquired.text is not None and view is not None else None
+    return WorkflowRun(result, acquired.view_key if view is not None else None, view, text)
+
+
+def run_planned(
+    options: TargetOptions, command: WorkflowCommand, identity: Any, config: ProjectConfig,
+    runs_dir: Path, out: IO[bytes],
+) -> WorkflowResult:  # fmt: skip
+    """A self-contained workflow command (flow: its steps live inside its own run) on a target
+    that makes local run directories (PLAN: Slurm): one job, followed, its directory verified
+    against its manifest; the flow's record is found among the steps."""
+    target = open_target(options, TargetContext(config, runs_dir))
+    completion = Completion(None, None, target.describe().to_record(), source_view(identity))
+    try:
+        prepared = target.prepare()
+        job = job_for(command)
+        job.argv[0] = prepared.python
+        started = target.start(job)
+        local = runs_dir / started.run_id
+        completion.run_id, completion.local_dir = started.run_id, str(local)
+        status = target.follow(started.run_id, out)
+        completion.result_known = status.state == "finished" and status.exit_code is not None
+        completion.exit_code, completion.exit_signal = status.exit_code, status.exit_signal
+        completion.outcome = status.outcome if completion.result_known else "unknown"
+        apply_fetch(completion, target.fetch(started.run_id, local))
+        release_into(target, completion, None)
+    finally:
+        target.close()
+    result = WorkflowResult(completion)
+    for path in sorted(local.glob("**/steps/*/record.json")):
+        run = RunDir(path.parent)
+        record = run.read_json("record.json") or {}
+        if record.get("kind") == "flow":
+            result.flow = record
+        result.children.append(ChildRun(run.run_id, str(run.path), outcome=record.get("outcome"),
+                                        verified=completion.logs_verified))  # fmt: skip
+    return result
+
+
+__all__ = ["GroupRun", "WorkflowRun", "group_exit_status", "group_report", "job_from_flags",
+           "release_all", "run_far", "run_group", "run_planned", "run_workflow",
+           "setup_script"]  # fmt: skip

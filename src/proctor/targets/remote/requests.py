@@ -1,0 +1,115 @@
+"""The far-side agent's requests, typed: one pydantic model per agent command.
+
+The controller validates a request before it is sent (SshTarget.agent) and the agent validates
+it again on arrival (agent.main), so a malformed request is a usage error naming the field on
+either side, never a KeyError deep in the far code. The JSON on the agent's stdin is exactly
+`Model.model_dump_json()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from proctor.source.identity import SourceIdentity
+from proctor.targets.base import JobSpec
+
+
+class AgentRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProbeRequest(AgentRequest):
+    """What python and proctor the far side has."""
+
+
+class VenvRequest(AgentRequest):
+    dest: str
+    tag: str
+    wheel: str | None = None
+
+
+class InspectRequest(AgentRequest):
+    path: str
+    identity: SourceIdentity | None = None
+
+
+class UnpackRequest(AgentRequest):
+    archive: str
+    dest: str
+    sha256: str | None = None
+
+
+class StartRequest(AgentRequest):
+    job: JobSpec  # the dataclass itself, validated field by field
+    runs_dir: str
+    checkout: str
+    identity: SourceIdentity | None = None
+    target: dict[str, Any] = Field(default_factory=dict)
+
+
+JsonValue = str | int | float | bool | None | list[str | int | float | bool]
+
+
+class CommandRequest(AgentRequest):
+    """A proctor command to run far away, as data: the command's path (["serve", "start"]) and
+    the values of the parameters the user set, by parameter name, in their JSON form. The far
+    side (proctor.cli.request) casts each through the command's own parameter type and invokes
+    the command: no command line is rebuilt or parsed again."""
+
+    command: list[str] = Field(min_length=1)
+    params: dict[str, JsonValue] = Field(default_factory=dict)
+
+    def title(self) -> str:
+        return " ".join(self.command)
+
+
+class ProctorRequest(AgentRequest):
+    """A proctor command in the verified checkout, with the far runs dir (agent.run_proctor)."""
+
+    request: CommandRequest
+    checkout: str
+    runs_dir: str
+    identity: SourceIdentity | None = None
+
+
+class RunRequest(AgentRequest):
+    runs_dir: str
+    run_id: str
+
+
+class FollowRequest(RunRequest):
+    offset: int = 0
+    until_done: bool = True
+
+
+REQUESTS: dict[str, type[AgentRequest]] = {
+    "probe": ProbeRequest, "venv": VenvRequest, "proctor": ProctorRequest,
+    "inspect": InspectRequest, "unpack": UnpackRequest, "start": StartRequest,
+    "status": RunRequest, "stop": RunRequest, "listing": RunRequest, "follow": FollowRequest,
+}  # fmt: skip
+
+
+def request_for(command: str, data: dict[str, Any] | AgentRequest) -> AgentRequest:
+    """`data` as the model of `command` (validated); UsageError naming the field if it is not."""
+    from pydantic import ValidationError
+
+    from proctor.errors import UsageError
+
+    model = REQUESTS.get(command)
+    if model is None:
+        raise UsageError(f"unknown agent command {command!r}", hint=f"one of {', '.join(REQUESTS)}")
+    if isinstance(data, model):
+        return data
+    try:
+        return model.model_validate(data if isinstance(data, dict) else data.model_dump())
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "request"
+        raise UsageError(f"agent {command}: {where}: {first['msg']}") from None
+
+
+__all__ = ["REQUESTS", "AgentRequest", "CommandRequest", "FollowRequest", "InspectRequest",
+           "ProbeRequest", "ProctorRequest", "RunRequest", "StartRequest",
+           "UnpackRequest", "VenvRequest", "request_for"]  # fmt: skip

@@ -1,0 +1,74 @@
+"""`proctor flow --target slurm://local`: the flow runs as one Slurm job on a node (a real
+controller and slurmd), its steps inside the job's run directory, through the same registry
+dispatch as `--target ssh://`; the group run comes back verified and the exit code is the
+flow's."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers import FAKE_ENGINE_TOML, proctor
+from tests.infra.slurmcluster import SlurmCluster, free_port, require_cluster
+
+pytestmark = pytest.mark.slurm
+
+STEPS = ["stop", "start", "ready", "workload", "drain", "teardown"]
+CLIENT = """
+import json, sys, urllib.request
+body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 5}).encode()
+req = urllib.request.Request(sys.argv[1] + "/v1/completions", body,
+                             {"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=10).read()
+print("workload done")
+"""
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
+    c = require_cluster(tmp_path / "slurm", 1)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_flow_on_a_slurm_node_runs_every_step_and_comes_back_verified(
+    cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
+) -> None:
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "proctor.toml").write_text(
+        f'[slurm]\nworkspace = "{tmp_path / "ws"}"\n\n{FAKE_ENGINE_TOML}'
+    )
+    (work / "client.py").write_text(CLIENT)
+    port = free_port()
+    result = proctor(
+        "flow", "--target", "slurm://local", "--engine", "fake", "--model", "m",
+        "--port", str(port), "--poll", "1s", "--env", "HF_TOKEN=hf_slurm_CANARY",
+        "--workload-cmd", f"{sys.executable} client.py http://127.0.0.1:{port}", "--json",
+        cwd=work, env={"SLURM_CONF": str(cluster.conf)}, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    completion = data["completion"]
+    assert completion["result_known"] and completion["logs_verified"], completion["unmet"]
+    assert completion["target"]["kind"] == "slurm"
+    flow = data["flow"]
+    assert [s["step"] for s in flow["steps"]] == STEPS
+    group = Path(completion["local_dir"])
+    assert group.parent == isolated_runs
+    records = [json.loads(p.read_text()) for p in group.glob("**/steps/*/record.json")]
+    (server,) = [r for r in records if r["kind"] == "server"]
+    assert server["outcome"] == "stopped" and not psutil.pid_exists(server["process"]["pid"])
+    assert "workload done" in "".join(p.read_text() for p in group.glob("**/steps/*/*.log"))
+    assert proctor("runs", "verify", group.name).returncode == 0
+    for path in [*group.rglob("*"), *(tmp_path / "ws").rglob("*")]:
+        if path.is_file():
+            assert b"hf_slurm_CANARY" not in path.read_bytes(), path
+    assert "hf_slurm_CANARY" not in result.stdout + result.stderr
