@@ -24,10 +24,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("record",),  # the evidence in a run directory: schema, status, manifest, finish
     ("monitors",),  # watching without acting: processes, logs, GPU, readiness, drain
     ("supervise",),  # acting on processes: launch, wrapper, kill ladder, inspection
+    ("targets",),  # where runs execute (local, ssh, runpod, slurm) and the run service on them
     ("serve",),  # the inference-server workflow: start, ready, stop
     ("workloads",),  # load generator, gsm8k, offline, sweep
     ("flow",),  # server + workloads + drain + teardown as one run
-    ("targets",),  # where it runs: local, ssh, runpod, slurm, and the far-side agent
     ("report",),  # HTML and tables read from the store and run directories
     ("api", "cli", "__init__", "__main__"),  # the public API and the thin shell on top
 ]

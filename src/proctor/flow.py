@@ -46,9 +46,9 @@ from proctor.serve import (
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, resolve_store_path
 from proctor.supervise.launch import RunSpec, start_run
-from proctor.supervise.service import SupervisedRun
 from proctor.supervise.signals import deferred_stops
 from proctor.supervise.wrapper import now_iso
+from proctor.targets.service import SupervisedRun
 from proctor.version import __version__
 
 STEPS = ("stop", "start", "ready", "workload", "drain", "inspect", "teardown")

@@ -12,7 +12,7 @@ import contextlib
 import os
 import shutil
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,31 +23,24 @@ from proctor.record.rundir import RunDir, is_run_id
 from proctor.record.status import run_state
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, Value, resolve_run_plan
-from proctor.spec.profiles.loader import ProfileSet, load_profiles
-from proctor.spec.profiles.models import AddonUse, EngineProfile
+from proctor.spec.profiles.models import EngineProfile
+from proctor.spec.server import (
+    ServerRequest as ServerRequest,
+)
+from proctor.spec.server import (
+    build_command as build_command,
+)
+from proctor.spec.server import (
+    profiles_for as profiles_for,
+)
+from proctor.spec.server import (
+    server_command as server_command,
+)
+from proctor.spec.server import (
+    server_name as server_name,
+)
 from proctor.supervise.launch import RunSpec, Started, record_of, start_run
-from proctor.supervise.service import SupervisedRun
-
-
-def profiles_for(config: ProjectConfig) -> ProfileSet:
-    table = {k: config.table(k) for k in ("engines", "models", "addons", "fault_sets")}
-    origin = str(config.source_path) if config.source_path else "proctor.toml"
-    return load_profiles(table, origin=origin)
-
-
-@dataclass
-class ServerRequest:
-    engine: str
-    model: str
-    port: int = 8000
-    host: str = "127.0.0.1"
-    tp: int | None = None
-    model_profile: str | None = None
-    addons: list[tuple[str, dict[str, str | int]]] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
-    python: str | None = None
-    served_model_name: str | None = None
-    min_free_disk_gib: float = 1.0
+from proctor.targets.service import SupervisedRun
 
 
 class RunWatch:
@@ -105,41 +98,6 @@ def preflight(request: ServerRequest, runs_dir: Path) -> dict[str, Any]:
 
 
 # -- start ------------------------------------------------------------------------------------
-def server_command(
-    request: ServerRequest, profiles: ProfileSet
-) -> tuple[EngineProfile, str, list[str], dict[str, str], bool]:
-    engine = profiles.engine(request.engine)
-    model = profiles.resolve_model(request.model_profile, request.model, engine)
-    uses = [AddonUse(addon=profiles.addon(name), values=values) for name, values in request.addons]
-    argv, env = build_command(engine, model, request, uses)
-    chat = any(use.addon.use_chat_template for use in uses)
-    return engine, model.name, argv, env, chat
-
-
-def build_command(
-    engine: EngineProfile, model: Any, request: ServerRequest, uses: Sequence[AddonUse]
-) -> tuple[list[str], dict[str, str]]:
-    from proctor.spec.profiles.command import build_server_command
-
-    return build_server_command(
-        engine,
-        model,
-        request.model,
-        tp=request.tp,
-        port=request.port,
-        extra=request.extra,
-        python=request.python,
-        host=request.host,
-        served_model_name=request.served_model_name,
-        addons=uses,
-    )
-
-
-def server_name(request: ServerRequest) -> str:
-    base = os.path.basename(request.model.rstrip("/")) or "model"
-    return f"serve-{request.engine}-{base}-p{request.port}"
-
-
 def start_server(
     request: ServerRequest,
     config: ProjectConfig,

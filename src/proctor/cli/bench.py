@@ -195,7 +195,7 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
     from proctor.supervise.launch import RunSpec, start_run
-    from proctor.supervise.service import SupervisedRun, guard_start
+    from proctor.targets.service import SupervisedRun, guard_start
 
     argv = loadgen_argv(ctx, cfg.base_url, model, chat)
     flags = RunFlags(argv=argv, name=name or f"bench-isl{cfg.isl}-osl{cfg.osl}-c{cfg.concurrency}",

@@ -121,7 +121,7 @@ def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
     from proctor.supervise.launch import RunSpec, start_run
-    from proctor.supervise.service import SupervisedRun, guard_start
+    from proctor.targets.service import SupervisedRun, guard_start
 
     plan = resolve_run_plan(RunFlags(argv=argv, name=name, runs_dir=runs_dir, detach=detach,
                                      gpu_sample=0), load_config())  # fmt: skip

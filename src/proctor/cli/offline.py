@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the run id, outcome and parsed metrics as JSON."),
     ) -> None:  # fmt: skip
         from proctor.record.schema import load_record
-        from proctor.supervise.service import SupervisedRun, guard_start
+        from proctor.targets.service import SupervisedRun, guard_start
 
         words = [w for w in (words or [])]
         request = OfflineRequest(

@@ -14,12 +14,6 @@ from proctor.record.schema import load_record
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
 from proctor.supervise.launch import Started
-from proctor.supervise.service import (
-    Interrupts,
-    SupervisedRun,
-    exit_for_state,
-    summary_line,
-)
 from proctor.targets.base import FAR, PLAN, capable
 from proctor.targets.registry import (
     TargetContext,
@@ -27,6 +21,12 @@ from proctor.targets.registry import (
     kind_named,
     open_target,
     target_options,
+)
+from proctor.targets.service import (
+    Interrupts,
+    SupervisedRun,
+    exit_for_state,
+    summary_line,
 )
 
 RUN_HELP = """Run CMD as a supervised run and pass its exit status through.

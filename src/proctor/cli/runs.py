@@ -29,7 +29,7 @@ from proctor.store.db import (
 )
 from proctor.supervise.launch import follow_log, record_of, resolve_run
 from proctor.supervise.orphans import stop_dead_wrapper_run
-from proctor.supervise.service import SupervisedRun, exit_for_state, summary_line
+from proctor.targets.service import SupervisedRun, exit_for_state, summary_line
 
 app = typer.Typer(
     help="List, show, follow, wait for, stop, verify and reindex runs.", no_args_is_help=True

@@ -20,7 +20,7 @@ from proctor.record.schema import SlurmRecord, load_record
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir
 from proctor.supervise.launch import resolve_run
-from proctor.supervise.service import SupervisedRun, guard_start
+from proctor.targets.service import SupervisedRun, guard_start
 
 app = typer.Typer(help="Multi-node runs on a Slurm cluster (sbatch + srun).", no_args_is_help=True)
 

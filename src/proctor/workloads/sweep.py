@@ -20,7 +20,7 @@ from proctor.record.rundir import RunDir, write_atomic
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
 from proctor.supervise.launch import RunSpec, record_of, start_run
-from proctor.supervise.service import SupervisedRun
+from proctor.targets.service import SupervisedRun
 from proctor.version import __version__
 
 COLUMNS = (

@@ -20,10 +20,10 @@ from typing import Any
 from proctor.errors import NotReady, UsageError, WorkloadFailed
 from proctor.record.rundir import RunDir
 from proctor.record.status import run_state
-from proctor.serve import ServerRequest, profiles_for, server_command, server_name
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, Value, resolve_run_plan
 from proctor.spec.profiles.models import EngineProfile, MultiNodeLaunch
+from proctor.spec.server import ServerRequest, profiles_for, server_command, server_name
 from proctor.supervise.launch import Started, record_of, request_stop, wait_run
 from proctor.targets.slurm.node import fill
 from proctor.targets.slurm.options import SlurmOptions

@@ -18,9 +18,9 @@ from proctor.errors import ExitCode, ResultUnknown
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan
 from proctor.supervise.launch import start_run
-from proctor.supervise.service import SupervisedRun, exit_for_state
 from proctor.targets.base import RunStatus
 from proctor.targets.local import LocalTarget
+from proctor.targets.service import SupervisedRun, exit_for_state
 from tests.helpers import REPO
 
 TAIL = {"Interrupts", "_Interrupts", "guard_start", "exit_for_state", "summary_line",
@@ -28,7 +28,7 @@ TAIL = {"Interrupts", "_Interrupts", "guard_start", "exit_for_state", "summary_l
 
 
 def test_no_cli_module_holds_or_borrows_the_follow_tail() -> None:
-    """The follow/wait/interrupt tail lives once, in proctor.supervise.service: no CLI module
+    """The follow/wait/interrupt tail lives once, in proctor.targets.service: no CLI module
     defines it, and none imports it from another CLI module."""
     for path in sorted((REPO / "src/proctor/cli").glob("*.py")):
         tree = ast.parse(path.read_text())
