@@ -42,7 +42,14 @@ _EXPORTS: dict[str, str] = {
     # the server workflow
     "start_server": "proctor.serve",
     "stop_server": "proctor.serve",
-    # targets
+    # targets, the run service on them, the evidence
+    "parse_target": "proctor.targets.registry",
+    "register_target": "proctor.targets.registry",
+    "target_options": "proctor.targets.registry",
+    "SupervisedRun": "proctor.targets.service",
+    "Recorder": "proctor.record.recorder",
+    "RecordCore": "proctor.record.schema",
+    "load_record": "proctor.record.schema",
     "Target": "proctor.targets.base",
     "JobSpec": "proctor.targets.base",
     "LocalTarget": "proctor.targets.local",
@@ -90,6 +97,8 @@ __all__ = [
     "ParsedResult",
     "ProctorError",
     "ProjectConfig",
+    "RecordCore",
+    "Recorder",
     "RunDir",
     "RunPlan",
     "RunResult",
@@ -98,6 +107,7 @@ __all__ = [
     "SlurmTarget",
     "SshTarget",
     "Store",
+    "SupervisedRun",
     "Target",
     "__version__",
     "bench",
@@ -111,8 +121,11 @@ __all__ = [
     "inspect",
     "load_baseline",
     "load_config",
+    "load_record",
     "parse_path",
+    "parse_target",
     "plan",
+    "register_target",
     "run",
     "run_flow",
     "run_gsm8k",
@@ -123,6 +136,7 @@ __all__ = [
     "status",
     "stop",
     "stop_server",
+    "target_options",
     "wait",
     "write_report",
 ]
@@ -158,7 +172,9 @@ if TYPE_CHECKING:
     from proctor.errors import ExitCode, ProctorError, exit_code_for
     from proctor.flow import FlowOptions
     from proctor.monitors.drain import DrainConfig, drain, drain_for_engine
+    from proctor.record.recorder import Recorder
     from proctor.record.rundir import RunDir
+    from proctor.record.schema import RecordCore, load_record
     from proctor.report.build import build_report, write_report
     from proctor.results.baselines import check, compare, load_baseline
     from proctor.results.model import Metric, ParsedResult
@@ -170,7 +186,9 @@ if TYPE_CHECKING:
     from proctor.supervise.inspect import inspect
     from proctor.targets.base import JobSpec, Target
     from proctor.targets.local import LocalTarget
+    from proctor.targets.registry import parse_target, register_target, target_options
     from proctor.targets.runpod.client import RunpodClient
+    from proctor.targets.service import SupervisedRun
     from proctor.targets.slurm.target import SlurmTarget
     from proctor.targets.ssh import SshTarget
     from proctor.workloads.gsm8k import Gsm8kConfig, run_gsm8k
