@@ -25,6 +25,7 @@ from proctor.workloads.loadgen.runner import (
     run_benchmark,
     write_outputs,
 )
+from proctor.workloads.loadgen.server_run import live_server_facts
 from proctor.workloads.loadgen.summary import format_summary
 from proctor.workloads.loadgen.telemetry import summary_lines
 from proctor.workloads.loadgen.verdict import format_verdict
@@ -95,7 +96,7 @@ def bench(
                         leave_live=detach, direct=detach)  # fmt: skip
     server_facts: dict[str, object] = {}
     if server:
-        server_facts = _server(server, runs_dir)
+        server_facts = live_server_facts(server, runs_dir)
         base_url = base_url or str(server_facts["base_url"])
         model = model or str(server_facts["checked_model"])
         chat = chat or bool(server_facts.get("use_chat_template"))
@@ -149,15 +150,6 @@ def bench(
 
 _RUN_OPTIONS = {"output_dir", "server", "name", "key", "detach", "timeout", "runs_dir", "json_out",
                 "base_url", "port", "model", "chat", "target"}
-
-
-def _server(ref: str, runs_dir: str | None) -> dict[str, object]:
-    """The live server run's facts; 69 when it has ended or serves another model."""
-    from proctor.spec.config import load_config
-    from proctor.spec.plan import resolve_runs_dir
-    from proctor.workloads.loadgen.server_run import server_run_facts
-
-    return server_run_facts(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
 
 
 def loadgen_argv(ctx: typer.Context, base_url: str, model: str | None, chat: bool) -> list[str]:
@@ -307,7 +299,7 @@ def register_sweep(root: typer.Typer) -> None:
         if not 0.0 <= max_error_rate <= 1.0:
             raise UsageError(f"--max-error-rate {max_error_rate} must be between 0 and 1")
         if server:
-            facts = _server(server, runs_dir)
+            facts = live_server_facts(server, runs_dir)
             base_url = base_url or str(facts["base_url"])
             model = model or str(facts["checked_model"])
             chat = chat or bool(facts.get("use_chat_template"))

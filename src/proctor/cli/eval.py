@@ -66,9 +66,9 @@ def gsm8k(
         raise UsageError("give --base-url or --port, not both")
     server_run = None
     if server:
-        from proctor.cli.bench import _server
+        from proctor.workloads.loadgen.server_run import live_server_facts
 
-        facts = _server(server, runs_dir)
+        facts = live_server_facts(server, runs_dir)
         server_run = str(facts["run_id"])
         base_url = base_url or str(facts["base_url"])
         model = model or str(facts["checked_model"])

@@ -78,3 +78,12 @@ def check_model(run_id: str, base_url: str, expected: str) -> str:
             hint="another server holds that port; stop it or start the run again",
         )
     return expected
+
+
+def live_server_facts(ref: str, runs_dir: str | None = None) -> dict[str, Any]:
+    """`server_run_facts` for `--server REF`, in the runs directory that --runs-dir, the
+    environment or proctor.toml name (bench, sweep and eval share it)."""
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import resolve_runs_dir
+
+    return server_run_facts(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
