@@ -23,14 +23,16 @@ import aiohttp
 
 from proctor import __version__, redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
-from proctor.workloads.loadgen.client import PlannedRequest, make_session
+from proctor.workloads.loadgen.client import PlannedRequest, http_path, make_session, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import LocalTokenizer, build_requests
+from proctor.workloads.loadgen.headroom import Probe, Sample, summarize
+from proctor.workloads.loadgen.loop import loop_name
 from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.metrics import BenchMetrics, compute_metrics
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
-from proctor.workloads.loadgen.scheduler import Counter, run_requests
+from proctor.workloads.loadgen.scheduler import Counter, run_requests, schedule_report
 from proctor.workloads.loadgen.verdict import Verdict, judge
 
 SCHEMA = "proctor.bench.metrics"
@@ -55,6 +57,7 @@ class BenchResult:
     started_at: str
     finished_at: str
     profile: ProfileStatus = field(default_factory=ProfileStatus)
+    client: dict[str, Any] | None = None  # headroom.summarize(): CPU, loop lag, client_bound
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -103,10 +106,10 @@ async def resolve_model(session: aiohttp.ClientSession, cfg: BenchConfig) -> str
                                 hint="pass --model NAME") from e
 
 
-async def _profile(session: aiohttp.ClientSession, cfg: BenchConfig, which: str,
-                   status: ProfileStatus) -> None:
+async def _profile(cfg: BenchConfig, which: str, status: ProfileStatus) -> None:
     try:
-        async with session.post(f"{cfg.base_url}/{which}_profile") as r:
+        async with make_session(cfg, limit=2) as session, \
+                session.post(f"{cfg.base_url}/{which}_profile") as r:
             ok = r.status == 200
             if not ok:
                 status.error = f"/{which}_profile answered {r.status}"
@@ -133,29 +136,31 @@ def _count_fn(cfg: BenchConfig) -> Callable[[str], int] | None:
 
 async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
                       bar: PollingProgress, profile: ProfileStatus
-                      ) -> tuple[list[RequestRecord], float]:
+                      ) -> tuple[list[RequestRecord], float, Sample]:
     counter = Counter()
     count = _count_fn(cfg)
     warm = [r for r in reqs if r.warmup]
     meas = [r for r in reqs if not r.warmup]
-    async with make_session(cfg, limit=cfg.concurrency) as session:
+    async with open_sender(cfg, limit=cfg.concurrency) as sender:
         records: list[RequestRecord] = []
         if warm:
             bar.phase("warmup", len(warm), lambda: counter.value, lambda: counter.failed)
-            records += await run_requests(session, cfg, model, warm, concurrency=cfg.concurrency,
+            records += await run_requests(sender, cfg, model, warm, concurrency=cfg.concurrency,
                                           rate=float("inf"), seed=cfg.seed, counter=counter,
                                           count_tokens=count)
         if cfg.profile:
-            await _profile(session, cfg, "start", profile)
+            await _profile(cfg, "start", profile)
         bar.phase("benchmark", len(meas), lambda: counter.value, lambda: counter.failed)
+        probe = Probe().start()
         t0 = time.perf_counter()
-        records += await run_requests(session, cfg, model, meas, concurrency=cfg.concurrency,
+        records += await run_requests(sender, cfg, model, meas, concurrency=cfg.concurrency,
                                       rate=cfg.request_rate, seed=cfg.seed + 1, counter=counter,
                                       count_tokens=count)
         duration = time.perf_counter() - t0
+        sample = probe.stop()
         if cfg.profile:
-            await _profile(session, cfg, "stop", profile)
-    return records, duration
+            await _profile(cfg, "stop", profile)
+    return records, duration, sample
 
 
 def run_benchmark(cfg: BenchConfig) -> BenchResult:
@@ -167,13 +172,15 @@ def run_benchmark(cfg: BenchConfig) -> BenchResult:
         if cfg.workers > 1:
             from proctor.workloads.loadgen.workers import run_workers
 
-            records, duration = run_workers(cfg, model, reqs, bar, profile)
+            records, duration, samples = run_workers(cfg, model, reqs, bar, profile)
         else:
-            records, duration = run_loop(_run_single(cfg, model, reqs, bar, profile))
+            records, duration, sample = run_loop(_run_single(cfg, model, reqs, bar, profile))
+            samples = [sample]
     metrics = compute_metrics(records, duration, percentiles=cfg.percentiles,
                               goodput_slos_ms=cfg.goodput_slos_ms or None,
                               max_concurrency=cfg.concurrency, request_rate=cfg.rate_or_none)
-    return BenchResult(cfg, model, metrics, records, source, started, _now(), profile)
+    client = summarize(samples, path=http_path(cfg), loop=loop_name())
+    return BenchResult(cfg, model, metrics, records, source, started, _now(), profile, client)
 
 
 def _dist(values: list[int]) -> dict[str, Any]:
@@ -223,6 +230,8 @@ def result_document(res: BenchResult) -> dict[str, Any]:
         },
         "profile": vars(res.profile),
         "workers": res.config.workers,
+        "client": res.client,
+        "schedule": schedule_report(meas, res.config.rate_or_none),
     }
 
 
