@@ -18,6 +18,7 @@ from proctor.cli.output import console, print_json
 from proctor.errors import UsageError
 from proctor.record.rundir import RunDir
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
+from proctor.workloads.loadgen.headroom import format_headroom
 from proctor.workloads.loadgen.runner import (
     check_outcome,
     result_document,
@@ -124,6 +125,7 @@ def bench(
     else:
         console.print(format_summary(result.metrics), markup=False, highlight=False)
         console.print(format_verdict(result.verdict()), markup=False, highlight=False)
+        console.print(format_headroom(result.client), markup=False, highlight=False)
     check_outcome(result)
 
 

@@ -20,6 +20,7 @@ from pydantic import SecretStr, ValidationError
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
+from proctor.workloads.loadgen.headroom import format_headroom
 from proctor.workloads.loadgen.runner import check_outcome, run_benchmark, write_outputs
 from proctor.workloads.loadgen.summary import format_summary
 from proctor.workloads.loadgen.verdict import format_verdict
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(result, args.output_dir)
         print(format_summary(result.metrics), flush=True)
         print(format_verdict(result.verdict()), flush=True)
+        print(format_headroom(result.client), flush=True)
         check_outcome(result)
     except ProctorError as e:
         print(f"proctor: {e.one_line()}", file=sys.stderr, flush=True)
