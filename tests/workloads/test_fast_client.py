@@ -241,3 +241,33 @@ def test_a_light_client_is_not_client_bound(fake: Fake) -> None:
     assert res.client is not None
     assert res.client["client_bound"] is False, res.client["reasons"]
     assert format_headroom(res.client).startswith("client headroom: ok")
+
+
+GOOD = b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    (b"data: {not json\n\n", "not JSON"), (b"data: [1, 2]\n\n", "not a JSON object"),
+    (b'data: {"choices":[null]}\n\n', "unexpected shape"),
+    (b'data: {"a":1},{"b":2}\n\n', "not JSON"),
+])
+def test_a_bad_message_in_a_read_of_many_fails_as_alone(bad: bytes, why: str) -> None:
+    from proctor.workloads.loadgen.records import RequestRecord
+    from proctor.workloads.loadgen.sse import Malformed, StreamState
+
+    state = StreamState(RequestRecord(index=0, prompt_len=1, expected_output_len=1), False, 0.0)
+    with pytest.raises(Malformed, match=why):
+        state.feed(GOOD * 3 + bad + GOOD, 1.0)
+    assert state.record.chunks == 3  # the good ones before it were counted, in order
+
+
+def test_an_error_object_in_a_read_of_many_ends_the_request() -> None:
+    from proctor.workloads.loadgen.records import RequestRecord
+    from proctor.workloads.loadgen.sse import StreamState
+
+    rec = RequestRecord(index=0, prompt_len=1, expected_output_len=1)
+    state = StreamState(rec, True, 0.0)
+    chat = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    assert state.feed(chat + b'data: {"error":{"message":"boom"}}\n\n' + b"data: [DONE]\n\n", 1.0)
+    assert (rec.reason, rec.chunks, rec.saw_done) == ("http_error", 1, False)
+    assert "boom" in rec.error

@@ -187,22 +187,24 @@ class Conn(asyncio.Protocol):
     def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
         """The payload bytes in `data`, and whether the body's last chunk was read."""
         out: list[bytes] = []
+        append = out.append
         if self.size_line:
             data = self.size_line + data
             self.size_line = b""
         pos, n = 0, len(data)
+        find = data.find
         while pos < n:
             left = self.chunk_left
-            if left:
+            if left:  # the rest of a chunk that began in an earlier read
                 end = pos + left
                 if end <= n:
                     if left > 2:
-                        out.append(data[pos:end - 2])
+                        append(data[pos:end - 2])
                     pos = end
                     self.chunk_left = 0
                 else:
                     if left > 2:
-                        out.append(data[pos:min(n, end - 2)])
+                        append(data[pos:min(n, end - 2)])
                     self.chunk_left = end - n
                     pos = n
                 continue
@@ -212,18 +214,26 @@ class Conn(asyncio.Protocol):
                     return b"".join(out), True
                 self.size_line = rest
                 break
-            eol = data.find(b"\r\n", pos)
+            eol = find(b"\r\n", pos)
             if eol < 0:
                 if n - pos > 1024:
                     raise ValueError("chunk-size line over 1 KiB")
                 self.size_line = data[pos:]
                 break
-            size = int(data[pos:eol].split(b";", 1)[0], 16)
+            try:
+                size = int(data[pos:eol], 16)
+            except ValueError:  # chunk extensions (";name=value")
+                size = int(data[pos:eol].split(b";", 1)[0], 16)
             pos = eol + 2
             if size == 0:
                 self.trailers = True
                 continue
-            self.chunk_left = size + 2
+            end = pos + size
+            if end + 2 <= n:  # the whole chunk is here (the common case)
+                append(data[pos:end])
+                pos = end + 2
+            else:
+                self.chunk_left = size + 2
         return b"".join(out) if len(out) != 1 else out[0], False
 
     def _body_end(self, ex: _Exchange, ts: float) -> None:

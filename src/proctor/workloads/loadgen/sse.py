@@ -87,6 +87,21 @@ def message_parts(obj: dict[str, Any], chat: bool) -> tuple[str | None, _Usage]:
     return text, (_count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens")))
 
 
+def _parse_batch(bodies: list[bytes]) -> list[Any] | None:
+    """Every body of one read parsed in one call, as the elements of a JSON array; None when
+    that fails or the count differs (then each is parsed alone, for the exact error). The
+    batch can only accept what one-by-one refuses for bodies that are invalid alone yet join
+    into exactly as many valid values (one body ending inside a string that the next ends,
+    plus another holding `},{`): no server's failure looks like that."""
+    if b"[DONE]" in bodies:
+        return None  # [DONE] before the last message: keep the order exact
+    try:
+        objs = loads(b"[" + b",".join(bodies) + b"]")
+    except ValueError:
+        return None
+    return objs if type(objs) is list and len(objs) == len(bodies) else None
+
+
 class StreamState:
     """What one 200 streaming response has said so far, written into its record."""
 
@@ -133,6 +148,64 @@ class StreamState:
         return self._messages([last], ts) if last.strip() else False
 
     def _messages(self, parts: list[bytes], ts: float) -> bool:
+        bodies = [m[5:].strip() for m in [p.strip() for p in parts] if m.startswith(b"data:")]
+        if not bodies:
+            return False  # comments, event: lines, keep-alives
+        done = bodies[-1] == b"[DONE]"
+        if done:
+            bodies.pop()
+        objs = _parse_batch(bodies) if len(bodies) > 1 else None
+        if objs is None:
+            return self._each(parts, ts)
+        rec = self.record
+        chat = self.chat
+        for body, obj in zip(bodies, objs, strict=True):
+            if type(obj) is not dict:
+                raise Malformed("not a JSON object", body)
+            choices = obj.get("choices")
+            if "error" in obj and not choices:
+                return self._stream_error(obj)
+            text: str | None = None
+            # The common message: a first choice with a text (or a chat delta with only content),
+            # no usage; anything else goes through message_parts, which checks every shape.
+            if type(choices) is list and choices and "usage" not in obj \
+                    and type(first := choices[0]) is dict and (
+                        type(text := first.get("text")) is str if not chat else
+                        (type(delta := first.get("delta")) is dict
+                         and type(text := delta.get("content")) is str
+                         and "reasoning_content" not in delta and "reasoning" not in delta)):
+                pass
+            else:
+                try:
+                    text, usage = message_parts(obj, chat)
+                except (TypeError, AttributeError, ValueError, OverflowError) as e:
+                    raise Malformed(f"unexpected shape ({e})", body) from e
+                if usage is not _NO_USAGE:
+                    if usage[0] is not None:
+                        self.usage_tokens = usage[0]
+                    if usage[1] is not None:
+                        rec.prompt_tokens = usage[1]
+            if text is not None:
+                if self.got_first:
+                    rec.itl.append(ts - self.last)
+                else:
+                    self.got_first = True
+                    rec.ttft = ts - self.st
+                self.last = ts
+                rec.chunks += 1
+                self.pieces.append(text)
+        if done:
+            rec.saw_done = True
+        return False
+
+    def _stream_error(self, obj: dict[str, Any]) -> bool:
+        self.record.reason = "http_error"
+        detail = json.dumps(obj["error"], default=str)[:ERROR_EXCERPT]
+        self.record.error = f"error in stream: {detail}"
+        return True
+
+    def _each(self, parts: list[bytes], ts: float) -> bool:
+        """Message by message, in order: the exact failure of the first bad message."""
         rec = self.record
         chat = self.chat
         for raw in parts:
@@ -150,10 +223,7 @@ class StreamState:
             if type(obj) is not dict:
                 raise Malformed("not a JSON object", body)
             if "error" in obj and not obj.get("choices"):
-                rec.reason = "http_error"
-                detail = json.dumps(obj["error"], default=str)[:ERROR_EXCERPT]
-                rec.error = f"error in stream: {detail}"
-                return True
+                return self._stream_error(obj)
             try:
                 text, usage = message_parts(obj, chat)
             except (TypeError, AttributeError, ValueError, OverflowError) as e:
