@@ -27,7 +27,7 @@ from proctor.workloads.loadgen.client import PlannedRequest, http_path, make_ses
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import LocalTokenizer, build_requests
 from proctor.workloads.loadgen.headroom import Probe, Sample, summarize
-from proctor.workloads.loadgen.loop import loop_name
+from proctor.workloads.loadgen.loop import loop_name, quiet_gc
 from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.metrics import BenchMetrics, compute_metrics
 from proctor.workloads.loadgen.progress import PollingProgress
@@ -151,13 +151,14 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
         if cfg.profile:
             await _profile(cfg, "start", profile)
         bar.phase("benchmark", len(meas), lambda: counter.value, lambda: counter.failed)
-        probe = Probe().start()
-        t0 = time.perf_counter()
-        records += await run_requests(sender, cfg, model, meas, concurrency=cfg.concurrency,
-                                      rate=cfg.request_rate, seed=cfg.seed + 1, counter=counter,
-                                      count_tokens=count)
-        duration = time.perf_counter() - t0
-        sample = probe.stop()
+        with quiet_gc():
+            probe = Probe().start()
+            t0 = time.perf_counter()
+            records += await run_requests(sender, cfg, model, meas, concurrency=cfg.concurrency,
+                                          rate=cfg.request_rate, seed=cfg.seed + 1,
+                                          counter=counter, count_tokens=count)
+            duration = time.perf_counter() - t0
+            sample = probe.stop()
         if cfg.profile:
             await _profile(cfg, "stop", profile)
     return records, duration, sample

@@ -23,6 +23,7 @@ from proctor.errors import WorkloadFailed
 from proctor.workloads.loadgen.client import PlannedRequest, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.headroom import Probe, Sample
+from proctor.workloads.loadgen.loop import quiet_gc
 from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
@@ -78,13 +79,14 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
             await asyncio.sleep(0)
             if os.getppid() == 1:
                 raise SystemExit(3)  # parent gone
-        probe = Probe().start()
-        t0 = time.perf_counter()
-        records += await run_requests(sender, cfg, model, meas, concurrency=concurrency,
-                                      rate=rate, seed=cfg.seed + 1 + 7919 * wid, worker=wid,
-                                      counter=counter)
-        t1 = time.perf_counter()
-        sample = probe.stop()
+        with quiet_gc():
+            probe = Probe().start()
+            t0 = time.perf_counter()
+            records += await run_requests(sender, cfg, model, meas, concurrency=concurrency,
+                                          rate=rate, seed=cfg.seed + 1 + 7919 * wid,
+                                          worker=wid, counter=counter)
+            t1 = time.perf_counter()
+            sample = probe.stop()
     pub.cancel()
     counter.flush()
     return records, t0, t1, sample
