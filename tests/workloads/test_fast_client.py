@@ -271,3 +271,17 @@ def test_an_error_object_in_a_read_of_many_ends_the_request() -> None:
     assert state.feed(chat + b'data: {"error":{"message":"boom"}}\n\n' + b"data: [DONE]\n\n", 1.0)
     assert (rec.reason, rec.chunks, rec.saw_done) == ("http_error", 1, False)
     assert "boom" in rec.error
+
+
+def test_workers_merge_headroom_and_records_of_the_same_form(fake: Fake) -> None:
+    s = fake(itl=0.001)
+    one = bench(s.base_url, num_warmups=2)
+    two = bench(s.base_url, num_warmups=2, workers=2)
+    assert two.client is not None and two.client["processes"] == 2
+    assert len(two.client["cpu_percent_per_process"]) == 2
+    assert two.client["cpu_percent"] == pytest.approx(sum(two.client["cpu_percent_per_process"]),
+                                                      abs=0.2)
+    assert [sorted(r.to_dict()) for r in one.records] == [sorted(r.to_dict()) for r in two.records]
+    assert [r.index for r in two.records] == [r.index for r in one.records]
+    assert {r.worker for r in two.records} == {0, 1}
+    assert result_document(two)["schedule"]["sent"] == 8
