@@ -68,6 +68,7 @@ class RawServer:
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
         self.connections = 0
+        self.heads: list[bytes] = []
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -91,6 +92,7 @@ class RawServer:
                         return
                     buf += data
                 head, _, buf = buf.partition(b"\r\n\r\n")
+                self.heads.append(head)
                 if head.startswith(b"GET"):  # /v1/models
                     models = b'{"data":[{"id":"m"}]}'
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -138,6 +140,18 @@ def test_every_framing_gives_the_same_records(raw: Callable[[str, int], RawServe
     # Keep-alive: one connection carried every request (one more was aiohttp's /v1/models),
     # except where the server closes it after each.
     assert server.connections == (1 + 4 if framing == "close-delimited" else 1 + 1)
+
+
+def test_url_credentials_are_sent_as_basic_auth(raw: Callable[[str, int], RawServer]) -> None:
+    server = raw("chunked", 2)
+    url = server.url.replace("http://", "http://us%40er:p%3Ass@")
+    res = bench(url, concurrency=1, num_prompts=2)
+    assert res.metrics.completed == 2
+    posts = [h for h in server.heads if h.startswith(b"POST")]
+    assert len(posts) == 2
+    for head in posts:  # base64("us@er:p:ss"), and the credentials are not in the request line
+        assert b"\r\nAuthorization: Basic dXNAZXI6cDpzcw==" in head
+        assert head.startswith(b"POST /v1/completions HTTP/1.1\r\n")
 
 
 def test_fast_and_aiohttp_paths_write_the_same_records(fake: Fake,
