@@ -20,6 +20,8 @@ install or --vllm-python/--tokenizer), and with --ablate proctor's aiohttp path
 (PROCTOR_HTTP_CLIENT=aiohttp). Output: a table with chunks/s (= output tok/s), mean TTFT,
 proctor's own headroom (CPU, loop-lag p99 from metrics.json "client"), the ratio to vLLM, and
 the checks of issue 14: proctor >= 2x vLLM at every concurrency, >= 300k chunks/s on one core.
+"per CPU-s" is proctor's chunks per CPU-second it used (from metrics.json "client"): on a
+shared machine, where the pinned core is not all the client's, it shows the client's own speed.
 --py-spy C samples proctor at concurrency C with py-spy and prints the top frames.
 """
 
@@ -58,6 +60,7 @@ class Row:
     ttft_ms: float
     cpu: str = ""  # proctor's own headroom, from metrics.json "client"
     flag: str = ""
+    per_cpu_s: float = 0.0  # chunks per CPU-second of the client (proctor only)
 
 
 def pinned(cmd: list[str], cores: list[int] | None) -> list[str]:
@@ -97,8 +100,10 @@ def run_proctor(emu: Emulator, conc: int, n: int, isl: int, osl: int, cores: lis
     m, c = doc["metrics"], doc.get("client") or {}
     cpu = (f"{c.get('cpu_percent', 0):.0f}% lag99 {c.get('loop_lag_p99_ms', 0):.0f}ms "
            f"{c.get('path', '?')}")
+    share = c.get("cpu_percent", 0) / 100
+    per_cpu = m["output_throughput"] / share if share > 0 else 0.0
     return Row(label, conc, rnd, m["output_throughput"], m["request_throughput"],
-               m["mean_ttft_ms"], cpu)
+               m["mean_ttft_ms"], cpu, per_cpu_s=per_cpu)
 
 
 def vllm_template(python: str, tokenizer: str) -> str:
@@ -226,13 +231,14 @@ def main() -> int:
             r.flag = "EMU>50%"
     vl = {(r.concurrency, r.round): r.chunks_s for r in rows if r.client == "vllm"}
     print(f"\n{'client':<22} {'conc':>5} {'rnd':>3} {'chunks/s':>10} {'req/s':>8} "
-          f"{'TTFT ms':>8} {'vs vllm':>7}  headroom / note")
+          f"{'TTFT ms':>8} {'vs vllm':>7} {'per CPU-s':>10}  headroom / note")
     for r in rows:
         ref = vl.get((r.concurrency, r.round))
         ratio = f"{r.chunks_s / ref:>7.2f}" if ref and r.client != "vllm" \
             and not r.client.startswith("raw") else f"{'-':>7}"
+        per = f"{r.per_cpu_s:>10,.0f}" if r.per_cpu_s else f"{'-':>10}"
         print(f"{r.client:<22} {r.concurrency:>5} {r.round or '-':>3} {r.chunks_s:>10,.0f} "
-              f"{r.req_s:>8,.0f} {r.ttft_ms:>8.1f} {ratio}  {r.cpu} {r.flag}")
+              f"{r.req_s:>8,.0f} {r.ttft_ms:>8.1f} {ratio} {per}  {r.cpu} {r.flag}")
     print("\nchecks (issue 14, point 2):")
     ok = True
     for conc in concs:
