@@ -42,8 +42,11 @@ def build(out_dir: Path) -> tuple[Path | None, str]:
     if cc is None:
         return None, "no C compiler (cc/gcc) on PATH"
     binary = out_dir / "emu"
-    r = subprocess.run([cc, "-O2", "-o", str(binary), str(SOURCE)], capture_output=True,
-                       text=True, check=False)
+    try:
+        r = subprocess.run([cc, "-O2", "-o", str(binary), str(SOURCE)], capture_output=True,
+                           text=True, check=False, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{cc} could not run: {e}"
     if r.returncode != 0:
         return None, f"cc failed: {r.stderr.strip()[-300:]}"
     return binary, ""
