@@ -5,7 +5,9 @@ Bytes come in per read, each read with one timestamp (perf_counter seconds): eve
 completed by a read is stamped with that read's time, exactly as reading them one by one
 from that buffer would. A read is split on b"\\n\\n" once (bytes.split, no re-slicing of the
 rest per message), and an unfinished message waits for the next read without being copied
-again until the read that ends it.
+again until the read that ends it. The data: messages of a read are parsed in one orjson call
+(as the elements of one JSON array); when that fails, they are parsed one by one, in order, so
+a bad message fails the request exactly as it would alone (malformed_sse with its excerpt).
 """
 
 from __future__ import annotations
