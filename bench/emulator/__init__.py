@@ -95,6 +95,19 @@ class Emulator:
         """CPU seconds the emulator's processes have used so far."""
         return sum(_proc_cpu(p) for p in self.pids())
 
+    def delay_stats(self, reset: bool = False) -> dict[str, float] | None:
+        """emu.c's own delay per request (kernel receive -> first token written, minus the
+        configured TTFT): count, p50_us, p99_us, max_us; None for the Python emulator."""
+        if self.kind != "c":
+            return None
+        import json
+        import urllib.request
+
+        url = f"{self.base_url}/emu/{'reset' if reset else 'stats'}"
+        with urllib.request.urlopen(url, timeout=10) as r:  # loopback only
+            data: dict[str, float] = json.loads(r.read())
+        return data
+
     def describe(self) -> str:
         where = f"cores {self.cores}" if self.cores else "unpinned"
         what = "emu.c" if self.kind == "c" else f"Python fallback pyemu.py ({self.why})"

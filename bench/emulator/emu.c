@@ -5,7 +5,9 @@
  *        HTTP/1.1 keep-alive, one HTTP chunk per SSE message (as uvicorn sends them), usage in
  *        the last data message when stream_options.include_usage is asked, then [DONE].
  *        --ttft-ms / --itl-ms 0 (default) write the whole response at once.
- *        /v1/models and /health answer; anything else is 404.
+ *        /v1/models and /health answer; GET /emu/stats gives the emulator's own delay per
+ *        request (kernel receive of the request -> first token written, minus the TTFT:
+ *        count, p50/p99/max in us, all processes), GET /emu/reset zeroes it; else 404.
  * load:  N forked processes, C keep-alive connections in all, back-to-back streaming requests,
  *        counts messages carrying choices; prints "requests chunks seconds mean_ttft_s".
  *
@@ -92,11 +94,50 @@ typedef struct {
     int streaming, chat, usage;
     long left, n, prompt;
     double due;
+    double rx;  /* kernel receive time (CLOCK_REALTIME) of the read that completed the request */
+    int first_pending;  /* the first token of the stream is not written yet */
 } conn;
 
 static conn *conns[MAXFD];
 static int g_maxfd;
 static int g_ep;
+
+/* The emulator's own delay per generation request, kernel receive of the request -> its first
+ * token written (minus the configured TTFT): a histogram in memory shared by every process,
+ * 10 us bins up to 2 s. GET /emu/stats reads it, GET /emu/reset zeroes it. */
+#define NBINS 200000
+typedef struct {
+    long count, over;
+    double max_us;
+    long bins[NBINS];
+} hist_t;
+static hist_t *g_hist;
+
+static double real_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void note_delay(conn *c) {
+    if (!g_hist || c->rx <= 0) return;
+    double us = (real_s() - c->rx - g_ttft) * 1e6;
+    if (us < 0) us = 0;
+    long b = (long)(us / 10);
+    __atomic_fetch_add(&g_hist->count, 1, __ATOMIC_RELAXED);
+    if (b >= NBINS) __atomic_fetch_add(&g_hist->over, 1, __ATOMIC_RELAXED);
+    else __atomic_fetch_add(&g_hist->bins[b], 1, __ATOMIC_RELAXED);
+    if (us > g_hist->max_us) g_hist->max_us = us; /* racy across processes; a bound is enough */
+}
+
+static double hist_pct(double p) {
+    long want = (long)(p / 100.0 * g_hist->count), seen = 0;
+    for (long b = 0; b < NBINS; b++) {
+        seen += g_hist->bins[b];
+        if (seen > want) return b * 10.0 + 5.0;
+    }
+    return g_hist->max_us;
+}
 
 static void want_out(conn *c, int on) {
     struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.fd = c->fd};
@@ -130,6 +171,10 @@ static int flush_out(conn *c) { /* -1: closed */
 }
 
 static void emit_token(conn *c) {
+    if (c->first_pending) {
+        c->first_pending = 0;
+        note_delay(c);
+    }
     if (c->chat) ob_chunk(&c->out, g_chunk_chat, g_chunk_chat_n);
     else ob_chunk(&c->out, g_chunk_cmpl, g_chunk_cmpl_n);
     c->left--;
@@ -194,6 +239,16 @@ static void handle(conn *c, const char *head, size_t hlen, const char *body, siz
         respond_simple(c, "200 OK", "application/json", b);
         return;
     }
+    if (g_hist && (!strncmp(path, "/emu/stats", 10) || !strncmp(path, "/emu/reset", 10))) {
+        char b[256];
+        if (path[5] == 'r') memset(g_hist, 0, sizeof *g_hist);
+        snprintf(b, sizeof b,
+                 "{\"count\":%ld,\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,"
+                 "\"over_2s\":%ld}", g_hist->count, hist_pct(50), hist_pct(99), g_hist->max_us,
+                 g_hist->over);
+        respond_simple(c, "200 OK", "application/json", b);
+        return;
+    }
     int chat = !strncmp(path, "/v1/chat/completions", 20);
     if (!chat && strncmp(path, "/v1/completions", 15)) {
         respond_simple(c, "404 Not Found", "application/json", "{\"detail\":\"Not Found\"}");
@@ -207,6 +262,7 @@ static void handle(conn *c, const char *head, size_t hlen, const char *body, siz
     c->n = c->left = n;
     c->prompt = count_words(body, blen);
     c->streaming = 1;
+    c->first_pending = 1;
     static const char hs[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                              "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n";
     ob_put(&c->out, hs, sizeof hs - 1);
@@ -270,6 +326,7 @@ static int serve_loop(int lfd) {
                     }
                     int one = 1;
                     setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                    setsockopt(cfd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
                     conn *c = calloc(1, sizeof *c);
                     c->fd = cfd;
                     conns[cfd] = c;
@@ -285,7 +342,21 @@ static int serve_loop(int lfd) {
                 if (flush_out(c) < 0) continue;
             }
             if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-                ssize_t r = read(fd, c->in + c->inlen, INCAP - c->inlen);
+                /* recvmsg for the kernel's receive timestamp of these bytes */
+                struct iovec iov = {c->in + c->inlen, INCAP - c->inlen};
+                char ctl[256];
+                struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                                    .msg_controllen = sizeof ctl};
+                ssize_t r = recvmsg(fd, &mh, 0);
+                c->rx = 0;
+                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); r > 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+                        struct timespec ts;
+                        memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+                        c->rx = ts.tv_sec + ts.tv_nsec * 1e-9;
+                    }
+                }
+                if (r > 0 && c->rx <= 0) c->rx = real_s();
                 if (r <= 0) {
                     if (r < 0 && errno == EAGAIN) continue;
                     close_conn(c);
@@ -512,6 +583,9 @@ int main(int argc, char **argv) {
                                   "data: {\"id\":\"emu\",\"object\":\"chat.completion.chunk\","
                                   "\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":"
                                   "{\"content\":\" tok\"},\"finish_reason\":null}]}\n\n", g_model);
+        g_hist = mmap(NULL, sizeof *g_hist, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                      -1, 0);
+        if (g_hist == MAP_FAILED) g_hist = NULL;
         /* every listening socket is bound before "ready": the port answers from then on */
         if (procs > 256) procs = 256;
         for (int k = 0; k < procs; k++) g_lfds[k] = listen_on(port);
