@@ -36,7 +36,11 @@ def test_the_emulator_streams_what_the_client_expects(python: bool, endpoint: st
 
 
 def test_the_raw_load_client_counts_every_chunk() -> None:
-    with start_emulator(procs=1) as emu:
+    with start_emulator(procs=2) as emu:
+        emu.delay_stats(reset=True)
         cap = measure_capacity(emu, concurrency=8, requests=200, osl=16, cores=None)
+        own = emu.delay_stats()
     assert cap.chunks_s > 0 and cap.req_s > 0
     assert round(cap.chunks_s / cap.req_s) == 16  # every request's 16 chunks, nothing else
+    if emu.kind == "c":  # its own delay, counted once per request over both processes
+        assert own is not None and own["count"] == 200 and own["max_us"] >= own["p50_us"] >= 0
