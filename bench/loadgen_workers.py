@@ -1,7 +1,9 @@
 """`--workers N` scaling: 1, 2, 4, 8 client processes against the emulator on its own cores.
 
-On the 16-core GPU host (the lead's run; needs only the stdlib, `cc` or the Python emulator,
-and proctor installed with its wheels; uvloop is used when installed, else asyncio):
+On the 16-core GPU host (the lead's run). This script and bench/emulator need only the stdlib
+(and `cc`, else the Python emulator); the client it runs, `python -m proctor.workloads.loadgen`,
+imports pydantic and orjson (in .whl), aiohttp and rich (not in .whl; both are in a vLLM
+environment), and uvloop when installed (else asyncio; the `client.loop` column says which):
 
     python bench/loadgen_workers.py --workers 1,2,4,8 --concurrency 1024
 
