@@ -3,7 +3,8 @@
 On the 16-core GPU host (the lead's run). This script and bench/emulator need only the stdlib
 (and `cc`, else the Python emulator); the client it runs, `python -m proctor.workloads.loadgen`,
 imports pydantic and orjson (in .whl), aiohttp and rich (not in .whl; both are in a vLLM
-environment), and uvloop when installed (else asyncio; the `client.loop` column says which):
+environment), and uvloop when installed (else asyncio; the note column says which:
+`fast/uvloop` or `fast/asyncio`):
 
     python bench/loadgen_workers.py --workers 1,2,4,8 --concurrency 1024
 
@@ -122,7 +123,7 @@ def main() -> int:
         flag = "EMU>50%" if m["output_throughput"] > 0.5 * cap.per_busy_emulator else ""
         print(f"{w:>7} {m['output_throughput']:>10,.0f} {m['output_throughput'] / one:>7.2f} "
               f"{c.get('cpu_percent', 0):>7.0f} {c.get('loop_lag_p99_ms', 0):>8.1f} "
-              f"{'same' if ok else 'DIFFER':>8}  {flag}")
+              f"{'same' if ok else 'DIFFER':>8}  {c.get('path', '?')}/{c.get('loop', '?')} {flag}")
     print(f"\nspeedup = chunks/s over 1 worker's; CPU % summed over workers (100 = one core); "
           f"records: merged requests.jsonl of the same form as 1 worker's.\n"
           f"took {time.perf_counter() - started:.0f} s")
