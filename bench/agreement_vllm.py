@@ -4,11 +4,14 @@ Anchor: vLLM's client. Both clients run against one vLLM-for-CPU server (SmolLM2
 test-engine install: .ci/setup-engines.sh) with the same settings: random prompts of exactly
 ISL tokens, OSL output tokens with ignore_eos, temperature 0, the same number of prompts,
 concurrency and warm-ups. Runs alternate (vllm, proctor, vllm, proctor, ...) so a drift of the
-machine hits both. Printed: total token throughput and mean TPOT per run, the means, and
-proctor/vLLM ratios; the aim is agreement within 5%.
+machine hits both. Printed: total token throughput and mean TPOT per run; per client and
+metric the mean, standard deviation and range over the repeats; the ratio of the means and
+the per-pair ratios (run i of proctor over run i of vLLM: mean and spread), and whether the
+difference of the means is within the noise (2 standard errors of the difference). The aim:
+agreement within 5% on total throughput and mean TPOT.
 
     .venv/bin/python bench/agreement_vllm.py [--isl 64 --osl 32 --num-prompts 16
-        --concurrency 4 --repeats 2]
+        --concurrency 4 --repeats 5] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -66,7 +69,10 @@ def run_proctor(base_url: str, model: str, a: argparse.Namespace, out: Path) -> 
         text = (Path(d) / "metrics.json").read_text()
         (out / f"proctor-{time.time_ns()}.json").write_text(text)  # kept for diagnosis
         doc = json.loads(text)
-    return {k: float(v) for k, v in doc["metrics"].items() if isinstance(v, (int, float))}
+    values = {k: float(v) for k, v in doc["metrics"].items() if isinstance(v, (int, float))}
+    if isinstance(doc.get("client"), dict):
+        values["client_cpu_percent"] = float(doc["client"]["cpu_percent"])
+    return values
 
 
 def main() -> int:
@@ -75,7 +81,7 @@ def main() -> int:
     ap.add_argument("--osl", type=int, default=32)
     ap.add_argument("--num-prompts", type=int, default=16)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--keep", type=Path, help="keep logs here (default: a temp dir)")
     a = ap.parse_args()
     info = engine_info()  # pytest.skip() outside pytest raises: say so plainly instead
@@ -104,19 +110,41 @@ def main() -> int:
         server.stop()
 
     print()
-    print(f"{'metric':<24} {'vllm bench serve':>17} {'proctor bench':>14} {'proctor/vllm':>13}")
+    return report(runs, started, out)
+
+
+def _stats(xs: list[float]) -> tuple[float, float, float, float]:
+    """mean, sample standard deviation (0 for one value), min, max."""
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return statistics.fmean(xs), sd, min(xs), max(xs)
+
+
+def report(runs: dict[str, list[dict[str, float]]], started: float, out: Path) -> int:
+    print(f"{'metric':<24} {'vllm: mean +- sd (min-max)':>34} {'proctor: mean +- sd (min-max)':>34}"
+          f" {'ratio':>6} {'pairs: mean +- sd':>18}  noise")
     worst = 0.0
     for name in METRICS:
-        mv = statistics.mean(r[name] for r in runs["vllm"])
-        mp = statistics.mean(r[name] for r in runs["proctor"])
+        v = [r[name] for r in runs["vllm"]]
+        p = [r[name] for r in runs["proctor"]]
+        mv, sv, lv, hv = _stats(v)
+        mp, sp, lp, hp = _stats(p)
         ratio = mp / mv if mv else float("nan")
+        pairs = [b / a for a, b in zip(v, p, strict=False) if a]
+        pm, ps, _, _ = _stats(pairs) if pairs else (float("nan"), 0.0, 0.0, 0.0)
+        se = (sv ** 2 / len(v) + sp ** 2 / len(p)) ** 0.5
+        noise = "within" if abs(mp - mv) <= 2 * se else "beyond"
         if name in ("total_token_throughput", "mean_tpot_ms"):
             worst = max(worst, abs(ratio - 1))
-        print(f"{name:<24} {mv:>17.2f} {mp:>14.2f} {ratio:>13.3f}")
-    spread = {c: [r["total_token_throughput"] for r in rs] for c, rs in runs.items()}
-    print(f"\nrun-to-run total tok/s: vllm {spread['vllm']}, proctor {spread['proctor']}")
-    print(f"largest disagreement on total tok/s and mean TPOT: {worst:.1%} "
-          f"({'within' if worst <= 0.05 else 'OUTSIDE'} 5%); took "
+        print(f"{name:<24} {f'{mv:.2f} +- {sv:.2f} ({lv:.1f}-{hv:.1f})':>34} "
+              f"{f'{mp:.2f} +- {sp:.2f} ({lp:.1f}-{hp:.1f})':>34} {ratio:>6.3f} "
+              f"{f'{pm:.3f} +- {ps:.3f}':>18}  {noise}")
+    cpu = [r.get("client_cpu_percent") for r in runs["proctor"]]
+    if any(c is not None for c in cpu):
+        print(f"\nproctor's own CPU per run (% of one core): "
+              f"{', '.join(f'{c:.0f}' for c in cpu if c is not None)}")
+    print(f"\nlargest disagreement of the means on total tok/s and mean TPOT: {worst:.1%} "
+          f"({'within' if worst <= 0.05 else 'OUTSIDE'} 5%); {len(runs['vllm'])} runs each; "
+          f"noise: the difference of the means against 2 standard errors; took "
           f"{time.perf_counter() - started:.0f} s; logs in {out}")
     return 0 if worst <= 0.05 else 1
 

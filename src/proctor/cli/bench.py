@@ -18,7 +18,7 @@ from proctor.cli.output import console, print_json
 from proctor.errors import UsageError
 from proctor.record.rundir import RunDir
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
-from proctor.workloads.loadgen.extra_lines import extra_lines
+from proctor.workloads.loadgen.printed import result_lines
 from proctor.workloads.loadgen.runner import (
     check_outcome,
     result_document,
@@ -26,9 +26,6 @@ from proctor.workloads.loadgen.runner import (
     write_outputs,
 )
 from proctor.workloads.loadgen.server_run import live_server_facts
-from proctor.workloads.loadgen.summary import format_summary
-from proctor.workloads.loadgen.telemetry import summary_lines
-from proctor.workloads.loadgen.verdict import format_verdict
 
 app = typer.Typer(help="Serving benchmarks against OpenAI-compatible servers.",
                   no_args_is_help=True)
@@ -139,11 +136,7 @@ def bench(
     if json_out:
         print_json(result_document(result))
     else:
-        console.print(format_summary(result.metrics), markup=False, highlight=False)
-        for line in extra_lines(result):
-            console.print(line, markup=False, highlight=False)
-        console.print(format_verdict(result.verdict()), markup=False, highlight=False)
-        for line in summary_lines(result_document(result)):
+        for line in result_lines(result):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     check_outcome(result)
 

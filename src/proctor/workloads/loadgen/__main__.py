@@ -20,16 +20,12 @@ from pydantic import SecretStr, ValidationError
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
-from proctor.workloads.loadgen.extra_lines import extra_lines
+from proctor.workloads.loadgen.printed import result_lines
 from proctor.workloads.loadgen.runner import (
     check_outcome,
-    result_document,
     run_benchmark,
     write_outputs,
 )
-from proctor.workloads.loadgen.summary import format_summary
-from proctor.workloads.loadgen.telemetry import summary_lines
-from proctor.workloads.loadgen.verdict import format_verdict
 
 
 def parser() -> argparse.ArgumentParser:
@@ -124,11 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(args)
         result = run_benchmark(cfg, args.output_dir)
         write_outputs(result, args.output_dir)
-        print(format_summary(result.metrics), flush=True)
-        for line in extra_lines(result):
-            print(line, flush=True)
-        print(format_verdict(result.verdict()), flush=True)
-        print("\n".join(summary_lines(result_document(result))), flush=True)
+        print("\n".join(result_lines(result)), flush=True)
         check_outcome(result)
     except ProctorError as e:
         print(f"proctor: {e.one_line()}", file=sys.stderr, flush=True)

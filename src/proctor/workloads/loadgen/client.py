@@ -1,8 +1,12 @@
-"""The streaming HTTP client: one aiohttp session, one coroutine per request.
+"""The streaming HTTP clients: a Sender per benchmark loop, one coroutine per request.
+
+Two paths, the same records: "fast" (fasthttp.py, a raw asyncio HTTP/1.1 client, for plain
+http://) and "aiohttp" (https://, URL credentials together with an API key, or
+PROCTOR_HTTP_CLIENT=aiohttp). Both parse the stream with sse.StreamState.
 
 Failures are data: every request ends as a RequestRecord with success, status, error and
 reason filled in; nothing here raises for a bad response. Never hangs: a total timeout per
-request and an idle timeout between reads (aiohttp's sock_read) bound every request.
+request and an idle timeout between reads (deadlines.py) bound every request.
 """
 
 from __future__ import annotations
@@ -11,38 +15,30 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.deadlines import Flight, for_loop, settle
+from proctor.workloads.loadgen.fasthttp import Pool, exchange
 from proctor.workloads.loadgen.records import RequestRecord
+from proctor.workloads.loadgen.sse import ERROR_EXCERPT, Malformed, StreamState
 
 READ_BUFSIZE = 4 * 1024 * 1024  # aiohttp's 64 KiB default collapses long-context throughput
-# An SSE message can be long (a big chunk of text) but never this long: a server that streams
-# without message boundaries fails the request instead of growing the client's memory.
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-_ERROR_EXCERPT = 300
+HTTP_CLIENT_ENV = "PROCTOR_HTTP_CLIENT"  # "aiohttp" forces the aiohttp path
+
+
 # Streaming requests: total and idle limits are enforced by deadlines.py (one timer per loop,
 # not one re-armed per read); only the connect limit stays with aiohttp.
 @functools.lru_cache(maxsize=8)
 def _stream_timeout(connect_s: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, sock_read=None)
-
-_json_decode = json.JSONDecoder().decode  # skips json.loads' per-call encoding sniffing
-
-
-def _json_loads(data: bytes) -> Any:
-    return _json_decode(data.decode())
-
-
-_loads: Callable[[bytes], Any] = _json_loads
-with contextlib.suppress(ImportError):  # orjson (`proctor[fast]`): bytes in, ~4x faster
-    from orjson import loads as _loads
 
 
 @dataclass(slots=True)
@@ -90,55 +86,110 @@ def build_payload(cfg: BenchConfig, model: str, req: PlannedRequest) -> tuple[st
     return path, json.dumps(body).encode()
 
 
-def _choice_text(choice: dict[str, object], chat: bool) -> str:
-    if not chat:
-        return str(choice.get("text") or "")
-    delta = choice.get("delta")
-    if not isinstance(delta, dict):
-        return ""
-    # Reasoning models stream their thinking in reasoning_content; it is output too.
-    parts = (delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning"))
-    return "".join(p for p in parts if isinstance(p, str))
+def http_path(cfg: BenchConfig) -> str:
+    """"fast" (the raw HTTP/1.1 client) or "aiohttp": the path the requests will take."""
+    if os.environ.get(HTTP_CLIENT_ENV, "auto").strip().lower() == "aiohttp":
+        return "aiohttp"
+    url = urlsplit(cfg.base_url)
+    if url.scheme != "http":
+        return "aiohttp"  # TLS
+    if (url.username is not None or url.password is not None) and cfg.api_key is not None:
+        return "aiohttp"  # which refuses the pair, as before: one failure reason for both paths
+    return "fast"
 
 
-class _Malformed(Exception):
-    """A data: message that is not what the protocol allows; the request fails with it."""
+class Sender(Protocol):
+    path: str
 
-    def __init__(self, why: str, body: bytes) -> None:
-        super().__init__(f"malformed stream message, {why}: {body[:80].decode(errors='replace')}")
-
-
-def _count(value: object) -> int | None:
-    """A token count from `usage`: a non-negative integer, or None when absent."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"token count {value!r}")
-    return int(value)
+    async def send(self, cfg: BenchConfig, model: str, req: PlannedRequest,
+                   record: RequestRecord,
+                   count_tokens: Callable[[str], int] | None = None) -> RequestRecord: ...
 
 
-_Usage = tuple[int | None, int | None]  # (completion_tokens, prompt_tokens)
+class AiohttpSender:
+    path = "aiohttp"
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+
+    async def send(self, cfg: BenchConfig, model: str, req: PlannedRequest,
+                   record: RequestRecord,
+                   count_tokens: Callable[[str], int] | None = None) -> RequestRecord:
+        return await send_request(self.session, cfg, model, req, record, count_tokens)
 
 
-def _message_parts(obj: dict[str, Any], chat: bool) -> tuple[str | None, _Usage]:
-    """(text of the first choice or None when the message carries no choices,
-    (completion_tokens, prompt_tokens) from usage). Raises on any shape the API does not allow,
-    so a garbage chunk becomes a failed request, never a crash."""
-    choices = obj.get("choices")
-    text: str | None = None
-    if choices is not None and not isinstance(choices, list):
-        raise TypeError(f"choices is a {type(choices).__name__}")
-    if choices:
-        first = choices[0]
-        if not isinstance(first, dict):
-            raise TypeError(f"choices[0] is a {type(first).__name__}")
-        text = _choice_text(first, chat)
-    usage = obj.get("usage")
-    if usage is None:
-        return text, (None, None)
-    if not isinstance(usage, dict):
-        raise TypeError(f"usage is a {type(usage).__name__}")
-    return text, (_count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens")))
+class FastSender:
+    path = "fast"
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def send(self, cfg: BenchConfig, model: str, req: PlannedRequest,
+                   record: RequestRecord,
+                   count_tokens: Callable[[str], int] | None = None) -> RequestRecord:
+        return await send_fast(self.pool, cfg, model, req, record, count_tokens)
+
+
+@contextlib.asynccontextmanager
+async def open_sender(cfg: BenchConfig, limit: int) -> AsyncIterator[Sender]:
+    """The Sender for this config, with a pool for `limit` connections, closed after."""
+    if http_path(cfg) == "fast":
+        pool = Pool(cfg)
+        try:
+            yield FastSender(pool)
+        finally:
+            pool.close()
+        return
+    async with make_session(cfg, limit) as session:
+        yield AiohttpSender(session)
+
+
+def _timeout_error(cfg: BenchConfig, name: str) -> str:
+    return (f"{name}: no answer within the request or idle timeout "
+            f"(total {cfg.request_timeout_s:g}s, idle {cfg.idle_timeout_s:g}s)")
+
+
+async def send_fast(
+    pool: Pool,
+    cfg: BenchConfig,
+    model: str,
+    req: PlannedRequest,
+    record: RequestRecord,
+    count_tokens: Callable[[str], int] | None = None,
+) -> RequestRecord:
+    """send_request on the raw HTTP/1.1 client: same record, same failure reasons."""
+    deadlines = for_loop()
+    flight = deadlines.add(cfg.request_timeout_s, cfg.idle_timeout_s)
+    path, payload = build_payload(cfg, model, req)
+    request = pool.request_bytes(path, payload)
+    # Start = just before the POST (metric definition); the deadlines count from here too.
+    st = flight.start = flight.last = time.perf_counter()
+    record.start_time = st
+    state = StreamState(record, cfg.endpoint == "chat", st)
+    try:
+        try:
+            conn = await pool.acquire()
+        except asyncio.TimeoutError:
+            record.reason = "timeout"
+            record.error = f"ConnectionTimeoutError: no connection within " \
+                           f"{cfg.connect_timeout_s:g}s"
+            return record
+        except OSError as e:
+            record.reason, record.error = "connect_error", f"{type(e).__name__}: {e}"
+            return record
+        outcome = await exchange(conn, request, record, state, flight)
+    except asyncio.CancelledError:
+        if not flight.expired or not settle(flight):
+            raise
+        record.reason = "timeout"
+        record.error = _timeout_error(cfg, "TimeoutError")
+        return record
+    finally:
+        deadlines.remove(flight)
+        record.end_time = time.perf_counter()
+    if outcome == "done":
+        return state.finish(count_tokens)
+    return record
 
 
 async def send_request(
@@ -169,92 +220,41 @@ async def _send(
     flight: Flight,
 ) -> RequestRecord:
     path, payload = build_payload(cfg, model, req)
-    chat = cfg.endpoint == "chat"
-    pieces: list[str] = []
-    got_first = False
-    usage_tokens: int | None = None
     # Start = just before the POST (metric definition); the deadlines count from here too.
-    last = st = flight.start = flight.last = time.perf_counter()
+    st = flight.start = flight.last = time.perf_counter()
     record.start_time = st
+    state = StreamState(record, cfg.endpoint == "chat", st)
     try:
         async with session.post(cfg.base_url + path, data=payload,
                                 timeout=_stream_timeout(cfg.connect_timeout_s)) as resp:
             record.status = resp.status
             if resp.status != 200:
-                body = (await resp.text(errors="replace"))[:_ERROR_EXCERPT]
+                body = (await resp.text(errors="replace"))[:ERROR_EXCERPT]
                 record.reason = "rate_limited" if resp.status == 429 else "http_error"
                 record.error = f"HTTP {resp.status}: {body.strip()}"
                 return record
-            buf = b""
-            eof = False
             stream = resp.content
-            while not eof:
+            while True:
                 data = await stream.readany()
                 ts = flight.last = time.perf_counter()
                 if not data:
-                    eof = True
-                    if not buf.strip():
-                        break
-                    buf += b"\n\n"  # a last message without its blank line still counts
-                else:
-                    buf += data
-                    if len(buf) > MAX_MESSAGE_BYTES and b"\n\n" not in buf:
-                        limit = MAX_MESSAGE_BYTES >> 20
-                        raise _Malformed(f"no message boundary in {limit} MiB", buf)
-                while True:
-                    cut = buf.find(b"\n\n")
-                    if cut < 0:
-                        break
-                    msg, buf = buf[:cut], buf[cut + 2:]
-                    msg = msg.strip()
-                    if not msg.startswith(b"data:"):
-                        continue  # comments, event: lines, keep-alives
-                    body_bytes = msg[5:].strip()
-                    if body_bytes == b"[DONE]":
-                        record.saw_done = True
-                        continue
-                    try:
-                        obj = _loads(body_bytes)
-                    except ValueError as e:
-                        raise _Malformed("not JSON", body_bytes) from e
-                    if not isinstance(obj, dict):
-                        raise _Malformed("not a JSON object", body_bytes)
-                    if "error" in obj and not obj.get("choices"):
-                        record.reason = "http_error"
-                        detail = json.dumps(obj["error"], default=str)[:_ERROR_EXCERPT]
-                        record.error = f"error in stream: {detail}"
+                    if state.eof(ts):
                         return record
-                    try:
-                        text, usage = _message_parts(obj, chat)
-                    except (TypeError, AttributeError, ValueError, OverflowError) as e:
-                        raise _Malformed(f"unexpected shape ({e})", body_bytes) from e
-                    if text is not None:
-                        if got_first:
-                            record.itl.append(ts - last)
-                        else:
-                            got_first = True
-                            record.ttft = ts - st
-                        last = ts
-                        record.chunks += 1
-                        pieces.append(text)
-                    if usage[0] is not None:
-                        usage_tokens = usage[0]
-                    if usage[1] is not None:
-                        record.prompt_tokens = usage[1]
+                    break
+                if state.feed(data, ts):
+                    return record
     except asyncio.CancelledError:
         if not flight.expired or not settle(flight):
             raise
         record.reason = "timeout"
-        record.error = f"TimeoutError: no answer within the request or idle timeout " \
-                       f"(total {cfg.request_timeout_s:g}s, idle {cfg.idle_timeout_s:g}s)"
+        record.error = _timeout_error(cfg, "TimeoutError")
         return record
-    except _Malformed as e:
+    except Malformed as e:
         record.reason, record.error = "malformed_sse", str(e)
         return record
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as e:
         record.reason = "timeout"
-        record.error = f"{type(e).__name__}: no answer within the request or idle timeout " \
-                       f"(total {cfg.request_timeout_s:g}s, idle {cfg.idle_timeout_s:g}s)"
+        record.error = _timeout_error(cfg, type(e).__name__)
         return record
     except aiohttp.ClientConnectorError as e:
         record.reason, record.error = "connect_error", f"{type(e).__name__}: {e}"
@@ -266,18 +266,4 @@ async def _send(
     except (aiohttp.ClientError, OSError, ValueError) as e:
         record.reason, record.error = "client_error", f"{type(e).__name__}: {e}"
         return record
-    if not got_first:
-        record.reason = "no_output"
-        record.error = "stream ended without a message carrying choices"
-        return record
-    record.latency = last - st
-    text = "".join(pieces)
-    record.generated_chars = len(text)
-    if usage_tokens is not None:
-        record.output_tokens, record.output_tokens_source = usage_tokens, "usage"
-    elif count_tokens is not None:
-        record.output_tokens, record.output_tokens_source = count_tokens(text), "tokenizer"
-    else:
-        record.output_tokens, record.output_tokens_source = record.chunks, "chunks"
-    record.success = True
-    return record
+    return state.finish(count_tokens)

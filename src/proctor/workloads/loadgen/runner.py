@@ -28,14 +28,16 @@ from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
 from proctor.results.validity import judge_validity, sent_rates, ttft_trend
 from proctor.version import __version__
 from proctor.workloads.loadgen import prefix_counters, repeats
-from proctor.workloads.loadgen.client import PlannedRequest, make_session, send_request
+from proctor.workloads.loadgen.client import PlannedRequest, http_path, make_session, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import LocalTokenizer
+from proctor.workloads.loadgen.headroom import Probe, Sample, summarize
+from proctor.workloads.loadgen.loop import loop_name, quiet_gc
 from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.metrics import BenchMetrics, compute_metrics
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
-from proctor.workloads.loadgen.scheduler import Counter, run_requests
+from proctor.workloads.loadgen.scheduler import Counter, run_requests, schedule_report
 from proctor.workloads.loadgen.telemetry import BenchTelemetry
 from proctor.workloads.loadgen.verdict import Verdict, judge
 from proctor.workloads.loadgen.workload import Workload, build_workload
@@ -66,6 +68,7 @@ class BenchResult:
     prefix_cache: dict[str, Any] | None = None  # the server's hit rate over the measured phase
     per_repeat: list[BenchMetrics] = field(default_factory=list)  # --repeat N > 1
     telemetry: dict[str, Any] = field(default_factory=dict)  # "server", "energy" (telemetry.py)
+    client: dict[str, Any] | None = None  # headroom.summarize(): CPU, loop lag, client_bound
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -114,10 +117,10 @@ async def resolve_model(session: aiohttp.ClientSession, cfg: BenchConfig) -> str
                                 hint="pass --model NAME") from e
 
 
-async def _profile(session: aiohttp.ClientSession, cfg: BenchConfig, which: str,
-                   status: ProfileStatus) -> None:
+async def _profile(cfg: BenchConfig, which: str, status: ProfileStatus) -> None:
     try:
-        async with session.post(f"{cfg.base_url}/{which}_profile") as r:
+        async with make_session(cfg, limit=2) as session, \
+                session.post(f"{cfg.base_url}/{which}_profile") as r:
             ok = r.status == 200
             if not ok:
                 status.error = f"/{which}_profile answered {r.status}"
@@ -150,43 +153,46 @@ def _count_fn(cfg: BenchConfig) -> Callable[[str], int] | None:
 async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
                       bar: PollingProgress, profile: ProfileStatus,
                       prefix: list[prefix_counters.Reading | None] | None = None,
-                      ) -> tuple[list[RequestRecord], float]:
+                      ) -> tuple[list[RequestRecord], float, Sample]:
     counter = Counter()
     count = _count_fn(cfg)
     warm = [r for r in reqs if r.warmup]
     meas = [r for r in reqs if not r.warmup]
-    async with make_session(cfg, limit=cfg.concurrency) as session:
+    async with open_sender(cfg, limit=cfg.concurrency) as sender:
         records: list[RequestRecord] = []
         if warm:
             bar.phase("warmup", len(warm), lambda: counter.value, lambda: counter.failed)
-            records += await run_requests(session, cfg, model, warm, concurrency=cfg.concurrency,
+            records += await run_requests(sender, cfg, model, warm, concurrency=cfg.concurrency,
                                           rate=float("inf"), seed=cfg.seed, counter=counter,
                                           count_tokens=count)
         if cfg.profile:
-            await _profile(session, cfg, "start", profile)
+            await _profile(cfg, "start", profile)
         bar.phase("benchmark", len(meas), lambda: counter.value, lambda: counter.failed)
         if prefix is not None:  # the server's prefix-cache counters around the measured phase
             prefix.append(await _read_prefix(cfg))
-        t0 = time.perf_counter()
-        if cfg.dataset_kind == "multi-turn":
-            from proctor.workloads.loadgen.multiturn import run_conversations
+        with quiet_gc():
+            probe = Probe().start()
+            t0 = time.perf_counter()
+            if cfg.dataset_kind == "multi-turn":
+                from proctor.workloads.loadgen.multiturn import run_conversations
 
-            async def send(req: PlannedRequest, rec: RequestRecord) -> RequestRecord:
-                return await send_request(session, cfg, model, req, rec, count)
+                async def send(req: PlannedRequest, rec: RequestRecord) -> RequestRecord:
+                    return await sender.send(cfg, model, req, rec, count)
 
-            records += await run_conversations(send, meas, concurrency=cfg.concurrency,
-                                               counter=counter)
-        else:
-            records += await run_requests(session, cfg, model, meas,
-                                          concurrency=cfg.concurrency, rate=cfg.request_rate,
-                                          seed=cfg.seed + 1, counter=counter,
-                                          count_tokens=count)
-        duration = time.perf_counter() - t0
+                records += await run_conversations(send, meas, concurrency=cfg.concurrency,
+                                                   counter=counter)
+            else:
+                records += await run_requests(sender, cfg, model, meas,
+                                              concurrency=cfg.concurrency, rate=cfg.request_rate,
+                                              seed=cfg.seed + 1, counter=counter,
+                                              count_tokens=count)
+            duration = time.perf_counter() - t0
+            sample = probe.stop()
         if prefix is not None:
             prefix.append(await _read_prefix(cfg))
         if cfg.profile:
-            await _profile(session, cfg, "stop", profile)
-    return records, duration
+            await _profile(cfg, "stop", profile)
+    return records, duration, sample
 
 
 def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
@@ -199,6 +205,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
         records: list[RequestRecord] = []
         per_repeat: list[BenchMetrics] = []
         windows: list[dict[str, Any]] = []
+        samples: list[Sample] = []
         with PollingProgress(cfg.progress, log_every_s=cfg.log_every_s,
                              on_phase=telemetry.phase) as bar:
             for r, measured in enumerate(work.repeats):
@@ -212,11 +219,13 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
                     # Workers run warmups and measured requests in one call: on repeat 0 with
                     # warmups, the counters' window includes the warmups (said in metrics.json).
                     readings.append(run_loop(_read_prefix(cfg)))
-                    got, duration = run_workers(phase_cfg, model, reqs, bar, profile)
+                    got, duration, got_samples = run_workers(phase_cfg, model, reqs, bar, profile)
                     readings.append(run_loop(_read_prefix(cfg)))
                 else:
-                    got, duration = run_loop(_run_single(phase_cfg, model, reqs, bar, profile,
-                                                         readings))
+                    got, duration, sample = run_loop(_run_single(phase_cfg, model, reqs, bar,
+                                                                 profile, readings))
+                    got_samples = [sample]
+                samples += got_samples
                 for rec in got:
                     if not rec.warmup:
                         rec.repeat = r
@@ -231,9 +240,10 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
         telemetry.end()
     metrics = per_repeat[0] if len(per_repeat) == 1 else repeats.combine(per_repeat)
     prefix = windows[0] if len(windows) == 1 else prefix_counters.merge(windows)
+    client = summarize(samples, path=http_path(cfg), loop=loop_name())
     res = BenchResult(cfg, model, metrics, records, work.source, started, _now(), profile,
                       dataset=work.info, prefix_cache=prefix,
-                      per_repeat=per_repeat if len(per_repeat) > 1 else [])
+                      per_repeat=per_repeat if len(per_repeat) > 1 else [], client=client)
     res.telemetry = telemetry.sections(metrics, res.measured)
     return res
 
@@ -287,9 +297,25 @@ def result_document(res: BenchResult) -> dict[str, Any]:
         "workers": res.config.workers,
         "dataset": _dataset_section(res),
         **({"repeats": _repeats_section(res)} if res.per_repeat else {}),
+        "client": res.client,
+        "schedule": _schedule(res),
     }
     doc.update(res.telemetry)
     return with_validity(doc, res)
+
+
+def _schedule(res: BenchResult) -> dict[str, Any]:
+    """The send schedule; with --repeat each repeat is its own schedule, so the achieved rate is
+    the mean of the repeats' rates (one span over all would count the gaps between them)."""
+    rate = res.config.rate_or_none
+    out: dict[str, Any] = dict(schedule_report(res.measured, rate))
+    if res.per_repeat:
+        per = [schedule_report([r for r in res.measured if r.repeat == k], rate)["achieved_rate"]
+               for k in range(len(res.per_repeat))]
+        known = [float(x) for x in per if x is not None]
+        out["achieved_rate"] = sum(known) / len(known) if known else None
+        out["per_repeat_achieved_rate"] = per
+    return out
 
 
 def with_validity(doc: dict[str, Any], res: BenchResult) -> dict[str, Any]:

@@ -14,10 +14,9 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
-import aiohttp
-
-from proctor.workloads.loadgen.client import PlannedRequest, send_request
+from proctor.workloads.loadgen.client import PlannedRequest, Sender
 from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.metrics import percentile
 from proctor.workloads.loadgen.records import RequestRecord
 
 
@@ -48,7 +47,7 @@ def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[f
 
 
 async def run_requests(
-    session: aiohttp.ClientSession,
+    sender: Sender,
     cfg: BenchConfig,
     model: str,
     requests: Sequence[PlannedRequest],
@@ -61,14 +60,15 @@ async def run_requests(
     count_tokens: Callable[[str], int] | None = None,
 ) -> list[RequestRecord]:
     if math.isinf(rate):
-        return await _pool(session, cfg, model, requests, concurrency, worker, counter,
+        return await _pool(sender, cfg, model, requests, concurrency, worker, counter,
                            count_tokens)
     sem = asyncio.Semaphore(concurrency)
+    send = sender.send
     offsets = arrival_offsets(len(requests), rate, cfg.burstiness, seed)
 
     async def one(req: PlannedRequest, rec: RequestRecord) -> RequestRecord:
         async with sem:
-            await send_request(session, cfg, model, req, rec, count_tokens)
+            await send(cfg, model, req, rec, count_tokens)
         if counter is not None:
             counter.done(rec)
         return rec
@@ -88,23 +88,49 @@ async def run_requests(
 
 
 async def _pool(
-    session: aiohttp.ClientSession, cfg: BenchConfig, model: str,
+    sender: Sender, cfg: BenchConfig, model: str,
     requests: Sequence[PlannedRequest], concurrency: int, worker: int,
     counter: Counter | None, count_tokens: Callable[[str], int] | None,
 ) -> list[RequestRecord]:
-    """Rate inf: `concurrency` senders take requests in order. Same semantics as a semaphore
+    """Rate inf: `concurrency` lanes take requests in order. Same semantics as a semaphore
     with everything queued at t=0, without waking thousands of waiters (O(n) in asyncio)."""
     t0 = time.perf_counter()
     records = [RequestRecord(index=r.index, prompt_len=r.prompt_len,
                              expected_output_len=r.output_len, warmup=r.warmup, worker=worker,
                              queued_at=t0) for r in requests]
     todo = iter(range(len(requests)))
+    send = sender.send
 
-    async def sender() -> None:
+    async def lane() -> None:
         for i in todo:
-            await send_request(session, cfg, model, requests[i], records[i], count_tokens)
+            await send(cfg, model, requests[i], records[i], count_tokens)
             if counter is not None:
                 counter.done(records[i])
 
-    await asyncio.gather(*(sender() for _ in range(min(concurrency, len(requests)))))
+    await asyncio.gather(*(lane() for _ in range(min(concurrency, len(requests)))))
     return records
+
+
+def schedule_report(records: Sequence[RequestRecord], target_rate: float | None
+                    ) -> dict[str, float | int | None]:
+    """metrics.json "schedule": did the client send when it meant to?
+
+    achieved_rate: (sent - 1) / (last send - first send), over the measured requests that were
+    sent (start_time set). Send error = actual send time (start_time, just before the POST) -
+    scheduled time (queued_at), which includes any wait for a concurrency slot. With rate inf
+    nothing is scheduled: target_rate and the send errors are null.
+    """
+    sent = [r for r in records if r.start_time > 0]
+    starts = sorted(r.start_time for r in sent)
+    span = starts[-1] - starts[0] if len(starts) > 1 else 0.0
+    achieved = (len(starts) - 1) / span if span > 0 else None
+    out: dict[str, float | int | None] = {
+        "target_rate": target_rate, "achieved_rate": achieved, "sent": len(sent),
+        "send_error_p50_ms": None, "send_error_p99_ms": None, "send_error_max_ms": None,
+    }
+    if target_rate is not None and sent:
+        errors = [(r.start_time - r.queued_at) * 1000 for r in sent]
+        out["send_error_p50_ms"] = percentile(errors, 50)
+        out["send_error_p99_ms"] = percentile(errors, 99)
+        out["send_error_max_ms"] = max(errors)
+    return out

@@ -20,8 +20,10 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 from proctor.errors import WorkloadFailed
-from proctor.workloads.loadgen.client import PlannedRequest, make_session
+from proctor.workloads.loadgen.client import PlannedRequest, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.headroom import Probe, Sample
+from proctor.workloads.loadgen.loop import quiet_gc
 from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
@@ -54,7 +56,7 @@ def split(total: int, parts: int) -> list[int]:
 async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
                        concurrency: int, rate: float, shared: Synchronized[int],
                        shared_failed: Synchronized[int], warm_done: Event, go: Event
-                       ) -> tuple[list[RequestRecord], float, float]:
+                       ) -> tuple[list[RequestRecord], float, float, Sample]:
     counter = _SharedCounter(shared, shared_failed)
 
     async def publish() -> None:
@@ -66,9 +68,9 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
     warm = [r for r in reqs if r.warmup]
     meas = [r for r in reqs if not r.warmup]
     records: list[RequestRecord] = []
-    async with make_session(cfg, limit=concurrency) as session:
+    async with open_sender(cfg, limit=concurrency) as sender:
         if warm:
-            records += await run_requests(session, cfg, model, warm, concurrency=concurrency,
+            records += await run_requests(sender, cfg, model, warm, concurrency=concurrency,
                                           rate=float("inf"), seed=cfg.seed + 7919 * wid,
                                           worker=wid, counter=counter)
         counter.flush()
@@ -77,27 +79,30 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
             await asyncio.sleep(0)
             if os.getppid() == 1:
                 raise SystemExit(3)  # parent gone
-        t0 = time.perf_counter()
-        records += await run_requests(session, cfg, model, meas, concurrency=concurrency,
-                                      rate=rate, seed=cfg.seed + 1 + 7919 * wid, worker=wid,
-                                      counter=counter)
-        t1 = time.perf_counter()
+        with quiet_gc():
+            probe = Probe().start()
+            t0 = time.perf_counter()
+            records += await run_requests(sender, cfg, model, meas, concurrency=concurrency,
+                                          rate=rate, seed=cfg.seed + 1 + 7919 * wid,
+                                          worker=wid, counter=counter)
+            t1 = time.perf_counter()
+            sample = probe.stop()
     pub.cancel()
     counter.flush()
-    return records, t0, t1
+    return records, t0, t1, sample
 
 
 def _worker(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
             concurrency: int, rate: float, shared: Synchronized[int],
             shared_failed: Synchronized[int], warm_done: Event, go: Event,
             out: mp.Queue[Any]) -> None:
-    records, t0, t1 = run_loop(_worker_main(wid, cfg, model, reqs, concurrency, rate, shared,
-                                            shared_failed, warm_done, go))
-    out.put((wid, t0, t1, [r.to_dict() for r in records]))
+    records, t0, t1, sample = run_loop(_worker_main(wid, cfg, model, reqs, concurrency, rate,
+                                                    shared, shared_failed, warm_done, go))
+    out.put((wid, t0, t1, [r.to_dict() for r in records], sample.to_dict()))
 
 
 def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: PollingProgress,
-                profile: Any) -> tuple[list[RequestRecord], float]:
+                profile: Any) -> tuple[list[RequestRecord], float, list[Sample]]:
     from proctor.workloads.loadgen.runner import _profile  # runner imports us lazily
 
     n = cfg.workers
@@ -117,7 +122,7 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
         p.start()
         procs.append(p)
         warm_events.append(ev)
-    results: dict[int, tuple[float, float, list[dict[str, Any]]]] = {}
+    results: dict[int, tuple[float, float, list[dict[str, Any]], dict[str, Any]]] = {}
 
     def check_alive() -> None:
         for wid, p in enumerate(procs):
@@ -134,18 +139,18 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
             check_alive()
             time.sleep(0.05)
         if cfg.profile:
-            run_loop(_profile_once(cfg, profile, "start", _profile))
+            run_loop(_profile(cfg, "start", profile))
         bar.phase("benchmark", len(reqs) - n_warm, lambda: int(shared.value),
                   lambda: int(shared_failed.value))
         go.set()
         while len(results) < n:
             try:
-                wid, t0, t1, recs = out.get(timeout=0.2)
-                results[wid] = (t0, t1, recs)
+                wid, t0, t1, recs, sample = out.get(timeout=0.2)
+                results[wid] = (t0, t1, recs, sample)
             except queue.Empty:
                 check_alive()
         if cfg.profile:
-            run_loop(_profile_once(cfg, profile, "stop", _profile))
+            run_loop(_profile(cfg, "stop", profile))
     finally:
         for p in procs:
             p.join(5)
@@ -153,12 +158,8 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
                 p.kill()
                 with contextlib.suppress(Exception):
                     p.join(2)
-    records = [RequestRecord.from_dict(d) for _, _, recs in results.values() for d in recs]
+    records = [RequestRecord.from_dict(d) for _, _, recs, _ in results.values() for d in recs]
     records.sort(key=lambda r: r.index)
     duration = max(v[1] for v in results.values()) - min(v[0] for v in results.values())
-    return records, duration
-
-
-async def _profile_once(cfg: BenchConfig, status: Any, which: str, fn: Any) -> None:
-    async with make_session(cfg, limit=2) as session:
-        await fn(session, cfg, which, status)
+    samples = [Sample.from_dict(results[w][3]) for w in sorted(results)]
+    return records, duration, samples

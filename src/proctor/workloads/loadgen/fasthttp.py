@@ -1,0 +1,342 @@
+"""The raw HTTP/1.1 streaming client: one asyncio Protocol per keep-alive connection.
+
+Why not aiohttp here: at tens of thousands of chunks per second one client core went to
+aiohttp's request set-up, its StreamReader and per-read wake-ups (docs/bench.md, Capacity).
+Here a read is handled inside the protocol's data_received: one perf_counter, chunked decoding
+with bytes.find, the SSE messages parsed by sse.StreamState, and the waiting request task is
+woken once, when its response ends. Metric definitions and records are the same as the aiohttp
+path's; failures are classified the same way (http_error, rate_limited, disconnect, timeout,
+malformed_sse, no_output, connect_error, client_error).
+
+Plain http:// only; https:// (and URL credentials together with an API key, which aiohttp
+refuses) use the aiohttp path in client.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from urllib.parse import unquote, urlsplit
+
+from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.deadlines import Flight
+from proctor.workloads.loadgen.records import RequestRecord
+from proctor.workloads.loadgen.sse import ERROR_EXCERPT, Malformed, StreamState
+
+MAX_HEAD_BYTES = 64 * 1024
+_ERROR_BODY_BYTES = 64 * 1024
+
+# Body framing of the response being read.
+_LENGTH, _CHUNKED, _TO_EOF = 1, 2, 3
+
+
+class _Exchange:
+    """One request on one connection: the record being filled and the task's wake-up."""
+
+    __slots__ = ("err_body", "fut", "outcome", "record", "state", "status")
+
+    def __init__(self, record: RequestRecord, state: StreamState,
+                 fut: asyncio.Future[None]) -> None:
+        self.record, self.state, self.fut = record, state, fut
+        self.status = 0
+        self.err_body: list[bytes] = []
+        self.outcome = ""  # "" while running; "done", or a failure reason
+
+
+class Conn(asyncio.Protocol):
+    __slots__ = (
+        "chunk_left",
+        "closed",
+        "ex",
+        "flight",
+        "framing",
+        "head",
+        "in_head",
+        "keep_alive",
+        "length_left",
+        "pool",
+        "size_line",
+        "trailers",
+        "transport",
+    )
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.ex: _Exchange | None = None
+        self.flight: Flight | None = None  # the deadline record of the request in progress
+        self._reset()
+
+    def _reset(self) -> None:
+        self.in_head = True
+        self.head = b""
+        self.framing = _TO_EOF
+        self.keep_alive = True
+        self.length_left = 0
+        self.chunk_left = 0  # bytes left in the current chunk, its CRLF included
+        self.size_line = b""  # a chunk-size line split across reads
+        self.trailers = False
+
+    # ------------------------------------------------------------------ asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        ex = self.ex
+        if ex is None or ex.outcome:
+            return
+        if not self.in_head and self.framing == _TO_EOF:
+            self._body_end(ex, time.perf_counter())
+            return
+        why = f"{type(exc).__name__}: {exc}" if exc else \
+            "ServerDisconnectedError: the server closed the connection mid-response"
+        self._fail(ex, "disconnect", why)
+
+    def data_received(self, data: bytes) -> None:
+        ts = time.perf_counter()
+        ex = self.ex
+        if ex is None or ex.outcome:  # nothing was asked: the connection is not reusable
+            self._abort()
+            return
+        if self.flight is not None:
+            self.flight.last = ts
+        try:
+            if self.in_head:
+                data = self._head(ex, data)
+                if self.in_head or ex.outcome:
+                    return
+            self._body(ex, data, ts)
+        except Malformed as e:
+            self._fail(ex, "malformed_sse", str(e))
+        except Exception as e:  # never let a bad response escape into the event loop
+            self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
+
+    # ------------------------------------------------------------------ parsing
+    def _head(self, ex: _Exchange, data: bytes) -> bytes:
+        buf = self.head + data if self.head else data
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    self._fail(ex, "client_error", "ValueError: response head over 64 KiB")
+                self.head = buf
+                return b""
+            lines = buf[:end].split(b"\r\n")
+            status_line = lines[0]
+            if not status_line.startswith(b"HTTP/1."):
+                raise ValueError(f"not an HTTP/1.x response: {status_line[:40]!r}")
+            status = int(status_line[9:12])
+            buf = buf[end + 4:]
+            if 100 <= status < 200:  # 100 Continue and friends: a final head follows
+                continue
+            break
+        self.head = b""
+        self.in_head = False
+        ex.status = ex.record.status = status
+        self.keep_alive = status_line.startswith(b"HTTP/1.1")
+        framing, length = _TO_EOF, 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"transfer-encoding":
+                if b"chunked" in value.lower():
+                    framing = _CHUNKED
+            elif name == b"content-length" and framing != _CHUNKED:
+                framing, length = _LENGTH, int(value.strip())
+            elif name == b"connection":
+                v = value.strip().lower()
+                if v == b"close":
+                    self.keep_alive = False
+                elif v == b"keep-alive":
+                    self.keep_alive = True
+        if framing == _TO_EOF:
+            self.keep_alive = False
+        self.framing, self.length_left = framing, length
+        if framing == _LENGTH and length == 0:
+            self._body_end(ex, time.perf_counter())
+        return buf
+
+    def _body(self, ex: _Exchange, data: bytes, ts: float) -> None:
+        if not data:
+            return
+        done = False
+        if self.framing == _CHUNKED:
+            payload, done = self._dechunk(data)
+        elif self.framing == _LENGTH:
+            if len(data) >= self.length_left:
+                payload, done = data[:self.length_left], True
+                self.length_left = 0
+            else:
+                payload = data
+                self.length_left -= len(data)
+        else:
+            payload = data
+        if payload:
+            if ex.status == 200:
+                if ex.state.feed(payload, ts):  # an error object in the stream
+                    self._settle(ex, "http_error", reuse=False)
+                    return
+            elif sum(map(len, ex.err_body)) < _ERROR_BODY_BYTES:
+                ex.err_body.append(payload)
+        if done:
+            self._body_end(ex, ts)
+
+    def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
+        """The payload bytes in `data`, and whether the body's last chunk was read."""
+        out: list[bytes] = []
+        append = out.append
+        if self.size_line:
+            data = self.size_line + data
+            self.size_line = b""
+        pos, n = 0, len(data)
+        find = data.find
+        while pos < n:
+            left = self.chunk_left
+            if left:  # the rest of a chunk that began in an earlier read
+                end = pos + left
+                if end <= n:
+                    if left > 2:
+                        append(data[pos:end - 2])
+                    pos = end
+                    self.chunk_left = 0
+                else:
+                    if left > 2:
+                        append(data[pos:min(n, end - 2)])
+                    self.chunk_left = end - n
+                    pos = n
+                continue
+            if self.trailers:  # after the last chunk: optional trailers, then an empty line
+                rest = data[pos:]
+                if rest[:2] == b"\r\n" or b"\r\n\r\n" in rest:
+                    return b"".join(out), True
+                self.size_line = rest
+                break
+            eol = find(b"\r\n", pos)
+            if eol < 0:
+                if n - pos > 1024:
+                    raise ValueError("chunk-size line over 1 KiB")
+                self.size_line = data[pos:]
+                break
+            try:
+                size = int(data[pos:eol], 16)
+            except ValueError:  # chunk extensions (";name=value")
+                size = int(data[pos:eol].split(b";", 1)[0], 16)
+            pos = eol + 2
+            if size == 0:
+                self.trailers = True
+                continue
+            end = pos + size
+            if end + 2 <= n:  # the whole chunk is here (the common case)
+                append(data[pos:end])
+                pos = end + 2
+            else:
+                self.chunk_left = size + 2
+        return b"".join(out) if len(out) != 1 else out[0], False
+
+    def _body_end(self, ex: _Exchange, ts: float) -> None:
+        if ex.status != 200:
+            body = b"".join(ex.err_body).decode(errors="replace")[:ERROR_EXCERPT]
+            reason = "rate_limited" if ex.status == 429 else "http_error"
+            ex.record.error = f"HTTP {ex.status}: {body.strip()}"
+            self._settle(ex, reason, reuse=self.keep_alive)
+            return
+        try:
+            if ex.state.eof(ts):
+                self._settle(ex, "http_error", reuse=False)
+                return
+        except Malformed as e:
+            self._fail(ex, "malformed_sse", str(e))
+            return
+        self._settle(ex, "done", reuse=self.keep_alive)
+
+    # ------------------------------------------------------------------ endings
+    def _settle(self, ex: _Exchange, outcome: str, *, reuse: bool) -> None:
+        ex.outcome = outcome
+        if outcome != "done":
+            ex.record.reason = outcome
+        self.ex = None
+        self.flight = None
+        if reuse and not self.closed:
+            self._reset()
+            self.pool.idle.append(self)
+        else:
+            self._abort()
+        if not ex.fut.done():
+            ex.fut.set_result(None)
+
+    def _fail(self, ex: _Exchange, reason: str, error: str) -> None:
+        ex.record.error = error
+        self._settle(ex, reason, reuse=False)
+
+    def _abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class Pool:
+    """Keep-alive connections to one http:// server; LIFO reuse, new ones as needed."""
+
+    def __init__(self, cfg: BenchConfig) -> None:
+        u = urlsplit(cfg.base_url)
+        if u.scheme != "http" or not u.hostname:
+            raise ValueError(f"the raw client speaks http:// only, not {u.scheme}://")
+        self.host = u.hostname
+        self.port = u.port or 80
+        self.connect_timeout = cfg.connect_timeout_s
+        self.idle: list[Conn] = []
+        netloc = u.hostname if u.port is None else f"{u.hostname}:{u.port}"
+        if ":" in u.hostname:  # IPv6 literal
+            netloc = f"[{u.hostname}]" + (f":{u.port}" if u.port else "")
+        auth = ""
+        if u.username is not None or u.password is not None:
+            pair = f"{unquote(u.username or '')}:{unquote(u.password or '')}"
+            auth = f"Authorization: Basic {base64.b64encode(pair.encode()).decode()}\r\n"
+        elif cfg.api_key is not None:
+            auth = f"Authorization: Bearer {cfg.api_key.get_secret_value()}\r\n"
+        self.prefix = u.path.rstrip("/")
+        self._head = (f"Host: {netloc}\r\nContent-Type: application/json\r\n{auth}"
+                      "Content-Length: ").encode()
+
+    def request_bytes(self, path: str, body: bytes) -> bytes:
+        return b"POST %s HTTP/1.1\r\n%s%d\r\n\r\n%s" % ((self.prefix + path).encode(),
+                                                       self._head, len(body), body)
+
+    async def acquire(self) -> Conn:
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        loop = asyncio.get_running_loop()
+        _, proto = await asyncio.wait_for(
+            loop.create_connection(lambda: Conn(self), self.host, self.port),
+            self.connect_timeout)
+        return proto
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn._abort()
+        self.idle.clear()
+
+
+async def exchange(conn: Conn, request: bytes, record: RequestRecord, state: StreamState,
+                   flight: Flight) -> str:
+    """Send `request` on `conn` and wait for its end; the outcome ("done" or a reason)."""
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    ex = _Exchange(record, state, fut)
+    conn.ex = ex
+    conn.flight = flight
+    assert conn.transport is not None
+    conn.transport.write(request)
+    try:
+        await fut
+    except BaseException:
+        if not ex.outcome:  # cancelled (a deadline) or torn down: the connection is spent
+            conn.ex = None
+            conn._abort()
+        raise
+    return ex.outcome

@@ -1,0 +1,266 @@
+"""The SSE side of one streaming response: messages to record fields, the same for every
+HTTP path (the raw client in fasthttp.py and the aiohttp one in client.py).
+
+Bytes come in per read, each read with one timestamp (perf_counter seconds): every message
+completed by a read is stamped with that read's time, exactly as reading them one by one
+from that buffer would. A read is split on b"\\n\\n" once (bytes.split, no re-slicing of the
+rest per message), and an unfinished message waits for the next read without being copied
+again until the read that ends it. The data: messages of a read are parsed in one orjson call
+(as the elements of one JSON array); when that fails, they are parsed one by one, in order, so
+a bad message fails the request exactly as it would alone (malformed_sse with its excerpt).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from proctor.workloads.loadgen.records import RequestRecord
+
+# An SSE message can be long (a big chunk of text) but never this long: a server that streams
+# without message boundaries fails the request instead of growing the client's memory.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+ERROR_EXCERPT = 300
+
+_json_decode = json.JSONDecoder().decode  # skips json.loads' per-call encoding sniffing
+
+
+def _json_loads(data: bytes) -> Any:
+    return _json_decode(data.decode())
+
+
+loads: Callable[[bytes], Any] = _json_loads
+with contextlib.suppress(ImportError):  # orjson: bytes in, ~4x faster
+    from orjson import loads
+
+
+class Malformed(Exception):
+    """A data: message that is not what the protocol allows; the request fails with it."""
+
+    def __init__(self, why: str, body: bytes) -> None:
+        super().__init__(f"malformed stream message, {why}: {body[:80].decode(errors='replace')}")
+
+
+def _count(value: object) -> int | None:
+    """A token count from `usage`: a non-negative integer, or None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"token count {value!r}")
+    return int(value)
+
+
+def _choice_text(choice: dict[str, object], chat: bool) -> str:
+    if not chat:
+        text = choice.get("text")
+        return text if type(text) is str else str(text or "")
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return ""
+    # Reasoning models stream their thinking in reasoning_content; it is output too.
+    parts = (delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning"))
+    return "".join(p for p in parts if isinstance(p, str))
+
+
+_Usage = tuple[int | None, int | None]  # (completion_tokens, prompt_tokens)
+_NO_USAGE: _Usage = (None, None)
+
+
+def message_parts(obj: dict[str, Any], chat: bool) -> tuple[str | None, _Usage]:
+    """(text of the first choice or None when the message carries no choices,
+    (completion_tokens, prompt_tokens) from usage). Raises on any shape the API does not allow,
+    so a garbage chunk becomes a failed request, never a crash."""
+    choices = obj.get("choices")
+    text: str | None = None
+    if choices is not None and type(choices) is not list:
+        raise TypeError(f"choices is a {type(choices).__name__}")
+    if choices:
+        first = choices[0]
+        if type(first) is not dict:
+            raise TypeError(f"choices[0] is a {type(first).__name__}")
+        text = _choice_text(first, chat)
+    usage = obj.get("usage")
+    if usage is None:
+        return text, _NO_USAGE
+    if type(usage) is not dict:
+        raise TypeError(f"usage is a {type(usage).__name__}")
+    return text, (_count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens")))
+
+
+def _parse_batch(bodies: list[bytes]) -> list[Any] | None:
+    """Every body of one read parsed in one call, as the elements of a JSON array; None when
+    that fails or the count differs (then each is parsed alone, for the exact error). The
+    batch can only accept what one-by-one refuses for bodies that are invalid alone yet join
+    into exactly as many valid values (one body ending inside a string that the next ends,
+    plus another holding `},{`): no server's failure looks like that."""
+    if b"[DONE]" in bodies:
+        return None  # [DONE] before the last message: keep the order exact
+    try:
+        objs = loads(b"[" + b",".join(bodies) + b"]")
+    except ValueError:
+        return None
+    return objs if type(objs) is list and len(objs) == len(bodies) else None
+
+
+class StreamState:
+    """What one 200 streaming response has said so far, written into its record."""
+
+    __slots__ = ("chat", "got_first", "last", "pieces", "record", "st", "tail", "tail_len",
+                 "usage_tokens")
+
+    def __init__(self, record: RequestRecord, chat: bool, start: float) -> None:
+        self.record, self.chat, self.st = record, chat, start
+        self.pieces: list[str] = []
+        self.got_first = False
+        self.last = start
+        self.usage_tokens: int | None = None
+        self.tail: list[bytes] = []  # an unfinished message, in pieces
+        self.tail_len = 0
+
+    def feed(self, data: bytes, ts: float) -> bool:
+        """Messages completed by `data` (read at `ts`). True: the stream carried an error
+        object, the record says so and the request is over. Raises Malformed."""
+        if self.tail:
+            if b"\n\n" not in data and not (data[:1] == b"\n" and self.tail[-1][-1:] == b"\n"):
+                self.tail.append(data)
+                self.tail_len += len(data)
+                if self.tail_len > MAX_MESSAGE_BYTES:
+                    raise Malformed(f"no message boundary in {MAX_MESSAGE_BYTES >> 20} MiB",
+                                    b"".join(self.tail[:2]))
+                return False
+            data = b"".join(self.tail) + data
+            self.tail = []
+        parts = data.split(b"\n\n")
+        rest = parts.pop()
+        if rest:
+            if len(rest) > MAX_MESSAGE_BYTES:
+                raise Malformed(f"no message boundary in {MAX_MESSAGE_BYTES >> 20} MiB", rest)
+            self.tail = [rest]
+            self.tail_len = len(rest)
+        return self._messages(parts, ts) if parts else False
+
+    def eof(self, ts: float) -> bool:
+        """The body ended: a last message without its blank line still counts."""
+        if not self.tail:
+            return False
+        last = b"".join(self.tail)
+        self.tail = []
+        return self._messages([last], ts) if last.strip() else False
+
+    def _messages(self, parts: list[bytes], ts: float) -> bool:
+        bodies = [m[5:].strip() for m in [p.strip() for p in parts] if m.startswith(b"data:")]
+        if not bodies:
+            return False  # comments, event: lines, keep-alives
+        done = bodies[-1] == b"[DONE]"
+        if done:
+            bodies.pop()
+        objs = _parse_batch(bodies) if len(bodies) > 1 else None
+        if objs is None:
+            return self._each(parts, ts)
+        rec = self.record
+        chat = self.chat
+        for body, obj in zip(bodies, objs, strict=True):
+            if type(obj) is not dict:
+                raise Malformed("not a JSON object", body)
+            choices = obj.get("choices")
+            if "error" in obj and not choices:
+                return self._stream_error(obj)
+            text: str | None = None
+            # The common message: a first choice with a text (or a chat delta with only content),
+            # no usage; anything else goes through message_parts, which checks every shape.
+            if type(choices) is list and choices and "usage" not in obj \
+                    and type(first := choices[0]) is dict and (
+                        type(text := first.get("text")) is str if not chat else
+                        (type(delta := first.get("delta")) is dict
+                         and type(text := delta.get("content")) is str
+                         and "reasoning_content" not in delta and "reasoning" not in delta)):
+                pass
+            else:
+                try:
+                    text, usage = message_parts(obj, chat)
+                except (TypeError, AttributeError, ValueError, OverflowError) as e:
+                    raise Malformed(f"unexpected shape ({e})", body) from e
+                if usage is not _NO_USAGE:
+                    if usage[0] is not None:
+                        self.usage_tokens = usage[0]
+                    if usage[1] is not None:
+                        rec.prompt_tokens = usage[1]
+            if text is not None:
+                if self.got_first:
+                    rec.itl.append(ts - self.last)
+                else:
+                    self.got_first = True
+                    rec.ttft = ts - self.st
+                self.last = ts
+                rec.chunks += 1
+                self.pieces.append(text)
+        if done:
+            rec.saw_done = True
+        return False
+
+    def _stream_error(self, obj: dict[str, Any]) -> bool:
+        self.record.reason = "http_error"
+        detail = json.dumps(obj["error"], default=str)[:ERROR_EXCERPT]
+        self.record.error = f"error in stream: {detail}"
+        return True
+
+    def _each(self, parts: list[bytes], ts: float) -> bool:
+        """Message by message, in order: the exact failure of the first bad message."""
+        rec = self.record
+        chat = self.chat
+        for raw in parts:
+            msg = raw.strip()
+            if not msg.startswith(b"data:"):
+                continue  # comments, event: lines, keep-alives
+            body = msg[5:].strip()
+            if body == b"[DONE]":
+                rec.saw_done = True
+                continue
+            try:
+                obj = loads(body)
+            except ValueError as e:
+                raise Malformed("not JSON", body) from e
+            if type(obj) is not dict:
+                raise Malformed("not a JSON object", body)
+            if "error" in obj and not obj.get("choices"):
+                return self._stream_error(obj)
+            try:
+                text, usage = message_parts(obj, chat)
+            except (TypeError, AttributeError, ValueError, OverflowError) as e:
+                raise Malformed(f"unexpected shape ({e})", body) from e
+            if text is not None:
+                if self.got_first:
+                    rec.itl.append(ts - self.last)
+                else:
+                    self.got_first = True
+                    rec.ttft = ts - self.st
+                self.last = ts
+                rec.chunks += 1
+                self.pieces.append(text)
+            if usage is not _NO_USAGE:
+                if usage[0] is not None:
+                    self.usage_tokens = usage[0]
+                if usage[1] is not None:
+                    rec.prompt_tokens = usage[1]
+        return False
+
+    def finish(self, count_tokens: Callable[[str], int] | None) -> RequestRecord:
+        """The stream ended normally: success, or no_output when nothing carried choices."""
+        rec = self.record
+        if not self.got_first:
+            rec.reason = "no_output"
+            rec.error = "stream ended without a message carrying choices"
+            return rec
+        rec.latency = self.last - self.st
+        text = "".join(self.pieces)
+        rec.generated_chars = len(text)
+        if self.usage_tokens is not None:
+            rec.output_tokens, rec.output_tokens_source = self.usage_tokens, "usage"
+        elif count_tokens is not None:
+            rec.output_tokens, rec.output_tokens_source = count_tokens(text), "tokenizer"
+        else:
+            rec.output_tokens, rec.output_tokens_source = rec.chunks, "chunks"
+        rec.success = True
+        return rec

@@ -1,0 +1,46 @@
+"""The benches' emulator (bench/emulator): emu.c and its Python fallback speak the streaming
+API as proctor's client reads it, completions and chat, usage last; and emu.c's raw load client
+counts what it serves."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.runner import run_benchmark
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from emulator import measure_capacity, start_emulator
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("python", [False, True], ids=["emu.c-or-fallback", "pyemu"])
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+@pytest.mark.parametrize("itl_ms", [0.0, 2.0])
+def test_the_emulator_streams_what_the_client_expects(python: bool, endpoint: str,
+                                                      itl_ms: float) -> None:
+    with start_emulator(procs=2, itl_ms=itl_ms, ttft_ms=itl_ms, force_python=python) as emu:
+        assert emu.kind == ("python" if python else emu.kind)
+        res = run_benchmark(BenchConfig(
+            base_url=emu.base_url, endpoint=endpoint, model="emulator", tokenizer_mode="approx",
+            isl=8, osl=16, range_ratio=0.0, concurrency=8, num_prompts=32, num_warmups=4,
+            progress=False, log_every_s=0))
+    assert res.metrics.completed == 32 and res.metrics.failed == 0
+    for r in res.measured:
+        assert (r.chunks, r.output_tokens, r.output_tokens_source) == (16, 16, "usage")
+        assert r.saw_done and r.prompt_tokens == r.prompt_len and len(r.itl) == 15
+
+
+def test_the_raw_load_client_counts_every_chunk() -> None:
+    with start_emulator(procs=2) as emu:
+        emu.delay_stats(reset=True)
+        cap = measure_capacity(emu, concurrency=8, requests=200, osl=16, cores=None)
+        own = emu.delay_stats()
+    assert cap.chunks_s > 0 and cap.req_s > 0
+    assert round(cap.chunks_s / cap.req_s) == 16  # every request's 16 chunks, nothing else
+    if emu.kind == "c":  # its own delay, counted once per request over both processes
+        assert own is not None and own["count"] == 200 and own["max_us"] >= own["p50_us"] >= 0
