@@ -28,7 +28,7 @@ def bench(url: str, **kw: Any) -> BenchResult:
     args: dict[str, Any] = dict(base_url=url, isl=16, osl=8, concurrency=4, num_prompts=8,
                                 num_warmups=0, range_ratio=0.0, progress=False, model="m",
                                 tokenizer_mode="approx", idle_timeout_s=5.0,
-                                request_timeout_s=20.0)
+                                request_timeout_s=20.0, server_metrics_s=0)  # no /metrics reads
     args.update(kw)
     return run_benchmark(BenchConfig(**args))
 

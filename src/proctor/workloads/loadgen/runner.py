@@ -140,6 +140,8 @@ async def prepare(cfg: BenchConfig) -> tuple[str, Workload]:
 
 
 async def _read_prefix(cfg: BenchConfig) -> prefix_counters.Reading | None:
+    if cfg.server_metrics_s == 0:  # --server-metrics 0: the server's /metrics is not read at all
+        return None
     async with make_session(cfg, limit=1) as session:
         return await prefix_counters.read(session, cfg.base_url)
 
