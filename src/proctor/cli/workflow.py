@@ -18,6 +18,7 @@ from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.merge import Settings
 from proctor.supervise.launch import resolve_run
+from proctor.workloads.flow_workloads import parse_workloads
 
 
 def _say(as_json: bool) -> Any:
@@ -181,15 +182,18 @@ def register(app: typer.Typer) -> None:
         gpu_sample: float = typer.Option(None, "--gpu-sample"),
         env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the server (beats profiles)."),
         workload_env: list[str] = typer.Option(None, "--workload-env", help="NAME=VALUE for the workload."),
-        file: Path = typer.Option(None, "--file", "-f", help="Flow file (TOML, a [flow] table with these options); flags win."),
+        file: Path = typer.Option(None, "--file", "-f", help="Flow file (TOML, a [flow] table with these options, and [[flow.workload]] entries run in order); flags win."),
+        continue_on_failure: bool = typer.Option(False, "--continue-on-failure", help="Run later workloads after one fails (the server still up); exit code stays the first failure's."),
         resume: str = typer.Option(None, "--resume", help="Continue this flow after a dead controller (no second server)."),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
         as_json: bool = typer.Option(False, "--json"),
         target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
     ) -> None:  # fmt: skip
-        """stop -> start -> ready -> workload -> drain -> inspect on hang -> stop, teardown always.
-        Exit code: the first failing step's (as `serve ready` and `drain`)."""
+        """stop -> start -> ready -> (workload -> drain)... -> inspect on hang -> stop, teardown
+        always. A flow file's [[flow.workload]] list runs in order against the same server,
+        stopping at the first failure unless continue_on_failure. Exit code: the first failing
+        step's (as `serve ready` and `drain`)."""
         if target:
             from proctor.cli.remote import hand_off
 
@@ -213,10 +217,16 @@ def register(app: typer.Typer) -> None:
 
         if not pick("engine") or not pick("model"):
             raise UsageError("flow needs --engine and --model (or a flow file with them)")
-        command = pick("workload_cmd")
-        if not command:
-            raise UsageError("flow needs a workload", hint='pass --workload-cmd "CMD ARGS"')
-        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        command = settings.pick("workload_cmd")
+        listed = parse_workloads(pick("workload"))
+        if command.origin == "flag" or not listed:
+            listed = []  # --workload-cmd on the command line wins over the file's list
+            if not command.value:
+                raise UsageError("flow needs a workload", hint='pass --workload-cmd "CMD ARGS" or list [[flow.workload]] in a flow file')
+        elif command.value:
+            raise UsageError(f"flow file {file}: give workload_cmd or [[flow.workload]], not both")
+        argv = [] if not command.value else (
+            shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
         request = start_request(
             pick("engine"), pick("model"), pick("tp"), int(pick("port", 8000)),
             pick("host", "127.0.0.1"), pick("model_profile"), pick("addon"), pick("mtp"),
@@ -242,6 +252,8 @@ def register(app: typer.Typer) -> None:
             gpu_sample_s=pick("gpu_sample"),
             server_env=list(pick("env") or []),
             workload_env=list(pick("workload_env") or []),
+            workloads=listed,
+            continue_on_failure=bool(pick("continue_on_failure", False)),
         )  # fmt: skip
         runner = Flow(options, config, say=say)
         say(f"proctor: flow {runner.dir.run_id} -> {runner.dir.path}")
