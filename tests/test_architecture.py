@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("supervise",),  # acting on processes: launch, wrapper, kill ladder, inspection
     ("serve",),  # the inference-server workflow: start, ready, stop
     ("workloads",),  # load generator, gsm8k, offline, sweep
-    ("flow",),  # server + workloads + drain + teardown as one run
+    ("flow", "server_sweep"),  # server + workloads + drain + teardown as one run; grids of them
     ("targets",),  # where it runs: local, ssh, runpod, slurm, and the far-side agent
     ("report",),  # HTML and tables read from the store and run directories
     ("api", "cli", "__init__", "__main__"),  # the public API and the thin shell on top
