@@ -207,54 +207,14 @@ def register(app: typer.Typer) -> None:
             return
         given = {k.rstrip("_"): v for k, v in locals().items() if v is not False}
         table = load_flow_file(file) if file else {}
-        settings = Settings(
-            flags=given, table={k.replace("-", "_"): v for k, v in table.items()},
-            table_origin=f"flow file:{file}", environ={},
-        )  # fmt: skip
+        if table.get("sweep") is not None:
+            from proctor.cli.sweeps import run_grid
 
-        def pick(name: str, default: Any = None) -> Any:
-            return settings.value(name.rstrip("_"), default)
-
-        if not pick("engine") or not pick("model"):
-            raise UsageError("flow needs --engine and --model (or a flow file with them)")
-        command = settings.pick("workload_cmd")
-        listed = parse_workloads(pick("workload"))
-        if command.origin == "flag" or not listed:
-            listed = []  # --workload-cmd on the command line wins over the file's list
-            if not command.value:
-                raise UsageError("flow needs a workload", hint='pass --workload-cmd "CMD ARGS" or list [[flow.workload]] in a flow file')
-        elif command.value:
-            raise UsageError(f"flow file {file}: give workload_cmd or [[flow.workload]], not both")
-        argv = [] if not command.value else (
-            shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
-        request = start_request(
-            pick("engine"), pick("model"), pick("tp"), int(pick("port", 8000)),
-            pick("host", "127.0.0.1"), pick("model_profile"), pick("addon"), pick("mtp"),
-            pick("python"), pick("served_model_name"), pick("extra") or [], 1.0,
-        )  # fmt: skip
-        options = FlowOptions(
-            server=request,
-            workload_argv=argv,
-            runs_dir=pick("runs_dir"),
-            ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
-            ready_poll_s=parse_duration(str(pick("ready_poll", "1s")), option="--ready-poll"),
-            drain=DrainConfig(
-                max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
-                poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
-                stuck_polls=int(pick("stuck_polls", 6)),
-                startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
-                error_streak=int(pick("error_streak", 5)),
-            ),
-            client_pattern=pick("client_pattern"),
-            inspect_on_hang=not pick("no_inspect", False),
-            gpu_processes=bool(pick("gpu_processes", False)),
-            vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
-            gpu_sample_s=pick("gpu_sample"),
-            server_env=list(pick("env") or []),
-            workload_env=list(pick("workload_env") or []),
-            workloads=listed,
-            continue_on_failure=bool(pick("continue_on_failure", False)),
-        )  # fmt: skip
+            # A flow file with a [sweep] table: each server point its own flow.
+            run_grid(flow_options(given, table, file, need_workload=False),
+                     table["sweep"], file, config, as_json=as_json, say=say)  # fmt: skip
+            return
+        options = flow_options(given, table, file)
         runner = Flow(options, config, say=say)
         say(f"proctor: flow {runner.dir.run_id} -> {runner.dir.path}")
         code = runner.run()
@@ -262,6 +222,61 @@ def register(app: typer.Typer) -> None:
             print_json(runner.record)
         if code:
             raise typer.Exit(code)
+
+
+def flow_options(
+    given: dict[str, Any], table: dict[str, Any], file: Path | None, *, need_workload: bool = True
+) -> FlowOptions:
+    """FlowOptions from flags (`given`) over a flow file's table, through the one merge."""
+    settings = Settings(
+        flags=given, table={k.replace("-", "_"): v for k, v in table.items()},
+        table_origin=f"flow file:{file}", environ={},
+    )  # fmt: skip
+
+    def pick(name: str, default: Any = None) -> Any:
+        return settings.value(name.rstrip("_"), default)
+
+    if not pick("engine") or not pick("model"):
+        raise UsageError("flow needs --engine and --model (or a flow file with them)")
+    command = settings.pick("workload_cmd")
+    listed = parse_workloads(pick("workload"))
+    if command.origin == "flag" or not listed:
+        listed = []  # --workload-cmd on the command line wins over the file's list
+        if not command.value and need_workload:
+            raise UsageError("flow needs a workload", hint='pass --workload-cmd "CMD ARGS",'
+                             " or list [[flow.workload]] in a flow file")  # fmt: skip
+    elif command.value:
+        raise UsageError(f"flow file {file}: give workload_cmd or [[flow.workload]], not both")
+    argv = [] if not command.value else (
+        shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
+    request = start_request(
+        pick("engine"), pick("model"), pick("tp"), int(pick("port", 8000)),
+        pick("host", "127.0.0.1"), pick("model_profile"), pick("addon"), pick("mtp"),
+        pick("python"), pick("served_model_name"), pick("extra") or [], 1.0,
+    )  # fmt: skip
+    return FlowOptions(
+        server=request,
+        workload_argv=argv,
+        runs_dir=pick("runs_dir"),
+        ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
+        ready_poll_s=parse_duration(str(pick("ready_poll", "1s")), option="--ready-poll"),
+        drain=DrainConfig(
+            max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
+            poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
+            stuck_polls=int(pick("stuck_polls", 6)),
+            startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
+            error_streak=int(pick("error_streak", 5)),
+        ),
+        client_pattern=pick("client_pattern"),
+        inspect_on_hang=not pick("no_inspect", False),
+        gpu_processes=bool(pick("gpu_processes", False)),
+        vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
+        gpu_sample_s=pick("gpu_sample"),
+        server_env=list(pick("env") or []),
+        workload_env=list(pick("workload_env") or []),
+        workloads=listed,
+        continue_on_failure=bool(pick("continue_on_failure", False)),
+    )  # fmt: skip
 
 
 def _clients_of(runs_dir: Path, server_id: str, known: list[Any]) -> list[Any]:
