@@ -49,6 +49,16 @@ def test_server_grid_is_a_flow_per_point_with_a_pareto_front(
     assert set(summary["plots"]) == {"throughput_latency.png", "pareto.png"}
     assert all((home / name).stat().st_size > 1000 for name in summary["plots"])
 
+    report = proctor("report", "mns", "--json")  # the group's newest sweep
+    assert report.returncode == 0, report.stderr
+    shown = json.loads(report.stdout)
+    assert shown["kind"] == "server-sweep"
+    assert {f["id"] for f in shown["figures"]} == {"server-sweep-throughput-latency",
+                                                  "server-sweep-pareto"}  # fmt: skip
+    assert all(f["points"] >= 1 for f in shown["figures"])
+    html = Path(shown["path"]).read_text()
+    assert "max-num-seqs=1" in html and "Pareto" in html
+
 
 def test_a_second_run_of_the_group_skips_finished_points_and_retries_failed_ones(
     fake_engine: int, isolated_runs: Path  # noqa: F811
