@@ -51,6 +51,10 @@ _EXPORTS: dict[str, str] = {
     "drain_for_engine": "proctor.monitors.drain",
     "inspect": "proctor.supervise.inspect",
     "run_sweep": "proctor.workloads.sweep",
+    "run_server_sweep": "proctor.server_sweep",
+    "ServerGrid": "proctor.server_sweep",
+    "slo_search": "proctor.workloads.slo",
+    "FlowWorkload": "proctor.workloads.flow_workloads",
     "Gsm8kConfig": "proctor.workloads.gsm8k",
     "run_gsm8k": "proctor.workloads.gsm8k",
     "OfflineRequest": "proctor.workloads.offline",
@@ -82,6 +86,7 @@ __all__ = [
     "ExitCode",
     "FlowOptions",
     "FlowResult",
+    "FlowWorkload",
     "Gsm8kConfig",
     "JobSpec",
     "LocalTarget",
@@ -94,6 +99,7 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "RunpodClient",
+    "ServerGrid",
     "ServerRequest",
     "SlurmTarget",
     "SshTarget",
@@ -116,7 +122,9 @@ __all__ = [
     "run",
     "run_flow",
     "run_gsm8k",
+    "run_server_sweep",
     "run_sweep",
+    "slo_search",
     "start",
     "start_offline",
     "start_server",
@@ -164,6 +172,7 @@ if TYPE_CHECKING:
     from proctor.results.model import Metric, ParsedResult
     from proctor.results.parsers import parse_path
     from proctor.serve import ServerRequest, start_server, stop_server
+    from proctor.server_sweep import ServerGrid, run_server_sweep
     from proctor.spec.config import ProjectConfig, load_config
     from proctor.spec.plan import RunPlan
     from proctor.store.db import Store
@@ -173,8 +182,10 @@ if TYPE_CHECKING:
     from proctor.targets.runpod.client import RunpodClient
     from proctor.targets.slurm.target import SlurmTarget
     from proctor.targets.ssh import SshTarget
+    from proctor.workloads.flow_workloads import FlowWorkload
     from proctor.workloads.gsm8k import Gsm8kConfig, run_gsm8k
     from proctor.workloads.loadgen.config import BenchConfig
     from proctor.workloads.loadgen.runner import BenchResult
     from proctor.workloads.offline import OfflineRequest, start_offline
+    from proctor.workloads.slo import slo_search
     from proctor.workloads.sweep import run_sweep

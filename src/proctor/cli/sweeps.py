@@ -57,14 +57,14 @@ def run_slo(
     config: ProjectConfig, *, runs_dir: str | None, name: str, max_probes: int,
     resolution: float | None, as_json: bool, say: Callable[[str], None],
 ) -> None:  # fmt: skip
-    from proctor.workloads.slo import parse_slo, percentiles_needed, search
+    from proctor.workloads.slo import parse_slo, percentiles_needed, slo_search
 
     conditions = parse_slo(slo)
     if lo is None or hi is None:
         raise UsageError("--slo needs the range to search", hint="pass --lo A --hi B")
     argv = [*base_argv, "--percentiles", ",".join(sorted({"99", *percentiles_needed(conditions)},
                                                          key=float))]  # fmt: skip
-    result = search(argv, axis, lo, hi, conditions, config, runs_dir=runs_dir, name=name,
+    result = slo_search(argv, axis, lo, hi, conditions, config, runs_dir=runs_dir, name=name,
                     resolution=resolution, max_probes=max_probes, say=say)  # fmt: skip
     if as_json:
         print_json(result.dir.read_json("result.json"))

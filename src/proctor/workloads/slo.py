@@ -108,7 +108,7 @@ def judge(conditions: list[Condition], metrics: dict[str, float],
     return met, why
 
 
-def search(
+def slo_search(
     base_argv: list[str],
     axis: str,
     lo: float,
@@ -226,4 +226,4 @@ def _probe(base_argv: list[str], axis: str, value: float, conditions: list[Condi
 
 
 __all__ = ["AXES", "Condition", "Probe", "SloResult", "judge", "parse_slo",
-           "percentiles_needed", "search"]  # fmt: skip
+           "percentiles_needed", "slo_search"]  # fmt: skip
