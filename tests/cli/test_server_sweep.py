@@ -106,3 +106,32 @@ def test_slo_search_bisects_to_the_highest_concurrency_that_meets_it(
         assert "p99_ttft_ms" in out["probes"][0]["why"][0]
     finally:
         proctor("serve", "stop", server)
+
+
+def test_a_flow_file_with_a_sweep_table_is_a_server_sweep(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    path = tmp_path / "grid.toml"
+    path.write_text(f"""
+[flow]
+engine = "fake"
+model = "m"
+port = {fake_engine}
+poll = "1s"
+extra = ["--ttft", "0.01"]
+
+[sweep]
+server = {{ itl = [0.001, 0.02] }}
+bench = {{ concurrency = [2], request_rate = ["inf", 50], isl = 8, osl = 4, num_prompts = 6 }}
+""")
+    for command in ("flow", "sweep"):
+        result = proctor(command, "--file", str(path), "--json", timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        summary = json.loads(result.stdout)
+        assert summary["group"] == "grid"  # the file's name when the table names none
+        rows = summary["rows"]
+        assert [(r["server"]["itl"], r["bench"]["request_rate"]) for r in rows] == [
+            (0.001, "inf"), (0.001, 50), (0.02, "inf"), (0.02, 50)]  # fmt: skip
+        # A longer gap between tokens: a slower median TPOT for each user.
+        assert rows[2]["metrics"]["median_tpot_ms"] > rows[0]["metrics"]["median_tpot_ms"]
+    assert summary["reused"] == ["itl=0.001", "itl=0.02"]  # the second command reused both
