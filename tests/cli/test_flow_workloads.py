@@ -136,3 +136,43 @@ cmd = ["bash", "-c", "exit 7"]
     flow = json.loads(result.stdout)
     assert steps(flow) == ["stop", "start", "ready", "workload0", "drain0", "teardown"]
     assert flow["workload_runs"][0]["kind"] == "cmd"
+
+
+def test_resume_goes_on_with_the_next_workload(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    import signal
+    import time
+
+    from tests.helpers import proctor_popen
+
+    port = fake_engine
+    slow = tmp_path / "slow.sh"
+    slow.write_text(f"sleep 4\n{curl(port)}\n")
+    path = flow_file(tmp_path, port, f"""
+[[flow.workload]]
+cmd = ["bash", "{slow}"]
+
+[[flow.workload]]
+cmd = {json.dumps(["bash", "-c", curl(port)])}
+""")
+    controller = proctor_popen("flow", "--file", str(path))
+    flow_dir = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and flow_dir is None:
+        for rec in isolated_runs.glob("*/record.json") if isolated_runs.exists() else []:
+            data = json.loads(rec.read_text())
+            if data.get("kind") == "flow" and any(s["step"] == "drain" for s in data["steps"]):
+                flow_dir = rec.parent
+        time.sleep(0.1)
+    assert flow_dir is not None, "the flow never reached its first drain"
+    controller.send_signal(signal.SIGKILL)
+    controller.wait(timeout=10)
+    resumed = proctor("flow", "--resume", flow_dir.name)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    flow = json.loads((flow_dir / "record.json").read_text())
+    assert [(r["index"], r["exit_code"]) for r in flow["workload_runs"]] == [(0, 0), (1, 0)]
+    assert len([s for s in flow["steps"] if s["step"] == "workload"]) == 2  # none started twice
+    servers = [p for p in isolated_runs.iterdir() if (p / "record.json").exists()
+               and json.loads((p / "record.json").read_text()).get("kind") == "server"]  # fmt: skip
+    assert len(servers) == 1
