@@ -245,6 +245,9 @@ def run_server_sweep(
             codes.append(code)
             rows += point_rows(runs_root, flow_id, params, base.server.tp)
             write_server_summary(sweep, record, rows, group)
+            if code == int(ExitCode.INTERRUPTED):  # the flow tore down on Ctrl-C: stop here
+                say("[server-sweep] interrupted: later points not run")
+                break
     except KeyboardInterrupt:
         write_server_summary(sweep, record, rows, group)
         finish_run(
@@ -258,13 +261,15 @@ def run_server_sweep(
         raise
     failing = [c for c in codes if c != 0]
     code = failing[0] if failing else 0
+    stopped = int(ExitCode.INTERRUPTED) in codes
+    code = int(ExitCode.INTERRUPTED) if stopped else code
     record["reused"], record["ran"] = reused, ran
     write_server_summary(sweep, record, rows, group)
     finish_run(
         sweep,
         record,
         code=code,
-        outcome="ok" if code == 0 else "failed",
+        outcome="ok" if code == 0 else "stopped" if stopped else "failed",
         store_path=store_path,
         who="server-sweep",
     )

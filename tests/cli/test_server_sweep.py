@@ -135,3 +135,32 @@ bench = {{ concurrency = [2], request_rate = ["inf", 50], isl = 8, osl = 4, num_
         # A longer gap between tokens: a slower median TPOT for each user.
         assert rows[2]["metrics"]["median_tpot_ms"] > rows[0]["metrics"]["median_tpot_ms"]
     assert summary["reused"] == ["itl=0.001", "itl=0.02"]  # the second command reused both
+
+
+def test_ctrl_c_tears_the_point_down_and_runs_no_later_point(
+    fake_engine: int, isolated_runs: Path  # noqa: F811
+) -> None:
+    import signal
+    import time
+
+    from tests.helpers import proctor_popen
+
+    args = grid(fake_engine, "stop", "max-num-seqs=1,2", extra=("--itl", "0.5"))
+    sweep = proctor_popen(*args)
+    deadline = time.monotonic() + 60
+    flows: list[dict[str, object]] = []
+    while time.monotonic() < deadline:
+        flows = [json.loads(r.read_text()) for r in isolated_runs.glob("*/record.json")
+                 if '"kind": "flow"' in r.read_text()] if isolated_runs.exists() else []  # fmt: skip
+        if any(s["step"] == "drain" for f in flows for s in f["steps"]):  # type: ignore[attr-defined]
+            break
+        time.sleep(0.1)
+    sweep.send_signal(signal.SIGINT)
+    _, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, err[-3000:]
+    flows = [json.loads(r.read_text()) for r in isolated_runs.glob("*/record.json")
+             if '"kind": "flow"' in r.read_text()]  # fmt: skip
+    assert len(flows) == 1 and flows[0]["exit_code"] == 130
+    home = [json.loads(r.read_text()) for r in isolated_runs.glob("*/record.json")
+            if '"kind": "server-sweep"' in r.read_text()]  # fmt: skip
+    assert home[0]["outcome"] == "stopped"
