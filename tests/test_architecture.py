@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("targets",),  # where runs execute (local, ssh, runpod, slurm) and the run service on them
     ("serve",),  # the inference-server workflow: start, ready, stop
     ("workloads",),  # load generator, gsm8k, offline, sweep
-    ("flow",),  # server + workloads + drain + teardown as one run
+    ("flow", "server_sweep"),  # server + workloads + drain + teardown as one run; grids of them
     ("report",),  # HTML and tables read from the store and run directories
     ("api", "cli", "__init__", "__main__"),  # the public API and the thin shell on top
 ]

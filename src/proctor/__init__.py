@@ -58,6 +58,10 @@ _EXPORTS: dict[str, str] = {
     "drain_for_engine": "proctor.monitors.drain",
     "inspect": "proctor.supervise.inspect",
     "run_sweep": "proctor.workloads.sweep",
+    "run_server_sweep": "proctor.server_sweep",
+    "ServerGrid": "proctor.server_sweep",
+    "slo_search": "proctor.workloads.slo",
+    "FlowWorkload": "proctor.workloads.flow_workloads",
     "Gsm8kConfig": "proctor.workloads.gsm8k",
     "run_gsm8k": "proctor.workloads.gsm8k",
     "OfflineRequest": "proctor.workloads.offline",
@@ -89,6 +93,7 @@ __all__ = [
     "ExitCode",
     "FlowOptions",
     "FlowResult",
+    "FlowWorkload",
     "Gsm8kConfig",
     "JobSpec",
     "LocalTarget",
@@ -103,6 +108,7 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "RunpodClient",
+    "ServerGrid",
     "ServerRequest",
     "SlurmTarget",
     "SshTarget",
@@ -129,7 +135,9 @@ __all__ = [
     "run",
     "run_flow",
     "run_gsm8k",
+    "run_server_sweep",
     "run_sweep",
+    "slo_search",
     "start",
     "start_offline",
     "start_server",
@@ -180,6 +188,7 @@ if TYPE_CHECKING:
     from proctor.results.model import Metric, ParsedResult
     from proctor.results.parsers import parse_path
     from proctor.serve import ServerRequest, start_server, stop_server
+    from proctor.server_sweep import ServerGrid, run_server_sweep
     from proctor.spec.config import ProjectConfig, load_config
     from proctor.spec.plan import RunPlan
     from proctor.store.db import Store
@@ -191,8 +200,10 @@ if TYPE_CHECKING:
     from proctor.targets.service import SupervisedRun
     from proctor.targets.slurm.target import SlurmTarget
     from proctor.targets.ssh import SshTarget
+    from proctor.workloads.flow_workloads import FlowWorkload
     from proctor.workloads.gsm8k import Gsm8kConfig, run_gsm8k
     from proctor.workloads.loadgen.config import BenchConfig
     from proctor.workloads.loadgen.runner import BenchResult
     from proctor.workloads.offline import OfflineRequest, start_offline
+    from proctor.workloads.slo import slo_search
     from proctor.workloads.sweep import run_sweep

@@ -1,6 +1,11 @@
 """The canonical server workflow as a resumable sequence of steps:
 
-    stop -> start -> ready -> workload -> drain -> [inspect on hang] -> stop
+    stop -> start -> ready -> (workload -> drain)... -> [inspect on hang] -> stop
+
+A flow runs one or more workloads in order against the same server (`workloads`, from a flow
+file's `[[flow.workload]]` list; `--workload-cmd` is a list of one), each its own run, drained
+and recorded as a step pair with its index. It stops at the first failing workload unless
+`continue_on_failure`, and then only where the server is still up.
 
 The flow is itself a run directory (kind "flow") whose record lists each step with its run id,
 exit code and message; the server and the workload are runs of their own, grouped under the
@@ -50,6 +55,7 @@ from proctor.supervise.signals import deferred_stops
 from proctor.supervise.wrapper import now_iso
 from proctor.targets.service import SupervisedRun
 from proctor.version import __version__
+from proctor.workloads.flow_workloads import FlowWorkload, command_for, parse_workloads
 
 STEPS = ("stop", "start", "ready", "workload", "drain", "inspect", "teardown")
 # The workload's own kill ladder (SIGTERM, its grace, SIGKILL) runs in its wrapper.
@@ -72,6 +78,12 @@ class FlowOptions:
     gpu_sample_s: float | None = None
     workload_env: list[str] = field(default_factory=list)
     server_env: list[str] = field(default_factory=list)
+    # Listed workloads (flow-file entries); empty: `workload_argv` is the only one.
+    workloads: list[FlowWorkload] = field(default_factory=list)
+    continue_on_failure: bool = False
+
+    def listed(self) -> list[FlowWorkload]:
+        return list(self.workloads) or [FlowWorkload("cmd", command=list(self.workload_argv))]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +97,8 @@ class FlowOptions:
             "gpu_processes": self.gpu_processes,
             "vram_timeout_s": self.vram_timeout_s,
             "gpu_sample_s": self.gpu_sample_s,
+            "workloads": [w.to_dict() for w in self.workloads],
+            "continue_on_failure": self.continue_on_failure,
         }
 
 
@@ -243,22 +257,37 @@ class Flow:
             step, result.exit_code, result.message(), elapsed_s=round(result.elapsed_s, 3)
         )
 
-    def workload(self, server: RunDir) -> tuple[int, RunDir | None]:
-        step = self.begin("workload")
-        flags = RunFlags(
-            argv=self.options.workload_argv,
-            runs_dir=str(self.runs_dir),
-            detach=True,
-            env=list(self.options.workload_env),
-            gpu_sample=0,
-        )
+    def workload(
+        self, server: RunDir, index: int = 0, listed: FlowWorkload | None = None
+    ) -> tuple[int, RunDir | None]:
+        listed = listed or self.options.listed()[index]
+        step = self.begin("workload", index=index, label=listed.label)
+        srv = self.options.server
         try:
+            argv = command_for(
+                listed,
+                f"http://{srv.host}:{srv.port}",
+                srv.served_model_name or srv.model,
+                runs_dir=str(self.runs_dir),
+            )
+            flags = RunFlags(
+                argv=argv,
+                runs_dir=str(self.runs_dir),
+                detach=True,
+                env=[*self.options.workload_env, *listed.env],
+                gpu_sample=0,
+                name=f"{self.record['name']}-{index + 1}-{listed.label}"
+                if self.options.workloads
+                else None,
+            )
             plan = resolve_run_plan(flags, self.config)
             with deferred_stops():
                 started = start_run(
                     plan,
                     RunSpec(
-                        kind="workload", group=self.dir.run_id, extra={"server_run": server.run_id}
+                        kind=listed.run_kind,
+                        group=self.dir.run_id,
+                        extra={"server_run": server.run_id, "flow_workload": index},
                     ),
                 )
                 self.record["workload_run"] = started.run.run_id
@@ -269,10 +298,10 @@ class Flow:
             step, 0, f"workload run {started.run.run_id}", run_id=started.run.run_id
         ), started.run
 
-    def drain(self, server: RunDir, workload: RunDir) -> int:
+    def drain(self, server: RunDir, workload: RunDir, index: int = 0) -> int:
         from proctor.monitors.drain import drain_for_engine
 
-        step = self.begin("drain", run_id=server.run_id)
+        step = self.begin("drain", run_id=server.run_id, index=index)
         engine = profiles_for(self.config).engine(self.options.server.engine)
         result = drain_for_engine(
             engine,
@@ -428,18 +457,61 @@ class Flow:
         if (done is None or done.exit_code != 0) and note(self.ready(server)):
             return
         self.start_scrape()
-        workload: RunDir | None = None
-        done = self.step_done("workload")
-        if done and done.run_id:
-            workload = RunDir(self.runs_dir / done.run_id)
-        else:
-            code, workload = self.workload(server)
-            if note(code):
+        for index, listed in enumerate(self.options.listed()):
+            code = self._one_workload(server, index, listed, note)
+            if code == 0:
+                continue
+            if code == int(ExitCode.HANG) and self.options.inspect_on_hang:
+                self.inspect(server)
+            # Going on only makes sense against a server that is still up and not faulted.
+            alive = run_state(server).state in ("running", "starting")
+            if not (
+                self.options.continue_on_failure and alive and code == int(ExitCode.WORKLOAD_FAILED)
+            ):
+                left = len(self.options.listed()) - index - 1
+                if left:
+                    self.log(f"[flow] {left} later workload(s) not run")
                 return
+
+    def _step_of(self, name: str, index: int) -> dict[str, Any] | None:
+        for step in self.record["steps"]:
+            if (
+                step["step"] == name
+                and step.get("index", 0) == index
+                and step.get("exit_code") is not None
+            ):
+                return dict(step)
+        return None
+
+    def _one_workload(
+        self, server: RunDir, index: int, listed: FlowWorkload, note: Callable[[int], int]
+    ) -> int:
+        """Start (or on resume, find) workload `index`, drain it, record it; its exit code."""
+        drained = self._step_of("drain", index)
+        if drained is not None:  # resumed past it
+            return note(int(drained["exit_code"]))
+        workload: RunDir | None = None
+        done = self._step_of("workload", index)
+        if done and done.get("run_id"):
+            workload = RunDir(self.runs_dir / done["run_id"])
+        else:
+            code, workload = self.workload(server, index, listed)
+            if note(code):
+                self._result(index, listed, None, code)
+                return code
         assert workload is not None
-        code = note(self.drain(server, workload))
-        if code == int(ExitCode.HANG) and self.options.inspect_on_hang:
-            self.inspect(server)
+        code = note(self.drain(server, workload, index))
+        self._result(index, listed, workload, code)
+        return code
+
+    def _result(self, index: int, listed: FlowWorkload, run: RunDir | None, code: int) -> None:
+        """The flow record's one line per workload: what ran, its run, its exit code."""
+        rows = [r for r in self.record.setdefault("workload_runs", []) if r.get("index") != index]
+        rows.append({"index": index, "name": listed.label, "kind": listed.kind,
+                     "run_id": run.run_id if run else None, "exit_code": code})  # fmt: skip
+        self.record["workload_runs"] = sorted(rows, key=lambda r: int(r["index"]))
+        self.save()
+
 
 def resume_flow(
     ref: str, config: ProjectConfig, runs_dir: str | None, say: Callable[[str], None]
@@ -468,6 +540,8 @@ def resume_flow(
         gpu_processes=opts["gpu_processes"],
         vram_timeout_s=opts["vram_timeout_s"],
         gpu_sample_s=opts.get("gpu_sample_s"),
+        workloads=parse_workloads(opts.get("workloads") or []),
+        continue_on_failure=bool(opts.get("continue_on_failure", False)),
     )
     return Flow(options, config, say=say, run=run).run(resume=True)
 
@@ -480,6 +554,7 @@ def _refuse_masked(record: FlowRecord) -> None:
         needed.append(("server command", record.options.get("server")))
     if record.step_done("workload") is None:
         needed.append(("workload command", record.options.get("workload_argv")))
+        needed.append(("workloads", record.options.get("workloads")))
     for what, value in needed:
         if redact.MASK in json.dumps(value, default=str):
             raise UsageError(
@@ -505,7 +580,12 @@ def load_flow_file(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{path}: invalid TOML: {error}") from None
     table = data.get("flow", data)
-    return dict(table) if isinstance(table, dict) else {}
+    table = dict(table) if isinstance(table, dict) else {}
+    # [[workload]] and [sweep] may also stand beside the [flow] table.
+    for key in ("workload", "sweep"):
+        if key in data and key not in table and table is not data:
+            table[key] = data[key]
+    return table
 
 
 __all__ = ["STEPS", "Flow", "FlowOptions", "load_flow_file", "resume_flow"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -247,6 +248,50 @@ def register(root: typer.Typer) -> None:
     register_sweep(root)
 
 
+def _ints(text: str) -> list[int]:
+    try:
+        points = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"invalid --concurrency {text!r}", hint="write e.g. 4,8,16") from None
+    if not points or min(points) < 1:
+        raise UsageError("--concurrency needs positive integers, e.g. 4,8,16")
+    return points
+
+
+def _rates(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    rates = [x.strip() for x in text.split(",") if x.strip()]
+    for rate in rates:
+        parse_rate(rate)
+    return rates or None
+
+
+def _server_grid(axes: list[str], file: Path | None, group: str | None, engine: str | None,
+                 model: str | None, tp: int | None, port: int, poll: str | None,
+                 runs_dir: str | None, extra: list[str], bench: dict[str, object],
+                 json_out: bool, say: Callable[[str], None]) -> None:  # fmt: skip
+    from proctor.cli.sweeps import grid_table, run_grid
+    from proctor.cli.workflow import flow_options
+    from proctor.flow import load_flow_file
+    from proctor.spec.config import load_config
+
+    if file is not None:
+        table = load_flow_file(file)
+        if not isinstance(table.get("sweep"), dict):
+            raise UsageError(f"flow file {file} has no [sweep] table")
+        given: dict[str, object] = {"runs_dir": runs_dir, "poll": poll}
+        options = flow_options(given, table, file, need_workload=False)
+        run_grid(options, table["sweep"], file, load_config(), as_json=json_out, say=say,
+                 group=group)  # fmt: skip
+        return
+    given = {"engine": engine, "model": model, "tp": tp, "port": port, "poll": poll,
+             "runs_dir": runs_dir, "extra": extra}  # fmt: skip
+    options = flow_options(given, {}, None, need_workload=False)
+    run_grid(options, grid_table(axes, bench), None, load_config(), as_json=json_out, say=say,
+             group=group)  # fmt: skip
+
+
 def register_sweep(root: typer.Typer) -> None:
     """`proctor sweep --concurrency 4,8,16 [bench options]`: one bench run per point."""
 
@@ -268,11 +313,31 @@ def register_sweep(root: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json"),
         max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of a point's requests allowed to fail (default 0); above it the point fails."),
         target: str | None = typer.Option(None, "--target", help="Run the sweep on this target, next to the server (docs/remote.md)."),
+        num_prompts: int | None = typer.Option(None, "--num-prompts", help="Prompts per bench (overrides --prompt-multiplier)."),
+        request_rate: str | None = typer.Option(None, "--request-rate", help="Requests/s: comma-separated, an axis of a server grid; one value for an SLO search over concurrency."),
+        server_grid: list[str] = typer.Option([], "--server-grid", help="NAME=V1,V2: a server parameter axis (repeatable; tp or an engine flag); each server point is its own flow (start, ready, benches, drain, stop). Needs --engine, --model (the model to serve) and --group."),
+        file: Path | None = typer.Option(None, "--file", "-f", help="Flow file: [flow] the server, [sweep] server = {axes}, bench = {options; concurrency and request_rate lists are axes}."),
+        group: str | None = typer.Option(None, "--group", help="Server sweep group: run again with the same group, finished points are skipped and failed ones retried."),
+        engine: str | None = typer.Option(None, "--engine", help="Server grid: engine profile."),
+        tp: int | None = typer.Option(None, "--tp", help="Server grid: tensor parallelism (unless an axis)."),
+        poll: str | None = typer.Option(None, "--poll", help="Server grid: drain poll (default 10s)."),
+        slo: str | None = typer.Option(None, "--slo", help='SLO search: conditions on bench metrics, e.g. "p99_ttft_ms<=500,p99_tpot_ms<=30".'),
+        search: str = typer.Option("request-rate", "--search", help="SLO search axis: request-rate or concurrency."),
+        lo: float | None = typer.Option(None, "--lo", help="SLO search: lowest value."),
+        hi: float | None = typer.Option(None, "--hi", help="SLO search: highest value."),
+        max_probes: int = typer.Option(12, "--max-probes", min=2, help="SLO search: at most this many benches."),
+        resolution: float | None = typer.Option(None, "--resolution", help="SLO search: stop when the bracket is this narrow (default 1 for concurrency, 5% of --hi for rates)."),
+        extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
     ) -> None:
         """A bench per concurrency, grouped under one sweep id; a summary table (text, JSON,
         CSV) in the sweep's directory, rewritten after each point so earlier points are kept if
         a later one fails. A point whose requests failed beyond --max-error-rate is a failed
-        point (exit 3). Exit 0 if every point succeeded, else the first failing point's."""
+        point (exit 3). Exit 0 if every point succeeded, else the first failing point's.
+
+        --server-grid (or --file with a [sweep] table): each server configuration its own
+        flow, times the bench points; summary with tokens/s per user and per GPU and the Pareto
+        front. --slo: the highest --search value in [--lo, --hi] meeting the SLO, by bisection
+        against one server (exit 3 when even --lo misses it). docs/bench.md."""
         from proctor.cli.output import err_console
         from proctor.spec.config import load_config
         from proctor.workloads.sweep import run_sweep, summary_text
@@ -283,12 +348,17 @@ def register_sweep(root: typer.Typer) -> None:
             # As bench: in the far runs dir (where --server runs are); the sweep and its points
             # come back as local runs of their own.
             return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True)
-        try:
-            points = [int(x) for x in concurrency.split(",") if x.strip()]
-        except ValueError:
-            raise UsageError(f"invalid --concurrency {concurrency!r}", hint="write e.g. 4,8,16") from None
-        if not points or min(points) < 1:
-            raise UsageError("--concurrency needs positive integers, e.g. 4,8,16")
+        say = (lambda line: None) if json_out else (lambda line: err_console.print(line, markup=False, highlight=False))
+        if server_grid or file:
+            _server_grid(server_grid, file, group, engine, model, tp, port, poll, runs_dir, extra or [],
+                         {"concurrency": _ints(concurrency), "request_rate": _rates(request_rate),
+                          "isl": isl, "osl": osl, "num_prompts": num_prompts,
+                          "prompt_multiplier": prompt_multiplier, "range_ratio": range_ratio,
+                          "seed": seed, "max_error_rate": max_error_rate or None,
+                          "chat": chat or None}, json_out, say)
+            return
+
+        points = _ints(concurrency)
         if not 0.0 <= max_error_rate <= 1.0:
             raise UsageError(f"--max-error-rate {max_error_rate} must be between 0 and 1")
         if server:
@@ -305,7 +375,18 @@ def register_sweep(root: typer.Typer) -> None:
             argv += ["--model", model]
         if chat:
             argv.append("--chat")
-        say = (lambda line: None) if json_out else (lambda line: err_console.print(line, markup=False, highlight=False))
+        if num_prompts is not None:
+            argv += ["--num-prompts", str(num_prompts)]
+        if slo:
+            from proctor.cli.sweeps import run_slo
+
+            if search == "request-rate":  # the cap on requests in flight: the largest given
+                argv += ["--concurrency", str(max(points))]
+            elif request_rate:
+                argv += ["--request-rate", request_rate]
+            run_slo(argv, slo, search, lo, hi, load_config(), runs_dir=runs_dir, name=name if name != "sweep" else "slo",
+                    max_probes=max_probes, resolution=resolution, as_json=json_out, say=say)
+            return
         sweep_dir, results = run_sweep(argv, points, load_config(), runs_dir=runs_dir, name=name, say=say)
         if json_out:
             print_json(sweep_dir.read_json("summary.json"))

@@ -18,6 +18,7 @@ from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.merge import Settings
 from proctor.supervise.launch import resolve_run
+from proctor.workloads.flow_workloads import parse_workloads
 
 
 def _say(as_json: bool) -> Any:
@@ -186,15 +187,18 @@ def register(app: typer.Typer) -> None:
         gpu_sample: float = typer.Option(None, "--gpu-sample"),
         env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the server (beats profiles)."),
         workload_env: list[str] = typer.Option(None, "--workload-env", help="NAME=VALUE for the workload."),
-        file: Path = typer.Option(None, "--file", "-f", help="Flow file (TOML, a [flow] table with these options); flags win."),
+        file: Path = typer.Option(None, "--file", "-f", help="Flow file (TOML, a [flow] table with these options, and [[flow.workload]] entries run in order); flags win."),
+        continue_on_failure: bool = typer.Option(False, "--continue-on-failure", help="Run later workloads after one fails (the server still up); exit code stays the first failure's."),
         resume: str = typer.Option(None, "--resume", help="Continue this flow after a dead controller (no second server)."),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
         as_json: bool = typer.Option(False, "--json"),
         target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
     ) -> None:  # fmt: skip
-        """stop -> start -> ready -> workload -> drain -> inspect on hang -> stop, teardown always.
-        Exit code: the first failing step's (as `serve ready` and `drain`)."""
+        """stop -> start -> ready -> (workload -> drain)... -> inspect on hang -> stop, teardown
+        always. A flow file's [[flow.workload]] list runs in order against the same server,
+        stopping at the first failure unless continue_on_failure. Exit code: the first failing
+        step's (as `serve ready` and `drain`)."""
         if target:
             from proctor.cli.remote import hand_off
 
@@ -208,46 +212,14 @@ def register(app: typer.Typer) -> None:
             return
         given = {k.rstrip("_"): v for k, v in locals().items() if v is not False}
         table = load_flow_file(file) if file else {}
-        settings = Settings(
-            flags=given, table={k.replace("-", "_"): v for k, v in table.items()},
-            table_origin=f"flow file:{file}", environ={},
-        )  # fmt: skip
+        if table.get("sweep") is not None:
+            from proctor.cli.sweeps import run_grid
 
-        def pick(name: str, default: Any = None) -> Any:
-            return settings.value(name.rstrip("_"), default)
-
-        if not pick("engine") or not pick("model"):
-            raise UsageError("flow needs --engine and --model (or a flow file with them)")
-        command = pick("workload_cmd")
-        if not command:
-            raise UsageError("flow needs a workload", hint='pass --workload-cmd "CMD ARGS"')
-        argv = shlex.split(command) if isinstance(command, str) else list(command)
-        request = start_request(
-            pick("engine"), pick("model"), pick("tp"), int(pick("port", 8000)),
-            pick("host", "127.0.0.1"), pick("model_profile"), pick("addon"), pick("mtp"),
-            pick("python"), pick("served_model_name"), pick("extra") or [], 1.0,
-        )  # fmt: skip
-        options = FlowOptions(
-            server=request,
-            workload_argv=argv,
-            runs_dir=pick("runs_dir"),
-            ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
-            ready_poll_s=parse_duration(str(pick("ready_poll", "1s")), option="--ready-poll"),
-            drain=DrainConfig(
-                max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
-                poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
-                stuck_polls=int(pick("stuck_polls", 6)),
-                startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
-                error_streak=int(pick("error_streak", 5)),
-            ),
-            client_pattern=pick("client_pattern"),
-            inspect_on_hang=not pick("no_inspect", False),
-            gpu_processes=bool(pick("gpu_processes", False)),
-            vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
-            gpu_sample_s=pick("gpu_sample"),
-            server_env=list(pick("env") or []),
-            workload_env=list(pick("workload_env") or []),
-        )  # fmt: skip
+            # A flow file with a [sweep] table: each server point its own flow.
+            run_grid(flow_options(given, table, file, need_workload=False),
+                     table["sweep"], file, config, as_json=as_json, say=say)  # fmt: skip
+            return
+        options = flow_options(given, table, file)
         runner = Flow(options, config, say=say)
         say(f"proctor: flow {runner.dir.run_id} -> {runner.dir.path}")
         code = runner.run()
@@ -255,6 +227,61 @@ def register(app: typer.Typer) -> None:
             print_json(runner.record)
         if code:
             raise typer.Exit(code)
+
+
+def flow_options(
+    given: dict[str, Any], table: dict[str, Any], file: Path | None, *, need_workload: bool = True
+) -> FlowOptions:
+    """FlowOptions from flags (`given`) over a flow file's table, through the one merge."""
+    settings = Settings(
+        flags=given, table={k.replace("-", "_"): v for k, v in table.items()},
+        table_origin=f"flow file:{file}", environ={},
+    )  # fmt: skip
+
+    def pick(name: str, default: Any = None) -> Any:
+        return settings.value(name.rstrip("_"), default)
+
+    if not pick("engine") or not pick("model"):
+        raise UsageError("flow needs --engine and --model (or a flow file with them)")
+    command = settings.pick("workload_cmd")
+    listed = parse_workloads(pick("workload"))
+    if command.origin == "flag" or not listed:
+        listed = []  # --workload-cmd on the command line wins over the file's list
+        if not command.value and need_workload:
+            raise UsageError("flow needs a workload", hint='pass --workload-cmd "CMD ARGS",'
+                             " or list [[flow.workload]] in a flow file")  # fmt: skip
+    elif command.value:
+        raise UsageError(f"flow file {file}: give workload_cmd or [[flow.workload]], not both")
+    argv = [] if not command.value else (
+        shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
+    request = start_request(
+        pick("engine"), pick("model"), pick("tp"), int(pick("port", 8000)),
+        pick("host", "127.0.0.1"), pick("model_profile"), pick("addon"), pick("mtp"),
+        pick("python"), pick("served_model_name"), pick("extra") or [], 1.0,
+    )  # fmt: skip
+    return FlowOptions(
+        server=request,
+        workload_argv=argv,
+        runs_dir=pick("runs_dir"),
+        ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
+        ready_poll_s=parse_duration(str(pick("ready_poll", "1s")), option="--ready-poll"),
+        drain=DrainConfig(
+            max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
+            poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
+            stuck_polls=int(pick("stuck_polls", 6)),
+            startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
+            error_streak=int(pick("error_streak", 5)),
+        ),
+        client_pattern=pick("client_pattern"),
+        inspect_on_hang=not pick("no_inspect", False),
+        gpu_processes=bool(pick("gpu_processes", False)),
+        vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
+        gpu_sample_s=pick("gpu_sample"),
+        server_env=list(pick("env") or []),
+        workload_env=list(pick("workload_env") or []),
+        workloads=listed,
+        continue_on_failure=bool(pick("continue_on_failure", False)),
+    )  # fmt: skip
 
 
 def _clients_of(runs_dir: Path, server_id: str, known: list[Any]) -> list[Any]:

@@ -54,7 +54,7 @@ class Subject:
 
 @dataclass
 class Report:
-    kind: str  # run | sweep | compare
+    kind: str  # run | sweep | compare | flow
     title: str
     html: str
     subjects: list[Subject]
@@ -450,6 +450,23 @@ def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = Fa
     if not refs:
         raise UsageError("nothing to report on",
                          hint="give a run id, a sweep name, or --compare A B")
+    if not compare_runs and len(refs) == 1:
+        # A flow with listed workloads: one report for the whole flow.
+        from proctor.report.flow import flow_report, is_flow_with_workloads
+
+        with contextlib.suppress(ProctorError):
+            record = resolve_run(runs_dir, refs[0]).read_json("record.json") or {}
+            if is_flow_with_workloads(record):
+                return flow_report(runs_dir, record, baseline, model)
+        from proctor.report.server_sweep import newest_server_sweep, server_sweep_report
+
+        with contextlib.suppress(ProctorError):
+            run = resolve_run(runs_dir, refs[0])
+            if (run.read_json("record.json") or {}).get("kind") == "server-sweep":
+                return server_sweep_report(run)
+        sweep = newest_server_sweep(runs_dir, refs[0])
+        if sweep is not None:
+            return server_sweep_report(sweep)
     subjects = [resolve_subject(runs_dir, ref) for ref in refs]
     if compare_runs:
         return compare_report(subjects, baseline, model)

@@ -1,0 +1,94 @@
+"""The report of a flow: its server's GPU timeline with the flow's steps, then one section per
+workload (what ran, its exit, its results), in the order the flow ran them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from proctor.record.rundir import RunDir
+from proctor.report.build import (
+    Report,
+    Subject,
+    _fmt,
+    _footer,
+    eval_block,
+    gpu_block,
+    metrics_table,
+    run_header,
+)
+from proctor.report.figures import Figure, latency_cdfs
+from proctor.report.load import RunView, load_run
+from proctor.report.page import badge, esc, figure_block, render_page, table
+from proctor.results.baselines import Baseline
+
+# The few figures a workload's row shows; the section below it has every metric.
+HEADLINE = (
+    ("output tok/s", "output_throughput"),
+    ("p99 TTFT ms", "p99_ttft_ms"),
+    ("p99 TPOT ms", "p99_tpot_ms"),
+    ("GSM8K flexible", "gsm8k_exact_match_flexible"),
+    ("GSM8K strict", "gsm8k_exact_match_strict"),
+)
+
+
+def is_flow_with_workloads(record: dict[str, Any]) -> bool:
+    return record.get("kind") == "flow" and bool(record.get("workload_runs"))
+
+
+def flow_report(
+    runs_dir: Path, record: dict[str, Any], baseline: Baseline | None = None,
+    model: str | None = None,
+) -> Report:  # fmt: skip
+    figures: list[Figure] = []
+    flow_view = load_run(RunDir(runs_dir / str(record["run_id"])))
+    views: list[RunView] = [flow_view]
+    blocks = [run_header(flow_view)]
+    server_id = record.get("server_run")
+    if server_id and (runs_dir / str(server_id)).is_dir():
+        server = load_run(RunDir(runs_dir / str(server_id)))
+        views.append(server)
+        blocks += ["<h2>GPU memory (server)</h2>", gpu_block([server], figures, "gpu-memory")]
+    loaded: list[tuple[dict[str, Any], RunView | None]] = []
+    for row in record.get("workload_runs") or []:
+        run_id = row.get("run_id")
+        view = load_run(RunDir(runs_dir / str(run_id))) if run_id else None
+        loaded.append((row, view))
+        if view is not None:
+            views.append(view)
+    blocks += ["<h2>Workloads, in the order they ran</h2>", _workloads_table(loaded)]
+    for i, (row, view) in enumerate(loaded):
+        blocks.append(f"<h2>{i + 1}. {esc(row.get('name'))} ({esc(row.get('kind'))})</h2>")
+        if view is None:
+            blocks.append('<p class="note">no run: the workload did not start</p>')
+            continue
+        if view.kind == "gsm8k":
+            blocks.append(eval_block([view], baseline, model, figures))
+        elif view.latencies:
+            cdfs = latency_cdfs([view], prefix=f"latency-cdf-{i}")
+            figures += cdfs
+            blocks += [figure_block(f) for f in cdfs]
+        blocks.append(metrics_table(view))
+    title = f"proctor report: flow {record.get('name', '')} ({record['run_id']})"
+    html = render_page(title, blocks, figures, _footer())
+    return Report("flow", title, html, [Subject(str(record["run_id"]), views)], figures,
+                  str(record["run_id"]))  # fmt: skip
+
+
+def _workloads_table(loaded: list[tuple[dict[str, Any], RunView | None]]) -> str:
+    rows = []
+    for row, view in loaded:
+        code = row.get("exit_code")
+        status = "ok" if code == 0 else "failed"
+        cells: list[Any] = [str(int(row.get("index", 0)) + 1), str(row.get("name")),
+                            str(row.get("kind")), str(row.get("run_id") or "-"),
+                            (badge(status), ""), "-" if code is None else str(code)]  # fmt: skip
+        for _, metric in HEADLINE:
+            m = view.metrics.get(metric) if view is not None else None
+            cells.append((_fmt(m.value) if m else "", "num"))
+        rows.append(cells)
+    columns = ["#", "workload", "kind", "run", "outcome", "exit", *[h for h, _ in HEADLINE]]
+    return table(columns, rows, raw_columns=(4,))
+
+
+__all__ = ["flow_report", "is_flow_with_workloads"]

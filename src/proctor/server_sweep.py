@@ -1,0 +1,555 @@
+"""Sweeps of the server's own configuration: a grid of server parameters times bench parameters.
+
+Each server point is its own flow (stop, start, ready, one bench per bench point, drain, stop)
+whose record carries `sweep: {group, point, params}`. The sweep itself is a run directory (kind
+"server-sweep", group GROUP) holding summary.json, summary.csv, summary.txt and, with
+matplotlib, throughput_latency.png and pareto.png, rewritten after every server point.
+
+Resumable: a second invocation with the same group reuses every server point whose flow of that
+group ended with exit 0 and runs the others again (the failed ones, and those never reached).
+
+Server axes are engine flags (`max-num-seqs = [64, 128]`: `--max-num-seqs 64`; a boolean
+axis `enable-chunked-prefill = [true, false]`: `--enable-chunked-prefill` and
+`--no-enable-chunked-prefill`) and `tp` (the server's tensor parallelism, also the GPU count
+of tokens/s per GPU).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from proctor.errors import ExitCode, UsageError
+from proctor.flow import Flow, FlowOptions
+from proctor.record.recorder import Recorder
+from proctor.record.rundir import RunDir, is_run_id, write_atomic
+from proctor.serve import ServerRequest
+from proctor.spec.config import ProjectConfig
+from proctor.spec.plan import resolve_runs_dir, resolve_store_path
+from proctor.version import __version__
+from proctor.workloads.flow_workloads import FlowWorkload, parse_workload
+from proctor.workloads.sweep import plot_unavailable
+
+# Bench options that may be lists, each value a point of the bench grid.
+BENCH_AXES = ("concurrency", "request_rate")
+SUMMARY_METRICS = (
+    "output_throughput",
+    "request_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "p99_e2el_ms",
+    "failed",
+)
+
+
+@dataclass(frozen=True)
+class ServerGrid:
+    """Server axes (flag name -> values) and bench options (list values are axes)."""
+
+    server: dict[str, list[Any]]
+    bench: dict[str, Any] = field(default_factory=dict)
+
+    def server_points(self) -> list[dict[str, Any]]:
+        names = list(self.server)
+        return [
+            dict(zip(names, combo, strict=True))
+            for combo in itertools.product(*(self.server[n] for n in names))
+        ]
+
+    def bench_points(self) -> list[dict[str, Any]]:
+        fixed = {k: v for k, v in self.bench.items() if not isinstance(v, list)}
+        axes = {k: v for k, v in self.bench.items() if isinstance(v, list)}
+        names = list(axes)
+        return [
+            {**fixed, **dict(zip(names, combo, strict=True))}
+            for combo in itertools.product(*(axes[n] for n in names))
+        ]
+
+
+def parse_grid(table: dict[str, Any]) -> ServerGrid:
+    """A `[sweep]` table: `server = { max_num_seqs = [..] }`, `bench = { concurrency = [..] }`."""
+    server = table.get("server") or {}
+    bench = dict(table.get("bench") or {})
+    if not isinstance(server, dict) or not server:
+        raise UsageError(
+            "a server sweep needs server axes, e.g. server = { max_num_seqs = [64, 128] }"
+        )
+    axes = {}
+    for name, values in server.items():
+        values = values if isinstance(values, list) else [values]
+        if not values:
+            raise UsageError(f"server axis {name} has no values")
+        axes[name.replace("_", "-")] = values
+    bench_keys = {k.replace("-", "_") for k in bench}
+    for key in bench_keys - set(BENCH_AXES):
+        if isinstance(bench.get(key, bench.get(key.replace("_", "-"))), list):
+            raise UsageError(
+                f"bench option {key} cannot be a list: only {', '.join(BENCH_AXES)} are axes"
+            )
+    grid = ServerGrid(axes, {k.replace("-", "_"): v for k, v in bench.items()})
+    for point in grid.bench_points():  # options checked before any server starts
+        _bench_workload(point)
+    return grid
+
+
+def parse_axis(text: str) -> tuple[str, list[Any]]:
+    """`--server-grid max-num-seqs=64,128` -> ("max-num-seqs", [64, 128])."""
+    name, sep, values = text.partition("=")
+    if not sep or not name.strip() or not values.strip():
+        raise UsageError(
+            f"invalid --server-grid {text!r}", hint="write NAME=V1,V2, e.g. max-num-seqs=64,128"
+        )
+    return name.strip().lstrip("-"), [_scalar(v.strip()) for v in values.split(",") if v.strip()]
+
+
+def _scalar(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def point_key(params: dict[str, Any]) -> str:
+    return ",".join(f"{k}={_text(v)}" for k, v in sorted(params.items()))
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def apply_point(base: ServerRequest, params: dict[str, Any]) -> ServerRequest:
+    """The server request of one point: `tp` sets tensor parallelism, others are engine flags."""
+    extra = list(base.extra)
+    tp = base.tp
+    for name, value in params.items():
+        if name == "tp":
+            tp = int(value)
+        elif value is True:
+            extra.append(f"--{name}")
+        elif value is False:
+            extra.append(f"--no-{name}")
+        else:
+            extra += [f"--{name}", str(value)]
+    return replace(base, extra=extra, tp=tp)
+
+
+def _bench_label(point: dict[str, Any]) -> str:
+    parts = [f"c{point['concurrency']}"] if "concurrency" in point else []
+    parts += [f"r{point['request_rate']}"] if "request_rate" in point else []
+    return "bench-" + ("-".join(parts) or "default")
+
+
+def _bench_workload(point: dict[str, Any]) -> FlowWorkload:
+    return parse_workload({"bench": point, "name": _bench_label(point)}, "bench point")
+
+
+# -- per-point figures --------------------------------------------------------------------------
+def per_user(metrics: dict[str, float]) -> float | None:
+    """Tokens/s one user sees: 1000 / median TPOT (mean when no median)."""
+    tpot = metrics.get("median_tpot_ms") or metrics.get("mean_tpot_ms")
+    return 1000.0 / tpot if tpot else None
+
+
+def per_gpu(metrics: dict[str, float], gpus: int) -> float | None:
+    out = metrics.get("output_throughput")
+    return out / max(1, gpus) if out is not None else None
+
+
+def pareto_front(rows: list[dict[str, Any]]) -> list[int]:
+    """Indices of the rows no other row beats on both tokens/s per user and per GPU."""
+    scored = [
+        (i, r["tok_s_per_user"], r["tok_s_per_gpu"])
+        for i, r in enumerate(rows)
+        if r.get("exit_code") == 0
+        and r.get("tok_s_per_user") is not None
+        and r.get("tok_s_per_gpu") is not None
+    ]
+    front = []
+    for i, u, g in scored:
+        beaten = any((u2 >= u and g2 >= g) and (u2 > u or g2 > g) for _, u2, g2 in scored)
+        if not beaten:
+            front.append(i)
+    return sorted(front, key=lambda i: rows[i]["tok_s_per_user"])
+
+
+# -- the sweep ----------------------------------------------------------------------------------
+@dataclass
+class ServerSweepResult:
+    dir: RunDir
+    rows: list[dict[str, Any]]
+    exit_code: int
+    reused: list[str]
+    ran: list[str]
+
+
+def run_server_sweep(
+    base: FlowOptions,
+    grid: ServerGrid,
+    config: ProjectConfig,
+    *,
+    group: str,
+    say: Callable[[str], None] = print,
+) -> ServerSweepResult:
+    """Run every server point of `grid` as its own flow under `group`; reuse the points an
+    earlier invocation of the same group finished with exit 0."""
+    runs_root = Path(resolve_runs_dir(base.runs_dir, config).value)
+    recorder = Recorder.create(runs_root)
+    sweep = recorder.run
+    record = recorder.start({
+        "name": group,
+        "group": group,
+        "kind": "server-sweep",
+        "argv": [],
+        "grid": {"server": grid.server, "bench": grid.bench},
+        "proctor_version": __version__,
+        "outcome": "running",
+        "points": [],
+    })
+    say(f"proctor: server sweep {group} -> {sweep.path}")
+    earlier = finished_points(runs_root, group)
+    rows: list[dict[str, Any]] = []
+    codes: list[int] = []
+    reused: list[str] = []
+    ran: list[str] = []
+    store_path = resolve_store_path(config, runs_root).value
+    points = grid.server_points()
+    try:
+        for n, params in enumerate(points, 1):
+            key = point_key(params)
+            flow_id = earlier.get(key)
+            if flow_id is not None:
+                say(f"[server-sweep] point {n}/{len(points)} {key}: done before (flow {flow_id})")
+                reused.append(key)
+                code = 0
+            else:
+                say(f"[server-sweep] point {n}/{len(points)} {key}: starting")
+                flow_id, code = _run_point(base, grid, params, config, group, say)
+                ran.append(key)
+                say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
+            codes.append(code)
+            rows += point_rows(runs_root, flow_id, params, base.server.tp)
+            write_server_summary(sweep, record, rows, group)
+            if code == int(ExitCode.INTERRUPTED):  # the flow tore down on Ctrl-C: stop here
+                say("[server-sweep] interrupted: later points not run")
+                break
+    except KeyboardInterrupt:
+        write_server_summary(sweep, record, rows, group)
+        recorder.finish(
+            code=int(ExitCode.INTERRUPTED),
+            outcome="stopped",
+            store_path=store_path,
+            who="server-sweep",
+        )
+        raise
+    failing = [c for c in codes if c != 0]
+    code = failing[0] if failing else 0
+    stopped = int(ExitCode.INTERRUPTED) in codes
+    code = int(ExitCode.INTERRUPTED) if stopped else code
+    record["reused"], record["ran"] = reused, ran
+    write_server_summary(sweep, record, rows, group)
+    recorder.finish(
+        code=code,
+        outcome="ok" if code == 0 else "stopped" if stopped else "failed",
+        store_path=store_path,
+        who="server-sweep",
+    )
+    return ServerSweepResult(sweep, rows, code, reused, ran)
+
+
+def _run_point(
+    base: FlowOptions,
+    grid: ServerGrid,
+    params: dict[str, Any],
+    config: ProjectConfig,
+    group: str,
+    say: Callable[[str], None],
+) -> tuple[str, int]:
+    options = replace(
+        base,
+        server=apply_point(base.server, params),
+        workload_argv=[],
+        workloads=[_bench_workload(p) for p in grid.bench_points()],
+        # One bench point failing leaves the server up for the next: go on, record it.
+        continue_on_failure=True,
+    )
+    flow = Flow(options, config, say=say)
+    flow.record["sweep"] = {"group": group, "point": point_key(params), "params": params}
+    flow.save()
+    return flow.dir.run_id, flow.run()
+
+
+def finished_points(runs_root: Path, group: str) -> dict[str, str]:
+    """Server point key -> the newest flow of `group` that finished it with exit 0."""
+    done: dict[str, str] = {}
+    if not runs_root.is_dir():
+        return done
+    for path in sorted(runs_root.iterdir()):
+        if not is_run_id(path.name):
+            continue
+        record = RunDir(path).read_json("record.json") or {}
+        sweep = record.get("sweep")
+        if (
+            record.get("kind") == "flow"
+            and isinstance(sweep, dict)
+            and sweep.get("group") == group
+            and record.get("exit_code") == 0
+        ):
+            done[str(sweep.get("point"))] = path.name
+    return done
+
+
+def point_rows(
+    runs_root: Path, flow_id: str, params: dict[str, Any], tp: int | None
+) -> list[dict[str, Any]]:
+    """One row per bench of the flow: the point's parameters, the bench's, its metrics."""
+    flow = RunDir(runs_root / flow_id).read_json("record.json") or {}
+    gpus = int(params.get("tp") or tp or 1)
+    rows = []
+    listed = (flow.get("options") or {}).get("workloads") or []
+    results = flow.get("workload_runs") or []
+    if not results:  # the server never came up: one row saying so
+        return [
+            {
+                "server": params,
+                "bench": {},
+                "flow_run": flow_id,
+                "bench_run": None,
+                "exit_code": flow.get("exit_code"),
+                "metrics": {},
+                "tok_s_per_user": None,
+                "tok_s_per_gpu": None,
+            }
+        ]
+    for result in results:
+        index = int(result.get("index", 0))
+        bench = (listed[index].get("bench") if index < len(listed) else None) or {}
+        run_id = result.get("run_id")
+        doc = RunDir(runs_root / str(run_id)).read_json("metrics.json") if run_id else None
+        metrics = {
+            k: float(v)
+            for k, v in ((doc or {}).get("metrics") or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        rows.append(
+            {
+                "server": params,
+                "bench": {k: bench[k] for k in BENCH_AXES if k in bench},
+                "flow_run": flow_id,
+                "bench_run": run_id,
+                "exit_code": result.get("exit_code"),
+                "metrics": {k: metrics[k] for k in SUMMARY_METRICS if k in metrics},
+                "tok_s_per_user": per_user(metrics),
+                "tok_s_per_gpu": per_gpu(metrics, gpus),
+            }
+        )
+    return rows
+
+
+# -- summary ------------------------------------------------------------------------------------
+COLUMNS = (
+    ("output tok/s", "output_throughput", "{:.1f}"),
+    ("p99 TTFT ms", "p99_ttft_ms", "{:.1f}"),
+    ("median TPOT ms", "median_tpot_ms", "{:.2f}"),
+    ("p99 TPOT ms", "p99_tpot_ms", "{:.2f}"),
+    ("failed", "failed", "{:.0f}"),
+)
+
+
+def _cells(row: dict[str, Any], front: set[int], i: int) -> list[str]:
+    m = row["metrics"]
+    cells = [point_key(row["server"]), point_key(row["bench"]) or "-"]
+    cells += [fmt.format(m[key]) if key in m else "-" for _, key, fmt in COLUMNS]
+    for value in (row["tok_s_per_user"], row["tok_s_per_gpu"]):
+        cells.append("-" if value is None else f"{value:.1f}")
+    cells += [str(row["exit_code"]), "*" if i in front else ""]
+    return cells
+
+
+def summary_text(rows: list[dict[str, Any]]) -> str:
+    header = [
+        "server",
+        "bench",
+        *[c[0] for c in COLUMNS],
+        "tok/s/user",
+        "tok/s/GPU",
+        "exit",
+        "pareto",
+    ]
+    front = set(pareto_front(rows))
+    body = [_cells(r, front, i) for i, r in enumerate(rows)]
+    widths = [
+        max(len(header[j]), *(len(b[j]) for b in body)) if body else len(header[j])
+        for j in range(len(header))
+    ]
+    lines = [
+        "  ".join(
+            h.ljust(w) if j < 2 else h.rjust(w)
+            for j, (h, w) in enumerate(zip(header, widths, strict=True))
+        )
+    ]
+    lines += [
+        "  ".join(
+            v.ljust(w) if j < 2 else v.rjust(w)
+            for j, (v, w) in enumerate(zip(b, widths, strict=True))
+        )
+        for b in body
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def summary_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    front = set(pareto_front(rows))
+    writer.writerow(
+        [
+            "server",
+            "bench",
+            "flow_run",
+            "bench_run",
+            "exit_code",
+            *SUMMARY_METRICS,
+            "tok_s_per_user",
+            "tok_s_per_gpu",
+            "pareto",
+        ]
+    )
+    for i, r in enumerate(rows):
+        writer.writerow(
+            [
+                point_key(r["server"]),
+                point_key(r["bench"]),
+                r["flow_run"],
+                r["bench_run"],
+                r["exit_code"],
+                *[r["metrics"].get(k, "") for k in SUMMARY_METRICS],
+                r["tok_s_per_user"],
+                r["tok_s_per_gpu"],
+                int(i in front),
+            ]
+        )
+    return out.getvalue()
+
+
+def write_server_summary(
+    sweep: RunDir, record: dict[str, Any], rows: list[dict[str, Any]], group: str
+) -> None:
+    front = pareto_front(rows)
+    record["points"] = rows
+    summary: dict[str, Any] = {"group": group, "sweep": sweep.run_id, "rows": rows, "pareto": front}
+    skipped = plot_unavailable()
+    plots: list[str] = []
+    if skipped is None:
+        try:
+            plots = write_plots(sweep.path, rows, front, group)
+        except (OSError, ValueError, RuntimeError) as error:  # a plot must not lose a sweep
+            skipped = f"plot failed: {error}"
+    summary["plots"], summary["plot_skipped"] = plots, skipped
+    sweep.write_json("summary.json", summary)
+    write_atomic(sweep.path / "summary.csv", summary_csv(rows))
+    write_atomic(sweep.path / "summary.txt", summary_text(rows))
+    Recorder(sweep, record).save()
+
+
+def write_plots(
+    directory: Path, rows: list[dict[str, Any]], front: list[int], group: str
+) -> list[str]:
+    """throughput_latency.png (output tok/s against p99 TPOT, one line per server point) and
+    pareto.png (tokens/s per user against per GPU, the front joined)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    written: list[str] = []
+    ok = [r for r in rows if r["exit_code"] == 0 and "output_throughput" in r["metrics"]]
+    if not ok:
+        return written
+    fig = Figure(figsize=(7, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    by_server: dict[str, list[dict[str, Any]]] = {}
+    for r in ok:
+        by_server.setdefault(point_key(r["server"]), []).append(r)
+    for label, members in by_server.items():
+        pts = [
+            (r["metrics"].get("p99_tpot_ms"), r["metrics"]["output_throughput"])
+            for r in members
+            if r["metrics"].get("p99_tpot_ms") is not None
+        ]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+    ax.set_xlabel("p99 TPOT (ms)")
+    ax.set_ylabel("output throughput (tok/s)")
+    ax.set_title(f"server sweep {group}: throughput against latency")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(_save(fig, directory / "throughput_latency.png"))
+    scored = [r for r in ok if r["tok_s_per_user"] is not None and r["tok_s_per_gpu"] is not None]
+    if scored:
+        fig = Figure(figsize=(7, 4.5), dpi=100)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        ax.plot(
+            [r["tok_s_per_user"] for r in scored],
+            [r["tok_s_per_gpu"] for r in scored],
+            "o",
+            color="tab:gray",
+            label="points",
+        )
+        best = [rows[i] for i in front]
+        ax.plot(
+            [r["tok_s_per_user"] for r in best],
+            [r["tok_s_per_gpu"] for r in best],
+            "o-",
+            color="tab:red",
+            label="Pareto front",
+        )
+        for r in best:
+            ax.annotate(
+                point_key({**r["server"], **r["bench"]}),
+                (r["tok_s_per_user"], r["tok_s_per_gpu"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=6,
+            )
+        ax.set_xlabel("tokens/s per user (1000 / median TPOT)")
+        ax.set_ylabel("output tokens/s per GPU")
+        ax.set_title(f"server sweep {group}: Pareto front")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(_save(fig, directory / "pareto.png"))
+    return written
+
+
+def _save(fig: Any, path: Path) -> str:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as handle:
+        fig.savefig(handle, format="png", metadata={"Software": None})
+    tmp.replace(path)
+    return path.name
+
+
+__all__ = [
+    "ServerGrid",
+    "ServerSweepResult",
+    "apply_point",
+    "finished_points",
+    "pareto_front",
+    "parse_axis",
+    "parse_grid",
+    "point_key",
+    "run_server_sweep",
+    "summary_text",
+]

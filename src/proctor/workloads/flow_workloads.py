@@ -1,0 +1,200 @@
+"""The workloads a flow file lists, each turned into the command of its own supervised run.
+
+A flow file's `[[flow.workload]]` entries each name one kind, with its options as a table:
+
+    [[flow.workload]]
+    eval = { task = "gsm8k", limit = 50 }         # python -m proctor.workloads.gsm8k
+    [[flow.workload]]
+    bench = { isl = 128, osl = 64, concurrency = 8, num_prompts = 64 }   # the load generator
+    [[flow.workload]]
+    sweep = { concurrency = [1, 4, 16], isl = 128, osl = 64 }            # proctor sweep
+    [[flow.workload]]
+    offline = { engine = "vllm", model = "/models/x", args = ["--enforce-eager"] }
+    [[flow.workload]]
+    cmd = "python my_client.py --port 8000"                              # any command
+
+plus, on any entry, `name` (the run's name) and `env` (["NAME=VALUE"] for that run). The base URL
+and model of the flow's server are filled in; options are checked against the workload's own
+flags before any server starts, so a typo costs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from proctor.errors import UsageError
+
+KINDS = ("bench", "sweep", "eval", "offline", "cmd")
+COMMON = ("name", "env")
+EVAL_TASKS = ("gsm8k",)
+
+
+@dataclass(frozen=True)
+class FlowWorkload:
+    """One listed workload: its kind, its options (flag names with `_` or `-`), run name, env."""
+
+    kind: str
+    options: dict[str, Any] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)  # kind "cmd" only
+    name: str | None = None
+    env: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.kind == "eval":
+            return str(self.options.get("task", "gsm8k"))
+        if self.kind == "cmd":
+            return "cmd"
+        return self.kind
+
+    @property
+    def run_kind(self) -> str:
+        """The kind of its run's record: bench and eval runs are read as such by results."""
+        return {"bench": "bench", "eval": "eval"}.get(self.kind, "workload")
+
+    def to_dict(self) -> dict[str, Any]:
+        body: Any = self.command if self.kind == "cmd" else dict(self.options)
+        entry: dict[str, Any] = {self.kind: body}
+        if self.name:
+            entry["name"] = self.name
+        if self.env:
+            entry["env"] = list(self.env)
+        return entry
+
+
+def parse_workload(entry: object, where: str = "workload") -> FlowWorkload:
+    """One flow-file entry (a table naming one kind) as a FlowWorkload; UsageError if malformed."""
+    if not isinstance(entry, dict):
+        raise UsageError(f"{where}: a table is needed, e.g. {{ bench = {{ concurrency = 8 }} }}")
+    kinds = [k for k in entry if k in KINDS]
+    unknown = sorted(set(entry) - set(KINDS) - set(COMMON))
+    if unknown or len(kinds) != 1:
+        raise UsageError(
+            f"{where}: name exactly one of {', '.join(KINDS)}"
+            + (f" (unknown keys: {', '.join(unknown)})" if unknown else ""),
+            hint="docs/workflow.md#flow-files-with-workloads",
+        )
+    kind = kinds[0]
+    body = entry[kind]
+    name = entry.get("name")
+    env = entry.get("env") or []
+    if not isinstance(env, list) or not all(isinstance(e, str) and "=" in e for e in env):
+        raise UsageError(f"{where}: env must be a list of NAME=VALUE strings")
+    if kind == "cmd":
+        command = shlex.split(body) if isinstance(body, str) else body
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(c, str) for c in command)
+        ):
+            raise UsageError(f"{where}: cmd must be a command line or a list of words")
+        return FlowWorkload("cmd", command=list(command), name=name, env=list(env))
+    if kind == "eval" and isinstance(body, str):
+        body = {"task": body}
+    if not isinstance(body, dict):
+        raise UsageError(f"{where}: {kind} takes a table of its options, e.g. {kind} = {{ ... }}")
+    workload = FlowWorkload(kind, options=dict(body), name=name, env=list(env))
+    # Checked now, with stand-in server facts: a bad option must fail before a server starts.
+    command_for(workload, "http://127.0.0.1:8000", "model", runs_dir=".")
+    return workload
+
+
+def parse_workloads(entries: object) -> list[FlowWorkload]:
+    if entries is None:
+        return []
+    if isinstance(entries, dict):
+        entries = [entries]
+    if not isinstance(entries, list):
+        raise UsageError("workload must be a list of tables ([[flow.workload]] entries)")
+    return [parse_workload(e, f"workload {i + 1}") for i, e in enumerate(entries)]
+
+
+def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: str) -> list[str]:
+    """The argv of the workload's run against the server at `base_url` serving `model`."""
+    py = sys.executable
+    opts = {k.replace("_", "-"): v for k, v in workload.options.items()}
+    if workload.kind == "cmd":
+        return list(workload.command)
+    if workload.kind == "bench":
+        opts.setdefault("log-every", 5.0)
+        argv = [py, "-m", "proctor.workloads.loadgen", "--base-url", base_url, "--no-progress"]
+        argv += _flags(opts, repeat_lists=False)
+        _check(_loadgen_parser(), argv[3:], "bench")
+        return argv
+    if workload.kind == "eval":
+        task = str(opts.pop("task", "gsm8k"))
+        if task not in EVAL_TASKS:
+            raise UsageError(f"eval task {task!r} is not known", hint='eval = { task = "gsm8k" }')
+        opts.setdefault("model", model)
+        argv = [py, "-m", "proctor.workloads.gsm8k", "--base-url", base_url]
+        argv += _flags(opts, repeat_lists=False)
+        _check(_gsm8k_parser(), argv[3:], "eval")
+        return argv
+    if workload.kind == "sweep":
+        if isinstance(opts.get("concurrency"), list):
+            opts["concurrency"] = ",".join(str(c) for c in opts["concurrency"])
+        opts.setdefault("runs-dir", runs_dir)
+        return [py, "-m", "proctor.cli.main", "sweep", "--base-url", base_url,
+                *_flags(opts, repeat_lists=True)]  # fmt: skip
+    # offline: its own engine, run while the flow's server is up (or as the flow's only job)
+    args = opts.pop("args", [])
+    if not isinstance(args, list):
+        raise UsageError("offline: args must be a list of engine arguments")
+    opts.setdefault("runs-dir", runs_dir)
+    return [py, "-m", "proctor.cli.main", "offline", *_flags(opts, repeat_lists=True),
+            "--", *map(str, args)]  # fmt: skip
+
+
+def _flags(opts: dict[str, Any], *, repeat_lists: bool) -> list[str]:
+    argv: list[str] = []
+    for key, value in opts.items():
+        flag = f"--{key}"
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            argv.append(f"--no-{key}")
+        elif isinstance(value, list):
+            if repeat_lists:
+                for item in value:
+                    argv += [flag, str(item)]
+            else:
+                argv += [flag, *map(str, value)]
+        elif isinstance(value, dict):
+            raise UsageError(f"option {key} cannot be a table")
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _loadgen_parser() -> argparse.ArgumentParser:
+    from proctor.workloads.loadgen.__main__ import parser
+
+    return parser()
+
+
+def _gsm8k_parser() -> argparse.ArgumentParser:
+    from proctor.workloads.gsm8k import _parser
+
+    return _parser()
+
+
+def _check(parser: argparse.ArgumentParser, argv: list[str], kind: str) -> None:
+    """Parse as the workload will (with a stand-in output dir); its complaint as a UsageError."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args([*argv, "--output-dir", "."])
+    except SystemExit:
+        last = (err.getvalue().strip().splitlines() or ["invalid options"])[-1]
+        raise UsageError(f"{kind} workload: {last}", hint="its options are its flags") from None
+
+
+__all__ = ["KINDS", "FlowWorkload", "command_for", "parse_workload", "parse_workloads"]

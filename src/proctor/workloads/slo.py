@@ -1,0 +1,227 @@
+"""SLO search: the highest request rate (or concurrency) at which a bench meets a goodput SLO.
+
+Bisection against one running server; each probe is a supervised bench run grouped under the
+search's own run directory (kind "slo-search"), whose result.json holds every probe and the
+answer. A probe meets the SLO when the bench exited 0 and every condition holds on its
+metrics.json (`p99_ttft_ms<=500`: the bench's p99 TTFT at most 500 ms).
+
+    lo meets? no  -> no answer (exit 3)       hi meets? yes -> hi (the range's top)
+    else keep lo meeting, hi failing; probe the middle until hi - lo <= resolution
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proctor.errors import ExitCode, UsageError
+from proctor.record.recorder import Recorder
+from proctor.record.rundir import RunDir
+from proctor.spec.config import ProjectConfig
+from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
+from proctor.supervise.launch import RunSpec, start_run, wait_run
+from proctor.version import __version__
+
+AXES = {"request-rate": "--request-rate", "concurrency": "--concurrency"}
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
+}  # fmt: skip
+_CONDITION = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(<=|>=|<|>)\s*([0-9.eE+-]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    metric: str
+    op: str
+    limit: float
+
+    def holds(self, value: float | None) -> bool:
+        return value is not None and _OPS[self.op](value, self.limit)
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.limit:g}"
+
+
+def parse_slo(text: str) -> list[Condition]:
+    """`p99_ttft_ms<=500,p99_tpot_ms<=30` -> conditions on metrics.json's metric names."""
+    conditions = []
+    for part in (p for p in text.split(",") if p.strip()):
+        match = _CONDITION.match(part)
+        if not match:
+            hint = 'write e.g. --slo "p99_ttft_ms<=500,p99_tpot_ms<=30"'
+            raise UsageError(f"invalid SLO condition {part!r}", hint=hint)
+        try:
+            limit = float(match.group(3))
+        except ValueError:
+            raise UsageError(f"invalid SLO limit in {part!r}") from None
+        conditions.append(Condition(match.group(1), match.group(2), limit))
+    if not conditions:
+        raise UsageError("--slo needs at least one condition, e.g. p99_ttft_ms<=500")
+    return conditions
+
+
+def percentiles_needed(conditions: list[Condition]) -> list[str]:
+    """The bench must report the percentiles the SLO names (p90_ttft_ms needs --percentiles 90)."""
+    found = {m.group(1) for c in conditions if (m := re.match(r"^p(\d+(?:\.\d+)?)_", c.metric))}
+    return sorted(found, key=float)
+
+
+@dataclass
+class Probe:
+    value: float
+    run_id: str
+    exit_code: int | None
+    metrics: dict[str, float]
+    met: bool
+    why: list[str] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        return {"value": self.value, "run_id": self.run_id, "exit_code": self.exit_code,
+                "met": self.met, "why": self.why, "metrics": self.metrics}  # fmt: skip
+
+
+@dataclass
+class SloResult:
+    dir: RunDir
+    axis: str
+    answer: float | None
+    probes: list[Probe]
+    exit_code: int
+
+
+def judge(conditions: list[Condition], metrics: dict[str, float],
+          exit_code: int | None) -> tuple[bool, list[str]]:  # fmt: skip
+    why = []
+    if exit_code != 0:
+        why.append(f"bench exited {exit_code}")
+    for c in conditions:
+        value = metrics.get(c.metric)
+        shown = "missing" if value is None else f"{value:.2f}"
+        why.append(f"{c.metric} {shown} {'ok' if c.holds(value) else 'FAILS'} {c.op} {c.limit:g}")
+    met = exit_code == 0 and all(c.holds(metrics.get(c.metric)) for c in conditions)
+    return met, why
+
+
+def slo_search(
+    base_argv: list[str],
+    axis: str,
+    lo: float,
+    hi: float,
+    conditions: list[Condition],
+    config: ProjectConfig,
+    *,
+    runs_dir: str | None,
+    name: str = "slo-search",
+    resolution: float | None = None,
+    max_probes: int = 12,
+    say: Callable[[str], None] = print,
+) -> SloResult:
+    """Bisect `axis` (request-rate or concurrency) over [lo, hi] for the highest value meeting
+    every condition; `resolution` is when to stop (default 1 for concurrency, 5% of hi for
+    request rates)."""
+    if axis not in AXES:
+        raise UsageError(f"--search {axis!r}: use request-rate or concurrency")
+    integer = axis == "concurrency"
+    if not (0 < lo < hi) or (integer and (lo != int(lo) or hi != int(hi))):
+        raise UsageError(f"--lo {lo:g} and --hi {hi:g}: need 0 < lo < hi"
+                         + (", integers for concurrency" if integer else ""))  # fmt: skip
+    step = resolution or (1.0 if integer else max(hi * 0.05, 1e-3))
+    flags0 = RunFlags(argv=base_argv, runs_dir=runs_dir)
+    runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
+    recorder = Recorder.create(runs_root)
+    home = recorder.run
+    record = recorder.start({
+        "name": name, "kind": "slo-search", "argv": base_argv, "axis": axis, "lo": lo, "hi": hi,
+        "slo": [str(c) for c in conditions], "proctor_version": __version__,
+        "outcome": "running", "probes": [],
+    })  # fmt: skip
+    probes: list[Probe] = []
+
+    def probe(value: float) -> Probe:
+        p = _probe(base_argv, axis, value, conditions, config, runs_root, name, home)
+        probes.append(p)
+        verdict = "meets" if p.met else "misses"
+        say(f"[slo] probe {len(probes)}: {axis} {value:g}: {verdict} the SLO "
+            f"({'; '.join(p.why)}) run {p.run_id}")  # fmt: skip
+        record["probes"] = [q.row() for q in probes]
+        recorder.save()
+        return p
+
+    answer: float | None = None
+    code = 0
+    store = resolve_store_path(config, runs_root).value
+    try:
+        low = probe(lo)
+        if _broken(low):
+            code = int(low.exit_code or ExitCode.UNKNOWN)
+        elif not low.met:
+            say(f"[slo] no {axis} in [{lo:g}, {hi:g}] meets the SLO: even {lo:g} misses it")
+            code = int(ExitCode.WORKLOAD_FAILED)
+        else:
+            answer = lo
+            high = probe(hi)
+            if _broken(high):
+                code = int(high.exit_code or ExitCode.UNKNOWN)
+            elif high.met:
+                answer = hi
+                say("[slo] the top of the range meets the SLO: raise --hi to look further")
+            else:
+                good, bad = lo, hi
+                while bad - good > step and len(probes) < max_probes:
+                    middle = (good + bad) / 2
+                    middle = float(math.floor(middle)) if integer else round(middle, 6)
+                    if middle <= good:
+                        break
+                    p = probe(middle)
+                    if _broken(p):
+                        code = int(p.exit_code or ExitCode.UNKNOWN)
+                        break
+                    good, bad = (middle, bad) if p.met else (good, middle)
+                answer = good
+    except KeyboardInterrupt:
+        recorder.finish(code=int(ExitCode.INTERRUPTED), outcome="stopped", store_path=store,
+                        who="slo-search")  # fmt: skip
+        raise
+    record["answer"] = answer
+    home.write_json("result.json", {"axis": axis, "slo": record["slo"], "answer": answer,
+                                    "probes": record["probes"]})  # fmt: skip
+    recorder.finish(code=code, outcome="ok" if code == 0 else "failed", store_path=store,
+                    who="slo-search")  # fmt: skip
+    if answer is not None and code == 0:
+        say(f"[slo] highest {axis} meeting {', '.join(map(str, conditions))}: {answer:g} "
+            f"({len(probes)} probes)")  # fmt: skip
+    return SloResult(home, axis, answer, probes, code)
+
+
+def _broken(p: Probe) -> bool:
+    """A probe that says nothing about the SLO: the server unreachable, bad flags, unknown."""
+    return p.exit_code in (None, int(ExitCode.UNAVAILABLE), int(ExitCode.USAGE),
+                           int(ExitCode.INTERRUPTED))  # fmt: skip
+
+
+def _probe(base_argv: list[str], axis: str, value: float, conditions: list[Condition],
+           config: ProjectConfig, runs_root: Path, name: str, home: RunDir) -> Probe:  # fmt: skip
+    shown = str(int(value)) if axis == "concurrency" else f"{value:g}"
+    argv = [*base_argv, AXES[axis], shown]
+    flags = RunFlags(argv=argv, runs_dir=str(runs_root), name=f"{name}-{axis}-{shown}",
+                     gpu_sample=0)  # fmt: skip
+    started = start_run(resolve_run_plan(flags, config),
+                        RunSpec(kind="bench", group=home.run_id,
+                                extra={"slo_search": home.run_id, axis: value}))  # fmt: skip
+    state = wait_run(started.run)
+    doc = started.run.read_json("metrics.json") or {}
+    metrics = {k: float(v) for k, v in (doc.get("metrics") or {}).items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}  # fmt: skip
+    code = state.exit.code if state.exit else None
+    met, why = judge(conditions, metrics, code)
+    kept = {c.metric: metrics[c.metric] for c in conditions if c.metric in metrics}
+    return Probe(value, started.run.run_id, code, kept, met, why)
+
+
+__all__ = ["AXES", "Condition", "Probe", "SloResult", "judge", "parse_slo",
+           "percentiles_needed", "slo_search"]  # fmt: skip

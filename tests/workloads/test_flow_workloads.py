@@ -1,0 +1,107 @@
+"""The pure parts of listed flow workloads, server grids and SLO search: parsing, argv, Pareto
+front, SLO judgement. The runs themselves are tested in tests/cli (fake server) and with vLLM."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from proctor.errors import UsageError
+from proctor.serve import ServerRequest
+from proctor.server_sweep import apply_point, pareto_front, parse_axis, parse_grid
+from proctor.workloads.flow_workloads import command_for, parse_workload, parse_workloads
+from proctor.workloads.slo import judge, parse_slo, percentiles_needed
+
+URL = "http://127.0.0.1:9000"
+
+
+def test_bench_options_become_load_generator_flags() -> None:
+    w = parse_workload({"bench": {"isl": 16, "num_prompts": 8, "ignore_eos": False,
+                                  "goodput": ["ttft:500", "tpot:30"]}})  # fmt: skip
+    argv = command_for(w, URL, "m", runs_dir="runs")
+    assert argv[:3] == [sys.executable, "-m", "proctor.workloads.loadgen"]
+    assert argv[3:5] == ["--base-url", URL]
+    joined = " ".join(argv)
+    assert "--isl 16" in joined and "--num-prompts 8" in joined and "--no-ignore-eos" in joined
+    assert "--goodput ttft:500 tpot:30" in joined
+    assert w.run_kind == "bench" and w.label == "bench"
+
+
+def test_eval_gets_the_served_model_and_sweep_a_concurrency_list() -> None:
+    ev = parse_workload({"eval": {"task": "gsm8k", "limit": 5}, "name": "acc"})
+    argv = command_for(ev, URL, "served", runs_dir="runs")
+    assert "proctor.workloads.gsm8k" in argv and argv[argv.index("--model") + 1] == "served"
+    assert "--task" not in argv and ev.label == "acc" and ev.run_kind == "eval"
+    sw = parse_workload({"sweep": {"concurrency": [1, 4], "isl": 8}})
+    argv = command_for(sw, URL, "m", runs_dir="R")
+    assert argv[3:5] == ["sweep", "--base-url"] and "1,4" in argv
+    assert argv[argv.index("--runs-dir") + 1] == "R"
+
+
+def test_cmd_is_split_as_a_shell_would() -> None:
+    w = parse_workload({"cmd": "python x.py --msg 'a b'", "env": ["K=V"]})
+    assert command_for(w, URL, "m", runs_dir=".") == ["python", "x.py", "--msg", "a b"]
+    assert w.env == ["K=V"] and w.to_dict() == {"cmd": ["python", "x.py", "--msg", "a b"],
+                                                "env": ["K=V"]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"bench": {}, "cmd": "x"}, "exactly one of"),
+        ({"bnech": {}}, "unknown keys: bnech"),
+        ({"cmd": "x", "env": ["NOEQUALS"]}, "NAME=VALUE"),
+        ({"eval": {"task": "mmlu"}}, "eval task 'mmlu'"),
+        ({"bench": {"concurency": 4}}, "concurency"),
+        ({"bench": {"isl": "many"}}, "--isl"),
+        ({"eval": {"fewshot": 3, "bogus": 1}}, "bogus"),
+        ({"cmd": ""}, "cmd must be"),
+    ],
+)
+def test_malformed_entries_are_usage_errors(entry: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_workload(entry)
+
+
+def test_a_single_table_is_a_list_of_one() -> None:
+    assert [w.kind for w in parse_workloads({"cmd": "true"})] == ["cmd"]
+    assert parse_workloads(None) == []
+
+
+def test_server_grid_points_and_engine_flags() -> None:
+    grid = parse_grid({"server": {"max_num_seqs": [4, 8], "enable-chunked-prefill": [True, False]},
+                       "bench": {"concurrency": [1, 2], "isl": 8}})  # fmt: skip
+    assert len(grid.server_points()) == 4 and len(grid.bench_points()) == 2
+    assert grid.bench_points()[1] == {"isl": 8, "concurrency": 2}
+    base = ServerRequest(engine="vllm", model="m", extra=["--enforce-eager"])
+    req = apply_point(base, {"max-num-seqs": 4, "enable-chunked-prefill": False, "tp": 2})
+    assert req.extra == ["--enforce-eager", "--max-num-seqs", "4", "--no-enable-chunked-prefill"]
+    assert req.tp == 2 and base.extra == ["--enforce-eager"]
+    assert parse_axis("max-num-seqs=64,128") == ("max-num-seqs", [64, 128])
+    with pytest.raises(UsageError, match="cannot be a list"):
+        parse_grid({"server": {"tp": [1]}, "bench": {"isl": [1, 2]}})
+    with pytest.raises(UsageError, match="--server-grid"):
+        parse_axis("max-num-seqs")
+
+
+def test_pareto_front_keeps_the_rows_nothing_beats() -> None:
+    rows = [{"exit_code": 0, "tok_s_per_user": u, "tok_s_per_gpu": g}
+            for u, g in [(10, 100), (20, 80), (15, 70), (30, 20), (30, 10)]]  # fmt: skip
+    rows.append({"exit_code": 3, "tok_s_per_user": 99, "tok_s_per_gpu": 999})  # failed: out
+    assert pareto_front(rows) == [0, 1, 3]
+
+
+def test_slo_conditions_percentiles_and_judgement() -> None:
+    slo = parse_slo("p99_ttft_ms<=500, p90_tpot_ms<30,output_throughput>=10")
+    assert [str(c) for c in slo] == ["p99_ttft_ms<=500", "p90_tpot_ms<30", "output_throughput>=10"]
+    assert percentiles_needed(slo) == ["90", "99"]
+    ok, why = judge(slo, {"p99_ttft_ms": 500, "p90_tpot_ms": 29.9, "output_throughput": 10}, 0)
+    assert ok and all("ok" in w for w in why)
+    ok, why = judge(slo, {"p99_ttft_ms": 501, "p90_tpot_ms": 1, "output_throughput": 50}, 0)
+    assert not ok and "p99_ttft_ms 501.00 FAILS <= 500" in why
+    ok, why = judge(slo, {"p99_ttft_ms": 1, "p90_tpot_ms": 1, "output_throughput": 50}, 3)
+    assert not ok and why[0] == "bench exited 3"
+    for bad in ("p99_ttft_ms=500", "ttft<=fast", ""):
+        with pytest.raises(UsageError):
+            parse_slo(bad)
