@@ -141,3 +141,38 @@ def test_workers_merge_records(fake_process: Callable[..., FakeProcess],
     assert {x["worker"] for x in recs} == {0, 1}
     assert sorted(x["index"] for x in recs) == list(range(20))
     assert doc["metrics"]["peak_concurrency"] <= 4
+
+
+def test_a_typed_request_runs_the_same_bench_and_a_bad_one_is_64(
+    fake_process: Callable[..., FakeProcess], tmp_path: Path
+) -> None:
+    """`proctor bench` hands the load generator its validated config as one JSON request."""
+    srv = started(fake_process)
+    request = {"base_url": f"http://127.0.0.1:{srv.port}", "isl": 16, "osl": 8,
+               "concurrency": 2, "num_prompts": 4, "num_warmups": 0, "request_rate": "inf",
+               "progress": False}  # fmt: skip
+    out = tmp_path / "run"
+    r = loadgen("--config-json", json.dumps(request), "--output-dir", str(out))
+    assert r.returncode == 0, r.stderr
+    config = json.loads((out / "metrics.json").read_text())["config"]
+    assert (config["isl"], config["num_prompts"], config["request_rate"]) == (16, 4, "inf")
+    bad = loadgen("--config-json", json.dumps({**request, "isl": -1}), "--output-dir", str(out))
+    assert bad.returncode == 64 and "invalid --config-json isl" in bad.stderr
+    assert loadgen("--config-json", "[1]", "--output-dir", str(out)).returncode == 64
+
+
+def test_proctor_bench_records_the_typed_request_it_ran(
+    fake_process: Callable[..., FakeProcess], isolated_runs: Path
+) -> None:
+    from tests.helpers import only_run, proctor
+
+    srv = started(fake_process)
+    r = proctor("bench", "--port", str(srv.port), "--isl", "16", "--osl", "8", "--concurrency",
+                "2", "--num-prompts", "4", "--num-warmups", "0", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    record = json.loads((only_run(isolated_runs) / "record.json").read_text())
+    argv = record["argv"]
+    assert argv[1:4] == ["-m", "proctor.workloads.loadgen", "--config-json"] and len(argv) == 5
+    sent = json.loads(argv[4])
+    assert (sent["isl"], sent["concurrency"], sent["num_prompts"]) == (16, 2, 4)
+    assert "api_key" not in sent

@@ -6,12 +6,12 @@ Mount either way: `register(root)` adds the top-level `proctor bench` command;
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import click
 import typer
 from pydantic import SecretStr, ValidationError
 
@@ -129,7 +129,7 @@ def bench(
     except ValueError as e:
         raise UsageError(str(e), hint="see proctor bench --help") from e
     if output_dir is None:
-        _supervised(ctx, cfg, base_url, model, chat, name, key, detach, timeout, runs_dir,
+        _supervised(cfg, name, key, detach, timeout, runs_dir,
                     server_facts, json_out)
         return
     result = run_benchmark(cfg, output_dir)
@@ -142,38 +142,16 @@ def bench(
     check_outcome(result)
 
 
-_RUN_OPTIONS = {"output_dir", "server", "name", "key", "detach", "timeout", "runs_dir", "json_out",
-                "base_url", "port", "model", "chat", "target"}
+def loadgen_argv(cfg: BenchConfig) -> list[str]:
+    """The supervised run's command: the load generator given the validated config as one typed
+    request (JSON), not flags rebuilt from the CLI's parameters. The API key is not in it."""
+    # The run's log always gets the progress lines, whatever this terminal shows.
+    request = json.dumps(cfg.model_copy(update={"progress": True}).public_dict(), sort_keys=True,
+                         separators=(",", ":"))  # fmt: skip
+    return [sys.executable, "-m", "proctor.workloads.loadgen", "--config-json", request]
 
 
-def loadgen_argv(ctx: typer.Context, base_url: str, model: str | None, chat: bool) -> list[str]:
-    """The loadgen entry point's flags for what the user set (defaults stay defaults)."""
-    argv = [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", base_url]
-    if model:
-        argv += ["--model", model]
-    if chat:
-        argv.append("--chat")
-    for param in ctx.command.params:
-        if param.name in _RUN_OPTIONS or param.name is None or not isinstance(param, click.Option):
-            continue
-        value = ctx.params.get(param.name)
-        if value == param.default or value is None:
-            continue
-        if param.is_flag:
-            if param.secondary_opts:
-                argv.append(param.opts[0] if value else param.secondary_opts[0])
-            elif value:
-                argv.append(param.opts[0])
-        elif isinstance(value, (list, tuple)):
-            if value:
-                argv += [param.opts[0], *map(str, value)]
-        else:
-            argv += [param.opts[0], str(value)]
-    return argv
-
-
-def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, model: str | None,
-                chat: bool, name: str | None, key: str | None, detach: bool,
+def _supervised(cfg: BenchConfig, name: str | None, key: str | None, detach: bool,
                 timeout: str | None, runs_dir: str | None, server_facts: dict[str, object],
                 json_out: bool) -> None:  # fmt: skip
     from proctor.cli.output import err_console
@@ -183,7 +161,7 @@ def _supervised(ctx: typer.Context, cfg: BenchConfig, base_url: str | None, mode
     from proctor.supervise.launch import RunSpec, start_run
     from proctor.targets.service import SupervisedRun, guard_start
 
-    argv = loadgen_argv(ctx, cfg.base_url, model, chat)
+    argv = loadgen_argv(cfg)
     flags = RunFlags(argv=argv, name=name or f"bench-isl{cfg.isl}-osl{cfg.osl}-c{cfg.concurrency}",
                      runs_dir=runs_dir, timeout=timeout, key=key, detach=detach, gpu_sample=0)  # fmt: skip
     plan = resolve_run_plan(flags, load_config())

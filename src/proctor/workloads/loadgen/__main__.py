@@ -11,6 +11,7 @@ Exit 0: the benchmark completed with at most --max-error-rate of its requests fa
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ from proctor.workloads.loadgen.runner import (
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m proctor.workloads.loadgen",
                                 description="Serving benchmark, OpenAI-compatible server.")
+    p.add_argument("--config-json", metavar="JSON",
+                   help="the whole BenchConfig as JSON (what `proctor bench` passes; other "
+                        "benchmark flags are then not allowed)")
     p.add_argument("--base-url", help="server URL (default http://127.0.0.1:PORT)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -85,7 +89,27 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def config_from_json(text: str) -> BenchConfig:
+    """The typed request `proctor bench` sends: validated by the same model, the API key from
+    the environment (it is never in the request)."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("a JSON object is needed")
+        cfg = BenchConfig.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "config"
+        raise UsageError(f"invalid --config-json {field}: {err['msg']}") from e
+    except ValueError as e:
+        raise UsageError(f"invalid --config-json: {e}") from e
+    key = os.environ.get("OPENAI_API_KEY")
+    return cfg.model_copy(update={"api_key": SecretStr(key)}) if key else cfg
+
+
 def config_from_args(a: argparse.Namespace) -> BenchConfig:
+    if a.config_json is not None:
+        return config_from_json(a.config_json)
     try:
         return BenchConfig(
             base_url=a.base_url or f"http://{a.host}:{a.port}",
