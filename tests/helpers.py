@@ -76,3 +76,12 @@ progress_markers = ['"POST /v1/completions HTTP/1\\\\.1" 200']
 server_patterns = ["fake_openai_server"]
 worker_patterns = ["multiprocessing"]
 """
+
+
+def log_tails(runs: Path, lines: int = 40) -> str:
+    """The last lines of every log under `runs` (a failed flow's evidence in its assertion)."""
+    out = []
+    for log in sorted(runs.rglob("*.log")):
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        out.append(f"--- {log.relative_to(runs)}\n" + "\n".join(text))
+    return "\n".join(out)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, proctor
+from tests.helpers import REPO, log_tails, proctor
 
 pytestmark = pytest.mark.gpu
 
@@ -68,7 +68,7 @@ def test_flow_transformers_serve_on_cuda(gpu_model: Path, isolated_runs: Path) -
         timeout=540,
     )  # fmt: skip
     print(result.stderr[-3000:])
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[-3000:] + log_tails(isolated_runs)
     flow = json.loads(result.stdout)
     steps = {s["step"]: s for s in flow["steps"]}
     assert [s["exit_code"] for s in flow["steps"]] == [0] * len(flow["steps"])

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_flow_gpu import gpu_model  # noqa: F401 - fixture
-from tests.helpers import proctor
+from tests.helpers import log_tails, proctor
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
 
@@ -69,7 +69,7 @@ def test_bench_energy_per_token_on_transformers_serve(gpu_model: Path,  # noqa: 
         "--workload-cmd", bench, "--json", "--", "--device", "cuda",
         timeout=840,
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[-3000:] + log_tails(isolated_runs)
     flow = json.loads(result.stdout)
     workload = {s["step"]: s for s in flow["steps"]}["workload"]["run_id"]
     doc = json.loads((isolated_runs / workload / "metrics.json").read_text())
