@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,6 +60,20 @@ def only_run(runs: Path) -> Path:
     dirs = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert len(dirs) == 1, dirs
     return dirs[0]
+
+
+def record(run_dir: Path) -> dict[str, Any]:
+    """The run directory's record.json, as written."""
+    data: dict[str, Any] = json.loads((run_dir / "record.json").read_text())
+    return data
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `predicate` until it holds; fail the test naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
 
 
 FAKE_SERVER = REPO / "tests/fixtures/fake_openai_server.py"

@@ -4,7 +4,7 @@ Debian's Slurm supports several slurmd on one machine (`slurmd -N n1`, each node
 its own `Port=`), so N nodes need no namespaces (see slurm-here.md for the pitfalls this
 follows). Client commands need `cluster.env` (it sets SLURM_CONF).
 
-    from tests.infra.slurmcluster import slurm_cluster  # noqa: F401  (the fixture)
+    from tests.infra.slurmcluster import slurm_cluster, slurm_nodes  # noqa: F401  (fixtures)
 
     def test_x(slurm_cluster: SlurmCluster) -> None:
         job = slurm_cluster.sbatch("-N2", "--wrap", "srun hostname")
@@ -28,6 +28,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.infra import started
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol")
 FINISHED = {
@@ -313,18 +315,21 @@ class SlurmCluster:
 
 
 def require_cluster(base: Path, nodes: int = 2) -> SlurmCluster:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"Slurm test cluster: {reason}")
-    cluster = SlurmCluster(base, nodes=nodes)
-    cluster.start()
-    return cluster
+    """A started cluster, or pytest.skip with the reason it cannot run here."""
+    return started("Slurm test cluster", unavailable_reason(), lambda: SlurmCluster(base, nodes))
 
 
 @pytest.fixture
-def slurm_cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
-    """A started two-node cluster, stopped after the test."""
-    cluster = require_cluster(tmp_path / "slurm", 2)
+def slurm_nodes() -> int:
+    """How many nodes `slurm_cluster` starts: a test module overrides this fixture for another
+    count (import it with `slurm_cluster`)."""
+    return 2
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path: Path, slurm_nodes: int) -> Iterator[SlurmCluster]:
+    """A started cluster of `slurm_nodes` nodes, stopped after the test."""
+    cluster = require_cluster(tmp_path / "slurm", slurm_nodes)
     try:
         yield cluster
     finally:

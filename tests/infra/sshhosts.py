@@ -8,7 +8,7 @@ machine's filesystem and process table: a host's "volume" is a directory (`works
 
 Use from a test:
 
-    from tests.infra.sshhosts import ssh_hosts  # noqa: F401  (the fixture)
+    from tests.infra.sshhosts import ssh_hosts, ssh_hosts_factory  # noqa: F401  (fixtures)
 
     def test_x(ssh_hosts: SshHostLab) -> None:
         a, b = ssh_hosts.hosts
@@ -37,6 +37,8 @@ from typing import Any
 
 import psutil
 import pytest
+
+from tests.infra import started
 
 SSHD = "/usr/sbin/sshd"
 # Candidate /24s for the hosts, tried in order: 10.231.0.0/24 ... 10.239.255.0/24. A host takes
@@ -411,22 +413,7 @@ class SshHostLab:
 
 def require_lab(base: Path, count: int = 2) -> SshHostLab:
     """A started lab, or pytest.skip with the reason it cannot run here."""
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"SSH test hosts: {reason}")
-    lab = SshHostLab(base, count=count)
-    lab.start()
-    return lab
-
-
-@pytest.fixture
-def ssh_hosts(tmp_path: Path) -> Iterator[SshHostLab]:
-    """Two started namespace hosts, torn down after the test."""
-    lab = require_lab(tmp_path / "sshhosts", 2)
-    try:
-        yield lab
-    finally:
-        lab.teardown()
+    return started("SSH test hosts", unavailable_reason(), lambda: SshHostLab(base, count))
 
 
 @pytest.fixture
@@ -444,3 +431,9 @@ def ssh_hosts_factory(tmp_path: Path) -> Iterator[Callable[[int], SshHostLab]]:
     finally:
         for lab in labs:
             lab.teardown()
+
+
+@pytest.fixture
+def ssh_hosts(ssh_hosts_factory: Callable[[int], SshHostLab]) -> SshHostLab:
+    """Two started namespace hosts, torn down after the test (import `ssh_hosts_factory` too)."""
+    return ssh_hosts_factory(2)

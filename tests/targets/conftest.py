@@ -1,4 +1,5 @@
-"""Fixtures for remote-target tests: a dirty git project and CLI flags for a namespace host."""
+"""Fixtures for remote-target tests: a dirty git project, CLI flags for a namespace host, the
+Slurm cluster."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, TEST_PYTHON
-from tests.infra.sshhosts import SshHost, ssh_hosts
+from tests.infra.slurmcluster import SlurmCluster, slurm_cluster, slurm_nodes
+from tests.infra.sshhosts import SshHost, ssh_hosts, ssh_hosts_factory
 
-__all__ = ["ssh_hosts"]
+__all__ = ["slurm_cluster", "slurm_nodes", "ssh_hosts", "ssh_hosts_factory"]
 
 JOB = """#!/bin/sh
 echo "start $1"
@@ -22,6 +24,13 @@ while [ $i -lt "${2:-0}" ]; do echo "tick $i"; i=$((i+1)); sleep 0.5; done
 echo "done $1"
 exit "${3:-0}"
 """
+
+
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    """The Slurm cluster of the Slurm target tests (`slurm_nodes` nodes, 2 unless a module
+    overrides it)."""
+    return slurm_cluster
 
 
 @pytest.fixture
