@@ -62,6 +62,18 @@ def only_run(runs: Path) -> Path:
     return dirs[0]
 
 
+def git_project(root: Path, files: dict[str, str] | None = None, message: str = "init") -> Path:
+    """`root` as a git repository with one commit of everything in it, after writing `files`
+    (relative path -> text)."""
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    git = ["git", "-C", str(root), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", message]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    return root
+
+
 def record(run_dir: Path) -> dict[str, Any]:
     """The run directory's record.json, as written."""
     data: dict[str, Any] = json.loads((run_dir / "record.json").read_text())

@@ -6,7 +6,6 @@ gateway address, since 127.0.0.1 there is its own loopback)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,19 +38,14 @@ def test_run_target_slurm_local_passes_the_node_status_through(
     assert bad.returncode == 64 and "slurm://" in bad.stderr
 
 
-@pytest.fixture
-def login(ssh_hosts_factory: Callable[[int], SshHostLab]) -> SshHostLab:
-    return ssh_hosts_factory(1)
-
-
 def test_run_over_ssh_login_host_ships_source_and_fetches_nodes(
     cluster: SlurmCluster,
-    login: SshHostLab,
+    lone_lab: SshHostLab,
     project: Path,
     tmp_path: Path,
     isolated_runs: Path,
 ) -> None:
-    host = login.hosts[0]
+    host = lone_lab.hosts[0]
     # The login host's view of the cluster: the controller at the veth gateway.
     conf = cluster.conf.read_text().replace(
         "SlurmctldHost=localhost", f"SlurmctldHost=localhost({host.gateway})"

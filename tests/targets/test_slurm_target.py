@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import only_run, proctor, record, wait_for
+from tests.helpers import git_project, only_run, proctor, record, wait_for
 from tests.infra.slurmcluster import SlurmCluster, unavailable_reason
 
 pytestmark = pytest.mark.slurm
@@ -57,10 +57,7 @@ def repo(tmp_path: Path) -> Path:
         'test -n "$API_TOKEN" || exit 9\ncat ../notes.txt\n'
     )
     script.chmod(0o755)
-    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    git_project(root)
     (root / "notes.txt").write_text("untracked-notes\n")
     return root
 
