@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import Self, TypeVar
 
 import pytest
 
@@ -17,3 +17,20 @@ def started(what: str, reason: str | None, make: Callable[[], AbstractContextMan
     if reason:
         pytest.skip(f"{what}: {reason}")
     return make().__enter__()
+
+
+class Lifecycle:
+    """Started on `with` entry, stopped on exit."""
+
+    def start(self) -> object:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -29,7 +29,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.infra import started
+from proctor.targets.slurm.scheduler import parse_kv
+from tests.infra import Lifecycle, started
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol")
 FINISHED = {
@@ -67,17 +68,7 @@ def _gone(proc: subprocess.Popen[bytes]) -> bool:
         return True
 
 
-def parse_kv_line(line: str) -> dict[str, str]:
-    """`Key=Value Key2=Value2` (as `scontrol -o` and jobcomp/filetxt print) into a dict."""
-    out: dict[str, str] = {}
-    for token in line.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            out[key] = value
-    return out
-
-
-class SlurmCluster:
+class SlurmCluster(Lifecycle):
     """Controller + `nodes` compute nodes; a context manager. Files live under `base`."""
 
     def __init__(self, base: Path, nodes: int = 2, cpus_per_node: int = 2) -> None:
@@ -92,13 +83,6 @@ class SlurmCluster:
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._stopped = False
-
-    def __enter__(self) -> SlurmCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- start -------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
@@ -251,14 +235,14 @@ class SlurmCluster:
     def job_info(self, job_id: int) -> dict[str, str]:
         """`scontrol show job -o ID` as a dict (finished jobs stay for MinJobAge=600 s)."""
         out = self.run("scontrol", "show", "job", "-o", str(job_id), check=False)
-        return parse_kv_line(out.stdout) if out.returncode == 0 else {}
+        return parse_kv(out.stdout) if out.returncode == 0 else {}
 
     def jobcomp_records(self) -> list[dict[str, str]]:
         """One dict per finished job from the jobcomp/filetxt log."""
         if not self.jobcomp_log.exists():
             return []
         lines = self.jobcomp_log.read_text(errors="replace").splitlines()
-        return [parse_kv_line(line) for line in lines if line.strip()]
+        return [parse_kv(line) for line in lines if line.strip()]
 
     def wait_job(self, job_id: int, timeout: float = 60.0) -> dict[str, str]:
         """Wait until the job reaches a final state; returns its `scontrol` record."""
