@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,6 +60,32 @@ def only_run(runs: Path) -> Path:
     dirs = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert len(dirs) == 1, dirs
     return dirs[0]
+
+
+def git_project(root: Path, files: dict[str, str] | None = None, message: str = "init") -> Path:
+    """`root` as a git repository with one commit of everything in it, after writing `files`
+    (relative path -> text)."""
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    git = ["git", "-C", str(root), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", message]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    return root
+
+
+def record(run_dir: Path) -> dict[str, Any]:
+    """The run directory's record.json, as written."""
+    data: dict[str, Any] = json.loads((run_dir / "record.json").read_text())
+    return data
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `predicate` until it holds; fail the test naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
 
 
 FAKE_SERVER = REPO / "tests/fixtures/fake_openai_server.py"

@@ -5,33 +5,23 @@ the real CLI: server runs of the fake engine, supervised bench runs against them
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proctor.stats import welch_half_width
-from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor
+from tests.cli.test_serve_flow import fake_engine, free_port  # noqa: F401 - fixture
+from tests.helpers import REPO, proctor
 
-pytestmark = pytest.mark.timeout(300)
+# Every test here runs servers of the fake engine, its profile in the working proctor.toml.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("fake_engine")]
 
 # A tiny bench is INVALID by the default validity thresholds (100 requests, 10 s): these tests
 # are about noise and identity, so the thresholds are lowered.
 SMALL = ["--isl", "8", "--osl", "4", "--concurrency", "2", "--num-prompts", "6",
          "--num-warmups", "1", "--repeat", "3", "--min-requests", "0", "--min-window", "0"]
 DATA = REPO / "tests" / "data" / "datasets"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> None:
-    (tmp_path / "work" / "proctor.toml").write_text(FAKE_ENGINE_TOML)
 
 
 def serve(*extra: str) -> str:
@@ -61,7 +51,7 @@ def compare(a: str, b: str, *extra: str) -> tuple[int, Any, str]:
     return r.returncode, json.loads(r.stdout) if r.returncode == 0 else None, r.stderr
 
 
-def test_same_setup_compares_with_the_measured_noise(engine: None, isolated_runs: Path) -> None:
+def test_same_setup_compares_with_the_measured_noise(isolated_runs: Path) -> None:
     server = serve("--itl", "0.002")
     try:
         a, b = bench(server), bench(server)
@@ -83,9 +73,7 @@ def test_same_setup_compares_with_the_measured_noise(engine: None, isolated_runs
     assert stats["n"] == 3 and stats["stderr"] > 0
 
 
-def test_different_engine_args_or_dataset_are_refused_unless_allowed(
-    engine: None, isolated_runs: Path
-) -> None:
+def test_different_engine_args_or_dataset_are_refused_unless_allowed(isolated_runs: Path) -> None:
     fast, slow = serve("--itl", "0.001"), serve("--itl", "0.003")
     try:
         a = bench(fast)
@@ -103,7 +91,7 @@ def test_different_engine_args_or_dataset_are_refused_unless_allowed(
 
 
 def test_check_uses_measured_noise_and_refuses_another_dataset(
-    engine: None, isolated_runs: Path, tmp_path: Path
+    isolated_runs: Path, tmp_path: Path
 ) -> None:
     server = serve("--itl", "0.002")
     try:

@@ -4,7 +4,7 @@ Debian's Slurm supports several slurmd on one machine (`slurmd -N n1`, each node
 its own `Port=`), so N nodes need no namespaces (see slurm-here.md for the pitfalls this
 follows). Client commands need `cluster.env` (it sets SLURM_CONF).
 
-    from tests.infra.slurmcluster import slurm_cluster  # noqa: F401  (the fixture)
+    from tests.infra.slurmcluster import slurm_cluster, slurm_nodes  # noqa: F401  (fixtures)
 
     def test_x(slurm_cluster: SlurmCluster) -> None:
         job = slurm_cluster.sbatch("-N2", "--wrap", "srun hostname")
@@ -28,6 +28,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from proctor.targets.slurm.scheduler import parse_kv
+from tests.infra import Lifecycle, started
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol")
 FINISHED = {
@@ -65,17 +68,7 @@ def _gone(proc: subprocess.Popen[bytes]) -> bool:
         return True
 
 
-def parse_kv_line(line: str) -> dict[str, str]:
-    """`Key=Value Key2=Value2` (as `scontrol -o` and jobcomp/filetxt print) into a dict."""
-    out: dict[str, str] = {}
-    for token in line.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            out[key] = value
-    return out
-
-
-class SlurmCluster:
+class SlurmCluster(Lifecycle):
     """Controller + `nodes` compute nodes; a context manager. Files live under `base`."""
 
     def __init__(self, base: Path, nodes: int = 2, cpus_per_node: int = 2) -> None:
@@ -90,13 +83,6 @@ class SlurmCluster:
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._stopped = False
-
-    def __enter__(self) -> SlurmCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- start -------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
@@ -249,14 +235,14 @@ class SlurmCluster:
     def job_info(self, job_id: int) -> dict[str, str]:
         """`scontrol show job -o ID` as a dict (finished jobs stay for MinJobAge=600 s)."""
         out = self.run("scontrol", "show", "job", "-o", str(job_id), check=False)
-        return parse_kv_line(out.stdout) if out.returncode == 0 else {}
+        return parse_kv(out.stdout) if out.returncode == 0 else {}
 
     def jobcomp_records(self) -> list[dict[str, str]]:
         """One dict per finished job from the jobcomp/filetxt log."""
         if not self.jobcomp_log.exists():
             return []
         lines = self.jobcomp_log.read_text(errors="replace").splitlines()
-        return [parse_kv_line(line) for line in lines if line.strip()]
+        return [parse_kv(line) for line in lines if line.strip()]
 
     def wait_job(self, job_id: int, timeout: float = 60.0) -> dict[str, str]:
         """Wait until the job reaches a final state; returns its `scontrol` record."""
@@ -313,18 +299,21 @@ class SlurmCluster:
 
 
 def require_cluster(base: Path, nodes: int = 2) -> SlurmCluster:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"Slurm test cluster: {reason}")
-    cluster = SlurmCluster(base, nodes=nodes)
-    cluster.start()
-    return cluster
+    """A started cluster, or pytest.skip with the reason it cannot run here."""
+    return started("Slurm test cluster", unavailable_reason(), lambda: SlurmCluster(base, nodes))
 
 
 @pytest.fixture
-def slurm_cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
-    """A started two-node cluster, stopped after the test."""
-    cluster = require_cluster(tmp_path / "slurm", 2)
+def slurm_nodes() -> int:
+    """How many nodes `slurm_cluster` starts: a test module overrides this fixture for another
+    count (import it with `slurm_cluster`)."""
+    return 2
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path: Path, slurm_nodes: int) -> Iterator[SlurmCluster]:
+    """A started cluster of `slurm_nodes` nodes, stopped after the test."""
+    cluster = require_cluster(tmp_path / "slurm", slurm_nodes)
     try:
         yield cluster
     finally:

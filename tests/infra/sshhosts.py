@@ -8,7 +8,7 @@ machine's filesystem and process table: a host's "volume" is a directory (`works
 
 Use from a test:
 
-    from tests.infra.sshhosts import ssh_hosts  # noqa: F401  (the fixture)
+    from tests.infra.sshhosts import ssh_hosts, ssh_hosts_factory  # noqa: F401  (fixtures)
 
     def test_x(ssh_hosts: SshHostLab) -> None:
         a, b = ssh_hosts.hosts
@@ -37,6 +37,8 @@ from typing import Any
 
 import psutil
 import pytest
+
+from tests.infra import Lifecycle, started
 
 SSHD = "/usr/sbin/sshd"
 # Candidate /24s for the hosts, tried in order: 10.231.0.0/24 ... 10.239.255.0/24. A host takes
@@ -158,26 +160,17 @@ class SshHost:
     sshd: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     cut_now: bool = False
     blackholed: bool = False  # this lab added the /24 blackhole route and removes it
+    # Derived from index and subnet: the namespace, both ends of the /30, the veth pair's ends.
+    netns: str = field(init=False)
+    address: str = field(init=False)
+    gateway: str = field(init=False)
+    veth_root: str = field(init=False)
+    veth_host: str = field(init=False)
 
-    @property
-    def netns(self) -> str:
-        return f"{NS_PREFIX}{self.index}"
-
-    @property
-    def address(self) -> str:
-        return f"{self.subnet}.2"
-
-    @property
-    def gateway(self) -> str:
-        return f"{self.subnet}.1"
-
-    @property
-    def veth_root(self) -> str:
-        return f"{VETH_PREFIX}{self.index}r"
-
-    @property
-    def veth_host(self) -> str:
-        return f"{VETH_PREFIX}{self.index}h"
+    def __post_init__(self) -> None:
+        self.netns = f"{NS_PREFIX}{self.index}"
+        self.address, self.gateway = f"{self.subnet}.2", f"{self.subnet}.1"
+        self.veth_root, self.veth_host = f"{VETH_PREFIX}{self.index}r", f"{VETH_PREFIX}{self.index}h"
 
     @property
     def hostname(self) -> str:
@@ -209,7 +202,7 @@ class SshHost:
         return ["ssh", *opts, f"{self.user}@{self.address}", *command]
 
 
-class SshHostLab:
+class SshHostLab(Lifecycle):
     """N namespace hosts with one client keypair and one known_hosts; a context manager."""
 
     def __init__(self, base: Path, count: int = 2, name_prefix: str = "host") -> None:
@@ -223,13 +216,6 @@ class SshHostLab:
         self._torn_down = False
 
     # -- lifecycle -----------------------------------------------------------------
-    def __enter__(self) -> SshHostLab:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.teardown()
-
     def start(self) -> list[SshHost]:
         reason = unavailable_reason()
         if reason:
@@ -390,6 +376,10 @@ class SshHostLab:
         if errors:
             raise RuntimeError("SSH host teardown incomplete: " + "; ".join(errors))
 
+    def stop(self) -> None:
+        """The teardown, as a `with` block ends it."""
+        self.teardown()
+
     def _kill_namespace(self, h: SshHost) -> None:
         for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 3.0)):
             pids = self.namespace_pids(h)
@@ -411,22 +401,7 @@ class SshHostLab:
 
 def require_lab(base: Path, count: int = 2) -> SshHostLab:
     """A started lab, or pytest.skip with the reason it cannot run here."""
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"SSH test hosts: {reason}")
-    lab = SshHostLab(base, count=count)
-    lab.start()
-    return lab
-
-
-@pytest.fixture
-def ssh_hosts(tmp_path: Path) -> Iterator[SshHostLab]:
-    """Two started namespace hosts, torn down after the test."""
-    lab = require_lab(tmp_path / "sshhosts", 2)
-    try:
-        yield lab
-    finally:
-        lab.teardown()
+    return started("SSH test hosts", unavailable_reason(), lambda: SshHostLab(base, count))
 
 
 @pytest.fixture
@@ -444,3 +419,9 @@ def ssh_hosts_factory(tmp_path: Path) -> Iterator[Callable[[int], SshHostLab]]:
     finally:
         for lab in labs:
             lab.teardown()
+
+
+@pytest.fixture
+def ssh_hosts(ssh_hosts_factory: Callable[[int], SshHostLab]) -> SshHostLab:
+    """Two started namespace hosts, torn down after the test (import `ssh_hosts_factory` too)."""
+    return ssh_hosts_factory(2)

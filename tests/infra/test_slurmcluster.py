@@ -8,11 +8,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.infra.slurmcluster import SlurmCluster, require_cluster, slurm_cluster
+from tests.infra.slurmcluster import SlurmCluster, require_cluster, slurm_cluster, slurm_nodes
 from tests.infra.sshhosts import zombie_or_gone
 
 pytestmark = pytest.mark.slurm
-__all__ = ["slurm_cluster"]  # the fixture, imported for use here
+__all__ = ["slurm_cluster", "slurm_nodes"]  # fixtures, imported for use here
 
 
 def test_nodes_idle_in_sinfo(slurm_cluster: SlurmCluster) -> None:

@@ -8,12 +8,14 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from proctor.monitors.drain import DrainConfig, DrainOutcome, drain, drain_for_engine
-from proctor.monitors.ready import ReadyOutcome, ready_for_engine, wait_ready
+from proctor.monitors.ready import ReadyOutcome, ReadyResult, ready_for_engine, wait_ready
 from proctor.monitors.watch import PopenWatch
 from proctor.spec.profiles import load_profiles
 
@@ -77,15 +79,22 @@ def cleanup() -> Iterator[Procs]:
             p.wait()
 
 
-def test_ready_seen_within_a_second_of_endpoint_answering(tmp_path: Path, cleanup: Procs) -> None:
+def ready_inline(
+    tmp: Path, cleanup: Procs, ready_after: float, *script: str, **wait: Any
+) -> tuple[ReadyResult, Path]:
+    """wait_ready (with `wait`) on the inline server, started here; the result and its log."""
     port = free_port()
-    proc, log = start_inline(tmp_path, port, 1.5)
+    proc, log = start_inline(tmp, port, ready_after, *script)
     cleanup.append(proc)
+    return wait_ready(f"http://127.0.0.1:{port}", process=PopenWatch(proc), logs=[log], **wait), log
+
+
+def test_ready_seen_within_a_second_of_endpoint_answering(tmp_path: Path, cleanup: Procs) -> None:
     statuses: list[str] = []
-    result = wait_ready(
-        f"http://127.0.0.1:{port}",
-        process=PopenWatch(proc),
-        logs=[log],
+    result, _ = ready_inline(
+        tmp_path,
+        cleanup,
+        1.5,
         fault_patterns=["proc died"],
         timeout_s=20,
         poll_s=30,  # a long poll must not delay readiness
@@ -96,18 +105,9 @@ def test_ready_seen_within_a_second_of_endpoint_answering(tmp_path: Path, cleanu
 
 
 def test_startup_fault_exit_2_with_matching_line_and_tail(tmp_path: Path, cleanup: Procs) -> None:
-    port = free_port()
-    proc, log = start_inline(tmp_path, port, 60, "0.2:loading", "0.3:InductorError: boom")
-    cleanup.append(proc)
     t0 = time.monotonic()
-    result = wait_ready(
-        f"http://127.0.0.1:{port}",
-        process=PopenWatch(proc),
-        logs=[log],
-        fault_patterns=["InductorError"],
-        timeout_s=30,
-        poll_s=30,
-    )
+    result, log = ready_inline(tmp_path, cleanup, 60, "0.2:loading", "0.3:InductorError: boom",
+                               fault_patterns=["InductorError"], timeout_s=30, poll_s=30)  # fmt: skip
     assert result.outcome is ReadyOutcome.FAULT and result.exit_code == 2
     assert result.faults[0].line == "InductorError: boom"
     assert "loading" in result.tails[str(log)]
@@ -116,12 +116,8 @@ def test_startup_fault_exit_2_with_matching_line_and_tail(tmp_path: Path, cleanu
 
 
 def test_server_exit_without_pattern_is_3_not_a_timeout(tmp_path: Path, cleanup: Procs) -> None:
-    port = free_port()
-    proc, log = start_inline(tmp_path, port, 60, "0.2:something odd", "0.1:EXIT9")
-    cleanup.append(proc)
-    result = wait_ready(
-        f"http://127.0.0.1:{port}", process=PopenWatch(proc), logs=[log], timeout_s=30, poll_s=30
-    )
+    result, log = ready_inline(tmp_path, cleanup, 60, "0.2:something odd", "0.1:EXIT9",
+                               timeout_s=30, poll_s=30)  # fmt: skip
     assert result.outcome is ReadyOutcome.EXITED and result.exit_code == 3
     assert result.exit_status == 9
     assert result.elapsed_s < 5
@@ -129,12 +125,7 @@ def test_server_exit_without_pattern_is_3_not_a_timeout(tmp_path: Path, cleanup:
 
 
 def test_not_ready_in_time_is_5(tmp_path: Path, cleanup: Procs) -> None:
-    port = free_port()
-    proc, log = start_inline(tmp_path, port, 60)
-    cleanup.append(proc)
-    result = wait_ready(
-        f"http://127.0.0.1:{port}", process=PopenWatch(proc), logs=[log], timeout_s=1.0, poll_s=0.2
-    )
+    result, _ = ready_inline(tmp_path, cleanup, 60, timeout_s=1.0, poll_s=0.2)
     assert result.outcome is ReadyOutcome.TIMEOUT and result.exit_code == 5
     assert "ConnectError" in result.last_probe
 
@@ -185,25 +176,44 @@ def start_client(port: int, n: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", CLIENT, str(port), str(n)])
 
 
+@dataclass
+class Loaded:
+    """The fake server, ready, with a client sending it requests."""
+
+    port: int
+    server: subprocess.Popen[bytes]
+    log: Path
+    client: subprocess.Popen[bytes]
+
+    def watches(self) -> dict[str, Any]:
+        """What drain watches: the server, its log, the client."""
+        return {"server": PopenWatch(self.server), "server_log": self.log,
+                "clients": [PopenWatch(self.client)]}  # fmt: skip
+
+
+def under_load(tmp: Path, cleanup: Procs, requests: int, *fake_args: str) -> Loaded:
+    """The fake server (with `fake_args`) and a client of `requests` completions; both killed
+    after the test."""
+    port = free_port()
+    server, log = start_fake(tmp, port, *fake_args)
+    client = start_client(port, requests)
+    cleanup += [server, client]
+    return Loaded(port, server, log, client)
+
+
 pytestmark_fake = pytest.mark.skipif(not FAKE.exists(), reason="fake server fixture missing")
 
 
 @pytestmark_fake
 def test_drain_server_mode_drained_with_metrics(tmp_path: Path, cleanup: Procs) -> None:
-    port = free_port()
-    server, log = start_fake(tmp_path, port)
-    client = start_client(port, 5)
-    cleanup += [server, client]
-    vllm = load_profiles().engine("vllm")
+    load = under_load(tmp_path, cleanup, 5)
     lines: list[str] = []
     result = drain_for_engine(
-        vllm,
+        load_profiles().engine("vllm"),
         DrainConfig(max_s=60, poll_s=0.5, stuck_polls=6, startup_max_s=10),
-        port=port,
-        server=PopenWatch(server),
-        server_log=log,
-        clients=[PopenWatch(client)],
+        port=load.port,
         on_status=lines.append,
+        **load.watches(),
     )
     assert result.outcome is DrainOutcome.DRAINED, result.to_dict()
     assert result.progress_source == "metrics"
@@ -212,36 +222,25 @@ def test_drain_server_mode_drained_with_metrics(tmp_path: Path, cleanup: Procs) 
 
 @pytestmark_fake
 def test_drain_hang_when_server_stops_emitting(tmp_path: Path, cleanup: Procs) -> None:
-    port = free_port()
-    server, log = start_fake(tmp_path, port, "--hang-after-requests", "1")
-    client = start_client(port, 5)
-    cleanup += [server, client]
-    vllm = load_profiles().engine("vllm")
+    load = under_load(tmp_path, cleanup, 5, "--hang-after-requests", "1")
     result = drain_for_engine(
-        vllm,
+        load_profiles().engine("vllm"),
         DrainConfig(max_s=60, poll_s=0.3, stuck_polls=4, startup_max_s=10),
-        port=port,
-        server=PopenWatch(server),
-        server_log=log,
-        clients=[PopenWatch(client)],
+        port=load.port,
+        **load.watches(),
     )
     assert result.outcome is DrainOutcome.HANG and result.exit_code == 1, result.to_dict()
-    assert server.poll() is None  # drain kills nothing: the hang is still there to inspect
+    assert load.server.poll() is None  # drain kills nothing: the hang is still there to inspect
     assert result.tails
 
 
 @pytestmark_fake
 def test_drain_server_death_without_pattern_is_3(tmp_path: Path, cleanup: Procs) -> None:
-    port = free_port()
-    server, log = start_fake(tmp_path, port, "--die-after-requests", "2", "--die-code", "0")
-    client = start_client(port, 5)
-    cleanup += [server, client]
+    load = under_load(tmp_path, cleanup, 5, "--die-after-requests", "2", "--die-code", "0")
     result = drain(
         DrainConfig(max_s=60, poll_s=5, stuck_polls=6, startup_max_s=10),
-        server=PopenWatch(server),
-        server_log=log,
         fault_patterns=["proc died unexpectedly"],
-        clients=[PopenWatch(client)],
+        **load.watches(),
     )
     assert result.outcome is DrainOutcome.SERVER_DIED and result.exit_code == 3
     assert result.elapsed_s < 5  # found on a fast tick, not a 5 s poll
@@ -249,28 +248,16 @@ def test_drain_server_death_without_pattern_is_3(tmp_path: Path, cleanup: Procs)
 
 @pytestmark_fake
 def test_drain_fault_line_within_a_second(tmp_path: Path, cleanup: Procs) -> None:
-    port = free_port()
-    server, log = start_fake(
-        tmp_path,
-        port,
-        "--fault-after-requests",
-        "1",
-        "--fault-line",
-        "Memory access fault by GPU node-1",
-    )
-    client = start_client(port, 3)
-    cleanup += [server, client]
-    atom = load_profiles().engine("atom")
+    load = under_load(tmp_path, cleanup, 3, "--fault-after-requests", "1",
+                      "--fault-line", "Memory access fault by GPU node-1")  # fmt: skip
     result = drain_for_engine(
-        atom,
+        load_profiles().engine("atom"),
         DrainConfig(max_s=60, poll_s=10, stuck_polls=6, startup_max_s=10),
-        server=PopenWatch(server),
-        server_log=log,
-        clients=[PopenWatch(client)],
+        **load.watches(),
     )
     assert result.outcome is DrainOutcome.FAULT and result.exit_code == 2
     assert "Memory access fault by GPU" in result.faults[0].line
-    assert result.faults[0].seen_at - log.stat().st_mtime < 1.0 or result.elapsed_s < 5
+    assert result.faults[0].seen_at - load.log.stat().st_mtime < 1.0 or result.elapsed_s < 5
 
 
 def test_drain_offline_reports_job_status(tmp_path: Path, cleanup: Procs) -> None:

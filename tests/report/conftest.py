@@ -36,7 +36,7 @@ def served(report_env: runs.Env) -> Iterator[dict[str, str]]:
 def gsm8k_id(report_env: runs.Env) -> str:
     if importlib.util.find_spec("lm_eval") is None:
         pytest.skip("lm-eval not installed (proctor[eval])")
-    with runs.answer_key_server(GSM8K_DATA) as url:
+    with runs.answer_key_url(GSM8K_DATA) as url:
         return runs.gsm8k_run(report_env, url, GSM8K_DATA)
 
 

@@ -9,7 +9,6 @@ runs, back to the baseline afterwards, so the timeline has a visible spike and a
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,10 +17,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
+from tests.fixtures.answer_key_server import answer_key_server
 from tests.fixtures.fake_openai_server import free_port
 from tests.helpers import REPO
 
@@ -171,48 +169,11 @@ def _wait_final(run_dir: Path, timeout: float = 30) -> None:
 
 
 # -- GSM8K -------------------------------------------------------------------------------------
-def _answers(data: Path) -> dict[str, tuple[int, str]]:
-    out = {}
-    for i, line in enumerate((data / "test.jsonl").read_text().splitlines()):
-        doc = json.loads(line)
-        out[doc["question"].strip()] = (i, doc["answer"].split("####")[-1].strip())
-    return out
-
-
-def _reply(prompt: str, key: dict[str, tuple[int, str]]) -> str:
-    """Test index % 3: 0 right both ways, 1 right only for flexible-extract, 2 wrong."""
-    question = prompt.rsplit("Question:", 1)[-1].rsplit("\nAnswer:", 1)[0].strip()
-    index, answer = key[question]
-    return [f" Steps.\n#### {answer}", f" So the answer is {answer}.", " #### 987654321"][index % 3]
-
-
 @contextmanager
-def answer_key_server(data: Path) -> Iterator[str]:
-    key = _answers(data)
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-            choices = [{"index": i, "text": _reply(p, key), "finish_reason": "stop"}
-                       for i, p in enumerate(prompts)]
-            payload = json.dumps({"choices": choices, "usage": {}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def answer_key_url(data: Path) -> Iterator[str]:
+    """The base URL of a loopback server answering GSM8K from the answer key of `data`."""
+    with answer_key_server(data) as server:
+        yield server.base_url
 
 
 def gsm8k_run(env: Env, url: str, data: Path, name: str = "gsm8k-l5") -> str:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from proctor.targets.runpod.budget import Budget, watchdog_argv, watchdog_source
-from tests.fixtures.runpod_emulator import RunpodEmulator, wait_for
+from tests.fixtures.runpod_emulator import RunpodEmulator
+from tests.helpers import wait_for
 
 PYTHON = shutil.which("python3") or sys.executable  # the pod has a plain python3, not our venv
 
@@ -57,7 +58,7 @@ def test_cost_budget_stops_the_pod(
     # 3600 credits/hr and a budget of 1 credit: spent after one second
     argv = watchdog_argv(Budget(started_at=time.time(), max_cost=1.0), 3600.0, script="x")[2:]
     proc = start_watchdog(tmp_path, emulator, pod_id, canary_key, argv)
-    assert wait_for(lambda: emulator.pods[pod_id]["desiredStatus"] == "EXITED", timeout=20)
+    wait_for(lambda: emulator.pods[pod_id]["desiredStatus"] == "EXITED", 20, "the pod stopped")
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0 and "cost budget" in out
 

@@ -1,19 +1,21 @@
-"""Fixtures for remote-target tests: a dirty git project and CLI flags for a namespace host."""
+"""Fixtures for remote-target tests: a dirty git project, CLI flags for a namespace host, the
+Slurm cluster."""
 
 from __future__ import annotations
 
 import os
 import socket
-import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, TEST_PYTHON
-from tests.infra.sshhosts import SshHost, ssh_hosts
+from tests.helpers import REPO, TEST_PYTHON, git_project
+from tests.infra.slurmcluster import SlurmCluster, slurm_cluster, slurm_nodes
+from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts, ssh_hosts_factory
 
-__all__ = ["ssh_hosts"]
+__all__ = ["slurm_cluster", "slurm_nodes", "ssh_hosts", "ssh_hosts_factory"]
 
 JOB = """#!/bin/sh
 echo "start $1"
@@ -25,17 +27,32 @@ exit "${3:-0}"
 
 
 @pytest.fixture
+def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    """The Slurm cluster of the Slurm target tests (`slurm_nodes` nodes, 2 unless a module
+    overrides it)."""
+    return slurm_cluster
+
+
+#: A workload for the fake engine: one completion on port $1, then `sleep $2`.
+WORKLOAD_SH = (
+    'curl -sS "http://127.0.0.1:$1/v1/completions" '
+    "-d '{\"model\": \"m\", \"prompt\": \"hi\", \"max_tokens\": 5}'\n"
+    'echo "workload done"\nsleep "${2:-0}"\n'
+)
+
+
+@pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A git project with a committed job script and an uncommitted change (dirty)."""
-    repo = tmp_path / "project"
-    repo.mkdir()
-    (repo / "job.sh").write_text(JOB)
-    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run([*git, "add", "."], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", "job"], cwd=repo, check=True)
+    repo = git_project(tmp_path / "project", {"job.sh": JOB}, "job")
     (repo / "notes.txt").write_text("uncommitted\n")
     return repo
+
+
+@pytest.fixture
+def lone_lab(ssh_hosts_factory: Callable[[int], SshHostLab]) -> SshHostLab:
+    """A lab of one host, for tests that cut its link."""
+    return ssh_hosts_factory(1)
 
 
 def ssh_flags(host: SshHost) -> list[str]:

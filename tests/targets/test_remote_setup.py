@@ -121,10 +121,9 @@ def test_unreachable_host_gives_up_on_the_same_error_reported_once(project: Path
 
 @pytest.mark.slow
 def test_host_cut_then_restored_is_reconnected(
-    ssh_hosts_factory: object, project: Path, isolated_runs: Path
+    lone_lab: SshHostLab, project: Path, isolated_runs: Path
 ) -> None:
-    lab: SshHostLab = ssh_hosts_factory(1)  # type: ignore[operator]
-    host = lab.hosts[0]
+    host = lone_lab.hosts[0]
     ctl = subprocess.Popen(
         [sys.executable, "-m", "proctor.cli.main", "run", *ssh_flags(host), "--json", "--",
          "sh", "job.sh", "rc", "24", "0"],
@@ -141,9 +140,9 @@ def test_host_cut_then_restored_is_reconnected(
                     far_log = log
         time.sleep(0.1)
     assert far_log is not None
-    lab.cut(host)
+    lone_lab.cut(host)
     time.sleep(6)  # long enough for keepalive to drop the connection and connects to time out
-    lab.restore(host)
+    lone_lab.restore(host)
     out, err = ctl.communicate(timeout=120)
     assert ctl.returncode == 0, err
     completion = json.loads(out)

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, proctor
+from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, git_project, proctor
 from tests.infra.sshhosts import ssh_hosts
-from tests.targets.conftest import FarPlace
+from tests.targets.conftest import WORKLOAD_SH, FarPlace
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts"]
@@ -29,26 +28,17 @@ BASE_PYTHON = TEST_PYTHON
 STEPS = ["stop", "start", "ready", "workload", "drain", "teardown"]
 
 
-def _project(tmp_path: Path, place: FarPlace) -> Path:
-    """A git project whose proctor.toml has the fake engine and how to reach `place`."""
-    repo = tmp_path / "project"
-    repo.mkdir()
-    (repo / "proctor.toml").write_text(f"""
+@pytest.fixture
+def repo(tmp_path: Path, far_place: FarPlace) -> Path:
+    """A git project whose proctor.toml has the fake engine and how to reach `far_place`."""
+    toml = f"""
 [remote]
-{place.remote_toml}venv_base = "{BASE_PYTHON}"
+{far_place.remote_toml}venv_base = "{BASE_PYTHON}"
 
 {FAKE_ENGINE_TOML}
-""")
-    (repo / "workload.sh").write_text(
-        'curl -sS "http://127.0.0.1:$1/v1/completions" '
-        "-d '{\"model\": \"m\", \"prompt\": \"hi\", \"max_tokens\": 5}'\n"
-        'echo "workload done"\nsleep "${2:-0}"\n'
-    )
-    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run([*git, "add", "."], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", "project"], cwd=repo, check=True)
-    return repo
+"""
+    files = {"proctor.toml": toml, "workload.sh": WORKLOAD_SH}
+    return git_project(tmp_path / "project", files, "project")
 
 
 def _gone(pid: int) -> bool:
@@ -68,9 +58,8 @@ def _flow(place: FarPlace, repo: Path, port: int, *extra: str, sleep: int = 0) -
 
 
 def test_remote_flow_fetches_and_verifies_every_step(
-    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
-    repo = _project(tmp_path, far_place)
     code, data = _flow(far_place, repo, far_place.port(8011))
     completion = data["completion"]
     assert code == 0, completion
@@ -109,9 +98,8 @@ def test_remote_flow_fetches_and_verifies_every_step(
 
 
 def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
-    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
-    repo = _project(tmp_path, far_place)
     code, data = _flow(far_place, repo, far_place.port(8012), "--fault-after-requests", "1",
                        sleep=60)  # fmt: skip
     assert code == 2, data["completion"]
@@ -136,9 +124,8 @@ def _serve_start(place: FarPlace, repo: Path, port: int) -> str:
 
 
 def test_serve_start_ready_stop_step_by_step_on_the_target(
-    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
-    repo = _project(tmp_path, far_place)
     url = far_place.url
     server_id = _serve_start(far_place, repo, 8013)
     far = far_place.workspace / "proctor" / "runs" / server_id
@@ -165,9 +152,8 @@ SMALL = ["--isl", "8", "--osl", "4", "--prompt-multiplier", "2"]
 
 
 def test_bench_and_sweep_against_a_server_on_the_target(
-    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
-    repo = _project(tmp_path, far_place)
     url = far_place.url
     server_id = _serve_start(far_place, repo, 8014)
     try:
@@ -205,9 +191,8 @@ def test_bench_and_sweep_against_a_server_on_the_target(
 
 
 def test_runs_commands_reach_a_detached_far_run_through_its_record(
-    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
-    repo = _project(tmp_path, far_place)
     (repo / "job.sh").write_text('echo "start $1"; sleep "$2"; echo "done $1"; exit "$3"\n')
     short = proctor("run", "--target", far_place.url, "--detach", "--", "sh", "job.sh", "a", "1",
                     "3", cwd=repo, timeout=120)  # fmt: skip
@@ -237,12 +222,11 @@ def test_runs_commands_reach_a_detached_far_run_through_its_record(
 
 
 def test_the_far_request_holds_a_secret_that_no_file_keeps(
-    far_place: FarPlace, tmp_path: Path, isolated_runs: Path
+    far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
     """The command reaches the far side as a typed request (no rebuilt command line); the
     request's --env values never land in a record, a log or a process listing proctor wrote."""
     canary = "hf_CANARY_7c1d9e"
-    repo = _project(tmp_path, far_place)
     port = far_place.port(8015)
     result = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
                      "--port", str(port), "--poll", "1s", "--env", f"HF_TOKEN={canary}",

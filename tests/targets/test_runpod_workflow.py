@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +19,9 @@ import pytest
 from proctor.errors import UsageError
 from proctor.targets.runpod.session import parse_runpod_target
 from tests.fixtures.runpod_emulator import RunpodEmulator, running
-from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, proctor
+from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, git_project, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
+from tests.targets.conftest import WORKLOAD_SH
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts"]
@@ -34,9 +34,14 @@ STEPS = ["stop", "start", "ready", "workload", "drain", "teardown"]
 
 
 @pytest.fixture
-def pods(ssh_hosts: SshHostLab) -> Iterator[RunpodEmulator]:
+def host(ssh_hosts: SshHostLab) -> SshHost:
+    """The namespace host that every pod is."""
+    return ssh_hosts.hosts[0]
+
+
+@pytest.fixture
+def pods(host: SshHost) -> Iterator[RunpodEmulator]:
     """Every pod the emulator creates is the first namespace host."""
-    host = ssh_hosts.hosts[0]
 
     def on_create(pod: dict[str, Any]) -> tuple[str, int]:
         return host.address, host.port
@@ -51,9 +56,7 @@ def _free_port() -> int:
 
 
 def _project(tmp_path: Path, host: SshHost, runpod_extra: str = "") -> Path:
-    repo = tmp_path / "project"
-    repo.mkdir()
-    (repo / "proctor.toml").write_text(f"""
+    toml = f"""
 [remote]
 identity_file = "{host.client_key}"
 known_hosts = "{host.known_hosts}"
@@ -66,22 +69,20 @@ image = "runpod/pytorch"
 {runpod_extra}
 
 {FAKE_ENGINE_TOML}
-""")
-    (repo / "workload.sh").write_text(
-        'curl -sS "http://127.0.0.1:$1/v1/completions" '
-        "-d '{\"model\": \"m\", \"prompt\": \"hi\", \"max_tokens\": 5}'\n"
-        'echo "workload done"\nsleep "${2:-0}"\n'
-    )
+"""
     # A long workload that keeps making progress (so drain sees no hang): a request a second.
-    (repo / "loop.sh").write_text(
+    loop = (
         'for i in $(seq "$2"); do curl -sS "http://127.0.0.1:$1/v1/completions" '
         "-d '{\"model\": \"m\", \"prompt\": \"hi\", \"max_tokens\": 5}'; sleep 1; done\n"
     )
-    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run([*git, "add", "."], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", "project"], cwd=repo, check=True)
-    return repo
+    files = {"proctor.toml": toml, "workload.sh": WORKLOAD_SH, "loop.sh": loop}
+    return git_project(tmp_path / "project", files, "project")
+
+
+@pytest.fixture
+def repo(tmp_path: Path, host: SshHost) -> Path:
+    """The project with the default [runpod] settings."""
+    return _project(tmp_path, host)
 
 
 def _flow(emulator: RunpodEmulator, repo: Path, target: str, *, loop: int = 0,
@@ -103,10 +104,8 @@ def _no_key_anywhere(*roots: Path) -> None:
 
 
 def test_flow_on_a_new_pod_is_fetched_then_the_pod_stopped_and_verified(
-    pods: RunpodEmulator, ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+    pods: RunpodEmulator, host: SshHost, repo: Path, isolated_runs: Path
 ) -> None:
-    host = ssh_hosts.hosts[0]
-    repo = _project(tmp_path, host)
     result = _flow(pods, repo, "runpod")
     assert result.stdout.strip(), result.stderr
     data = json.loads(result.stdout)
@@ -132,10 +131,8 @@ def test_flow_on_a_new_pod_is_fetched_then_the_pod_stopped_and_verified(
 
 
 def test_keep_leaves_the_pod_running_then_reuse_stops_it(
-    pods: RunpodEmulator, ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+    pods: RunpodEmulator, host: SshHost, repo: Path, isolated_runs: Path
 ) -> None:
-    host = ssh_hosts.hosts[0]
-    repo = _project(tmp_path, host)
     kept = _flow(pods, repo, "runpod?keep")
     assert kept.returncode == 0, kept.stderr
     data = json.loads(kept.stdout)
@@ -154,9 +151,8 @@ def test_keep_leaves_the_pod_running_then_reuse_stops_it(
 
 
 def test_cost_budget_spent_mid_run_stops_the_job_and_the_pod_exit_4(
-    pods: RunpodEmulator, ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+    pods: RunpodEmulator, host: SshHost, tmp_path: Path, isolated_runs: Path
 ) -> None:
-    host = ssh_hosts.hosts[0]
     # 2.5/hr: 0.025 lasts 36 s from acquisition, enough to install and start; the workload
     # would go on for 300 s. No key on the pod, so the watchdog cannot act: the controller must.
     repo = _project(tmp_path, host, "max_cost = 0.025")
@@ -183,10 +179,8 @@ def test_cost_budget_spent_mid_run_stops_the_job_and_the_pod_exit_4(
 
 @pytest.mark.slow
 def test_serve_step_by_step_keeps_the_pod_until_serve_stop(
-    pods: RunpodEmulator, ssh_hosts: SshHostLab, tmp_path: Path, isolated_runs: Path
+    pods: RunpodEmulator, host: SshHost, repo: Path, isolated_runs: Path
 ) -> None:
-    host = ssh_hosts.hosts[0]
-    repo = _project(tmp_path, host)
     env = {"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": pods.base_url}
     started = proctor("serve", "start", "--target", "runpod", "--engine", "fake", "--model", "m",
                       "--port", str(_free_port()), env=env, cwd=repo, timeout=180)  # fmt: skip

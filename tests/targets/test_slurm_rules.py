@@ -13,7 +13,7 @@ from proctor.targets.slurm.options import (
     slurm_minutes,
 )
 from proctor.targets.slurm.outcome import NodeResult, decide
-from proctor.targets.slurm.scheduler import elapsed_seconds, parse_sacct
+from proctor.targets.slurm.scheduler import elapsed_seconds, parse_kv, parse_sacct
 from proctor.targets.slurm.script import RemoteLayout, render_script
 
 
@@ -89,6 +89,13 @@ SACCT = """\
 42.batch|batch|CANCELLED|0:15|00:01:18|78|n1|None|2026-12-02T10:00:00|2026-12-02T10:01:18||
 42.0|python|CANCELLED by 0|0:15|00:01:17|77|n[1-2]|None|2026-12-02T10:00:01|2026-12-02T10:01:18||
 """
+
+
+def test_scontrol_one_line_output_is_read_as_key_values() -> None:
+    line = "JobId=12 JobState=NODE_FAIL Reason=None Command=sh -c x=1 ExitCode=0:9\n"
+    assert parse_kv(line) == {"JobId": "12", "JobState": "NODE_FAIL", "Reason": "None",
+                              "Command": "sh", "x": "1", "ExitCode": "0:9"}  # fmt: skip
+    assert parse_kv("") == {}
 
 
 def test_sacct_output_is_read_per_step() -> None:

@@ -5,19 +5,17 @@ ordinary `serve ready`, `drain` (with a workload) and `serve stop` (scancel, ver
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
-from tests.infra.slurmcluster import SlurmCluster, free_port, require_cluster
+from tests.helpers import proctor, record
+from tests.infra.slurmcluster import SlurmCluster, free_port
 
 pytestmark = pytest.mark.slurm
 
@@ -34,15 +32,6 @@ for i in range(12):
     time.sleep(0.1)
 print("client done")
 """
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
-    c = require_cluster(tmp_path / "slurm", 2)
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def fake_engine_toml(work: Path) -> None:
@@ -67,27 +56,16 @@ worker_args = ["--port", "{{rpc_port}}", "--model", "rank{{node_rank}}-of-{{node
     )
 
 
-def cli(cluster: SlurmCluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SLURM_CONF": str(cluster.conf), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "proctor.cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def cli(
+    cluster: SlurmCluster, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return proctor(*args, env={"SLURM_CONF": str(cluster.conf)}, timeout=timeout)
 
 
 def listening(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def record(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((path / "record.json").read_text())
-    return data
 
 
 def test_two_node_server_ready_drain_stop(

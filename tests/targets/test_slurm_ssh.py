@@ -6,55 +6,16 @@ gateway address, since 127.0.0.1 there is its own loopback)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.helpers import TEST_PYTHON
-from tests.infra.slurmcluster import SlurmCluster, require_cluster
-from tests.infra.sshhosts import SshHostLab, require_lab
+from tests.helpers import TEST_PYTHON, only_run, proctor, record
+from tests.infra.slurmcluster import SlurmCluster
+from tests.infra.sshhosts import SshHostLab
 
 pytestmark = pytest.mark.slurm
 SECRET = "tok-9f3a1c77e2"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
-    c = require_cluster(tmp_path / "slurm", 2)
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-def proctor(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 150
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "proctor.cli.main", *args],
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def only_dir(runs: Path) -> Path:
-    dirs = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
-
-def record(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((path / "record.json").read_text())
-    return data
 
 
 def test_run_target_slurm_local_passes_the_node_status_through(
@@ -64,11 +25,11 @@ def test_run_target_slurm_local_passes_the_node_status_through(
     result = proctor(
         "run", "--target", "slurm://local", "--workspace", str(tmp_path / "ws"), "--nodes", "2",
         "--time", "5m", "--", "sh", "-c", 'echo "on $SLURMD_NODENAME"; exit 3',
-        cwd=Path.cwd(), env=env,
+        cwd=Path.cwd(), env=env, timeout=150,
     )  # fmt: skip
     assert result.returncode == 3, result.stderr
     assert "[n1] on n1" in result.stdout and "[n2] on n2" in result.stdout
-    rec = record(only_dir(isolated_runs))
+    rec = record(only_run(isolated_runs))
     assert rec["kind"] == "slurm" and rec["outcome"] == "failed"
     assert rec["slurm"]["requested"]["time_minutes"] == {"value": 5, "origin": "flag"}
     assert rec["slurm"]["time_limit"] in ("00:05:00", "5")
@@ -77,23 +38,14 @@ def test_run_target_slurm_local_passes_the_node_status_through(
     assert bad.returncode == 64 and "slurm://" in bad.stderr
 
 
-@pytest.fixture
-def login(tmp_path: Path) -> Iterator[SshHostLab]:
-    lab = require_lab(tmp_path / "ssh", 1)
-    try:
-        yield lab
-    finally:
-        lab.teardown()
-
-
 def test_run_over_ssh_login_host_ships_source_and_fetches_nodes(
     cluster: SlurmCluster,
-    login: SshHostLab,
+    lone_lab: SshHostLab,
     project: Path,
     tmp_path: Path,
     isolated_runs: Path,
 ) -> None:
-    host = login.hosts[0]
+    host = lone_lab.hosts[0]
     # The login host's view of the cluster: the controller at the veth gateway.
     conf = cluster.conf.read_text().replace(
         "SlurmctldHost=localhost", f"SlurmctldHost=localhost({host.gateway})"
@@ -109,13 +61,13 @@ def test_run_over_ssh_login_host_ships_source_and_fetches_nodes(
         "--workspace", str(ws), "--remote-python", TEST_PYTHON,
         "--nodes", "2", "--name", "job", "--env", f"API_TOKEN={SECRET}", "--json",
         "--", "sh", "-c", 'sh job.sh "$SLURMD_NODENAME" 2 0 && test -n "$API_TOKEN"',
-        cwd=project,
+        cwd=project, timeout=150,
         env={"SLURM_CONF": "/nonexistent"},  # the controller side has no Slurm: all over SSH
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout[result.stdout.index("{\n") :])
     assert out["outcome"] == "ok"
-    group = only_dir(isolated_runs)
+    group = only_run(isolated_runs)
     rec = record(group)
     assert rec["target"]["login"] == f"slurm://{host.user}@{host.address}:{host.port}"
     assert rec["slurm"]["state"] == "COMPLETED" and rec["slurm"]["nodes"] == ["n1", "n2"]

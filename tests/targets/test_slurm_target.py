@@ -1,6 +1,6 @@
 """The Slurm target end to end against a real controller and two real slurmd nodes.
 
-Every run goes through the CLI in a subprocess (`python -m proctor.cli.slurm slurm run ...`),
+Every run goes through the CLI in a subprocess (`python -m proctor.cli.main slurm run ...`),
 submits with sbatch, runs the supervising wrapper on each node through srun, and is checked
 through the files it leaves and the exit codes it returns.
 """
@@ -11,71 +11,39 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
-from tests.infra.slurmcluster import SlurmCluster, require_cluster, unavailable_reason
+from tests.helpers import git_project, only_run, proctor, record, wait_for
+from tests.infra.slurmcluster import SlurmCluster, unavailable_reason
 
 pytestmark = pytest.mark.slurm
 
 
-def slurm_cli(
-    cluster: SlurmCluster,
-    *args: str,
-    cwd: Path,
-    timeout: float = 120,
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SLURM_CONF": str(cluster.conf), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "proctor.cli.slurm", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def slurm_env(cluster: SlurmCluster) -> dict[str, str]:
+    return {"SLURM_CONF": str(cluster.conf)}
 
 
 def submit(
-    cluster: SlurmCluster, ws: Path, cwd: Path, *args: str
+    cluster: SlurmCluster, ws: Path, *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return slurm_cli(
-        cluster, "slurm", "run", "--target", "slurm://local", "--workspace", str(ws), *args, cwd=cwd
-    )
+    return proctor(
+        "slurm", "run", "--target", "slurm://local", "--workspace", str(ws), *args,
+        cwd=cwd, env=slurm_env(cluster),
+    )  # fmt: skip
 
 
-def record(run_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((run_dir / "record.json").read_text())
-    return data
-
-
-def only_dir(runs: Path) -> Path:
-    dirs = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
-    c = require_cluster(tmp_path / "slurm", 2)
-    try:
-        yield c
-    finally:
-        c.stop()
+def start_on_two_nodes(cluster: SlurmCluster, ws: Path, name: str, script: str) -> Path:
+    """Submit `sh -c script` detached on both nodes; its group run directory, once both nodes
+    printed "started"."""
+    started = submit(cluster, ws, "-N", "2", "--detach", "--json", "--name", name, "--",
+                     "sh", "-c", script)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    group = Path(json.loads(started.stdout)["dir"])
+    wait_for(lambda: (group / f"{name}.log").read_text().count("started") == 2, 30, "both nodes")
+    return group
 
 
 @pytest.fixture
@@ -89,10 +57,7 @@ def repo(tmp_path: Path) -> Path:
         'test -n "$API_TOKEN" || exit 9\ncat ../notes.txt\n'
     )
     script.chmod(0o755)
-    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    git_project(root)
     (root / "notes.txt").write_text("untracked-notes\n")
     return root
 
@@ -101,21 +66,11 @@ def test_two_node_run_ships_source_and_fetches_verified_node_records(
     cluster: SlurmCluster, repo: Path, tmp_path: Path, isolated_runs: Path
 ) -> None:
     ws = tmp_path / "ws"
-    result = submit(
-        cluster,
-        ws,
-        repo / "tools",
-        "--nodes",
-        "2",
-        "--name",
-        "work",
-        "--env",
-        "API_TOKEN=s3cr3t-token-value",
-        "--",
-        "./work.sh",
-    )
+    result = submit(cluster, ws, "--nodes", "2", "--name", "work",
+                    "--env", "API_TOKEN=s3cr3t-token-value", "--", "./work.sh",
+                    cwd=repo / "tools")  # fmt: skip
     assert result.returncode == 0, result.stderr
-    group = only_dir(isolated_runs)
+    group = only_run(isolated_runs)
     rec = record(group)
     assert rec["kind"] == "slurm" and rec["outcome"] == "ok"
     assert (group / "exit_code").read_text() == "0\n"
@@ -141,11 +96,7 @@ def test_two_node_run_ships_source_and_fetches_verified_node_records(
         assert node_rec["outcome"] == "ok" and node_rec["group"] == group.name
         assert node_rec["target"]["node"] == node
         assert node_rec["target"]["slurm_job_id"] == str(slurm["job_id"])
-        verify = subprocess.run(
-            [sys.executable, "-m", "proctor.cli.main", "runs", "verify", str(node_dir), "--json"],
-            capture_output=True,
-            text=True,
-        )
+        verify = proctor("runs", "verify", str(node_dir), "--json")
         assert verify.returncode == 0 and json.loads(verify.stdout)["verified"], verify.stdout
     # The group log has every node's lines, prefixed; it is what the controller printed.
     group_log = (group / "work.log").read_text()
@@ -153,11 +104,7 @@ def test_two_node_run_ships_source_and_fetches_verified_node_records(
     assert f"[n2] node=n2 pwd={checkout}/tools" in group_log
     assert group_log in result.stdout
     # The group itself verifies, and the secret is in no file proctor wrote.
-    verify = subprocess.run(
-        [sys.executable, "-m", "proctor.cli.main", "runs", "verify", group.name],
-        capture_output=True,
-        text=True,
-    )
+    verify = proctor("runs", "verify", group.name)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     for root in (group, ws / "proctor" / "runs"):
         for path in root.rglob("*"):
@@ -168,22 +115,12 @@ def test_two_node_run_ships_source_and_fetches_verified_node_records(
 def test_one_failing_node_fails_the_run_with_its_status(
     cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
 ) -> None:
-    result = submit(
-        cluster,
-        tmp_path / "ws",
-        Path.cwd(),
-        "-N",
-        "2",
-        "--json",
-        "--",
-        "sh",
-        "-c",
-        'echo "on $SLURMD_NODENAME"; test "$SLURMD_NODENAME" = n1 || exit 3',
-    )
+    result = submit(cluster, tmp_path / "ws", "-N", "2", "--json", "--", "sh", "-c",
+                    'echo "on $SLURMD_NODENAME"; test "$SLURMD_NODENAME" = n1 || exit 3')  # fmt: skip
     assert result.returncode == 3, result.stderr
     out = json.loads(result.stdout[result.stdout.index("{\n") :])
     assert out["outcome"] == "failed" and out["exit"]["code"] == 3
-    group = only_dir(isolated_runs)
+    group = only_run(isolated_runs)
     rec = record(group)
     assert rec["nodes"]["n1"]["exit_code"] == 0 and rec["nodes"]["n2"]["exit_code"] == 3
     assert rec["nodes"]["n2"]["outcome"] == "failed" and "n2" in rec["reason"]
@@ -196,36 +133,13 @@ def test_runs_stop_scancels_the_job_and_records_stopped(
     cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
 ) -> None:
     ws = tmp_path / "ws"
-    started = submit(
-        cluster,
-        ws,
-        Path.cwd(),
-        "-N",
-        "2",
-        "--detach",
-        "--json",
-        "--name",
-        "long",
-        "--",
-        "sh",
-        "-c",
-        "echo started; exec sleep 300",
-    )
-    assert started.returncode == 0, started.stderr
-    info = json.loads(started.stdout)
-    group = Path(info["dir"])
-    wait_for(lambda: (group / "long.log").read_text().count("started") == 2, 30, "both nodes")
+    group = start_on_two_nodes(cluster, ws, "long", "echo started; exec sleep 300")
     remote_nodes = ws / "proctor" / "runs" / group.name / "nodes"
     wrappers = [
         json.loads((remote_nodes / n / "wrapper.pid").read_text())["pid"] for n in ("n1", "n2")
     ]
     assert record(group)["outcome"] == "running"
-    stop = subprocess.run(
-        [sys.executable, "-m", "proctor.cli.main", "runs", "stop", group.name, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+    stop = proctor("runs", "stop", group.name, "--json", timeout=90)
     assert stop.returncode == 0, stop.stderr
     assert json.loads(stop.stdout)["outcome"] == "stopped"
     rec = record(group)
@@ -234,7 +148,7 @@ def test_runs_stop_scancels_the_job_and_records_stopped(
     assert any(e["event"] == "stop" for e in rec["events"])
     for node in ("n1", "n2"):
         assert rec["nodes"][node]["exit_code"] == 143 and rec["nodes"][node]["verified"]
-    assert cluster.job_info(info["job_id"])["JobState"] == "CANCELLED"
+    assert cluster.job_info(rec["slurm"]["job_id"])["JobState"] == "CANCELLED"
     wait_for(
         lambda: (
             not any(
@@ -244,17 +158,9 @@ def test_runs_stop_scancels_the_job_and_records_stopped(
         10,
         "node wrappers to exit",
     )
-    wait = subprocess.run(
-        [sys.executable, "-m", "proctor.cli.main", "runs", "wait", group.name],
-        capture_output=True,
-        text=True,
-    )
+    wait = proctor("runs", "wait", group.name)
     assert wait.returncode == 143  # like a local run stopped by SIGTERM: never 0
-    again = subprocess.run(
-        [sys.executable, "-m", "proctor.cli.main", "runs", "stop", group.name],
-        capture_output=True,
-        text=True,
-    )
+    again = proctor("runs", "stop", group.name)
     assert again.returncode == 0 and "not running" in again.stderr  # idempotent
 
 
@@ -290,31 +196,9 @@ def test_killed_node_daemon_is_a_failure_on_that_node(tmp_path: Path, isolated_r
     ws = tmp_path / "ws"
     group = tmp_path / "not-started"
     try:
-        started = submit(
-            cluster,
-            ws,
-            Path.cwd(),
-            "-N",
-            "2",
-            "--detach",
-            "--json",
-            "--name",
-            "nf",
-            "--",
-            "sh",
-            "-c",
-            "echo started; sleep 120",
-        )
-        info = json.loads(started.stdout)
-        group = Path(info["dir"])
-        wait_for(lambda: (group / "nf.log").read_text().count("started") == 2, 30, "both nodes")
+        group = start_on_two_nodes(cluster, ws, "nf", "echo started; sleep 120")
         os.kill(cluster._procs["slurmd-n2"].pid, signal.SIGKILL)  # n2's slurmd, mid-job
-        wait = subprocess.run(
-            [sys.executable, "-m", "proctor.cli.main", "runs", "wait", group.name],
-            capture_output=True,
-            text=True,
-            timeout=100,
-        )
+        wait = proctor("runs", "wait", group.name, timeout=100)
         assert wait.returncode == 2, wait.stderr  # a fault: never success
         rec = record(group)
         assert rec["outcome"] == "failed" and rec["slurm"]["state"] == "NODE_FAIL"
@@ -334,15 +218,15 @@ def test_killed_node_daemon_is_a_failure_on_that_node(tmp_path: Path, isolated_r
 def test_sbatch_refusal_is_a_usage_error_and_leaves_a_record(
     cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
 ) -> None:
-    result = submit(cluster, tmp_path / "ws", Path.cwd(), "--partition", "nosuch", "--", "true")
+    result = submit(cluster, tmp_path / "ws", "--partition", "nosuch", "--", "true")
     assert result.returncode == 64, result.stderr
     assert "invalid partition" in result.stderr.lower() and "sinfo" in result.stderr
-    rec = record(only_dir(isolated_runs))
+    rec = record(only_run(isolated_runs))
     assert rec["outcome"] == "failed" and "partition" in rec["error"].lower()
 
 
 def test_status_lists_the_nodes(cluster: SlurmCluster) -> None:
-    result = slurm_cli(cluster, "slurm", "status", "--json", cwd=Path.cwd())
+    result = proctor("slurm", "status", "--json", env=slurm_env(cluster))
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert {r["node"]: r["state"] for r in rows} == {"n1": "idle", "n2": "idle"}
@@ -353,22 +237,10 @@ def test_job_past_its_slurm_time_limit_is_a_timeout_with_slurms_reason(
     cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
 ) -> None:
     # Slurm's minimum limit is one minute and it checks every 30 s: this takes ~90 s.
-    result = submit(
-        cluster,
-        tmp_path / "ws",
-        Path.cwd(),
-        "-N",
-        "2",
-        "--time",
-        "1",
-        "--name",
-        "t",
-        "--",
-        "sleep",
-        "300",
-    )
+    result = submit(cluster, tmp_path / "ws", "-N", "2", "--time", "1", "--name", "t", "--",
+                    "sleep", "300")  # fmt: skip
     assert result.returncode == 4, result.stderr
-    rec = record(only_dir(isolated_runs))
+    rec = record(only_run(isolated_runs))
     assert rec["outcome"] == "timeout" and rec["slurm"]["state"] == "TIMEOUT"
     assert "TIMEOUT" in rec["reason"] and "time limit" in rec["reason"]
     assert rec["slurm"]["time_limit"] in ("00:01:00", "1")

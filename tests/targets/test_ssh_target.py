@@ -45,10 +45,9 @@ def _wait(predicate: object, timeout: float = 30.0) -> bool:
 
 @pytest.mark.slow
 def test_round_trip_survives_cut_and_killed_controller(
-    ssh_hosts_factory: object, project: Path, isolated_runs: Path
+    lone_lab: SshHostLab, project: Path, isolated_runs: Path
 ) -> None:
-    lab: SshHostLab = ssh_hosts_factory(1)  # type: ignore[operator]
-    host = lab.hosts[0]
+    host = lone_lab.hosts[0]
     os.chdir(project)
     ctl = proctor_popen("run", *ssh_flags(host), "--env", "API_TOKEN=tok-SECRET-42",
                         "--", "sh", "job.sh", "rt", "16", "3")  # fmt: skip
@@ -58,12 +57,12 @@ def test_round_trip_survives_cut_and_killed_controller(
     far = Path(remote["remote_dir"])
     assert far.is_relative_to(host.workspace / "proctor" / "runs")
     assert _wait(lambda: b"tick 1" in (far / remote["log"]).read_bytes())
-    lab.cut(host)
+    lone_lab.cut(host)
     time.sleep(1.0)
     ctl.send_signal(signal.SIGKILL)
     ctl.wait(10)
     assert not (far / "exit_code").exists()  # still running on the host, cable pulled
-    lab.restore(host)
+    lone_lab.restore(host)
     result = proctor("runs", "attach", run.name, timeout=90)
     assert result.returncode == 3, result.stderr
     assert "start rt" in result.stdout and "done rt" in result.stdout

@@ -14,10 +14,7 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ from proctor.workloads.gsm8k import (
     run_gsm8k,
     write_offline_task,
 )
+from tests.fixtures.answer_key_server import AnswerKeyServer, answer_key_server
 from tests.infra.engines import (
     REPO_ROOT,
     EngineServer,
@@ -226,78 +224,10 @@ def test_no_results_is_a_workload_failure(tmp_path: Path) -> None:
 # ---- against a loopback server that answers from the answer key ------------------------------
 
 
-def _answers(data: Path) -> dict[str, tuple[int, str]]:
-    out = {}
-    for i, line in enumerate((data / "test.jsonl").read_text().splitlines()):
-        doc = json.loads(line)
-        out[doc["question"].strip()] = (i, doc["answer"].split("####")[-1].strip())
-    return out
-
-
-def _reply(question: str, key: dict[str, tuple[int, str]]) -> str:
-    """Test index % 3: 0 right both ways, 1 right without '####' (flexible only), 2 wrong."""
-    index, answer = key[question.strip()]
-    if index % 3 == 0:
-        return f" Some steps.\n#### {answer}"
-    if index % 3 == 1:
-        return f" So the answer is {answer}."
-    return " #### 987654321"
-
-
-@dataclass
-class AnswerKeyServer:
-    base_url: str
-    requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    null_answers: set[int] = field(default_factory=set)  # test indices answered with null text
-
-
-@pytest.fixture
-def answer_key_server() -> Iterator[AnswerKeyServer]:
-    key = _answers(gsm8k_data_dir())
-    seen: list[tuple[str, dict[str, Any]]] = []
-    nulls: set[int] = set()
-
-    def reply(question: str) -> str | None:
-        return None if key[question.strip()][0] in nulls else _reply(question, key)
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append((self.path, body))
-            if self.path == "/v1/completions":
-                prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-                choices = [
-                    {"index": i, "text": reply(_last_question(p)), "finish_reason": "stop"}
-                    for i, p in enumerate(prompts)
-                ]
-            elif self.path == "/v1/chat/completions":
-                text = reply(_last_question(body["messages"][-1]["content"]))
-                choices = [{"index": 0, "message": {"role": "assistant", "content": text}}]
-            else:
-                self.send_error(404)
-                return
-            payload = json.dumps({"choices": choices, "usage": {}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield AnswerKeyServer(f"http://127.0.0.1:{server.server_address[1]}", seen, nulls)
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _last_question(prompt: str) -> str:
-    return prompt.rsplit("Question:", 1)[-1].rsplit("\nAnswer:", 1)[0]
+@pytest.fixture(name="answer_key_server")
+def _answer_key_server() -> Iterator[AnswerKeyServer]:
+    with answer_key_server(gsm8k_data_dir()) as server:
+        yield server
 
 
 @needs_lm_eval
