@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from proctor.errors import ConfigError
@@ -52,14 +52,7 @@ class LogMatch:
     seen_at: float  # time.time() when the scanner read it
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "line_no": self.line_no,
-            "offset": self.offset,
-            "line": self.line,
-            "pattern": self.pattern,
-            "seen_at": self.seen_at,
-        }
+        return asdict(self)
 
 
 @dataclass
