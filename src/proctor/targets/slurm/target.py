@@ -15,22 +15,26 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from proctor.errors import ProctorError, ResultUnknown, TargetUnavailable, UsageError
+from proctor.errors import ProctorError, TargetUnavailable, UsageError
 from proctor.record.recorder import Recorder, event
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.status import is_alive, read_wrapper_ref
 from proctor.source.identity import SourceIdentity
 from proctor.spec.plan import RunPlan
-from proctor.supervise.launch import RunSpec, Started, key_lock, live_keyed_run, prepare_run
+from proctor.supervise.launch import (
+    RunSpec,
+    Started,
+    key_lock,
+    live_keyed_run,
+    prepare_run,
+    start_detached,
+)
 from proctor.targets.base import (
     PLAN,
     Fetched,
@@ -486,23 +490,7 @@ class SlurmTarget:
 
 def start_tracker(run: RunDir) -> None:
     """Start the detached tracker for a group run and wait until it holds the run."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proctor.targets.slurm.tracker", str(run.path)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=open(run.path / ".tracker.err", "ab"),  # noqa: SIM115 - handed to the child
-        start_new_session=True,
-        close_fds=True,
+    start_detached(
+        "proctor.targets.slurm.tracker", run, what="Slurm job tracker", err_name=".tracker.err",
+        timeout_s=TRACKER_START_TIMEOUT_S,
     )
-    deadline = time.monotonic() + TRACKER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if read_wrapper_ref(run) is not None:
-            import threading
-
-            threading.Thread(target=proc.wait, daemon=True).start()
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.01)
-    err = (run.path / ".tracker.err").read_text(errors="replace")[-400:]
-    raise ResultUnknown(f"the Slurm job tracker did not start: {err.strip() or 'no output'}")
