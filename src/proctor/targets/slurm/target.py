@@ -36,6 +36,7 @@ from proctor.supervise.launch import (
     start_detached,
 )
 from proctor.targets import base
+from proctor.targets.local import status_of
 from proctor.targets.slurm.login import LocalLogin, LoginHost
 from proctor.targets.slurm.options import SlurmOptions, SlurmTargetSpec
 from proctor.targets.slurm.scheduler import Slurm
@@ -188,17 +189,8 @@ class SlurmTarget:
         return resolve_run(self.runs_dir, run_id)
 
     def status(self, run_id: str) -> base.RunStatus:
-        from proctor.record.status import effective_outcome, run_state
-
-        run = self._run(run_id)
-        state = run_state(run)
-        return base.RunStatus(
-            state=state.state,
-            exit_code=state.exit.code if state.exit else None,
-            exit_signal=state.exit.signal if state.exit else None,
-            wrapper_alive=state.wrapper_alive,
-            outcome=effective_outcome(run.read_json("record.json") or {}, state),
-        )
+        # The tracker keeps the group's run directory here, as a local run's wrapper does.
+        return status_of(self._run(run_id))
 
     def follow(
         self, run_id: str, out: IO[bytes], *, offset: int = 0, until_done: bool = True
