@@ -22,11 +22,12 @@ from proctor.monitors.watch import ProcStatus
 from proctor.record.rundir import RunDir, is_run_id
 from proctor.record.status import run_state
 from proctor.spec.config import ProjectConfig
-from proctor.spec.plan import RunFlags, Value, resolve_run_plan
+from proctor.spec.plan import RunFlags
 from proctor.spec.profiles.models import EngineProfile
 from proctor.spec.server import (
     ServerRequest as ServerRequest,
 )
+from proctor.spec.server import applied_facts, server_plan
 from proctor.spec.server import (
     build_command as build_command,
 )
@@ -109,31 +110,16 @@ def start_server(
     """Pre-flight, then the server as a detached run. Returns at once with the run."""
     profiles = profiles_for(config)
     engine, model_profile, argv, env, chat = server_command(request, profiles)
-    flags = flags or RunFlags(argv=argv)
-    flags.argv = argv
-    flags.name = flags.name or server_name(request)
-    flags.env = [f"{k}={v}" for k, v in env.items()] + list(flags.env)
-    flags.detach = True
-    plan = resolve_run_plan(flags, config)
-    for k in env:
-        if plan.env[k].value == env[k]:
-            plan.env[k] = Value(env[k], f"profile:{engine.name}/{model_profile}")
+    plan = server_plan(
+        flags or RunFlags(argv=argv), config, argv=argv, name=server_name(request), env=env,
+        origin=f"profile:{engine.name}/{model_profile}",
+    )  # fmt: skip
     facts = preflight(request, Path(plan.runs_dir.value))
-    redactor = plan.redactor()
-    applied = {
-        "engine": engine.name,
-        "model": request.model,
-        "model_profile": model_profile,
-        "addons": [name for name, _ in request.addons],
-        "port": request.port,
-        "host": request.host,
-        "tp": request.tp,
-        "applied_env": redactor.env(env),
-        "argv": redactor.argv(argv),
-        "use_chat_template": chat,
-        "served_model_name": request.served_model_name,
-        "preflight": facts,
-    }
+    applied = applied_facts(
+        request, plan.redactor(), engine=engine.name, model_profile=model_profile, argv=argv,
+        env=env, chat=chat,
+    )  # fmt: skip
+    applied["preflight"] = facts
     if on_applied is not None:
         on_applied(applied)
     spec = RunSpec(kind="server", group=group, extra={"server": applied})

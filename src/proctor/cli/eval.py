@@ -115,13 +115,11 @@ def gsm8k(
 
 def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool,
                 runs_dir: str | None, as_json: bool) -> None:  # fmt: skip
-    import os
-
-    from proctor.cli.output import err_console
+    from proctor.cli.follow import finish, follow
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
     from proctor.supervise.launch import RunSpec, start_run
-    from proctor.targets.service import SupervisedRun, guard_start
+    from proctor.targets.service import guard_start
 
     plan = resolve_run_plan(RunFlags(argv=argv, name=name, runs_dir=runs_dir, detach=detach,
                                      gpu_sample=0), load_config())  # fmt: skip
@@ -133,12 +131,7 @@ def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool
     if detach:
         typer.echo(run.run_id)
         return
-    err_console.print(f"proctor: eval run {run.run_id} -> {run.path}", highlight=False)
-    supervised = SupervisedRun(run)
-    with open(os.devnull, "wb") as devnull:
-        state = supervised.follow_to_end(devnull if as_json else sys.stdout.buffer)
+    supervised, state = follow(run, "eval", quiet=as_json)
     if as_json:
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {})})
-    err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
-    if code := interrupts.exit_code(run, state):
-        raise typer.Exit(code)
+    finish(supervised, interrupts, state)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import typer
 
-from proctor.cli.output import err_console, print_json
+from proctor.cli.output import print_json
 from proctor.spec.config import load_config
 from proctor.workloads.offline import OfflineRequest, start_offline
 
@@ -53,8 +51,9 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
         as_json: bool = typer.Option(False, "--json", help="Print the run id, outcome and parsed metrics as JSON."),
     ) -> None:  # fmt: skip
+        from proctor.cli.follow import finish, follow
         from proctor.record.schema import load_record
-        from proctor.targets.service import SupervisedRun, guard_start
+        from proctor.targets.service import guard_start
 
         words = [w for w in (words or [])]
         request = OfflineRequest(
@@ -74,19 +73,14 @@ def register(app: typer.Typer) -> None:
             else:
                 typer.echo(run.run_id)
             return
-        err_console.print(f"proctor: offline run {run.run_id} -> {run.path}", highlight=False)
-        supervised = SupervisedRun(run)
-        with open(os.devnull, "wb") as devnull:
-            state = supervised.follow_to_end(devnull if as_json else sys.stdout.buffer)
+        supervised, state = follow(run, "offline", quiet=as_json)
         doc = run.read_json("metrics.json") or {}
         record = load_record(run.path)
         if as_json:
             print_json({"run_id": run.run_id, "dir": str(run.path),
                         "outcome": record.outcome if record else None, "status": doc.get("status"),
                         "metrics": doc.get("metrics", {}), "faults": doc.get("faults", [])})  # fmt: skip
-        err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
-        if code := interrupts.exit_code(run, state):
-            raise typer.Exit(code)
+        finish(supervised, interrupts, state)
 
 
 __all__ = ["register"]

@@ -60,6 +60,24 @@ def _pod_table(pods: list[Pod]) -> Table:
     return table
 
 
+def _release(
+    pod_id: str,
+    api_url: str | None,
+    as_json: bool,
+    *,
+    timeout_s: float,
+    terminate: bool = False,
+    allow_terminate: bool = False,
+) -> None:
+    """Stop (or terminate) the pod, verify its final state and say so."""
+    with _client(api_url) as client:
+        states = release(
+            client, [pod_id], terminate=terminate, allow_terminate=allow_terminate,
+            timeout_s=timeout_s,
+        )  # fmt: skip
+    _print_states(states, as_json)
+
+
 def _print_states(states: list[FinalState], as_json: bool) -> None:
     if as_json:
         print_json({"pods": [s.to_record() for s in states]})
@@ -110,9 +128,7 @@ def stop(
     as_json: bool = _JSON,
 ) -> None:
     """Stop a pod (keeps its volume) and verify it reached EXITED."""
-    with _client(api_url) as client:
-        states = release(client, [pod_id], timeout_s=timeout)
-    _print_states(states, as_json)
+    _release(pod_id, api_url, as_json, timeout_s=timeout)
 
 
 @app.command("terminate")
@@ -126,11 +142,9 @@ def terminate(
     as_json: bool = _JSON,
 ) -> None:
     """Terminate (delete) a pod: needs --allow-terminate; verified gone afterwards."""
-    with _client(api_url) as client:
-        states = release(
-            client, [pod_id], terminate=True, allow_terminate=allow_terminate, timeout_s=timeout
-        )
-    _print_states(states, as_json)
+    _release(
+        pod_id, api_url, as_json, terminate=True, allow_terminate=allow_terminate, timeout_s=timeout
+    )
 
 
 @app.command("start")

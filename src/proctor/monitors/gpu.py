@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from proctor.monitors.periodic import Periodic
+
 CSV_COLUMNS = [
     "time",
     "index",
@@ -639,7 +641,7 @@ def format_processes(procs: Iterable[tuple[int, float]]) -> str:
     return ";".join(f"{pid}:{mib:.0f}" for pid, mib in procs)
 
 
-class GpuSampler:
+class GpuSampler(Periodic):
     """Writes gpu.csv: a header, then one row per GPU every `interval_s` seconds.
 
     `interval_s <= 0` disables sampling (no thread, no file). With no GPU the inventory holds
@@ -654,8 +656,8 @@ class GpuSampler:
         backend: GpuBackend | None = None,
         now: Callable[[], str] = _iso_now,
     ) -> None:
+        super().__init__(interval_s, thread_name="proctor-gpu")
         self.csv_path = Path(csv_path)
-        self.interval_s = interval_s
         self._backend = backend
         self._owned = backend is None
         self._now = now
@@ -663,16 +665,7 @@ class GpuSampler:
         self.samples_written = 0
         self.errors: list[str] = []
         self.inventory: GpuInventory | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-
-    def __enter__(self) -> GpuSampler:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> GpuInventory:
         if self.interval_s <= 0:
@@ -695,15 +688,11 @@ class GpuSampler:
             gpus=[s.info() for s in first],
             reason=None if first else f"first sample failed: {self.errors[-1:]}",
         )
-        self._thread = threading.Thread(target=self._run, name="proctor-gpu", daemon=True)
-        self._thread.start()
+        self._start_thread()
         return self.inventory
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_s + 15)
-            self._thread = None
+        if self._join_thread(timeout=self.interval_s + 15):
             self.sample_once()  # the state at the end belongs in the record too
         if self._owned and self._backend is not None:
             self._backend.close()

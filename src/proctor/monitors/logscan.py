@@ -18,10 +18,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from proctor.errors import ConfigError
+from proctor.monitors.periodic import Periodic
 
 #: Read at most this much per file per poll, so one huge burst cannot stall the follower.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -52,14 +53,7 @@ class LogMatch:
     seen_at: float  # time.time() when the scanner read it
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "line_no": self.line_no,
-            "offset": self.offset,
-            "line": self.line,
-            "pattern": self.pattern,
-            "seen_at": self.seen_at,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -297,7 +291,7 @@ class LogScanner:
         return bool(self._markers)
 
 
-class LogFollower:
+class LogFollower(Periodic):
     """Polls a `LogScanner` from a daemon thread; `fault_event` is set on the first match."""
 
     def __init__(
@@ -307,33 +301,16 @@ class LogFollower:
         interval_s: float = 0.1,
         on_match: Callable[[list[LogMatch]], None] | None = None,
     ) -> None:
+        super().__init__(interval_s, thread_name="proctor-logscan")
         self.scanner = scanner
-        self.interval_s = interval_s
         self.fault_event = threading.Event()
         self._on_match = on_match
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._pending: list[LogMatch] = []
         self.error: BaseException | None = None
 
-    def __enter__(self) -> LogFollower:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="proctor-logscan", daemon=True)
-            self._thread.start()
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._join_thread(timeout=5)
         self.poll_now()  # a last read so nothing written before stop is missed
 
     def _run(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 
 from proctor.errors import ConfigError, TargetUnavailable
+from proctor.monitors.periodic import Periodic
 
 #: Start times read twice can differ by rounding; anything closer than this is the same process.
 _CREATE_TIME_SLACK_S = 0.05
@@ -99,7 +100,7 @@ def descendants(pid: int | ProcessIdentity) -> list[ProcessIdentity]:
     return [ident for ident in (_identity(c) for c in children) if ident is not None]
 
 
-class TreeTracker:
+class TreeTracker(Periodic):
     """Records every descendant of `root` seen while it runs; optionally persists to JSON.
 
     Poll interval 0.5 s by default: a worker that lives shorter than that may be missed, but
@@ -113,32 +114,18 @@ class TreeTracker:
         path: str | os.PathLike[str] | None = None,
         interval_s: float = 0.5,
     ) -> None:
+        super().__init__(interval_s, thread_name="proctor-tree")
         self.root = root
         self.path = Path(path) if path is not None else None
-        self.interval_s = interval_s
         self._seen: dict[ProcessIdentity, list[str]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> TreeTracker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         self.snapshot()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="proctor-tree", daemon=True)
-            self._thread.start()
+        self._start_thread()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._join_thread(timeout=5)
         self.snapshot()
 
     def _run(self) -> None:

@@ -66,6 +66,16 @@ def write_atomic(path: Path, text: str, mask: bool = True) -> None:
         raise
 
 
+class _InRun:
+    """A read-only attribute: the path of the run directory's file `name`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: RunDir, owner: type[RunDir] | None = None) -> Path:
+        return run.path / self.name
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path
@@ -74,29 +84,13 @@ class RunDir:
     def run_id(self) -> str:
         return self.path.name
 
-    @property
-    def exit_code_path(self) -> Path:
-        return self.path / EXIT_CODE
-
-    @property
-    def record_path(self) -> Path:
-        return self.path / RECORD
-
-    @property
-    def plan_path(self) -> Path:
-        return self.path / PLAN
-
-    @property
-    def wrapper_pid_path(self) -> Path:
-        return self.path / WRAPPER_PID
-
-    @property
-    def gpu_csv_path(self) -> Path:
-        return self.path / GPU_CSV
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / MANIFEST
+    # The files with fixed names (see the module docstring), e.g. `run.record_path`.
+    exit_code_path = _InRun(EXIT_CODE)
+    record_path = _InRun(RECORD)
+    plan_path = _InRun(PLAN)
+    wrapper_pid_path = _InRun(WRAPPER_PID)
+    gpu_csv_path = _InRun(GPU_CSV)
+    manifest_path = _InRun(MANIFEST)
 
     def log_path(self, name: str | None = None) -> Path:
         if name is not None:

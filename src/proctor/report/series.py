@@ -12,7 +12,7 @@ import contextlib
 import csv
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -65,36 +65,41 @@ class GpuSeries:
     present: bool = False  # gpu.csv exists (even if empty)
 
 
-def read_gpu_csv(path: Path) -> GpuSeries:
-    series = GpuSeries()
+def _csv_rows(path: Path, series: GpuSeries | ServerSeries) -> Iterator[dict[str, str]]:
+    """The rows of the CSV file at `path`, none when it cannot be opened; sets `series.present`."""
     try:
         handle = path.open(newline="", encoding="utf-8", errors="replace")
     except OSError:
-        return series
+        return
     series.present = True
-    by_index: dict[int, GpuTrace] = {}
     with handle:
-        for row in csv.DictReader(handle):
-            try:
-                index = int(row["index"])
-                used = float(row["memory_used_mib"])
-                when = row["time"]
-            except (KeyError, TypeError, ValueError):
-                series.bad_rows += 1
-                continue
-            if parse_time(when) is None or not math.isfinite(used):
-                series.bad_rows += 1
-                continue
-            trace = by_index.get(index)
-            if trace is None:
-                trace = GpuTrace(index, row.get("name") or f"GPU {index}", row.get("uuid") or "")
-                by_index[index] = trace
-            trace.times.append(when)
-            trace.used_mib.append(used)
-            trace.power_w.append(_cell(row.get("power_w")))
-            trace.util_pct.append(_cell(row.get("utilization_pct")))
-            with contextlib.suppress(ValueError):
-                trace.total_mib = max(trace.total_mib, float(row.get("memory_total_mib") or 0))
+        yield from csv.DictReader(handle)
+
+
+def read_gpu_csv(path: Path) -> GpuSeries:
+    series = GpuSeries()
+    by_index: dict[int, GpuTrace] = {}
+    for row in _csv_rows(path, series):
+        try:
+            index = int(row["index"])
+            used = float(row["memory_used_mib"])
+            when = row["time"]
+        except (KeyError, TypeError, ValueError):
+            series.bad_rows += 1
+            continue
+        if parse_time(when) is None or not math.isfinite(used):
+            series.bad_rows += 1
+            continue
+        trace = by_index.get(index)
+        if trace is None:
+            trace = GpuTrace(index, row.get("name") or f"GPU {index}", row.get("uuid") or "")
+            by_index[index] = trace
+        trace.times.append(when)
+        trace.used_mib.append(used)
+        trace.power_w.append(_cell(row.get("power_w")))
+        trace.util_pct.append(_cell(row.get("utilization_pct")))
+        with contextlib.suppress(ValueError):
+            trace.total_mib = max(trace.total_mib, float(row.get("memory_total_mib") or 0))
     series.traces = [by_index[i] for i in sorted(by_index)]
     return series
 
@@ -132,26 +137,20 @@ class ServerSeries:
 def read_server_csv(path: Path) -> ServerSeries:
     """The plotted series of server_metrics.csv (t, name, labels, value)."""
     series = ServerSeries()
-    try:
-        handle = path.open(newline="", encoding="utf-8", errors="replace")
-    except OSError:
-        return series
-    series.present = True
     by_key: dict[tuple[str, str], ServerTrace] = {}
-    with handle:
-        for row in csv.DictReader(handle):
-            name = row.get("name") or ""
-            if name not in SERVER_PLOTTED:
-                continue
-            t, value = _cell(row.get("t")), _cell(row.get("value"))
-            if t is None or value is None:
-                series.bad_rows += 1
-                continue
-            key = (name, row.get("labels") or "")
-            trace = by_key.setdefault(key, ServerTrace(*key))
-            if len(trace.times) < MAX_SERVER_POINTS:
-                trace.times.append(t)
-                trace.values.append(value)
+    for row in _csv_rows(path, series):
+        name = row.get("name") or ""
+        if name not in SERVER_PLOTTED:
+            continue
+        t, value = _cell(row.get("t")), _cell(row.get("value"))
+        if t is None or value is None:
+            series.bad_rows += 1
+            continue
+        key = (name, row.get("labels") or "")
+        trace = by_key.setdefault(key, ServerTrace(*key))
+        if len(trace.times) < MAX_SERVER_POINTS:
+            trace.times.append(t)
+            trace.values.append(value)
     series.traces = [by_key[k] for k in sorted(by_key)]
     return series
 

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proctor.redact import Redactor
 from proctor.spec.config import ProjectConfig
+from proctor.spec.plan import RunFlags, RunPlan, Value, resolve_run_plan
 from proctor.spec.profiles.loader import ProfileSet, load_profiles
 from proctor.spec.profiles.models import AddonUse, EngineProfile
 
@@ -65,6 +67,54 @@ def build_command(
         served_model_name=request.served_model_name,
         addons=uses,
     )
+
+
+def server_plan(
+    flags: RunFlags,
+    config: ProjectConfig,
+    *,
+    argv: list[str],
+    name: str,
+    env: dict[str, str],
+    origin: str,
+) -> RunPlan:
+    """The detached run of a server: `argv`, `name` unless the user named it, the profile's `env`
+    under the user's --env, and every env value the profile set marked as coming from `origin`."""
+    flags.argv = argv
+    flags.name = flags.name or name
+    flags.env = [f"{k}={v}" for k, v in env.items()] + list(flags.env)
+    flags.detach = True
+    plan = resolve_run_plan(flags, config)
+    for k, v in env.items():
+        if plan.env[k].value == v:
+            plan.env[k] = Value(v, origin)
+    return plan
+
+
+def applied_facts(
+    request: ServerRequest,
+    redactor: Redactor,
+    *,
+    engine: str,
+    model_profile: str,
+    argv: list[str],
+    env: dict[str, str],
+    chat: bool,
+) -> dict[str, Any]:
+    """What the server record says was applied: profiles, command and env (secrets masked)."""
+    return {
+        "engine": engine,
+        "model": request.model,
+        "model_profile": model_profile,
+        "addons": [name for name, _ in request.addons],
+        "port": request.port,
+        "host": request.host,
+        "tp": request.tp,
+        "applied_env": redactor.env(env),
+        "argv": redactor.argv(argv),
+        "use_chat_template": chat,
+        "served_model_name": request.served_model_name,
+    }
 
 
 def server_name(request: ServerRequest) -> str:

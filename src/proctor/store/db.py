@@ -253,26 +253,21 @@ class Store:
         group: str | None = None,
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        where: list[str] = []
-        args: list[Any] = []
-        if name:
-            where.append("name LIKE ?")
-            args.append(f"%{name}%")
-        if outcome:
-            where.append("outcome = ?")
-            args.append(outcome)
-        if commit:
-            where.append("source_commit LIKE ?")
-            args.append(f"{commit}%")
-        if since:
-            where.append("created_at >= ?")
-            args.append(since)
-        if key:
-            where.append("run_key = ?")
-            args.append(key)
-        if group:
-            where.append("run_group = ?")
-            args.append(group)
+        # Each filter given narrows the rows: (condition, its argument).
+        given = [
+            (condition, value)
+            for condition, value in (
+                ("name LIKE ?", name and f"%{name}%"),
+                ("outcome = ?", outcome),
+                ("source_commit LIKE ?", commit and f"{commit}%"),
+                ("created_at >= ?", since),
+                ("run_key = ?", key),
+                ("run_group = ?", group),
+            )
+            if value
+        ]
+        where = [condition for condition, _ in given]
+        args = [value for _, value in given]
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)

@@ -174,22 +174,44 @@ def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
     # environment variable (Linux caps a single one at 128 KiB; a long command line is fine).
     env.pop("PROCTOR_WRAPPER_ARGV", None)
     env["PROCTOR_WRAPPER_ARGV_STDIN"] = "1"
+    return start_detached(
+        "proctor.supervise.wrapper", run, what="run wrapper", err_name=".wrapper.err",
+        timeout_s=WRAPPER_START_TIMEOUT_S, stdin_data=json.dumps(plan.argv).encode(), env=env,
+        cwd=str(plan.cwd.value),
+    )  # fmt: skip
+
+
+def start_detached(
+    module: str,
+    run: RunDir,
+    *,
+    what: str,
+    err_name: str,
+    timeout_s: float,
+    stdin_data: bytes | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> ProcessRef:
+    """Start `python -m MODULE RUN_DIR` in a new session (it outlives this process), feed it
+    `stdin_data`, and wait until it holds the run (its pid file is written). Its stderr goes to
+    RUN_DIR/`err_name`; that file's tail is the error when it does not start."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "proctor.supervise.wrapper", str(run.path)],
-        stdin=subprocess.PIPE,
+        [sys.executable, "-m", module, str(run.path)],
+        stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
         stdout=subprocess.DEVNULL,
-        stderr=open(run.path / ".wrapper.err", "ab"),  # noqa: SIM115 - handed to the child
+        stderr=open(run.path / err_name, "ab"),  # noqa: SIM115 - handed to the child
         start_new_session=True,
         close_fds=True,
         env=env,
-        cwd=str(plan.cwd.value),
+        cwd=cwd,
     )
-    assert proc.stdin is not None
-    with contextlib.suppress(BrokenPipeError):  # it died at once: reported below
-        proc.stdin.write(json.dumps(plan.argv).encode())
-    with contextlib.suppress(BrokenPipeError):
-        proc.stdin.close()
-    deadline = time.monotonic() + WRAPPER_START_TIMEOUT_S
+    if stdin_data is not None:
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it died at once: reported below
+            proc.stdin.write(stdin_data)
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         ref = read_wrapper_ref(run)
         if ref is not None:
@@ -198,8 +220,8 @@ def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
         if proc.poll() is not None:
             break
         time.sleep(0.01)
-    err = (run.path / ".wrapper.err").read_text(errors="replace")[-400:]
-    raise ResultUnknown(f"the run wrapper did not start: {err.strip() or 'no output'}")
+    err = (run.path / err_name).read_text(errors="replace")[-400:]
+    raise ResultUnknown(f"the {what} did not start: {err.strip() or 'no output'}")
 
 
 def _reap_later(proc: subprocess.Popen[bytes]) -> None:

@@ -27,17 +27,7 @@ from proctor.supervise.launch import (
     start_run,
 )
 from proctor.supervise.signals import deferred_stops
-from proctor.targets.base import (
-    PLAN,
-    Fetched,
-    JobSpec,
-    Prepared,
-    Released,
-    RunStatus,
-    StartedRun,
-    SyncedSource,
-    TargetInfo,
-)
+from proctor.targets import base
 
 
 def _secs(value: float | None) -> str | None:
@@ -45,7 +35,7 @@ def _secs(value: float | None) -> str | None:
 
 
 def plan_for_job(
-    job: JobSpec, runs_dir: Path, checkout: Path, config: ProjectConfig | None = None
+    job: base.JobSpec, runs_dir: Path, checkout: Path, config: ProjectConfig | None = None
 ) -> RunPlan:
     """The RunPlan for `job`, with cwd resolved against `checkout`."""
     cwd = Path(job.cwd) if job.cwd and Path(job.cwd).is_absolute() else checkout / (job.cwd or "")
@@ -66,9 +56,9 @@ def plan_for_job(
     return plan
 
 
-def status_of(run: RunDir) -> RunStatus:
+def status_of(run: RunDir) -> base.RunStatus:
     state = run_state(run)
-    return RunStatus(
+    return base.RunStatus(
         state=state.state,
         exit_code=state.exit.code if state.exit else None,
         exit_signal=state.exit.signal if state.exit else None,
@@ -77,7 +67,7 @@ def status_of(run: RunDir) -> RunStatus:
     )
 
 
-def verify_copy(manifest_dir: Path, copy_dir: Path) -> Fetched:
+def verify_copy(manifest_dir: Path, copy_dir: Path) -> base.Fetched:
     """Check every file of `copy_dir` against `manifest_dir/manifest.sha256`."""
     manifest = manifest_dir / MANIFEST
     files = sorted(
@@ -86,19 +76,19 @@ def verify_copy(manifest_dir: Path, copy_dir: Path) -> Fetched:
         if p.is_file() and not p.name.startswith(".") and p.name != MANIFEST
     )
     if not manifest.is_file():
-        return Fetched(str(copy_dir), files, manifest_present=False)
+        return base.Fetched(str(copy_dir), files, manifest_present=False)
     expected = read_manifest(manifest)
     missing = [n for n in expected if not (copy_dir / n).is_file()]
     changed = [n for n in expected if n not in missing and sha256_file(copy_dir / n) != expected[n]]
     extra = [n for n in files if n not in expected]
-    return Fetched(str(copy_dir), files, True, changed, missing, extra)
+    return base.Fetched(str(copy_dir), files, True, changed, missing, extra)
 
 
 class LocalTarget:
     """Runs on this machine; the workspace is the project checkout itself."""
 
     kind = "local"
-    capabilities = frozenset({PLAN})
+    capabilities = frozenset({base.PLAN})
 
     def __init__(self, runs_dir: Path, checkout: Path | None = None,
                  config: ProjectConfig | None = None) -> None:  # fmt: skip
@@ -106,21 +96,23 @@ class LocalTarget:
         self.checkout = (checkout or Path.cwd()).resolve()
         self.config = config if config is not None else load_config(start=self.checkout)
 
-    def describe(self) -> TargetInfo:
+    def describe(self) -> base.TargetInfo:
         from proctor.record.hostinfo import host_info
 
-        return TargetInfo(kind="local", name="local", host=str(host_info()["hostname"]))
+        return base.TargetInfo(kind="local", name="local", host=str(host_info()["hostname"]))
 
-    def prepare(self) -> Prepared:
+    def prepare(self) -> base.Prepared:
         import sys
 
-        return Prepared(workspace=str(self.checkout), python=sys.executable,
+        return base.Prepared(workspace=str(self.checkout), python=sys.executable,
                         found={"runs_dir": str(self.runs_dir)})  # fmt: skip
 
-    def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
+    def sync_source(
+        self, identity: SourceIdentity, *, existing: str | None = None
+    ) -> base.SyncedSource:
         path = Path(existing) if existing else self.checkout
         report = inspect_checkout(path)
-        return SyncedSource(
+        return base.SyncedSource(
             source_id=identity.source_id,
             checkout=str(path),
             action="local" if existing is None else "existing",
@@ -136,12 +128,12 @@ class LocalTarget:
             raise UsageError(f"no run {run_id!r} in {self.runs_dir}", hint="see proctor runs list")
         return RunDir(self.runs_dir / run_id)
 
-    def start(self, job: JobSpec) -> StartedRun:
+    def start(self, job: base.JobSpec) -> base.StartedRun:
         plan = plan_for_job(job, self.runs_dir, self.checkout, self.config)
         spec = RunSpec(group=job.group, target=self.describe().to_record(), extra=dict(job.extra))
         started = start_run(plan, spec)
         run = started.run
-        return StartedRun(run.run_id, str(run.path), run.log_path().name, started.attached)
+        return base.StartedRun(run.run_id, str(run.path), run.log_path().name, started.attached)
 
     def start_plan(self, plan: RunPlan) -> Started:
         """`proctor run` on this machine: the run from its resolved plan. Stop signals are held
@@ -152,11 +144,11 @@ class LocalTarget:
     def run_facts(self, run: RunDir) -> dict[str, Any]:
         return {}
 
-    def status(self, run_id: str) -> RunStatus:
+    def status(self, run_id: str) -> base.RunStatus:
         return status_of(self._run(run_id))
 
     def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
-               until_done: bool = True) -> RunStatus:  # fmt: skip
+               until_done: bool = True) -> base.RunStatus:  # fmt: skip
         run = self._run(run_id)
         if offset:
             # follow_log starts at 0 or the end; copy the tail past `offset` ourselves first.
@@ -171,20 +163,22 @@ class LocalTarget:
     def stop(self, run_id: str) -> bool:
         return request_stop(self._run(run_id))
 
-    def fetch(self, run_id: str, dest: Path) -> Fetched:
+    def fetch(self, run_id: str, dest: Path) -> base.Fetched:
         run = self._run(run_id)
         if dest.resolve() != run.path.resolve():
             shutil.copytree(run.path, dest, dirs_exist_ok=True)
         return verify_copy(run.path, dest)
 
-    def release(self) -> Released:
-        return Released(action="none", verified=True, detail="local machine: nothing to release")
+    def release(self) -> base.Released:
+        return base.Released(
+            action="none", verified=True, detail="local machine: nothing to release"
+        )
 
     def close(self) -> None:
         return None
 
 
-def describe_record(info: TargetInfo) -> dict[str, Any]:
+def describe_record(info: base.TargetInfo) -> dict[str, Any]:
     return info.to_record()
 
 

@@ -35,20 +35,7 @@ import asyncssh
 
 from proctor.errors import ProctorError, TargetUnavailable, UsageError
 from proctor.source.identity import SourceIdentity
-from proctor.targets.base import AGENT as AGENT_CAP
-from proctor.targets.base import (
-    FAR,
-    SETUP,
-    WAIT,
-    Fetched,
-    JobSpec,
-    Prepared,
-    Released,
-    RunStatus,
-    StartedRun,
-    SyncedSource,
-    TargetInfo,
-)
+from proctor.targets import base
 from proctor.targets.local import verify_copy
 
 T = TypeVar("T")
@@ -368,14 +355,14 @@ class SshTarget:
     shell: everything far away is done by the agent through `conn`)."""
 
     kind = "ssh"
-    capabilities = frozenset({AGENT_CAP, SETUP, WAIT, FAR})
+    capabilities = frozenset({base.AGENT, base.SETUP, base.WAIT, base.FAR})
 
     def __init__(self, opts: SshOptions, *, info_extra: dict[str, Any] | None = None,
                  conn: Shell | None = None) -> None:  # fmt: skip
         self.opts = opts
         self.conn: Shell = conn if conn is not None else SshConnection(opts)
         self.info_extra = dict(info_extra or {})
-        self.prepared: Prepared | None = None
+        self.prepared: base.Prepared | None = None
         self.checkout: str | None = None
         self.identity: dict[str, Any] | None = None
 
@@ -421,18 +408,18 @@ class SshTarget:
     def reconnects(self) -> int:
         return self.conn.reconnects
 
-    def with_prepared(self, prepared: Prepared) -> SshTarget:
+    def with_prepared(self, prepared: base.Prepared) -> SshTarget:
         """Reuse what an earlier prepare() found (reconnecting from a record)."""
         self.prepared = prepared
         return self
 
     # -- protocol -----------------------------------------------------------------------------
-    def describe(self) -> TargetInfo:
+    def describe(self) -> base.TargetInfo:
         details = {k: v for k, v in self.opts.to_record().items() if k not in ("host",)}
         details.update(self.info_extra)
-        return TargetInfo(kind=self.kind, name=self.name, host=self.opts.host, details=details)
+        return base.TargetInfo(kind=self.kind, name=self.name, host=self.opts.host, details=details)
 
-    def prepare(self) -> Prepared:
+    def prepare(self) -> base.Prepared:
         o = self.opts
         probe = (
             "set -e; "
@@ -483,7 +470,7 @@ class SshTarget:
             if rc != 0:
                 raise TargetUnavailable(f"{o.name}: cannot unpack proctor into {lib}: "
                                         f"{err.decode(errors='replace').strip()}")  # fmt: skip
-        self.prepared = Prepared(workspace=ws, python=python, proctor_path=lib,
+        self.prepared = base.Prepared(workspace=ws, python=python, proctor_path=lib,
                                  env_sh=env_sh if env_found else None)  # fmt: skip
         try:
             found = self.agent("probe", {})
@@ -495,7 +482,7 @@ class SshTarget:
         notes = [] if env_found else [f"no env.sh at {env_sh} (not sourced)"]
         found = {**found, "hostname": hostname, "proctor_lib_shipped": shipped,
                  "proctor_lib": lib}  # fmt: skip
-        self.prepared = Prepared(
+        self.prepared = base.Prepared(
             workspace=ws, python=str(found.get("python") or python), proctor_path=lib,
             env_sh=env_sh if env_found else None, found=found, notes=notes,
         )  # fmt: skip
@@ -503,29 +490,31 @@ class SshTarget:
             self.prepared = self._ensure_venv(self.prepared)
         return self.prepared
 
-    def _ensure_venv(self, base: Prepared) -> Prepared:
+    def _ensure_venv(self, prepared: base.Prepared) -> base.Prepared:
         """proctor installed into <ws>/proctor/venv from a wheel of this exact proctor; the
         venv's python then runs everything (no PYTHONPATH)."""
         from proctor.targets.remote.install import proctor_wheel
 
-        dest = f"{base.workspace}/proctor/venv"
+        dest = f"{prepared.workspace}/proctor/venv"
         wheel, tag = proctor_wheel(_local_cache() / "wheels")
         answer = self.agent("venv", {"dest": dest, "tag": tag, "wheel": None}, timeout=300)
         if answer.get("needs_wheel"):
-            remote = f"{base.workspace}/proctor/tmp/{wheel.name}.{secrets.token_hex(4)}"
+            remote = f"{prepared.workspace}/proctor/tmp/{wheel.name}.{secrets.token_hex(4)}"
             self.conn.put(wheel, remote)
             answer = self.agent("venv", {"dest": dest, "tag": tag, "wheel": remote}, timeout=300)
         answer.pop("ok", None)
-        notes = list(base.notes)
+        notes = list(prepared.notes)
         if answer.get("missing"):
             notes.append(f"far venv lacks {', '.join(answer['missing'])} (some commands need them)")
-        return Prepared(
-            workspace=base.workspace, python=str(answer["python"]), proctor_path=None,
-            env_sh=base.env_sh, setup=base.setup,
-            found={**base.found, "venv": answer, "base_python": base.python}, notes=notes,
+        return base.Prepared(
+            workspace=prepared.workspace, python=str(answer["python"]), proctor_path=None,
+            env_sh=prepared.env_sh, setup=prepared.setup,
+            found={**prepared.found, "venv": answer, "base_python": prepared.python}, notes=notes,
         )  # fmt: skip
 
-    def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
+    def sync_source(
+        self, identity: SourceIdentity, *, existing: str | None = None
+    ) -> base.SyncedSource:
         from proctor.source.archive import CheckoutExists, checkout_path, make_source_archive
 
         if identity.source_id is None:
@@ -577,7 +566,7 @@ class SshTarget:
                                  hint=f"see {log} on the host")  # fmt: skip
         return "ran"
 
-    def start(self, job: JobSpec) -> StartedRun:
+    def start(self, job: base.JobSpec) -> base.StartedRun:
         if self.checkout is None:
             raise UsageError("sync_source() must come before start()")
         request = {
@@ -588,13 +577,15 @@ class SshTarget:
             "target": self.describe().to_record(),
         }
         answer = self.agent("start", request)
-        return StartedRun(answer["run_id"], answer["dir"], answer["log"], bool(answer["attached"]))
+        return base.StartedRun(
+            answer["run_id"], answer["dir"], answer["log"], bool(answer["attached"])
+        )
 
-    def status(self, run_id: str) -> RunStatus:
+    def status(self, run_id: str) -> base.RunStatus:
         return _status(self.agent("status", {"runs_dir": self.runs_dir, "run_id": run_id}))
 
     def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
-               until_done: bool = True) -> RunStatus:  # fmt: skip
+               until_done: bool = True) -> base.RunStatus:  # fmt: skip
         """Copy the far log to `out` from `offset`; after a drop, reconnect and resume at the
         byte where it stopped, for up to opts.reconnect_s."""
         position = offset
@@ -623,7 +614,7 @@ class SshTarget:
                 continue
             return _status(decode_answer(self.opts.name, "follow", rc, b"", err, from_stderr=True))
 
-    def wait(self, run_id: str, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
+    def wait(self, run_id: str, timeout: float | None = None, poll: float = 1.0) -> base.RunStatus:
         deadline = None if timeout is None else time.monotonic() + timeout
         give_up = time.monotonic() + self.opts.reconnect_s
         while True:
@@ -643,15 +634,15 @@ class SshTarget:
         answer = self.agent("stop", {"runs_dir": self.runs_dir, "run_id": run_id})
         return bool(answer["sent"])
 
-    def fetch(self, run_id: str, dest: Path) -> Fetched:
+    def fetch(self, run_id: str, dest: Path) -> base.Fetched:
         answer = self.agent("listing", {"runs_dir": self.runs_dir, "run_id": run_id})
         names = [str(n) for n in answer["files"]]
         dest.mkdir(parents=True, exist_ok=True)
         self.conn.get_many(f"{self.runs_dir}/{run_id}", names, dest)
         return verify_copy(dest, dest)
 
-    def release(self) -> Released:
-        return Released(action="none", verified=True, detail="ssh host: nothing to release")
+    def release(self) -> base.Released:
+        return base.Released(action="none", verified=True, detail="ssh host: nothing to release")
 
     def close(self) -> None:
         self.conn.close()
@@ -701,8 +692,8 @@ def _error_from(answer: dict[str, Any]) -> ProctorError:
     return cls(message, hint=hint)
 
 
-def _synced(answer: dict[str, Any], action: str, archive_sha256: str | None) -> SyncedSource:
-    return SyncedSource(
+def _synced(answer: dict[str, Any], action: str, archive_sha256: str | None) -> base.SyncedSource:
+    return base.SyncedSource(
         source_id=answer.get("source_id"),
         checkout=str(answer["path"]),
         action=action,  # type: ignore[arg-type]
@@ -715,8 +706,8 @@ def _synced(answer: dict[str, Any], action: str, archive_sha256: str | None) -> 
     )
 
 
-def _status(answer: dict[str, Any]) -> RunStatus:
-    return RunStatus(
+def _status(answer: dict[str, Any]) -> base.RunStatus:
+    return base.RunStatus(
         state=answer["state"],
         exit_code=answer.get("exit_code"),
         exit_signal=answer.get("exit_signal"),

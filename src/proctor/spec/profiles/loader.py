@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -67,6 +67,19 @@ def _field_path(section: str, name: str, exc: ValidationError) -> str:
     return f"{section}.{name}.{loc}: {first['msg']}" if loc else f"{section}.{name}: {first['msg']}"
 
 
+P = TypeVar("P")
+
+
+def _known(profiles: dict[str, P], name: str, what: str, table: str) -> P:
+    """The profile `name`, or a ConfigError listing the known ones and the table to define."""
+    if name not in profiles:
+        raise ConfigError(
+            f"unknown {what} {name!r}",
+            hint=f"known: {', '.join(sorted(profiles))}; or define {table}",
+        )
+    return profiles[name]
+
+
 @dataclass
 class ProfileSet:
     engines: dict[str, EngineProfile] = field(default_factory=dict)
@@ -76,28 +89,13 @@ class ProfileSet:
     origins: dict[str, str] = field(default_factory=dict)  # "engines.vllm" -> "built-in"/...
 
     def engine(self, name: str) -> EngineProfile:
-        if name not in self.engines:
-            raise ConfigError(
-                f"unknown engine profile {name!r}",
-                hint=f"known: {', '.join(sorted(self.engines))}; or define [engines.{name}]",
-            )
-        return self.engines[name]
+        return _known(self.engines, name, "engine profile", f"[engines.{name}]")
 
     def model(self, name: str) -> ModelProfile:
-        if name not in self.models:
-            raise ConfigError(
-                f"unknown model profile {name!r}",
-                hint=f'known: {", ".join(sorted(self.models))}; or define [models."{name}"]',
-            )
-        return self.models[name]
+        return _known(self.models, name, "model profile", f'[models."{name}"]')
 
     def addon(self, name: str) -> AddonProfile:
-        if name not in self.addons:
-            raise ConfigError(
-                f"unknown add-on {name!r}",
-                hint=f"known: {', '.join(sorted(self.addons))}; or define [addons.{name}]",
-            )
-        return self.addons[name]
+        return _known(self.addons, name, "add-on", f"[addons.{name}]")
 
     def resolve_model(
         self, name: str | None, model_path: str, engine: EngineProfile

@@ -12,7 +12,8 @@ A controller that dies or loses the connection leaves the run going; `resume_rem
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -380,31 +381,30 @@ def resume_remote(local_dir: Path, out: IO[bytes] | None, *, follow: bool = True
         target.close()
 
 
-def remote_status(local_dir: Path) -> RunStatus:
+@contextmanager
+def _far_run(local_dir: Path) -> Iterator[tuple[Target, str]]:
+    """The target of a remote run (found from its local record) and the far-side run id."""
     remote = read_remote(local_dir)
     target = target_for_record(remote)
     try:
-        return target.status(str(remote["run_id"]))
+        yield target, str(remote["run_id"])
     finally:
         target.close()
+
+
+def remote_status(local_dir: Path) -> RunStatus:
+    with _far_run(local_dir) as (target, run_id):
+        return target.status(run_id)
 
 
 def remote_logs(local_dir: Path, out: IO[bytes], follow: bool) -> RunStatus:
-    remote = read_remote(local_dir)
-    target = target_for_record(remote)
-    try:
-        return target.follow(str(remote["run_id"]), out, until_done=follow)
-    finally:
-        target.close()
+    with _far_run(local_dir) as (target, run_id):
+        return target.follow(run_id, out, until_done=follow)
 
 
 def remote_stop(local_dir: Path) -> bool:
-    remote = read_remote(local_dir)
-    target = target_for_record(remote)
-    try:
-        return target.stop(str(remote["run_id"]))
-    finally:
-        target.close()
+    with _far_run(local_dir) as (target, run_id):
+        return target.stop(run_id)
 
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from proctor.errors import NotAuthorised, ProctorError, TargetUnavailable, UsageError
@@ -96,13 +96,7 @@ class FinalState:
     error: str | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {
-            "pod_id": self.pod_id,
-            "action": self.action,
-            "desired_status": self.desired_status,
-            "verified": self.verified,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 def create_input(

@@ -25,21 +25,7 @@ from typing import IO, Any
 
 from proctor.errors import ProctorError, TimeLimitReached
 from proctor.source.identity import SourceIdentity
-from proctor.targets.base import (
-    AGENT,
-    BUDGET,
-    FAR,
-    SETUP,
-    WAIT,
-    Fetched,
-    JobSpec,
-    Prepared,
-    Released,
-    RunStatus,
-    StartedRun,
-    SyncedSource,
-    TargetInfo,
-)
+from proctor.targets import base
 from proctor.targets.runpod.budget import Budget, watchdog_argv, watchdog_source
 from proctor.targets.runpod.client import RunpodClient
 from proctor.targets.runpod.models import NetworkVolume
@@ -81,7 +67,7 @@ class RunpodTarget:
     controller-side budget check around start/follow/wait."""
 
     kind = "runpod"
-    capabilities = frozenset({AGENT, SETUP, WAIT, FAR, BUDGET})
+    capabilities = frozenset({base.AGENT, base.SETUP, base.WAIT, base.FAR, base.BUDGET})
     poll_s = 1.0  # how often a budgeted follow/wait looks at the job and the budget
     stop_wait_s = 150.0  # after a budget stop: how long to wait for the far job to end
 
@@ -95,7 +81,7 @@ class RunpodTarget:
         self.watchdog: dict[str, Any] | None = None
         self.group_cost_per_hr: float | None = None  # all pods of the run; else this pod's
         self.limit_reached: str | None = None  # why the controller stopped the job (exit 4)
-        self.released: Released | None = None
+        self.released: base.Released | None = None
         self.api_url: str | None = None
 
     @classmethod
@@ -114,14 +100,14 @@ class RunpodTarget:
     def pod_id(self) -> str:
         return str(self.pod["pod_id"])
 
-    def describe(self) -> TargetInfo:
-        base = self.ssh.describe()
-        details = {**base.details, "pod": self.pod, "release_policy": asdict(self.policy),
+    def describe(self) -> base.TargetInfo:
+        far = self.ssh.describe()
+        details = {**far.details, "pod": self.pod, "release_policy": asdict(self.policy),
                    "api_url": self.api_url}  # fmt: skip
-        return TargetInfo(kind="runpod", name=f"runpod://{self.pod_id}", host=base.host,
+        return base.TargetInfo(kind="runpod", name=f"runpod://{self.pod_id}", host=far.host,
                           details=details)  # fmt: skip
 
-    def prepare(self) -> Prepared:
+    def prepare(self) -> base.Prepared:
         prepared = self.ssh.prepare()
         if self.budget is not None and (self.budget.max_time_s or self.budget.max_cost):
             self.watchdog = self.start_watchdog(self.budget)
@@ -150,7 +136,9 @@ class RunpodTarget:
         return {"pid": out.decode().strip(), "state_file": state, "argv": argv,
                 "deadline": budget.deadline(self.pod.get("cost_per_hr"))}  # fmt: skip
 
-    def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
+    def sync_source(
+        self, identity: SourceIdentity, *, existing: str | None = None
+    ) -> base.SyncedSource:
         return self.ssh.sync_source(identity, existing=existing)
 
     def run_setup(self, script: str, checkout: str) -> str:
@@ -195,7 +183,7 @@ class RunpodTarget:
                 "spent": round(b.spent(now, rate), 4) if rate else None,
                 "limit_reached": self.limit_reached}  # fmt: skip
 
-    def _stop_for_budget(self, run_id: str, reason: str, out: _Counting | None) -> RunStatus:
+    def _stop_for_budget(self, run_id: str, reason: str, out: _Counting | None) -> base.RunStatus:
         """Stop the far job (its grace lets a flow tear its server down), wait for its end."""
         self.limit_reached = reason
         # The wait below sees whether it ended; the release stops the pod regardless.
@@ -212,7 +200,7 @@ class RunpodTarget:
                 return status
             time.sleep(self.poll_s)
 
-    def start(self, job: JobSpec) -> StartedRun:
+    def start(self, job: base.JobSpec) -> base.StartedRun:
         reason = self.budget_spent()
         if reason is not None:
             self.limit_reached = reason
@@ -220,11 +208,11 @@ class RunpodTarget:
         job.extra = {**job.extra, "pod": self.pod, "watchdog": self.watchdog}
         return self.ssh.start(job)
 
-    def status(self, run_id: str) -> RunStatus:
+    def status(self, run_id: str) -> base.RunStatus:
         return self.ssh.status(run_id)
 
     def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
-               until_done: bool = True) -> RunStatus:  # fmt: skip
+               until_done: bool = True) -> base.RunStatus:  # fmt: skip
         if not (until_done and self.budgeted):
             return self.ssh.follow(run_id, out, offset=offset, until_done=until_done)
         counting = _Counting(out, offset)
@@ -238,7 +226,7 @@ class RunpodTarget:
                 return self._stop_for_budget(run_id, reason, counting)
             time.sleep(self.poll_s)
 
-    def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
+    def wait(self, run_id: str, timeout: float | None = None) -> base.RunStatus:
         if not self.budgeted:
             return self.ssh.wait(run_id, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -253,17 +241,17 @@ class RunpodTarget:
     def stop(self, run_id: str) -> bool:
         return self.ssh.stop(run_id)
 
-    def fetch(self, run_id: str, dest: Path) -> Fetched:
+    def fetch(self, run_id: str, dest: Path) -> base.Fetched:
         return self.ssh.fetch(run_id, dest)
 
-    def release(self) -> Released:
+    def release(self) -> base.Released:
         """Stop (keep, terminate) the pod and verify the final state; once per target, so the
         run's own release and a caller's safety net do not act twice."""
         if self.released is None:
             self.released = self._release()
         return self.released
 
-    def _release(self) -> Released:
+    def _release(self) -> base.Released:
         p = self.policy
         with self._client_factory() as client:
             try:
@@ -272,11 +260,11 @@ class RunpodTarget:
                     allow_terminate=p.allow_terminate, timeout_s=p.timeout_s,
                 )  # fmt: skip
             except CleanupFailed as error:
-                return Released("stopped", False, error.one_line(),
+                return base.Released("stopped", False, error.one_line(),
                                 [s.to_record() for s in error.states])  # fmt: skip
         action = states[0].action if states else "none"
         detail = ", ".join(f"pod {s.pod_id} {s.desired_status or 'gone'}" for s in states)
-        return Released(action, all(s.verified for s in states), detail,
+        return base.Released(action, all(s.verified for s in states), detail,
                         [s.to_record() for s in states])  # fmt: skip
 
     def close(self) -> None:
@@ -332,13 +320,13 @@ def acquire_targets(
     return targets
 
 
-def release_all(targets: list[RunpodTarget]) -> list[Released]:
-    out: list[Released] = []
+def release_all(targets: list[RunpodTarget]) -> list[base.Released]:
+    out: list[base.Released] = []
     for target in targets:
         try:
             out.append(target.release())
         except ProctorError as error:
-            out.append(Released("stopped", False, error.one_line()))
+            out.append(base.Released("stopped", False, error.one_line()))
     return out
 
 

@@ -12,7 +12,7 @@ Rules (never success without every node's exit_code saying 0):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from proctor.errors import ExitCode
@@ -35,14 +35,8 @@ class NodeResult:
     problem: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "present": self.present,
-            "outcome": self.outcome,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "verified": self.verified,
-            "problem": self.problem,
-        }
+        # The node's name is the key its entry is filed under, not part of the entry.
+        return {k: v for k, v in asdict(self).items() if k != "node"}
 
 
 @dataclass

@@ -8,7 +8,7 @@ Every command goes through a LoginHost, so the same code serves local and SSH lo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from proctor.errors import TargetUnavailable, UsageError
@@ -109,22 +109,10 @@ class Accounting:
         return self.state in FINAL_STATES
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "state": self.state,
-            "reason": self.reason,
-            "exit_code": self.exit_code,
-            "derived_exit_code": self.derived_exit_code,
-            "elapsed": self.elapsed,
-            "elapsed_s": elapsed_seconds(self.elapsed),
-            "node_list": self.node_list,
-            "start": self.start,
-            "end": self.end,
-            "time_limit": self.time_limit,
-            "partition": self.partition,
-            "steps": self.steps,
-            "accounting_source": self.source,
-        }
+        out = asdict(self)
+        out["elapsed_s"] = elapsed_seconds(self.elapsed)
+        out["accounting_source"] = out.pop("source")
+        return out
 
 
 def _none(text: str | None) -> str | None:

@@ -21,9 +21,16 @@ from proctor.errors import NotReady, UsageError, WorkloadFailed
 from proctor.record.rundir import RunDir
 from proctor.record.status import run_state
 from proctor.spec.config import ProjectConfig
-from proctor.spec.plan import RunFlags, Value, resolve_run_plan
+from proctor.spec.plan import RunFlags
 from proctor.spec.profiles.models import EngineProfile, MultiNodeLaunch
-from proctor.spec.server import ServerRequest, profiles_for, server_command, server_name
+from proctor.spec.server import (
+    ServerRequest,
+    applied_facts,
+    profiles_for,
+    server_command,
+    server_name,
+    server_plan,
+)
 from proctor.supervise.launch import Started, record_of, request_stop, wait_run
 from proctor.targets.slurm.node import fill
 from proctor.targets.slurm.options import SlurmOptions
@@ -82,30 +89,19 @@ def start_slurm_server(
     worker = fill(argv + launch.worker_args, values)
     launch_env = {k: fill([v], values)[0] for k, v in launch.env.items()}
     env = {**env, **launch_env}
-    flags = flags or RunFlags(argv=[])
-    flags.argv = head
-    flags.name = flags.name or f"{server_name(request)}-slurm{nodes}"
-    flags.env = [f"{k}={v}" for k, v in env.items()] + list(flags.env)
-    flags.detach = True
-    plan = resolve_run_plan(flags, config)
-    for k in env:
-        if plan.env[k].value == env[k]:
-            plan.env[k] = Value(env[k], f"profile:{engine.name}/{model_profile}")
+    plan = server_plan(
+        flags or RunFlags(argv=[]), config, argv=head, name=f"{server_name(request)}-slurm{nodes}",
+        env=env, origin=f"profile:{engine.name}/{model_profile}",
+    )  # fmt: skip
     redactor = plan.redactor()
     name = parallel or (next(iter(engine.multinode)) if nodes > 1 else None)
     applied = {
-        "engine": engine.name,
-        "model": request.model,
-        "model_profile": model_profile,
-        "addons": [n for n, _ in request.addons],
-        "port": request.port,
+        **applied_facts(
+            request, redactor, engine=engine.name, model_profile=model_profile, argv=head, env=env,
+            chat=chat,
+        ),
         "host": None,  # the head node's address, once the tracker has seen it
         "listen": LISTEN_ALL,
-        "tp": request.tp,
-        "applied_env": redactor.env(env),
-        "argv": redactor.argv(head),
-        "use_chat_template": chat,
-        "served_model_name": request.served_model_name,
         "preflight": {"skipped": "port and GPU checks happen on the allocated nodes"},
         "multinode": {
             "parallel": name,

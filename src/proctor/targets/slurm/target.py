@@ -15,33 +15,28 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from proctor.errors import ProctorError, ResultUnknown, TargetUnavailable, UsageError
+from proctor.errors import ProctorError, TargetUnavailable, UsageError
 from proctor.record.recorder import Recorder, event
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.status import is_alive, read_wrapper_ref
 from proctor.source.identity import SourceIdentity
 from proctor.spec.plan import RunPlan
-from proctor.supervise.launch import RunSpec, Started, key_lock, live_keyed_run, prepare_run
-from proctor.targets.base import (
-    PLAN,
-    Fetched,
-    JobSpec,
-    Prepared,
-    Released,
-    RunStatus,
-    StartedRun,
-    SyncedSource,
-    TargetInfo,
+from proctor.supervise.launch import (
+    RunSpec,
+    Started,
+    key_lock,
+    live_keyed_run,
+    prepare_run,
+    start_detached,
 )
+from proctor.targets import base
+from proctor.targets.local import status_of
 from proctor.targets.slurm.login import LocalLogin, LoginHost
 from proctor.targets.slurm.options import SlurmOptions, SlurmTargetSpec
 from proctor.targets.slurm.scheduler import Slurm
@@ -115,7 +110,7 @@ class SlurmTarget:
     """A Slurm cluster as a `proctor.targets.base.Target`; run ids name local group runs."""
 
     kind = "slurm"
-    capabilities = frozenset({PLAN})
+    capabilities = frozenset({base.PLAN})
 
     def __init__(
         self,
@@ -131,15 +126,15 @@ class SlurmTarget:
         self.runs_dir = runs_dir
 
     # -- the Target protocol (proctor.targets.base) ---------------------------------------
-    def describe(self) -> TargetInfo:
-        return TargetInfo(
+    def describe(self) -> base.TargetInfo:
+        return base.TargetInfo(
             kind="slurm",
             name=self.options.target.display(),
             host=self.options.target.host,
             details=self.options.as_dict(),
         )
 
-    def prepare(self) -> Prepared:
+    def prepare(self) -> base.Prepared:
         workspace = self.login.expand(self.options.workspace)
         ping = self.login.run(["scontrol", "ping"])
         if ping.returncode != 0 or "UP" not in ping.stdout:
@@ -147,17 +142,17 @@ class SlurmTarget:
                 f"slurmctld does not answer: {ping.first_error_line()}",
                 hint="check SLURM_CONF and the controller",
             )
-        return Prepared(
+        return base.Prepared(
             workspace=workspace,
             python=self.options.python,
             found={"scontrol_ping": ping.stdout.strip()},
         )
 
-    def start(self, job: JobSpec) -> StartedRun:
+    def start(self, job: base.JobSpec) -> base.StartedRun:
         """The protocol's start: `job` as a group run (start_plan takes a resolved RunPlan)."""
         started = self.start_plan(self._plan_for(job))
         meta = started.run.read_json(META) or {}
-        return StartedRun(
+        return base.StartedRun(
             run_id=started.run.run_id,
             remote_dir=str(meta.get("remote_run_dir")),
             log_name=started.run.log_path().name,
@@ -168,7 +163,7 @@ class SlurmTarget:
         """The Slurm job id of a started group run (for `proctor run`'s report)."""
         return {"job_id": (run.read_json(META) or {}).get("job_id")}
 
-    def _plan_for(self, job: JobSpec) -> RunPlan:
+    def _plan_for(self, job: base.JobSpec) -> RunPlan:
         from proctor.spec.config import ProjectConfig
         from proctor.spec.plan import RunFlags, resolve_run_plan
 
@@ -193,22 +188,13 @@ class SlurmTarget:
             raise UsageError("this SlurmTarget has no runs_dir", hint="pass runs_dir=")
         return resolve_run(self.runs_dir, run_id)
 
-    def status(self, run_id: str) -> RunStatus:
-        from proctor.record.status import effective_outcome, run_state
-
-        run = self._run(run_id)
-        state = run_state(run)
-        return RunStatus(
-            state=state.state,
-            exit_code=state.exit.code if state.exit else None,
-            exit_signal=state.exit.signal if state.exit else None,
-            wrapper_alive=state.wrapper_alive,
-            outcome=effective_outcome(run.read_json("record.json") or {}, state),
-        )
+    def status(self, run_id: str) -> base.RunStatus:
+        # The tracker keeps the group's run directory here, as a local run's wrapper does.
+        return status_of(self._run(run_id))
 
     def follow(
         self, run_id: str, out: IO[bytes], *, offset: int = 0, until_done: bool = True
-    ) -> RunStatus:
+    ) -> base.RunStatus:
         from proctor.supervise.launch import follow_log
 
         follow_log(self._run(run_id), out, from_start=offset == 0, until_done=until_done)
@@ -217,7 +203,7 @@ class SlurmTarget:
     def stop(self, run_id: str) -> bool:
         return self.stop_run(self._run(run_id))
 
-    def fetch(self, run_id: str, dest: Path) -> Fetched:
+    def fetch(self, run_id: str, dest: Path) -> base.Fetched:
         """The tracker already fetched and verified every node; copy the group and re-verify."""
         import shutil
 
@@ -227,7 +213,7 @@ class SlurmTarget:
         if Path(dest).resolve() != run.path.resolve():
             shutil.copytree(run.path, dest, dirs_exist_ok=True)
         check = verify_run_manifest(RunDir(Path(dest)))
-        return Fetched(
+        return base.Fetched(
             local_dir=str(dest),
             files=check.ok,
             manifest_present=check.present,
@@ -236,8 +222,8 @@ class SlurmTarget:
             extra=check.extra,
         )
 
-    def release(self) -> Released:
-        return Released(
+    def release(self) -> base.Released:
+        return base.Released(
             action="none", verified=True, detail="Slurm frees the allocation when the job ends"
         )
 
@@ -348,7 +334,9 @@ class SlurmTarget:
         workdir = synced.checkout if rel == "." else f"{synced.checkout}/{rel}"
         return workdir, {**synced.to_record(), "kind": synced.action}
 
-    def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
+    def sync_source(
+        self, identity: SourceIdentity, *, existing: str | None = None
+    ) -> base.SyncedSource:
         """The exact source at <workspace>/proctor/src/<source-id>/ on the shared filesystem:
         shipped when absent, else inspected and verified (never reset)."""
         from proctor.source import (
@@ -362,7 +350,7 @@ class SlurmTarget:
         if existing is not None or not identity.source_id:
             path = existing or str(identity.path)
             report = inspect_checkout(path, identity if existing is None else None)
-            return SyncedSource(
+            return base.SyncedSource(
                 source_id=identity.source_id,
                 checkout=path,
                 action="existing",
@@ -379,7 +367,7 @@ class SlurmTarget:
         checkout = str(checkout_path(workspace, identity.source_id))
         if self.login.exists(checkout):
             report = ensure_matches(inspect_checkout(checkout, identity))
-            return SyncedSource(
+            return base.SyncedSource(
                 source_id=identity.source_id,
                 checkout=checkout,
                 action="reused",
@@ -390,7 +378,7 @@ class SlurmTarget:
         with tempfile.TemporaryDirectory(prefix="proctor-src-") as tmp:
             info = make_source_archive(identity, tmp)
             report = unpack_and_verify(info.path, checkout)
-        return SyncedSource(
+        return base.SyncedSource(
             source_id=info.source_id,
             checkout=checkout,
             action="shipped",
@@ -404,7 +392,7 @@ class SlurmTarget:
     def local(self) -> bool:
         return self.options.target.local
 
-    def prepare_login(self) -> Prepared | None:
+    def prepare_login(self) -> base.Prepared | None:
         """Over SSH: the far workspace and python found, proctor's package shipped (cached)."""
         if self.local:
             return None
@@ -486,23 +474,7 @@ class SlurmTarget:
 
 def start_tracker(run: RunDir) -> None:
     """Start the detached tracker for a group run and wait until it holds the run."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proctor.targets.slurm.tracker", str(run.path)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=open(run.path / ".tracker.err", "ab"),  # noqa: SIM115 - handed to the child
-        start_new_session=True,
-        close_fds=True,
+    start_detached(
+        "proctor.targets.slurm.tracker", run, what="Slurm job tracker", err_name=".tracker.err",
+        timeout_s=TRACKER_START_TIMEOUT_S,
     )
-    deadline = time.monotonic() + TRACKER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if read_wrapper_ref(run) is not None:
-            import threading
-
-            threading.Thread(target=proc.wait, daemon=True).start()
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.01)
-    err = (run.path / ".tracker.err").read_text(errors="replace")[-400:]
-    raise ResultUnknown(f"the Slurm job tracker did not start: {err.strip() or 'no output'}")

@@ -31,7 +31,7 @@ from proctor.record.status import read_exit_status
 from proctor.supervise.wrapper import now_iso
 from proctor.targets.slurm.login import LoginHost
 from proctor.targets.slurm.outcome import GroupOutcome, NodeResult, decide
-from proctor.targets.slurm.scheduler import Accounting, Slurm, elapsed_seconds
+from proctor.targets.slurm.scheduler import FINAL_STATES, Accounting, Slurm, elapsed_seconds
 from proctor.targets.slurm.target import META, login_from_meta, update_record
 
 POLL_S = 0.5
@@ -155,17 +155,7 @@ class Tracker:
                 self.note_state(entry.state, entry.reason, entry.nodes)
             self.note_head()
             self.follow_logs()
-            if entry is None or entry.state in (
-                "COMPLETED",
-                "FAILED",
-                "CANCELLED",
-                "TIMEOUT",
-                "NODE_FAIL",
-                "PREEMPTED",
-                "OUT_OF_MEMORY",
-                "BOOT_FAIL",
-                "DEADLINE",
-            ):
+            if entry is None or entry.state in FINAL_STATES:
                 acct = self.slurm.accounting(self.job_id)
                 if acct is None or acct.final:
                     return acct
