@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from proctor.errors import UsageError
 from proctor.spec.config import ProjectConfig
+from proctor.spec.merge import Settings
 from proctor.targets.base import AGENT, BUDGET, FAR, PLAN, SETUP, WAIT, Target
 from proctor.targets.registry import (
     Acquired,
@@ -85,10 +86,10 @@ class SshTargetOptions(TargetOptions, SshBase):
 def ssh_base(config: ProjectConfig, flags: dict[str, Any]) -> dict[str, Any]:
     """SSH settings: a flag given wins over `[remote]` in proctor.toml."""
     remote = config.table("remote")
+    settings = Settings(flags=flags, table=remote, environ={})
 
     def pick(flag: str, key: str) -> Any:
-        value = flags.get(flag)
-        return value if value not in (None, "") else remote.get(key)
+        return settings.value(flag, key=key)
 
     base: dict[str, Any] = {
         "identity_file": pick("identity_file", "identity_file"),
