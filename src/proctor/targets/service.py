@@ -186,6 +186,16 @@ class SupervisedRun:
                 return state_of(status)
             time.sleep(0.02 if status.state == "finished" else poll)
 
+    def final_status(self, status: RunStatus | None = None) -> RunStatus:
+        """The run's status once it is done, as its target knows it: through the target's own
+        wait where it has one (far targets: reconnects, budgets), else its status now."""
+        if status is not None and status.done:
+            return status
+        from proctor.targets.base import WAIT, capable
+
+        waits = capable(self.target, WAIT)
+        return waits.wait(self.run_id) if waits is not None else self.status()
+
     def stop(self) -> bool:
         """Ask the run to stop (its supervisor runs the kill ladder). False if not running."""
         return self.target.stop(self.run_id)

@@ -41,6 +41,7 @@ from proctor.targets.base import (
     Target,
     capable,
 )
+from proctor.targets.service import SupervisedRun
 
 REMOTE_FILE = ".remote.json"
 COMPLETION_FILE = ".completion.json"
@@ -257,12 +258,12 @@ def finish_remote(
     if completion is None:
         completion = Completion(run_id, str(local_dir), remote["target"], remote.get("source", {}))
     status: RunStatus | None = None
+    # The same run service as a local run: follow, then the final status through the target.
+    supervised = SupervisedRun(RunDir(local_dir), target)
     try:
         if follow and out is not None:
-            status = target.follow(run_id, out)
-        waits = capable(target, WAIT)
-        if status is None or not status.done:
-            status = waits.wait(run_id) if waits is not None else target.status(run_id)
+            status = supervised.follow(out)
+        status = supervised.final_status(status)
         budgeted = capable(target, BUDGET)
         completion.limit = budgeted.limit_reached if budgeted is not None else None
         if completion.limit:
