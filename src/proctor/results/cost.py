@@ -75,11 +75,11 @@ def format_cost(cost: dict[str, Any]) -> str:
     """One line: `Cost: $1.2345 per million output tokens (...)` or `Cost: not measured (...)`."""
     if not cost.get("available"):
         return f"Cost: not measured ({cost.get('reason')})"
-    run = (f", run ${cost['run_usd']:.4f} over {cost['run_wall_s']:.1f} s"
+    run = (f", run ${cost['run_usd']:.4f} over {cost['run_wall_s']:.3g} s"
            if cost.get("run_usd") is not None and cost.get("run_wall_s") is not None else "")
     return (f"Cost: ${cost['usd_per_million_output_tokens']:.4f} per million output tokens "
             f"(${cost['usd_per_hour']:g}/hr, {cost['output_tokens']:.0f} tokens over "
-            f"{cost['window_s']:.1f} s{run})")
+            f"{cost['window_s']:.3g} s{run})")
 
 
 __all__ = ["BENCH_SCHEMA", "COST_FILE", "COST_UNITS", "cost_metrics", "cost_of", "format_cost",
