@@ -174,3 +174,34 @@ def test_report_package_has_no_network_urls() -> None:
         if path.name == "browser.py":  # talks to its own Chromium on 127.0.0.1
             continue
         assert "http://" not in path.read_text() and "https://" not in path.read_text(), path
+
+
+def _bench_dir(runs_dir: Path, rid: str, cost: dict | None) -> None:
+    from proctor.results.cost import COST_FILE
+
+    run = runs_dir / rid
+    run.mkdir(parents=True)
+    (run / "record.json").write_text(json.dumps({"run_id": rid, "name": "b", "kind": "bench"}))
+    doc = {"schema": "proctor.bench.metrics",
+           "metrics": {"duration": 36.0, "total_output_tokens": 20000, "completed": 10}}
+    (run / "metrics.json").write_text(json.dumps(doc))
+    if cost is not None:
+        (run / COST_FILE).write_text(json.dumps(cost))
+
+
+def test_bench_cost_section_priced_unpriced_and_local(tmp_path: Path) -> None:
+    from proctor.results.cost import cost_of
+
+    runs_dir = tmp_path / "runs"
+    doc = {"metrics": {"duration": 36.0, "total_output_tokens": 20000}}
+    _bench_dir(runs_dir, "20260101-000000-aaaaaa", cost_of(doc, 2.5, 50.0, source="API"))
+    _bench_dir(runs_dir, "20260101-000000-bbbbbb", cost_of(doc, None, 50.0))
+    _bench_dir(runs_dir, "20260101-000000-cccccc", None)
+    priced = build_report(runs_dir, ["20260101-000000-aaaaaa"]).html
+    assert "<h2>Cost</h2>" in priced and "USD per million output tokens" in priced
+    assert "<td>1.2500</td>" in priced and "2.5000 (API)" in priced
+    unpriced = build_report(runs_dir, ["20260101-000000-bbbbbb"]).html
+    assert "cost: not measured (the machine&#x27;s price is unknown" in unpriced
+    assert "USD per million output tokens" not in unpriced
+    local = build_report(runs_dir, ["20260101-000000-cccccc"]).html
+    assert "cost: not measured (the run was not on a priced machine)" in local

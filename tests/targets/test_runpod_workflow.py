@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,3 +220,88 @@ def test_target_string(text: str, reuse: list[str], keep: bool, max_cost: float 
 def test_bad_target_string_is_a_usage_error(text: str) -> None:
     with pytest.raises(UsageError):
         parse_runpod_target(text)
+
+
+# -- cost per million output tokens (issue 13 point 8) ------------------------------------------
+BENCH_FLOW = """
+[[flow.workload]]
+name = "bench-c2"
+bench = { isl = 8, osl = 4, prompt_multiplier = 2, concurrency = 2, num_prompts = 6, num_warmups = 0 }
+"""
+
+
+def _bench_flow(emulator: RunpodEmulator, repo: Path, *, as_json: bool) -> Any:
+    (repo / "flow.toml").write_text(BENCH_FLOW)
+    return proctor("flow", "--target", "runpod", "--engine", "fake", "--model", "m",
+                   "--port", str(_free_port()), "--poll", "1s", "--file", "flow.toml",
+                   *(["--json"] if as_json else []),
+                   env={"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": emulator.base_url},
+                   cwd=repo, timeout=240)  # fmt: skip
+
+
+def _bench_steps(runs: Path) -> list[Path]:
+    return [p.parent for p in runs.glob("*/steps/*/metrics.json")
+            if json.loads(p.read_text()).get("schema") == "proctor.bench.metrics"]  # fmt: skip
+
+
+def test_bench_on_a_priced_pod_costs_usd_per_million_output_tokens(
+    pods: RunpodEmulator, repo: Path, isolated_runs: Path
+) -> None:
+    result = _bench_flow(pods, repo, as_json=True)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    (bench,) = _bench_steps(isolated_runs)
+    metrics = json.loads((bench / "metrics.json").read_text())["metrics"]
+    cost = json.loads((bench / ".cost.json").read_text())
+    # 2.5 USD/hr (the emulator's H200) x the measured window / the output tokens x 1e6.
+    expected = 2.5 * metrics["duration"] / 3600 / metrics["total_output_tokens"] * 1e6
+    assert cost["available"] is True and cost["usd_per_hour"] == pytest.approx(2.5)
+    assert cost["usd_per_million_output_tokens"] == pytest.approx(expected, rel=1e-4)
+    assert cost["run_usd"] > 0 and cost["run_wall_s"] >= metrics["duration"]
+    (child,) = [c for c in data["children"] if c["run_id"] == bench.name]
+    assert child["cost"]["usd_per_million_output_tokens"] == cost["usd_per_million_output_tokens"]
+    assert data["pod"]["cost"]["usd_per_hour"] == pytest.approx(2.5)
+    assert data["pod"]["cost"]["usd"] > 0
+    # The fetched evidence is untouched: the job still verifies against the far manifest.
+    assert proctor("runs", "verify", bench.parent.parent.name).returncode == 0
+    # In the store, `runs compare` and the report.
+    with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
+        row = db.execute("SELECT value, unit FROM metrics WHERE run_id = ? AND name = ?",
+                         (bench.name, "usd_per_million_output_tokens")).fetchone()  # fmt: skip
+    assert row is not None and row[0] == pytest.approx(expected, rel=1e-4) and row[1] == "USD/Mtok"
+    compared = proctor("runs", "compare", str(bench), str(bench), "--json")
+    assert compared.returncode == 0, compared.stderr
+    names = {r["metric"] for r in json.loads(compared.stdout)}
+    assert "usd_per_million_output_tokens" in names
+    html = isolated_runs.parent / "report.html"
+    made = proctor("report", str(bench), "-o", str(html))
+    assert made.returncode == 0, made.stderr
+    text = html.read_text()
+    assert "USD per million output tokens" in text
+    assert f"{cost['usd_per_million_output_tokens']:,.4f}" in text
+
+
+@pytest.fixture
+def unpriced(host: SshHost) -> Iterator[RunpodEmulator]:
+    """Pods that carry no costPerHr."""
+
+    def on_create(pod: dict[str, Any]) -> tuple[str, int]:
+        return host.address, host.port
+
+    yield from running(RunpodEmulator(api_key=KEY, on_create=on_create, cost_per_gpu_hr=None))
+
+
+def test_bench_on_a_pod_without_a_price_says_not_measured_never_zero(
+    unpriced: RunpodEmulator, repo: Path, isolated_runs: Path
+) -> None:
+    result = _bench_flow(unpriced, repo, as_json=False)
+    assert result.returncode == 0, result.stderr
+    assert "Cost: not measured (the machine's price is unknown" in result.stderr
+    assert "cost: not measured (no costPerHr" in result.stderr
+    (bench,) = _bench_steps(isolated_runs)
+    cost = json.loads((bench / ".cost.json").read_text())
+    assert cost["available"] is False and cost.get("usd_per_million_output_tokens") is None
+    with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
+        names = {n for (n,) in db.execute("SELECT name FROM metrics WHERE run_id = ?",
+                                          (bench.name,))}  # fmt: skip
+    assert "output_throughput" in names and "usd_per_million_output_tokens" not in names

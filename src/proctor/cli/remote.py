@@ -16,6 +16,7 @@ import click
 
 from proctor.cli.output import err_console, print_json
 from proctor.cli.request import command_names, request_of
+from proctor.results.cost import format_cost
 from proctor.source.identity import source_identity
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags
@@ -124,6 +125,9 @@ def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_
             + ("verified" if child.verified else "NOT verified"))  # fmt: skip
         err_console.print(f"proctor: run {child.run_id}: {state} ({child.local_dir})",
                           highlight=False, markup=False)  # fmt: skip
+        if child.cost is not None:
+            err_console.print(f"proctor: run {child.run_id}: {format_cost(child.cost)}",
+                              highlight=False, markup=False)  # fmt: skip
     if print_run and result.children:
         live = [c.run_id for c in result.children if c.live] or [result.children[0].run_id]
         sys.stdout.write(f"{live[0]}\n")

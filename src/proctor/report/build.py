@@ -16,6 +16,7 @@ from pathlib import Path
 
 from proctor.errors import ProctorError, UsageError
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
+from proctor.report.cost import cost_block
 from proctor.report.figures import (
     Curve,
     Figure,
@@ -299,6 +300,8 @@ def run_report(view: RunView, baseline: Baseline | None = None,
         blocks += [figure_block(f) for f in cdfs] or ['<p class="note">no latency data</p>']
         blocks.append(_failures(view))
     blocks += ["<h2>Metrics</h2>", metrics_table(view)]
+    if view.kind == "bench":
+        blocks += ["<h2>Cost</h2>", cost_block(view)]
     if view.kind != "gsm8k":
         blocks.append(verdicts_block(view, baseline, model))
     blocks += ["<h2>Phases</h2>", phases_table(view)]

@@ -42,6 +42,9 @@ _FIXED: dict[str, tuple[str, Direction]] = {
     "valid": ("bool", "higher"),
     "energy_per_output_token_j": ("J/token", "lower"),
     "gpu_power_mean_w": ("W", "none"),
+    # cost on a priced machine (Runpod), from the run's .cost.json (results/cost.py)
+    "usd_per_million_output_tokens": ("USD/Mtok", "lower"),
+    "run_cost_usd": ("USD", "none"),
 }
 
 

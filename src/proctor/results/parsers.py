@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from proctor.errors import ConfigError, ProctorError, UsageError
-from proctor.results.model import ParsedResult
+from proctor.results.cost import cost_metrics
+from proctor.results.model import Metric, ParsedResult
 from proctor.results.names import json_key_to_name, label_to_name
 from proctor.results.reading import read_bounded
 
@@ -280,8 +281,9 @@ def parse_path(path: str | Path) -> ParsedResult:
     """Metrics from a results file (vLLM/SGLang/ATOM serving JSON, lm-eval JSON, proctor
     metrics.json, or their text output)."""
     p = Path(path)
-    if p.is_dir():
-        p = find_result_file(p)
+    run_dir = p if p.is_dir() else None
+    if run_dir is not None:
+        p = find_result_file(run_dir)
     read = read_bounded(p)  # bounded in memory and time, whatever the input is
     try:
         result = parse_string(read.data.decode(errors="replace"), str(p))
@@ -291,4 +293,7 @@ def parse_path(path: str | Path) -> ParsedResult:
         raise
     if read.cut:
         result.meta["input_cut"] = read.cut
+    if run_dir is not None:  # the controller's cost beside the evidence (results/cost.py)
+        for name, value in cost_metrics(run_dir).items():
+            result.metrics.setdefault(name, Metric.of(name, value))
     return result

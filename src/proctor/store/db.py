@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from proctor import redact
+from proctor.results.cost import COST_UNITS, cost_metrics
 from proctor.version import KNOWN_RECORD_VERSIONS as KNOWN_VERSIONS
 
 MIGRATIONS: list[tuple[int, str]] = [
@@ -336,6 +337,9 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         yield str(name), float(value), unit
+    # The controller's cost beside the fetched evidence (Runpod): results/cost.py.
+    for name, value in cost_metrics(run_dir).items():
+        yield name, value, COST_UNITS[name]
 
 
 # A run directory whose row may be missing or stale in the store: its wrapper could not

@@ -25,7 +25,8 @@ of the names below, and a target that declares one also implements its small pro
               the server workflow runs through it (serve start, flow, bench, ... with --target)
     SETUP     run_setup(script, checkout) -> str: the project setup script, once per workspace
     WAIT      wait(run_id, timeout) -> RunStatus: waits through connection drops
-    BUDGET    limit_reached: str | None: the controller stopped the job (time/cost budget)
+    BUDGET    limit_reached: str | None: the controller stopped the job (time/cost budget);
+              price_per_hr() -> (USD/hr | None, where from): what the run's machines cost
     FAR       runs live far away: the controller fetches them into a local run directory
               (`.remote.json`, then verified artifacts); without it the run directory is local
     PLAN      start_plan(plan) -> supervise.launch.Started: a local run directory from a RunPlan
@@ -34,6 +35,7 @@ of the names below, and a target that declares one also implements its small pro
 Stability: other targets (slurm) code against this module. Changes are listed here.
     v1 (initial): the dataclasses and Target below.
     v2: `capabilities` and the capability protocols; SlurmTarget.start follows the protocol.
+    v3: BudgetCapable.price_per_hr (cost per million output tokens, results/cost.py).
 """
 
 from __future__ import annotations
@@ -259,6 +261,10 @@ class WaitCapable(Target, Protocol):
 
 class BudgetCapable(Target, Protocol):
     limit_reached: str | None
+
+    def price_per_hr(self) -> tuple[float | None, str]:
+        """USD per hour of the run's machines (None: unknown, never 0) and where it came from."""
+        ...
 
 
 class PlanCapable(Target, Protocol):

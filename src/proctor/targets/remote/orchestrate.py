@@ -28,6 +28,7 @@ from proctor.errors import (
 )
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.results.cost import BENCH_SCHEMA, COST_FILE, cost_of, format_cost
 from proctor.source.identity import SourceIdentity
 from proctor.supervise.wrapper import now_iso
 from proctor.targets.base import (
@@ -75,6 +76,7 @@ class Completion:
     reconnects: int = 0  # connections re-established after a drop
     indexed: bool = False  # fetched runs are in the local store
     limit: str | None = None  # the controller stopped the job: its time/cost budget was spent
+    cost: dict[str, Any] | None = None  # a bench's cost on a priced machine (results/cost.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +101,8 @@ class Completion:
             lines.append(f"  reconnected:    {self.reconnects} time(s) after a drop")
         if self.limit:
             lines.append(f"  stopped:        {self.limit}")
+        if self.cost:
+            lines.append(f"  cost:           {format_cost(self.cost)}")
         if self.unmet:
             lines.append("  not met:        " + "; ".join(self.unmet))
         if self.error:
@@ -279,12 +283,45 @@ def finish_remote(
     waits = capable(target, WAIT)
     completion.reconnects = waits.reconnects if waits is not None else 0
     if completion.logs_local:
+        completion.cost = write_costs(target, local_dir)
         completion.indexed = index_local(local_dir, store_path)
     if release:
         release_into(target, completion, None)
     completion.finished_at = now_iso()
     _write_completion(local_dir, completion)
     return completion
+
+
+def write_costs(target: Target, local_dir: Path) -> dict[str, Any] | None:
+    """On a priced target: `.cost.json` beside each fetched bench (the run and its steps), the
+    fetched files left as they are; the run's own cost (None when it is not a bench)."""
+    budgeted = capable(target, BUDGET)
+    if budgeted is None:
+        return None
+    price, source = budgeted.price_per_hr()
+    steps = local_dir / "steps"
+    dirs = [local_dir, *(sorted(p for p in steps.iterdir() if p.is_dir())
+                         if steps.is_dir() else [])]  # fmt: skip
+    own: dict[str, Any] | None = None
+    for run_dir in dirs:
+        doc = _read_json_file(run_dir / "metrics.json")
+        if doc.get("schema") != BENCH_SCHEMA:
+            continue
+        wall = (_read_json_file(run_dir / "record.json")).get("duration_s")
+        cost = cost_of(doc, price, float(wall) if isinstance(wall, (int, float)) else None,
+                       source=source)  # fmt: skip
+        write_atomic(run_dir / COST_FILE, json.dumps(cost, indent=2) + "\n")
+        if run_dir == local_dir:
+            own = cost
+    return own
+
+
+def _read_json_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def index_local(run_dir: Path, store_path: Path | None = None) -> bool:
@@ -425,4 +462,5 @@ __all__ = [
     "resume_remote",
     "run_remote",
     "target_for_record",
+    "write_costs",
 ]

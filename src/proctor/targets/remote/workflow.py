@@ -30,6 +30,7 @@ from typing import IO, Any
 from proctor.errors import FaultDetected
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.results.cost import read_cost
 from proctor.source.identity import SourceIdentity
 from proctor.supervise.wrapper import now_iso
 from proctor.targets.base import AGENT, JobSpec, Target, capable
@@ -72,6 +73,7 @@ class ChildRun:
     verified: bool = False
     outcome: str | None = None
     exit_code: int | None = None
+    cost: dict[str, Any] | None = None  # a bench's .cost.json on a priced machine
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -147,7 +149,8 @@ def run_workflow_remote(
             if record.get("kind") == "flow":
                 result.flow = record
             child = ChildRun(run_id, str(run.path), verified=completion.logs_verified,
-                             outcome=record.get("outcome"), exit_code=_exit_code(run))  # fmt: skip
+                             outcome=record.get("outcome"), exit_code=_exit_code(run),
+                             cost=read_cost(run.path))  # fmt: skip
             result.children.append(child)
         return result
     for run_id in children.get("runs", []):
@@ -222,7 +225,7 @@ def _adopt(target: Target, job: dict[str, Any], local: Path, run_id: str,
     done = finish_remote(target, local, None, follow=False, release=False,
                          store_path=opts.store_path)  # fmt: skip
     return ChildRun(run_id, str(local), verified=done.logs_verified, outcome=done.outcome,
-                    exit_code=done.exit_code)  # fmt: skip
+                    exit_code=done.exit_code, cost=done.cost)  # fmt: skip
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -132,7 +132,23 @@ def pod_view(pod: RunpodTarget, kept: bool, kept_because: str | None) -> dict[st
     return {"pod_id": pod.pod_id, "pod": pod.pod, "kept": kept, "kept_because": kept_because,
             "release": released.to_record() if released else None,
             "release_verified": released.verified if released else None,
-            "budget": pod.budget_view(), "watchdog": pod.watchdog}  # fmt: skip
+            "budget": pod.budget_view(), "watchdog": pod.watchdog,
+            "cost": pod_cost(pod)}  # fmt: skip
+
+
+def pod_cost(pod: RunpodTarget) -> dict[str, Any]:
+    """What the pod time has cost so far: price (summed over the run's pods) x time since the
+    pods were acquired; `usd` None when a pod has no price."""
+    import time
+
+    from proctor.targets.runpod.budget import cost_of
+
+    price, source = pod.price_per_hr()
+    started = pod.budget.started_at if pod.budget is not None else None
+    elapsed = round(time.time() - started, 1) if started is not None else None
+    usd = (round(cost_of(price, elapsed), 6)
+           if price is not None and elapsed is not None else None)  # fmt: skip
+    return {"usd_per_hour": price, "source": source, "elapsed_s": elapsed, "usd": usd}
 
 
 def pod_text(view: dict[str, Any]) -> str:
@@ -146,6 +162,12 @@ def pod_text(view: dict[str, Any]) -> str:
     if view.get("kept_because"):
         lines.append(f"  kept running: {view['kept_because']}")
     budget = view.get("budget") or {}
+    cost = view.get("cost") or {}
+    if cost.get("usd") is not None:
+        lines.append(f"  cost: about ${cost['usd']:.4f} for {cost.get('elapsed_s')}s of pod time "
+                     f"at ${cost['usd_per_hour']:g}/hr ({cost.get('source')})")  # fmt: skip
+    elif cost:
+        lines.append(f"  cost: not measured (no costPerHr from the API; {cost.get('source')})")
     if budget.get("max_time_s") or budget.get("max_cost"):
         stopped = budget.get("limit_reached")
         lines.append(f"  budget: {budget.get('elapsed_s')}s, spent {budget.get('spent')} of "
@@ -154,5 +176,5 @@ def pod_text(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RUNPOD_TARGET_HINT", "PodChoice", "acquire_pods", "parse_runpod_target", "pod_text",
-           "pod_view"]  # fmt: skip
+__all__ = ["RUNPOD_TARGET_HINT", "PodChoice", "acquire_pods", "parse_runpod_target", "pod_cost",
+           "pod_text", "pod_view"]  # fmt: skip

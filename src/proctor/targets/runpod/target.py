@@ -80,6 +80,7 @@ class RunpodTarget:
         self.budget = budget
         self.watchdog: dict[str, Any] | None = None
         self.group_cost_per_hr: float | None = None  # all pods of the run; else this pod's
+        self.run_rates: list[float | None] = [pod.get("cost_per_hr")]  # every pod of the run
         self.limit_reached: str | None = None  # why the controller stopped the job (exit 4)
         self.released: base.Released | None = None
         self.api_url: str | None = None
@@ -160,6 +161,15 @@ class RunpodTarget:
             return self.group_cost_per_hr
         value = self.pod.get("cost_per_hr")
         return float(value) if value is not None else None
+
+    def price_per_hr(self) -> tuple[float | None, str]:
+        """costPerHr summed over the run's pods, as the budget sums it; None when any pod has
+        no price (a partial sum would understate the cost)."""
+        n = len(self.run_rates)
+        where = f"costPerHr from the Runpod API, {n} pod{'s' if n != 1 else ''}"
+        if any(r is None for r in self.run_rates):
+            return None, where
+        return float(sum(float(r) for r in self.run_rates if r is not None)), where
 
     def budget_spent(self, now: float | None = None) -> str | None:
         """The reason, once the time or cost budget is spent; None while it is not."""
@@ -311,6 +321,8 @@ def acquire_targets(
         target = RunpodTarget(lambda: RunpodClient(base_url=base_url), pod, ssh, policy, budget)
         target.api_url = base_url
         targets.append(target)
+    for t in targets:
+        t.run_rates = [u.pod.get("cost_per_hr") for u in targets]
     if budget is not None and budget.max_cost is not None and targets:
         # The bill is the run's: every pod's controller checks against the summed rate.
         rates = [t.pod.get("cost_per_hr") for t in targets]
