@@ -105,3 +105,15 @@ def test_slo_conditions_percentiles_and_judgement() -> None:
     for bad in ("p99_ttft_ms=500", "ttft<=fast", ""):
         with pytest.raises(UsageError):
             parse_slo(bad)
+
+
+def test_a_probe_whose_client_fell_behind_does_not_meet_the_slo() -> None:
+    """A rate the client did not reach is not that rate: the probe misses, and says why."""
+    slo = parse_slo("p99_ttft_ms<=500")
+    behind = {"schedule": {"target_rate": 100.0, "achieved_rate": 80.0}}
+    ok, why = judge(slo, {"p99_ttft_ms": 10}, 0, behind)
+    assert not ok and any("achieved 80.00 req/s of 100" in w for w in why)
+    kept = {"schedule": {"target_rate": 100.0, "achieved_rate": 99.0},
+            "client": {"client_bound": True, "reasons": ["loop lag p99 12 ms"]}}  # fmt: skip
+    ok, why = judge(slo, {"p99_ttft_ms": 10}, 0, kept)
+    assert ok and any(w.startswith("note: client-bound") for w in why)

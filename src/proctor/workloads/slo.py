@@ -94,16 +94,38 @@ class SloResult:
     exit_code: int
 
 
+#: A probe at a request rate counts only if the client sent at least this share of it.
+MIN_ACHIEVED = 0.95
+
+
+def delivery(doc: dict[str, Any]) -> tuple[bool, list[str]]:
+    """Whether the bench put the load it names on the server (metrics.json "schedule": a rate
+    the client did not reach is not that rate), and notes on the client's headroom."""
+    why: list[str] = []
+    schedule = doc.get("schedule") or {}
+    target, achieved = schedule.get("target_rate"), schedule.get("achieved_rate")
+    ok = True
+    if (isinstance(target, (int, float)) and isinstance(achieved, (int, float))
+            and achieved < MIN_ACHIEVED * target):  # fmt: skip
+        ok = False
+        why.append(f"achieved {achieved:.2f} req/s of {target:g} (below "
+                   f"{MIN_ACHIEVED:.0%}: the client fell behind, so not this rate)")
+    client = doc.get("client") or {}
+    if client.get("client_bound"):
+        why.append("note: client-bound (" + "; ".join(client.get("reasons") or []) + ")")
+    return ok, why
+
+
 def judge(conditions: list[Condition], metrics: dict[str, float],
-          exit_code: int | None) -> tuple[bool, list[str]]:  # fmt: skip
-    why = []
+          exit_code: int | None, doc: dict[str, Any] | None = None) -> tuple[bool, list[str]]:
+    delivered, why = delivery(doc or {})
     if exit_code != 0:
         why.append(f"bench exited {exit_code}")
     for c in conditions:
         value = metrics.get(c.metric)
         shown = "missing" if value is None else f"{value:.2f}"
         why.append(f"{c.metric} {shown} {'ok' if c.holds(value) else 'FAILS'} {c.op} {c.limit:g}")
-    met = exit_code == 0 and all(c.holds(metrics.get(c.metric)) for c in conditions)
+    met = exit_code == 0 and delivered and all(c.holds(metrics.get(c.metric)) for c in conditions)
     return met, why
 
 
@@ -218,7 +240,7 @@ def _probe(base_argv: list[str], axis: str, value: float, conditions: list[Condi
     metrics = {k: float(v) for k, v in (doc.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}  # fmt: skip
     code = state.exit.code if state.exit else None
-    met, why = judge(conditions, metrics, code)
+    met, why = judge(conditions, metrics, code, doc)
     kept = {c.metric: metrics[c.metric] for c in conditions if c.metric in metrics}
     return Probe(value, started.run.run_id, code, kept, met, why)
 
