@@ -29,6 +29,7 @@ from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
 from proctor.monitors.server_metrics import ServerMetricsScraper
+from proctor.record.finish import now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
 from proctor.record.schema import (
@@ -52,7 +53,6 @@ from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, resolve_store_path
 from proctor.supervise.launch import RunSpec, start_run
 from proctor.supervise.signals import deferred_stops
-from proctor.supervise.wrapper import now_iso
 from proctor.targets.service import SupervisedRun
 from proctor.version import __version__
 from proctor.workloads.flow_workloads import FlowWorkload, command_for, parse_workloads

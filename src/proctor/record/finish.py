@@ -16,10 +16,18 @@ from pathlib import Path
 from proctor.record.rundir import RunDir, write_atomic
 
 
-def now_iso() -> str:
-    offset = time.strftime("%z")
+def iso_at(epoch: float) -> str:
+    """Local time with milliseconds and the UTC offset: every timestamp of a record has this
+    form, so two of them compare as text in the order they happened."""
+    lt = time.localtime(epoch)
+    frac = f"{epoch % 1:.3f}"[1:]
+    offset = time.strftime("%z", lt)
     tz = f"{offset[:3]}:{offset[3:]}" if offset else "+00:00"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime()) + tz
+    return time.strftime("%Y-%m-%dT%H:%M:%S", lt) + frac + tz
+
+
+def now_iso() -> str:
+    return iso_at(time.time())
 
 
 def exit_code_text(code: int, signal: str | None = None) -> str:

@@ -20,6 +20,8 @@ from proctor.report.build import (
 from proctor.report.figures import Figure, latency_cdfs
 from proctor.report.load import RunView, load_run
 from proctor.report.page import badge, esc, figure_block, render_page, table
+from proctor.report.series import read_server_csv
+from proctor.report.telemetry import telemetry_blocks
 from proctor.results.baselines import Baseline
 
 # The few figures a workload's row shows; the section below it has every metric.
@@ -47,8 +49,13 @@ def flow_report(
     server_id = record.get("server_run")
     if server_id and (runs_dir / str(server_id)).is_dir():
         server = load_run(RunDir(runs_dir / str(server_id)))
+        if not server.server.traces:
+            # The flow scraped its server's /metrics from ready to teardown into its own directory.
+            server.server = read_server_csv(runs_dir / str(record["run_id"]) / "server_metrics.csv")
         views.append(server)
         blocks += ["<h2>GPU memory (server)</h2>", gpu_block([server], figures, "gpu-memory")]
+        # As a run's report: the server's queue and KV cache on one time axis with the GPU.
+        blocks += telemetry_blocks(server, figures)
     loaded: list[tuple[dict[str, Any], RunView | None]] = []
     for row in record.get("workload_runs") or []:
         run_id = row.get("run_id")

@@ -23,7 +23,6 @@ from types import TracebackType
 from typing import Any
 
 from proctor import redact
-from proctor.results.cost import COST_UNITS, cost_metrics
 from proctor.version import KNOWN_RECORD_VERSIONS as KNOWN_VERSIONS
 
 MIGRATIONS: list[tuple[int, str]] = [
@@ -338,6 +337,10 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
             continue
         yield str(name), float(value), unit
     # The controller's cost beside the fetched evidence (Runpod): results/cost.py.
+    # Imported here: proctor.results' package imports pydantic, which the run wrapper (a store
+    # writer) must never load (tests/record/test_recorder.py).
+    from proctor.results.cost import COST_UNITS, cost_metrics
+
     for name, value in cost_metrics(run_dir).items():
         yield name, value, COST_UNITS[name]
 

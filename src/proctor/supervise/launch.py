@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from proctor.errors import ProctorError, ResultUnknown, UsageError
+from proctor.record.finish import now_iso
 from proctor.record.hostinfo import host_info
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
@@ -29,7 +30,6 @@ from proctor.record.schema import MODELS, LaunchedRecord, ProcessRef
 from proctor.record.status import RunState, is_alive, read_wrapper_ref, run_state
 from proctor.redact import Redactor
 from proctor.spec.plan import RunPlan
-from proctor.supervise.wrapper import now_iso
 from proctor.version import __version__
 
 WRAPPER_START_TIMEOUT_S = 15.0

@@ -30,6 +30,7 @@ import psutil
 
 from proctor import redact
 from proctor.errors import UsageError
+from proctor.record.finish import iso_at, now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.recorder import event as record_event
 from proctor.record.rundir import RunDir, write_atomic
@@ -38,22 +39,6 @@ from proctor.supervise.kill import kill_ladder
 
 _PR_SET_CHILD_SUBREAPER = 36
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
-
-
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime()) + _tz_suffix()
-
-
-def _tz_suffix() -> str:
-    offset = time.strftime("%z")
-    return f"{offset[:3]}:{offset[3:]}" if offset else "+00:00"
-
-
-def iso_at(epoch: float) -> str:
-    lt = time.localtime(epoch)
-    frac = f"{epoch % 1:.3f}"[1:]
-    offset = time.strftime("%z", lt)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", lt) + frac + f"{offset[:3]}:{offset[3:]}"
 
 
 def _become_subreaper() -> bool:

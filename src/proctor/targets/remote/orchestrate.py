@@ -26,11 +26,11 @@ from proctor.errors import (
     TimeLimitReached,
     UsageError,
 )
+from proctor.record.finish import now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.results.cost import BENCH_SCHEMA, COST_FILE, cost_of, format_cost
 from proctor.source.identity import SourceIdentity
-from proctor.supervise.wrapper import now_iso
 from proctor.targets.base import (
     BUDGET,
     SETUP,

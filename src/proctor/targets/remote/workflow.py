@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from proctor.errors import FaultDetected
+from proctor.record.finish import now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.results.cost import read_cost
 from proctor.source.identity import SourceIdentity
-from proctor.supervise.wrapper import now_iso
 from proctor.targets.base import AGENT, JobSpec, Target, capable
 from proctor.targets.remote.orchestrate import (
     FAR_PYTHON,

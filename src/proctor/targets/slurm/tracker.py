@@ -24,11 +24,11 @@ from typing import Any
 import psutil
 
 from proctor.errors import ProctorError, UsageError
+from proctor.record.finish import now_iso
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.status import read_exit_status
-from proctor.supervise.wrapper import now_iso
 from proctor.targets.slurm.login import LoginHost
 from proctor.targets.slurm.outcome import GroupOutcome, NodeResult, decide
 from proctor.targets.slurm.scheduler import FINAL_STATES, Accounting, Slurm, elapsed_seconds
