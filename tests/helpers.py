@@ -115,3 +115,19 @@ def log_tails(runs: Path, lines: int = 40) -> str:
         text = log.read_text(errors="replace").splitlines()[-lines:]
         out.append(f"--- {log.relative_to(runs)}\n" + "\n".join(text))
     return "\n".join(out)
+
+
+def wait_for_flow_step(runs: Path, step: str, timeout: float = 60.0) -> Path | None:
+    """The directory of the flow under `runs` once its record shows `step` begun; None after
+    `timeout` (a flow's controller killed there is what resume tests need)."""
+    import json
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for rec in runs.glob("*/record.json") if runs.exists() else []:
+            data = json.loads(rec.read_text())
+            if data.get("kind") == "flow" and any(s["step"] == step for s in data["steps"]):
+                return rec.parent
+        time.sleep(0.1)
+    return None

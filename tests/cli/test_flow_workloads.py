@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli.test_serve_flow import curl, fake_engine  # noqa: F401
 from tests.helpers import GSM8K_DATA as GSM8K
-from tests.helpers import proctor
+from tests.helpers import proctor, wait_for_flow_step
 
 
 def flow_file(tmp_path: Path, port: int, workloads: str, extra: str = "") -> Path:
@@ -142,7 +142,6 @@ def test_resume_goes_on_with_the_next_workload(
     fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
 ) -> None:
     import signal
-    import time
 
     from tests.helpers import proctor_popen
 
@@ -157,14 +156,7 @@ cmd = ["bash", "{slow}"]
 cmd = {json.dumps(["bash", "-c", curl(port)])}
 """)
     controller = proctor_popen("flow", "--file", str(path))
-    flow_dir = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and flow_dir is None:
-        for rec in isolated_runs.glob("*/record.json") if isolated_runs.exists() else []:
-            data = json.loads(rec.read_text())
-            if data.get("kind") == "flow" and any(s["step"] == "drain" for s in data["steps"]):
-                flow_dir = rec.parent
-        time.sleep(0.1)
+    flow_dir = wait_for_flow_step(isolated_runs, "drain")
     assert flow_dir is not None, "the flow never reached its first drain"
     controller.send_signal(signal.SIGKILL)
     controller.wait(timeout=10)

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor
+from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor, wait_for_flow_step
 
 FAKE = REPO / "tests/fixtures/fake_openai_server.py"
 FAULT = "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x0."
@@ -246,14 +246,7 @@ def test_resume_after_a_dead_controller_starts_no_second_server(
     workload = script(tmp_path, "sleep 4", curl(port))
     controller = proctor_popen("flow", "--engine", "fake", "--model", "m", "--port", str(port),
                                "--poll", "1s", "--workload-cmd", workload)  # fmt: skip
-    flow_dir = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and flow_dir is None:
-        for rec in isolated_runs.glob("*/record.json") if isolated_runs.exists() else []:
-            data = json.loads(rec.read_text())
-            if data.get("kind") == "flow" and any(s["step"] == "drain" for s in data["steps"]):
-                flow_dir = rec.parent
-        time.sleep(0.1)
+    flow_dir = wait_for_flow_step(isolated_runs, "drain")
     assert flow_dir is not None, "the flow never reached its drain step"
     controller.send_signal(signal.SIGKILL)
     controller.wait(timeout=10)
