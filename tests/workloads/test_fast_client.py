@@ -300,3 +300,21 @@ def test_workers_merge_headroom_and_records_of_the_same_form(fake: Fake) -> None
     assert [r.index for r in two.records] == [r.index for r in one.records]
     assert {r.worker for r in two.records} == {0, 1}
     assert result_document(two)["schedule"]["sent"] == 8
+
+
+def test_workers_share_the_measured_requests_so_no_worker_idles_at_the_end(
+        fake: Fake, tmp_path: Path) -> None:
+    # Every even request is long, every odd one short. Split statically (every 2nd request to
+    # each worker), worker 1 would get only short ones and idle while worker 0 sends every
+    # long one; claiming from one list, worker 1 takes long ones as soon as it is free.
+    data = tmp_path / "alternating.jsonl"
+    data.write_text('{"prompt": "long one", "output_len": 40}\n'
+                    '{"prompt": "short one", "output_len": 1}\n')
+    s = fake(itl=0.005)
+    got = bench(s.base_url, dataset=f"jsonl:{data}", workers=2, concurrency=2, num_prompts=20)
+    assert [r.index for r in got.records] == list(range(20))
+    assert all(r.success for r in got.records)
+    long_by = {w: sum(1 for r in got.records if r.worker == w and r.expected_output_len == 40)
+               for w in (0, 1)}
+    assert long_by[0] + long_by[1] == 10
+    assert long_by[1] >= 3, long_by

@@ -12,7 +12,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from proctor.workloads.loadgen.client import PlannedRequest, Sender
 from proctor.workloads.loadgen.config import BenchConfig
@@ -58,10 +58,14 @@ async def run_requests(
     worker: int = 0,
     counter: Counter | None = None,
     count_tokens: Callable[[str], int] | None = None,
+    claim: Callable[[], int] | None = None,
 ) -> list[RequestRecord]:
+    """The records of `requests`, sent as `rate` and `concurrency` say. With `claim` (rate
+    inf only), lanes take the index claim() returns instead of the next in order, and stop at
+    an index past the end: workers sharing one list then finish together."""
     if math.isinf(rate):
         return await _pool(sender, cfg, model, requests, concurrency, worker, counter,
-                           count_tokens)
+                           count_tokens, claim)
     sem = asyncio.Semaphore(concurrency)
     send = sender.send
     offsets = arrival_offsets(len(requests), rate, cfg.burstiness, seed)
@@ -91,24 +95,31 @@ async def _pool(
     sender: Sender, cfg: BenchConfig, model: str,
     requests: Sequence[PlannedRequest], concurrency: int, worker: int,
     counter: Counter | None, count_tokens: Callable[[str], int] | None,
+    claim: Callable[[], int] | None = None,
 ) -> list[RequestRecord]:
     """Rate inf: `concurrency` lanes take requests in order. Same semantics as a semaphore
     with everything queued at t=0, without waking thousands of waiters (O(n) in asyncio)."""
     t0 = time.perf_counter()
-    records = [RequestRecord(index=r.index, prompt_len=r.prompt_len,
-                             expected_output_len=r.output_len, warmup=r.warmup, worker=worker,
-                             queued_at=t0) for r in requests]
-    todo = iter(range(len(requests)))
+    n = len(requests)
+    todo: Iterator[int] = iter(range(n)) if claim is None else iter(claim, -1)
+    taken: dict[int, RequestRecord] = {}
     send = sender.send
 
     async def lane() -> None:
         for i in todo:
-            await send(cfg, model, requests[i], records[i], count_tokens)
+            if i >= n:
+                break
+            req = requests[i]
+            rec = RequestRecord(index=req.index, prompt_len=req.prompt_len,
+                                expected_output_len=req.output_len, warmup=req.warmup,
+                                worker=worker, queued_at=t0)
+            taken[i] = rec
+            await send(cfg, model, req, rec, count_tokens)
             if counter is not None:
-                counter.done(records[i])
+                counter.done(rec)
 
-    await asyncio.gather(*(lane() for _ in range(min(concurrency, len(requests)))))
-    return records
+    await asyncio.gather(*(lane() for _ in range(min(concurrency, n))))
+    return [taken[i] for i in sorted(taken)]
 
 
 def schedule_report(records: Sequence[RequestRecord], target_rate: float | None

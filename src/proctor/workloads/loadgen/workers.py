@@ -1,8 +1,12 @@
 """--workers N: the load spread over N processes, records merged, metrics computed once.
 
-Each worker gets every N-th prompt, an equal share of the concurrency and request rate,
-and its own event loop and connection pool. Workers finish their warmups, then wait for
-the parent's go (so profiling starts first and the measured parts start together).
+Each worker gets an equal share of the concurrency, its own event loop and connection pool,
+and every N-th warmup. Without a request rate, the measured requests are one list that every
+worker's lanes claim from (a shared counter), so the workers finish together: a static split
+leaves the pool waiting on its slowest worker (on the 16-core GPU host the workers' windows
+ended up to 1.5 s apart and 8 workers gave 4.5x; bench/loadgen_scaling.py). With a rate, each
+worker sends every N-th request on its own schedule at rate / N. Workers finish their warmups,
+then wait for the parent's go (so profiling starts first and the measured parts start together).
 The measured duration is the latest worker end minus the earliest worker start; both are
 CLOCK_MONOTONIC readings, comparable across processes. A worker that dies is reported.
 """
@@ -11,12 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import multiprocessing as mp
 import os
+import pickle
 import queue
+import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
+from pathlib import Path
 from typing import Any
 
 from proctor.errors import WorkloadFailed
@@ -49,14 +59,32 @@ class _SharedCounter(Counter):
         self._published_failed = self.failed
 
 
+@dataclass(frozen=True)
+class SharedPool:
+    """The measured requests every worker claims from: a pickle file and the next index."""
+
+    path: str
+    next_index: Synchronized[int]
+
+
 def split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
+def _claimer(next_index: Synchronized[int]) -> Callable[[], int]:
+    def claim() -> int:
+        with next_index.get_lock():
+            i = int(next_index.value)
+            next_index.value = i + 1
+        return i
+
+    return claim
+
+
 async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
                        concurrency: int, rate: float, shared: Synchronized[int],
-                       shared_failed: Synchronized[int], warm_done: Event, go: Event
-                       ) -> tuple[list[RequestRecord], float, float, Sample]:
+                       shared_failed: Synchronized[int], warm_done: Event, go: Event,
+                       pool: SharedPool | None) -> tuple[list[RequestRecord], float, float, Sample]:
     counter = _SharedCounter(shared, shared_failed)
 
     async def publish() -> None:
@@ -67,6 +95,11 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
     pub = asyncio.create_task(publish())
     warm = [r for r in reqs if r.warmup]
     meas = [r for r in reqs if not r.warmup]
+    claim = None
+    if pool is not None:
+        with open(pool.path, "rb") as f:
+            meas = pickle.load(f)
+        claim = _claimer(pool.next_index)
     records: list[RequestRecord] = []
     async with open_sender(cfg, limit=concurrency) as sender:
         if warm:
@@ -84,7 +117,7 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
             t0 = time.perf_counter()
             records += await run_requests(sender, cfg, model, meas, concurrency=concurrency,
                                           rate=rate, seed=cfg.seed + 1 + 7919 * wid,
-                                          worker=wid, counter=counter)
+                                          worker=wid, counter=counter, claim=claim)
             t1 = time.perf_counter()
             sample = probe.stop()
     pub.cancel()
@@ -95,9 +128,9 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
 def _worker(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
             concurrency: int, rate: float, shared: Synchronized[int],
             shared_failed: Synchronized[int], warm_done: Event, go: Event,
-            out: mp.Queue[Any]) -> None:
+            out: mp.Queue[Any], pool: SharedPool | None = None) -> None:
     records, t0, t1, sample = run_loop(_worker_main(wid, cfg, model, reqs, concurrency, rate,
-                                                    shared, shared_failed, warm_done, go))
+                                                    shared, shared_failed, warm_done, go, pool))
     out.put((wid, t0, t1, [r.to_dict() for r in records], sample.to_dict()))
 
 
@@ -112,13 +145,20 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
     out: mp.Queue[Any] = ctx.Queue()
     go = ctx.Event()
     conc = split(cfg.concurrency, n)
+    scratch = tempfile.TemporaryDirectory(prefix="proctor-loadgen-")
+    pool = None
+    if math.isinf(cfg.request_rate):
+        # One pickle read by every worker, not one per worker through the spawn pipe.
+        pool = SharedPool(str(Path(scratch.name) / "measured.pickle"), ctx.Value("q", 0))
+        with open(pool.path, "wb") as f:
+            pickle.dump([r for r in reqs if not r.warmup], f, protocol=pickle.HIGHEST_PROTOCOL)
     procs, warm_events = [], []
     for wid in range(n):
         ev = ctx.Event()
-        share = reqs[wid::n]
+        share = [r for r in reqs[wid::n] if pool is None or r.warmup]
         p = ctx.Process(target=_worker, name=f"proctor-loadgen-{wid}",
                         args=(wid, cfg, model, share, conc[wid], cfg.request_rate / n, shared,
-                              shared_failed, ev, go, out), daemon=True)
+                              shared_failed, ev, go, out, pool), daemon=True)
         p.start()
         procs.append(p)
         warm_events.append(ev)
@@ -158,6 +198,7 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
                 p.kill()
                 with contextlib.suppress(Exception):
                     p.join(2)
+        scratch.cleanup()
     records = [RequestRecord.from_dict(d) for _, _, recs, _ in results.values() for d in recs]
     records.sort(key=lambda r: r.index)
     duration = max(v[1] for v in results.values()) - min(v[0] for v in results.values())
