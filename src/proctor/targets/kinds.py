@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from proctor.errors import UsageError
 from proctor.spec.config import ProjectConfig
 from proctor.spec.merge import Settings
-from proctor.targets.base import AGENT, BUDGET, FAR, PLAN, SETUP, WAIT, Target
+from proctor.targets.base import AGENT, BUDGET, FAR, PLAN, SERVE, SETUP, WAIT, Target
 from proctor.targets.registry import (
     Acquired,
     TargetContext,
@@ -260,7 +260,7 @@ def _slurm_build(options: SlurmTargetOptions, ctx: TargetContext) -> Target:
 
 register_target(TargetKind(
     kind="slurm", schemes=("slurm",), options=SlurmTargetOptions,
-    capabilities=frozenset({PLAN}), syntax="slurm://[user@]login-host",
+    capabilities=frozenset({PLAN, SERVE}), syntax="slurm://[user@]login-host",
     overrides=SLURM_FLAGS | SSH_FLAGS, parse=_slurm_parse, build=_slurm_build,
 ))  # fmt: skip
 

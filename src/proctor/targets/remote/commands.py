@@ -3,7 +3,11 @@ server workflow): acquire the machine(s) through the registry, run, release on f
 
     run_far(options, job, ...)          `proctor run --target X`: one job, or the same job on
                                          every machine of a group at once (a thread each)
-    run_workflow(options, command, ...) `proctor serve|drain|flow|bench|eval|sweep --target X`
+    run_workflow(options, command, ...) `proctor serve|drain|flow|bench|eval|sweep --target X`:
+                                         through the far agent (AGENT), or on a kind that makes
+                                         local run directories (PLAN: Slurm) as one planned job
+    acts_here(options, runs_dir, RUN)    whether serve start|ready|stop, drain and inspect act
+                                         here, on local run directories of that kind
 
 The CLI only prints what these return.
 """
@@ -14,7 +18,7 @@ import contextlib
 import io
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,6 +41,7 @@ from proctor.targets.remote.orchestrate import (
     Completion,
     RemoteOptions,
     apply_fetch,
+    index_local,
     release_into,
     run_remote,
     source_view,
@@ -203,9 +208,16 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
     """`command` (a proctor command line) on the one machine `options` names, as one far job
     (or one agent call, command.direct); the machine is released as its kind says (a pod
     hosting a server that outlives the command is kept)."""
-    caps = kind_named(options.kind).capabilities
-    if AGENT not in caps and PLAN in caps and command.nested:
-        return WorkflowRun(run_planned(options, command, identity, config, runs_dir, out))
+    kind = kind_named(options.kind)
+    if AGENT not in kind.capabilities and PLAN in kind.capabilities:
+        if command.leave_live or command.direct:
+            raise UsageError(f"a {kind.kind} target runs `{command.request.title()}` as one job "
+                             "to its end: it cannot leave it running",
+                             hint="drop --detach (a server: serve start --target)")  # fmt: skip
+        # Self-contained (flow, bench, eval, sweep): one job whose directory holds its runs.
+        planned = replace(command, nested=True)
+        return WorkflowRun(run_planned(options, planned, identity, config, runs_dir, out,
+                                       remote.store_path))  # fmt: skip
     _require(options, AGENT, "proctor's server workflow (serve, drain, flow, bench, eval)")
     acquired: Acquired = acquire(options, TargetContext(config, runs_dir,
                                                         keep_for_server=keep_for_server),
@@ -236,11 +248,12 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
 
 def run_planned(
     options: TargetOptions, command: WorkflowCommand, identity: Any, config: ProjectConfig,
-    runs_dir: Path, out: IO[bytes],
+    runs_dir: Path, out: IO[bytes], store_path: Path | None = None,
 ) -> WorkflowResult:  # fmt: skip
-    """A self-contained workflow command (flow: its steps live inside its own run) on a target
-    that makes local run directories (PLAN: Slurm): one job, followed, its directory verified
-    against its manifest; the flow's record is found among the steps."""
+    """A self-contained workflow command (flow, bench, eval, sweep: its runs live inside the
+    job's own run directory) on a target that makes local run directories (PLAN: Slurm): one
+    job, followed, its directory verified against its manifest; the runs it made are found
+    among its steps (the flow's record, the answer of --json) and indexed in the local store."""
     target = open_target(options, TargetContext(config, runs_dir))
     completion = Completion(None, None, target.describe().to_record(), source_view(identity))
     try:
@@ -259,16 +272,49 @@ def run_planned(
     finally:
         target.close()
     result = WorkflowResult(completion)
+    for path in sorted(local.glob("**/answer.json"))[:1]:
+        with contextlib.suppress(OSError, ValueError):
+            result.answer = json.loads(path.read_text(encoding="utf-8"))
     for path in sorted(local.glob("**/steps/*/record.json")):
         run = RunDir(path.parent)
         record = run.read_json("record.json") or {}
         if record.get("kind") == "flow":
             result.flow = record
         result.children.append(ChildRun(run.run_id, str(run.path), outcome=record.get("outcome"),
-                                        verified=completion.logs_verified))  # fmt: skip
+                                        verified=completion.logs_verified,
+                                        exit_code=_exit_code(run)))  # fmt: skip
+        if completion.logs_verified:
+            index_local(run.path, store_path)
     return result
 
 
-__all__ = ["GroupRun", "WorkflowRun", "group_exit_status", "group_report", "job_from_flags",
-           "release_all", "run_far", "run_group", "run_planned", "run_workflow",
+def _exit_code(run: RunDir) -> int | None:
+    try:
+        return int(run.exit_code_path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def acts_here(options: TargetOptions, runs_dir: Path, run_ref: str | None = None) -> bool:
+    """Whether a command that acts on runs of the runs dir (serve start|ready|stop, drain,
+    inspect) runs in this process for a `--target` of this kind: yes when the kind keeps its
+    runs as local run directories (PLAN, no far agent: Slurm's tracker and group record are
+    here). A RUN named must then have run on that kind (its record says so)."""
+    from proctor.supervise.launch import resolve_run
+    from proctor.targets.registry import kind_of_run
+
+    kind = kind_named(options.kind)
+    if AGENT in kind.capabilities or PLAN not in kind.capabilities:
+        return False
+    if run_ref:
+        run = resolve_run(runs_dir, run_ref)
+        ran_on = kind_of_run(run.path)
+        if ran_on.kind != kind.kind:
+            raise UsageError(f"run {run.run_id} ran on a {ran_on.kind} target, not {kind.kind}",
+                             hint=f"drop --target, or give a run of {kind.syntax}")  # fmt: skip
+    return True
+
+
+__all__ = ["GroupRun", "WorkflowRun", "acts_here", "group_exit_status", "group_report",
+           "job_from_flags", "release_all", "run_far", "run_group", "run_planned", "run_workflow",
            "setup_script"]  # fmt: skip
