@@ -60,9 +60,10 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
                         cwd=work, env=env, timeout=120)  # fmt: skip
         assert ready.returncode == 0, ready.stderr
 
-        # bench: one Slurm job on the node against the Slurm-started server.
-        bench = proctor("bench", "--target", TARGET, "--base-url", info["url"], "--model", "m",
-                        *SMALL, "--json", cwd=work, env=env, timeout=180)  # fmt: skip
+        # bench: one Slurm job on the node against the Slurm-started server (its URL and
+        # model from the server's local record).
+        bench = proctor("bench", "--target", TARGET, "--server", run_id, *SMALL, "--json",
+                        cwd=work, env=env, timeout=180)  # fmt: skip
         assert bench.returncode == 0, bench.stdout + bench.stderr
         data = json.loads(bench.stdout)
         completion = data["completion"]
@@ -73,6 +74,7 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
         bench_id = data["answer"]["run_id"]
         (child,) = [c for c in data["children"] if c["run_id"] == bench_id]
         assert child["verified"] and child["exit_code"] == 0 and child["outcome"] == "ok"
+        assert data["answer"]["verdict"]["ok"] is True, data["answer"]
         (bench_dir,) = job_dir.glob(f"**/steps/{bench_id}")
         assert (bench_dir / "metrics.json").is_file()
         assert proctor("runs", "verify", job_dir.name).returncode == 0

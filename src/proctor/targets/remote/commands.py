@@ -46,6 +46,7 @@ from proctor.targets.remote.orchestrate import (
     run_remote,
     source_view,
 )
+from proctor.targets.remote.requests import CommandRequest
 from proctor.targets.remote.workflow import (
     ChildRun,
     WorkflowCommand,
@@ -215,7 +216,7 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
                              "to its end: it cannot leave it running",
                              hint="drop --detach (a server: serve start --target)")  # fmt: skip
         # Self-contained (flow, bench, eval, sweep): one job whose directory holds its runs.
-        planned = replace(command, nested=True)
+        planned = replace(command, nested=True, request=with_server_url(command.request, runs_dir))
         return WorkflowRun(run_planned(options, planned, identity, config, runs_dir, out,
                                        remote.store_path))  # fmt: skip
     _require(options, AGENT, "proctor's server workflow (serve, drain, flow, bench, eval)")
@@ -293,6 +294,34 @@ def _exit_code(run: RunDir) -> int | None:
         return int(run.exit_code_path.read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         return None
+
+
+def with_server_url(request: CommandRequest, runs_dir: Path) -> CommandRequest:
+    """`--server RUN` (bench, eval, sweep) on a kind whose runs are local run directories: the
+    server's record is here, not in the job's own runs dir, so the job is given the live
+    server's URL and recorded model instead (an explicit --base-url/--model wins)."""
+    from proctor.errors import TargetUnavailable
+    from proctor.record.status import run_state
+    from proctor.supervise.launch import record_of, resolve_run
+
+    ref = request.params.get("server")
+    if not isinstance(ref, str) or not ref:
+        return request
+    run = resolve_run(runs_dir, ref)
+    facts = record_of(run).get("server")
+    if not isinstance(facts, dict) or not facts.get("port"):
+        raise UsageError(f"run {run.run_id} is not a server run",
+                         hint="start one with proctor serve start --target ...")  # fmt: skip
+    if run_state(run).state not in ("running", "starting"):
+        raise TargetUnavailable(f"server run {run.run_id} is not running; refusing to "
+                                "benchmark whatever listens on its port now",
+                                hint="start a server with `proctor serve start`")  # fmt: skip
+    params = {k: v for k, v in request.params.items() if k != "server"}
+    params.setdefault("base_url", f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}")
+    model = facts.get("served_model_name") or facts.get("model")
+    if model:
+        params.setdefault("model", str(model))
+    return request.model_copy(update={"params": params})
 
 
 def acts_here(options: TargetOptions, runs_dir: Path, run_ref: str | None = None) -> bool:
