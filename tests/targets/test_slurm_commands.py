@@ -87,6 +87,9 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
                         "--poll", "1s", "--max", "60s", "--startup-max", "30s", cwd=work,
                         env=env, timeout=120)  # fmt: skip
         assert drain.returncode == 0, drain.stdout + drain.stderr
+        # inspect acts on the local record too: the engine's processes are on the node.
+        inspect = proctor("inspect", run_id, "--target", TARGET, cwd=work, env=env, timeout=60)
+        assert inspect.returncode == 64 and "runs on its nodes" in inspect.stderr, inspect.stderr
 
     finally:
         stop = proctor("serve", "stop", run_id, "--target", TARGET, "--json", cwd=work, env=env,

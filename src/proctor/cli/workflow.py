@@ -154,7 +154,9 @@ def register(app: typer.Typer) -> None:
             raise UsageError("no live server run to inspect", hint="pass RUN or --port P")
         pids = list(pid or []) or worker_pids(server, engine_of(server, config))
         if not pids:
-            raise UsageError(f"server run {server.run_id} has no live process to inspect")
+            raise UsageError(f"server run {server.run_id} has no live process here to inspect",
+                             hint="a server on a Slurm allocation runs on its nodes: "
+                                  "inspect it there (docs/slurm.md)")  # fmt: skip
         results = inspect(
             pids, server.path / "inspect", parse_duration(timeout, option="--timeout")
         )
