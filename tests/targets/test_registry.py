@@ -110,3 +110,12 @@ def test_the_agent_refuses_a_malformed_request_naming_the_field() -> None:
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 64 and answer["type"] == "UsageError"
     assert "job" in answer["error"], answer
+
+
+def test_target_help_names_slurm_where_it_applies() -> None:
+    for command in (["bench"], ["eval", "gsm8k"], ["sweep"], ["flow"], ["serve", "start"],
+                    ["serve", "ready"], ["serve", "stop"], ["drain"], ["inspect"]):  # fmt: skip
+        text = " ".join(proctor(*command, "--help", env={"COLUMNS": "200"}).stdout.split())
+        assert "slurm://[user@]login-host" in text, (command, text)
+    start = " ".join(proctor("serve", "start", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "--nodes" in start and "--parallel" in start and "--wait" in start
