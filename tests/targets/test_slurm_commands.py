@@ -82,6 +82,16 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
             kinds = dict(db.execute("SELECT id, kind FROM runs").fetchall())
         assert kinds.get(bench_id) == "bench", kinds
 
+        # sweep: the sweep and its points inside one job, each verified.
+        sweep = proctor("sweep", "--target", TARGET, "--server", run_id, "--concurrency", "1,2",
+                        "--isl", "8", "--osl", "4", "--num-prompts", "4", "--json", cwd=work,
+                        env=env, timeout=180)  # fmt: skip
+        assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+        swept = json.loads(sweep.stdout)
+        assert [p["exit_code"] for p in swept["answer"]["points"]] == [0, 0]
+        inside = {c["run_id"] for c in swept["children"] if c["verified"]}
+        assert {swept["answer"]["sweep"], *(p["run_id"] for p in swept["answer"]["points"])} <= inside
+
         # drain: the bench job was this server's client (a local run: the group's record).
         drain = proctor("drain", run_id, "--target", TARGET, "--client", job_dir.name,
                         "--poll", "1s", "--max", "60s", "--startup-max", "30s", cwd=work,
