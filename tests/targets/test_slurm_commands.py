@@ -131,6 +131,9 @@ def test_failing_bench_on_slurm_returns_its_own_exit_code(
     stop = proctor("serve", "stop", plain_dir.name, "--target", TARGET, cwd=work, env=env)
     assert stop.returncode == 64, stop.stderr
     assert "ran on a local target, not slurm" in stop.stderr
+    # Without a RUN it would pick any live server of the runs dir, of any kind: refused.
+    mine = proctor("serve", "stop", "--mine", "--target", TARGET, cwd=work, env=env)
+    assert mine.returncode == 64 and "name the run" in mine.stderr, mine.stderr
 
     # A partition the cluster does not have: a clear error, nothing left queued.
     bad = proctor("serve", "start", "--target", TARGET, "--partition", "nosuchpart",

@@ -143,7 +143,8 @@ def hand_off(target: str | TargetOptions, *, runs_dir: str | None, as_json: bool
 
 
 def hand_off_or_here(target: str | None, *, runs_dir: str | None, as_json: bool,
-                     run_ref: str | None = None, target_flags: dict[str, Any] | None = None,
+                     run_ref: str | None = None, new_run: bool = False,
+                     target_flags: dict[str, Any] | None = None,
                      **how: bool) -> TargetOptions | None:  # fmt: skip
     """For a command that acts on runs (serve start|ready|stop, drain, inspect): where the
     target's kind keeps its runs as local run directories (acts_here: Slurm), the target's
@@ -155,7 +156,7 @@ def hand_off_or_here(target: str | None, *, runs_dir: str | None, as_json: bool,
 
     config = load_config()
     spec = target_options(target, config, **(target_flags or {}))
-    if acts_here(spec, Path(resolve_runs_dir(runs_dir, config).value), run_ref):
+    if acts_here(spec, Path(resolve_runs_dir(runs_dir, config).value), run_ref, new_run=new_run):
         return spec
     hand_off(spec, runs_dir=runs_dir, as_json=as_json, **how)
     return None

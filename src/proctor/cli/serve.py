@@ -125,8 +125,8 @@ def start(
     if target or nodes or gpus_per_node or partition or time_limit:
         from proctor.cli.remote import hand_off_or_here
 
-        spec = hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, answer=True,
-                                leave_live=True, print_run=True, direct=True,
+        spec = hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, new_run=True,
+                                answer=True, leave_live=True, print_run=True, direct=True,
                                 target_flags={"nodes": nodes, "gpus_per_node": gpus_per_node,
                                               "partition": partition,
                                               "time_limit": time_limit})  # fmt: skip

@@ -324,23 +324,29 @@ def with_server_url(request: CommandRequest, runs_dir: Path) -> CommandRequest:
     return request.model_copy(update={"params": params})
 
 
-def acts_here(options: TargetOptions, runs_dir: Path, run_ref: str | None = None) -> bool:
+def acts_here(options: TargetOptions, runs_dir: Path, run_ref: str | None = None, *,
+              new_run: bool = False) -> bool:  # fmt: skip
     """Whether a command that acts on runs of the runs dir (serve start|ready|stop, drain,
     inspect) runs in this process for a `--target` of this kind: yes when the kind keeps its
     runs as local run directories (PLAN, no far agent: Slurm's tracker and group record are
-    here). A RUN named must then have run on that kind (its record says so)."""
+    here). Unless it starts a `new_run` (serve start), it must name its RUN, and that run must
+    have run on that kind (its record says so): the runs dir also holds runs of other kinds."""
     from proctor.supervise.launch import resolve_run
     from proctor.targets.registry import kind_of_run
 
     kind = kind_named(options.kind)
     if AGENT in kind.capabilities or PLAN not in kind.capabilities:
         return False
-    if run_ref:
-        run = resolve_run(runs_dir, run_ref)
-        ran_on = kind_of_run(run.path)
-        if ran_on.kind != kind.kind:
-            raise UsageError(f"run {run.run_id} ran on a {ran_on.kind} target, not {kind.kind}",
-                             hint=f"drop --target, or give a run of {kind.syntax}")  # fmt: skip
+    if new_run:
+        return True
+    if not run_ref:
+        raise UsageError(f"with --target {options.url}, name the run to act on",
+                         hint="RUN: the id serve start printed")  # fmt: skip
+    run = resolve_run(runs_dir, run_ref)
+    ran_on = kind_of_run(run.path)
+    if ran_on.kind != kind.kind:
+        raise UsageError(f"run {run.run_id} ran on a {ran_on.kind} target, not {kind.kind}",
+                         hint=f"drop --target, or give a run of {kind.syntax}")  # fmt: skip
     return True
 
 
