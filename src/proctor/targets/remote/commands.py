@@ -216,7 +216,8 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
                              "to its end: it cannot leave it running",
                              hint="drop --detach (a server: serve start --target)")  # fmt: skip
         # Self-contained (flow, bench, eval, sweep): one job whose directory holds its runs.
-        planned = replace(command, nested=True, request=with_server_url(command.request, runs_dir))
+        request = with_server_url(command.request, options, runs_dir)
+        planned = replace(command, nested=True, request=request)
         return WorkflowRun(run_planned(options, planned, identity, config, runs_dir, out,
                                        remote.store_path))  # fmt: skip
     _require(options, AGENT, "proctor's server workflow (serve, drain, flow, bench, eval)")
@@ -296,18 +297,25 @@ def _exit_code(run: RunDir) -> int | None:
         return None
 
 
-def with_server_url(request: CommandRequest, runs_dir: Path) -> CommandRequest:
+def with_server_url(request: CommandRequest, options: TargetOptions,
+                    runs_dir: Path) -> CommandRequest:  # fmt: skip
     """`--server RUN` (bench, eval, sweep) on a kind whose runs are local run directories: the
     server's record is here, not in the job's own runs dir, so the job is given the live
-    server's URL and recorded model instead (an explicit --base-url/--model wins)."""
+    server's URL and recorded model instead (an explicit --base-url/--model wins). The server
+    must have run on the same kind (a local server's 127.0.0.1 is not the node's)."""
     from proctor.errors import TargetUnavailable
     from proctor.record.status import run_state
     from proctor.supervise.launch import record_of, resolve_run
+    from proctor.targets.registry import kind_of_run
 
     ref = request.params.get("server")
     if not isinstance(ref, str) or not ref:
         return request
     run = resolve_run(runs_dir, ref)
+    ran_on = kind_of_run(run.path)
+    if ran_on.kind != options.kind:
+        raise UsageError(f"server run {run.run_id} ran on a {ran_on.kind} target, not "
+                         f"{options.kind}", hint="--base-url URL names any server")  # fmt: skip
     facts = record_of(run).get("server")
     if not isinstance(facts, dict) or not facts.get("port"):
         raise UsageError(f"run {run.run_id} is not a server run",
