@@ -34,8 +34,9 @@ def slurm_nodes() -> int:
 def work(tmp_path: Path) -> Path:
     work = tmp_path / "project"
     work.mkdir()
+    # [slurm] nodes = 2 on a one-node cluster: a self-contained command still takes one node.
     (work / "proctor.toml").write_text(
-        f'[slurm]\nworkspace = "{tmp_path / "ws"}"\n\n{FAKE_ENGINE_TOML}'
+        f'[slurm]\nworkspace = "{tmp_path / "ws"}"\nnodes = 2\n\n{FAKE_ENGINE_TOML}'
     )
     return work
 
@@ -136,7 +137,7 @@ def test_failing_bench_on_slurm_returns_its_own_exit_code(
     assert mine.returncode == 64 and "name the run" in mine.stderr, mine.stderr
 
     # A partition the cluster does not have: a clear error, nothing left queued.
-    bad = proctor("serve", "start", "--target", TARGET, "--partition", "nosuchpart",
+    bad = proctor("serve", "start", "--target", TARGET, "--partition", "nosuchpart", "-N", "1",
                   "--engine", "fake", "--model", "m", "--port", str(free_port()), "--wait", "30s",
                   cwd=work, env=env, timeout=120)  # fmt: skip
     assert bad.returncode == 64, bad.stderr

@@ -254,7 +254,10 @@ def _slurm_build(options: SlurmTargetOptions, ctx: TargetContext) -> Target:
     from proctor.targets.slurm.options import resolve_slurm_options
     from proctor.targets.slurm.target import SlurmTarget
 
-    resolved = resolve_slurm_options(options.flags(), ctx.config, timeout_s=ctx.timeout_s)
+    flags = options.flags()
+    if ctx.one_machine:  # flow, bench, ... on one node, whatever [slurm] nodes says
+        flags.nodes = 1
+    resolved = resolve_slurm_options(flags, ctx.config, timeout_s=ctx.timeout_s)
     return SlurmTarget(resolved, runs_dir=ctx.runs_dir)
 
 

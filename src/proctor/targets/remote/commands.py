@@ -256,7 +256,7 @@ def run_planned(
     job's own run directory) on a target that makes local run directories (PLAN: Slurm): one
     job, followed, its directory verified against its manifest; the runs it made are found
     among its steps (the flow's record, the answer of --json) and indexed in the local store."""
-    target = open_target(options, TargetContext(config, runs_dir))
+    target = open_target(options, TargetContext(config, runs_dir, one_machine=True))
     completion = Completion(None, None, target.describe().to_record(), source_view(identity))
     try:
         prepared = target.prepare()
