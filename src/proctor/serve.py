@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proctor.errors import TargetUnavailable, UsageError
 from proctor.monitors.watch import ProcStatus
@@ -42,6 +42,10 @@ from proctor.spec.server import (
 )
 from proctor.supervise.launch import RunSpec, Started, record_of, start_run
 from proctor.targets.service import SupervisedRun
+
+if TYPE_CHECKING:
+    from proctor.targets.base import ServedRun, ServerLaunch
+    from proctor.targets.registry import TargetOptions
 
 
 class RunWatch:
@@ -124,6 +128,41 @@ def start_server(
         on_applied(applied)
     spec = RunSpec(kind="server", group=group, extra={"server": applied})
     return start_run(plan, spec), applied
+
+
+def start_server_on(
+    target: TargetOptions | None,
+    request: ServerRequest,
+    config: ProjectConfig,
+    *,
+    flags: RunFlags | None = None,
+    launch: ServerLaunch | None = None,
+    on_applied: Callable[[dict[str, Any]], None] | None = None,
+) -> ServedRun:
+    """The server on `target` when its kind starts servers itself (SERVE: Slurm), else here
+    (start_server). Either way a local run of kind "server" that `serve ready|stop` and
+    `drain` act on."""
+    from proctor.targets.base import SERVE, ServedRun, ServerLaunch, capable
+    from proctor.targets.registry import TargetContext, kind_named, open_target
+
+    flags = flags or RunFlags(argv=[])
+    if target is None or SERVE not in kind_named(target.kind).capabilities:
+        if launch is not None and launch != ServerLaunch():
+            raise UsageError("--nodes, --parallel, --rpc-port and --wait need a target that "
+                             "starts servers itself", hint="--target slurm://...")  # fmt: skip
+        started, applied = start_server(request, config, flags=flags, on_applied=on_applied)
+        return ServedRun(started, applied)
+    runs_dir = Path(flags.runs_dir) if flags.runs_dir else None
+    opened = open_target(target, TargetContext(config, runs_dir))
+    try:
+        server = capable(opened, SERVE)
+        assert server is not None  # the kind declares SERVE
+        served = server.start_server(request, config, flags, launch or ServerLaunch())
+    finally:
+        opened.close()
+    if on_applied is not None:
+        on_applied(served.applied)
+    return served
 
 
 # -- finding servers --------------------------------------------------------------------------
@@ -249,6 +288,7 @@ __all__ = [
     "record_of",
     "server_facts",
     "start_server",
+    "start_server_on",
     "stop_server",
     "worker_pids",
 ]

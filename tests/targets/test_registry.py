@@ -87,11 +87,14 @@ def test_built_targets_declare_the_capabilities_of_their_kind(tmp_path: Path) ->
 def test_cli_unknown_target_and_workflow_on_a_kind_without_the_agent(isolated_runs: Path) -> None:
     bad = proctor("run", "--target", "gopher://x", "--", "true")
     assert bad.returncode == 64 and "ssh://user@host" in bad.stderr, bad.stderr
-    # serve start leaves a server behind: only kinds with the far agent take it (flow, whose
-    # steps live inside its own run, also runs on Slurm: test_slurm_flow.py).
-    serve = proctor("serve", "start", "--target", "slurm://local", "--engine", "fake",
-                    "--model", "m")  # fmt: skip
-    assert serve.returncode == 64 and "cannot run proctor's server workflow" in serve.stderr
+    # A kind without the far agent runs a self-contained command as one job to its end (Slurm:
+    # test_slurm_commands.py): it cannot leave a detached bench behind.
+    detached = proctor("bench", "--target", "slurm://local", "--base-url", "http://127.0.0.1:9",
+                       "--model", "m", "--detach")  # fmt: skip
+    assert detached.returncode == 64 and "cannot leave it running" in detached.stderr
+    # Flags of another kind are refused before anything starts.
+    nodes = proctor("serve", "start", "--engine", "fake", "--model", "m", "--nodes", "2")
+    assert nodes.returncode == 64 and "do not apply to a local target" in nodes.stderr
     dry = proctor("run", "--target", "ssh://me@127.0.0.1:9", "--dry-run", "--env", "API_KEY=s3cr3t",
                   "--", "echo", "hi")  # fmt: skip
     assert dry.returncode == 0, dry.stderr
@@ -107,3 +110,12 @@ def test_the_agent_refuses_a_malformed_request_naming_the_field() -> None:
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 64 and answer["type"] == "UsageError"
     assert "job" in answer["error"], answer
+
+
+def test_target_help_names_slurm_where_it_applies() -> None:
+    for command in (["bench"], ["eval", "gsm8k"], ["sweep"], ["flow"], ["serve", "start"],
+                    ["serve", "ready"], ["serve", "stop"], ["drain"], ["inspect"]):  # fmt: skip
+        text = " ".join(proctor(*command, "--help", env={"COLUMNS": "200"}).stdout.split())
+        assert "slurm://[user@]login-host" in text, (command, text)
+    start = " ".join(proctor("serve", "start", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "--nodes" in start and "--parallel" in start and "--wait" in start

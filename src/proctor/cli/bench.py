@@ -16,6 +16,7 @@ import typer
 from pydantic import SecretStr, ValidationError
 
 from proctor.cli.output import console, print_json
+from proctor.cli.targethelp import TARGET_HELP
 from proctor.errors import UsageError
 from proctor.record.rundir import RunDir
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
@@ -76,7 +77,7 @@ def bench(
     idle_power_w: float | None = typer.Option(None, "--idle-power-w", help="Idle GPU power in W (all GPUs) for energy/token; default: measured before the load."),
     min_requests: int = typer.Option(100, "--min-requests", help="Fewer measured requests make the benchmark INVALID."),
     min_window: float = typer.Option(10.0, "--min-window", help="A shorter measured window (s) makes the benchmark INVALID."),
-    target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
+    target: str | None = typer.Option(None, "--target", help=TARGET_HELP),
     dataset: str = typer.Option("random", "--dataset", help="What to send: random | jsonl:PATH (prompt, output_len per line) | sharegpt:PATH (first human turn; the gpt reply's length) | shared-prefix (groups sharing a prefix) | multi-turn:PATH (ShareGPT conversations, turn by turn). docs/bench.md#datasets."),
     prefix_groups: int = typer.Option(4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."),
     prefix_hit_rate: float = typer.Option(0.5, "--prefix-hit-rate", help="shared-prefix: target prefix-cache hit rate (sizes the prefix)."),
@@ -290,7 +291,7 @@ def register_sweep(root: typer.Typer) -> None:
         runs_dir: str | None = typer.Option(None, "--runs-dir"),
         json_out: bool = typer.Option(False, "--json"),
         max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of a point's requests allowed to fail (default 0); above it the point fails."),
-        target: str | None = typer.Option(None, "--target", help="Run the sweep on this target, next to the server (docs/remote.md)."),
+        target: str | None = typer.Option(None, "--target", help="Run the sweep on this target, next to the server. " + TARGET_HELP),
         num_prompts: int | None = typer.Option(None, "--num-prompts", help="Prompts per bench (overrides --prompt-multiplier)."),
         request_rate: str | None = typer.Option(None, "--request-rate", help="Requests/s: comma-separated, an axis of a server grid; one value for an SLO search over concurrency."),
         server_grid: list[str] = typer.Option([], "--server-grid", help="NAME=V1,V2: a server parameter axis (repeatable; tp or an engine flag); each server point is its own flow (start, ready, benches, drain, stop). Needs --engine, --model (the model to serve) and --group."),

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from proctor.cli.output import console, print_json
+from proctor.cli.targethelp import TARGET_HELP
 from proctor.errors import UsageError
 from proctor.workloads.gsm8k import Gsm8kConfig, find_lm_eval, run_gsm8k
 
@@ -53,7 +54,7 @@ def gsm8k(
     lm_eval: str | None = typer.Option(None, "--lm-eval", help="Path of the lm_eval executable."),
     as_json: bool = typer.Option(False, "--json", help="Print metrics.json's metrics as JSON."),
     max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of samples allowed to go unanswered (default 0); above it exit 3."),
-    target: str | None = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
+    target: str | None = typer.Option(None, "--target", help=TARGET_HELP),
 ) -> None:
     """Run GSM8K with lm-eval against a server; exit 3 when lm-eval fails, leaves no results,
     or more requests went unanswered than --max-error-rate allows (default: any)."""

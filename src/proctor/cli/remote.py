@@ -16,6 +16,7 @@ import click
 
 from proctor.cli.output import err_console, print_json
 from proctor.cli.request import command_names, request_of
+from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.results.cost import format_cost
 from proctor.source.identity import source_identity
 from proctor.spec.config import ProjectConfig
@@ -80,16 +81,14 @@ def _log_out(as_json: bool) -> IO[bytes]:
 
 
 # -- the workflow commands with --target -----------------------------------------------------
-TARGET_HELP = ("ssh://user@host[:port] or runpod[:POD_ID][?keep&max-cost=N]: run this command "
-               "there, next to the GPU, with proctor in <ws>/proctor/venv; SSH settings from "
-               "[remote], pods from [runpod] in proctor.toml (docs/remote.md, docs/runpod.md).")  # fmt: skip
 # Commands whose server outlives them on the machine: a rented one is kept unless told otherwise.
 _SERVER_LIVES = {("serve", "start"), ("serve", "ready"), ("drain",)}
 
 
-def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_json: bool,
-                   nested: bool = False, answer: bool = False, leave_live: bool = False,
-                   print_run: bool = False, direct: bool = False) -> int:  # fmt: skip
+def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir: str | None,
+                   as_json: bool, nested: bool = False, answer: bool = False,
+                   leave_live: bool = False, print_run: bool = False,
+                   direct: bool = False) -> int:  # fmt: skip
     """Run the current command on `target`; returns its exit code (raising what decides it)."""
     from proctor.spec.config import load_config
     from proctor.spec.plan import resolve_runs_dir, resolve_store_path
@@ -97,7 +96,7 @@ def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_
     from proctor.targets.remote.workflow import WorkflowCommand
 
     config = load_config()
-    spec = target_options(target, config)
+    spec = target_options(target, config) if isinstance(target, str) else target
     local_runs = Path(resolve_runs_dir(runs_dir, config).value)
     command = WorkflowCommand(request_of(ctx, as_json=answer), nested=nested, answer=answer,
                               leave_live=leave_live, direct=direct)  # fmt: skip
@@ -134,7 +133,8 @@ def remote_command(ctx: click.Context, target: str, *, runs_dir: str | None, as_
     return result.exit_status()
 
 
-def hand_off(target: str, *, runs_dir: str | None, as_json: bool, **how: bool) -> None:
+def hand_off(target: str | TargetOptions, *, runs_dir: str | None, as_json: bool,
+             **how: bool) -> None:  # fmt: skip
     """From inside a command given `--target`: run it there, exit with its code."""
     code = remote_command(click.get_current_context(), target, runs_dir=runs_dir,
                           as_json=as_json, **how)  # fmt: skip
@@ -142,5 +142,25 @@ def hand_off(target: str, *, runs_dir: str | None, as_json: bool, **how: bool) -
         raise click.exceptions.Exit(code)
 
 
-__all__ = ["TARGET_HELP", "attach", "hand_off", "print_group", "remote_command",
-           "report", "run_with_target"]  # fmt: skip
+def hand_off_or_here(target: str | None, *, runs_dir: str | None, as_json: bool,
+                     run_ref: str | None = None, new_run: bool = False,
+                     target_flags: dict[str, Any] | None = None,
+                     **how: bool) -> TargetOptions | None:  # fmt: skip
+    """For a command that acts on runs (serve start|ready|stop, drain, inspect): where the
+    target's kind keeps its runs as local run directories (acts_here: Slurm), the target's
+    options, and the command goes on in this process; else it runs there (None: done)."""
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import resolve_runs_dir
+    from proctor.targets.registry import target_options
+    from proctor.targets.remote.commands import acts_here
+
+    config = load_config()
+    spec = target_options(target, config, **(target_flags or {}))
+    if acts_here(spec, Path(resolve_runs_dir(runs_dir, config).value), run_ref, new_run=new_run):
+        return spec
+    hand_off(spec, runs_dir=runs_dir, as_json=as_json, **how)
+    return None
+
+
+__all__ = ["RUN_TARGET_HELP", "TARGET_HELP", "attach", "hand_off", "hand_off_or_here",
+           "print_group", "remote_command", "report", "run_with_target"]  # fmt: skip

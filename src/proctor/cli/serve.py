@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from proctor.cli.output import console, err_console, print_json, styled
+from proctor.cli.targethelp import RUN_TARGET_HELP, SERVE_TARGET_HELP
 from proctor.errors import FaultDetected, ProctorError, UsageError
 from proctor.monitors.ready import ReadyResult
 from proctor.record.rundir import RunDir
@@ -19,12 +20,13 @@ from proctor.serve import (
     live_runs,
     profiles_for,
     server_facts,
-    start_server,
+    start_server_on,
     stop_server,
 )
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import RunFlags, resolve_runs_dir
+from proctor.targets.base import ServedRun, ServerLaunch
 
 app = typer.Typer(
     help="Start an inference server as a detached run, gate on its readiness, stop it.",
@@ -80,7 +82,7 @@ def print_applied(applied: dict[str, Any]) -> None:
         "proctor: env applied: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "(none)")
     )
     err_console.print("proctor: command: " + " ".join(applied["argv"]), highlight=False)
-    held = applied["preflight"]["gpu_held_by_others"]
+    held = applied["preflight"].get("gpu_held_by_others")
     if held:
         err_console.print(styled(f"proctor: GPU memory already held by: {held}", "yellow"))
 
@@ -105,28 +107,53 @@ def start(
     runs_dir: str = typer.Option(None, "--runs-dir"),
     extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
     as_json: bool = typer.Option(False, "--json"),
-    target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
+    target: str = typer.Option(None, "--target", help=SERVE_TARGET_HELP),
+    nodes: int = typer.Option(None, "--nodes", "-N", help="Slurm: nodes of the allocation (default 1 or [slurm] nodes)."),
+    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="Slurm: GPUs per node (default 0 or [slurm])."),
+    partition: str = typer.Option(None, "--partition", help="Slurm partition."),
+    time_limit: str = typer.Option(None, "--time", help="Slurm time limit: 30m, 2h, 1:30:00."),
+    parallel: str = typer.Option(None, "--parallel", help="Slurm: the engine profile's multi-node launch, e.g. dp or pp (default: its first)."),
+    rpc_port: int = typer.Option(None, "--rpc-port", min=1, max=65535, help="Slurm: the head's rendezvous port (default: the profile's)."),
+    wait: str = typer.Option(None, "--wait", help="Slurm: how long the allocation may pend before it is cancelled (exit 5; default 10m)."),
 ) -> None:  # fmt: skip
     """Pre-flight (port free, GPU memory held by others, free disk), then start the server as a
-    detached run with its own log; returns at once with the run id. Gate with `serve ready`."""
-    if target:
-        from proctor.cli.remote import hand_off
+    detached run with its own log; returns at once with the run id. Gate with `serve ready`.
+    On Slurm: returns once the head node is known (the server's run is local)."""
+    spec = None
+    launch = None if parallel is None and rpc_port is None and wait is None else ServerLaunch(
+        parallel, rpc_port, parse_duration(wait or "10m", option="--wait"))  # fmt: skip
+    if target or nodes or gpus_per_node or partition or time_limit:
+        from proctor.cli.remote import hand_off_or_here
 
-        return hand_off(target, runs_dir=runs_dir, as_json=as_json, answer=True, leave_live=True, print_run=True, direct=True)
+        spec = hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, new_run=True,
+                                answer=True, leave_live=True, print_run=True, direct=True,
+                                target_flags={"nodes": nodes, "gpus_per_node": gpus_per_node,
+                                              "partition": partition,
+                                              "time_limit": time_limit})  # fmt: skip
+        if spec is None:
+            return
     config = load_config()
     request = start_request(engine, model, tp, port, host, model_profile, addon, mtp, python,
                             served_model_name, extra, min_free_disk)  # fmt: skip
     flags = RunFlags(argv=[], name=name, runs_dir=runs_dir, gpu_sample=gpu_sample,
                      env=list(env or []), key=key)  # fmt: skip
-    started, applied = start_server(request, config, flags=flags,
-                                    on_applied=None if as_json else print_applied)  # fmt: skip
-    run = started.run
+    served = start_server_on(spec, request, config, flags=flags, launch=launch,
+                             on_applied=None if as_json else print_applied)  # fmt: skip
+    print_started(served, as_json)
+
+
+def print_started(served: ServedRun, as_json: bool) -> None:
+    """serve start's report, whichever target started the server: the run id on stdout."""
+    run, started = served.started.run, served.started
     if as_json:
         print_json({"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
-                    "attached": started.attached, "server": applied})  # fmt: skip
+                    "attached": started.attached, **served.facts,
+                    "server": served.applied})  # fmt: skip
         return
     verb = "attached to running server" if started.attached else "server starting as run"
-    err_console.print(f"proctor: {verb} {run.run_id}; log {run.log_path()}", highlight=False)
+    where = "".join(f", {k} {v}" for k, v in served.facts.items() if k in ("job_id", "url"))
+    err_console.print(f"proctor: {verb} {run.run_id}{where}; log {run.log_path()}",
+                      highlight=False)  # fmt: skip
     typer.echo(run.run_id)
 
 
@@ -157,13 +184,14 @@ def ready(
     host: str = typer.Option("127.0.0.1", "--host"),
     runs_dir: str = typer.Option(None, "--runs-dir"),
     as_json: bool = typer.Option(False, "--json"),
-    target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
+    target: str = typer.Option(None, "--target", help=RUN_TARGET_HELP),
 ) -> None:  # fmt: skip
     """The one gate: 0 ready; 2 startup fault; 3 server exited; 5 not ready in time."""
     if target:
-        from proctor.cli.remote import hand_off
+        from proctor.cli.remote import hand_off_or_here
 
-        return hand_off(target, runs_dir=runs_dir, as_json=as_json)
+        if hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, run_ref=ref) is None:
+            return
     from proctor.monitors.ready import ready_for_engine
 
     config = load_config()
@@ -211,15 +239,17 @@ def stop(
     vram_timeout: str = typer.Option("60s", "--vram-timeout", help="How long to wait for GPU memory to return to the start baseline."),
     runs_dir: str = typer.Option(None, "--runs-dir"),
     as_json: bool = typer.Option(False, "--json"),
-    target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
+    target: str = typer.Option(None, "--target", help=RUN_TARGET_HELP),
 ) -> None:  # fmt: skip
     """Idempotent scoped stop: the kill ladder on the server's process group and every
     descendant, then wait for its GPUs' memory to return to the pre-start baseline (exit 2 with
     the holders if it does not). Never kills by a machine-wide name pattern."""
     if target:
-        from proctor.cli.remote import hand_off
+        from proctor.cli.remote import hand_off_or_here
 
-        return hand_off(target, runs_dir=runs_dir, as_json=as_json, answer=True)
+        if hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, run_ref=ref,
+                            answer=True) is None:  # fmt: skip
+            return
     config = load_config()
     directory = runs_dir_of(runs_dir, config)
     if mine:

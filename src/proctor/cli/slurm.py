@@ -205,44 +205,30 @@ def serve(
 ) -> None:  # fmt: skip
     """Start an inference server on a Slurm allocation: node 0 serves HTTP, the other nodes
     join it per the engine profile's multi-node launch. Returns the run id once the head node
-    is known; then `proctor serve ready RUN`, `proctor drain RUN`, `proctor serve stop RUN`."""
-    from proctor.cli.serve import start_request
+    is known; then `proctor serve ready RUN`, `proctor drain RUN`, `proctor serve stop RUN`.
+    The same as `proctor serve start --target slurm://...`."""
+    from proctor.cli.serve import print_applied, print_started, start_request
+    from proctor.serve import start_server_on
     from proctor.spec.durations import parse_duration
-    from proctor.targets.slurm.options import resolve_slurm_options
-    from proctor.targets.slurm.serve import start_slurm_server, wait_for_head
+    from proctor.targets.base import ServerLaunch
+    from proctor.targets.registry import target_options
 
     project = load_config(config)
     request = start_request(engine, model, tp, port, "0.0.0.0", model_profile, addon, mtp, python,
                             served_model_name, extra, 0.0)  # fmt: skip
-    sflags = slurm_flags(
-        target, nodes, gpus_per_node, partition, time_limit, workspace, node_python,
-        identity_file, known_hosts, insecure_accept_host_key, jump,
+    spec = target_options(
+        target or "slurm", project, nodes=nodes, gpus_per_node=gpus_per_node,
+        partition=partition, time_limit=time_limit, workspace=workspace,
+        remote_python=node_python, identity_file=identity_file, known_hosts=known_hosts,
+        insecure_accept_host_key=insecure_accept_host_key, jump=jump,
     )  # fmt: skip
-    options = resolve_slurm_options(sflags, project)
     flags = RunFlags(argv=[], name=name, runs_dir=runs_dir, env=list(env or []), key=key)
-    started, applied = start_slurm_server(
-        request, options, project, flags=flags, parallel=parallel, rpc_port=rpc_port
-    )
-    run = started.run
-    job = (run.read_json("slurm.json") or {}).get("job_id")
+    launch = ServerLaunch(parallel, rpc_port, parse_duration(wait, option="--wait"))
     if not as_json:
-        mn = applied["multinode"]
-        err_console.print(
-            f"proctor: Slurm job {job}, server run {run.run_id}: {mn['nodes']} node(s), "
-            f"launch {mn['parallel'] or 'single'}; waiting for the allocation ...",
-            highlight=False,
-        )
-    head = wait_for_head(run, parse_duration(wait, option="--wait"))
-    info = {"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
-            "job_id": job, "attached": started.attached, "head": head,
-            "url": f"http://{head.get('address')}:{port}", "server": applied}  # fmt: skip
-    if as_json:
-        print_json(info)
-        return
-    err_console.print(
-        f"proctor: head {head.get('node')} at {info['url']}; log {run.log_path()}", highlight=False
-    )
-    typer.echo(run.run_id)
+        err_console.print("proctor: submitting the server; waiting for the allocation ...")
+    served = start_server_on(spec, request, project, flags=flags, launch=launch,
+                             on_applied=None if as_json else print_applied)  # fmt: skip
+    print_started(served, as_json)
 
 
 @app.command("stop")

@@ -10,6 +10,7 @@ import typer
 
 from proctor.cli.output import console, err_console, print_json, styled
 from proctor.cli.serve import print_ready, runs_dir_of, start_request
+from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.errors import ProctorError, UsageError
 from proctor.flow import Flow, FlowOptions, load_flow_file, resume_flow
 from proctor.monitors.drain import DrainConfig
@@ -47,14 +48,16 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host"),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         as_json: bool = typer.Option(False, "--json"),
-        target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
+        target: str = typer.Option(None, "--target", help=RUN_TARGET_HELP),
     ) -> None:  # fmt: skip
         """Wait for the workload to drain: 0 drained; 1 hang; 2 fault; 3 server died or offline
         job failed; 4 time limit or no client. A status line each poll; log tails on failure."""
         if target:
-            from proctor.cli.remote import hand_off
+            from proctor.cli.remote import hand_off_or_here
 
-            return hand_off(target, runs_dir=runs_dir, as_json=as_json)
+            if hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json,
+                                run_ref=ref or offline) is None:  # fmt: skip
+                return
         from proctor.monitors.drain import drain_for_engine
 
         config = load_config()
@@ -132,14 +135,16 @@ def register(app: typer.Typer) -> None:
         timeout: str = typer.Option("90s", "--timeout", help="Per tool and process."),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         as_json: bool = typer.Option(False, "--json"),
-        target: str = typer.Option(None, "--target", help="Inspect the server where it runs (docs/remote.md)."),
+        target: str = typer.Option(None, "--target", help="Inspect the server where it runs. " + RUN_TARGET_HELP),
     ) -> None:  # fmt: skip
         """Stacks of a hung server's workers (py-spy dump; gdb/cuda-gdb/rocgdb in batch mode, detach
         before quit) into RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`."""
         if target:
-            from proctor.cli.remote import hand_off
+            from proctor.cli.remote import hand_off_or_here
 
-            return hand_off(target, runs_dir=runs_dir, as_json=as_json, answer=True, direct=True)
+            if hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, run_ref=ref,
+                                answer=True, direct=True) is None:  # fmt: skip
+                return
         from proctor.supervise.inspect import inspect
 
         config = load_config()
@@ -149,7 +154,9 @@ def register(app: typer.Typer) -> None:
             raise UsageError("no live server run to inspect", hint="pass RUN or --port P")
         pids = list(pid or []) or worker_pids(server, engine_of(server, config))
         if not pids:
-            raise UsageError(f"server run {server.run_id} has no live process to inspect")
+            raise UsageError(f"server run {server.run_id} has no live process here to inspect",
+                             hint="a server on a Slurm allocation runs on its nodes: "
+                                  "inspect it there (docs/slurm.md)")  # fmt: skip
         results = inspect(
             pids, server.path / "inspect", parse_duration(timeout, option="--timeout")
         )
@@ -193,7 +200,7 @@ def register(app: typer.Typer) -> None:
         runs_dir: str = typer.Option(None, "--runs-dir"),
         extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
         as_json: bool = typer.Option(False, "--json"),
-        target: str = typer.Option(None, "--target", help="ssh://user@host[:port]: run this there, next to the GPU (docs/remote.md)."),
+        target: str = typer.Option(None, "--target", help=TARGET_HELP),
     ) -> None:  # fmt: skip
         """stop -> start -> ready -> (workload -> drain)... -> inspect on hang -> stop, teardown
         always. A flow file's [[flow.workload]] list runs in order against the same server,

@@ -30,12 +30,19 @@ of the names below, and a target that declares one also implements its small pro
     FAR       runs live far away: the controller fetches them into a local run directory
               (`.remote.json`, then verified artifacts); without it the run directory is local
     PLAN      start_plan(plan) -> supervise.launch.Started: a local run directory from a RunPlan
-              (local, slurm: `proctor run` follows it as it follows a local run)
+              (local, slurm: `proctor run` follows it as it follows a local run); without
+              AGENT, the commands that act on runs (serve ready|stop, drain, inspect) act on
+              these local run directories, and self-contained ones (flow, bench, eval, sweep)
+              run as one job whose directory holds their runs (targets/remote/commands.py)
+    SERVE     start_server(request, config, flags, launch) -> ServedRun: the target starts an
+              inference server itself, as a local run of kind "server" (slurm: node 0 serves,
+              the others join per the engine's multi-node launch); `serve start --target`
 
 Stability: other targets (slurm) code against this module. Changes are listed here.
     v1 (initial): the dataclasses and Target below.
     v2: `capabilities` and the capability protocols; SlurmTarget.start follows the protocol.
     v3: BudgetCapable.price_per_hr (cost per million output tokens, results/cost.py).
+    v4: SERVE (ServeCapable, ServerLaunch, ServedRun): `serve start --target slurm://...`.
 """
 
 from __future__ import annotations
@@ -58,7 +65,9 @@ from proctor.source.identity import SourceIdentity
 
 if TYPE_CHECKING:
     from proctor.record.rundir import RunDir
-    from proctor.spec.plan import RunPlan
+    from proctor.spec.config import ProjectConfig
+    from proctor.spec.plan import RunFlags, RunPlan
+    from proctor.spec.server import ServerRequest
     from proctor.supervise.launch import Started
 
 RunStateName = Literal["running", "finished", "unknown", "starting"]
@@ -199,6 +208,28 @@ WAIT: Final = "wait"
 BUDGET: Final = "budget"
 FAR: Final = "far"
 PLAN: Final = "plan"
+SERVE: Final = "serve"
+
+
+@dataclass(frozen=True)
+class ServerLaunch:
+    """How a target that starts servers itself (SERVE) lays one out: the engine profile's
+    multi-node launch by name (default its first), the head's rendezvous port (default the
+    profile's), and how long the allocation may pend before it is given up (NotReady, 5)."""
+
+    parallel: str | None = None
+    rpc_port: int | None = None
+    wait_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class ServedRun:
+    """A server a target started: the local run (kind "server"), the applied profile facts,
+    and what the target adds to the report (a Slurm job id, the head node, its URL)."""
+
+    started: Started
+    applied: dict[str, Any]
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -275,8 +306,14 @@ class PlanCapable(Target, Protocol):
         ...
 
 
+class ServeCapable(Target, Protocol):
+    def start_server(self, request: ServerRequest, config: ProjectConfig, flags: RunFlags,
+                     launch: ServerLaunch) -> ServedRun: ...  # fmt: skip
+
+
 _CAPS: dict[str, type] = {AGENT: AgentCapable, SETUP: SetupCapable, WAIT: WaitCapable,
-                          BUDGET: BudgetCapable, PLAN: PlanCapable}  # fmt: skip
+                          BUDGET: BudgetCapable, PLAN: PlanCapable,
+                          SERVE: ServeCapable}  # fmt: skip
 
 
 @overload
@@ -289,6 +326,8 @@ def capable(target: Target, name: Literal["wait"]) -> WaitCapable | None: ...
 def capable(target: Target, name: Literal["budget"]) -> BudgetCapable | None: ...
 @overload
 def capable(target: Target, name: Literal["plan"]) -> PlanCapable | None: ...
+@overload
+def capable(target: Target, name: Literal["serve"]) -> ServeCapable | None: ...
 def capable(target: Target, name: str) -> Any:
     """`target` as the protocol of capability `name` when it declares it, else None."""
     if name not in _CAPS:
@@ -301,6 +340,7 @@ __all__ = [
     "BUDGET",
     "FAR",
     "PLAN",
+    "SERVE",
     "SETUP",
     "WAIT",
     "AgentCapable",
@@ -311,6 +351,9 @@ __all__ = [
     "Prepared",
     "Released",
     "RunStatus",
+    "ServeCapable",
+    "ServedRun",
+    "ServerLaunch",
     "SetupCapable",
     "StartedRun",
     "SyncedSource",

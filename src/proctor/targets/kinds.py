@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from proctor.errors import UsageError
 from proctor.spec.config import ProjectConfig
 from proctor.spec.merge import Settings
-from proctor.targets.base import AGENT, BUDGET, FAR, PLAN, SETUP, WAIT, Target
+from proctor.targets.base import AGENT, BUDGET, FAR, PLAN, SERVE, SETUP, WAIT, Target
 from proctor.targets.registry import (
     Acquired,
     TargetContext,
@@ -254,13 +254,16 @@ def _slurm_build(options: SlurmTargetOptions, ctx: TargetContext) -> Target:
     from proctor.targets.slurm.options import resolve_slurm_options
     from proctor.targets.slurm.target import SlurmTarget
 
-    resolved = resolve_slurm_options(options.flags(), ctx.config, timeout_s=ctx.timeout_s)
+    flags = options.flags()
+    if ctx.one_machine:  # flow, bench, ... on one node, whatever [slurm] nodes says
+        flags.nodes = 1
+    resolved = resolve_slurm_options(flags, ctx.config, timeout_s=ctx.timeout_s)
     return SlurmTarget(resolved, runs_dir=ctx.runs_dir)
 
 
 register_target(TargetKind(
     kind="slurm", schemes=("slurm",), options=SlurmTargetOptions,
-    capabilities=frozenset({PLAN}), syntax="slurm://[user@]login-host",
+    capabilities=frozenset({PLAN, SERVE}), syntax="slurm://[user@]login-host",
     overrides=SLURM_FLAGS | SSH_FLAGS, parse=_slurm_parse, build=_slurm_build,
 ))  # fmt: skip
 

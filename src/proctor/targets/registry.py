@@ -53,6 +53,7 @@ class TargetContext:
     runs_dir: Path | None = None
     timeout_s: float | None = None  # the run's time limit (Slurm derives --time from it)
     keep_for_server: bool = False  # a server will outlive the command on the machine
+    one_machine: bool = False  # a self-contained command: one machine (node), not a group
 
 
 @dataclass

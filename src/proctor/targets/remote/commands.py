@@ -3,7 +3,11 @@ server workflow): acquire the machine(s) through the registry, run, release on f
 
     run_far(options, job, ...)          `proctor run --target X`: one job, or the same job on
                                          every machine of a group at once (a thread each)
-    run_workflow(options, command, ...) `proctor serve|drain|flow|bench|eval|sweep --target X`
+    run_workflow(options, command, ...) `proctor serve|drain|flow|bench|eval|sweep --target X`:
+                                         through the far agent (AGENT), or on a kind that makes
+                                         local run directories (PLAN: Slurm) as one planned job
+    acts_here(options, runs_dir, RUN)    whether serve start|ready|stop, drain and inspect act
+                                         here, on local run directories of that kind
 
 The CLI only prints what these return.
 """
@@ -14,7 +18,7 @@ import contextlib
 import io
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,10 +41,12 @@ from proctor.targets.remote.orchestrate import (
     Completion,
     RemoteOptions,
     apply_fetch,
+    index_local,
     release_into,
     run_remote,
     source_view,
 )
+from proctor.targets.remote.requests import CommandRequest
 from proctor.targets.remote.workflow import (
     ChildRun,
     WorkflowCommand,
@@ -203,9 +209,17 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
     """`command` (a proctor command line) on the one machine `options` names, as one far job
     (or one agent call, command.direct); the machine is released as its kind says (a pod
     hosting a server that outlives the command is kept)."""
-    caps = kind_named(options.kind).capabilities
-    if AGENT not in caps and PLAN in caps and command.nested:
-        return WorkflowRun(run_planned(options, command, identity, config, runs_dir, out))
+    kind = kind_named(options.kind)
+    if AGENT not in kind.capabilities and PLAN in kind.capabilities:
+        if command.leave_live or command.direct:
+            raise UsageError(f"a {kind.kind} target runs `{command.request.title()}` as one job "
+                             "to its end: it cannot leave it running",
+                             hint="drop --detach (a server: serve start --target)")  # fmt: skip
+        # Self-contained (flow, bench, eval, sweep): one job whose directory holds its runs.
+        request = with_server_url(command.request, options, runs_dir)
+        planned = replace(command, nested=True, request=request)
+        return WorkflowRun(run_planned(options, planned, identity, config, runs_dir, out,
+                                       remote.store_path))  # fmt: skip
     _require(options, AGENT, "proctor's server workflow (serve, drain, flow, bench, eval)")
     acquired: Acquired = acquire(options, TargetContext(config, runs_dir,
                                                         keep_for_server=keep_for_server),
@@ -236,12 +250,13 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
 
 def run_planned(
     options: TargetOptions, command: WorkflowCommand, identity: Any, config: ProjectConfig,
-    runs_dir: Path, out: IO[bytes],
+    runs_dir: Path, out: IO[bytes], store_path: Path | None = None,
 ) -> WorkflowResult:  # fmt: skip
-    """A self-contained workflow command (flow: its steps live inside its own run) on a target
-    that makes local run directories (PLAN: Slurm): one job, followed, its directory verified
-    against its manifest; the flow's record is found among the steps."""
-    target = open_target(options, TargetContext(config, runs_dir))
+    """A self-contained workflow command (flow, bench, eval, sweep: its runs live inside the
+    job's own run directory) on a target that makes local run directories (PLAN: Slurm): one
+    job, followed, its directory verified against its manifest; the runs it made are found
+    among its steps (the flow's record, the answer of --json) and indexed in the local store."""
+    target = open_target(options, TargetContext(config, runs_dir, one_machine=True))
     completion = Completion(None, None, target.describe().to_record(), source_view(identity))
     try:
         prepared = target.prepare()
@@ -259,16 +274,90 @@ def run_planned(
     finally:
         target.close()
     result = WorkflowResult(completion)
+    for path in sorted(local.glob("**/answer.json"))[:1]:
+        with contextlib.suppress(OSError, ValueError):
+            result.answer = json.loads(path.read_text(encoding="utf-8"))
     for path in sorted(local.glob("**/steps/*/record.json")):
         run = RunDir(path.parent)
         record = run.read_json("record.json") or {}
         if record.get("kind") == "flow":
             result.flow = record
         result.children.append(ChildRun(run.run_id, str(run.path), outcome=record.get("outcome"),
-                                        verified=completion.logs_verified))  # fmt: skip
+                                        verified=completion.logs_verified,
+                                        exit_code=_exit_code(run)))  # fmt: skip
+        if completion.logs_verified:
+            index_local(run.path, store_path)
     return result
 
 
-__all__ = ["GroupRun", "WorkflowRun", "group_exit_status", "group_report", "job_from_flags",
-           "release_all", "run_far", "run_group", "run_planned", "run_workflow",
+def _exit_code(run: RunDir) -> int | None:
+    try:
+        return int(run.exit_code_path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def with_server_url(request: CommandRequest, options: TargetOptions,
+                    runs_dir: Path) -> CommandRequest:  # fmt: skip
+    """`--server RUN` (bench, eval, sweep) on a kind whose runs are local run directories: the
+    server's record is here, not in the job's own runs dir, so the job is given the live
+    server's URL and recorded model instead (an explicit --base-url/--model wins). The server
+    must have run on the same kind (a local server's 127.0.0.1 is not the node's)."""
+    from proctor.errors import TargetUnavailable
+    from proctor.record.status import run_state
+    from proctor.supervise.launch import record_of, resolve_run
+    from proctor.targets.registry import kind_of_run
+
+    ref = request.params.get("server")
+    if not isinstance(ref, str) or not ref:
+        return request
+    run = resolve_run(runs_dir, ref)
+    ran_on = kind_of_run(run.path)
+    if ran_on.kind != options.kind:
+        raise UsageError(f"server run {run.run_id} ran on a {ran_on.kind} target, not "
+                         f"{options.kind}", hint="--base-url URL names any server")  # fmt: skip
+    facts = record_of(run).get("server")
+    if not isinstance(facts, dict) or not facts.get("port"):
+        raise UsageError(f"run {run.run_id} is not a server run",
+                         hint="start one with proctor serve start --target ...")  # fmt: skip
+    if run_state(run).state not in ("running", "starting"):
+        raise TargetUnavailable(f"server run {run.run_id} is not running; refusing to "
+                                "benchmark whatever listens on its port now",
+                                hint="start a server with `proctor serve start`")  # fmt: skip
+    params = {k: v for k, v in request.params.items() if k != "server"}
+    params.setdefault("base_url", f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}")
+    model = facts.get("served_model_name") or facts.get("model")
+    if model:
+        params.setdefault("model", str(model))
+    return request.model_copy(update={"params": params})
+
+
+def acts_here(options: TargetOptions, runs_dir: Path, run_ref: str | None = None, *,
+              new_run: bool = False) -> bool:  # fmt: skip
+    """Whether a command that acts on runs of the runs dir (serve start|ready|stop, drain,
+    inspect) runs in this process for a `--target` of this kind: yes when the kind keeps its
+    runs as local run directories (PLAN, no far agent: Slurm's tracker and group record are
+    here). Unless it starts a `new_run` (serve start), it must name its RUN, and that run must
+    have run on that kind (its record says so): the runs dir also holds runs of other kinds."""
+    from proctor.supervise.launch import resolve_run
+    from proctor.targets.registry import kind_of_run
+
+    kind = kind_named(options.kind)
+    if AGENT in kind.capabilities or PLAN not in kind.capabilities:
+        return False
+    if new_run:
+        return True
+    if not run_ref:
+        raise UsageError(f"with --target {options.url}, name the run to act on",
+                         hint="RUN: the id serve start printed")  # fmt: skip
+    run = resolve_run(runs_dir, run_ref)
+    ran_on = kind_of_run(run.path)
+    if ran_on.kind != kind.kind:
+        raise UsageError(f"run {run.run_id} ran on a {ran_on.kind} target, not {kind.kind}",
+                         hint=f"drop --target, or give a run of {kind.syntax}")  # fmt: skip
+    return True
+
+
+__all__ = ["GroupRun", "WorkflowRun", "acts_here", "group_exit_status", "group_report",
+           "job_from_flags", "release_all", "run_far", "run_group", "run_planned", "run_workflow",
            "setup_script"]  # fmt: skip

@@ -26,7 +26,9 @@ from proctor.record.recorder import Recorder, event
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.status import is_alive, read_wrapper_ref
 from proctor.source.identity import SourceIdentity
-from proctor.spec.plan import RunPlan
+from proctor.spec.config import ProjectConfig
+from proctor.spec.plan import RunFlags, RunPlan
+from proctor.spec.server import ServerRequest
 from proctor.supervise.launch import (
     RunSpec,
     Started,
@@ -110,7 +112,7 @@ class SlurmTarget:
     """A Slurm cluster as a `proctor.targets.base.Target`; run ids name local group runs."""
 
     kind = "slurm"
-    capabilities = frozenset({base.PLAN})
+    capabilities = frozenset({base.PLAN, base.SERVE})
 
     def __init__(
         self,
@@ -163,9 +165,24 @@ class SlurmTarget:
         """The Slurm job id of a started group run (for `proctor run`'s report)."""
         return {"job_id": (run.read_json(META) or {}).get("job_id")}
 
+    def start_server(self, request: ServerRequest, config: ProjectConfig, flags: RunFlags,
+                     launch: base.ServerLaunch) -> base.ServedRun:  # fmt: skip
+        """SERVE: the server on an allocation (node 0 serves HTTP, the others join per the
+        profile's multi-node launch); returns once the head node is known (NotReady, 5, and
+        the job cancelled when it pends past `launch.wait_s`)."""
+        from proctor.targets.slurm.serve import start_slurm_server, wait_for_head
+
+        started, applied = start_slurm_server(request, self.options, config, flags=flags,
+                                              parallel=launch.parallel,
+                                              rpc_port=launch.rpc_port)  # fmt: skip
+        run = started.run
+        job = (run.read_json(META) or {}).get("job_id")
+        head = wait_for_head(run, launch.wait_s)
+        url = f"http://{head.get('address')}:{request.port}"
+        return base.ServedRun(started, applied, {"job_id": job, "head": head, "url": url})
+
     def _plan_for(self, job: base.JobSpec) -> RunPlan:
-        from proctor.spec.config import ProjectConfig
-        from proctor.spec.plan import RunFlags, resolve_run_plan
+        from proctor.spec.plan import resolve_run_plan
 
         flags = RunFlags(
             argv=list(job.argv),

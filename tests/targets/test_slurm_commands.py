@@ -1,0 +1,145 @@
+"""Every `--target` command on a real Slurm cluster (controller + slurmd on 127.0.0.1), with the
+fake OpenAI server as the engine: `serve start --target slurm://local` starts the server on an
+allocation (the same path as `proctor slurm serve`), `serve ready|stop` and `drain` with the
+same --target act on its local group run, and `bench --target slurm://local` runs as one job on
+a node, followed, verified, its bench run found and indexed locally, its exit code the bench's.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import FAKE_ENGINE_TOML, proctor, record
+from tests.infra.slurmcluster import SlurmCluster, free_port
+
+pytestmark = pytest.mark.slurm
+
+TARGET = "slurm://local"
+SMALL = ["--isl", "8", "--osl", "4", "--num-prompts", "6", "--num-warmups", "0",
+         "--concurrency", "2", "--min-requests", "1", "--min-window", "0"]  # fmt: skip
+
+
+@pytest.fixture
+def slurm_nodes() -> int:
+    """One node: a server, a bench job, each on it (the `cluster` fixture reads this)."""
+    return 1
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    work = tmp_path / "project"
+    work.mkdir()
+    # [slurm] nodes = 2 on a one-node cluster: a self-contained command still takes one node.
+    (work / "proctor.toml").write_text(
+        f'[slurm]\nworkspace = "{tmp_path / "ws"}"\nnodes = 2\n\n{FAKE_ENGINE_TOML}'
+    )
+    return work
+
+
+def test_serve_start_ready_bench_drain_stop_on_slurm(
+    cluster: SlurmCluster, work: Path, isolated_runs: Path
+) -> None:
+    env = {"SLURM_CONF": str(cluster.conf)}
+    port = free_port()
+    started = proctor("serve", "start", "--target", TARGET, "--engine", "fake", "--model", "m",
+                      "--port", str(port), "--nodes", "1", "--wait", "60s", "--json",
+                      cwd=work, env=env, timeout=120)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    info = json.loads(started.stdout)
+    run_id, group = info["run_id"], Path(info["dir"])
+    assert group.parent == isolated_runs and info["job_id"] and info["head"]["node"] == "n1"
+    assert info["url"] == f"http://127.0.0.1:{port}"
+    rec = record(group)
+    assert rec["kind"] == "server" and rec["target"]["kind"] == "slurm"
+    try:
+        ready = proctor("serve", "ready", run_id, "--target", TARGET, "--timeout", "60s",
+                        cwd=work, env=env, timeout=120)  # fmt: skip
+        assert ready.returncode == 0, ready.stderr
+
+        # bench: one Slurm job on the node against the Slurm-started server (its URL and
+        # model from the server's local record).
+        bench = proctor("bench", "--target", TARGET, "--server", run_id, *SMALL, "--json",
+                        cwd=work, env=env, timeout=180)  # fmt: skip
+        assert bench.returncode == 0, bench.stdout + bench.stderr
+        data = json.loads(bench.stdout)
+        completion = data["completion"]
+        assert completion["target"]["kind"] == "slurm"
+        assert completion["result_known"] and completion["logs_verified"], completion["unmet"]
+        job_dir = Path(completion["local_dir"])
+        assert job_dir.parent == isolated_runs
+        bench_id = data["answer"]["run_id"]
+        (child,) = [c for c in data["children"] if c["run_id"] == bench_id]
+        assert child["verified"] and child["exit_code"] == 0 and child["outcome"] == "ok"
+        assert data["answer"]["verdict"]["ok"] is True, data["answer"]
+        (bench_dir,) = job_dir.glob(f"**/steps/{bench_id}")
+        assert (bench_dir / "metrics.json").is_file()
+        assert proctor("runs", "verify", job_dir.name).returncode == 0
+        with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
+            kinds = dict(db.execute("SELECT id, kind FROM runs").fetchall())
+        assert kinds.get(bench_id) == "bench", kinds
+
+        # sweep: the sweep and its points inside one job, each verified.
+        sweep = proctor("sweep", "--target", TARGET, "--server", run_id, "--concurrency", "1,2",
+                        "--isl", "8", "--osl", "4", "--num-prompts", "4", "--json", cwd=work,
+                        env=env, timeout=180)  # fmt: skip
+        assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+        swept = json.loads(sweep.stdout)
+        assert [p["exit_code"] for p in swept["answer"]["points"]] == [0, 0]
+        inside = {c["run_id"] for c in swept["children"] if c["verified"]}
+        assert {swept["answer"]["sweep"], *(p["run_id"] for p in swept["answer"]["points"])} <= inside
+
+        # drain: the bench job was this server's client (a local run: the group's record).
+        drain = proctor("drain", run_id, "--target", TARGET, "--client", job_dir.name,
+                        "--poll", "1s", "--max", "60s", "--startup-max", "30s", cwd=work,
+                        env=env, timeout=120)  # fmt: skip
+        assert drain.returncode == 0, drain.stdout + drain.stderr
+        # inspect acts on the local record too: the engine's processes are on the node.
+        inspect = proctor("inspect", run_id, "--target", TARGET, cwd=work, env=env, timeout=60)
+        assert inspect.returncode == 64 and "runs on its nodes" in inspect.stderr, inspect.stderr
+
+    finally:
+        stop = proctor("serve", "stop", run_id, "--target", TARGET, "--json", cwd=work, env=env,
+                       timeout=150)  # fmt: skip
+    assert stop.returncode == 0, stop.stderr
+    assert json.loads(stop.stdout)[0]["was_running"] is True
+    rec = record(group)
+    assert rec["outcome"] == "stopped" and rec["slurm"]["state"] == "CANCELLED"
+    assert not cluster.run("squeue", "-h").stdout.strip()
+
+
+def test_failing_bench_on_slurm_returns_its_own_exit_code(
+    cluster: SlurmCluster, work: Path, isolated_runs: Path
+) -> None:
+    env = {"SLURM_CONF": str(cluster.conf)}
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    bench = proctor("bench", "--target", TARGET, "--base-url", dead, "--model", "m", *SMALL,
+                    cwd=work, env=env, timeout=180)  # fmt: skip
+    assert bench.returncode == 69, bench.stdout + bench.stderr
+    (job_dir,) = [p for p in isolated_runs.iterdir() if (p / "slurm.json").is_file()]
+    assert (job_dir / "exit_code").read_text().strip() == "69"
+
+    # A local run named with --target slurm: refused, naming the kind it ran on.
+    local = proctor("run", "--name", "plain", "--", sys.executable, "-c", "pass", cwd=work)
+    assert local.returncode == 0, local.stderr
+    plain = [p for p in isolated_runs.iterdir() if p.name != job_dir.name and p.is_dir()
+             and (p / "record.json").is_file()]  # fmt: skip
+    (plain_dir,) = [p for p in plain if record(p).get("kind") != "slurm"]
+    stop = proctor("serve", "stop", plain_dir.name, "--target", TARGET, cwd=work, env=env)
+    assert stop.returncode == 64, stop.stderr
+    assert "ran on a local target, not slurm" in stop.stderr
+    # Without a RUN it would pick any live server of the runs dir, of any kind: refused.
+    mine = proctor("serve", "stop", "--mine", "--target", TARGET, cwd=work, env=env)
+    assert mine.returncode == 64 and "name the run" in mine.stderr, mine.stderr
+
+    # A partition the cluster does not have: a clear error, nothing left queued.
+    bad = proctor("serve", "start", "--target", TARGET, "--partition", "nosuchpart", "-N", "1",
+                  "--engine", "fake", "--model", "m", "--port", str(free_port()), "--wait", "30s",
+                  cwd=work, env=env, timeout=120)  # fmt: skip
+    assert bad.returncode == 64, bad.stderr
+    assert "invalid partition" in bad.stderr.lower() and "sinfo" in bad.stderr, bad.stderr
+    assert not cluster.run("squeue", "-h").stdout.strip()
