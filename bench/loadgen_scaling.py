@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from emulator import start_emulator  # noqa: E402
-from loadgen_workers import pinned, plan_cores  # noqa: E402
+from loadgen_workers import parsed, pinned, plan_cores, scaling_args  # noqa: E402
 
 
 def topology(cores: list[int]) -> str:
@@ -171,17 +171,9 @@ def client_row(url: str, n: int, cores: list[int], a: argparse.Namespace, mode: 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--workers", default="1,2,4,8")
-    ap.add_argument("--concurrency", type=int, default=1024)
-    ap.add_argument("--isl", type=int, default=64)
-    ap.add_argument("--osl", type=int, default=128)
-    ap.add_argument("--per", type=int, default=32, help="requests per unit of concurrency")
+    ap = scaling_args(__doc__, per=32)
     ap.add_argument("--modes", default="cpu,apart,workers")
-    ap.add_argument("--quick", action="store_true", help="workers 1,2, concurrency 256, fewer")
-    a = ap.parse_args()
-    if a.quick:
-        a.workers, a.concurrency, a.per = "1,2", 256, 8
+    a = parsed(ap)
     counts = [int(x) for x in a.workers.split(",") if x]
     modes = a.modes.split(",")
     client_cores, emu_cores = plan_cores()

@@ -82,18 +82,29 @@ def form(recs: list[dict], n: int, warm: int) -> tuple[frozenset[str], bool]:
     return keys, ok
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def scaling_args(doc: str | None, per: int) -> argparse.ArgumentParser:
+    """The options this bench and loadgen_scaling.py share (--quick: workers 1,2, c256)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--workers", default="1,2,4,8")
     ap.add_argument("--concurrency", type=int, default=1024)
     ap.add_argument("--isl", type=int, default=64)
     ap.add_argument("--osl", type=int, default=128)
-    ap.add_argument("--per", type=int, default=16, help="requests per unit of concurrency")
+    ap.add_argument("--per", type=int, default=per, help="requests per unit of concurrency")
     ap.add_argument("--quick", action="store_true", help="workers 1,2, concurrency 256, fewer")
-    ap.add_argument("--python-emulator", action="store_true")
+    return ap
+
+
+def parsed(ap: argparse.ArgumentParser) -> argparse.Namespace:
     a = ap.parse_args()
     if a.quick:
         a.workers, a.concurrency, a.per = "1,2", 256, 8
+    return a
+
+
+def main() -> int:
+    ap = scaling_args(__doc__, per=16)
+    ap.add_argument("--python-emulator", action="store_true")
+    a = parsed(ap)
     counts = [int(x) for x in a.workers.split(",") if x]
     client_cores, emu_cores = plan_cores()
     n = a.concurrency * a.per
