@@ -98,9 +98,28 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
                         "--poll", "1s", "--max", "60s", "--startup-max", "30s", cwd=work,
                         env=env, timeout=120)  # fmt: skip
         assert drain.returncode == 0, drain.stdout + drain.stderr
-        # inspect acts on the local record too: the engine's processes are on the node.
-        inspect = proctor("inspect", run_id, "--target", TARGET, cwd=work, env=env, timeout=60)
-        assert inspect.returncode == 64 and "runs on its nodes" in inspect.stderr, inspect.stderr
+        # inspect: the engine's processes are on the node, so the stacks are taken there (an
+        # overlapping srun step in the live job) and land in the local group run, per node.
+        inspect = proctor("inspect", run_id, "--target", TARGET, "--timeout", "30s", "--json",
+                          cwd=work, env=env, timeout=150)  # fmt: skip
+        assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+        rows = json.loads(inspect.stdout)
+        remote = Path(json.loads((group / "slurm.json").read_text())["remote_run_dir"])
+        engine_pid = record(remote / "nodes" / "n1")["process"]["pid"]
+        spy = [r for r in rows if r["tool"] == "py-spy" and r["pid"] == engine_pid]
+        assert spy and {r["node"] for r in rows} == {"n1"}, rows
+        (row,) = spy
+        dump = group / "inspect" / "n1" / f"{engine_pid}-pyspy.txt"
+        assert row["path"] == str(dump) and dump.is_file()
+        text = dump.read_text()
+        assert text.startswith("$ ") and f"--pid {engine_pid}" in text.splitlines()[0]
+        assert row["error"] is None and "fake_openai_server" in text, text
+        # Without --target, the run's record says it ran on Slurm: the same inspection.
+        again = proctor("inspect", run_id, "--timeout", "30s", cwd=work, env=env, timeout=150)
+        assert again.returncode == 0 and "'node': 'n1'" in again.stdout, again.stderr
+        # --pid names processes of this machine: refused for a run on the nodes.
+        pid = proctor("inspect", run_id, "--pid", "1", cwd=work, env=env)
+        assert pid.returncode == 64 and "--pid" in pid.stderr, pid.stderr
 
     finally:
         stop = proctor("serve", "stop", run_id, "--target", TARGET, "--json", cwd=work, env=env,
