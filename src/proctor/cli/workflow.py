@@ -138,7 +138,8 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Option(None, "--target", help="Inspect the server where it runs. " + RUN_TARGET_HELP),
     ) -> None:  # fmt: skip
         """Stacks of a hung server's workers (py-spy dump; gdb/cuda-gdb/rocgdb in batch mode, detach
-        before quit) into RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`."""
+        before quit) into RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`.
+        A server on a Slurm allocation is inspected on every node: RUN/inspect/NODE/PID-TOOL.txt."""
         if target:
             from proctor.cli.remote import hand_off_or_here
 
