@@ -89,7 +89,8 @@ def inspect_group(run: RunDir, timeout_s: float = 90.0,
         if not isinstance(answer, dict):
             why = f"no answer from node {node}"
             if step.returncode != 0:
-                why += f" (srun exit {step.returncode}: {step.first_error_line()})"
+                said = " | ".join(ln.strip() for ln in step.stderr.splitlines() if ln.strip())
+                why += f" (srun exit {step.returncode}: {said[-600:] or 'no message'})"
             rows.append(_failed_row(node, why))
             exits.append(int(TargetUnavailable.exit_code))
             continue
