@@ -119,6 +119,25 @@ def test_hang_mid_stream_is_exit_1_and_inspected(fake_engine: int, isolated_runs
     assert list(inspect_dir.glob("*-pyspy.txt"))
 
 
+def test_inspect_of_a_local_server_writes_stacks_and_kills_nothing(
+    fake_engine: int, isolated_runs: Path
+) -> None:
+    run_id = start(fake_engine, "--spawn-mp-helper")
+    try:
+        result = proctor("inspect", run_id, "--timeout", "30s", "--json")
+        assert result.returncode == 0, result.stderr
+        rows = json.loads(result.stdout)
+        engine = json.loads((isolated_runs / run_id / "record.json").read_text())["process"]["pid"]
+        (spy,) = [r for r in rows if r["tool"] == "py-spy" and r["pid"] == engine]
+        assert spy["path"] == str(isolated_runs / run_id / "inspect" / f"{engine}-pyspy.txt")
+        assert "node" not in spy and "fake_openai_server" in Path(spy["path"]).read_text()
+        assert psutil.pid_exists(engine) and psutil.Process(engine).status() != psutil.STATUS_ZOMBIE
+    finally:
+        assert proctor("serve", "stop", run_id).returncode == 0
+    gone = proctor("inspect", run_id)
+    assert gone.returncode == 64 and "no live process" in gone.stderr, gone.stderr
+
+
 def test_silent_server_death_while_serving_is_3_not_drained(fake_engine: int, tmp_path: Path) -> None:
     port = fake_engine
     result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",

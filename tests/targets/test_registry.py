@@ -13,7 +13,7 @@ import pytest
 
 from proctor.errors import UsageError
 from proctor.spec.config import ProjectConfig
-from proctor.targets.base import FAR, PLAN, Target, capable
+from proctor.targets.base import FAR, INSPECT, PLAN, Target, capable
 from proctor.targets.registry import (
     TargetContext,
     kinds,
@@ -82,6 +82,10 @@ def test_built_targets_declare_the_capabilities_of_their_kind(tmp_path: Path) ->
     finally:
         for target in built:
             target.close()
+    # INSPECT is declared exactly by the kinds whose registry entry can inspect a run.
+    for kind in kinds().values():
+        assert (INSPECT in kind.capabilities) == (kind.inspect_run is not None), kind.kind
+    assert INSPECT in kinds()["slurm"].capabilities
 
 
 def test_cli_unknown_target_and_workflow_on_a_kind_without_the_agent(isolated_runs: Path) -> None:

@@ -8,13 +8,16 @@ a node, followed, verified, its bench run found and indexed locally, its exit co
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.answer_key_server import answer_key_server
 from tests.helpers import FAKE_ENGINE_TOML, proctor, record
+from tests.infra.engines import gsm8k_data_dir
 from tests.infra.slurmcluster import SlurmCluster, free_port
 
 pytestmark = pytest.mark.slurm
@@ -98,9 +101,28 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
                         "--poll", "1s", "--max", "60s", "--startup-max", "30s", cwd=work,
                         env=env, timeout=120)  # fmt: skip
         assert drain.returncode == 0, drain.stdout + drain.stderr
-        # inspect acts on the local record too: the engine's processes are on the node.
-        inspect = proctor("inspect", run_id, "--target", TARGET, cwd=work, env=env, timeout=60)
-        assert inspect.returncode == 64 and "runs on its nodes" in inspect.stderr, inspect.stderr
+        # inspect: the engine's processes are on the node, so the stacks are taken there (an
+        # overlapping srun step in the live job) and land in the local group run, per node.
+        inspect = proctor("inspect", run_id, "--target", TARGET, "--timeout", "30s", "--json",
+                          cwd=work, env=env, timeout=150)  # fmt: skip
+        assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+        rows = json.loads(inspect.stdout)
+        remote = Path(json.loads((group / "slurm.json").read_text())["remote_run_dir"])
+        engine_pid = record(remote / "nodes" / "n1")["process"]["pid"]
+        spy = [r for r in rows if r["tool"] == "py-spy" and r["pid"] == engine_pid]
+        assert spy and {r["node"] for r in rows} == {"n1"}, rows
+        (row,) = spy
+        dump = group / "inspect" / "n1" / f"{engine_pid}-pyspy.txt"
+        assert row["path"] == str(dump) and dump.is_file()
+        text = dump.read_text()
+        assert text.startswith("$ ") and f"--pid {engine_pid}" in text.splitlines()[0]
+        assert row["error"] is None and "fake_openai_server" in text, text
+        # Without --target, the run's record says it ran on Slurm: the same inspection.
+        again = proctor("inspect", run_id, "--timeout", "30s", cwd=work, env=env, timeout=150)
+        assert again.returncode == 0 and "'node': 'n1'" in again.stdout, again.stderr
+        # --pid names processes of this machine: refused for a run on the nodes.
+        pid = proctor("inspect", run_id, "--pid", "1", cwd=work, env=env)
+        assert pid.returncode == 64 and "--pid" in pid.stderr, pid.stderr
 
     finally:
         stop = proctor("serve", "stop", run_id, "--target", TARGET, "--json", cwd=work, env=env,
@@ -143,3 +165,35 @@ def test_failing_bench_on_slurm_returns_its_own_exit_code(
     assert bad.returncode == 64, bad.stderr
     assert "invalid partition" in bad.stderr.lower() and "sinfo" in bad.stderr, bad.stderr
     assert not cluster.run("squeue", "-h").stdout.strip()
+
+
+def test_eval_gsm8k_on_slurm_scores_known_answers(
+    cluster: SlurmCluster, work: Path, isolated_runs: Path, tmp_path: Path
+) -> None:
+    """`eval gsm8k --target slurm://local`: lm-eval on a node, offline from the repo's GSM8K
+    subset, against a loopback server answering from the answer key (known scores)."""
+    env = {"SLURM_CONF": str(cluster.conf), "HF_HOME": str(tmp_path / "hf")}
+    with answer_key_server(gsm8k_data_dir()) as server:
+        ran = proctor("eval", "gsm8k", "--target", TARGET, "--base-url", server.base_url,
+                      "--model", "m1", "--fewshot", "3", "--limit", "5", "--num-concurrent", "2",
+                      "--data", str(gsm8k_data_dir()), "--json", cwd=work, env=env,
+                      timeout=240)  # fmt: skip
+        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+        assert len(server.requests) == 5
+    data = json.loads(ran.stdout)
+    completion = data["completion"]
+    assert completion["target"]["kind"] == "slurm" and completion["exit_code"] == 0
+    assert completion["result_known"] and completion["logs_verified"], completion["unmet"]
+    eval_id = data["answer"]["run_id"]
+    (child,) = [c for c in data["children"] if c["run_id"] == eval_id]
+    assert child["verified"] and child["exit_code"] == 0 and child["outcome"] == "ok"
+    # Test docs 0..4: right {0, 3}, flexible-only {1, 4}, wrong {2}.
+    metrics = data["answer"]["metrics"]
+    assert metrics["n_samples"] == 5
+    assert math.isclose(metrics["exact_match_flexible_extract"], 0.8)
+    assert math.isclose(metrics["exact_match_strict_match"], 0.4)
+    (eval_dir,) = Path(completion["local_dir"]).glob(f"**/steps/{eval_id}")
+    assert record(eval_dir)["kind"] == "eval" and list((eval_dir / "lm_eval").rglob("results_*.json"))
+    with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
+        kinds = dict(db.execute("SELECT id, kind FROM runs").fetchall())
+    assert kinds.get(eval_id) == "eval", kinds

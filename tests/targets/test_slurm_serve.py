@@ -1,6 +1,7 @@
 """The server workflow on a real two-node Slurm allocation, with the fake OpenAI server as the
 engine: `proctor slurm serve` (head + worker per the profile's multi-node launch), then the
-ordinary `serve ready`, `drain` (with a workload) and `serve stop` (scancel, verified)."""
+ordinary `serve ready`, `drain` (with a workload), `inspect` (stacks taken on both nodes) and
+`serve stop` (scancel, verified)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,18 @@ def test_two_node_server_ready_drain_stop(
 
     remote_nodes = ws / "proctor" / "runs" / run_id / "nodes"
     wrappers = [json.loads((remote_nodes / n / "wrapper.pid").read_text()) for n in ("n1", "n2")]
+
+    # inspect: every node's engine, where it runs (one overlapping srun step in the job).
+    inspect = cli(cluster, "inspect", run_id, "--timeout", "30s", "--json", timeout=150)
+    assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+    rows = json.loads(inspect.stdout)
+    for node, marker in (("n1", "--stats-interval"), ("n2", "rank1-of-2@127.0.0.1")):
+        engine = record(remote_nodes / node)["process"]["pid"]
+        (spy,) = [r for r in rows if r["node"] == node and r["tool"] == "py-spy"
+                  and r["pid"] == engine]  # fmt: skip
+        dump = group / "inspect" / node / f"{engine}-pyspy.txt"
+        assert spy["path"] == str(dump) and spy["error"] is None, spy
+        assert marker in dump.read_text(), dump.read_text()
     stop = cli(cluster, "serve", "stop", run_id, "--json", timeout=150)
     assert stop.returncode == 0, stop.stderr
     assert json.loads(stop.stdout)[0]["was_running"] is True
@@ -138,6 +151,12 @@ def test_two_node_server_ready_drain_stop(
     assert not cluster.run("squeue", "-h").stdout.strip()
     again = cli(cluster, "serve", "stop", run_id)
     assert again.returncode == 0  # idempotent
+    # The stacks taken while it ran are part of the group's verified evidence.
+    verify = cli(cluster, "runs", "verify", run_id)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "inspect/n2/" in (group / "manifest.sha256").read_text()
+    gone = cli(cluster, "inspect", run_id)
+    assert gone.returncode == 64, gone.stdout + gone.stderr
 
 
 def test_engine_without_multinode_launch_is_refused(

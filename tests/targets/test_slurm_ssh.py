@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import TEST_PYTHON, only_run, proctor, record
-from tests.infra.slurmcluster import SlurmCluster
+from tests.helpers import FAKE_ENGINE_TOML, TEST_PYTHON, only_run, proctor, record
+from tests.infra.slurmcluster import SlurmCluster, free_port
 from tests.infra.sshhosts import SshHostLab
 
 pytestmark = pytest.mark.slurm
@@ -90,3 +90,52 @@ def test_run_over_ssh_login_host_ships_source_and_fetches_nodes(
                 assert SECRET.encode() not in path.read_bytes(), path
     meta = json.loads((group / "slurm.json").read_text())
     assert meta["login"]["identity_file"] == str(host.client_key)  # a path, never a key
+
+
+def test_inspect_server_over_ssh_login_host(
+    cluster: SlurmCluster, lone_lab: SshHostLab, project: Path, tmp_path: Path,
+    isolated_runs: Path,
+) -> None:  # fmt: skip
+    """`proctor inspect RUN` of a server started through an SSH login host: the overlapping
+    step, proctor's shipped package on the nodes and the answers all go over the login."""
+    host = lone_lab.hosts[0]
+    # srun (unlike sbatch) talks to the nodes' slurmd itself, and they call it back: from the
+    # login host's namespace, the nodes too are at the gateway.
+    conf = cluster.conf.read_text().replace(
+        "SlurmctldHost=localhost", f"SlurmctldHost=localhost({host.gateway})"
+    ).replace("NodeAddr=127.0.0.1", f"NodeAddr={host.gateway}")
+    login_conf = tmp_path / "login-slurm.conf"
+    login_conf.write_text(conf)
+    ws = tmp_path / "shared-ws"
+    ws.mkdir()
+    (ws / "env.sh").write_text(f"export SLURM_CONF={login_conf}\n")
+    # serve start takes no SSH flags: [slurm] names the key, host keys, workspace and python.
+    (project / "proctor.toml").write_text(
+        f'[slurm]\nidentity_file = "{host.client_key}"\nknown_hosts = "{host.known_hosts}"\n'
+        f'workspace = "{ws}"\npython = "{TEST_PYTHON}"\n\n{FAKE_ENGINE_TOML}'
+    )
+    env = {"SLURM_CONF": "/nonexistent"}  # the controller side has no Slurm: all over SSH
+    started = proctor(
+        "serve", "start", "--target", f"slurm://{host.user}@{host.address}:{host.port}",
+        "--engine", "fake", "--model", "m", "--port", str(free_port()), "--nodes", "1",
+        "--wait", "60s", "--json",
+        cwd=project, env=env, timeout=150,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    info = json.loads(started.stdout)
+    run_id, group = info["run_id"], Path(info["dir"])
+    try:
+        inspect = proctor("inspect", run_id, "--timeout", "30s", "--json", cwd=project, env=env,
+                          timeout=150)  # fmt: skip
+        assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+        rows = json.loads(inspect.stdout)
+        remote = Path(json.loads((group / "slurm.json").read_text())["remote_run_dir"])
+        engine = record(remote / "nodes" / "n1")["process"]["pid"]
+        (spy,) = [r for r in rows if r["tool"] == "py-spy" and r["pid"] == engine]
+        assert spy["node"] == "n1" and spy["error"] is None, spy
+        assert "fake_openai_server" in Path(spy["path"]).read_text()
+        assert Path(spy["path"]).parent == group / "inspect" / "n1"
+    finally:
+        stop = proctor("serve", "stop", run_id, "--json", cwd=project, env=env, timeout=150)
+    assert stop.returncode == 0, stop.stderr
+    assert not cluster.run("squeue", "-h").stdout.strip()

@@ -138,7 +138,8 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Option(None, "--target", help="Inspect the server where it runs. " + RUN_TARGET_HELP),
     ) -> None:  # fmt: skip
         """Stacks of a hung server's workers (py-spy dump; gdb/cuda-gdb/rocgdb in batch mode, detach
-        before quit) into RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`."""
+        before quit) into RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`.
+        A server on a Slurm allocation is inspected on every node: RUN/inspect/NODE/PID-TOOL.txt."""
         if target:
             from proctor.cli.remote import hand_off_or_here
 
@@ -146,21 +147,28 @@ def register(app: typer.Typer) -> None:
                                 answer=True, direct=True) is None:  # fmt: skip
                 return
         from proctor.supervise.inspect import inspect
+        from proctor.targets.registry import kind_of_run
 
         config = load_config()
         directory = runs_dir_of(runs_dir, config)
         server = find_server(directory, ref, port)
         if server is None:
             raise UsageError("no live server run to inspect", hint="pass RUN or --port P")
-        pids = list(pid or []) or worker_pids(server, engine_of(server, config))
-        if not pids:
-            raise UsageError(f"server run {server.run_id} has no live process here to inspect",
-                             hint="a server on a Slurm allocation runs on its nodes: "
-                                  "inspect it there (docs/slurm.md)")  # fmt: skip
-        results = inspect(
-            pids, server.path / "inspect", parse_duration(timeout, option="--timeout")
-        )
-        rows = [r.to_dict() if hasattr(r, "to_dict") else dict(r.__dict__) for r in results]
+        timeout_s = parse_duration(timeout, option="--timeout")
+        kind = kind_of_run(server.path)
+        if kind.inspect_run is not None:  # its processes are where its kind runs them
+            if pid:
+                raise UsageError(f"--pid names processes of this machine; run {server.run_id} "
+                                 f"runs on a {kind.kind} target", hint="drop --pid")  # fmt: skip
+            patterns = tuple(engine_of(server, config).worker_patterns)
+            rows = kind.inspect_run(server.path, timeout_s, patterns)
+        else:
+            pids = list(pid or []) or worker_pids(server, engine_of(server, config))
+            if not pids:
+                raise UsageError(f"server run {server.run_id} has no live process to inspect",
+                                 hint="start a server, or pass --pid")  # fmt: skip
+            results = inspect(pids, server.path / "inspect", timeout_s)
+            rows = [r.to_dict() for r in results]
         if as_json:
             print_json(rows)
             return

@@ -37,12 +37,17 @@ of the names below, and a target that declares one also implements its small pro
     SERVE     start_server(request, config, flags, launch) -> ServedRun: the target starts an
               inference server itself, as a local run of kind "server" (slurm: node 0 serves,
               the others join per the engine's multi-node launch); `serve start --target`
+    INSPECT   inspect_run(run_dir, timeout_s, patterns) -> rows, also the kind's registry entry
+              (a run's kind inspects it without options): `proctor inspect` of a run whose
+              processes are not on this machine takes the stacks where they are (slurm: on
+              every node through srun --overlap, targets/slurm/inspect.py)
 
 Stability: other targets (slurm) code against this module. Changes are listed here.
     v1 (initial): the dataclasses and Target below.
     v2: `capabilities` and the capability protocols; SlurmTarget.start follows the protocol.
     v3: BudgetCapable.price_per_hr (cost per million output tokens, results/cost.py).
     v4: SERVE (ServeCapable, ServerLaunch, ServedRun): `serve start --target slurm://...`.
+    v5: INSPECT (a kind's `inspect_run`): `proctor inspect` of a Slurm server on its nodes.
 """
 
 from __future__ import annotations
@@ -209,6 +214,7 @@ BUDGET: Final = "budget"
 FAR: Final = "far"
 PLAN: Final = "plan"
 SERVE: Final = "serve"
+INSPECT: Final = "inspect"
 
 
 @dataclass(frozen=True)
@@ -311,9 +317,14 @@ class ServeCapable(Target, Protocol):
                      launch: ServerLaunch) -> ServedRun: ...  # fmt: skip
 
 
+class InspectCapable(Target, Protocol):
+    def inspect_run(self, run_dir: Path, timeout_s: float,
+                    patterns: tuple[str, ...]) -> list[dict[str, Any]]: ...  # fmt: skip
+
+
 _CAPS: dict[str, type] = {AGENT: AgentCapable, SETUP: SetupCapable, WAIT: WaitCapable,
                           BUDGET: BudgetCapable, PLAN: PlanCapable,
-                          SERVE: ServeCapable}  # fmt: skip
+                          SERVE: ServeCapable, INSPECT: InspectCapable}  # fmt: skip
 
 
 @overload
@@ -328,6 +339,8 @@ def capable(target: Target, name: Literal["budget"]) -> BudgetCapable | None: ..
 def capable(target: Target, name: Literal["plan"]) -> PlanCapable | None: ...
 @overload
 def capable(target: Target, name: Literal["serve"]) -> ServeCapable | None: ...
+@overload
+def capable(target: Target, name: Literal["inspect"]) -> InspectCapable | None: ...
 def capable(target: Target, name: str) -> Any:
     """`target` as the protocol of capability `name` when it declares it, else None."""
     if name not in _CAPS:
@@ -339,6 +352,7 @@ __all__ = [
     "AGENT",
     "BUDGET",
     "FAR",
+    "INSPECT",
     "PLAN",
     "SERVE",
     "SETUP",
@@ -346,6 +360,7 @@ __all__ = [
     "AgentCapable",
     "BudgetCapable",
     "Fetched",
+    "InspectCapable",
     "JobSpec",
     "PlanCapable",
     "Prepared",

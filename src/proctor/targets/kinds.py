@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from proctor.errors import UsageError
 from proctor.spec.config import ProjectConfig
 from proctor.spec.merge import Settings
-from proctor.targets.base import AGENT, BUDGET, FAR, PLAN, SERVE, SETUP, WAIT, Target
+from proctor.targets.base import AGENT, BUDGET, FAR, INSPECT, PLAN, SERVE, SETUP, WAIT, Target
 from proctor.targets.registry import (
     Acquired,
     TargetContext,
@@ -261,10 +261,19 @@ def _slurm_build(options: SlurmTargetOptions, ctx: TargetContext) -> Target:
     return SlurmTarget(resolved, runs_dir=ctx.runs_dir)
 
 
+def _slurm_inspect(run_dir: Path, timeout_s: float,
+                   patterns: tuple[str, ...]) -> list[dict[str, Any]]:  # fmt: skip
+    from proctor.record.rundir import RunDir
+    from proctor.targets.slurm.inspect import inspect_group
+
+    return inspect_group(RunDir(run_dir), timeout_s, patterns)
+
+
 register_target(TargetKind(
     kind="slurm", schemes=("slurm",), options=SlurmTargetOptions,
-    capabilities=frozenset({PLAN, SERVE}), syntax="slurm://[user@]login-host",
+    capabilities=frozenset({PLAN, SERVE, INSPECT}), syntax="slurm://[user@]login-host",
     overrides=SLURM_FLAGS | SSH_FLAGS, parse=_slurm_parse, build=_slurm_build,
+    inspect_run=_slurm_inspect,
 ))  # fmt: skip
 
 

@@ -9,6 +9,7 @@ record, and the capabilities it declares (targets/base.py). Commands never branc
     target = parse_target("ssh://me@gpu1", config)                             # a Target
     acquired = acquire(spec, TargetContext(config, runs_dir), identity)        # 1..N Targets
     target = target_from_record(remote_json)                                   # reconnect
+    kind_of_run(run_dir).inspect_run                                           # INSPECT
 
 Adding a target is one module with one `register_target(TargetKind(...))`. The built-in
 kinds (local, ssh, runpod, slurm) are in targets/kinds.py; modules named in the environment
@@ -75,6 +76,8 @@ Parse = Callable[[str, ProjectConfig, dict[str, Any]], TargetOptions]
 Build = Callable[[Any, TargetContext], Target]
 Acquire = Callable[[Any, TargetContext, Any], Acquired]
 FromRecord = Callable[[dict[str, Any]], Target]
+#: INSPECT: (run dir, per-tool timeout s, worker patterns) -> a local inspect's rows (+ node).
+InspectRun = Callable[[Path, float, tuple[str, ...]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class TargetKind:
     build: Build | None = None  # None: machines are acquired (acquire)
     acquire: Acquire | None = None
     from_record: FromRecord | None = None
+    inspect_run: InspectRun | None = None  # INSPECT: stacks where the run's processes are
 
 
 _REGISTRY: dict[str, TargetKind] = {}

@@ -112,7 +112,7 @@ class SlurmTarget:
     """A Slurm cluster as a `proctor.targets.base.Target`; run ids name local group runs."""
 
     kind = "slurm"
-    capabilities = frozenset({base.PLAN, base.SERVE})
+    capabilities = frozenset({base.PLAN, base.SERVE, base.INSPECT})
 
     def __init__(
         self,
@@ -180,6 +180,13 @@ class SlurmTarget:
         head = wait_for_head(run, launch.wait_s)
         url = f"http://{head.get('address')}:{request.port}"
         return base.ServedRun(started, applied, {"job_id": job, "head": head, "url": url})
+
+    def inspect_run(self, run_dir: Path, timeout_s: float,
+                    patterns: tuple[str, ...]) -> list[dict[str, Any]]:  # fmt: skip
+        """INSPECT: stacks of a live group run's processes on every node (slurm/inspect.py)."""
+        from proctor.targets.slurm.inspect import inspect_group
+
+        return inspect_group(RunDir(run_dir), timeout_s, patterns)
 
     def _plan_for(self, job: base.JobSpec) -> RunPlan:
         from proctor.spec.plan import resolve_run_plan
