@@ -18,14 +18,16 @@ Records are open (extra fields allowed): a kind may carry facts its model does n
 `parse_record` reads any version this proctor knows (older ones are upgraded first) into the
 model of its kind.
 
-Reading a record from Python (docs/records.md):
+Reading a record from Python (docs/architecture.md, "Reading a record"):
 
     load_record(run_dir)               the typed record, or None (none yet, or unreadable)
     load_record(run_dir, strict=True)  the typed record, or RecordError (exit 64) saying why
     read_view(run_dir)                 never fails: what can be read, for listings and reports
 
 A record written by a newer proctor (a schema version this one does not know) is refused,
-never half-read: RecordError "unknown record schema version N ... upgrade proctor". `record.schema.json` beside this module is generated from these models
+never half-read: RecordError "unknown record schema version N ... upgrade proctor".
+
+`record.schema.json` beside this module is generated from these models
 (`python -m proctor.record.schema > src/proctor/record/record.schema.json`) and tests check
 it is current and validate written records against it.
 """
@@ -314,7 +316,7 @@ def parse_record(data: dict[str, Any]) -> RecordCore:
 
 def _one_line(error: ValidationError) -> str:
     """What the model rejected, in one line: each field's path and why."""
-    parts = [f"{'.'.join(str(p) for p in e['loc']) or 'record'}: {e['msg']}" for e in error.errors()]
+    parts = [f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in error.errors()]
     more = f" (+{len(parts) - 3} more)" if len(parts) > 3 else ""
     return f"rejected as a {error.title}: " + "; ".join(parts[:3]) + more
 
@@ -359,7 +361,7 @@ def _without_rejected(model: type[RecordCore], data: dict[str, Any]) -> RecordCo
         try:
             return model.model_validate(data)
         except ValidationError as error:
-            bad = {e["loc"][0] for e in error.errors() if e["loc"]}
+            bad = {str(e["loc"][0]) for e in error.errors() if e["loc"]}
             if not bad or not bad <= data.keys() or bad & {"run_id", "kind"}:
                 return None
             for name in bad:

@@ -129,7 +129,7 @@ def load_run(run: RunDir) -> RunView:
         run=run,
         record=record,
         state=state,
-        outcome=effective_outcome(record, state),
+        outcome=effective_outcome(view_record(record, run.run_id), state),
         manifest=verify_run_manifest(run),
         metrics_doc=doc,
         metrics=metrics_of_doc(doc),
