@@ -19,11 +19,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "redact", "crash", "version", "stats"),  # foundation: imports nothing above
     ("spec",),  # what the user asked for: config, durations, plans, profiles
     ("source",),  # which code: identity, archive, manifest of a tree
-    ("results",),  # reading numbers out of files: parsers, baselines
-    # The record's typed models (data only), below the store that indexes them; the rest of
-    # `record` writes the store row, so it sits above it. A module named here has this layer
-    # instead of its package's.
+    # The record's typed models (data only), below the results and the store that read them;
+    # the rest of `record` writes the store row, so it sits above it. A module named here has
+    # this layer instead of its package's.
     ("record.schema", "record.version"),
+    ("results",),  # reading numbers out of files: parsers, baselines
     ("store",),  # the SQLite index (rows from the typed records)
     ("record",),  # the evidence in a run directory: schema, status, manifest, finish
     ("monitors",),  # watching without acting: processes, logs, GPU, readiness, drain

@@ -151,11 +151,11 @@ def find_server(runs_dir: Path, ref: str | None, port: int | None) -> RunDir | N
         return resolve_run(runs_dir, ref)
     servers = live_runs(runs_dir, "server")
     if port is not None:
-        servers = [s for s in servers if _server_of(s).get("port") == port]
+        servers = [s for s in servers if recorded_server(s).get("port") == port]
     return servers[0] if servers else None
 
 
-def _server_of(run: RunDir) -> dict[str, Any]:
+def recorded_server(run: RunDir) -> dict[str, Any]:
     """The applied server spec a run records: a server run's, or a Slurm serve group's."""
     facts = read_view(run.path).fact("server")
     return facts if isinstance(facts, dict) else {}
@@ -200,7 +200,7 @@ def stop_server(
     """Stop a server run (idempotent) and wait for its GPUs to return to the start baseline."""
     from proctor.monitors.gpu import gpu_holders, memory_back_to_baseline
 
-    facts = _server_of(run)
+    facts = recorded_server(run)
     supervised = SupervisedRun(run)
     sent = supervised.stop()
     state = supervised.wait(wait_s) if sent else run_state(run)
@@ -255,6 +255,7 @@ __all__ = [
     "preflight",
     "profiles_for",
     "record_of",
+    "recorded_server",
     "server_facts",
     "start_server",
     "stop_server",

@@ -229,12 +229,25 @@ class FlowStep(BaseModel):
     run_id: str | None = None
 
 
+class FlowWorkloadRun(BaseModel):
+    """One workload of a flow, in the order it ran: what it was, its run, its exit code."""
+
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    name: str | None = None
+    kind: str | None = None
+    run_id: str | None = None
+    exit_code: int | None = None
+
+
 class FlowRecord(RecordCore):
     kind: Literal["flow"] = "flow"
     cwd: str | None = None
     log: str | None = "flow.log"
     options: dict[str, Any] = Field(default_factory=dict)
     steps: list[FlowStep] = Field(default_factory=list)
+    workload_runs: list[FlowWorkloadRun] = Field(default_factory=list)
     server_run: str | None = None
     workload_run: str | None = None
     exit_code: int | None = None
@@ -436,6 +449,7 @@ __all__ = [
     "ExitStatus",
     "FlowRecord",
     "FlowStep",
+    "FlowWorkloadRun",
     "HostInfo",
     "LaunchedRecord",
     "Outcome",
