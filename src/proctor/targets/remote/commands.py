@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from proctor.errors import ProctorError, UsageError
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.schema import view_record
 from proctor.spec.config import ProjectConfig
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import RunFlags
@@ -262,9 +263,11 @@ def run_planned(
     for path in sorted(local.glob("**/steps/*/record.json")):
         run = RunDir(path.parent)
         record = run.read_json("record.json") or {}
-        if record.get("kind") == "flow":
+        typed = view_record(record, run.run_id)
+        if typed.kind == "flow":
             result.flow = record
-        result.children.append(ChildRun(run.run_id, str(run.path), outcome=record.get("outcome"),
+        result.children.append(ChildRun(run.run_id, str(run.path),
+                                        outcome=typed.outcome if record else None,
                                         verified=completion.logs_verified))  # fmt: skip
     return result
 
