@@ -278,7 +278,6 @@ AnyRecord = Annotated[
     | SweepRecord | RemoteRecord,
     Field(discriminator="kind"),
 ]
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyRecord)
 MODELS: dict[str, type[RecordCore]] = {
     "command": CommandRecord,
     "server": ServerRecord,
@@ -432,7 +431,10 @@ def load_record(run_dir: Path, *, strict: bool = False) -> RecordCore | None:
 
 
 def json_schema() -> dict[str, Any]:
-    schema: dict[str, Any] = _ADAPTER.json_schema(by_alias=True)
+    # Built here, not at import: every reader of a record (the run wrapper's store row too)
+    # imports this module, and only the schema's generation needs the union's adapter.
+    adapter: TypeAdapter[Any] = TypeAdapter(AnyRecord)
+    schema: dict[str, Any] = adapter.json_schema(by_alias=True)
     schema["title"] = "proctor run record"
     schema["description"] = f"record.json, schema {SCHEMA_ID} version {SCHEMA_VERSION}"
     return schema
