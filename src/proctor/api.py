@@ -18,13 +18,13 @@ from typing import IO, Any
 
 from proctor.flow import Flow, FlowOptions
 from proctor.record.rundir import RunDir
+from proctor.record.schema import load_record
 from proctor.record.status import RunState, run_state
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan, resolve_runs_dir
 from proctor.supervise.launch import (
     RunSpec,
     follow_log,
-    record_of,
     request_stop,
     resolve_run,
     start_run,
@@ -60,10 +60,10 @@ def _config(config: ProjectConfig | str | Path | None) -> ProjectConfig:
 
 def _result(run: RunDir, attached: bool = False, state: RunState | None = None) -> RunResult:
     state = state or run_state(run)
-    outcome = record_of(run).get("outcome")
+    record = load_record(run.path)
     return RunResult(
         run_id=run.run_id, path=run.path, attached=attached, state=state.state,
-        outcome=str(outcome) if outcome is not None else None,
+        outcome=record.outcome if record is not None else None,
         exit_code=state.exit.code if state.exit else None,
         exit_signal=state.exit.signal if state.exit else None,
     )  # fmt: skip

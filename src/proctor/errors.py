@@ -2,6 +2,8 @@
 
     ProctorError                      (exit code lives on the class)
     ├── UsageError                    64  bad flag, invalid config, unknown profile, no command
+    │   └── RecordError               64  a record.json that cannot be read: corrupt, wrong
+    │                                      shape, or written by a newer proctor
     ├── TargetUnavailable             69  host unreachable, binary missing, port in use, sold out
     ├── NotAuthorised                 77  needs an explicit flag (names it)
     ├── InternalError                 70  a bug in proctor (any unexpected exception; the
@@ -86,6 +88,11 @@ class UsageError(ProctorError):
 
 class ConfigError(UsageError):
     """Invalid proctor.toml, flow file, profile or baseline file."""
+
+
+class RecordError(UsageError, ValueError):
+    """A record.json this proctor cannot read: not JSON, not an object, a shape its kind's
+    model rejects, or a schema version it does not know (a newer proctor wrote it)."""
 
 
 class TargetUnavailable(ProctorError):

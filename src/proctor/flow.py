@@ -35,7 +35,7 @@ from proctor.record.rundir import RunDir
 from proctor.record.schema import (
     FlowRecord,
     FlowStep,
-    RecordError,
+    load_record,
     parse_as,
 )
 from proctor.record.status import run_state
@@ -44,7 +44,7 @@ from proctor.serve import (
     ServerRequest,
     live_runs,
     profiles_for,
-    record_of,
+    recorded_server,
     start_server,
     stop_server,
     worker_pids,
@@ -179,8 +179,8 @@ class Flow:
         stale = [
             r
             for r in live_runs(self.runs_dir, "server")
-            # Read as dicts: a stale server whose record its model rejects is still stopped.
-            if (record_of(r).get("server") or {}).get("port") == port
+            # Read leniently: a stale server whose record its model rejects is still stopped.
+            if recorded_server(r).get("port") == port
         ]
         for run in stale:
             stop_server(run, vram_timeout_s=self.options.vram_timeout_s)
@@ -520,10 +520,10 @@ def resume_flow(
 
     directory = Path(resolve_runs_dir(runs_dir, config).value)
     run = resolve_run(directory, ref)
-    try:
-        record = parse_as(FlowRecord, record_of(run))
-    except RecordError:
-        raise UsageError(f"run {run.run_id} is not a flow", hint="pass the flow's run id") from None
+    # An unreadable record, or one a newer proctor wrote, is RecordError (64) saying so.
+    record = load_record(run.path, strict=True)
+    if not isinstance(record, FlowRecord):
+        raise UsageError(f"run {run.run_id} is not a flow", hint="pass the flow's run id")
     if record.ended_at:
         raise UsageError(f"flow {run.run_id} already ended with exit {record.exit_code}")
     opts = record.options

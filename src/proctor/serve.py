@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from proctor.errors import TargetUnavailable, UsageError
 from proctor.monitors.watch import ProcStatus
 from proctor.record.rundir import RunDir, is_run_id
+from proctor.record.schema import LaunchedRecord, read_view
 from proctor.record.status import run_state
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags
@@ -174,7 +175,7 @@ def live_runs(runs_dir: Path, kind: str | None = None) -> list[RunDir]:
         if not (path.is_dir() and is_run_id(path.name)):
             continue
         run = RunDir(path)
-        if kind is not None and record_of(run).get("kind") != kind:
+        if kind is not None and read_view(run.path).kind != kind:
             continue
         if run_state(run).state in ("running", "starting"):
             found.append(run)
@@ -189,12 +190,18 @@ def find_server(runs_dir: Path, ref: str | None, port: int | None) -> RunDir | N
         return resolve_run(runs_dir, ref)
     servers = live_runs(runs_dir, "server")
     if port is not None:
-        servers = [s for s in servers if (record_of(s).get("server") or {}).get("port") == port]
+        servers = [s for s in servers if recorded_server(s).get("port") == port]
     return servers[0] if servers else None
 
 
+def recorded_server(run: RunDir) -> dict[str, Any]:
+    """The applied server spec a run records: a server run's, or a Slurm serve group's."""
+    facts = read_view(run.path).fact("server")
+    return facts if isinstance(facts, dict) else {}
+
+
 def server_facts(run: RunDir) -> dict[str, Any]:
-    facts = record_of(run).get("server")
+    facts = read_view(run.path).fact("server")
     if not isinstance(facts, dict):
         raise UsageError(
             f"run {run.run_id} is not a server run", hint="start one with proctor serve start"
@@ -232,7 +239,7 @@ def stop_server(
     """Stop a server run (idempotent) and wait for its GPUs to return to the start baseline."""
     from proctor.monitors.gpu import gpu_holders, memory_back_to_baseline
 
-    facts = record_of(run).get("server") or {}
+    facts = recorded_server(run)
     supervised = SupervisedRun(run)
     sent = supervised.stop()
     state = supervised.wait(wait_s) if sent else run_state(run)
@@ -261,10 +268,11 @@ def worker_pids(run: RunDir, engine: EngineProfile) -> list[int]:
     """The server's worker processes (within its tree only), else the server process itself."""
     from proctor.monitors.proctree import ProcessIdentity, descendants, find_workers
 
-    process = record_of(run).get("process") or {}
-    if not process:
+    record = read_view(run.path)
+    process = record.process if isinstance(record, LaunchedRecord) else None
+    if process is None:
         return []
-    root = ProcessIdentity(int(process["pid"]), float(process["create_time"]))
+    root = ProcessIdentity(process.pid, process.create_time)
     if not root.is_alive():
         return []
     workers = find_workers(root, engine.worker_patterns)
@@ -286,6 +294,7 @@ __all__ = [
     "preflight",
     "profiles_for",
     "record_of",
+    "recorded_server",
     "server_facts",
     "start_server",
     "start_server_on",

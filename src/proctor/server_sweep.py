@@ -28,6 +28,7 @@ from proctor.errors import ExitCode, UsageError
 from proctor.flow import Flow, FlowOptions
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
+from proctor.record.schema import FlowRecord, read_view
 from proctor.serve import ServerRequest
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
@@ -297,13 +298,13 @@ def finished_points(runs_root: Path, group: str) -> dict[str, str]:
     for path in sorted(runs_root.iterdir()):
         if not is_run_id(path.name):
             continue
-        record = RunDir(path).read_json("record.json") or {}
-        sweep = record.get("sweep")
+        record = read_view(path)
+        sweep = record.fact("sweep")  # the point this flow ran (server_sweep writes it)
         if (
-            record.get("kind") == "flow"
+            isinstance(record, FlowRecord)
             and isinstance(sweep, dict)
             and sweep.get("group") == group
-            and record.get("exit_code") == 0
+            and record.exit_code == 0
         ):
             done[str(sweep.get("point"))] = path.name
     return done
@@ -313,11 +314,11 @@ def point_rows(
     runs_root: Path, flow_id: str, params: dict[str, Any], tp: int | None
 ) -> list[dict[str, Any]]:
     """One row per bench of the flow: the point's parameters, the bench's, its metrics."""
-    flow = RunDir(runs_root / flow_id).read_json("record.json") or {}
+    flow = read_view(runs_root / flow_id)
     gpus = int(params.get("tp") or tp or 1)
     rows = []
-    listed = (flow.get("options") or {}).get("workloads") or []
-    results = flow.get("workload_runs") or []
+    listed = (flow.options.get("workloads") if isinstance(flow, FlowRecord) else None) or []
+    results = flow.workload_runs if isinstance(flow, FlowRecord) else []
     if not results:  # the server never came up: one row saying so
         return [
             {
@@ -325,17 +326,17 @@ def point_rows(
                 "bench": {},
                 "flow_run": flow_id,
                 "bench_run": None,
-                "exit_code": flow.get("exit_code"),
+                "exit_code": flow.exit_code if isinstance(flow, FlowRecord) else None,
                 "metrics": {},
                 "tok_s_per_user": None,
                 "tok_s_per_gpu": None,
             }
         ]
     for result in results:
-        index = int(result.get("index", 0))
+        index = result.index
         bench = (listed[index].get("bench") if index < len(listed) else None) or {}
-        run_id = result.get("run_id")
-        doc = RunDir(runs_root / str(run_id)).read_json("metrics.json") if run_id else None
+        run_id = result.run_id
+        doc = RunDir(runs_root / run_id).read_json("metrics.json") if run_id else None
         metrics = {
             k: float(v)
             for k, v in ((doc or {}).get("metrics") or {}).items()
@@ -347,7 +348,7 @@ def point_rows(
                 "bench": {k: bench[k] for k in BENCH_AXES if k in bench},
                 "flow_run": flow_id,
                 "bench_run": run_id,
-                "exit_code": result.get("exit_code"),
+                "exit_code": result.exit_code,
                 "metrics": {k: metrics[k] for k in SUMMARY_METRICS if k in metrics},
                 "tok_s_per_user": per_user(metrics),
                 "tok_s_per_gpu": per_gpu(metrics, gpus),

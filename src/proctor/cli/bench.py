@@ -209,9 +209,9 @@ def _supervised(cfg: BenchConfig, name: str | None, key: str | None, detach: boo
 
 def _check_same_bench(run: RunDir, argv: list[str], key: str) -> None:
     """Attaching is for the same bench started twice; a key held by other settings is refused."""
-    from proctor.supervise.launch import record_of
+    from proctor.record.schema import read_view
 
-    theirs = record_of(run).get("argv")
+    theirs = read_view(run.path).argv
     if theirs != argv:
         raise UsageError(
             f"key {key!r} belongs to live bench run {run.run_id}, started with other settings",

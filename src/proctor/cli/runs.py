@@ -14,7 +14,7 @@ from proctor.cli.output import console, err_console, print_json, styled
 from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.rundir import RunDir
-from proctor.record.schema import LaunchedRecord, view_record
+from proctor.record.schema import LaunchedRecord, read_view, view_record
 from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
@@ -67,7 +67,7 @@ def _view(run: RunDir) -> dict[str, Any]:
         **record,
         "dir": str(run.path),
         "state": state.state,
-        "outcome": effective_outcome(record, state),
+        "outcome": effective_outcome(view_record(record, run.run_id), state),
         "exit": state.exit.model_dump() if state.exit else None,
     }
 
@@ -102,7 +102,7 @@ def list_runs(
             run = RunDir(Path(row["dir"]))
             if row["outcome"] in ("starting", "running") or not run.exit_code_path.exists():
                 state = run_state(run)
-                row["outcome"] = effective_outcome(record_of(run), state)
+                row["outcome"] = effective_outcome(read_view(run.path), state)
             if outcome and row["outcome"] != outcome:
                 continue
             out.append(row)
@@ -151,10 +151,9 @@ def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, 
             "started_at", "ended_at", "duration_s", "dir", "log")  # fmt: skip
     for k in keys:
         console.print(styled(f"{k:>11}", "bold", f" {view.get(k)}"))
-    record = view_record(record_of(run), run.run_id)
-    source = record.source or {}
-    commit = source.get("commit") or source.get("reason")
-    dirty = " (dirty)" if source.get("dirty") else ""
+    record = read_view(run.path)
+    commit = record.source_commit or (record.source or {}).get("reason")
+    dirty = " (dirty)" if record.source_dirty else ""
     console.print(styled(f"{'source':>11}", "bold", f" {commit}{dirty}"))
     launched = record if isinstance(record, LaunchedRecord) else None
     gpu = launched.gpu if launched else {}
@@ -246,7 +245,7 @@ def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
         orphans = stop_dead_wrapper_run(run)
         state = run_state(run)
     view = {"run_id": run.run_id, "stop_sent": sent, "state": state.state,
-            "outcome": effective_outcome(record_of(run), state),
+            "outcome": effective_outcome(read_view(run.path), state),
             "orphans": orphans.to_dict() if orphans else None}  # fmt: skip
     if as_json:
         print_json(view)

@@ -14,7 +14,15 @@ from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.errors import ProctorError, UsageError
 from proctor.flow import Flow, FlowOptions, load_flow_file, resume_flow
 from proctor.monitors.drain import DrainConfig
-from proctor.serve import RunWatch, engine_of, find_server, profiles_for, record_of, worker_pids
+from proctor.record.schema import read_view
+from proctor.serve import (
+    RunWatch,
+    engine_of,
+    find_server,
+    profiles_for,
+    recorded_server,
+    worker_pids,
+)
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.merge import Settings
@@ -75,7 +83,7 @@ def register(app: typer.Typer) -> None:
         if offline is not None:
             job = resolve_run(directory, offline)
             profile = profiles_for(config).engine(
-                (record_of(job).get("offline") or {}).get("engine", engine)
+                (read_view(job.path).fact("offline") or {}).get("engine", engine)
             )
             result = drain_for_engine(profile, cfg, offline=RunWatch(job), server_log=job.log_path(),
                                       reused_logs=extra_logs, on_status=say)  # fmt: skip
@@ -86,7 +94,7 @@ def register(app: typer.Typer) -> None:
             clients = [resolve_run(directory, c) for c in client or []]
             if server is not None:
                 profile = engine_of(server, config)
-                facts = record_of(server).get("server") or {}
+                facts = recorded_server(server)
                 clients += _clients_of(directory, server.run_id, clients)
                 result = drain_for_engine(
                     profile, cfg, port=int(facts.get("port") or port or 8000),
@@ -309,7 +317,7 @@ def _clients_of(runs_dir: Path, server_id: str, known: list[Any]) -> list[Any]:
         for path in sorted(runs_dir.iterdir()):
             if is_run_id(path.name) and path.name not in have:
                 run = RunDir(path)
-                if record_of(run).get("server_run") == server_id:
+                if read_view(run.path).fact("server_run") == server_id:
                     found.append(run)
     return found
 

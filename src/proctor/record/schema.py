@@ -16,7 +16,18 @@ host, times, outcome, exit, events) and the schema version (record/version.py):
 
 Records are open (extra fields allowed): a kind may carry facts its model does not name.
 `parse_record` reads any version this proctor knows (older ones are upgraded first) into the
-model of its kind. `record.schema.json` beside this module is generated from these models
+model of its kind.
+
+Reading a record from Python (docs/architecture.md, "Reading a record"):
+
+    load_record(run_dir)               the typed record, or None (none yet, or unreadable)
+    load_record(run_dir, strict=True)  the typed record, or RecordError (exit 64) saying why
+    read_view(run_dir)                 never fails: what can be read, for listings and reports
+
+A record written by a newer proctor (a schema version this one does not know) is refused,
+never half-read: RecordError "unknown record schema version N ... upgrade proctor".
+
+`record.schema.json` beside this module is generated from these models
 (`python -m proctor.record.schema > src/proctor/record/record.schema.json`) and tests check
 it is current and validate written records against it.
 """
@@ -25,10 +36,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from proctor.errors import RecordError
 from proctor.record.version import KNOWN_VERSIONS, SCHEMA_ID, SCHEMA_VERSION
 
 Outcome = Literal["starting", "running", "ok", "failed", "timeout", "stopped", "unknown"]
@@ -116,6 +128,44 @@ class RecordCore(BaseModel):
     def display_name(self) -> str:
         return self.name or self.run_id
 
+    # The target and source are open tables (each kind of target and source has its own
+    # facts); these are the facts every reader uses, None where the record does not say.
+    @property
+    def target_kind(self) -> str | None:
+        return _text(self.target.get("kind")) if "target" in self.model_fields_set else None
+
+    @property
+    def target_host(self) -> str | None:
+        return _text(self.target.get("host"))
+
+    @property
+    def source_commit(self) -> str | None:
+        return _text((self.source or {}).get("commit"))
+
+    @property
+    def source_dirty(self) -> bool | None:
+        dirty = (self.source or {}).get("dirty")
+        return None if dirty is None else bool(dirty)
+
+    @property
+    def hostname(self) -> str | None:
+        return self.host.hostname if self.host is not None else None
+
+    @property
+    def recorded_outcome(self) -> str:
+        """The outcome the record states; "unknown" where it states none (a default is not
+        a fact)."""
+        return self.outcome if "outcome" in self.model_fields_set else "unknown"
+
+    def fact(self, name: str) -> Any:
+        """A field some kinds have (gpu, key, server...): the model's, or one the record
+        carries beyond its model; None where it has neither."""
+        return getattr(self, name, None)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
 
 class LaunchedRecord(RecordCore):
     """A run of one command under the wrapper (prepare_run writes it)."""
@@ -179,12 +229,25 @@ class FlowStep(BaseModel):
     run_id: str | None = None
 
 
+class FlowWorkloadRun(BaseModel):
+    """One workload of a flow, in the order it ran: what it was, its run, its exit code."""
+
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    name: str | None = None
+    kind: str | None = None
+    run_id: str | None = None
+    exit_code: int | None = None
+
+
 class FlowRecord(RecordCore):
     kind: Literal["flow"] = "flow"
     cwd: str | None = None
     log: str | None = "flow.log"
     options: dict[str, Any] = Field(default_factory=dict)
     steps: list[FlowStep] = Field(default_factory=list)
+    workload_runs: list[FlowWorkloadRun] = Field(default_factory=list)
     server_run: str | None = None
     workload_run: str | None = None
     exit_code: int | None = None
@@ -215,7 +278,6 @@ AnyRecord = Annotated[
     | SweepRecord | RemoteRecord,
     Field(discriminator="kind"),
 ]
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyRecord)
 MODELS: dict[str, type[RecordCore]] = {
     "command": CommandRecord,
     "server": ServerRecord,
@@ -234,17 +296,17 @@ RunRecord = LaunchedRecord
 R = TypeVar("R", bound=RecordCore)
 
 
-class RecordError(ValueError):
-    """A record.json this proctor cannot read (unknown version, wrong shape)."""
-
-
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A record of any known version, in the current version's shape (a new dict)."""
     data = dict(data)
     version = data.get("schema_version", 1)
     if isinstance(version, bool) or version not in KNOWN_VERSIONS:
         known = ", ".join(str(v) for v in sorted(KNOWN_VERSIONS))
-        raise RecordError(f"unknown record schema version {version!r} (this proctor knows {known})")
+        newer = isinstance(version, int) and version > max(KNOWN_VERSIONS)
+        raise RecordError(
+            f"unknown record schema version {version!r} (this proctor knows {known})",
+            hint="a newer proctor wrote it: upgrade proctor to read it" if newer else None,
+        )
     if version == 1:
         # v1: flows and sweeps had their own schema ids; remote placeholders had no version.
         data["schema"] = SCHEMA_ID
@@ -261,7 +323,14 @@ def parse_record(data: dict[str, Any]) -> RecordCore:
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        raise RecordError(f"record {data.get('run_id')!r}: {error}") from None
+        raise RecordError(f"record {data.get('run_id')!r}: {_one_line(error)}") from None
+
+
+def _one_line(error: ValidationError) -> str:
+    """What the model rejected, in one line: each field's path and why."""
+    parts = [f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in error.errors()]
+    more = f" (+{len(parts) - 3} more)" if len(parts) > 3 else ""
+    return f"rejected as a {error.title}: " + "; ".join(parts[:3]) + more
 
 
 def parse_as(model: type[R], data: dict[str, Any]) -> R:
@@ -275,33 +344,97 @@ def parse_as(model: type[R], data: dict[str, Any]) -> R:
 
 def view_record(data: dict[str, Any], run_id: str) -> RecordCore:
     """A typed view of any record, for readers that must never fail (reports, listings):
-    the kind's model, else the shared core, else an empty core with `run_id`."""
+    the kind's model; else that model, or the shared core, without the fields it rejects
+    (a half-written or hand-edited record keeps every fact that reads); else an empty core
+    with `run_id`."""
     try:
         return parse_record(data)
     except RecordError:
         pass
     try:
-        return RecordCore.model_validate({"kind": "command", **upgrade(data)})
-    except (RecordError, ValidationError):
+        data = {"kind": "command", **upgrade(data)}
+    except RecordError:
         return RecordCore(run_id=run_id, kind=str(data.get("kind") or "command"))
+    if not isinstance(data.get("run_id"), str):
+        data["run_id"] = run_id
+    model = MODELS.get(str(data.get("kind")), RecordCore)
+    for candidate in (model, RecordCore):
+        record = _without_rejected(candidate, data)
+        if record is not None:
+            return record
+    return RecordCore(run_id=run_id, kind=str(data.get("kind") or "command"))
 
 
-def load_record(run_dir: Path) -> RecordCore | None:
-    """record.json of a run directory, typed; None where it is missing or unreadable."""
+def _without_rejected(model: type[RecordCore], data: dict[str, Any]) -> RecordCore | None:
+    """`data` as `model`, dropping the top-level fields it rejects; None if a field it needs
+    is missing or the identity itself is rejected."""
+    data = dict(data)
+    while True:
+        try:
+            return model.model_validate(data)
+        except ValidationError as error:
+            bad = {str(e["loc"][0]) for e in error.errors() if e["loc"]}
+            if not bad or not bad <= data.keys() or bad & {"run_id", "kind"}:
+                return None
+            for name in bad:
+                del data[name]
+
+
+def read_view(run_dir: Path) -> RecordCore:
+    """The record of a run directory as far as it reads (view_record); an empty core named
+    after the directory where there is none."""
+    return view_record(_read_json(run_dir) or {}, run_dir.name)
+
+
+def _read_json(run_dir: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    return data if isinstance(data, dict) else None
+
+
+@overload
+def load_record(run_dir: Path) -> RecordCore | None: ...
+@overload
+def load_record(run_dir: Path, *, strict: Literal[False]) -> RecordCore | None: ...
+@overload
+def load_record(run_dir: Path, *, strict: Literal[True]) -> RecordCore: ...
+def load_record(run_dir: Path, *, strict: bool = False) -> RecordCore | None:
+    """record.json of a run directory as the model of its kind (version-1 records upgraded).
+
+    Without `strict`: None where it is missing or cannot be read (displays that must not
+    fail). With `strict`: RecordError (exit 64) naming the file and why: missing, not JSON,
+    not an object, rejected by its kind's model, or of a schema version this proctor does not
+    know (a newer proctor wrote it: refused, never half-read)."""
+    path = run_dir / "record.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if strict:
+            raise RecordError(f"{path}: no record", hint="is this a run directory?") from None
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        if strict:
+            raise RecordError(f"{path}: not a readable JSON record ({error})") from None
+        return None
     if not isinstance(data, dict):
+        if strict:
+            raise RecordError(f"{path}: not a JSON object")
         return None
     try:
         return parse_record(data)
-    except RecordError:
+    except RecordError as error:
+        if strict:
+            raise RecordError(f"{path}: {error.message}", hint=error.hint) from None
         return None
 
 
 def json_schema() -> dict[str, Any]:
-    schema: dict[str, Any] = _ADAPTER.json_schema(by_alias=True)
+    # Built here, not at import: every reader of a record (the run wrapper's store row too)
+    # imports this module, and only the schema's generation needs the union's adapter.
+    adapter: TypeAdapter[Any] = TypeAdapter(AnyRecord)
+    schema: dict[str, Any] = adapter.json_schema(by_alias=True)
     schema["title"] = "proctor run record"
     schema["description"] = f"record.json, schema {SCHEMA_ID} version {SCHEMA_VERSION}"
     return schema
@@ -318,6 +451,7 @@ __all__ = [
     "ExitStatus",
     "FlowRecord",
     "FlowStep",
+    "FlowWorkloadRun",
     "HostInfo",
     "LaunchedRecord",
     "Outcome",
@@ -336,6 +470,7 @@ __all__ = [
     "load_record",
     "parse_as",
     "parse_record",
+    "read_view",
     "upgrade",
     "view_record",
 ]

@@ -14,7 +14,7 @@ from typing import Literal
 import psutil
 
 from proctor.record.rundir import RunDir
-from proctor.record.schema import ExitStatus, ProcessRef
+from proctor.record.schema import ExitStatus, ProcessRef, RecordCore
 
 State = Literal["running", "finished", "unknown", "starting"]
 
@@ -104,12 +104,11 @@ def run_state(run: RunDir) -> RunState:
     return RunState("unknown", None, False)
 
 
-def effective_outcome(record: dict[str, object], state: RunState) -> str:
+def effective_outcome(record: RecordCore, state: RunState) -> str:
     """What a reader should believe: the record's outcome only once an exit status exists."""
     if state.state == "finished":
-        outcome = str(record.get("outcome") or "")
-        if outcome in ("ok", "failed", "timeout", "stopped"):
-            return outcome
+        if record.outcome in ("ok", "failed", "timeout", "stopped"):
+            return record.outcome
         assert state.exit is not None
         return "ok" if state.exit.code == 0 else "failed"
     if state.state == "running":

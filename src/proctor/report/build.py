@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from proctor.errors import ProctorError, UsageError
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
+from proctor.record.schema import FlowRecord, read_view
 from proctor.report.cost import cost_block
 from proctor.report.figures import (
     Curve,
@@ -72,11 +72,7 @@ def group_runs(runs_dir: Path, group: str) -> list[RunDir]:
     for child in sorted(runs_dir.iterdir()):
         if not (child.is_dir() and is_run_id(child.name)):
             continue
-        try:
-            record = json.loads((child / "record.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("group") == group:
+        if read_view(child).group == group:
             found.append(RunDir(child))
     return found
 
@@ -85,13 +81,13 @@ def resolve_subject(runs_dir: Path, ref: str) -> Subject:
     flow_dir: Path | None = None
     with contextlib.suppress(ProctorError):
         run = resolve_run(runs_dir, ref)
-        record = run.read_json("record.json") or {}
+        record = read_view(run.path)
         # A flow's report is its server's: the GPU timeline with the flow's steps marked on it.
-        if record.get("kind") == "flow" and record.get("server_run"):
-            ref = str(record["server_run"])
+        if isinstance(record, FlowRecord) and record.server_run:
+            ref = record.server_run
             flow_dir = run.path
-        elif record.get("kind") == "sweep":
-            ref = str(record["run_id"])
+        elif record.kind == "sweep":
+            ref = record.run_id
     members = group_runs(runs_dir, ref)
     if members:
         return Subject(ref, [load_run(r) for r in members], group=ref)
@@ -133,9 +129,7 @@ def _gpu_text(gpu: dict[str, object]) -> str:
 
 
 def _target_text(view: RunView) -> str:
-    target = view.record.get("target") or {}
-    if not isinstance(target, dict):
-        return str(target)
+    target = view.typed.target
     words = [str(target.get("kind") or "local")]
     for key in ("host", "pod_id", "cluster", "job_id", "nodes"):
         if target.get(key):
@@ -151,14 +145,13 @@ def checks_html(view: RunView) -> str:
 
 
 def run_header(view: RunView, level: str = "h1") -> str:
-    r = view.record
-    source = r.get("source") if isinstance(r.get("source"), dict) else {}
-    assert isinstance(source, dict)
-    gpu = r.get("gpu") if isinstance(r.get("gpu"), dict) else {}
-    assert isinstance(gpu, dict)
+    r = view.typed
+    source = r.source or {}
+    gpu = r.fact("gpu")
+    gpu = gpu if isinstance(gpu, dict) else {}
     digest = source.get("source_id") or source.get("diff_sha256")
     manifest = source.get("manifest") or source.get("archive_manifest")
-    times = [(k, r.get(f"{k}_at")) for k in ("created", "started", "ended")]
+    times = [("created", r.created_at), ("started", r.started_at), ("ended", r.ended_at)]
     pairs = [
         ("outcome", f"{badge(view.outcome)} exit status {esc(view.exit_text)}"),
         ("command", f"<code>{esc(view.command)}</code>"),
@@ -169,29 +162,27 @@ def run_header(view: RunView, level: str = "h1") -> str:
         ("target", esc(_target_text(view))),
         ("GPU", esc(_gpu_text(gpu))),
         *[(f"{k}", esc(v or "not recorded")) for k, v in times],
-        ("duration", esc(f"{r['duration_s']:.3f} s" if isinstance(r.get("duration_s"),
-                                                                   (int, float)) else "unknown")),
-        ("kind / group", esc(f"{view.kind} / {r.get('group') or 'none'}")),
-        ("proctor", esc(r.get("proctor_version") or "unknown")),
+        ("duration", esc(f"{r.duration_s:.3f} s" if r.duration_s is not None else "unknown")),
+        ("kind / group", esc(f"{view.kind} / {r.group or 'none'}")),
+        ("proctor", esc(r.proctor_version or "unknown")),
         ("run directory", f"<code>{esc(view.run.path)}</code>"),
         ("completion checks", checks_html(view)),
     ]
     heading = f"<{level}>{esc(view.name)} <small>{esc(view.run_id)}</small></{level}>"
-    error = f'<p class="note">error: {esc(r["error"])}</p>' if r.get("error") else ""
+    error = f'<p class="note">error: {esc(r.error)}</p>' if r.error else ""
     return f"<header>{heading}{kv_table(pairs, raw=True)}{error}</header>"
 
 
 def runs_table(views: Sequence[RunView]) -> str:
     rows = []
     for v in views:
-        source = v.record.get("source") if isinstance(v.record.get("source"), dict) else {}
-        assert isinstance(source, dict)
-        commit = str(source.get("commit") or "")[:12] + (" dirty" if source.get("dirty") else "")
+        typed = v.typed
+        commit = (typed.source_commit or "")[:12] + (" dirty" if typed.source_dirty else "")
         checks = "".join(mark(c.status) for c in v.checks)
         conc = concurrency_of(v)
         rows.append([v.run_id, v.name, (badge(v.outcome), ""), v.exit_text,
                      "" if conc is None else f"{conc:g}", commit or "none",
-                     str(v.record.get("started_at") or ""), (checks, "")])
+                     typed.started_at or "", (checks, "")])
     return table(["run", "name", "outcome", "exit", "concurrency", "commit", "started",
                   "result / logs / machine"], rows, raw_columns=(2, 7))  # fmt: skip
 
@@ -229,7 +220,7 @@ def _failures(view: RunView) -> str:
 def gpu_block(views: Sequence[RunView], figures: list[Figure], fig_id: str) -> str:
     fig = gpu_timeline(views, fig_id)
     if fig is None:
-        reasons = {str((v.record.get("gpu") or {}).get("reason") or "no gpu.csv")
+        reasons = {str((v.typed.fact("gpu") or {}).get("reason") or "no gpu.csv")
                    for v in views}  # fmt: skip
         return f'<p class="note">no GPU samples ({esc("; ".join(sorted(reasons)))})</p>'
     figures.append(fig)
@@ -458,14 +449,14 @@ def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = Fa
         from proctor.report.flow import flow_report, is_flow_with_workloads
 
         with contextlib.suppress(ProctorError):
-            record = resolve_run(runs_dir, refs[0]).read_json("record.json") or {}
+            record = read_view(resolve_run(runs_dir, refs[0]).path)
             if is_flow_with_workloads(record):
                 return flow_report(runs_dir, record, baseline, model)
         from proctor.report.server_sweep import newest_server_sweep, server_sweep_report
 
         with contextlib.suppress(ProctorError):
             run = resolve_run(runs_dir, refs[0])
-            if (run.read_json("record.json") or {}).get("kind") == "server-sweep":
+            if read_view(run.path).kind == "server-sweep":
                 return server_sweep_report(run)
         sweep = newest_server_sweep(runs_dir, refs[0])
         if sweep is not None:

@@ -60,7 +60,7 @@ def _layout(title: str, x: str, y: str, **extra: Any) -> dict[str, Any]:
 # -- time axis -------------------------------------------------------------------------------
 def reference_zone(views: Sequence[RunView]) -> timezone:
     for view in views:
-        when = parse_time(view.record.get("created_at") or view.record.get("started_at"))
+        when = parse_time(view.typed.created_at or view.typed.started_at)
         if when is not None and when.tzinfo is not None:
             offset = when.utcoffset() or timedelta(0)
             return timezone(offset)

@@ -4,9 +4,10 @@ workload (what ran, its exit, its results), in the order the flow ran them."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from proctor.record.rundir import RunDir
+from proctor.record.schema import FlowRecord, FlowWorkloadRun, RecordCore
 from proctor.report.build import (
     Report,
     Subject,
@@ -34,38 +35,37 @@ HEADLINE = (
 )
 
 
-def is_flow_with_workloads(record: dict[str, Any]) -> bool:
-    return record.get("kind") == "flow" and bool(record.get("workload_runs"))
+def is_flow_with_workloads(record: RecordCore) -> TypeGuard[FlowRecord]:
+    return isinstance(record, FlowRecord) and bool(record.workload_runs)
 
 
 def flow_report(
-    runs_dir: Path, record: dict[str, Any], baseline: Baseline | None = None,
+    runs_dir: Path, record: FlowRecord, baseline: Baseline | None = None,
     model: str | None = None,
 ) -> Report:  # fmt: skip
     figures: list[Figure] = []
-    flow_view = load_run(RunDir(runs_dir / str(record["run_id"])))
+    flow_view = load_run(RunDir(runs_dir / record.run_id))
     views: list[RunView] = [flow_view]
     blocks = [run_header(flow_view)]
-    server_id = record.get("server_run")
-    if server_id and (runs_dir / str(server_id)).is_dir():
-        server = load_run(RunDir(runs_dir / str(server_id)))
+    server_id = record.server_run
+    if server_id and (runs_dir / server_id).is_dir():
+        server = load_run(RunDir(runs_dir / server_id))
         if not server.server.traces:
             # The flow scraped its server's /metrics from ready to teardown into its own directory.
-            server.server = read_server_csv(runs_dir / str(record["run_id"]) / "server_metrics.csv")
+            server.server = read_server_csv(runs_dir / record.run_id / "server_metrics.csv")
         views.append(server)
         blocks += ["<h2>GPU memory (server)</h2>", gpu_block([server], figures, "gpu-memory")]
         # As a run's report: the server's queue and KV cache on one time axis with the GPU.
         blocks += telemetry_blocks(server, figures)
-    loaded: list[tuple[dict[str, Any], RunView | None]] = []
-    for row in record.get("workload_runs") or []:
-        run_id = row.get("run_id")
-        view = load_run(RunDir(runs_dir / str(run_id))) if run_id else None
+    loaded: list[tuple[FlowWorkloadRun, RunView | None]] = []
+    for row in record.workload_runs:
+        view = load_run(RunDir(runs_dir / row.run_id)) if row.run_id else None
         loaded.append((row, view))
         if view is not None:
             views.append(view)
     blocks += ["<h2>Workloads, in the order they ran</h2>", _workloads_table(loaded)]
     for i, (row, view) in enumerate(loaded):
-        blocks.append(f"<h2>{i + 1}. {esc(row.get('name'))} ({esc(row.get('kind'))})</h2>")
+        blocks.append(f"<h2>{i + 1}. {esc(row.name)} ({esc(row.kind)})</h2>")
         if view is None:
             blocks.append('<p class="note">no run: the workload did not start</p>')
             continue
@@ -76,19 +76,19 @@ def flow_report(
             figures += cdfs
             blocks += [figure_block(f) for f in cdfs]
         blocks.append(metrics_table(view))
-    title = f"proctor report: flow {record.get('name', '')} ({record['run_id']})"
+    title = f"proctor report: flow {record.name or ''} ({record.run_id})"
     html = render_page(title, blocks, figures, _footer())
-    return Report("flow", title, html, [Subject(str(record["run_id"]), views)], figures,
-                  str(record["run_id"]))  # fmt: skip
+    return Report("flow", title, html, [Subject(record.run_id, views)], figures,
+                  record.run_id)  # fmt: skip
 
 
-def _workloads_table(loaded: list[tuple[dict[str, Any], RunView | None]]) -> str:
+def _workloads_table(loaded: list[tuple[FlowWorkloadRun, RunView | None]]) -> str:
     rows = []
     for row, view in loaded:
-        code = row.get("exit_code")
+        code = row.exit_code
         status = "ok" if code == 0 else "failed"
-        cells: list[Any] = [str(int(row.get("index", 0)) + 1), str(row.get("name")),
-                            str(row.get("kind")), str(row.get("run_id") or "-"),
+        cells: list[Any] = [str(row.index + 1), str(row.name),
+                            str(row.kind), str(row.run_id or "-"),
                             (badge(status), ""), "-" if code is None else str(code)]  # fmt: skip
         for _, metric in HEADLINE:
             m = view.metrics.get(metric) if view is not None else None

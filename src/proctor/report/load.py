@@ -14,6 +14,7 @@ from proctor import redact
 from proctor.record.manifest import ManifestCheck, verify_run_manifest
 from proctor.record.rundir import RunDir
 from proctor.record.schema import (
+    Event,
     FlowRecord,
     LaunchedRecord,
     RecordCore,
@@ -129,7 +130,7 @@ def load_run(run: RunDir) -> RunView:
         run=run,
         record=record,
         state=state,
-        outcome=effective_outcome(record, state),
+        outcome="",
         manifest=verify_run_manifest(run),
         metrics_doc=doc,
         metrics=metrics_of_doc(doc),
@@ -137,6 +138,7 @@ def load_run(run: RunDir) -> RunView:
         gpu=read_gpu_csv(run.gpu_csv_path),
         server=read_server_csv(run.path / "server_metrics.csv"),
     )
+    view.outcome = effective_outcome(view.typed, state)
     view.phases = phases_of(view)
     view.checks = completion_checks(view)
     return view
@@ -161,7 +163,7 @@ _PHASE_OF_EVENT = {
 }
 
 
-def _flow_events(view: RunView) -> list[Any]:
+def _flow_events(view: RunView) -> list[Event]:
     """The steps of the flow this run belongs to (its `group`), as events on its timeline."""
     group = view.typed.group
     if not group or "/" in group:
@@ -176,20 +178,16 @@ def _flow_events(view: RunView) -> list[Any]:
         # The gate's moment is when it passed, not when it began to wait.
         when = s.ended_at if s.step == "ready" else s.started_at
         if when:
-            events.append({"time": when, "event": s.step, "detail": f"flow step {s.step}"})
+            events.append(Event(time=when, event=s.step, detail=f"flow step {s.step}"))
     return events
 
 
 def phases_of(view: RunView) -> list[Phase]:
     phases: list[Phase] = []
-    events = view.record.get("events")
-    events = (list(events) if isinstance(events, list) else []) + _flow_events(view)
-    for event in events:
-        if not isinstance(event, dict) or not isinstance(event.get("time"), str):
-            continue
-        name = str(event.get("event") or "event")
-        detail = str(event.get("detail") or "")
-        phases.append(Phase(_PHASE_OF_EVENT.get(name, name), event["time"], detail, view.run_id))
+    for event in [*view.typed.events, *_flow_events(view)]:
+        name = event.event or "event"
+        detail = event.detail or ""
+        phases.append(Phase(_PHASE_OF_EVENT.get(name, name), event.time, detail, view.run_id))
     names = {p.name for p in phases}
     doc = view.metrics_doc or {}
     # A benchmark says when its workload ran; a flow may already have recorded it as events.
@@ -248,7 +246,7 @@ def _logs_verified(view: RunView) -> Check:
 
 def _machine_state(view: RunView) -> Check:
     name = "machine state verified"
-    explicit = view.record.get("machine_state")
+    explicit = view.typed.fact("machine_state")  # a flow's own check
     if isinstance(explicit, dict) and isinstance(explicit.get("verified"), bool):
         # A flow that checked the machine itself (e.g. GPU memory back to baseline) says so.
         status: CheckStatus = "ok" if explicit["verified"] else "fail"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.record.rundir import RunDir, is_run_id
+from proctor.record.schema import read_view
 from proctor.report.build import Report, Subject, _fmt, _footer, run_header
 from proctor.report.figures import Figure, _layout, colour
 from proctor.report.load import load_run
@@ -22,8 +23,8 @@ def newest_server_sweep(runs_dir: Path, group: str) -> RunDir | None:
         return None
     for path in sorted(runs_dir.iterdir()):
         if is_run_id(path.name):
-            record = RunDir(path).read_json("record.json") or {}
-            if record.get("kind") == "server-sweep" and record.get("group") == group:
+            record = read_view(path)
+            if record.kind == "server-sweep" and record.group == group:
                 found = RunDir(path)
     return found
 

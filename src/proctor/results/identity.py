@@ -20,6 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from proctor.record.schema import RecordCore, read_view
+
 FIELDS = ("source", "engine_args", "dataset", "gpu")
 _WHERE_FLAGS = ("--host", "--port")
 
@@ -50,15 +52,15 @@ def _engine_args(argv: Any) -> str | None:
     return " ".join(out)
 
 
-def _source(record: dict[str, Any]) -> str | None:
-    src = record.get("source")
-    if not isinstance(src, dict) or not src.get("is_git") or not src.get("commit"):
+def _source(record: RecordCore) -> str | None:
+    src = record.source or {}
+    if not src.get("is_git") or not src.get("commit"):
         return None
     return str(src.get("source_id") or f"{src['commit']}+{src.get('diff_sha256') or 'clean'}")
 
 
-def _gpu(record: dict[str, Any]) -> str | None:
-    gpu = record.get("gpu")
+def _gpu(record: RecordCore) -> str | None:
+    gpu = record.fact("gpu")
     if not isinstance(gpu, dict):
         return None
     names = [str(g.get("name")) for g in gpu.get("gpus") or [] if isinstance(g, dict)]
@@ -70,13 +72,13 @@ def _gpu(record: dict[str, Any]) -> str | None:
     return None
 
 
-def _server_record(run_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(record.get("server"), dict):
+def _server_record(run_dir: Path, record: RecordCore) -> RecordCore | None:
+    if isinstance(record.fact("server"), dict):
         return record  # a server run itself
-    ref = record.get("server_run")
+    ref = record.fact("server_run")
     if isinstance(ref, str) and ref and "/" not in ref and ref not in (".", ".."):
-        return _json(run_dir.parent / ref / "record.json")
-    return {}
+        return read_view(run_dir.parent / ref)
+    return None
 
 
 def identity_of(path: str | Path) -> dict[str, str | None]:
@@ -88,13 +90,13 @@ def identity_of(path: str | Path) -> dict[str, str | None]:
     out: dict[str, str | None] = dict.fromkeys(FIELDS)
     if isinstance(dataset, dict) and dataset.get("id"):
         out["dataset"] = str(dataset["id"])
-    record = _json(run_dir / "record.json")
+    record = read_view(run_dir)
     server = _server_record(run_dir, record)
-    facts = server.get("server") if isinstance(server.get("server"), dict) else {}
-    assert isinstance(facts, dict)
-    out["engine_args"] = _engine_args(facts.get("argv"))
-    out["source"] = _source(server)
-    out["gpu"] = _gpu(server) or _gpu(record)
+    facts = server.fact("server") if server is not None else None
+    if isinstance(facts, dict):
+        out["engine_args"] = _engine_args(facts.get("argv"))
+    out["source"] = _source(server) if server is not None else None
+    out["gpu"] = (_gpu(server) if server is not None else None) or _gpu(record)
     return out
 
 

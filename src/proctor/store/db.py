@@ -2,7 +2,9 @@
 
 The run directories are the source of truth; this is an index over them, rebuilt by
 `reindex`. The schema grows through numbered migrations applied on open (ids are explicit
-numbers, so renaming one never re-runs it). No pydantic here: the wrapper writes rows too.
+numbers, so renaming one never re-runs it). Rows come from the typed records
+(record/schema.py), imported only when a run is indexed: the wrapper, which writes rows too,
+must not pay for pydantic when it starts.
 
 The index repairs itself: a store SQLite cannot read is `StoreUnreadable`; readers then list
 from the run directories (`open_for_reading`), and `rebuild` moves the bad file aside (kept,
@@ -20,10 +22,13 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proctor import redact
 from proctor.version import KNOWN_RECORD_VERSIONS as KNOWN_VERSIONS
+
+if TYPE_CHECKING:
+    from proctor.record.schema import RecordCore
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -70,34 +75,31 @@ RUN_COLUMNS = (
 )  # fmt: skip
 
 
-def row_from_record(record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    source = record.get("source") or {}
-    exit_ = record.get("exit") or {}
-    gpu = record.get("gpu") or {}
-    gpus = gpu.get("gpus") or []
+def row_from_record(record: RecordCore, run_dir: Path) -> dict[str, Any]:
+    """The row of one run, from its typed record (record/schema.py)."""
+    gpu = record.fact("gpu") or {}  # launched and node records; extra elsewhere
+    gpus = gpu.get("gpus") if isinstance(gpu, dict) else None
     gpu_text = f"{len(gpus)}x {gpus[0].get('name')}" if gpus else None
-    target = record.get("target") or {}
-    host = record.get("host") or {}
     return {
-        "id": record["run_id"],
-        "name": record.get("name", ""),
-        "kind": record.get("kind", "command"),
-        "run_key": record.get("key"),
-        "run_group": record.get("group"),
+        "id": record.run_id,
+        "name": record.name or "",
+        "kind": record.kind,
+        "run_key": record.fact("key"),
+        "run_group": record.group,
         "dir": str(run_dir),
-        "created_at": record.get("created_at"),
-        "started_at": record.get("started_at"),
-        "ended_at": record.get("ended_at"),
-        "duration_s": record.get("duration_s"),
-        "outcome": record.get("outcome", "unknown"),
-        "exit_code": exit_.get("code"),
-        "exit_signal": exit_.get("signal"),
-        "source_commit": source.get("commit"),
-        "source_dirty": None if source.get("dirty") is None else int(bool(source.get("dirty"))),
-        "target": target.get("kind"),
-        "host": target.get("host") or host.get("hostname"),
+        "created_at": record.created_at,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "duration_s": record.duration_s,
+        "outcome": record.recorded_outcome,
+        "exit_code": record.exit.code if record.exit else None,
+        "exit_signal": record.exit.signal if record.exit else None,
+        "source_commit": record.source_commit,
+        "source_dirty": None if record.source_dirty is None else int(record.source_dirty),
+        "target": record.target_kind,
+        "host": record.target_host or record.hostname,
         "gpu": gpu_text,
-        "argv": json.dumps(record.get("argv_display") or record.get("argv") or []),
+        "argv": json.dumps(record.command),
     }
 
 
@@ -230,11 +232,16 @@ class Store:
     def index_run_dir(self, run_dir: Path) -> bool:
         """Index one run directory (record and metrics.json); False if it holds no record
         or one that `record_problem` rejects."""
-        record = read_record(run_dir)
-        if record is None or record_problem(record) is not None:
+        data = read_record(run_dir)
+        if data is None or record_problem(data) is not None:
             return False
+        # Imported here: the models need pydantic, which the wrapper's start-up never pays
+        # (tests/record/test_recorder.py); it indexes after its command has started.
+        from proctor.record.schema import view_record
+
+        record = view_record(data, run_dir.name)
         self.upsert_run(row_from_record(record, run_dir))
-        self.set_metrics(record["run_id"], list(metrics_of_run_dir(run_dir)))
+        self.set_metrics(record.run_id, list(metrics_of_run_dir(run_dir)))
         return True
 
     def delete_all(self) -> None:
@@ -296,7 +303,8 @@ class Store:
 
 
 def read_record(run_dir: Path) -> dict[str, Any] | None:
-    """record.json as a table, or None where there is none (or it is not JSON)."""
+    """record.json as written, or None where there is none (or it is not JSON): what
+    `record_problem` checks before the typed record is made."""
     try:
         record = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):

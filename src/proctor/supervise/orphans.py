@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 
 from proctor.record.rundir import RunDir
+from proctor.record.schema import LaunchedRecord, RecordCore, view_record
 from proctor.supervise.kill import kill_ladder, members
 
 RUN_ID_ENV = "PROCTOR_RUN_ID"
@@ -76,19 +77,19 @@ def _group_is_ours(pgid: int, create_time: float) -> bool:
     return bool(abs(leader.create_time() - create_time) <= _SLACK_S)
 
 
-def leftovers(run: RunDir, record: dict[str, Any]) -> tuple[int | None, list[int], float | None]:
+def leftovers(run: RunDir, record: RecordCore) -> tuple[int | None, list[int], float | None]:
     """(process group, roots, command start time) of what the run's command left running."""
-    process = record.get("process") or {}
-    pid, created = process.get("pid"), process.get("create_time")
-    if not isinstance(pid, int) or not isinstance(created, (int, float)):
+    process = record.process if isinstance(record, LaunchedRecord) else None
+    if process is None:
         return None, [], None
-    pgid = process.get("pgid") or pid
-    group = int(pgid) if _group_is_ours(int(pgid), float(created)) else None
-    roots = [pid] if _same(pid, float(created)) is not None else []
-    return group, roots, float(created)
+    pid, created = process.pid, process.create_time
+    pgid = process.pgid or pid
+    group = pgid if _group_is_ours(pgid, created) else None
+    roots = [pid] if _same(pid, created) is not None else []
+    return group, roots, created
 
 
-def stop_orphaned(run: RunDir, record: dict[str, Any], grace: float) -> OrphanStop:
+def stop_orphaned(run: RunDir, record: RecordCore, grace: float) -> OrphanStop:
     """Run the kill ladder over what the dead wrapper's command left running."""
     group, roots, created = leftovers(run, record)
     report = OrphanStop()
@@ -118,22 +119,22 @@ def stop_dead_wrapper_run(run: RunDir) -> OrphanStop:
     absent: nobody waited for the command, so its status is not known)."""
     from proctor.record.recorder import Recorder, event
 
-    record = run.read_json("record.json") or {}
+    written = run.read_json("record.json") or {}
+    record = view_record(written, run.run_id)
     plan = run.read_json("plan.json") or {}
     report = stop_orphaned(run, record, grace=float(plan.get("grace_s") or 10.0))
-    if run.exit_code_path.exists() or not record:
+    if run.exit_code_path.exists() or not written:
         return report
-    if record.get("outcome") in _FINAL and not report.found:
+    if record.outcome in _FINAL and not report.found:
         return report
-    events = list(record.get("events") or [])
-    events.append(event("stop", f"runs stop: {report.reason}"))
-    Recorder(run, record).finish(
+    recorder = Recorder(run, written)
+    recorder.update(add_events=[event("stop", f"runs stop: {report.reason}")])
+    recorder.finish(
         code=None,
         outcome="unknown",
         store_path=plan.get("store_path"),
         who="runs stop",
         error="the run's wrapper died before the command ended: no exit status was recorded",
-        events=events,
         orphans_stopped=report.to_dict(),
     )
     return report

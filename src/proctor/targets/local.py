@@ -13,6 +13,7 @@ from typing import IO, Any
 from proctor.errors import UsageError
 from proctor.record.manifest import read_manifest, sha256_file
 from proctor.record.rundir import MANIFEST, RunDir, is_run_id
+from proctor.record.schema import read_view
 from proctor.record.status import effective_outcome, run_state
 from proctor.source.archive import inspect_checkout
 from proctor.source.identity import SourceIdentity
@@ -22,7 +23,6 @@ from proctor.supervise.launch import (
     RunSpec,
     Started,
     follow_log,
-    record_of,
     request_stop,
     start_run,
 )
@@ -63,7 +63,7 @@ def status_of(run: RunDir) -> base.RunStatus:
         exit_code=state.exit.code if state.exit else None,
         exit_signal=state.exit.signal if state.exit else None,
         wrapper_alive=state.wrapper_alive,
-        outcome=effective_outcome(record_of(run), state),
+        outcome=effective_outcome(read_view(run.path), state),
     )
 
 

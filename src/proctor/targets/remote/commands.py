@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from proctor.errors import ProctorError, UsageError
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.schema import view_record
 from proctor.spec.config import ProjectConfig
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import RunFlags
@@ -280,9 +281,11 @@ def run_planned(
     for path in sorted(local.glob("**/steps/*/record.json")):
         run = RunDir(path.parent)
         record = run.read_json("record.json") or {}
-        if record.get("kind") == "flow":
+        typed = view_record(record, run.run_id)
+        if typed.kind == "flow":
             result.flow = record
-        result.children.append(ChildRun(run.run_id, str(run.path), outcome=record.get("outcome"),
+        result.children.append(ChildRun(run.run_id, str(run.path),
+                                        outcome=typed.outcome if record else None,
                                         verified=completion.logs_verified,
                                         exit_code=_exit_code(run)))  # fmt: skip
         if completion.logs_verified:
@@ -304,8 +307,9 @@ def with_server_url(request: CommandRequest, options: TargetOptions,
     server's URL and recorded model instead (an explicit --base-url/--model wins). The server
     must have run on the same kind (a local server's 127.0.0.1 is not the node's)."""
     from proctor.errors import TargetUnavailable
+    from proctor.record.schema import read_view
     from proctor.record.status import run_state
-    from proctor.supervise.launch import record_of, resolve_run
+    from proctor.supervise.launch import resolve_run
     from proctor.targets.registry import kind_of_run
 
     ref = request.params.get("server")
@@ -316,7 +320,7 @@ def with_server_url(request: CommandRequest, options: TargetOptions,
     if ran_on.kind != options.kind:
         raise UsageError(f"server run {run.run_id} ran on a {ran_on.kind} target, not "
                          f"{options.kind}", hint="--base-url URL names any server")  # fmt: skip
-    facts = record_of(run).get("server")
+    facts = read_view(run.path).fact("server")
     if not isinstance(facts, dict) or not facts.get("port"):
         raise UsageError(f"run {run.run_id} is not a server run",
                          hint="start one with proctor serve start --target ...")  # fmt: skip

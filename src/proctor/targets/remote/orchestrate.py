@@ -29,6 +29,7 @@ from proctor.errors import (
 from proctor.record.finish import now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.schema import read_view
 from proctor.results.cost import BENCH_SCHEMA, COST_FILE, cost_of, format_cost
 from proctor.source.identity import SourceIdentity
 from proctor.targets.base import (
@@ -307,7 +308,7 @@ def write_costs(target: Target, local_dir: Path) -> dict[str, Any] | None:
         doc = _read_json_file(run_dir / "metrics.json")
         if doc.get("schema") != BENCH_SCHEMA:
             continue
-        wall = (_read_json_file(run_dir / "record.json")).get("duration_s")
+        wall = read_view(run_dir).duration_s
         cost = cost_of(doc, price, float(wall) if isinstance(wall, (int, float)) else None,
                        source=source)  # fmt: skip
         write_atomic(run_dir / COST_FILE, json.dumps(cost, indent=2) + "\n")

@@ -31,6 +31,7 @@ from proctor.errors import FaultDetected
 from proctor.record.finish import now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.schema import view_record
 from proctor.results.cost import read_cost
 from proctor.source.identity import SourceIdentity
 from proctor.targets.base import AGENT, JobSpec, Target, capable
@@ -146,10 +147,11 @@ def run_workflow_remote(
         for run_id in children.get("runs", []):
             run = RunDir(steps / run_id)
             record = run.read_json("record.json") or {}
-            if record.get("kind") == "flow":
+            typed = view_record(record, run.run_id)
+            if typed.kind == "flow":
                 result.flow = record
             child = ChildRun(run_id, str(run.path), verified=completion.logs_verified,
-                             outcome=record.get("outcome"), exit_code=_exit_code(run),
+                             outcome=typed.outcome if record else None, exit_code=_exit_code(run),
                              cost=read_cost(run.path))  # fmt: skip
             result.children.append(child)
         return result

@@ -19,6 +19,7 @@ from typing import Any
 
 from proctor.errors import NotReady, UsageError, WorkloadFailed
 from proctor.record.rundir import RunDir
+from proctor.record.schema import read_view
 from proctor.record.status import run_state
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags
@@ -31,7 +32,7 @@ from proctor.spec.server import (
     server_name,
     server_plan,
 )
-from proctor.supervise.launch import Started, record_of, request_stop, wait_run
+from proctor.supervise.launch import Started, request_stop, wait_run
 from proctor.targets.slurm.node import fill
 from proctor.targets.slurm.options import SlurmOptions
 from proctor.targets.slurm.target import GroupLaunch, MultiNodeArgv, SlurmTarget
@@ -135,18 +136,19 @@ def wait_for_head(run: RunDir, timeout_s: float, poll_s: float = 0.2) -> dict[st
     job is cancelled (nothing is left pending) and NotReady (5) raised."""
     deadline = time.monotonic() + timeout_s
     while True:
-        record = record_of(run)
-        head = (record.get("slurm") or {}).get("head")
+        record = read_view(run.path)
+        slurm = record.fact("slurm") or {}
+        head = slurm.get("head")
         if head:
             return dict(head)
         if run_state(run).state not in ("running", "starting"):
             raise WorkloadFailed(
                 f"server run {run.run_id} ended before its head node started: "
-                f"{record.get('reason') or record.get('error') or record.get('outcome')}",
+                f"{record.fact('reason') or record.error or record.outcome}",
                 hint=f"see {run.log_path()}",
             )
         if time.monotonic() >= deadline:
-            job = (record.get("slurm") or {}).get("job_id")
+            job = slurm.get("job_id")
             request_stop(run)
             wait_run(run, 60)
             raise NotReady(

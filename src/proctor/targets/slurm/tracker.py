@@ -28,6 +28,7 @@ from proctor.record.finish import now_iso
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.schema import read_view
 from proctor.record.status import read_exit_status
 from proctor.targets.slurm.login import LoginHost
 from proctor.targets.slurm.outcome import GroupOutcome, NodeResult, decide
@@ -182,14 +183,14 @@ class Tracker:
         self.login.fetch_tree(remote, local)
         run = RunDir(local)
         status = read_exit_status(run)
-        record = run.read_json("record.json") or {}
+        record = read_view(run.path)
         check = verify_run_manifest(run)
         result = NodeResult(
             node,
             present=True,
             exit_code=status.code if status else None,
             signal=status.signal if status else None,
-            outcome=str(record.get("outcome")) if status else "unknown",
+            outcome=record.outcome if status else "unknown",
             verified=check.verified,
         )
         if status is None:
@@ -249,14 +250,9 @@ class Tracker:
         elapsed = elapsed_seconds(acct.elapsed) if acct else None
         # Slurm counts whole seconds; the nodes' own records are finer.
         node_durations = [
-            float(d)
+            d
             for r in results
-            if (
-                d := (RunDir(self.run.path / "nodes" / r.node).read_json("record.json") or {}).get(
-                    "duration_s"
-                )
-            )
-            is not None
+            if (d := read_view(self.run.path / "nodes" / r.node).duration_s) is not None
         ]
         if node_durations and (elapsed is None or max(node_durations) > elapsed):
             elapsed = max(node_durations)  # type: ignore[assignment]
