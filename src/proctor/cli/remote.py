@@ -98,8 +98,12 @@ def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir:
     config = load_config()
     spec = target_options(target, config) if isinstance(target, str) else target
     local_runs = Path(resolve_runs_dir(runs_dir, config).value)
-    command = WorkflowCommand(request_of(ctx, as_json=answer), nested=nested, answer=answer,
-                              leave_live=leave_live, direct=direct)  # fmt: skip
+    from proctor.targets.remote.shipfiles import request_files
+
+    request = request_of(ctx, as_json=answer)
+    # Read before any machine is acquired: a missing file is a usage error, at no cost.
+    command = WorkflowCommand(request, nested=nested, answer=answer, leave_live=leave_live,
+                              direct=direct, files=request_files(request))  # fmt: skip
     options = RemoteOptions(setup_script=setup_script(config),
                             store_path=Path(resolve_store_path(config, local_runs).value))  # fmt: skip
     names = tuple(command_names(ctx))
