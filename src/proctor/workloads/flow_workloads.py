@@ -149,8 +149,12 @@ def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: 
     if not isinstance(args, list):
         raise UsageError("offline: args must be a list of engine arguments")
     opts.setdefault("runs-dir", runs_dir)
-    return [py, "-m", "proctor.cli.main", "offline", *_flags(opts, repeat_lists=True),
-            "--", *map(str, args)]  # fmt: skip
+    flags = _flags(opts, repeat_lists=True)
+    _check(_offline_parser(), flags, "offline")
+    if not opts.get("model") and opts.get("cmd") is not True:
+        raise UsageError("offline workload: model is required (unless cmd = true)",
+                         hint='offline = { engine = "vllm", model = "/models/x" }')  # fmt: skip
+    return [py, "-m", "proctor.cli.main", "offline", *flags, "--", *map(str, args)]
 
 
 def _flags(opts: dict[str, Any], *, repeat_lists: bool) -> list[str]:
@@ -186,6 +190,28 @@ def _gsm8k_parser() -> argparse.ArgumentParser:
     return _parser()
 
 
+# The flags of `proctor offline` (cli/offline.py) a flow may set, by kind of value; a test
+# keeps this in step with the command (tests/cli/test_flow_workloads.py).
+OFFLINE_FLAGS: dict[str, type | None] = {
+    "engine": str, "model": str, "tp": int, "cmd": None, "python": str, "min-free-disk": float,
+    "name": str, "timeout": str, "env": list, "key": str, "gpu-sample": float, "runs-dir": str,
+    "config": str,
+}  # fmt: skip
+
+
+def _offline_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="offline", add_help=False, allow_abbrev=False)
+    for flag, kind in OFFLINE_FLAGS.items():
+        if kind is None:
+            p.add_argument(f"--{flag}", action="store_true")
+        elif kind is list:
+            p.add_argument(f"--{flag}", action="append")
+        else:
+            p.add_argument(f"--{flag}", type=kind, required=flag == "engine")
+    p.add_argument("--output-dir")  # the stand-in _check adds
+    return p
+
+
 def _check(parser: argparse.ArgumentParser, argv: list[str], kind: str) -> None:
     """Parse as the workload will (with a stand-in output dir); its complaint as a UsageError."""
     err = io.StringIO()
@@ -197,4 +223,5 @@ def _check(parser: argparse.ArgumentParser, argv: list[str], kind: str) -> None:
         raise UsageError(f"{kind} workload: {last}", hint="its options are its flags") from None
 
 
-__all__ = ["KINDS", "FlowWorkload", "command_for", "parse_workload", "parse_workloads"]
+__all__ = ["KINDS", "OFFLINE_FLAGS", "FlowWorkload", "command_for", "parse_workload",
+           "parse_workloads"]
