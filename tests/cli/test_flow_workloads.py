@@ -248,3 +248,25 @@ def test_offline_flags_a_flow_checks_are_the_commands_own() -> None:
     assert command is not None
     given = {o[2:] for p in command.params for o in getattr(p, "opts", []) if o.startswith("--")}
     assert set(OFFLINE_FLAGS) == given - {"json", "detach"}
+
+
+def test_sweep_workload_sends_its_dataset_at_every_point(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    import hashlib
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"p {i}", "output_len": 3}) + "\n"
+                               for i in range(12)))  # fmt: skip
+    path = flow_file(tmp_path, fake_engine, f"""
+[[flow.workload]]
+sweep = {{ concurrency = [1, 2], osl = 4, num_prompts = 4, dataset = "jsonl:{prompts}" }}
+""")
+    result = proctor("flow", "--file", str(path), "--json", timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    points = [p for p in isolated_runs.iterdir() if (p / "metrics.json").is_file()]
+    assert len(points) == 2, sorted(p.name for p in isolated_runs.iterdir())
+    for point in points:
+        doc = json.loads((point / "metrics.json").read_text())
+        assert doc["dataset"]["kind"] == "jsonl" and doc["dataset"]["sha256"] == sha
