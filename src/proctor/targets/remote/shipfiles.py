@@ -14,6 +14,7 @@ import base64
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from proctor.errors import FaultDetected, UsageError
 from proctor.targets.base import AGENT, Target, capable
@@ -60,28 +61,51 @@ def request_files(request: CommandRequest) -> list[LocalFile]:
     return [LocalFile(DATASET_PARAM, kind, local, hashlib.sha256(data).hexdigest(), len(data))]
 
 
+@runtime_checkable
+class FileHost(Protocol):
+    """A target's machine that takes files and reads them back (a Slurm target's login host,
+    targets/slurm/login.py, on the filesystem its nodes share)."""
+
+    def put_file(self, local: Path, remote: str) -> None: ...
+
+    def read_bytes(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes: ...
+
+
 def ship_files(target: Target, workspace: str, request: CommandRequest,
                files: list[LocalFile]) -> CommandRequest:  # fmt: skip
     """Store `files` in the far workspace (verified by sha256 there); `request` naming them."""
     if not files:
         return request
-    far = capable(target, AGENT)
-    if far is None:
-        raise UsageError(f"a {target.kind} target cannot take the files this command reads",
-                         hint="put the dataset on the target and name its path there")  # fmt: skip
     params = dict(request.params)
     for file in files:
         data = file.path.read_bytes()
         if hashlib.sha256(data).hexdigest() != file.sha256:
             raise UsageError(f"dataset {file.path} changed while the command was starting")
         dest = file.far_path(workspace)
-        answer = far.agent("store", {"dest": dest, "sha256": file.sha256,
-                                     "data_b64": base64.b64encode(data).decode()})  # fmt: skip
-        if answer.get("sha256") != file.sha256:
+        if _store(target, file, data, dest) != file.sha256:
             raise FaultDetected(f"the far copy of {file.path} is not the same bytes",
                                 hint="run again")  # fmt: skip
         params[file.param] = f"{file.kind}:{dest}"
     return request.model_copy(update={"params": params})
+
+
+def _store(target: Target, file: LocalFile, data: bytes, dest: str) -> str | None:
+    """Write `data` at `dest` on the target; the sha256 of what is there now."""
+    far = capable(target, AGENT)
+    if far is not None:  # the agent checks the bytes before it writes them
+        answer = far.agent("store", {"dest": dest, "sha256": file.sha256,
+                                     "data_b64": base64.b64encode(data).decode()})  # fmt: skip
+        return str(answer.get("sha256"))
+    host = getattr(target, "login", None)
+    if not isinstance(host, FileHost):
+        raise UsageError(f"a {target.kind} target cannot take the files this command reads",
+                         hint="put the dataset on the target and name its path there")  # fmt: skip
+    host.put_file(file.path, dest)
+    digest, offset = hashlib.sha256(), 0
+    while chunk := host.read_bytes(dest, offset, 1 << 22):
+        digest.update(chunk)
+        offset += len(chunk)
+    return digest.hexdigest()
 
 
 __all__ = ["LocalFile", "request_files", "ship_files"]
