@@ -232,22 +232,43 @@ offline = {body}
     assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
 
 
-def test_offline_flags_a_flow_checks_are_the_commands_own() -> None:
-    """What a flow checks an offline workload against is `proctor offline`'s own options."""
+@pytest.mark.parametrize("kind", ["offline", "sweep"])
+def test_flags_a_flow_checks_are_the_commands_own(kind: str) -> None:
+    """What a flow checks an offline or sweep workload against is the command's own options
+    (less those whose meaning is local: --json, --detach, --target)."""
     import click
     import typer
 
     from proctor.cli import groups
     from proctor.cli.main import app
-    from proctor.workloads.flow_workloads import OFFLINE_FLAGS
+    from proctor.workloads.flow_workloads import OFFLINE_FLAGS, SWEEP_FLAGS
 
-    groups.mount(app, ["offline"])
+    groups.mount(app, [kind])
     root = typer.main.get_command(app)
     assert isinstance(root, click.Group)
-    command = root.get_command(click.Context(root), "offline")
+    command = root.get_command(click.Context(root), kind)
     assert command is not None
     given = {o[2:] for p in command.params for o in getattr(p, "opts", []) if o.startswith("--")}
-    assert set(OFFLINE_FLAGS) == given - {"json", "detach"}
+    for p in command.params:
+        if isinstance(p, click.Option) and p.is_flag:
+            flag = p.opts[0][2:]
+            assert flag in ("json", "detach") or {"offline": OFFLINE_FLAGS,
+                                                    "sweep": SWEEP_FLAGS}[kind][flag] is None
+    mine = {"offline": OFFLINE_FLAGS, "sweep": SWEEP_FLAGS}[kind]
+    assert set(mine) == given - {"json", "detach", "target"}
+
+
+def test_a_bad_sweep_option_fails_before_any_server(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    path = flow_file(tmp_path, fake_engine, """
+[[flow.workload]]
+sweep = { concurrency = [1, 2], concurency = 3 }
+""")
+    result = proctor("flow", "--file", str(path))
+    assert result.returncode == 64, result.stderr
+    assert "sweep workload" in result.stderr and "concurency" in result.stderr
+    assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
 
 
 def test_sweep_workload_sends_its_dataset_at_every_point(
