@@ -168,3 +168,126 @@ cmd = {json.dumps(["bash", "-c", curl(port)])}
     servers = [p for p in isolated_runs.iterdir() if (p / "record.json").exists()
                and json.loads((p / "record.json").read_text()).get("kind") == "server"]  # fmt: skip
     assert len(servers) == 1
+
+
+OFFLINE_FAKE = """#!{py}
+import os, sys, time
+for i in range(3):
+    sys.stdout.write(f"\\rProcessed prompts: {{i + 1}}/3"); sys.stdout.flush(); time.sleep(0.05)
+print()
+print("Throughput: 2.50 requests/s, 1234.50 total tokens/s, 617.25 output tokens/s", flush=True)
+sys.exit(int(os.environ.get("FAKE_RC", "0")))
+"""
+
+
+@pytest.mark.parametrize("rc", [0, 3])
+def test_offline_workload_runs_while_the_server_is_up(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path, rc: int  # noqa: F811
+) -> None:
+    """[[flow.workload]] offline: `proctor offline` as the workload's run, its own offline run
+    recorded and parsed (tokens/s in its metrics.json); a failing one fails the flow (3)."""
+    import sys
+
+    fake = tmp_path / "fake_offline"
+    fake.write_text(OFFLINE_FAKE.format(py=sys.executable))
+    fake.chmod(0o755)
+    path = flow_file(tmp_path, fake_engine, f"""
+[[flow.workload]]
+name = "offline-fake"
+env = ["FAKE_RC={rc}"]
+offline = {{ engine = "vllm", cmd = true, min_free_disk = 0, args = ["{fake}"] }}
+""")
+    result = proctor("flow", "--file", str(path), "--json", timeout=180)
+    assert result.returncode == rc, result.stderr[-3000:]
+    flow = json.loads(result.stdout)
+    assert steps(flow) == ["stop", "start", "ready", "workload0", "drain0", "teardown"]
+    (row,) = flow["workload_runs"]
+    assert row["name"] == "offline-fake" and row["exit_code"] == rc
+    workload = isolated_runs / row["run_id"]
+    assert json.loads((workload / "record.json").read_text())["group"] == flow["run_id"]
+    offline = [p for p in isolated_runs.iterdir() if (p / "record.json").is_file()
+               and json.loads((p / "record.json").read_text()).get("kind") == "offline"]  # fmt: skip
+    assert len(offline) == 1, sorted(p.name for p in isolated_runs.iterdir())
+    doc = json.loads((offline[0] / "metrics.json").read_text())
+    assert doc["kind"] == "offline" and doc["metrics"]["output_throughput"] == 617.25
+    assert (offline[0] / "exit_code").read_text() == f"{rc}\n"
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ('{ engin = "vllm", cmd = true, args = ["x"] }', "engin"),
+    ('{ engine = "vllm", tp = "two", model = "/m" }', "tp"),
+    ('{ engine = "vllm" }', "model"),
+    ('{ engine = "vllm", model = "/m", args = "--x" }', "args must be a list"),
+])  # fmt: skip
+def test_a_bad_offline_option_fails_before_any_server(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path, body: str, said: str  # noqa: F811
+) -> None:
+    path = flow_file(tmp_path, fake_engine, f"""
+[[flow.workload]]
+offline = {body}
+""")
+    result = proctor("flow", "--file", str(path))
+    assert result.returncode == 64, result.stderr
+    assert "offline" in result.stderr and said in result.stderr
+    assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
+
+
+@pytest.mark.parametrize("kind", ["offline", "sweep"])
+def test_flags_a_flow_checks_are_the_commands_own(kind: str) -> None:
+    """What a flow checks an offline or sweep workload against is the command's own options
+    (less those whose meaning is local: --json, --detach, --target)."""
+    import click
+    import typer
+
+    from proctor.cli import groups
+    from proctor.cli.main import app
+    from proctor.workloads.flow_workloads import OFFLINE_FLAGS, SWEEP_FLAGS
+
+    groups.mount(app, [kind])
+    root = typer.main.get_command(app)
+    assert isinstance(root, click.Group)
+    command = root.get_command(click.Context(root), kind)
+    assert command is not None
+    given = {o[2:] for p in command.params for o in getattr(p, "opts", []) if o.startswith("--")}
+    for p in command.params:
+        if isinstance(p, click.Option) and p.is_flag:
+            flag = p.opts[0][2:]
+            assert flag in ("json", "detach") or {"offline": OFFLINE_FLAGS,
+                                                    "sweep": SWEEP_FLAGS}[kind][flag] is None
+    mine = {"offline": OFFLINE_FLAGS, "sweep": SWEEP_FLAGS}[kind]
+    assert set(mine) == given - {"json", "detach", "target"}
+
+
+def test_a_bad_sweep_option_fails_before_any_server(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    path = flow_file(tmp_path, fake_engine, """
+[[flow.workload]]
+sweep = { concurrency = [1, 2], concurency = 3 }
+""")
+    result = proctor("flow", "--file", str(path))
+    assert result.returncode == 64, result.stderr
+    assert "sweep workload" in result.stderr and "concurency" in result.stderr
+    assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
+
+
+def test_sweep_workload_sends_its_dataset_at_every_point(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    import hashlib
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"p {i}", "output_len": 3}) + "\n"
+                               for i in range(12)))  # fmt: skip
+    path = flow_file(tmp_path, fake_engine, f"""
+[[flow.workload]]
+sweep = {{ concurrency = [1, 2], osl = 4, num_prompts = 4, dataset = "jsonl:{prompts}" }}
+""")
+    result = proctor("flow", "--file", str(path), "--json", timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    points = [p for p in isolated_runs.iterdir() if (p / "metrics.json").is_file()]
+    assert len(points) == 2, sorted(p.name for p in isolated_runs.iterdir())
+    for point in points:
+        doc = json.loads((point / "metrics.json").read_text())
+        assert doc["dataset"]["kind"] == "jsonl" and doc["dataset"]["sha256"] == sha

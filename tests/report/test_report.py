@@ -205,3 +205,41 @@ def test_bench_cost_section_priced_unpriced_and_local(tmp_path: Path) -> None:
     assert "USD per million output tokens" not in unpriced
     local = build_report(runs_dir, ["20260101-000000-cccccc"]).html
     assert "cost: not measured (the run was not on a priced machine)" in local
+
+
+def test_a_bench_with_repeats_shows_mean_and_ci_beside_its_metrics(tmp_path: Path) -> None:
+    """A real `proctor bench --repeat 3` against the fake server as a process; its report shows,
+    in the metrics table, each metric's mean over the repeats ± the 95% CI half-width, with n."""
+    import html as htmllib
+    import re
+
+    from tests.fixtures.fake_openai_server import FakeServer
+
+    env = runs.make_env(tmp_path)
+    with FakeServer() as srv:
+        r = runs.proctor(env, "bench", "--base-url", srv.base_url, "--isl", "8", "--osl", "4",
+                         "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "1",
+                         "--repeat", "3", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    run_id = json.loads(r.stdout)["run_id"]
+    out = tmp_path / "bench.html"
+    shown = runs.proctor(env, "report", run_id, "-o", str(out))
+    assert shown.returncode == 0, shown.stderr
+    page = htmllib.unescape(out.read_text(encoding="utf-8"))
+    doc = json.loads((env.runs_dir / run_id / "metrics.json").read_text())
+    assert doc["repeats"]["n"] == 3
+    assert "mean ± 95% CI (3 repeats)" in page
+    for key, name in (("output_throughput", "output_throughput"),
+                      ("mean_ttft_ms", "mean_ttft_ms")):  # fmt: skip
+        stat = doc["repeats"]["stats"][key]
+        cell = f"{stat['mean']:,.2f} ± {stat['ci95_half']:,.2f} (n=3)"
+        # In the metric's own row of the metrics table.
+        assert re.search(rf"<td>{name}</td><td[^>]*>[^<]*</td><td[^>]*>{re.escape(cell)}</td>",
+                         page), (name, cell)  # fmt: skip
+
+
+def test_a_bench_without_repeats_has_no_repeats_column(tmp_path: Path) -> None:
+    runs_dir = tmp_path / "runs"
+    _bench_dir(runs_dir, "20260101-000000-dddddd", None)
+    page = build_report(runs_dir, ["20260101-000000-dddddd"]).html
+    assert "95% CI" not in page and "<th>stderr</th>" in page

@@ -190,6 +190,51 @@ def test_bench_and_sweep_against_a_server_on_the_target(
     assert stopped.returncode == 0, stopped.stderr
 
 
+def test_a_dataset_file_is_shipped_with_bench_and_sweep(
+    far_place: FarPlace, repo: Path, isolated_runs: Path
+) -> None:
+    """The far side reads the local file's bytes from its workspace (content-addressed), not
+    whatever has that path there; a missing file is 64 before any machine is touched."""
+    import hashlib
+
+    url = far_place.url
+    data = repo.parent / "data"  # outside the shipped checkout: only shipping brings it there
+    data.mkdir()
+    prompts = data / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"shipped prompt {i}", "output_len": 3})
+                               + "\n" for i in range(10)))  # fmt: skip
+    sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    missing = proctor("bench", "--target", url, "--base-url", "http://127.0.0.1:9",
+                      "--dataset", "jsonl:../data/nope.jsonl", cwd=repo, timeout=60)  # fmt: skip
+    assert missing.returncode == 64, missing.stderr
+    assert "cannot read dataset ../data/nope.jsonl" in missing.stderr
+    assert not (far_place.workspace / "proctor").exists()  # nothing was prepared there
+    server_id = _serve_start(far_place, repo, 8015)
+    try:
+        bench = proctor("bench", "--target", url, "--server", server_id, "--osl", "4",
+                        "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "0",
+                        "--dataset", "jsonl:../data/p.jsonl", "--json", cwd=repo,
+                        timeout=180)  # fmt: skip
+        assert bench.returncode == 0, bench.stderr
+        answer = json.loads(bench.stdout)["answer"]
+        far_copy = f"{far_place.workspace}/proctor/data/{sha}/p.jsonl"
+        assert answer["dataset"]["sha256"] == sha and answer["dataset"]["path"] == far_copy
+        assert Path(far_copy).read_bytes() == prompts.read_bytes()
+        fetched = json.loads((isolated_runs / answer["run_id"] / "metrics.json").read_text())
+        assert fetched["dataset"]["sha256"] == sha
+        sweep = proctor("sweep", "--target", url, "--server", server_id, "--concurrency", "1,2",
+                        "--osl", "4", "--num-prompts", "4", "--dataset", "jsonl:../data/p.jsonl",
+                        "--json", cwd=repo, timeout=180)  # fmt: skip
+        assert sweep.returncode == 0, sweep.stderr
+        summary = json.loads(sweep.stdout)["answer"]
+        for point in summary["points"]:
+            doc = json.loads((isolated_runs / point["run_id"] / "metrics.json").read_text())
+            assert doc["dataset"]["sha256"] == sha and doc["dataset"]["path"] == far_copy
+    finally:
+        stopped = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+
+
 def test_runs_commands_reach_a_detached_far_run_through_its_record(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:

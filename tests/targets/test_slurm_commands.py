@@ -197,3 +197,30 @@ def test_eval_gsm8k_on_slurm_scores_known_answers(
     with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
         kinds = dict(db.execute("SELECT id, kind FROM runs").fetchall())
     assert kinds.get(eval_id) == "eval", kinds
+
+
+def test_bench_on_slurm_reads_the_shipped_dataset(
+    cluster: SlurmCluster, work: Path, isolated_runs: Path, tmp_path: Path
+) -> None:
+    """The dataset file is stored content-addressed in the shared workspace, checked there
+    by sha256; the bench on the node reads that copy (metrics.json says which bytes)."""
+    import hashlib
+
+    from tests.fixtures.fake_openai_server import FakeServer
+
+    env = {"SLURM_CONF": str(cluster.conf)}
+    data = tmp_path / "data"
+    data.mkdir()
+    prompts = data / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"slurm prompt {i}", "output_len": 3})
+                               + "\n" for i in range(10)))  # fmt: skip
+    sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    with FakeServer() as srv:
+        bench = proctor("bench", "--target", TARGET, "--base-url", srv.base_url, "--model", "m",
+                        *SMALL, "--dataset", "jsonl:../data/p.jsonl", "--json",
+                        cwd=work, env=env, timeout=180)  # fmt: skip
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    answer = json.loads(bench.stdout)["answer"]
+    far_copy = f"{tmp_path / 'ws'}/proctor/data/{sha}/p.jsonl"
+    assert answer["dataset"]["sha256"] == sha and answer["dataset"]["path"] == far_copy
+    assert Path(far_copy).read_bytes() == prompts.read_bytes()

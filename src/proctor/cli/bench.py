@@ -271,6 +271,33 @@ def _server_grid(axes: list[str], file: Path | None, group: str | None, engine: 
              group=group)  # fmt: skip
 
 
+def _sweep_dataset(dataset: str, prefix_groups: int, prefix_hit_rate: float,
+                   prefix_len: int | None, workers: int, points: list[int],
+                   rates: list[str] | None, isl: int, osl: int) -> dict[str, object]:  # fmt: skip
+    """The dataset options every point of a sweep sends (only those not at their defaults),
+    checked as bench checks them (for every point's concurrency and rate) and the file read
+    now, its path made absolute: a bad one fails before the first point."""
+    from proctor.workloads.loadgen.datafiles import checked_dataset
+
+    shape: dict[str, object] = {"dataset": dataset, "prefix_groups": prefix_groups,
+                                "prefix_hit_rate": prefix_hit_rate, "prefix_len": prefix_len,
+                                "workers": workers}  # fmt: skip
+    for conc in points:
+        for rate in rates or ["inf"]:
+            try:
+                BenchConfig(isl=isl, osl=osl, concurrency=conc, request_rate=parse_rate(rate),
+                            **shape)  # type: ignore[arg-type]  # validated by pydantic
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"]) or "options"
+                raise UsageError(f"invalid {where}: {err['msg']}",
+                                 hint="see proctor sweep --help") from e  # fmt: skip
+    shape["dataset"] = checked_dataset(dataset)
+    defaults = {"dataset": "random", "prefix_groups": 4, "prefix_hit_rate": 0.5,
+                "prefix_len": None, "workers": 1}  # fmt: skip
+    return {k: v for k, v in shape.items() if v != defaults[k]}
+
+
 def register_sweep(root: typer.Typer) -> None:
     """`proctor sweep --concurrency 4,8,16 [bench options]`: one bench run per point."""
 
@@ -306,6 +333,11 @@ def register_sweep(root: typer.Typer) -> None:
         hi: float | None = typer.Option(None, "--hi", help="SLO search: highest value."),
         max_probes: int = typer.Option(12, "--max-probes", min=2, help="SLO search: at most this many benches."),
         resolution: float | None = typer.Option(None, "--resolution", help="SLO search: stop when the bracket is this narrow (default 1 for concurrency, 5% of --hi for rates)."),
+        dataset: str = typer.Option("random", "--dataset", help="What every point sends, as bench: random | jsonl:PATH | sharegpt:PATH | shared-prefix | multi-turn:PATH. docs/bench.md#datasets."),
+        prefix_groups: int = typer.Option(4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."),
+        prefix_hit_rate: float = typer.Option(0.5, "--prefix-hit-rate", help="shared-prefix: target prefix-cache hit rate."),
+        prefix_len: int | None = typer.Option(None, "--prefix-len", help="shared-prefix: prefix tokens."),
+        workers: int = typer.Option(1, "--workers", help="Client processes per bench."),
         extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
     ) -> None:
         """A bench per concurrency, grouped under one sweep id; a summary table (text, JSON,
@@ -328,16 +360,18 @@ def register_sweep(root: typer.Typer) -> None:
             # come back as local runs of their own.
             return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True)
         say = (lambda line: None) if json_out else (lambda line: err_console.print(line, markup=False, highlight=False))
+        points = _ints(concurrency)
+        shape = _sweep_dataset(dataset, prefix_groups, prefix_hit_rate, prefix_len, workers,
+                               points, _rates(request_rate), isl, osl)  # fmt: skip
         if server_grid or file:
             _server_grid(server_grid, file, group, engine, model, tp, port, poll, runs_dir, extra or [],
-                         {"concurrency": _ints(concurrency), "request_rate": _rates(request_rate),
+                         {"concurrency": points, "request_rate": _rates(request_rate),
                           "isl": isl, "osl": osl, "num_prompts": num_prompts,
                           "prompt_multiplier": prompt_multiplier, "range_ratio": range_ratio,
                           "seed": seed, "max_error_rate": max_error_rate or None,
-                          "chat": chat or None}, json_out, say)
+                          "chat": chat or None, **shape}, json_out, say)
             return
 
-        points = _ints(concurrency)
         if not 0.0 <= max_error_rate <= 1.0:
             raise UsageError(f"--max-error-rate {max_error_rate} must be between 0 and 1")
         if server:
@@ -356,6 +390,8 @@ def register_sweep(root: typer.Typer) -> None:
             argv.append("--chat")
         if num_prompts is not None:
             argv += ["--num-prompts", str(num_prompts)]
+        for option, value in shape.items():
+            argv += [f"--{option.replace('_', '-')}", str(value)]
         if slo:
             from proctor.cli.sweeps import run_slo
 

@@ -31,6 +31,7 @@ from proctor.targets.remote.commands import (
     setup_script,
 )
 from proctor.targets.remote.orchestrate import Completion, RemoteOptions, resume_remote
+from proctor.targets.remote.shipfiles import request_files
 
 
 def run_with_target(flags: RunFlags, spec: TargetOptions, config: ProjectConfig, runs_dir: Path,
@@ -98,8 +99,10 @@ def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir:
     config = load_config()
     spec = target_options(target, config) if isinstance(target, str) else target
     local_runs = Path(resolve_runs_dir(runs_dir, config).value)
-    command = WorkflowCommand(request_of(ctx, as_json=answer), nested=nested, answer=answer,
-                              leave_live=leave_live, direct=direct)  # fmt: skip
+    request = request_of(ctx, as_json=answer)
+    # Read before any machine is acquired: a missing file is a usage error, at no cost.
+    command = WorkflowCommand(request, nested=nested, answer=answer, leave_live=leave_live,
+                              direct=direct, files=request_files(request))  # fmt: skip
     options = RemoteOptions(setup_script=setup_script(config),
                             store_path=Path(resolve_store_path(config, local_runs).value))  # fmt: skip
     names = tuple(command_names(ctx))

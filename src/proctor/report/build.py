@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from proctor.errors import ProctorError, UsageError
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
@@ -194,13 +195,45 @@ def _fmt(value: float | None, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
+def _repeat_stats(view: RunView) -> tuple[int, dict[str, dict[str, Any]]]:
+    """bench --repeat N: N and each metric's statistics over the repeats, by metric name."""
+    from proctor.results.names import json_key_to_name
+
+    repeats = (view.metrics_doc or {}).get("repeats")
+    stats = repeats.get("stats") if isinstance(repeats, dict) else None
+    n = repeats.get("n") if isinstance(repeats, dict) else None
+    if not isinstance(stats, dict) or not isinstance(n, int) or n < 2:
+        return 0, {}
+    named = {json_key_to_name(str(k)) or str(k): s for k, s in stats.items() if isinstance(s, dict)}
+    return n, named
+
+
+def _repeat_cell(stat: dict[str, Any] | None) -> str:
+    """"15.83 ± 0.92 (n=3)": the mean over repeats and its 95% CI half-width (Student's t)."""
+    if not stat:
+        return ""
+    mean, half, n = stat.get("mean"), stat.get("ci95_half"), stat.get("n")
+    if not isinstance(mean, (int, float)) or not isinstance(half, (int, float)):
+        return ""
+    return f"{mean:,.2f} ± {half:,.2f} (n={n})"
+
+
 def metrics_table(view: RunView) -> str:
     if not view.metrics:
         return '<p class="note">no metrics.json in this run</p>'
+    n, stats = _repeat_stats(view)
     rows = [[name, (_fmt(m.value), "num"), m.unit,
              "" if m.stderr is None else _fmt(m.stderr), m.direction]
             for name, m in view.metrics.items()]  # fmt: skip
-    return table(["metric", "value", "unit", "stderr", "better"], rows)
+    headers = ["metric", "value", "unit", "stderr", "better"]
+    if not stats:
+        return table(headers, rows)
+    for row, name in zip(rows, view.metrics, strict=True):
+        row.insert(2, (_repeat_cell(stats.get(name)), "num"))
+    note = (f'<p class="note">{n} repeats: each metric\'s mean over the repeats ± the 95% '
+            "confidence half-width of the mean (Student's t, n - 1 degrees of freedom); "
+            "stderr is over the repeats</p>")  # fmt: skip
+    return note + table([*headers[:2], f"mean ± 95% CI ({n} repeats)", *headers[2:]], rows)
 
 
 def phases_table(view: RunView) -> str:

@@ -142,15 +142,20 @@ def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: 
         if isinstance(opts.get("concurrency"), list):
             opts["concurrency"] = ",".join(str(c) for c in opts["concurrency"])
         opts.setdefault("runs-dir", runs_dir)
-        return [py, "-m", "proctor.cli.main", "sweep", "--base-url", base_url,
-                *_flags(opts, repeat_lists=True)]  # fmt: skip
+        flags = _flags(opts, repeat_lists=True)
+        _check(_parser_of("sweep", SWEEP_FLAGS), flags, "sweep")
+        return [py, "-m", "proctor.cli.main", "sweep", "--base-url", base_url, *flags]
     # offline: its own engine, run while the flow's server is up (or as the flow's only job)
     args = opts.pop("args", [])
     if not isinstance(args, list):
         raise UsageError("offline: args must be a list of engine arguments")
     opts.setdefault("runs-dir", runs_dir)
-    return [py, "-m", "proctor.cli.main", "offline", *_flags(opts, repeat_lists=True),
-            "--", *map(str, args)]  # fmt: skip
+    flags = _flags(opts, repeat_lists=True)
+    _check(_parser_of("offline", OFFLINE_FLAGS, required=("engine",)), flags, "offline")
+    if not opts.get("model") and opts.get("cmd") is not True:
+        raise UsageError("offline workload: model is required (unless cmd = true)",
+                         hint='offline = { engine = "vllm", model = "/models/x" }')  # fmt: skip
+    return [py, "-m", "proctor.cli.main", "offline", *flags, "--", *map(str, args)]
 
 
 def _flags(opts: dict[str, Any], *, repeat_lists: bool) -> list[str]:
@@ -186,6 +191,39 @@ def _gsm8k_parser() -> argparse.ArgumentParser:
     return _parser()
 
 
+# The flags of `proctor offline` and `proctor sweep` (cli/offline.py, cli/bench.py) a flow may
+# set, by kind of value (None: a switch; list: repeatable); a test keeps these in step with the
+# commands (tests/cli/test_flow_workloads.py).
+OFFLINE_FLAGS: dict[str, type | None] = {
+    "engine": str, "model": str, "tp": int, "cmd": None, "python": str, "min-free-disk": float,
+    "name": str, "timeout": str, "env": list, "key": str, "gpu-sample": float, "runs-dir": str,
+    "config": str,
+}  # fmt: skip
+SWEEP_FLAGS: dict[str, type | None] = {
+    "concurrency": str, "server": str, "base-url": str, "port": int, "model": str, "isl": int,
+    "osl": int, "prompt-multiplier": int, "range-ratio": float, "chat": None, "seed": int,
+    "name": str, "runs-dir": str, "max-error-rate": float, "num-prompts": int,
+    "request-rate": str, "server-grid": list, "file": str, "group": str, "engine": str,
+    "tp": int, "poll": str, "slo": str, "search": str, "lo": float, "hi": float,
+    "max-probes": int, "resolution": float, "dataset": str, "prefix-groups": int,
+    "prefix-hit-rate": float, "prefix-len": int, "workers": int,
+}  # fmt: skip
+
+
+def _parser_of(prog: str, flags: dict[str, type | None],
+               required: tuple[str, ...] = ()) -> argparse.ArgumentParser:  # fmt: skip
+    p = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
+    for flag, kind in flags.items():
+        if kind is None:
+            p.add_argument(f"--{flag}", action="store_true")
+        elif kind is list:
+            p.add_argument(f"--{flag}", action="append")
+        else:
+            p.add_argument(f"--{flag}", type=kind, required=flag in required)
+    p.add_argument("--output-dir")  # the stand-in _check adds
+    return p
+
+
 def _check(parser: argparse.ArgumentParser, argv: list[str], kind: str) -> None:
     """Parse as the workload will (with a stand-in output dir); its complaint as a UsageError."""
     err = io.StringIO()
@@ -197,4 +235,5 @@ def _check(parser: argparse.ArgumentParser, argv: list[str], kind: str) -> None:
         raise UsageError(f"{kind} workload: {last}", hint="its options are its flags") from None
 
 
-__all__ = ["KINDS", "FlowWorkload", "command_for", "parse_workload", "parse_workloads"]
+__all__ = ["KINDS", "OFFLINE_FLAGS", "SWEEP_FLAGS", "FlowWorkload", "command_for", "parse_workload",
+           "parse_workloads"]

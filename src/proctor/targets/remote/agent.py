@@ -27,6 +27,7 @@ from proctor.targets.remote.requests import (
     ProctorRequest,
     RunRequest,
     StartRequest,
+    StoreRequest,
     UnpackRequest,
     VenvRequest,
     request_for,
@@ -103,6 +104,24 @@ def unpack(req: UnpackRequest) -> dict[str, Any]:
     finally:
         archive.unlink(missing_ok=True)
     return _report(report)
+
+
+def store(req: StoreRequest) -> dict[str, Any]:
+    """Write a shipped file atomically, if its bytes are the ones named (else nothing)."""
+    import base64
+    import hashlib
+
+    data = base64.b64decode(req.data_b64)
+    got = hashlib.sha256(data).hexdigest()
+    if got != req.sha256:
+        raise UsageError(f"shipped file {req.dest}: sha256 {got} is not {req.sha256}")
+    dest = Path(req.dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, dest)
+    return {"path": str(dest), "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(),
+            "bytes": len(data)}  # fmt: skip
 
 
 def start(req: StartRequest) -> dict[str, Any]:
@@ -218,7 +237,7 @@ def make_venv(req: VenvRequest) -> dict[str, Any]:
 COMMANDS: dict[str, Any] = {
     "probe": probe, "venv": make_venv, "proctor": run_proctor, "inspect": inspect,
     "unpack": unpack, "start": start, "status": status, "stop": stop, "listing": listing,
-    "follow": follow,
+    "follow": follow, "store": store,
 }  # fmt: skip
 assert set(COMMANDS) == set(REQUESTS)
 

@@ -48,6 +48,7 @@ from proctor.targets.remote.orchestrate import (
     source_view,
 )
 from proctor.targets.remote.requests import CommandRequest
+from proctor.targets.remote.shipfiles import ship_files
 from proctor.targets.remote.workflow import (
     ChildRun,
     WorkflowCommand,
@@ -261,6 +262,9 @@ def run_planned(
     completion = Completion(None, None, target.describe().to_record(), source_view(identity))
     try:
         prepared = target.prepare()
+        if command.files:  # no agent to store them with: refused, never read from its path
+            shipped = ship_files(target, prepared.workspace, command.request, command.files)
+            command = replace(command, request=shipped)
         job = job_for(command)
         job.argv[0] = prepared.python
         started = target.start(job)

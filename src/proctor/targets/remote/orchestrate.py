@@ -38,6 +38,7 @@ from proctor.targets.base import (
     WAIT,
     Fetched,
     JobSpec,
+    Prepared,
     Released,
     RunStatus,
     Target,
@@ -166,6 +167,8 @@ class RemoteOptions:
     release: bool = True  # release the machine after retrieval (pods: stop unless keep)
     on_started: Callable[[str, Path], None] | None = None  # run id, local dir
     store_path: Path | None = None  # local store to index fetched runs in (default runs_dir's)
+    # Called once the far workspace is ready, before the job starts (ships the files it reads).
+    before_start: Callable[[Target, Prepared, JobSpec], None] | None = None
 
 
 def source_view(identity: SourceIdentity, synced: Any = None) -> dict[str, Any]:
@@ -210,6 +213,8 @@ def run_remote(
                           "venv": (prepared.found.get("venv") or {}).get("venv")}  # fmt: skip
         if job.argv and job.argv[0] == FAR_PYTHON:
             job.argv[0] = prepared.python
+        if opts.before_start is not None:
+            opts.before_start(target, prepared, job)
         started = target.start(job)
     except ProctorError as error:
         release_into(target, completion, opts)

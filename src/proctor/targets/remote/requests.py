@@ -41,6 +41,15 @@ class UnpackRequest(AgentRequest):
     sha256: str | None = None
 
 
+class StoreRequest(AgentRequest):
+    """A file the command reads (a dataset), stored content-addressed in the far workspace:
+    written to `dest` only if its bytes hash to `sha256`."""
+
+    dest: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    data_b64: str
+
+
 class StartRequest(AgentRequest):
     job: JobSpec  # the dataclass itself, validated field by field
     runs_dir: str
@@ -88,6 +97,7 @@ REQUESTS: dict[str, type[AgentRequest]] = {
     "probe": ProbeRequest, "venv": VenvRequest, "proctor": ProctorRequest,
     "inspect": InspectRequest, "unpack": UnpackRequest, "start": StartRequest,
     "status": RunRequest, "stop": RunRequest, "listing": RunRequest, "follow": FollowRequest,
+    "store": StoreRequest,
 }  # fmt: skip
 
 
@@ -111,5 +121,5 @@ def request_for(command: str, data: dict[str, Any] | AgentRequest) -> AgentReque
 
 
 __all__ = ["REQUESTS", "AgentRequest", "CommandRequest", "FollowRequest", "InspectRequest",
-           "ProbeRequest", "ProctorRequest", "RunRequest", "StartRequest",
+           "ProbeRequest", "ProctorRequest", "RunRequest", "StartRequest", "StoreRequest",
            "UnpackRequest", "VenvRequest", "request_for"]  # fmt: skip

@@ -23,7 +23,7 @@ usual completion checks (unknown 6 > unverified 2 > cleanup 69 > time limit 4).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,7 +34,7 @@ from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.schema import view_record
 from proctor.results.cost import read_cost
 from proctor.source.identity import SourceIdentity
-from proctor.targets.base import AGENT, JobSpec, Target, capable
+from proctor.targets.base import AGENT, JobSpec, Prepared, Target, capable
 from proctor.targets.remote.orchestrate import (
     FAR_PYTHON,
     REMOTE_FILE,
@@ -46,6 +46,7 @@ from proctor.targets.remote.orchestrate import (
     run_setup,
 )
 from proctor.targets.remote.requests import CommandRequest
+from proctor.targets.remote.shipfiles import LocalFile, ship_files
 from proctor.targets.remote.step import REQUEST_ENV, run_ids_in
 
 STEP_MODULE = "proctor.targets.remote.step"
@@ -64,6 +65,7 @@ class WorkflowCommand:
     name: str | None = None
     grace_s: float | None = 120.0  # a stopped flow still tears its server down
     timeout_s: float | None = None  # the far wrapper's own cap (a pod's time budget)
+    files: list[LocalFile] = field(default_factory=list)  # read by the command: shipped first
 
 
 @dataclass
@@ -129,6 +131,9 @@ def run_workflow_remote(
     opts = options or RemoteOptions()
     if command.direct:
         return _run_direct(target, identity, command, runs_dir, opts)
+    if command.files:
+        opts = replace(opts, before_start=lambda far, prepared, job: _ship(far, prepared, job,
+                                                                            command))  # fmt: skip
     completion = run_remote(target, identity, job_for(command), runs_dir, out, opts)
     result = WorkflowResult(completion)
     if completion.local_dir is None or not completion.logs_local:
@@ -160,6 +165,13 @@ def run_workflow_remote(
     return result
 
 
+def _ship(target: Target, prepared: Prepared, job: JobSpec, command: WorkflowCommand) -> None:
+    """Store the command's files in the far workspace; the job's request names the far copies."""
+    request = ship_files(target, prepared.workspace, command.request, command.files)
+    job.env[REQUEST_ENV] = request.model_dump_json()
+    job.extra["request"]["files"] = {f.param: f.sha256 for f in command.files}
+
+
 def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowCommand,
                 runs_dir: Path, opts: RemoteOptions) -> WorkflowResult:  # fmt: skip
     """Prepare, sync, setup, then `proctor ARGS` in one agent call (agent.run_proctor)."""
@@ -176,7 +188,8 @@ def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowComma
         synced = target.sync_source(identity, existing=opts.existing_checkout)
         setup = run_setup(target, opts.setup_script, synced.checkout)
         far_runs = f"{prepared.workspace}/proctor/runs"
-        request = {"request": command.request.model_dump(mode="json"),
+        shipped = ship_files(target, prepared.workspace, command.request, command.files)
+        request = {"request": shipped.model_dump(mode="json"),
                    "checkout": synced.checkout, "runs_dir": far_runs,
                    "identity": identity.model_dump(mode="json")}  # fmt: skip
         answer = far.agent("proctor", request, timeout=600)
