@@ -41,6 +41,10 @@ of the names below, and a target that declares one also implements its small pro
               (a run's kind inspects it without options): `proctor inspect` of a run whose
               processes are not on this machine takes the stacks where they are (slurm: on
               every node through srun --overlap, targets/slurm/inspect.py)
+    FILES     put_file(local, remote) and read_bytes(path, offset, limit): files onto the
+              filesystem the target's runs see, and back (slurm: through the login host, onto
+              the workspace the nodes share); a command's --dataset file travels this way
+              where there is no AGENT (targets/remote/shipfiles.py)
 
 Stability: other targets (slurm) code against this module. Changes are listed here.
     v1 (initial): the dataclasses and Target below.
@@ -48,6 +52,7 @@ Stability: other targets (slurm) code against this module. Changes are listed he
     v3: BudgetCapable.price_per_hr (cost per million output tokens, results/cost.py).
     v4: SERVE (ServeCapable, ServerLaunch, ServedRun): `serve start --target slurm://...`.
     v5: INSPECT (a kind's `inspect_run`): `proctor inspect` of a Slurm server on its nodes.
+    v6: FILES (FilesCapable): dataset files shipped to a Slurm target's workspace.
 """
 
 from __future__ import annotations
@@ -215,6 +220,7 @@ FAR: Final = "far"
 PLAN: Final = "plan"
 SERVE: Final = "serve"
 INSPECT: Final = "inspect"
+FILES: Final = "files"
 
 
 @dataclass(frozen=True)
@@ -322,9 +328,15 @@ class InspectCapable(Target, Protocol):
                     patterns: tuple[str, ...]) -> list[dict[str, Any]]: ...  # fmt: skip
 
 
+class FilesCapable(Target, Protocol):
+    def put_file(self, local: Path, remote: str) -> None: ...
+
+    def read_bytes(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes: ...
+
+
 _CAPS: dict[str, type] = {AGENT: AgentCapable, SETUP: SetupCapable, WAIT: WaitCapable,
-                          BUDGET: BudgetCapable, PLAN: PlanCapable,
-                          SERVE: ServeCapable, INSPECT: InspectCapable}  # fmt: skip
+                          BUDGET: BudgetCapable, PLAN: PlanCapable, SERVE: ServeCapable,
+                          INSPECT: InspectCapable, FILES: FilesCapable}  # fmt: skip
 
 
 @overload
@@ -341,6 +353,8 @@ def capable(target: Target, name: Literal["plan"]) -> PlanCapable | None: ...
 def capable(target: Target, name: Literal["serve"]) -> ServeCapable | None: ...
 @overload
 def capable(target: Target, name: Literal["inspect"]) -> InspectCapable | None: ...
+@overload
+def capable(target: Target, name: Literal["files"]) -> FilesCapable | None: ...
 def capable(target: Target, name: str) -> Any:
     """`target` as the protocol of capability `name` when it declares it, else None."""
     if name not in _CAPS:
@@ -352,6 +366,7 @@ __all__ = [
     "AGENT",
     "BUDGET",
     "FAR",
+    "FILES",
     "INSPECT",
     "PLAN",
     "SERVE",
@@ -360,6 +375,7 @@ __all__ = [
     "AgentCapable",
     "BudgetCapable",
     "Fetched",
+    "FilesCapable",
     "InspectCapable",
     "JobSpec",
     "PlanCapable",

@@ -16,7 +16,18 @@ from pydantic import BaseModel, Field
 from proctor.errors import UsageError
 from proctor.spec.config import ProjectConfig
 from proctor.spec.merge import Settings
-from proctor.targets.base import AGENT, BUDGET, FAR, INSPECT, PLAN, SERVE, SETUP, WAIT, Target
+from proctor.targets.base import (
+    AGENT,
+    BUDGET,
+    FAR,
+    FILES,
+    INSPECT,
+    PLAN,
+    SERVE,
+    SETUP,
+    WAIT,
+    Target,
+)
 from proctor.targets.registry import (
     Acquired,
     TargetContext,
@@ -271,7 +282,7 @@ def _slurm_inspect(run_dir: Path, timeout_s: float,
 
 register_target(TargetKind(
     kind="slurm", schemes=("slurm",), options=SlurmTargetOptions,
-    capabilities=frozenset({PLAN, SERVE, INSPECT}), syntax="slurm://[user@]login-host",
+    capabilities=frozenset({PLAN, SERVE, INSPECT, FILES}), syntax="slurm://[user@]login-host",
     overrides=SLURM_FLAGS | SSH_FLAGS, parse=_slurm_parse, build=_slurm_build,
     inspect_run=_slurm_inspect,
 ))  # fmt: skip

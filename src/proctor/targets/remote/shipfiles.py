@@ -14,10 +14,9 @@ import base64
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from proctor.errors import FaultDetected, UsageError
-from proctor.targets.base import AGENT, Target, capable
+from proctor.targets.base import AGENT, FILES, Target, capable
 from proctor.targets.remote.requests import CommandRequest
 
 # Request parameters that may name a local file, and the dataset kinds that are files.
@@ -61,16 +60,6 @@ def request_files(request: CommandRequest) -> list[LocalFile]:
     return [LocalFile(DATASET_PARAM, kind, local, hashlib.sha256(data).hexdigest(), len(data))]
 
 
-@runtime_checkable
-class FileHost(Protocol):
-    """A target's machine that takes files and reads them back (a Slurm target's login host,
-    targets/slurm/login.py, on the filesystem its nodes share)."""
-
-    def put_file(self, local: Path, remote: str) -> None: ...
-
-    def read_bytes(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes: ...
-
-
 def ship_files(target: Target, workspace: str, request: CommandRequest,
                files: list[LocalFile]) -> CommandRequest:  # fmt: skip
     """Store `files` in the far workspace (verified by sha256 there); `request` naming them."""
@@ -96,8 +85,8 @@ def _store(target: Target, file: LocalFile, data: bytes, dest: str) -> str | Non
         answer = far.agent("store", {"dest": dest, "sha256": file.sha256,
                                      "data_b64": base64.b64encode(data).decode()})  # fmt: skip
         return str(answer.get("sha256"))
-    host = getattr(target, "login", None)
-    if not isinstance(host, FileHost):
+    host = capable(target, FILES)
+    if host is None:
         raise UsageError(f"a {target.kind} target cannot take the files this command reads",
                          hint="put the dataset on the target and name its path there")  # fmt: skip
     host.put_file(file.path, dest)

@@ -112,7 +112,7 @@ class SlurmTarget:
     """A Slurm cluster as a `proctor.targets.base.Target`; run ids name local group runs."""
 
     kind = "slurm"
-    capabilities = frozenset({base.PLAN, base.SERVE, base.INSPECT})
+    capabilities = frozenset({base.PLAN, base.SERVE, base.INSPECT, base.FILES})
 
     def __init__(
         self,
@@ -187,6 +187,14 @@ class SlurmTarget:
         from proctor.targets.slurm.inspect import inspect_group
 
         return inspect_group(RunDir(run_dir), timeout_s, patterns)
+
+    def put_file(self, local: Path, remote: str) -> None:
+        """FILES: a file onto the workspace the nodes share, through the login host."""
+        self.login.put_file(local, remote)
+
+    def read_bytes(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        """FILES: bytes of a file there, read back through the login host."""
+        return self.login.read_bytes(path, offset, limit)
 
     def _plan_for(self, job: base.JobSpec) -> RunPlan:
         from proctor.spec.plan import resolve_run_plan
