@@ -9,9 +9,11 @@ For each N, on the cores loadgen_workers.py uses (emulator on its own cores):
   apart      N single-worker clients, each its own `python -m proctor.workloads.loadgen`
              pinned to one core, started together: no coordination between them;
   workers    `--workers N` as a user runs it (the kernel places the workers).
-Each client row also gives per-worker chunks/s (a worker's chunks over its own measured
-window, the mean over workers) and the start/end spread of the workers' windows, from
-requests.jsonl: a fall in per-worker speed is the cores; a wide spread is coordination.
+With --rounds R every point is measured R times, interleaved, and the medians printed (the
+speedup of each round beside them). Each client row also gives per-worker chunks/s (a
+worker's chunks over its own measured window, the mean over workers) and the start/end
+spread of the workers' windows, from requests.jsonl: a fall in per-worker speed is the
+cores; a wide spread is coordination.
 The first lines print the CPU topology (threads per core, siblings) and the clock the
 kernel reports during the cpu row.
 """
@@ -28,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,6 +175,7 @@ def client_row(url: str, n: int, cores: list[int], a: argparse.Namespace, mode: 
 def main() -> int:
     ap = scaling_args(__doc__, per=32)
     ap.add_argument("--modes", default="cpu,apart,workers")
+    ap.add_argument("--rounds", type=int, default=1, help="measure each point this many times")
     a = parsed(ap)
     counts = [int(x) for x in a.workers.split(",") if x]
     modes = a.modes.split(",")
@@ -181,36 +184,39 @@ def main() -> int:
     cores = physical_first(cores)
     print(topology(sorted(os.sched_getaffinity(0))), flush=True)
     print(f"client cores (physical first) {cores}; emulator cores {emu_cores}", flush=True)
-    results: dict[str, dict[int, tuple[float, float, float]]] = {m: {} for m in modes}
+    # Every (mode, N) is measured --rounds times, interleaved, and the median kept: this
+    # host's cores vary by tens of percent from one minute to the next.
+    rounds: dict[str, dict[int, list[tuple[float, float, float]]]] = {m: {} for m in modes}
     clock_at: dict[int, str] = {}
     with start_emulator(procs=len(emu_cores or [0]), cores=emu_cores) as emu:
         print(f"emulator: {emu.describe()}", flush=True)
-        for n in counts:
-            if n > len(cores):
-                print(f"  {n} workers: only {len(cores)} client cores, skipped", flush=True)
-                continue
-            for m in modes:
-                if m == "cpu":
-                    total, per, clock = cpu_row(n, cores)
-                    results[m][n] = (total, per, 0.0)
-                    clock_at[n] = clock
-                else:
-                    before = emu.cpu_seconds()
-                    t0 = time.perf_counter()
-                    results[m][n] = client_row(emu.base_url, n, cores, a, m)
-                    busy = (emu.cpu_seconds() - before) / (time.perf_counter() - t0)
-                    print(f"  {m:>7} x{n}: {results[m][n][0]:,.0f} chunks/s, emulator "
-                          f"{100 * busy:.0f}% of one core", flush=True)
-    print(f"\n{'mode':>8} {'N':>3} {'total/s':>12} {'speedup':>8} {'per-proc/s':>11} "
-          f"{'per vs 1':>8} {'spread ms':>9}  note")
+        for r in range(a.rounds):
+            for n in counts:
+                if n > len(cores):
+                    print(f"  {n} workers: only {len(cores)} client cores, skipped", flush=True)
+                    continue
+                for m in modes:
+                    if m == "cpu":
+                        total, per, clock = cpu_row(n, cores)
+                        got = (total, per, 0.0)
+                        clock_at[n] = clock
+                    else:
+                        got = client_row(emu.base_url, n, cores, a, m)
+                    rounds[m].setdefault(n, []).append(got)
+                    print(f"  round {r + 1} {m:>7} x{n}: {got[0]:,.0f}/s, per process "
+                          f"{got[1]:,.0f}/s, spread {got[2]:.0f} ms", flush=True)
+    print(f"\nmedians of {a.rounds} round(s)")
+    print(f"{'mode':>8} {'N':>3} {'total/s':>12} {'speedup':>8} {'per-proc/s':>11} "
+          f"{'per vs 1':>8} {'spread ms':>9}  speedups of the rounds")
     for m in modes:
-        if counts[0] not in results[m]:
+        if counts[0] not in rounds[m]:
             continue
-        one = results[m][counts[0]]
-        for n, (total, per, spread) in sorted(results[m].items()):
-            note = clock_at.get(n, "") if m == "cpu" else ""
+        one = [median(x[i] for x in rounds[m][counts[0]]) for i in range(2)]
+        for n, got in sorted(rounds[m].items()):
+            total, per, spread = (median(x[i] for x in got) for i in range(3))
+            each = " ".join(f"{x[0] / one[0]:.2f}" for x in got)
             print(f"{m:>8} {n:>3} {total:>12,.0f} {total / one[0]:>8.2f} {per:>11,.0f} "
-                  f"{per / one[1]:>8.2f} {spread:>9.0f}  {note}")
+                  f"{per / one[1]:>8.2f} {spread:>9.0f}  {each}")
     print("\ncpu: loop iterations/s (no I/O); client rows: output chunks/s. speedup = total over "
           "the first N's; per vs 1 = mean per-process speed over the first N's.")
     return 0
