@@ -110,16 +110,19 @@ cmd = {json.dumps(["bash", "-c", curl(port)])}
     assert (isolated_runs / flow["run_id"] / "exit_code").read_text() == "3\n"
 
 
+@pytest.mark.parametrize(("kind", "options"), [("bench", "isl = 16, concurency = 2"),
+                                               ("sweep", "concurrency = [1, 2], concurency = 3")])
 def test_a_bad_workload_option_fails_before_any_server(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+    kind: str, options: str, isolated_runs: Path, tmp_path: Path,
+    fake_engine: int,  # noqa: F811
 ) -> None:
-    path = flow_file(tmp_path, fake_engine, """
+    path = flow_file(tmp_path, fake_engine, f"""
 [[flow.workload]]
-bench = { isl = 16, concurency = 2 }
+{kind} = {{ {options} }}
 """)
     result = proctor("flow", "--file", str(path))
     assert result.returncode == 64, result.stderr
-    assert "bench workload" in result.stderr and "concurency" in result.stderr
+    assert f"{kind} workload" in result.stderr and "concurency" in result.stderr
     assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
 
 
@@ -256,19 +259,6 @@ def test_flags_a_flow_checks_are_the_commands_own(kind: str) -> None:
                                                     "sweep": SWEEP_FLAGS}[kind][flag] is None
     mine = {"offline": OFFLINE_FLAGS, "sweep": SWEEP_FLAGS}[kind]
     assert set(mine) == given - {"json", "detach", "target"}
-
-
-def test_a_bad_sweep_option_fails_before_any_server(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
-) -> None:
-    path = flow_file(tmp_path, fake_engine, """
-[[flow.workload]]
-sweep = { concurrency = [1, 2], concurency = 3 }
-""")
-    result = proctor("flow", "--file", str(path))
-    assert result.returncode == 64, result.stderr
-    assert "sweep workload" in result.stderr and "concurency" in result.stderr
-    assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
 
 
 def test_sweep_workload_sends_its_dataset_at_every_point(

@@ -9,6 +9,7 @@ runs, back to the baseline afterwards, so the timeline has a visible spike and a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -129,6 +130,18 @@ def bench_run(env: Env, url: str, name: str, concurrency: int, prompts: int) -> 
                 *workload(env, bench_argv(url, concurrency, prompts)))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return run_id_of(r)
+
+
+def bench_with_repeats(env: Env, repeats: int) -> str:
+    """A real `proctor bench --repeat N` against the fake server as a process: its run id."""
+    from tests.fixtures.fake_openai_server import FakeServer
+
+    with FakeServer() as srv:
+        r = proctor(env, "bench", "--base-url", srv.base_url, "--isl", "8", "--osl", "4",
+                    "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "1",
+                    "--repeat", str(repeats), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    return str(json.loads(r.stdout)["run_id"])
 
 
 def sweep_runs(env: Env, url: str, group: str, levels: list[int], prompts: int) -> list[str]:

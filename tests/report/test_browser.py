@@ -203,15 +203,8 @@ def test_check_page_leaves_no_chromium_process_and_no_profile(
 
 def test_bench_with_repeats_report_opens_clean(chromium: str, tmp_path: Path) -> None:
     """The metrics table with its repeats column renders in Chromium as the other pages do."""
-    from tests.fixtures.fake_openai_server import FakeServer
-
     env = runs.make_env(tmp_path)
-    with FakeServer() as srv:
-        r = runs.proctor(env, "bench", "--base-url", srv.base_url, "--isl", "8", "--osl", "4",
-                         "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "1",
-                         "--repeat", "2", "--json")  # fmt: skip
-    assert r.returncode == 0, r.stderr[-2000:]
-    run_id = json.loads(r.stdout)["run_id"]
+    run_id = runs.bench_with_repeats(env, 2)
     out = tmp_path / "repeats.html"
     info = report(env, out, run_id)
     assert "mean ± 95% CI (2 repeats)" in out.read_text(encoding="utf-8")

@@ -213,15 +213,8 @@ def test_a_bench_with_repeats_shows_mean_and_ci_beside_its_metrics(tmp_path: Pat
     import html as htmllib
     import re
 
-    from tests.fixtures.fake_openai_server import FakeServer
-
     env = runs.make_env(tmp_path)
-    with FakeServer() as srv:
-        r = runs.proctor(env, "bench", "--base-url", srv.base_url, "--isl", "8", "--osl", "4",
-                         "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "1",
-                         "--repeat", "3", "--json")  # fmt: skip
-    assert r.returncode == 0, r.stderr[-2000:]
-    run_id = json.loads(r.stdout)["run_id"]
+    run_id = runs.bench_with_repeats(env, 3)
     out = tmp_path / "bench.html"
     shown = runs.proctor(env, "report", run_id, "-o", str(out))
     assert shown.returncode == 0, shown.stderr
