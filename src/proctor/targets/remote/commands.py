@@ -256,14 +256,20 @@ def run_planned(
     job's own run directory) on a target that makes local run directories (PLAN: Slurm): one
     job, followed, its directory verified against its manifest; the runs it made are found
     among its steps (the flow's record, the answer of --json) and indexed in the local store."""
+    from proctor.targets.service import guard_start
+
     target = open_target(options, TargetContext(config, runs_dir, one_machine=True))
     completion = Completion(None, None, target.describe().to_record(), source_view(identity))
+    # Ctrl-C/SIGTERM from here on stop the job (scancel through its tracker) and the command
+    # ends 130 once its end is recorded: nothing is left in the queue.
+    interrupts = guard_start()
     try:
         prepared = target.prepare()
         job = job_for(command)
         job.argv[0] = prepared.python
         started = target.start(job)
         local = runs_dir / started.run_id
+        interrupts.attach(RunDir(local))
         completion.run_id, completion.local_dir = started.run_id, str(local)
         status = target.follow(started.run_id, out)
         completion.result_known = status.state == "finished" and status.exit_code is not None
@@ -272,6 +278,7 @@ def run_planned(
         apply_fetch(completion, target.fetch(started.run_id, local))
         release_into(target, completion, None)
     finally:
+        interrupts.__exit__()
         target.close()
     result = WorkflowResult(completion)
     for path in sorted(local.glob("**/answer.json"))[:1]:
@@ -287,6 +294,7 @@ def run_planned(
                                         exit_code=_exit_code(run)))  # fmt: skip
         if completion.logs_verified:
             index_local(run.path, store_path)
+    interrupts.raise_if_hit()
     return result
 
 
