@@ -1,7 +1,8 @@
 """Ctrl-C of proctor at the worst moments of a `--target slurm://` command, on a real cluster:
 while `serve start` waits for a pending job, while a `bench` job runs. The command ends 130,
 nothing is left pending or running in Slurm, and the records say stopped, not ok. Also: a
-server cancelled from outside, which `serve ready` reports at once. One cluster for the module.
+server cancelled from outside, which `serve ready` reports at once, and a bad bench flag refused
+before any job is submitted. One cluster for the module.
 """
 
 from __future__ import annotations
@@ -133,3 +134,14 @@ def test_serve_ready_on_a_server_cancelled_outside_says_so_at_once(
     assert ready.returncode == 3 and "server exited" in ready.stderr, ready.stderr
     rec = record(Path(info["dir"]))
     assert rec["outcome"] == "stopped" and "cancelled outside proctor" in rec["reason"], rec
+
+
+def test_a_bad_bench_flag_is_refused_before_a_job_is_submitted(
+    cluster: SlurmCluster, work: Path, isolated_runs: Path
+) -> None:
+    bad = proctor("bench", "--target", TARGET, "--workers", "2", "--concurrency", "1",
+                  "--base-url", "http://127.0.0.1:9", "--model", "m", cwd=work,
+                  env={"SLURM_CONF": str(cluster.conf)}, timeout=60)  # fmt: skip
+    assert bad.returncode == 64, bad.stdout + bad.stderr
+    assert "workers must not exceed concurrency" in bad.stderr, bad.stderr
+    assert not queue(cluster) and not isolated_runs.exists()  # nothing was submitted
