@@ -108,6 +108,22 @@ def test_ctrl_c_to_the_whole_group_prints_no_worker_tracebacks(
     assert not list(scratch.iterdir())
 
 
+def test_more_stops_do_not_cut_the_cleanup_short(
+    loadgen: subprocess.Popen[str], scratch: Path
+) -> None:
+    """As on Slurm: scancel signals every process of the step, then the run wrapper signals
+    the load generator again; here a burst of SIGTERMs until it is gone."""
+    workers = workers_of(loadgen)
+    os.killpg(loadgen.pid, signal.SIGTERM)
+    while loadgen.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            loadgen.send_signal(signal.SIGTERM)
+        time.sleep(0.001)
+    loadgen.communicate(timeout=60)
+    assert gone(workers, within=2)
+    assert not list(scratch.iterdir())  # the pickled requests are removed all the same
+
+
 def test_a_killed_worker_fails_the_bench_at_once_and_names_the_signal(
     loadgen: subprocess.Popen[str], scratch: Path
 ) -> None:

@@ -186,11 +186,17 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
                 raise WorkloadFailed(f"load-generator worker {wid} died ({how})",
                                      hint="run with --workers 1 to see its error")
 
-    def terminated(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt  # SIGTERM as Ctrl-C: the finally below stops the workers
+    stops = (signal.SIGINT, signal.SIGTERM)
+
+    def stopped(signum: int, frame: Any) -> None:
+        # Ctrl-C or SIGTERM, once: later ones are ignored, so the cleanup in the finally below
+        # runs whole (Slurm's scancel signals every process, then the run wrapper does again).
+        for s in stops:
+            signal.signal(s, signal.SIG_IGN)
+        raise KeyboardInterrupt
 
     main = threading.current_thread() is threading.main_thread()  # handlers live only there
-    previous = signal.signal(signal.SIGTERM, terminated) if main else None
+    previous = {s: signal.signal(s, stopped) for s in stops} if main else {}
     finished = False
     try:
         n_warm = sum(r.warmup for r in reqs)
@@ -215,17 +221,21 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
             run_loop(_profile(cfg, "stop", profile))
         finished = True
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-        for p in procs:
-            if not finished:
-                p.kill()  # interrupted or a worker failed: the others stop sending now
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                with contextlib.suppress(Exception):
-                    p.join(2)
-        scratch.cleanup()
+        for s in previous:
+            signal.signal(s, signal.SIG_IGN)  # from here on, nothing cuts the cleanup short
+        try:
+            for p in procs:
+                if not finished:
+                    p.kill()  # interrupted or a worker failed: the others stop sending now
+                p.join(5)
+                if p.is_alive():
+                    p.kill()
+                    with contextlib.suppress(Exception):
+                        p.join(2)
+            scratch.cleanup()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
     records = [RequestRecord.from_dict(d) for _, _, recs, _ in results.values() for d in recs]
     records.sort(key=lambda r: r.index)
     duration = max(v[1] for v in results.values()) - min(v[0] for v in results.values())
