@@ -116,6 +116,33 @@ def test_ctrl_c_during_a_bench_job_cancels_it_and_exits_130(
     assert json.loads(child.read_text())["outcome"] != "ok"
 
 
+def test_a_bench_job_cancelled_outside_is_recorded_so_with_its_step_s_exit(
+    cluster: SlurmCluster, work: Path, isolated_runs: Path
+) -> None:
+    slow = FakeProcess(["--no-access-log", "--itl", "0.05"])
+    try:
+        slow.wait_for("Application startup complete.")
+        bench = start(cluster, work, "bench", "--target", TARGET, "--base-url", slow.base_url,
+                      "--model", "fake-model", "--isl", "8", "--osl", "200", "--num-prompts",
+                      "20", "--num-warmups", "0", "--concurrency", "2", "--min-requests", "1",
+                      "--min-window", "0", "--json")  # fmt: skip
+        wait_for(lambda: any(s == "RUNNING" for _, s, _ in queue(cluster)), 90, "bench job")
+        time.sleep(5)
+        (job_id, _, _), = queue(cluster)
+        cluster.run("scancel", job_id)
+        out, err = bench.communicate(timeout=120)
+    finally:
+        slow.kill()
+    assert bench.returncode == 130, err  # the bench on the node was interrupted
+    data = json.loads(out)
+    assert data["completion"]["outcome"] == "stopped", data["completion"]
+    (child,) = data["children"]
+    # The step's exit_code file says "143 SIGTERM": its code, not null.
+    assert child["outcome"] == "stopped" and child["exit_code"] == 143, child
+    rec = record(Path(data["completion"]["local_dir"]))
+    assert "cancelled outside proctor" in rec["reason"], rec
+
+
 def test_serve_ready_on_a_server_cancelled_outside_says_so_at_once(
     cluster: SlurmCluster, work: Path, isolated_runs: Path
 ) -> None:

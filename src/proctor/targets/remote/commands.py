@@ -299,10 +299,10 @@ def run_planned(
 
 
 def _exit_code(run: RunDir) -> int | None:
-    try:
-        return int(run.exit_code_path.read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None
+    from proctor.record.status import read_exit_status
+
+    status = read_exit_status(run)  # "143 SIGTERM" for a death by signal
+    return status.code if status is not None else None
 
 
 def with_server_url(request: CommandRequest, options: TargetOptions,
