@@ -7,6 +7,7 @@ before any job is submitted. One cluster for the module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -141,6 +142,37 @@ def test_a_bench_job_cancelled_outside_is_recorded_so_with_its_step_s_exit(
     assert child["outcome"] == "stopped" and child["exit_code"] == 143, child
     rec = record(Path(data["completion"]["local_dir"]))
     assert "cancelled outside proctor" in rec["reason"], rec
+
+
+def test_a_step_killed_on_the_node_is_unknown_not_running(
+    cluster: SlurmCluster, work: Path, isolated_runs: Path, tmp_path: Path
+) -> None:
+    slow = FakeProcess(["--no-access-log", "--itl", "0.05"])
+    try:
+        slow.wait_for("Application startup complete.")
+        bench = start(cluster, work, "bench", "--target", TARGET, "--base-url", slow.base_url,
+                      "--model", "fake-model", "--isl", "8", "--osl", "200", "--num-prompts",
+                      "20", "--num-warmups", "0", "--concurrency", "2", "--min-requests", "1",
+                      "--min-window", "0", "--json")  # fmt: skip
+        steps = tmp_path / "ws" / "proctor" / "runs"
+
+        def pid_files() -> list[Path]:
+            return list(steps.glob("*/nodes/*/steps/*/wrapper.pid"))
+
+        wait_for(lambda: bool(pid_files()), 90, "the bench step's wrapper")
+        time.sleep(3)
+        # The step's wrapper and its command die at once, as on an OOM kill: no exit status.
+        ref = json.loads(pid_files()[0].read_text())
+        os.killpg(ref["pgid"], signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(ref["pid"], signal.SIGKILL)
+        out, err = bench.communicate(timeout=120)
+    finally:
+        slow.kill()
+    data = json.loads(out)
+    (child,) = data["children"]
+    assert child["outcome"] == "unknown" and child["exit_code"] is None, child
+    assert bench.returncode != 0, err
 
 
 def test_serve_ready_on_a_server_cancelled_outside_says_so_at_once(

@@ -289,9 +289,12 @@ def run_planned(
         record = run.read_json("record.json") or {}
         if record.get("kind") == "flow":
             result.flow = record
-        result.children.append(ChildRun(run.run_id, str(run.path), outcome=record.get("outcome"),
+        code, outcome = _exit_code(run), record.get("outcome")
+        if code is None and outcome in (None, "running", "starting"):
+            outcome = "unknown"  # the job is over: a step with no exit status never finished
+        result.children.append(ChildRun(run.run_id, str(run.path), outcome=outcome,
                                         verified=completion.logs_verified,
-                                        exit_code=_exit_code(run)))  # fmt: skip
+                                        exit_code=code))  # fmt: skip
         if completion.logs_verified:
             index_local(run.path, store_path)
     interrupts.raise_if_hit()
