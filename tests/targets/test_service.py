@@ -91,3 +91,25 @@ def test_a_run_whose_supervisor_died_ends_unknown(tmp_path: Path) -> None:
     with pytest.raises(ResultUnknown) as caught:
         exit_for_state(run, state)
     assert caught.value.exit_code == int(ExitCode.UNKNOWN) == 6
+
+
+def test_guard_start_off_the_main_thread_installs_nothing_and_does_not_fail() -> None:
+    """A library caller's thread (serve start, bench on Slurm guard their start): no handler,
+    no ValueError from signal.signal."""
+    import threading
+
+    from proctor.targets.service import guard_start
+
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            guard_start().__exit__()
+        except BaseException as error:  # the test reports any
+            errors.append(error)
+
+    before = signal.getsignal(signal.SIGINT)
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(10)
+    assert not errors and signal.getsignal(signal.SIGINT) is before

@@ -88,13 +88,8 @@ def bench(
     Result` block and progress lines; metrics.json and the store hold the metrics). Exit 3 if
     more requests failed than --max-error-rate allows (default: any), 69 if the server cannot be
     reached or the --server run has ended or serves another model."""
-    if target:
-        from proctor.cli.remote import hand_off
-
-        return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True,
-                        leave_live=detach, direct=detach)  # fmt: skip
     server_facts: dict[str, object] = {}
-    if server:
+    if server and not target:  # with --target, the server run is resolved where it runs
         server_facts = live_server_facts(server, runs_dir)
         base_url = base_url or str(server_facts["base_url"])
         model = model or str(server_facts["checked_model"])
@@ -129,6 +124,12 @@ def bench(
         raise UsageError(f"invalid {where}: {err['msg']}", hint="see proctor bench --help") from e
     except ValueError as e:
         raise UsageError(str(e), hint="see proctor bench --help") from e
+    if target:
+        from proctor.cli.remote import hand_off
+
+        # Validated above first: a bad flag is 64 here, not after a job waited in a queue.
+        return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True,
+                        leave_live=detach, direct=detach)  # fmt: skip
     if output_dir is None:
         _supervised(cfg, name, key, detach, timeout, runs_dir,
                     server_facts, json_out)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -44,9 +45,11 @@ class Interrupts:
         self.hit = False
 
     def __enter__(self) -> Interrupts:
+        # Handlers can be set in the main thread only: a library caller's thread gets none.
+        main = threading.current_thread() is threading.main_thread()
         self.previous = {
             s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)
-        }
+        } if main else {}  # fmt: skip
         return self
 
     def handle(self, signum: int, frame: FrameType | None) -> None:

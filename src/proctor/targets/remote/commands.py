@@ -258,8 +258,13 @@ def run_planned(
     job's own run directory) on a target that makes local run directories (PLAN: Slurm): one
     job, followed, its directory verified against its manifest; the runs it made are found
     among its steps (the flow's record, the answer of --json) and indexed in the local store."""
+    from proctor.targets.service import guard_start
+
     target = open_target(options, TargetContext(config, runs_dir, one_machine=True))
     completion = Completion(None, None, target.describe().to_record(), source_view(identity))
+    # Ctrl-C/SIGTERM from here on stop the job (scancel through its tracker) and the command
+    # ends 130 once its end is recorded: nothing is left in the queue.
+    interrupts = guard_start()
     try:
         prepared = target.prepare()
         if command.files:  # no agent to store them with: refused, never read from its path
@@ -269,6 +274,7 @@ def run_planned(
         job.argv[0] = prepared.python
         started = target.start(job)
         local = runs_dir / started.run_id
+        interrupts.attach(RunDir(local))
         completion.run_id, completion.local_dir = started.run_id, str(local)
         status = target.follow(started.run_id, out)
         completion.result_known = status.state == "finished" and status.exit_code is not None
@@ -277,6 +283,7 @@ def run_planned(
         apply_fetch(completion, target.fetch(started.run_id, local))
         release_into(target, completion, None)
     finally:
+        interrupts.__exit__()
         target.close()
     result = WorkflowResult(completion)
     for path in sorted(local.glob("**/answer.json"))[:1]:
@@ -288,20 +295,23 @@ def run_planned(
         typed = view_record(record, run.run_id)
         if typed.kind == "flow":
             result.flow = record
-        result.children.append(ChildRun(run.run_id, str(run.path),
-                                        outcome=typed.outcome if record else None,
+        code, outcome = _exit_code(run), typed.outcome if record else None
+        if code is None and outcome in (None, "running", "starting"):
+            outcome = "unknown"  # the job is over: a step with no exit status never finished
+        result.children.append(ChildRun(run.run_id, str(run.path), outcome=outcome,
                                         verified=completion.logs_verified,
-                                        exit_code=_exit_code(run)))  # fmt: skip
+                                        exit_code=code))  # fmt: skip
         if completion.logs_verified:
             index_local(run.path, store_path)
+    interrupts.raise_if_hit()
     return result
 
 
 def _exit_code(run: RunDir) -> int | None:
-    try:
-        return int(run.exit_code_path.read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None
+    from proctor.record.status import read_exit_status
+
+    status = read_exit_status(run)  # "143 SIGTERM" for a death by signal
+    return status.code if status is not None else None
 
 
 def with_server_url(request: CommandRequest, options: TargetOptions,

@@ -14,10 +14,11 @@ the tracker SIGTERM, which scancels the job and records every node's verified ex
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from proctor.errors import NotReady, UsageError, WorkloadFailed
+from proctor.errors import Interrupted, NotReady, UsageError, WorkloadFailed
 from proctor.record.rundir import RunDir
 from proctor.record.schema import read_view
 from proctor.record.status import run_state
@@ -131,14 +132,23 @@ def start_slurm_server(
     return started, applied
 
 
-def wait_for_head(run: RunDir, timeout_s: float, poll_s: float = 0.2) -> dict[str, Any]:
+def wait_for_head(run: RunDir, timeout_s: float, poll_s: float = 0.2,
+                  interrupted: Callable[[], bool] = lambda: False) -> dict[str, Any]:  # fmt: skip
     """Block until the allocation runs and the tracker recorded the head node; on timeout the
-    job is cancelled (nothing is left pending) and NotReady (5) raised."""
+    job is cancelled (nothing is left pending) and NotReady (5) raised; once `interrupted()`
+    (Ctrl-C), it is cancelled too and Interrupted (130) raised: a pending job left behind
+    would start a server later that nobody waits for."""
     deadline = time.monotonic() + timeout_s
     while True:
         record = read_view(run.path)
         slurm = record.fact("slurm") or {}
         head = slurm.get("head")
+        if interrupted():
+            job = slurm.get("job_id")
+            request_stop(run)
+            wait_run(run, 60)
+            raise Interrupted(f"server run {run.run_id} stopped on interrupt (Slurm job {job} "
+                              "cancelled)")  # fmt: skip
         if head:
             return dict(head)
         if run_state(run).state not in ("running", "starting"):

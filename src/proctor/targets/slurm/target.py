@@ -170,14 +170,21 @@ class SlurmTarget:
         """SERVE: the server on an allocation (node 0 serves HTTP, the others join per the
         profile's multi-node launch); returns once the head node is known (NotReady, 5, and
         the job cancelled when it pends past `launch.wait_s`)."""
+        from proctor.targets.service import guard_start
         from proctor.targets.slurm.serve import start_slurm_server, wait_for_head
 
-        started, applied = start_slurm_server(request, self.options, config, flags=flags,
-                                              parallel=launch.parallel,
-                                              rpc_port=launch.rpc_port)  # fmt: skip
-        run = started.run
-        job = (run.read_json(META) or {}).get("job_id")
-        head = wait_for_head(run, launch.wait_s)
+        # Ctrl-C/SIGTERM from the submission on cancel the job (no server starts later).
+        interrupts = guard_start()
+        try:
+            started, applied = start_slurm_server(request, self.options, config, flags=flags,
+                                                  parallel=launch.parallel,
+                                                  rpc_port=launch.rpc_port)  # fmt: skip
+            run = started.run
+            interrupts.attach(run)
+            job = (run.read_json(META) or {}).get("job_id")
+            head = wait_for_head(run, launch.wait_s, interrupted=lambda: interrupts.hit)
+        finally:
+            interrupts.__exit__()
         url = f"http://{head.get('address')}:{request.port}"
         return base.ServedRun(started, applied, {"job_id": job, "head": head, "url": url})
 

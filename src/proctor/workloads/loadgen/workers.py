@@ -9,6 +9,8 @@ worker sends every N-th request on its own schedule at rate / N. Workers finish 
 then wait for the parent's go (so profiling starts first and the measured parts start together).
 The measured duration is the latest worker end minus the earliest worker start; both are
 CLOCK_MONOTONIC readings, comparable across processes. A worker that dies is reported.
+Ctrl-C or SIGTERM of the parent, or a failed worker, stops every worker at once (they ignore
+SIGINT themselves: no traceback each), and a worker whose parent is gone exits by itself.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,10 +129,20 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
     return records, t0, t1, sample
 
 
+def _exit_with_parent(parent: int) -> None:
+    """A thread: leave when the parent is gone (killed outright, it stops nobody), even while
+    this worker's result waits in a full queue pipe that nobody reads any more."""
+    while os.getppid() == parent:
+        time.sleep(0.25)
+    os._exit(3)
+
+
 def _worker(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
             concurrency: int, rate: float, shared: Synchronized[int],
             shared_failed: Synchronized[int], warm_done: Event, go: Event,
             out: mp.Queue[Any], pool: SharedPool | None = None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us on Ctrl-C
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     records, t0, t1, sample = run_loop(_worker_main(wid, cfg, model, reqs, concurrency, rate,
                                                     shared, shared_failed, warm_done, go, pool))
     out.put((wid, t0, t1, [r.to_dict() for r in records], sample.to_dict()))
@@ -166,10 +180,24 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
 
     def check_alive() -> None:
         for wid, p in enumerate(procs):
-            if wid not in results and not p.is_alive() and p.exitcode not in (None, 0):
-                raise WorkloadFailed(f"load-generator worker {wid} died (exit {p.exitcode})",
+            code = p.exitcode
+            if wid not in results and not p.is_alive() and code not in (None, 0):
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+                raise WorkloadFailed(f"load-generator worker {wid} died ({how})",
                                      hint="run with --workers 1 to see its error")
 
+    stops = (signal.SIGINT, signal.SIGTERM)
+
+    def stopped(signum: int, frame: Any) -> None:
+        # Ctrl-C or SIGTERM, once: later ones are ignored, so the cleanup in the finally below
+        # runs whole (Slurm's scancel signals every process, then the run wrapper does again).
+        for s in stops:
+            signal.signal(s, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()  # handlers live only there
+    previous = {s: signal.signal(s, stopped) for s in stops} if main else {}
+    finished = False
     try:
         n_warm = sum(r.warmup for r in reqs)
         if n_warm:
@@ -191,14 +219,23 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
                 check_alive()
         if cfg.profile:
             run_loop(_profile(cfg, "stop", profile))
+        finished = True
     finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                with contextlib.suppress(Exception):
-                    p.join(2)
-        scratch.cleanup()
+        for s in previous:
+            signal.signal(s, signal.SIG_IGN)  # from here on, nothing cuts the cleanup short
+        try:
+            for p in procs:
+                if not finished:
+                    p.kill()  # interrupted or a worker failed: the others stop sending now
+                p.join(5)
+                if p.is_alive():
+                    p.kill()
+                    with contextlib.suppress(Exception):
+                        p.join(2)
+            scratch.cleanup()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
     records = [RequestRecord.from_dict(d) for _, _, recs, _ in results.values() for d in recs]
     records.sort(key=lambda r: r.index)
     duration = max(v[1] for v in results.values()) - min(v[0] for v in results.values())
