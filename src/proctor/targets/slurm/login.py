@@ -97,7 +97,12 @@ class LocalLogin:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".{target.name}.tmp")
-            tmp.write_text(text, encoding="utf-8")
+            tmp.unlink(missing_ok=True)
+            # Created with `mode` (a secret-holding file is never readable by others, even
+            # for a moment), then set exactly (the umask may have taken bits away).
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w",
+                           encoding="utf-8") as f:  # fmt: skip
+                f.write(text)
             tmp.chmod(mode)
             os.replace(tmp, target)
         except OSError as error:

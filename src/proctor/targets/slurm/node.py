@@ -130,11 +130,33 @@ def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
     return run
 
 
+#: Names the job's environment file (targets/slurm/script.py JOB_ENV; not imported from there:
+#: the node runner loads no pydantic).
+JOB_ENV = "PROCTOR_JOB_ENV"
+
+
+def load_job_env() -> None:
+    """The job's environment from the 0600 file the submit step wrote (its path in
+    PROCTOR_JOB_ENV): the unmasked argv and --env values never go through sbatch's saved
+    environment. Read, not removed: every node reads it; the batch script removes it."""
+    path = os.environ.pop(JOB_ENV, None)
+    if not path:
+        return
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot read the job's environment {path}: {error}",
+                         hint="its file is gone, or another proctor submitted the job",
+                         ) from None  # fmt: skip
+    os.environ.update({str(k): str(v) for k, v in values.items()})
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         sys.stderr.write("usage: python -m proctor.targets.slurm.node REMOTE_RUN_DIR\n")
         return 64
+    load_job_env()
     node = node_name()
     run = prepare_node_dir(Path(args[0]), node)
     # As the local launcher does: the command knows its run directory (a far workflow step

@@ -14,6 +14,9 @@ from typing import Any
 
 from proctor.targets.slurm.options import SlurmOptions
 
+#: The environment variable naming the job's environment file (RemoteLayout.job_env).
+JOB_ENV = "PROCTOR_JOB_ENV"
+
 
 @dataclass(frozen=True)
 class RemoteLayout:
@@ -29,6 +32,11 @@ class RemoteLayout:
     @property
     def script(self) -> str:
         return f"{self.run_dir}/job.sbatch"
+
+    @property
+    def job_env(self) -> str:
+        """The job's environment (the unmasked argv, --env values): 0600, gone at job end."""
+        return f"{self.run_dir}/.job-env.json"
 
     @property
     def nodes_dir(self) -> str:
@@ -86,6 +94,9 @@ def render_script(
         "",
         'echo "proctor: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
         f"mkdir -p {steps} {q(layout.nodes_dir)}",
+        # Every node's runner read the job's environment when its step started; at the end
+        # (or on scancel's SIGTERM) the file goes.
+        f'[ -n "${{{JOB_ENV}:-}}" ] && trap \'rm -f "${JOB_ENV}"\' EXIT',
     ]
     if pythonpath:
         lines.append(f"export PYTHONPATH={q(pythonpath)}${{PYTHONPATH:+:$PYTHONPATH}}")

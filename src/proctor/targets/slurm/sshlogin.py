@@ -114,7 +114,8 @@ class SshLogin:
         q = shlex.quote
         parent, tmp = path.rsplit("/", 1)[0] or "/", f"{path}.tmp"
         self._sh(
-            f"mkdir -p {q(parent)} && cat > {q(tmp)} && chmod {mode:o} {q(tmp)} && "
+            f"mkdir -p {q(parent)} && rm -f {q(tmp)} && (umask 077 && cat > {q(tmp)}) && "
+            f"chmod {mode:o} {q(tmp)} && "
             f"mv {q(tmp)} {q(path)}",
             stdin=text.encode(),
             doing=f"writing {path}",

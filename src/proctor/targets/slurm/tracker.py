@@ -215,6 +215,9 @@ class Tracker:
         return steps
 
     def finish(self, acct: Accounting | None) -> None:
+        # The batch script removes the job's environment file; a job killed before its trap
+        # ran leaves it, so it goes here too, before anything is fetched.
+        self.login.run(["rm", "-f", f"{self.remote}/.job-env.json"])
         self.follow_logs(final=True)
         nodes = self.expected_nodes(acct)
         self.settle(nodes)
