@@ -137,6 +137,9 @@ def test_a_bench_job_cancelled_outside_is_recorded_so_with_its_step_s_exit(
     assert bench.returncode == 130, err  # the bench on the node was interrupted
     data = json.loads(out)
     assert data["completion"]["outcome"] == "stopped", data["completion"]
+    # The summary says it was not this proctor that stopped it.
+    assert "cancelled outside proctor" in (data["completion"]["stopped_by"] or ""), data
+    assert data["completion"]["limit"] is None, data["completion"]
     (child,) = data["children"]
     # The step's exit_code file says "143 SIGTERM": its code, not null.
     assert child["outcome"] == "stopped" and child["exit_code"] == 143, child

@@ -223,8 +223,13 @@ def test_sbatch_refusal_is_a_usage_error_and_leaves_a_record(
     result = submit(cluster, tmp_path / "ws", "--partition", "nosuch", "--", "true")
     assert result.returncode == 64, result.stderr
     assert "invalid partition" in result.stderr.lower() and "sinfo" in result.stderr
-    rec = record(only_run(isolated_runs))
+    group = only_run(isolated_runs)
+    rec = record(group)
     assert rec["outcome"] == "failed" and "partition" in rec["error"].lower()
+    # An ended run with the code the user got, not one of unknown status.
+    assert (group / "exit_code").read_text() == "64\n"
+    shown = proctor("runs", "show", group.name, "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["outcome"] == "failed", shown.stdout
 
 
 def test_status_lists_the_nodes(cluster: SlurmCluster) -> None:

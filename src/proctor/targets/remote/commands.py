@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from proctor.errors import ProctorError, UsageError
 from proctor.record.rundir import RunDir, write_atomic
-from proctor.record.schema import view_record
+from proctor.record.schema import read_view, view_record
 from proctor.spec.config import ProjectConfig
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import RunFlags
@@ -282,6 +282,9 @@ def run_planned(
         completion.outcome = status.outcome if completion.result_known else "unknown"
         apply_fetch(completion, target.fetch(started.run_id, local))
         release_into(target, completion, None)
+        if completion.outcome == "stopped" and not interrupts.hit:
+            # Stopped, and not by this proctor: the summary says by whom (Slurm's reason).
+            completion.stopped_by = str(read_view(local).fact("reason") or "outside proctor")
     finally:
         interrupts.__exit__()
         target.close()
@@ -321,7 +324,6 @@ def with_server_url(request: CommandRequest, options: TargetOptions,
     server's URL and recorded model instead (an explicit --base-url/--model wins). The server
     must have run on the same kind (a local server's 127.0.0.1 is not the node's)."""
     from proctor.errors import TargetUnavailable
-    from proctor.record.schema import read_view
     from proctor.record.status import run_state
     from proctor.supervise.launch import resolve_run
     from proctor.targets.registry import kind_of_run

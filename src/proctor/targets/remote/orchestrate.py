@@ -78,6 +78,7 @@ class Completion:
     reconnects: int = 0  # connections re-established after a drop
     indexed: bool = False  # fetched runs are in the local store
     limit: str | None = None  # the controller stopped the job: its time/cost budget was spent
+    stopped_by: str | None = None  # stopped, not by this proctor: why (Slurm's reason)
     cost: dict[str, Any] | None = None  # a bench's cost on a priced machine (results/cost.py)
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +104,8 @@ class Completion:
             lines.append(f"  reconnected:    {self.reconnects} time(s) after a drop")
         if self.limit:
             lines.append(f"  stopped:        {self.limit}")
+        if self.stopped_by:
+            lines.append(f"  stopped by:     {self.stopped_by}")
         if self.cost:
             lines.append(f"  cost:           {format_cost(self.cost)}")
         if self.unmet:

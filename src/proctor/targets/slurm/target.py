@@ -334,6 +334,8 @@ class SlurmTarget:
                 error=redactor.text(error.one_line()),
                 add_events=[_event("submit_failed", redactor.text(error.message))],
             )
+            # Ended, with the code the user got: not a run of unknown status that still waits.
+            Recorder(run, {}).write_exit(int(error.exit_code))
             raise
         meta = {
             "job_id": job_id,
