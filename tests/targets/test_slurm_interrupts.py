@@ -71,6 +71,16 @@ def start(cluster: SlurmCluster, work: Path, *args: str) -> subprocess.Popen[str
     )  # fmt: skip
 
 
+def slow_bench_on_slurm(cluster: SlurmCluster, work: Path, slow: FakeProcess,
+                        *extra: str) -> subprocess.Popen[str]:  # fmt: skip
+    """`bench --target slurm` against a server slow enough (~10 s) to act on the job meanwhile."""
+    slow.wait_for("Application startup complete.")
+    return start(cluster, work, "bench", "--target", TARGET, "--base-url", slow.base_url,
+                 "--model", "fake-model", "--isl", "8", "--osl", "200", "--num-prompts",
+                 "20", "--num-warmups", "0", "--concurrency", "2", "--min-requests", "1",
+                 "--min-window", "0", *extra)  # fmt: skip
+
+
 def test_ctrl_c_while_serve_start_waits_for_a_pending_job_cancels_it(
     cluster: SlurmCluster, work: Path, isolated_runs: Path
 ) -> None:
@@ -96,11 +106,7 @@ def test_ctrl_c_during_a_bench_job_cancels_it_and_exits_130(
 ) -> None:
     slow = FakeProcess(["--no-access-log", "--itl", "0.05"])  # ~10 s a request
     try:
-        slow.wait_for("Application startup complete.")
-        bench = start(cluster, work, "bench", "--target", TARGET, "--base-url", slow.base_url,
-                      "--model", "fake-model", "--isl", "8", "--osl", "200", "--num-prompts",
-                      "20", "--num-warmups", "0", "--concurrency", "2", "--min-requests", "1",
-                      "--min-window", "0")  # fmt: skip
+        bench = slow_bench_on_slurm(cluster, work, slow)
         wait_for(lambda: any(s == "RUNNING" for _, s, _ in queue(cluster)), 90, "bench job")
         time.sleep(5)  # the bench on the node is sending
         bench.send_signal(signal.SIGINT)
@@ -122,11 +128,7 @@ def test_a_bench_job_cancelled_outside_is_recorded_so_with_its_step_s_exit(
 ) -> None:
     slow = FakeProcess(["--no-access-log", "--itl", "0.05"])
     try:
-        slow.wait_for("Application startup complete.")
-        bench = start(cluster, work, "bench", "--target", TARGET, "--base-url", slow.base_url,
-                      "--model", "fake-model", "--isl", "8", "--osl", "200", "--num-prompts",
-                      "20", "--num-warmups", "0", "--concurrency", "2", "--min-requests", "1",
-                      "--min-window", "0", "--json")  # fmt: skip
+        bench = slow_bench_on_slurm(cluster, work, slow, "--json")
         wait_for(lambda: any(s == "RUNNING" for _, s, _ in queue(cluster)), 90, "bench job")
         time.sleep(5)
         (job_id, _, _), = queue(cluster)
@@ -152,11 +154,7 @@ def test_a_step_killed_on_the_node_is_unknown_not_running(
 ) -> None:
     slow = FakeProcess(["--no-access-log", "--itl", "0.05"])
     try:
-        slow.wait_for("Application startup complete.")
-        bench = start(cluster, work, "bench", "--target", TARGET, "--base-url", slow.base_url,
-                      "--model", "fake-model", "--isl", "8", "--osl", "200", "--num-prompts",
-                      "20", "--num-warmups", "0", "--concurrency", "2", "--min-requests", "1",
-                      "--min-window", "0", "--json")  # fmt: skip
+        bench = slow_bench_on_slurm(cluster, work, slow, "--json")
         steps = tmp_path / "ws" / "proctor" / "runs"
 
         def pid_files() -> list[Path]:
