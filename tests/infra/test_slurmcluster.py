@@ -56,7 +56,10 @@ def test_stop_cancels_jobs_and_leaves_no_daemon(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, cluster.job_info(job).get("JobState")
             time.sleep(0.05)
         job_pid = int(pid_file.read_text())
-        assert psutil.Process(job_pid).cmdline() == ["sleep", "300"]
+        # The pid is written just before the exec: wait for the exec to land.
+        while psutil.Process(job_pid).cmdline() != ["sleep", "300"]:
+            assert time.monotonic() < deadline, psutil.Process(job_pid).cmdline()
+            time.sleep(0.05)
         daemons = cluster.pids()
     finally:
         cluster.stop()
