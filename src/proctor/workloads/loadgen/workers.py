@@ -112,10 +112,8 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
                                           worker=wid, counter=counter)
         counter.flush()
         warm_done.set()
-        while not go.wait(0.05):
+        while not go.wait(0.05):  # a dead parent is noticed by _exit_with_parent
             await asyncio.sleep(0)
-            if os.getppid() == 1:
-                raise SystemExit(3)  # parent gone
         with quiet_gc():
             probe = Probe().start()
             t0 = time.perf_counter()
@@ -159,9 +157,10 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
     out: mp.Queue[Any] = ctx.Queue()
     go = ctx.Event()
     conc = split(cfg.concurrency, n)
-    scratch = tempfile.TemporaryDirectory(prefix="proctor-loadgen-")
+    scratch = None
     pool = None
     if math.isinf(cfg.request_rate):
+        scratch = tempfile.TemporaryDirectory(prefix="proctor-loadgen-")
         # One pickle read by every worker, not one per worker through the spawn pipe.
         pool = SharedPool(str(Path(scratch.name) / "measured.pickle"), ctx.Value("q", 0))
         with open(pool.path, "wb") as f:
@@ -232,7 +231,8 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
                     p.kill()
                     with contextlib.suppress(Exception):
                         p.join(2)
-            scratch.cleanup()
+            if scratch is not None:
+                scratch.cleanup()
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler if handler is not None else signal.SIG_DFL)
