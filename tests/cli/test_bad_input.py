@@ -173,3 +173,33 @@ def test_an_argument_of_non_utf8_bytes_is_a_usage_error(isolated_runs: Path) -> 
     line = _one_line(result.stderr.decode())
     assert "argument 4 ('ab\\xff') is not UTF-8 text: byte 0xff at position 2" in line
     assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
+
+
+def test_no_help_text_is_masked_as_a_secret() -> None:
+    # Everything proctor prints goes through the redactor, its own --help too: prose such as
+    # "Attach key: a second bench" read as `key: <secret>` and printed "Attach key: *** second".
+    import click
+    import typer
+
+    from proctor.cli import groups
+    from proctor.cli.main import app
+    from proctor.redact import Redactor
+
+    Found = list[tuple[tuple[str, ...], click.Command]]
+
+    def commands(cmd: click.Command, path: tuple[str, ...]) -> Found:
+        found = [(path, cmd)]
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                found += commands(sub, (*path, name))
+        return found
+
+    groups.mount(app)  # every command group, as `proctor --help` mounts them
+    root = typer.main.get_command(app)
+    every = commands(root, ("proctor",))
+    assert len(every) > 30
+    redactor = Redactor()
+    for path, cmd in every:
+        with click.Context(cmd, info_name=" ".join(path)) as ctx:
+            help_text = cmd.get_help(ctx)
+        assert redactor.text(help_text) == help_text, path

@@ -38,7 +38,7 @@ def bench(
     output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Run in-process and write metrics.json here instead of making a supervised run."),
     server: str | None = typer.Option(None, "--server", help="A server run (id or 'last') to benchmark; gives base URL and model."),
     name: str | None = typer.Option(None, "--name", help="Run name (default bench-ISL-OSL-cCONC)."),
-    key: str | None = typer.Option(None, "--key", help="Attach key: a second bench with the same key and settings attaches to the live run instead of starting another."),
+    key: str | None = typer.Option(None, "--key", help="Attach key (a second bench with the same key and settings attaches to the live run instead of starting another)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
     timeout: str | None = typer.Option(None, "--timeout", help="Time limit of the run (exit 4)."),
     runs_dir: str | None = typer.Option(None, "--runs-dir"),
