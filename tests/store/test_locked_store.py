@@ -73,3 +73,43 @@ def test_a_locked_store_delays_neither_the_time_limit_nor_the_exit_status(
         rows = dict(conn.execute("SELECT name, outcome FROM runs").fetchall())
     assert rows == {"limited": "timeout", "quick": "ok"}
     assert not list(isolated_runs.glob("*/.index-pending"))
+
+
+# Another process in the middle of a write (as a proctor indexing its run): readers may read.
+WRITER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("writing", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+def test_runs_list_during_another_write_lists_the_runs_not_yet_indexed(
+    isolated_runs: Path,
+) -> None:
+    proctor("run", "--name", "before", "--", "true", check=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(isolated_runs / "proctor.sqlite")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+        proctor("run", "--name", "during", "--", "true", check=True)
+        assert (next(isolated_runs.glob("*/.index-pending"))).exists()
+        listed = proctor("runs", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        # The store alone would list only "before", and say nothing.
+        assert sorted(row["name"] for row in json.loads(listed.stdout)) == ["before", "during"]
+        assert "could not be updated" in listed.stderr and "run directories" in listed.stderr
+    finally:
+        if writer.stdin is not None:
+            writer.stdin.close()
+        writer.wait(timeout=30)
+    listed = proctor("runs", "list", "--json", check=True)
+    assert sorted(row["name"] for row in json.loads(listed.stdout)) == ["before", "during"]
+    assert "warning" not in listed.stderr
+    assert not list(isolated_runs.glob("*/.index-pending"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -20,11 +19,8 @@ from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 from proctor.store.db import (
-    INDEX_WAIT_S,
-    Store,
     StoreUnreadable,
-    index_missing,
-    open_for_reading,
+    open_up_to_date,
     rebuild,
 )
 from proctor.supervise.launch import follow_log, record_of, resolve_run
@@ -85,14 +81,8 @@ def list_runs(
     """Runs, newest first, with the outcome as the evidence says (never 'ok' without a status)."""
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
-    path = _store_path(directory)
-    if path.exists():
-        # Runs whose wrapper could not index them (a locked store) or that predate the store;
-        # an unusable store is listed around below, so any failure here is not fatal.
-        with contextlib.suppress(Exception), Store(path, timeout=INDEX_WAIT_S) as writable:
-            index_missing(writable, directory)
-    # Never creates a store; an unreadable one is listed around, with a warning.
-    store, warning = open_for_reading(path, directory)
+    # Never creates a store; a locked or unreadable one is listed around, with a warning.
+    store, warning = open_up_to_date(_store_path(directory), directory)
     if warning:
         err_console.print(f"proctor: warning: {warning}", highlight=False)
     with store:

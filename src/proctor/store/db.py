@@ -439,6 +439,29 @@ def reindex(
     return count
 
 
+def open_up_to_date(path: Path, runs_dir: Path) -> tuple[Store, str | None]:
+    """The store for a listing, with the runs it is missing indexed first, and a warning when
+    it could not be used as is.
+
+    The runs a wrapper could not index (the store was locked) are indexed now. If the store
+    is still busy, a listing from it would silently leave those runs out: the runs are then
+    listed from their directories, and the warning says why."""
+    if path.exists():
+        try:
+            with Store(path, timeout=INDEX_WAIT_S) as writable:
+                index_missing(writable, runs_dir)
+        except StoreUnreadable:
+            pass  # open_for_reading says so
+        except sqlite3.Error as error:
+            memory = Store.in_memory()
+            reindex(memory, runs_dir, clear_pending=False)
+            return memory, (
+                f"the store {path} could not be updated ({error}): another proctor holds it;"
+                " listing from the run directories"
+            )
+    return open_for_reading(path, runs_dir)
+
+
 def open_for_reading(path: Path, runs_dir: Path) -> tuple[Store, str | None]:
     """The store for a read-only command, and a warning when it could not be used.
 
