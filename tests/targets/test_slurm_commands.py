@@ -120,9 +120,9 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
         # Without --target, the run's record says it ran on Slurm: the same inspection.
         again = proctor("inspect", run_id, "--timeout", "30s", cwd=work, env=env, timeout=150)
         assert again.returncode == 0 and "'node': 'n1'" in again.stdout, again.stderr
-        # --pid names processes of this machine: refused for a run on the nodes.
+        # --pid names processes of the run on its nodes: pid 1 is none of them.
         pid = proctor("inspect", run_id, "--pid", "1", cwd=work, env=env)
-        assert pid.returncode == 64 and "--pid" in pid.stderr, pid.stderr
+        assert pid.returncode == 64 and "no pid of 1" in pid.stderr, pid.stderr
 
     finally:
         stop = proctor("serve", "stop", run_id, "--target", TARGET, "--json", cwd=work, env=env,

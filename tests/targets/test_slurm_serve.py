@@ -125,6 +125,16 @@ def test_two_node_server_ready_drain_stop(
         dump = group / "inspect" / node / f"{engine}-pyspy.txt"
         assert spy["path"] == str(dump) and spy["error"] is None, spy
         assert marker in dump.read_text(), dump.read_text()
+    # --pid: only those pids, on the node where each is a process of the run.
+    worker = record(remote_nodes / "n2")["process"]["pid"]
+    only = cli(cluster, "inspect", run_id, "--pid", str(worker), "--timeout", "30s", "--json",
+               timeout=150)  # fmt: skip
+    assert only.returncode == 0, only.stdout + only.stderr
+    found = [r for r in json.loads(only.stdout) if r["pid"] is not None]
+    assert found and {(r["node"], r["pid"]) for r in found} == {("n2", worker)}, found
+    stranger = cli(cluster, "inspect", run_id, "--pid", "1", "--timeout", "30s", timeout=150)
+    assert stranger.returncode == 64, stranger.stdout + stranger.stderr
+    assert "no pid of 1" in stranger.stderr
     stop = cli(cluster, "serve", "stop", run_id, "--json", timeout=150)
     assert stop.returncode == 0, stop.stderr
     assert json.loads(stop.stdout)[0]["was_running"] is True

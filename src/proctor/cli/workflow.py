@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
     def inspect_command(
         ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
         port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
-        pid: list[int] = typer.Option(None, "--pid", help="Inspect these pids instead of the server's workers."),
+        pid: list[int] = typer.Option(None, "--pid", help="Inspect these pids instead of the server's workers (on Slurm: pids of the run's processes on its nodes)."),
         timeout: str = typer.Option("90s", "--timeout", help="Per tool and process."),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         as_json: bool = typer.Option(False, "--json"),
@@ -165,11 +165,8 @@ def register(app: typer.Typer) -> None:
         timeout_s = parse_duration(timeout, option="--timeout")
         kind = kind_of_run(server.path)
         if kind.inspect_run is not None:  # its processes are where its kind runs them
-            if pid:
-                raise UsageError(f"--pid names processes of this machine; run {server.run_id} "
-                                 f"runs on a {kind.kind} target", hint="drop --pid")  # fmt: skip
             patterns = tuple(engine_of(server, config).worker_patterns)
-            rows = kind.inspect_run(server.path, timeout_s, patterns)
+            rows = kind.inspect_run(server.path, timeout_s, patterns, tuple(pid or ()))
         else:
             pids = list(pid or []) or worker_pids(server, engine_of(server, config))
             if not pids:

@@ -37,8 +37,8 @@ of the names below, and a target that declares one also implements its small pro
     SERVE     start_server(request, config, flags, launch) -> ServedRun: the target starts an
               inference server itself, as a local run of kind "server" (slurm: node 0 serves,
               the others join per the engine's multi-node launch); `serve start --target`
-    INSPECT   inspect_run(run_dir, timeout_s, patterns) -> rows, also the kind's registry entry
-              (a run's kind inspects it without options): `proctor inspect` of a run whose
+    INSPECT   inspect_run(run_dir, timeout_s, patterns, pids) -> rows, also the kind's registry
+              entry (a run's kind inspects it without options): `proctor inspect` of a run whose
               processes are not on this machine takes the stacks where they are (slurm: on
               every node through srun --overlap, targets/slurm/inspect.py)
     FILES     put_file(local, remote) and read_bytes(path, offset, limit): files onto the
@@ -324,8 +324,8 @@ class ServeCapable(Target, Protocol):
 
 
 class InspectCapable(Target, Protocol):
-    def inspect_run(self, run_dir: Path, timeout_s: float,
-                    patterns: tuple[str, ...]) -> list[dict[str, Any]]: ...  # fmt: skip
+    def inspect_run(self, run_dir: Path, timeout_s: float, patterns: tuple[str, ...],
+                    pids: tuple[int, ...] = ()) -> list[dict[str, Any]]: ...  # fmt: skip
 
 
 class FilesCapable(Target, Protocol):

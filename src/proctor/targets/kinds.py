@@ -272,12 +272,12 @@ def _slurm_build(options: SlurmTargetOptions, ctx: TargetContext) -> Target:
     return SlurmTarget(resolved, runs_dir=ctx.runs_dir)
 
 
-def _slurm_inspect(run_dir: Path, timeout_s: float,
-                   patterns: tuple[str, ...]) -> list[dict[str, Any]]:  # fmt: skip
+def _slurm_inspect(run_dir: Path, timeout_s: float, patterns: tuple[str, ...],
+                   pids: tuple[int, ...]) -> list[dict[str, Any]]:  # fmt: skip
     from proctor.record.rundir import RunDir
     from proctor.targets.slurm.inspect import inspect_group
 
-    return inspect_group(RunDir(run_dir), timeout_s, patterns)
+    return inspect_group(RunDir(run_dir), timeout_s, patterns, pids)
 
 
 register_target(TargetKind(

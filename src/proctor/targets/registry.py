@@ -77,7 +77,7 @@ Build = Callable[[Any, TargetContext], Target]
 Acquire = Callable[[Any, TargetContext, Any], Acquired]
 FromRecord = Callable[[dict[str, Any]], Target]
 #: INSPECT: (run dir, per-tool timeout s, worker patterns) -> a local inspect's rows (+ node).
-InspectRun = Callable[[Path, float, tuple[str, ...]], list[dict[str, Any]]]
+InspectRun = Callable[[Path, float, tuple[str, ...], tuple[int, ...]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)

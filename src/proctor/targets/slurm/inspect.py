@@ -23,6 +23,7 @@ from typing import Any
 from proctor.errors import TargetUnavailable, UsageError
 from proctor.record.rundir import RunDir
 from proctor.targets.slurm.login import LoginHost
+from proctor.targets.slurm.nodeinspect import PIDS_FLAG
 from proctor.targets.slurm.scheduler import Slurm
 from proctor.targets.slurm.target import META, login_from_meta
 
@@ -47,11 +48,14 @@ def _failed_row(node: str, error: str) -> dict[str, Any]:
             "timed_out": False, "duration_s": 0.0, "error": error}  # fmt: skip
 
 
-def inspect_group(run: RunDir, timeout_s: float = 90.0,
-                  patterns: Sequence[str] = ()) -> list[dict[str, Any]]:  # fmt: skip
-    """Stacks of the live job's processes on every node (module docstring). UsageError (64)
-    when the job is not running or no node has a live process of the run; TargetUnavailable
-    (69) when no node could be inspected (srun refused, no tool on the nodes)."""
+def inspect_group(run: RunDir, timeout_s: float = 90.0, patterns: Sequence[str] = (),
+                  pids: Sequence[int] = ()) -> list[dict[str, Any]]:  # fmt: skip
+    """Stacks of the live job's processes on every node (module docstring); with `pids`,
+    of those only, on each node where such a pid is a process of the run (its engine or a
+    descendant: a bare pid names no node, and may be another user's process elsewhere).
+    UsageError (64) when the job is not running or no node has a live process of the run
+    (or none of `pids`); TargetUnavailable (69) when no node could be inspected (srun
+    refused, no tool on the nodes)."""
     meta = run.read_json(META) or {}
     if not meta.get("job_id") or not meta.get("remote_run_dir"):
         raise UsageError(f"run {run.run_id} has no Slurm job to inspect",
@@ -72,7 +76,7 @@ def inspect_group(run: RunDir, timeout_s: float = 90.0,
         argv = ["srun", "--jobid", str(job), "--overlap", f"--nodes={len(nodes)}",
                 "--ntasks-per-node=1", f"--nodelist={entry.nodes}", "--job-name=proctor-inspect",
                 python, "-m", "proctor.targets.slurm.nodeinspect", remote, out, str(timeout_s),
-                *patterns]  # fmt: skip
+                *([PIDS_FLAG, ",".join(map(str, pids))] if pids else []), *patterns]  # fmt: skip
         step = login.run(argv, env=env, timeout=timeout_s * STEP_TOOLS_BOUND + 120)
         answers = {n: login.read_bytes(f"{out}/{n}.json", limit=MAX_ANSWER) for n in nodes}
     finally:
@@ -99,8 +103,11 @@ def inspect_group(run: RunDir, timeout_s: float = 90.0,
     if 0 not in exits:
         errors = "; ".join(f"{r['node']}: {r['error']}" for r in rows if r["pid"] is None)
         if all(code == int(UsageError.exit_code) for code in exits):
-            raise UsageError(f"server run {run.run_id}: no live process to inspect on its "
-                             f"nodes ({errors})", hint="inspect a live server")  # fmt: skip
+            what = f"no pid of {', '.join(map(str, pids))}" if pids else "no live process"
+            raise UsageError(f"server run {run.run_id}: {what} to inspect on its "
+                             f"nodes ({errors})",
+                             hint="give pids of the run's processes (see `proctor inspect "
+                                  "RUN --json`)" if pids else "inspect a live server")  # fmt: skip
         raise TargetUnavailable(f"could not inspect run {run.run_id} on its nodes: {errors}",
                                 hint="the nodes need py-spy or gdb, and srun must reach "
                                      "the job (--overlap)")  # fmt: skip

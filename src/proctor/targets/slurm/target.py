@@ -188,12 +188,12 @@ class SlurmTarget:
         url = f"http://{head.get('address')}:{request.port}"
         return base.ServedRun(started, applied, {"job_id": job, "head": head, "url": url})
 
-    def inspect_run(self, run_dir: Path, timeout_s: float,
-                    patterns: tuple[str, ...]) -> list[dict[str, Any]]:  # fmt: skip
+    def inspect_run(self, run_dir: Path, timeout_s: float, patterns: tuple[str, ...],
+                    pids: tuple[int, ...] = ()) -> list[dict[str, Any]]:  # fmt: skip
         """INSPECT: stacks of a live group run's processes on every node (slurm/inspect.py)."""
         from proctor.targets.slurm.inspect import inspect_group
 
-        return inspect_group(RunDir(run_dir), timeout_s, patterns)
+        return inspect_group(RunDir(run_dir), timeout_s, patterns, pids)
 
     def put_file(self, local: Path, remote: str) -> None:
         """FILES: a file onto the workspace the nodes share, through the login host."""
