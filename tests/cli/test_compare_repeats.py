@@ -71,6 +71,13 @@ def test_same_setup_compares_with_the_measured_noise(isolated_runs: Path) -> Non
     stats = doc["repeats"]["stats"]["output_throughput"]
     # What compare used as A's stderr is the one metrics.json holds.
     assert stats["n"] == 3 and stats["stderr"] > 0
+    # `results compare|check` take the run ids `runs list` prints too, not only paths.
+    same = proctor("results", "compare", a, "last", "--json")
+    assert same.returncode == 0, same.stderr
+    assert {r["metric"]: r["b"] for r in json.loads(same.stdout)} == {
+        r["metric"]: r["b"] for r in rows}
+    unknown = proctor("results", "compare", a, "no-such-run")
+    assert unknown.returncode == 64 and "no run 'no-such-run'" in unknown.stderr
 
 
 def test_different_engine_args_or_dataset_are_refused_unless_allowed(isolated_runs: Path) -> None:

@@ -67,7 +67,7 @@ def parse_cmd(
 
 @app.command("check")
 def check_cmd(
-    file: Path = typer.Argument(..., help="Result file or run directory."),
+    file: str = typer.Argument(..., help="Result file, run directory, run id or 'last'."),
     baselines: Path = typer.Option(..., "--baselines", help="models_accuracy.json or perf TOML."),
     model: str | None = typer.Option(None, "--model", help="Entry in models_accuracy.json."),
     json_out: bool = typer.Option(False, "--json"),
@@ -76,7 +76,8 @@ def check_cmd(
     """Verdict per baselined metric. Exit 7 on regression, 6 when a metric is missing or the
     benchmark's validity verdict is INVALID (its reasons are printed), 77 when the baseline's
     [meta] names a source, engine args, dataset or GPU the result differs in."""
-    res = _parse(file)
+    path = _run_path(file, None)
+    res = _parse(path)
     named = model or next((res.meta[k] for k in ("model_name", "model_id", "model")
                            if isinstance(res.meta.get(k), str)), None)
     baseline = load_baseline(baselines)
@@ -84,7 +85,7 @@ def check_cmd(
     if isinstance(baseline, PerfBaseline):
         theirs = {k: str(v) if v is not None else None
                   for k, v in ((f, baseline.meta.get(f)) for f in FIELDS)}
-        diff = _refuse_or_mark("the result and the baseline", identity_of(file), theirs,
+        diff = _refuse_or_mark("the result and the baseline", identity_of(path), theirs,
                                allow_mismatch)
     verdicts = check(res.metrics, baseline, named)
     status = worst_status(verdicts)
@@ -126,16 +127,17 @@ def refuse_invalid(res: ParsedResult) -> None:
 
 @app.command("compare")
 def compare_cmd(
-    a: Path = typer.Argument(..., help="Result A (file or run directory)."),
-    b: Path = typer.Argument(..., help="Result B."),
+    a: str = typer.Argument(..., help="Result A (file, run directory, run id or 'last')."),
+    b: str = typer.Argument(..., help="Result B."),
     json_out: bool = typer.Option(False, "--json"),
     allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
 ) -> None:
     """Each metric of A and B side by side, with the change and its noise band (the 95% CI of
     the difference when both come from bench --repeat). Exit 77 when A and B differ in source,
     engine args, dataset or GPU, unless --allow-mismatch."""
-    diff = _refuse_or_mark("A and B", identity_of(a), identity_of(b), allow_mismatch)
-    rows = compare(parse_path(a).metrics, parse_path(b).metrics)
+    path_a, path_b = _run_path(a, None), _run_path(b, None)
+    diff = _refuse_or_mark("A and B", identity_of(path_a), identity_of(path_b), allow_mismatch)
+    rows = compare(parse_path(path_a).metrics, parse_path(path_b).metrics)
     if json_out:
         print_json([r.model_dump() for r in rows])
         return
@@ -148,7 +150,7 @@ def compare_cmd(
     console.print(table)
 
 
-def _run_path(ref: str, runs_dir: str | None) -> Path:
+def _run_path(ref: str | Path, runs_dir: str | None) -> Path:
     """A run id (or 'last', or a path) as the directory the parsers read."""
     candidate = Path(ref)
     if candidate.exists():
@@ -157,7 +159,7 @@ def _run_path(ref: str, runs_dir: str | None) -> Path:
     from proctor.spec.plan import resolve_runs_dir
     from proctor.supervise.launch import resolve_run
 
-    return resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref).path
+    return resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), str(ref)).path
 
 
 def register(root: typer.Typer) -> None:
@@ -174,7 +176,7 @@ def register(root: typer.Typer) -> None:
     ) -> None:
         """Verdicts against baselines: pass, within noise, regression (exit 7), missing (exit 6);
         exit 77 when the baseline's [meta] identity differs from the run's."""
-        check_cmd(_run_path(run, runs_dir), baselines, model, json_out, allow_mismatch)
+        check_cmd(str(_run_path(run, runs_dir)), baselines, model, json_out, allow_mismatch)
 
 
 def register_compare(runs_app: typer.Typer) -> None:
@@ -189,4 +191,5 @@ def register_compare(runs_app: typer.Typer) -> None:
         """Each metric of two runs side by side, with the change and its noise band (the 95% CI
         of the difference when both ran bench --repeat). Exit 77 when the runs differ in
         source, engine args, dataset or GPU, unless --allow-mismatch."""
-        compare_cmd(_run_path(a, runs_dir), _run_path(b, runs_dir), json_out, allow_mismatch)
+        compare_cmd(str(_run_path(a, runs_dir)), str(_run_path(b, runs_dir)), json_out,
+                    allow_mismatch)
