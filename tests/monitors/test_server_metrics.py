@@ -109,6 +109,7 @@ def test_server_that_counts_differently_is_reported(tmp_path: Path) -> None:
     rec = doc["server"]["reconcile"]
     assert rec["ok"] is False and rec["tokens"]["server"] == 2 * rec["tokens"]["client"]
     assert "Server/client disagree: server counted" in r.stdout
+    assert doc["validity"]["checks"]["server"]["ok"] is False
 
 
 def test_server_without_metrics_is_a_note_not_an_error(isolated_runs: Path) -> None:

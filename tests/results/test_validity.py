@@ -35,8 +35,9 @@ def test_a_sound_run_is_valid_and_says_what_was_not_measured() -> None:
     v = judge(doc())
     assert v["verdict"] == "VALID" and v["reasons"] == []
     assert v["checks"]["client"] == {"ok": True, "detail": "client headroom not measured"}
+    assert v["checks"]["server"]["ok"] and "not measured" in v["checks"]["server"]["detail"]
     assert set(v["checks"]) == {"errors", "warmup", "requests", "window", "rate", "client",
-                                "saturation"}  # fmt: skip
+                                "server", "saturation"}  # fmt: skip
 
 
 @pytest.mark.parametrize(("over", "check", "words"), [
@@ -47,6 +48,10 @@ def test_a_sound_run_is_valid_and_says_what_was_not_measured() -> None:
     ({"schedule": {"target_rate": 50.0, "achieved_rate": 31.0}}, "rate", "achieved 31.00"),
     ({"client": {"cpu_percent": 99.0, "loop_lag_p99_ms": 80.0, "client_bound": True,
                  "reasons": ["client CPU 99% of one core"]}}, "client", "client-bound"),
+    ({"server": {"reconcile": {"tokens": {"server": 4000.0, "client": 2000.0, "allowed": 20.0,
+                                          "ok": False}}}}, "server", "another client"),
+    ({"server": {"reconcile": {"tokens": {"server": 1000.0, "client": 2000.0, "allowed": 20.0,
+                                          "ok": False}}}}, "server", "miscounts"),
 ])  # fmt: skip
 def test_each_check_makes_the_run_invalid(over: dict[str, Any], check: str, words: str) -> None:
     v = judge(doc(**over))
@@ -147,3 +152,18 @@ def test_real_client_that_cannot_keep_the_rate_is_invalid(isolated_runs: Path) -
     checks = json.loads((only_run(isolated_runs) / "metrics.json").read_text())["validity"]["checks"]
     assert checks["rate"]["ok"] is False, checks["rate"]
     assert "rate: achieved" in r.stdout
+
+
+def test_real_server_counting_other_tokens_makes_the_bench_invalid(isolated_runs: Path) -> None:
+    # The server's /metrics counts twice the tokens this client received, as it would with a
+    # second client loading it: the latencies measured are not those of the load asked for.
+    with FakeServer(itl=0.001, metrics_token_scale=2.0) as srv:
+        r = proctor("bench", "--base-url", srv.base_url, "--isl", "8", "--osl", "16",
+                    "--range-ratio", "0", "--concurrency", "4", "--num-prompts", "40",
+                    "--tokenizer-mode", "approx", "--min-requests", "20",
+                    "--min-window", "0")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    checks = json.loads((only_run(isolated_runs) / "metrics.json").read_text())["validity"]["checks"]
+    assert checks["server"]["ok"] is False and "another client" in checks["server"]["detail"]
+    assert "server: the server generated 1280 tokens" in r.stderr
+    assert "client received 640" in r.stderr and "proctor: benchmark INVALID" in r.stderr

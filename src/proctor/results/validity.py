@@ -16,6 +16,11 @@ metrics.json document and says which checks failed. Thresholds (docs/bench.md):
   about 10 % over 100 requests, cancels out and only the client's lag remains).
 - client: the load generator was not the bottleneck (metrics.json "client"; not measured
   when the document has none).
+- server: the server's own count of generated tokens over the measured window (its /metrics,
+  metrics.json "server".reconcile) agrees with the client's output tokens, within the
+  reconcile tolerance (monitors/reconcile.py). Far more tokens on the server means another
+  client loaded it during the bench, so the latencies are not those of the load asked for;
+  a disagreement either way means one side miscounts. Not measured without /metrics.
 - saturation: TTFT did not grow without bound: the least-squares slope of TTFT against request
   start time is at most SATURATION_SLOPE (0.05 s of TTFT per s of run), or the rise the fit
   predicts over the window is at most SATURATION_RISE (50 %) of the mean TTFT.
@@ -169,8 +174,29 @@ def judge_validity(doc: dict[str, Any], trend: dict[str, float] | None, *,
           f"measured window {window:.1f} s (at least {min_window_s:g} s needed, --min-window)")
     _rate(doc, v, sent)
     _client(doc, v)
+    _server(doc, v)
     _saturation(trend, v)
     return v
+
+
+def _server(doc: dict[str, Any], v: Validity) -> None:
+    server = doc.get("server") if isinstance(doc.get("server"), dict) else {}
+    assert isinstance(server, dict)
+    reconciled = server.get("reconcile") if isinstance(server.get("reconcile"), dict) else {}
+    assert isinstance(reconciled, dict)
+    tokens = reconciled.get("tokens")
+    if not isinstance(tokens, dict):
+        v.add("server", True, "server token count not measured (no /metrics)")
+        return
+    said = (f"the server generated {tokens['server']:.0f} tokens in the measured window, the "
+            f"client received {tokens['client']:.0f} (allowed difference {tokens['allowed']:.0f})")
+    if tokens.get("ok"):
+        v.add("server", True, said)
+    elif tokens["server"] > tokens["client"]:
+        v.add("server", False, said + ": another client loaded the server during the bench, "
+              "or the server over-counts")  # fmt: skip
+    else:
+        v.add("server", False, said + ": the server or the client miscounts")
 
 
 def format_validity(validity: dict[str, Any]) -> list[str]:
