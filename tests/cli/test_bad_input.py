@@ -203,3 +203,12 @@ def test_no_help_text_is_masked_as_a_secret() -> None:
         with click.Context(cmd, info_name=" ".join(path)) as ctx:
             help_text = cmd.get_help(ctx)
         assert redactor.text(help_text) == help_text, path
+
+
+def test_a_flow_file_given_without_file_is_refused_with_the_fix(tmp_path: Path) -> None:
+    # `proctor flow f.toml` took the file as an engine argument and said "flow needs --engine".
+    flow = tmp_path / "f.toml"
+    flow.write_text('[flow]\nengine = "vllm"\nmodel = "m"\nworkload_cmd = "true"\n')
+    r = proctor("flow", str(flow), cwd=tmp_path)
+    assert r.returncode == 64
+    assert f"--file {flow}" in _one_line(r.stderr)

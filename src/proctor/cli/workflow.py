@@ -230,6 +230,10 @@ def register(app: typer.Typer) -> None:
             if code:
                 raise typer.Exit(code)
             return
+        if not file and extra and extra[0].endswith(".toml") and Path(extra[0]).is_file():
+            # `proctor flow f.toml` would pass the file to the engine as an argument.
+            raise UsageError(f"{extra[0]} would be an argument of the engine",
+                             hint=f"give a flow file with --file: proctor flow --file {extra[0]}")
         given = {k.rstrip("_"): v for k, v in locals().items() if v is not False}
         table = load_flow_file(file) if file else {}
         if table.get("sweep") is not None:
