@@ -209,7 +209,6 @@ def test_detached_bench_on_slurm_is_waited_for_with_its_exit_code(
     attach = proctor("runs", "attach", completion["run_id"], cwd=work, env=env, timeout=180)
     assert attach.returncode == 69, attach.stdout + attach.stderr
     assert "[n1]" in attach.stdout, attach.stdout
-    assert not cluster.run("squeue", "-h").stdout.strip()
 
 
 def test_eval_gsm8k_on_slurm_scores_known_answers(
