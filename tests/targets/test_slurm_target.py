@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from tests.helpers import git_project, only_run, proctor, record, wait_for
-from tests.infra.slurmcluster import SlurmCluster, unavailable_reason
+from tests.infra.slurmcluster import SlurmCluster, files_holding, unavailable_reason
 
 pytestmark = pytest.mark.slurm
 
@@ -109,10 +109,7 @@ def test_two_node_run_ships_source_and_fetches_verified_node_records(
     assert verify.returncode == 0, verify.stdout + verify.stderr
     # Nor in Slurm's own files: sbatch's environment is saved by slurmctld (StateSaveLocation),
     # so the secret travels in a 0600 file of the run's workspace, removed when the job ends.
-    for root in (group, ws, cluster.base):
-        for path in root.rglob("*"):
-            if path.is_file() and not path.is_socket():
-                assert b"s3cr3t-token-value" not in path.read_bytes(), path
+    assert files_holding([group, ws, cluster.base], ["s3cr3t-token-value"]) == []
 
 
 def test_secrets_exported_in_the_shell_reach_the_job_but_not_slurms_saved_environment(
@@ -140,12 +137,7 @@ def test_secrets_exported_in_the_shell_reach_the_job_but_not_slurms_saved_enviro
         # (No NAME=VALUE in the log: proctor would mask it by name.)
         assert f"sha-of-{name} {hashlib.sha256(value.encode()).hexdigest()}" in log, log
     assert not (ws / "proctor" / "runs" / group.name / ".job-env.json").exists()
-    for root in (group, ws, cluster.base):
-        for path in root.rglob("*"):
-            if path.is_file() and not path.is_socket():
-                data = path.read_bytes()
-                for value in (token, aws, overridden):
-                    assert value.encode() not in data, (value, path)
+    assert files_holding([group, ws, cluster.base], [token, aws, overridden]) == []
 
 
 def test_one_failing_node_fails_the_run_with_its_status(
