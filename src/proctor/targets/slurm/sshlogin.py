@@ -108,7 +108,8 @@ class SshLogin:
         prepared = self.prepare()
         # The shipped package on sys.path, not in PYTHONPATH: sbatch's environment stays the
         # session's own.
-        code = (f"import sys;sys.path.insert(0,{prepared.proctor_path or ''!r});"
+        path = [prepared.proctor_path] if prepared.proctor_path else []
+        code = (f"import sys;sys.path[:0]={path!r};"
                 "from proctor.targets.slurm.jobenv import main;sys.exit(main())")  # fmt: skip
         line = f"{self._prefix()}exec {shlex.quote(prepared.python)} -c {shlex.quote(code)}"
         request = {"argv": list(argv), "env": dict(env), "job_env": job_env,
