@@ -23,7 +23,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import psutil
@@ -318,3 +318,20 @@ def slurm_cluster(tmp_path: Path, slurm_nodes: int) -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def files_holding(roots: Iterable[Path], values: Iterable[str]) -> list[tuple[str, Path]]:
+    """(value, file) for every file under `roots` (a run, a workspace, the cluster's state and
+    spool directories) that holds one of `values`."""
+    wanted = [v.encode() for v in values]
+    found: list[tuple[str, Path]] = []
+    for root in roots:
+        for path in root.rglob("*"):
+            try:
+                if not path.is_file() or path.is_socket():
+                    continue
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue  # slurmctld replaces its state files (x.new -> x) as it saves them
+            found += [(v.decode(), path) for v in wanted if v in data]
+    return found

@@ -91,11 +91,8 @@ def test_built_targets_declare_the_capabilities_of_their_kind(tmp_path: Path) ->
 def test_cli_unknown_target_and_workflow_on_a_kind_without_the_agent(isolated_runs: Path) -> None:
     bad = proctor("run", "--target", "gopher://x", "--", "true")
     assert bad.returncode == 64 and "ssh://user@host" in bad.stderr, bad.stderr
-    # A kind without the far agent runs a self-contained command as one job to its end (Slurm:
-    # test_slurm_commands.py): it cannot leave a detached bench behind.
-    detached = proctor("bench", "--target", "slurm://local", "--base-url", "http://127.0.0.1:9",
-                       "--model", "m", "--detach")  # fmt: skip
-    assert detached.returncode == 64 and "cannot leave it running" in detached.stderr
+    # A kind without the far agent runs a self-contained command as one job (Slurm; detached
+    # too: test_slurm_commands.py::test_detached_bench_on_slurm_is_waited_for_with_its_exit_code).
     # Flags of another kind are refused before anything starts.
     nodes = proctor("serve", "start", "--engine", "fake", "--model", "m", "--nodes", "2")
     assert nodes.returncode == 64 and "do not apply to a local target" in nodes.stderr

@@ -167,6 +167,50 @@ def test_failing_bench_on_slurm_returns_its_own_exit_code(
     assert not cluster.run("squeue", "-h").stdout.strip()
 
 
+def test_detached_bench_on_slurm_is_waited_for_with_its_exit_code(
+    cluster: SlurmCluster, work: Path, isolated_runs: Path
+) -> None:
+    """`bench --detach --target slurm://`: submitted, its run id printed, exit 0 at once;
+    `runs wait RUN` returns the bench's own code, its metrics local, verified and indexed."""
+    from tests.fixtures.fake_openai_server import FakeServer
+
+    env = {"SLURM_CONF": str(cluster.conf)}
+    with FakeServer() as srv:
+        started = proctor("bench", "--target", TARGET, "--base-url", srv.base_url, "--model",
+                          "m", *SMALL, "--detach", cwd=work, env=env, timeout=120)  # fmt: skip
+        assert started.returncode == 0, started.stdout + started.stderr
+        run_id = started.stdout.strip()
+        job_dir = isolated_runs / run_id
+        assert (job_dir / "slurm.json").is_file() and f"runs wait {run_id}" in started.stderr
+        wait = proctor("runs", "wait", run_id, cwd=work, env=env, timeout=180)
+        assert wait.returncode == 0, wait.stdout + wait.stderr
+    assert record(job_dir)["outcome"] == "ok"
+    (metrics,) = job_dir.glob("nodes/*/steps/*/metrics.json")
+    bench_dir = metrics.parent
+    bench = record(bench_dir)
+    assert bench["kind"] == "bench" and bench["outcome"] == "ok"
+    assert json.loads(metrics.read_text())["verdict"]["ok"] is True
+    for run in (str(bench_dir), run_id):
+        verify = proctor("runs", "verify", run, "--json", cwd=work)
+        assert verify.returncode == 0 and json.loads(verify.stdout)["verified"], verify.stdout
+    with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
+        kinds = dict(db.execute("SELECT id, kind FROM runs").fetchall())
+    assert kinds.get(bench_dir.name) == "bench", kinds
+    logs = proctor("runs", "logs", run_id, cwd=work)
+    assert logs.returncode == 0 and "[n1]" in logs.stdout, logs.stdout + logs.stderr
+
+    # A bench that fails (nothing listens): `runs attach` follows it and returns its own 69.
+    dead = f"http://127.0.0.1:{free_port()}"
+    failing = proctor("bench", "--target", TARGET, "--base-url", dead, "--model", "m", *SMALL,
+                      "--detach", "--json", cwd=work, env=env, timeout=120)  # fmt: skip
+    assert failing.returncode == 0, failing.stdout + failing.stderr
+    completion = json.loads(failing.stdout)["completion"]
+    assert completion["detached"] and completion["target"]["kind"] == "slurm"
+    attach = proctor("runs", "attach", completion["run_id"], cwd=work, env=env, timeout=180)
+    assert attach.returncode == 69, attach.stdout + attach.stderr
+    assert "[n1]" in attach.stdout, attach.stdout
+
+
 def test_eval_gsm8k_on_slurm_scores_known_answers(
     cluster: SlurmCluster, work: Path, isolated_runs: Path, tmp_path: Path
 ) -> None:

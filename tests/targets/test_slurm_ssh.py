@@ -5,17 +5,20 @@ gateway address, since 127.0.0.1 there is its own loopback)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import FAKE_ENGINE_TOML, TEST_PYTHON, only_run, proctor, record
-from tests.infra.slurmcluster import SlurmCluster, free_port
+from tests.infra.slurmcluster import SlurmCluster, files_holding, free_port
 from tests.infra.sshhosts import SshHostLab
 
 pytestmark = pytest.mark.slurm
 SECRET = "tok-9f3a1c77e2"
+FAR_SECRET = "hf-far-login-3b8e01d4c9"
+LOCAL_SECRET = "rp-local-shell-7c2d9a"
 
 
 def test_run_target_slurm_local_passes_the_node_status_through(
@@ -54,15 +57,20 @@ def test_run_over_ssh_login_host_ships_source_and_fetches_nodes(
     login_conf.write_text(conf)
     ws = tmp_path / "shared-ws"
     ws.mkdir()
-    (ws / "env.sh").write_text(f"export SLURM_CONF={login_conf}\n")
+    # A secret the login host's shell exports (a far env.sh, ~/.bashrc): the far sbatch would
+    # export it and slurmctld save it; it reaches the job through the 0600 job-env file.
+    (ws / "env.sh").write_text(f"export SLURM_CONF={login_conf}\nexport HF_TOKEN={FAR_SECRET}\n")
+    far_hash = hashlib.sha256(FAR_SECRET.encode()).hexdigest()
     result = proctor(
         "run", "--target", f"slurm://{host.user}@{host.address}:{host.port}",
         "--identity-file", str(host.client_key), "--known-hosts", str(host.known_hosts),
         "--workspace", str(ws), "--remote-python", TEST_PYTHON,
         "--nodes", "2", "--name", "job", "--env", f"API_TOKEN={SECRET}", "--json",
-        "--", "sh", "-c", 'sh job.sh "$SLURMD_NODENAME" 2 0 && test -n "$API_TOKEN"',
+        "--", "sh", "-c", 'sh job.sh "$SLURMD_NODENAME" 2 0 && test -n "$API_TOKEN" && '
+        f'test "$(printf %s "$HF_TOKEN" | sha256sum | cut -c1-64)" = {far_hash}',
         cwd=project, timeout=150,
-        env={"SLURM_CONF": "/nonexistent"},  # the controller side has no Slurm: all over SSH
+        # The controller side has no Slurm: all over SSH. Its own exported secrets stay here.
+        env={"SLURM_CONF": "/nonexistent", "RUNPOD_API_KEY": LOCAL_SECRET},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout[result.stdout.index("{\n") :])
@@ -84,10 +92,8 @@ def test_run_over_ssh_login_host_ships_source_and_fetches_nodes(
         assert f"start {node}" in log and f"done {node}" in log
     verify = proctor("runs", "verify", group.name, cwd=Path.cwd())
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    for root in (group, ws / "proctor" / "runs"):
-        for path in root.rglob("*"):
-            if path.is_file():
-                assert SECRET.encode() not in path.read_bytes(), path
+    roots = [group, ws / "proctor" / "runs", cluster.base]
+    assert files_holding(roots, [SECRET, FAR_SECRET, LOCAL_SECRET]) == []
     meta = json.loads((group / "slurm.json").read_text())
     assert meta["login"]["identity_file"] == str(host.client_key)  # a path, never a key
 

@@ -7,6 +7,7 @@ through the files it leaves and the exit codes it returns.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import psutil
 import pytest
 
 from tests.helpers import git_project, only_run, proctor, record, wait_for
-from tests.infra.slurmcluster import SlurmCluster, unavailable_reason
+from tests.infra.slurmcluster import SlurmCluster, files_holding, unavailable_reason
 
 pytestmark = pytest.mark.slurm
 
@@ -108,10 +109,35 @@ def test_two_node_run_ships_source_and_fetches_verified_node_records(
     assert verify.returncode == 0, verify.stdout + verify.stderr
     # Nor in Slurm's own files: sbatch's environment is saved by slurmctld (StateSaveLocation),
     # so the secret travels in a 0600 file of the run's workspace, removed when the job ends.
-    for root in (group, ws, cluster.base):
-        for path in root.rglob("*"):
-            if path.is_file() and not path.is_socket():
-                assert b"s3cr3t-token-value" not in path.read_bytes(), path
+    assert files_holding([group, ws, cluster.base], ["s3cr3t-token-value"]) == []
+
+
+def test_secrets_exported_in_the_shell_reach_the_job_but_not_slurms_saved_environment(
+    cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
+) -> None:
+    """sbatch exports its whole environment and slurmctld saves it on disk: a secret exported
+    in the shell that runs proctor goes to the job through the 0600 job-env file instead."""
+    ws = tmp_path / "ws"
+    token = f"hf-exported-{os.getpid()}-{tmp_path.name}-value"
+    aws = f"aws-exported-{os.getpid()}-{tmp_path.name}-value"
+    overridden = f"overridden-{os.getpid()}-{tmp_path.name}-value"
+    exported = {"HF_TOKEN": token, "AWS_SECRET_ACCESS_KEY": aws, "API_TOKEN": overridden}
+    script = " ".join(f'printf "sha-of-{name} %s\\n" "$(printf %s "${name}" | sha256sum)";'
+                      for name in exported)  # fmt: skip
+    result = proctor("slurm", "run", "--target", "slurm://local", "--workspace", str(ws),
+                     "--name", "secrets", "--env", "API_TOKEN=given-by-env-flag",
+                     "--", "sh", "-c", script,
+                     env={**slurm_env(cluster), **exported})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    group = only_run(isolated_runs)
+    log = (group / "secrets.log").read_text()
+    # The job saw the exported values, unchanged; an --env value wins over an exported one.
+    seen = {**exported, "API_TOKEN": "given-by-env-flag"}
+    for name, value in seen.items():
+        # (No NAME=VALUE in the log: proctor would mask it by name.)
+        assert f"sha-of-{name} {hashlib.sha256(value.encode()).hexdigest()}" in log, log
+    assert not (ws / "proctor" / "runs" / group.name / ".job-env.json").exists()
+    assert files_holding([group, ws, cluster.base], [token, aws, overridden]) == []
 
 
 def test_one_failing_node_fails_the_run_with_its_status(

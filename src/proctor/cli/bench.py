@@ -129,7 +129,7 @@ def bench(
 
         # Validated above first: a bad flag is 64 here, not after a job waited in a queue.
         return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True,
-                        leave_live=detach, direct=detach)  # fmt: skip
+                        leave_live=detach, direct=detach, detach=detach)  # fmt: skip
     if output_dir is None:
         _supervised(cfg, name, key, detach, timeout, runs_dir,
                     server_facts, json_out)

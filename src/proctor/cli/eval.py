@@ -62,7 +62,7 @@ def gsm8k(
         from proctor.cli.remote import hand_off
 
         return hand_off(target, runs_dir=runs_dir, as_json=as_json, answer=True,
-                        leave_live=detach, direct=detach)  # fmt: skip
+                        leave_live=detach, direct=detach, detach=detach)  # fmt: skip
     if base_url is not None and port != 8000:
         raise UsageError("give --base-url or --port, not both")
     server_run = None

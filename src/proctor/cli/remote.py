@@ -89,7 +89,7 @@ _SERVER_LIVES = {("serve", "start"), ("serve", "ready"), ("drain",)}
 def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir: str | None,
                    as_json: bool, nested: bool = False, answer: bool = False,
                    leave_live: bool = False, print_run: bool = False,
-                   direct: bool = False) -> int:  # fmt: skip
+                   direct: bool = False, detach: bool = False) -> int:  # fmt: skip
     """Run the current command on `target`; returns its exit code (raising what decides it)."""
     from proctor.spec.config import load_config
     from proctor.spec.plan import resolve_runs_dir, resolve_store_path
@@ -102,7 +102,8 @@ def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir:
     request = request_of(ctx, as_json=answer)
     # Read before any machine is acquired: a missing file is a usage error, at no cost.
     command = WorkflowCommand(request, nested=nested, answer=answer, leave_live=leave_live,
-                              direct=direct, files=request_files(request))  # fmt: skip
+                              direct=direct, detach=detach,
+                              files=request_files(request))  # fmt: skip
     options = RemoteOptions(setup_script=setup_script(config),
                             store_path=Path(resolve_store_path(config, local_runs).value))  # fmt: skip
     names = tuple(command_names(ctx))
@@ -116,6 +117,13 @@ def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir:
     if as_json:
         view: dict[str, Any] = {done.view_key: done.view} if done.view_key else {}
         print_json({**result.to_dict(), **view})
+        return result.exit_status()
+    if result.completion.detached:
+        run_id = result.completion.run_id
+        err_console.print(f"proctor: submitted {request.title()} as run {run_id} "
+                          f"({result.completion.local_dir}); `proctor runs wait {run_id}` "
+                          "waits for its end", highlight=False, markup=False)  # fmt: skip
+        sys.stdout.write(f"{run_id}\n")
         return result.exit_status()
     if done.text:
         err_console.print(done.text, highlight=False, markup=False)

@@ -213,15 +213,19 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
     hosting a server that outlives the command is kept)."""
     kind = kind_named(options.kind)
     if AGENT not in kind.capabilities and PLAN in kind.capabilities:
-        if command.leave_live or command.direct:
+        if (command.leave_live or command.direct) and not command.detach:
             raise UsageError(f"a {kind.kind} target runs `{command.request.title()}` as one job "
                              "to its end: it cannot leave it running",
                              hint="drop --detach (a server: serve start --target)")  # fmt: skip
         # Self-contained (flow, bench, eval, sweep): one job whose directory holds its runs.
         request = with_server_url(command.request, options, runs_dir)
+        if command.detach:
+            # Detached here: the job itself runs the command to its end, followed by its tracker.
+            request = request.model_copy(
+                update={"params": {k: v for k, v in request.params.items() if k != "detach"}})
         planned = replace(command, nested=True, request=request)
         return WorkflowRun(run_planned(options, planned, identity, config, runs_dir, out,
-                                       remote.store_path))  # fmt: skip
+                                       remote.store_path, detach=command.detach))  # fmt: skip
     _require(options, AGENT, "proctor's server workflow (serve, drain, flow, bench, eval)")
     acquired: Acquired = acquire(options, TargetContext(config, runs_dir,
                                                         keep_for_server=keep_for_server),
@@ -252,12 +256,13 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
 
 def run_planned(
     options: TargetOptions, command: WorkflowCommand, identity: Any, config: ProjectConfig,
-    runs_dir: Path, out: IO[bytes], store_path: Path | None = None,
+    runs_dir: Path, out: IO[bytes], store_path: Path | None = None, *, detach: bool = False,
 ) -> WorkflowResult:  # fmt: skip
     """A self-contained workflow command (flow, bench, eval, sweep: its runs live inside the
     job's own run directory) on a target that makes local run directories (PLAN: Slurm): one
     job, followed, its directory verified against its manifest; the runs it made are found
-    among its steps (the flow's record, the answer of --json) and indexed in the local store."""
+    among its steps (the flow's record, the answer of --json) and indexed in the local store.
+    `detach`: submitted, not followed; the job's tracker fetches, verifies and indexes it."""
     from proctor.targets.service import guard_start
 
     target = open_target(options, TargetContext(config, runs_dir, one_machine=True))
@@ -276,6 +281,10 @@ def run_planned(
         local = runs_dir / started.run_id
         interrupts.attach(RunDir(local))
         completion.run_id, completion.local_dir = started.run_id, str(local)
+        if detach:
+            completion.detached = True
+            interrupts.raise_if_hit()
+            return WorkflowResult(completion)
         status = target.follow(started.run_id, out)
         completion.result_known = status.state == "finished" and status.exit_code is not None
         completion.exit_code, completion.exit_signal = status.exit_code, status.exit_signal

@@ -62,6 +62,9 @@ class WorkflowCommand:
     answer: bool = False
     leave_live: bool = False  # serve start: its server keeps running; do not wait for it
     direct: bool = False  # run it in an agent call, not a job (it only starts detached runs)
+    # The user's --detach (bench, eval): a kind that runs the command as one job (Slurm)
+    # submits it and returns its run id; `proctor runs wait|attach RUN` follow it.
+    detach: bool = False
     name: str | None = None
     grace_s: float | None = 120.0  # a stopped flow still tears its server down
     timeout_s: float | None = None  # the far wrapper's own cap (a pod's time budget)

@@ -2,6 +2,7 @@
 
 options.py    slurm://[user@]host, --nodes/--gpus-per-node/--partition/--time, [slurm] config
 login.py      LoginHost protocol; LocalLogin (proctor on the login node)
+jobenv.py     secrets of the environment sbatch runs in, moved into the job's 0600 env file
 scheduler.py  Slurm: sbatch, squeue, scontrol, sacct (else scontrol + jobcomp), scancel
 script.py     the batch script and the remote layout
 target.py     SlurmTarget: sync source, submit, start the tracker, stop

@@ -21,6 +21,7 @@ from proctor.errors import UsageError
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
 from proctor.supervise import wrapper
+from proctor.targets.slurm.jobenv import JOB_ENV
 
 #: Exit status when the wrapper left no exit_code: the result is unknown (proctor's code 6).
 UNKNOWN_STATUS = 6
@@ -128,11 +129,6 @@ def prepare_node_dir(run_dir: Path, node: str) -> RunDir:
     recorder.start(record)
     (path / str(plan["log"])).touch()
     return run
-
-
-#: Names the job's environment file (targets/slurm/script.py JOB_ENV; not imported from there:
-#: the node runner loads no pydantic).
-JOB_ENV = "PROCTOR_JOB_ENV"
 
 
 def load_job_env() -> None:

@@ -12,10 +12,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from proctor.targets.slurm.jobenv import JOB_ENV
 from proctor.targets.slurm.options import SlurmOptions
-
-#: The environment variable naming the job's environment file (RemoteLayout.job_env).
-JOB_ENV = "PROCTOR_JOB_ENV"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Every Slurm command and every file operation on the shared workspace goes through one
 asyncssh connection (proctor.targets.ssh.SshConnection, reconnected after a drop). Values
 that must stay secret (`--env`, the real argv) reach sbatch through a tiny far-side runner
-that reads them from stdin: never a command line, never a file.
+that reads them from stdin: never a command line, never a file. sbatch itself runs under
+`python -m proctor.targets.slurm.jobenv`, which moves the login host's own secret variables
+into the job's 0600 environment file first (slurmctld saves sbatch's environment on disk).
 The `SshTarget` it wraps also ships proctor's own package and the exact source (verified
 by the far agent), exactly as `--target ssh://` does.
 """
@@ -84,6 +86,35 @@ class SshLogin:
         else:
             line, stdin = f"{self._prefix()}exec {shlex.join(argv)}", None
         rc, out, err = self.conn.run(line, stdin=stdin, timeout=timeout)
+        if rc == 127:
+            raise TargetUnavailable(
+                f"{argv[0]} not found on the login host {self.name}",
+                hint="install the Slurm client commands there, or set [slurm] env_sh",
+            )
+        return Result(rc, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def run_submit(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        job_env: str,
+        secret_names: Sequence[str] = (),
+        timeout: float = 60,
+    ) -> Result:
+        """sbatch sees the environment of this SSH session on the login host (sshd's, what the
+        remote shell's startup files and env.sh export; nothing of the local shell): its
+        secrets are moved into `job_env` there, by the proctor package shipped there."""
+        prepared = self.prepare()
+        # The shipped package on sys.path, not in PYTHONPATH: sbatch's environment stays the
+        # session's own.
+        path = [prepared.proctor_path] if prepared.proctor_path else []
+        code = (f"import sys;sys.path[:0]={path!r};"
+                "from proctor.targets.slurm.jobenv import main;sys.exit(main())")  # fmt: skip
+        line = f"{self._prefix()}exec {shlex.quote(prepared.python)} -c {shlex.quote(code)}"
+        request = {"argv": list(argv), "env": dict(env), "job_env": job_env,
+                   "secret_names": list(secret_names)}  # fmt: skip
+        rc, out, err = self.conn.run(line, stdin=json.dumps(request).encode(), timeout=timeout)
         if rc == 127:
             raise TargetUnavailable(
                 f"{argv[0]} not found on the login host {self.name}",

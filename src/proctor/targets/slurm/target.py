@@ -42,7 +42,7 @@ from proctor.targets.local import status_of
 from proctor.targets.slurm.login import LocalLogin, LoginHost
 from proctor.targets.slurm.options import SlurmOptions, SlurmTargetSpec
 from proctor.targets.slurm.scheduler import Slurm
-from proctor.targets.slurm.script import JOB_ENV, RemoteLayout, render_script
+from proctor.targets.slurm.script import RemoteLayout, render_script
 
 META = "slurm.json"
 
@@ -325,8 +325,9 @@ class SlurmTarget:
             script = self.write_job_files(run, plan, layout, workdir, multinode)
             # Not sbatch's environment: slurmctld saves that on disk (StateSaveLocation). The
             # batch script removes this file when the job ends; the tracker again after.
+            # submit() adds the secrets exported on the login host (slurm/jobenv.py).
             self.login.write_text(layout.job_env, json.dumps(env), mode=0o600)
-            job_id = self.slurm.submit(layout.script, env={JOB_ENV: layout.job_env})
+            job_id = self.slurm.submit(layout.script, layout.job_env, plan.secret_names)
         except ProctorError as error:
             update_record(
                 run,

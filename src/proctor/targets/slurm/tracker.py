@@ -259,6 +259,7 @@ class Tracker:
         ]
         if node_durations and (elapsed is None or max(node_durations) > elapsed):
             elapsed = max(node_durations)  # type: ignore[assignment]
+        self.index_steps(results)
         recorder = Recorder(self.run)
         if verdict.exit_code is not None:
             recorder.write_exit(verdict.exit_code, verdict.signal)
@@ -289,6 +290,19 @@ class Tracker:
         from proctor.store.db import index_quietly
 
         index_quietly(self.meta.get("store_path"), self.run.path, "slurm tracker")
+
+    def index_steps(self, results: list[NodeResult]) -> None:
+        """The runs the job's command made inside its run directory (a bench, eval or sweep
+        submitted with --detach: nodes/<node>/steps/<run>/) go in the local store too, once
+        their node's directory is verified, as when proctor follows the job itself; before
+        the group's end is written, so `proctor runs wait` finds them indexed."""
+        from proctor.store.db import index_quietly
+
+        for r in results:
+            if not r.verified:
+                continue
+            for child in sorted((self.run.path / "nodes" / r.node / "steps").glob("*/record.json")):
+                index_quietly(self.meta.get("store_path"), child.parent, "slurm tracker")
 
     def run_all(self) -> int:
         me = psutil.Process()
