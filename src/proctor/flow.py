@@ -594,14 +594,15 @@ def load_flow_file(path: Path) -> dict[str, Any]:
     return table
 
 
-def flow_document(path: Path, param: str = "file") -> Document:
+def flow_document(path: Path, param: str = "file", *, listed: bool = True) -> Document:
     """The flow file `path` as it travels with `--target` (targets/remote/shipfiles.py): its
     table, checked as a local flow checks it, with every local file its workloads (and a
     [sweep]'s bench) name read and hashed; relative paths are the cwd's, as for a local flow,
-    whose workloads run in it. A missing file is a usage error before any machine is touched."""
+    whose workloads run in it. A missing file is a usage error before any machine is touched.
+    Not `listed`: the file's workload list is not run (--workload-cmd replaces it)."""
     local = path.expanduser().resolve()
     table = load_flow_file(local)
-    workloads = table.get("workload")
+    workloads = table.get("workload") if listed else None
     parse_workloads(workloads)  # a bad entry fails here, before a machine is acquired
     entries = workloads if isinstance(workloads, list) else [workloads] if workloads else []
     values = []

@@ -145,7 +145,9 @@ def _shipment(request: CommandRequest) -> Shipment:
     if request.command in (["flow"], ["sweep"]) and isinstance(file, str) and file:
         from proctor.flow import flow_document
 
-        shipment.document = flow_document(Path(file))
+        # --workload-cmd on the command line replaces the file's list: none of its files is read.
+        listed = "workload_cmd" not in request.params
+        shipment.document = flow_document(Path(file), listed=listed)
         shipment.check_size()
     return shipment
 
