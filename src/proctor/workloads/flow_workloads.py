@@ -163,7 +163,7 @@ def file_values(kind: str, options: object, where: tuple[str | int, ...]) -> lis
     """The options of a `kind` workload (at `where` in a flow file) that name local files, read
     and hashed, to ship with `flow --target`: bench and sweep `dataset` (a file kind), eval
     `data` (its GSM8K splits). A `cmd` line, an offline `model` and any other path are the far
-    side's own (docs/flows.md)."""
+    side's own (docs/workflow.md)."""
     if not isinstance(options, dict):
         return []
     found: list[Shipped | None] = []
