@@ -265,6 +265,11 @@ def test_a_flow_ships_the_files_its_workloads_name(
                       "--file", str(flows / "missing.toml"), cwd=repo, timeout=60)  # fmt: skip
     assert missing.returncode == 64, missing.stderr
     assert "cannot read dataset ../data/nope.jsonl" in missing.stderr
+    (flows / "eval.toml").write_text('[[flow.workload]]\neval = { task = "gsm8k", data = "../nogsm" }\n')
+    no_data = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
+                      "--file", str(flows / "eval.toml"), cwd=repo, timeout=60)  # fmt: skip
+    assert no_data.returncode == 64, no_data.stderr
+    assert "cannot read GSM8K data ../nogsm/train.jsonl" in no_data.stderr
     assert not (far_place.workspace / "proctor").exists()  # nothing was prepared there
     result = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
                      "--port", str(far_place.port(8016)), "--poll", "1s",
