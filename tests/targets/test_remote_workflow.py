@@ -270,6 +270,13 @@ def test_a_flow_ships_the_files_its_workloads_name(
                       "--file", str(flows / "eval.toml"), cwd=repo, timeout=60)  # fmt: skip
     assert no_data.returncode == 64, no_data.stderr
     assert "cannot read GSM8K data ../nogsm/train.jsonl" in no_data.stderr
+    # A server sweep's flow file: its [sweep] bench dataset is read here too.
+    (flows / "grid.toml").write_text('[sweep]\nserver = { max_num_seqs = [4] }\n'
+                                     'bench = { concurrency = [1], dataset = "jsonl:../none.jsonl" }\n')
+    grid = proctor("sweep", "--target", far_place.url, "--engine", "fake", "--model", "m",
+                   "--group", "g", "--file", str(flows / "grid.toml"), cwd=repo, timeout=60)  # fmt: skip
+    assert grid.returncode == 64, grid.stderr
+    assert "cannot read dataset ../none.jsonl" in grid.stderr
     assert not (far_place.workspace / "proctor").exists()  # nothing was prepared there
     result = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
                      "--port", str(far_place.port(8016)), "--poll", "1s",
