@@ -117,31 +117,35 @@ class Shipment:
 def read_file(text: str, what: str) -> LocalFile:
     """The local file `text` names (relative to the cwd, as a local run reads it), hashed."""
     local = Path(text).expanduser().resolve()
-    data = _read(local, text, what)
-    sha = hashlib.sha256(data).hexdigest()
-    return LocalFile(local, sha, len(data), sha, local.name)
+    sha, size = _hash(local, text, what)
+    return LocalFile(local, sha, size, sha, local.name)
 
 
 def read_folder(text: str, names: tuple[str, ...], what: str) -> list[LocalFile]:
     """The files `names` of the local folder `text` names, hashed, under one folder digest."""
     local = Path(text).expanduser().resolve()
-    read = {n: _read(local / n, f"{text}/{n}", what) for n in names}
-    shas = {n: hashlib.sha256(b).hexdigest() for n, b in read.items()}
-    digest = digest_of(shas)
-    return [LocalFile(local / n, shas[n], len(b), digest, f"{local.name}/{n}")
-            for n, b in read.items()]  # fmt: skip
+    hashed = {n: _hash(local / n, f"{text}/{n}", what) for n in names}
+    digest = digest_of({n: sha for n, (sha, _) in hashed.items()})
+    return [LocalFile(local / n, sha, size, digest, f"{local.name}/{n}")
+            for n, (sha, size) in hashed.items()]  # fmt: skip
 
 
-def _read(path: Path, text: str, what: str) -> bytes:
+def _hash(path: Path, text: str, what: str) -> tuple[str, int]:
+    """(sha256, size) of a local file, read in chunks; UsageError if it cannot be read."""
+    digest, size = hashlib.sha256(), 0
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise UsageError(f"{what} {text} is {path.stat().st_size:,} bytes; at most "
-                             f"{MAX_BYTES:,} are shipped with a command",
-                             hint="put it on the target and run there")  # fmt: skip
-        return path.read_bytes()
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    raise UsageError(f"{what} {text} is over {MAX_BYTES:,} bytes, the most "
+                                     "shipped with a command",
+                                     hint="put it on the target and run there")  # fmt: skip
     except OSError as e:
         raise UsageError(f"cannot read {what} {text}: {e.strerror}",
                          hint="give an existing local path: it is shipped to the target") from e
+    return digest.hexdigest(), size
 
 
 def dataset_value(value: object, where: tuple[str | int, ...]) -> Shipped | None:
