@@ -235,6 +235,108 @@ def test_a_dataset_file_is_shipped_with_bench_and_sweep(
     assert stopped.returncode == 0, stopped.stderr
 
 
+FLOW_BENCH = """
+[[flow.workload]]
+name = "shipped"
+bench = { osl = 4, concurrency = 2, num_prompts = 6, num_warmups = 0, dataset = "jsonl:../data/p.jsonl" }
+"""
+
+
+def test_a_flow_ships_the_files_its_workloads_name(
+    far_place: FarPlace, repo: Path, isolated_runs: Path
+) -> None:
+    """`flow --file F --target`: the flow file (outside the checkout) and the dataset its bench
+    names (relative to the cwd, as a local flow reads it) travel with the flow; the far bench
+    reads the shipped copy. A file a workload names that is missing here is 64 before any
+    machine is touched."""
+    import hashlib
+
+    data = repo.parent / "data"  # outside the shipped checkout: only shipping brings it there
+    data.mkdir()
+    prompts = data / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"flow prompt {i}", "output_len": 3})
+                               + "\n" for i in range(10)))  # fmt: skip
+    sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    flows = repo.parent / "flows"
+    flows.mkdir()
+    (flows / "missing.toml").write_text(FLOW_BENCH.replace("p.jsonl", "nope.jsonl"))
+    (flows / "bench.toml").write_text(FLOW_BENCH)
+    missing = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
+                      "--file", str(flows / "missing.toml"), cwd=repo, timeout=60)  # fmt: skip
+    assert missing.returncode == 64, missing.stderr
+    assert "cannot read dataset ../data/nope.jsonl" in missing.stderr
+    (flows / "eval.toml").write_text('[[flow.workload]]\neval = { task = "gsm8k", data = "../nogsm" }\n')
+    no_data = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
+                      "--file", str(flows / "eval.toml"), cwd=repo, timeout=60)  # fmt: skip
+    assert no_data.returncode == 64, no_data.stderr
+    assert "cannot read GSM8K data ../nogsm/train.jsonl" in no_data.stderr
+    # A server sweep's flow file: its [sweep] bench dataset is read here too.
+    (flows / "grid.toml").write_text('[sweep]\nserver = { max_num_seqs = [4] }\n'
+                                     'bench = { concurrency = [1], dataset = "jsonl:../none.jsonl" }\n')
+    grid = proctor("sweep", "--target", far_place.url, "--engine", "fake", "--model", "m",
+                   "--group", "g", "--file", str(flows / "grid.toml"), cwd=repo, timeout=60)  # fmt: skip
+    assert grid.returncode == 64, grid.stderr
+    assert "cannot read dataset ../none.jsonl" in grid.stderr
+    assert not (far_place.workspace / "proctor").exists()  # nothing was prepared there
+    result = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
+                     "--port", str(far_place.port(8016)), "--poll", "1s",
+                     "--file", str(flows / "bench.toml"), "--json", cwd=repo,
+                     timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    job = Path(json.loads(result.stdout)["completion"]["local_dir"])
+    docs = [json.loads(p.read_text()) for p in job.glob("steps/*/metrics.json")]
+    (bench,) = [d for d in docs if d.get("schema") == "proctor.bench.metrics"]
+    far_copy = f"{far_place.workspace}/proctor/data/{sha}/p.jsonl"
+    assert bench["dataset"]["sha256"] == sha and bench["dataset"]["path"] == far_copy
+    assert Path(far_copy).read_bytes() == prompts.read_bytes()
+    far_job = json.loads((job / "record.json").read_text())
+    assert far_job["request"]["files"] == {"flow.workload.0.bench.dataset": sha}
+
+
+@pytest.mark.parametrize("far_place", ["dir"], indirect=True)  # the key server is loopback
+def test_eval_gsm8k_scores_the_shipped_data(
+    far_place: FarPlace, repo: Path, isolated_runs: Path, tmp_path: Path
+) -> None:
+    """`eval gsm8k --data DIR --target`: the two splits it reads travel (one folder named by
+    the digest of their sha256sum text), the far eval scores that copy and its metrics say
+    which bytes; a missing folder is 64 before any machine is touched."""
+    import hashlib
+    import math
+    import shutil
+
+    from tests.fixtures.answer_key_server import answer_key_server
+    from tests.helpers import GSM8K_DATA
+
+    gsm8k = repo.parent / "gsm8k"
+    gsm8k.mkdir()
+    for name in ("train.jsonl", "test.jsonl"):
+        shutil.copyfile(GSM8K_DATA / name, gsm8k / name)
+    files = {n: hashlib.sha256((gsm8k / n).read_bytes()).hexdigest()
+             for n in ("train.jsonl", "test.jsonl")}  # fmt: skip
+    text = "".join(f"{files[n]}  {n}\n" for n in sorted(files))
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    env = {"HF_HOME": str(tmp_path / "hf")}
+    args = ["--model", "m1", "--fewshot", "3", "--limit", "5", "--num-concurrent", "2", "--json"]
+    missing = proctor("eval", "gsm8k", "--target", far_place.url, "--base-url",
+                      "http://127.0.0.1:9", "--data", "../nope", *args, cwd=repo, env=env,
+                      timeout=60)  # fmt: skip
+    assert missing.returncode == 64, missing.stderr
+    assert "cannot read GSM8K data ../nope/train.jsonl" in missing.stderr
+    assert not (far_place.workspace / "proctor").exists()
+    with answer_key_server(gsm8k) as server:
+        ran = proctor("eval", "gsm8k", "--target", far_place.url, "--base-url", server.base_url,
+                      "--data", "../gsm8k", *args, cwd=repo, env=env, timeout=240)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    answer = json.loads(ran.stdout)["answer"]
+    far_copy = f"{far_place.workspace}/proctor/data/{digest}/gsm8k"
+    assert answer["data"] == {"path": far_copy, "sha256": digest, "files": files}
+    assert answer["config"]["data_dir"] == far_copy
+    assert math.isclose(answer["metrics"]["exact_match_flexible_extract"], 0.8)
+    assert math.isclose(answer["metrics"]["exact_match_strict_match"], 0.4)
+    fetched = json.loads((isolated_runs / answer["run_id"] / "metrics.json").read_text())
+    assert fetched["data"]["sha256"] == digest
+
+
 def test_runs_commands_reach_a_detached_far_run_through_its_record(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:

@@ -7,6 +7,7 @@ a node, followed, verified, its bench run found and indexed locally, its exit co
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sqlite3
@@ -234,6 +235,11 @@ def test_eval_gsm8k_on_slurm_scores_known_answers(
     # Test docs 0..4: right {0, 3}, flexible-only {1, 4}, wrong {2}.
     metrics = data["answer"]["metrics"]
     assert metrics["n_samples"] == 5
+    # The node scored the copy shipped into the shared workspace, not the repo's folder.
+    shipped = data["answer"]["data"]
+    assert shipped["path"].startswith(f"{tmp_path / 'ws'}/proctor/data/{shipped['sha256']}/")
+    assert shipped["files"]["test.jsonl"] == hashlib.sha256(
+        (gsm8k_data_dir() / "test.jsonl").read_bytes()).hexdigest()
     assert math.isclose(metrics["exact_match_flexible_extract"], 0.8)
     assert math.isclose(metrics["exact_match_strict_match"], 0.4)
     (eval_dir,) = Path(completion["local_dir"]).glob(f"**/steps/{eval_id}")

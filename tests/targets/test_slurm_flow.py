@@ -68,3 +68,39 @@ def test_flow_on_a_slurm_node_runs_every_step_and_comes_back_verified(
         if path.is_file():
             assert b"hf_slurm_CANARY" not in path.read_bytes(), path
     assert "hf_slurm_CANARY" not in result.stdout + result.stderr
+
+
+def test_a_flow_file_and_its_dataset_travel_to_the_slurm_workspace(
+    cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
+) -> None:
+    """`flow --file F --target slurm://`: with no agent, the flow file (rewritten to name the
+    far copies) and the dataset its bench names are put into the shared workspace through the
+    login host and read back; the bench on the node reads that copy."""
+    import hashlib
+
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "proctor.toml").write_text(
+        f'[slurm]\nworkspace = "{tmp_path / "ws"}"\n\n{FAKE_ENGINE_TOML}'
+    )
+    (tmp_path / "data").mkdir()
+    prompts = tmp_path / "data" / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"slurm flow {i}", "output_len": 3})
+                               + "\n" for i in range(8)))  # fmt: skip
+    sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    flow_file = tmp_path / "bench-flow.toml"
+    flow_file.write_text('[[flow.workload]]\nbench = { osl = 4, concurrency = 2, num_prompts = 4, '
+                         'num_warmups = 0, dataset = "jsonl:../data/p.jsonl" }\n')  # fmt: skip
+    result = proctor(
+        "flow", "--target", "slurm://local", "--engine", "fake", "--model", "m",
+        "--port", str(free_port()), "--poll", "1s", "--file", str(flow_file), "--json",
+        cwd=work, env={"SLURM_CONF": str(cluster.conf)}, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    group = Path(json.loads(result.stdout)["completion"]["local_dir"])
+    docs = [json.loads(p.read_text()) for p in group.glob("**/steps/*/metrics.json")]
+    (bench,) = [d for d in docs if d.get("schema") == "proctor.bench.metrics"]
+    far_copy = f"{tmp_path / 'ws'}/proctor/data/{sha}/p.jsonl"
+    assert bench["dataset"]["sha256"] == sha and bench["dataset"]["path"] == far_copy
+    (shipped_flow,) = (tmp_path / "ws" / "proctor" / "data").glob("*/bench-flow.toml")
+    assert far_copy in shipped_flow.read_text()

@@ -31,7 +31,8 @@ from proctor.targets.remote.commands import (
     setup_script,
 )
 from proctor.targets.remote.orchestrate import Completion, RemoteOptions, resume_remote
-from proctor.targets.remote.shipfiles import request_files
+from proctor.targets.remote.requests import CommandRequest
+from proctor.targets.remote.shipfiles import Shipment, request_shipment
 
 
 def run_with_target(flags: RunFlags, spec: TargetOptions, config: ProjectConfig, runs_dir: Path,
@@ -103,7 +104,7 @@ def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir:
     # Read before any machine is acquired: a missing file is a usage error, at no cost.
     command = WorkflowCommand(request, nested=nested, answer=answer, leave_live=leave_live,
                               direct=direct, detach=detach,
-                              files=request_files(request))  # fmt: skip
+                              shipment=_shipment(request))  # fmt: skip
     options = RemoteOptions(setup_script=setup_script(config),
                             store_path=Path(resolve_store_path(config, local_runs).value))  # fmt: skip
     names = tuple(command_names(ctx))
@@ -142,6 +143,21 @@ def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir:
         live = [c.run_id for c in result.children if c.live] or [result.children[0].run_id]
         sys.stdout.write(f"{live[0]}\n")
     return result.exit_status()
+
+
+def _shipment(request: CommandRequest) -> Shipment:
+    """The local files the command reads, read and hashed: its dataset or data folder, and a
+    flow file (`flow|sweep --file`) with the files its workloads name."""
+    shipment = request_shipment(request)
+    file = request.params.get("file")
+    if request.command in (["flow"], ["sweep"]) and isinstance(file, str) and file:
+        from proctor.flow import flow_document
+
+        # --workload-cmd on the command line replaces the file's list: none of its files is read.
+        listed = "workload_cmd" not in request.params
+        shipment.document = flow_document(Path(file), listed=listed)
+        shipment.check_size()
+    return shipment
 
 
 def hand_off(target: str | TargetOptions, *, runs_dir: str | None, as_json: bool,

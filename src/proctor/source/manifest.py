@@ -8,6 +8,7 @@ artifacts). The text form is what `sha256sum` prints, so the far side can check 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
 import stat
@@ -89,6 +90,14 @@ class Manifest(BaseModel):
                 name = _unescape(name)
             entries.append(ManifestEntry(path=name, sha256=digest.lower()))
         return cls(entries=sorted(entries, key=lambda e: e.path))
+
+
+def digest_of(files: dict[str, str]) -> str:
+    """One sha256 naming a set of files (name -> sha256), e.g. a dataset folder: the digest of
+    their `sha256sum` text, sorted by name, so the same bytes under the same names give the
+    same digest wherever it is computed."""
+    entries = [ManifestEntry(path=name, sha256=sha) for name, sha in sorted(files.items())]
+    return hashlib.sha256(Manifest(entries=entries).to_sha256sum().encode()).hexdigest()
 
 
 def _unescape(name: str) -> str:

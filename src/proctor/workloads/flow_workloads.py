@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proctor.errors import UsageError
+from proctor.targets.remote.shipfiles import Shipped, dataset_value, gsm8k_data_value
 
 KINDS = ("bench", "sweep", "eval", "offline", "cmd")
 COMMON = ("name", "env")
@@ -158,6 +159,23 @@ def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: 
     return [py, "-m", "proctor.cli.main", "offline", *flags, "--", *map(str, args)]
 
 
+def file_values(kind: str, options: object, where: tuple[str | int, ...]) -> list[Shipped]:
+    """The options of a `kind` workload (at `where` in a flow file) that name local files, read
+    and hashed, to ship with `flow --target`: bench and sweep `dataset` (a file kind), eval
+    `data` (its GSM8K splits). A `cmd` line, an offline `model` and any other path are the far
+    side's own (docs/workflow.md)."""
+    if not isinstance(options, dict):
+        return []
+    found: list[Shipped | None] = []
+    for key, value in options.items():
+        name = str(key).replace("_", "-")
+        if kind in ("bench", "sweep") and name == "dataset":
+            found.append(dataset_value(value, (*where, key)))
+        elif kind == "eval" and name == "data":
+            found.append(gsm8k_data_value(value, (*where, key)))
+    return [f for f in found if f is not None]
+
+
 def _flags(opts: dict[str, Any], *, repeat_lists: bool) -> list[str]:
     argv: list[str] = []
     for key, value in opts.items():
@@ -235,5 +253,5 @@ def _check(parser: argparse.ArgumentParser, argv: list[str], kind: str) -> None:
         raise UsageError(f"{kind} workload: {last}", hint="its options are its flags") from None
 
 
-__all__ = ["KINDS", "OFFLINE_FLAGS", "SWEEP_FLAGS", "FlowWorkload", "command_for", "parse_workload",
-           "parse_workloads"]
+__all__ = ["KINDS", "OFFLINE_FLAGS", "SWEEP_FLAGS", "FlowWorkload", "command_for", "file_values",
+           "parse_workload", "parse_workloads"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib.util
 import json
 import math
@@ -40,6 +41,7 @@ from typing import Any
 
 from proctor import redact
 from proctor.errors import ProctorError, TargetUnavailable, UsageError, WorkloadFailed
+from proctor.source.manifest import digest_of
 
 SCHEMA = "proctor.gsm8k-metrics/1"
 TASK = "gsm8k"
@@ -198,6 +200,15 @@ def write_offline_task(data_dir: Path, out_dir: Path) -> Path:
     )
     (out_dir / "gsm8k.yaml").write_text(text, encoding="utf-8")
     return out_dir
+
+
+def data_files(data_dir: Path) -> dict[str, Any]:
+    """Which bytes `--data DIR` held: each split's sha256 and one digest of them (the digest a
+    `--target` names its shipped copy by, targets/remote/shipfiles.py)."""
+    data_dir = Path(data_dir).resolve()
+    files = {name: hashlib.sha256((data_dir / name).read_bytes()).hexdigest()
+             for name in ("train.jsonl", "test.jsonl")}  # fmt: skip
+    return {"path": str(data_dir), "sha256": digest_of(files), "files": files}
 
 
 @dataclass(frozen=True)
@@ -392,6 +403,7 @@ def run_gsm8k(
             "gen_kwargs": config.gen_kwargs,
             "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
         },
+        "data": data_files(data_dir) if data_dir else None,
         "metrics": {},
     }
     metrics_path = output_dir / "metrics.json"

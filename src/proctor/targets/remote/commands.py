@@ -272,8 +272,8 @@ def run_planned(
     interrupts = guard_start()
     try:
         prepared = target.prepare()
-        if command.files:  # no agent to store them with: refused, never read from its path
-            shipped = ship_files(target, prepared.workspace, command.request, command.files)
+        if command.shipment:  # no agent to store them with: refused, never read from its path
+            shipped = ship_files(target, prepared.workspace, command.request, command.shipment)
             command = replace(command, request=shipped)
         job = job_for(command)
         job.argv[0] = prepared.python

@@ -1,95 +1,244 @@
-"""Files a command reads, shipped with it to a far target (`bench|sweep --dataset jsonl:PATH
---target ...`): the far side must read these bytes, not whatever has that path there.
+"""Files a command reads, shipped with it to a far target: the far side must read these bytes,
+not whatever has that path there.
 
-Before any machine is acquired, each file the request names is read here (a missing one is a
-usage error, 64) and hashed. Once the far workspace is known, it is stored there
-content-addressed, `<ws>/proctor/data/<sha256>/<name>`, by the agent, which writes it only if
-its bytes hash to the same sha256; the request then names the far copy. The bench's
-metrics.json `dataset.sha256` says which bytes it read.
+    bench|sweep --dataset KIND:PATH    the dataset file
+    eval gsm8k --data DIR              the splits it reads (train.jsonl, test.jsonl)
+    flow|sweep --file FLOW             the flow file itself, rewritten so that every file its
+                                       workloads name (flow.py: flow_document) names the far copy
+
+Before any machine is acquired, each file is read here (a missing one is a usage error, 64),
+checked against the size cap and hashed. Once the far workspace is known, each is stored there
+content-addressed, `<ws>/proctor/data/<sha256>/<name>` (a folder's files under
+`<ws>/proctor/data/<digest>/<folder>/`, the digest of their sha256sum text), by the agent, which
+writes a file only if its bytes hash to the same sha256 (or, without an agent, through FILES and
+read back); the request then names the far copies. The reader says which bytes it read: bench's
+metrics.json `dataset.sha256`, the eval's `data.sha256`.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from proctor.errors import FaultDetected, UsageError
+from proctor.source.manifest import digest_of
+from proctor.spec.tomlwrite import dump_toml
 from proctor.targets.base import AGENT, FILES, Target, capable
 from proctor.targets.remote.requests import CommandRequest
 
 # Request parameters that may name a local file, and the dataset kinds that are files.
 DATASET_PARAM = "dataset"
 FILE_KINDS = ("jsonl", "sharegpt", "multi-turn")
-MAX_BYTES = 512 * 1024 * 1024  # sent through the agent's stdin
+# `eval gsm8k --data DIR`: the files it reads there (workloads/gsm8k.py, write_offline_task).
+DATA_PARAM = "data"
+GSM8K_SPLITS = ("train.jsonl", "test.jsonl")
+MAX_BYTES = 512 * 1024 * 1024  # all the files of one command, each sent through the agent's stdin
 
 
 @dataclass(frozen=True)
 class LocalFile:
-    param: str
-    kind: str
+    """One local file, read and hashed; stored far away as `<ws>/proctor/data/<folder>/<name>`."""
+
     path: Path
     sha256: str
     size: int
+    folder: str  # the file's own sha256, or the digest of the folder it is part of
+    name: str  # its name under that folder: `p.jsonl`, or `gsm8k/test.jsonl`
 
     def far_path(self, workspace: str) -> str:
-        return f"{workspace}/proctor/data/{self.sha256}/{self.path.name}"
+        return f"{workspace}/proctor/data/{self.folder}/{self.name}"
 
 
-def request_files(request: CommandRequest) -> list[LocalFile]:
-    """The local files `request` names, read and hashed; UsageError if one cannot be read."""
-    value = request.params.get(DATASET_PARAM)
+@dataclass(frozen=True)
+class Shipped:
+    """A value naming local file(s) (a request parameter, or a place in a flow file) and how it
+    names the far copies: `prefix` + the far file, or + the far folder holding `files`."""
+
+    where: tuple[str | int, ...]  # (param,) or the keys down to the value in a document
+    files: tuple[LocalFile, ...]
+    prefix: str = ""  # "jsonl:" for a dataset
+    folder: str | None = None  # the folder's name when the value names a folder
+
+    @property
+    def sha256(self) -> str:
+        """The file's sha256, or the folder's digest."""
+        return self.files[0].folder if self.folder else self.files[0].sha256
+
+    def far_value(self, workspace: str) -> str:
+        if self.folder:
+            return f"{self.prefix}{workspace}/proctor/data/{self.sha256}/{self.folder}"
+        return self.prefix + self.files[0].far_path(workspace)
+
+    def label(self) -> str:
+        return ".".join(str(w) for w in self.where)
+
+
+@dataclass
+class Document:
+    """A TOML file the command reads (a flow file) whose values name local files: shipped as
+    `[name]` tables with those values naming the far copies, under its own name."""
+
+    param: str
+    path: Path
+    tables: dict[str, dict[str, Any]]
+    values: list[Shipped] = field(default_factory=list)
+
+
+@dataclass
+class Shipment:
+    """Everything a command reads locally: parameters naming files, and a document."""
+
+    params: list[Shipped] = field(default_factory=list)
+    document: Document | None = None
+
+    def values(self) -> list[Shipped]:
+        return [*self.params, *(self.document.values if self.document else [])]
+
+    def files(self) -> list[LocalFile]:
+        unique = {(f.folder, f.name): f for v in self.values() for f in v.files}
+        return list(unique.values())
+
+    def __bool__(self) -> bool:
+        return bool(self.params) or self.document is not None
+
+    def check_size(self) -> None:
+        total = sum(f.size for f in self.files())
+        if total > MAX_BYTES:
+            raise UsageError(f"the files this command reads are {total:,} bytes; at most "
+                             f"{MAX_BYTES:,} are shipped with a command",
+                             hint="put them on the target and run there")  # fmt: skip
+
+
+def read_file(text: str, what: str) -> LocalFile:
+    """The local file `text` names (relative to the cwd, as a local run reads it), hashed."""
+    local = Path(text).expanduser().resolve()
+    sha, size = _hash(local, text, what)
+    return LocalFile(local, sha, size, sha, local.name)
+
+
+def read_folder(text: str, names: tuple[str, ...], what: str) -> list[LocalFile]:
+    """The files `names` of the local folder `text` names, hashed, under one folder digest."""
+    local = Path(text).expanduser().resolve()
+    hashed = {n: _hash(local / n, f"{text}/{n}", what) for n in names}
+    digest = digest_of({n: sha for n, (sha, _) in hashed.items()})
+    return [LocalFile(local / n, sha, size, digest, f"{local.name}/{n}")
+            for n, (sha, size) in hashed.items()]  # fmt: skip
+
+
+def _hash(path: Path, text: str, what: str) -> tuple[str, int]:
+    """(sha256, size) of a local file, read in chunks; UsageError if it cannot be read."""
+    digest, size = hashlib.sha256(), 0
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    raise UsageError(f"{what} {text} is over {MAX_BYTES:,} bytes, the most "
+                                     "shipped with a command",
+                                     hint="put it on the target and run there")  # fmt: skip
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {text}: {e.strerror}",
+                         hint="give an existing local path: it is shipped to the target") from e
+    return digest.hexdigest(), size
+
+
+def dataset_value(value: object, where: tuple[str | int, ...]) -> Shipped | None:
+    """`KIND:PATH` of a file kind as a shipped value; None for what is not a file (random)."""
     if not isinstance(value, str):
-        return []
+        return None
     kind, _, path = value.partition(":")
     kind = kind.strip().lower()
     if kind not in FILE_KINDS or not path:
-        return []  # not a file: the far side checks the spec as bench does
-    local = Path(path).expanduser().resolve()
-    try:
-        data = local.read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read dataset {path}: {e.strerror}",
-                         hint="give an existing local file: --dataset KIND:PATH "
-                              "(it is shipped to the target)") from e  # fmt: skip
-    if len(data) > MAX_BYTES:
-        raise UsageError(f"dataset {path} is {len(data):,} bytes; at most {MAX_BYTES:,} are "
-                         "shipped with a command",
-                         hint="put it on the target and run there")  # fmt: skip
-    return [LocalFile(DATASET_PARAM, kind, local, hashlib.sha256(data).hexdigest(), len(data))]
+        return None  # not a file: the far side checks the spec as bench does
+    return Shipped(where, (read_file(path, "dataset"),), prefix=f"{kind}:")
+
+
+def gsm8k_data_value(value: object, where: tuple[str | int, ...]) -> Shipped | None:
+    """`--data DIR` of eval gsm8k as a shipped folder of its splits."""
+    if not isinstance(value, str) or not value:
+        return None
+    files = read_folder(value, GSM8K_SPLITS, "GSM8K data")
+    return Shipped(where, tuple(files), folder=Path(value).expanduser().resolve().name)
+
+
+def request_shipment(request: CommandRequest) -> Shipment:
+    """What the request's own parameters name: read and hashed; UsageError if one cannot be."""
+    params = [dataset_value(request.params.get(DATASET_PARAM), (DATASET_PARAM,))]
+    if request.command[:1] == ["eval"]:
+        params.append(gsm8k_data_value(request.params.get(DATA_PARAM), (DATA_PARAM,)))
+    shipment = Shipment([p for p in params if p is not None])
+    shipment.check_size()
+    return shipment
 
 
 def ship_files(target: Target, workspace: str, request: CommandRequest,
-               files: list[LocalFile]) -> CommandRequest:  # fmt: skip
-    """Store `files` in the far workspace (verified by sha256 there); `request` naming them."""
-    if not files:
+               shipment: Shipment) -> CommandRequest:  # fmt: skip
+    """Store the shipment in the far workspace (verified by sha256 there); `request` naming the
+    far copies."""
+    if not shipment:
         return request
-    params = dict(request.params)
-    for file in files:
+    for file in shipment.files():
         data = file.path.read_bytes()
         if hashlib.sha256(data).hexdigest() != file.sha256:
-            raise UsageError(f"dataset {file.path} changed while the command was starting")
-        dest = file.far_path(workspace)
-        if _store(target, file, data, dest) != file.sha256:
-            raise FaultDetected(f"the far copy of {file.path} is not the same bytes",
-                                hint="run again")  # fmt: skip
-        params[file.param] = f"{file.kind}:{dest}"
+            raise UsageError(f"{file.path} changed while the command was starting")
+        _put(target, file.far_path(workspace), file.sha256, data, file.path)
+    params = dict(request.params)
+    for value in shipment.params:
+        params[str(value.where[0])] = value.far_value(workspace)
+    doc = shipment.document
+    if doc is not None:
+        tables = copy.deepcopy(doc.tables)
+        for value in doc.values:
+            _set(tables, value.where, value.far_value(workspace))
+        data = dump_toml(tables).encode()
+        sha = hashlib.sha256(data).hexdigest()
+        dest = f"{workspace}/proctor/data/{sha}/{doc.path.name}"
+        _put(target, dest, sha, data, None)
+        params[doc.param] = dest
     return request.model_copy(update={"params": params})
 
 
-def _store(target: Target, file: LocalFile, data: bytes, dest: str) -> str | None:
+def shipped_digests(shipment: Shipment) -> dict[str, str]:
+    """For the far job's record: which bytes each value named (sha256 or folder digest)."""
+    return {v.label(): v.sha256 for v in shipment.values()}
+
+
+def _set(tables: dict[str, Any], where: tuple[str | int, ...], value: str) -> None:
+    node: Any = tables
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+
+
+def _put(target: Target, dest: str, sha256: str, data: bytes, local: Path | None) -> None:
+    if _store(target, dest, sha256, data, local) != sha256:
+        raise FaultDetected(f"the far copy {dest} is not the same bytes", hint="run again")
+
+
+def _store(target: Target, dest: str, sha256: str, data: bytes, local: Path | None) -> str | None:
     """Write `data` at `dest` on the target; the sha256 of what is there now."""
     far = capable(target, AGENT)
     if far is not None:  # the agent checks the bytes before it writes them
-        answer = far.agent("store", {"dest": dest, "sha256": file.sha256,
+        answer = far.agent("store", {"dest": dest, "sha256": sha256,
                                      "data_b64": base64.b64encode(data).decode()})  # fmt: skip
         return str(answer.get("sha256"))
     host = capable(target, FILES)
     if host is None:
         raise UsageError(f"a {target.kind} target cannot take the files this command reads",
-                         hint="put the dataset on the target and name its path there")  # fmt: skip
-    host.put_file(file.path, dest)
+                         hint="put the files on the target and name their paths there")  # fmt: skip
+    if local is not None:
+        host.put_file(local, dest)
+    else:
+        with tempfile.TemporaryDirectory(prefix="proctor-ship-") as tmp:
+            made = Path(tmp) / Path(dest).name
+            made.write_bytes(data)
+            host.put_file(made, dest)
     digest, offset = hashlib.sha256(), 0
     while chunk := host.read_bytes(dest, offset, 1 << 22):
         digest.update(chunk)
@@ -97,4 +246,6 @@ def _store(target: Target, file: LocalFile, data: bytes, dest: str) -> str | Non
     return digest.hexdigest()
 
 
-__all__ = ["LocalFile", "request_files", "ship_files"]
+__all__ = ["Document", "LocalFile", "Shipment", "Shipped", "dataset_value", "gsm8k_data_value",
+           "read_file", "read_folder", "request_shipment", "ship_files",
+           "shipped_digests"]  # fmt: skip

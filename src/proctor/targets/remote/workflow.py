@@ -46,7 +46,7 @@ from proctor.targets.remote.orchestrate import (
     run_setup,
 )
 from proctor.targets.remote.requests import CommandRequest
-from proctor.targets.remote.shipfiles import LocalFile, ship_files
+from proctor.targets.remote.shipfiles import Shipment, ship_files, shipped_digests
 from proctor.targets.remote.step import REQUEST_ENV, run_ids_in
 
 STEP_MODULE = "proctor.targets.remote.step"
@@ -68,7 +68,7 @@ class WorkflowCommand:
     name: str | None = None
     grace_s: float | None = 120.0  # a stopped flow still tears its server down
     timeout_s: float | None = None  # the far wrapper's own cap (a pod's time budget)
-    files: list[LocalFile] = field(default_factory=list)  # read by the command: shipped first
+    shipment: Shipment = field(default_factory=Shipment)  # read by the command: shipped first
 
 
 @dataclass
@@ -134,7 +134,7 @@ def run_workflow_remote(
     opts = options or RemoteOptions()
     if command.direct:
         return _run_direct(target, identity, command, runs_dir, opts)
-    if command.files:
+    if command.shipment:
         opts = replace(opts, before_start=lambda far, prepared, job: _ship(far, prepared, job,
                                                                             command))  # fmt: skip
     completion = run_remote(target, identity, job_for(command), runs_dir, out, opts)
@@ -170,9 +170,9 @@ def run_workflow_remote(
 
 def _ship(target: Target, prepared: Prepared, job: JobSpec, command: WorkflowCommand) -> None:
     """Store the command's files in the far workspace; the job's request names the far copies."""
-    request = ship_files(target, prepared.workspace, command.request, command.files)
+    request = ship_files(target, prepared.workspace, command.request, command.shipment)
     job.env[REQUEST_ENV] = request.model_dump_json()
-    job.extra["request"]["files"] = {f.param: f.sha256 for f in command.files}
+    job.extra["request"]["files"] = shipped_digests(command.shipment)
 
 
 def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowCommand,
@@ -191,7 +191,7 @@ def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowComma
         synced = target.sync_source(identity, existing=opts.existing_checkout)
         setup = run_setup(target, opts.setup_script, synced.checkout)
         far_runs = f"{prepared.workspace}/proctor/runs"
-        shipped = ship_files(target, prepared.workspace, command.request, command.files)
+        shipped = ship_files(target, prepared.workspace, command.request, command.shipment)
         request = {"request": shipped.model_dump(mode="json"),
                    "checkout": synced.checkout, "runs_dir": far_runs,
                    "identity": identity.model_dump(mode="json")}  # fmt: skip
