@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -65,13 +63,6 @@ def _children(pid: int) -> list[psutil.Process]:
         return []
 
 
-def running(server: FakeProcess) -> int:
-    """Requests the server has in flight, from its /metrics."""
-    with urllib.request.urlopen(server.base_url + "/metrics", timeout=30) as r:
-        text = r.read().decode()
-    return int(float(re.findall(r"^vllm:num_requests_running\{.*\} (\S+)$", text, re.M)[0]))
-
-
 def workers_of(proc: subprocess.Popen[str], server: FakeProcess) -> list[psutil.Process]:
     """The two spawned workers (not multiprocessing's resource tracker), once the measured
     requests are in flight: the server has all 4 running (a fixed pause is too short on a
@@ -79,11 +70,11 @@ def workers_of(proc: subprocess.Popen[str], server: FakeProcess) -> list[psutil.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         found = [c for c in _children(proc.pid) if "spawn_main" in " ".join(c.cmdline())]
-        if len(found) == 2 and running(server) >= 4:
+        if len(found) == 2 and server.running() >= 4:
             return found
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.1)
-    raise AssertionError(f"the workers did not start sending (running: {running(server)})")
+    raise AssertionError(f"the workers did not start sending (running: {server.running()})")
 
 
 def gone(procs: list[psutil.Process], within: float) -> bool:
