@@ -85,7 +85,7 @@ class SlurmCluster(Lifecycle):
         self._stopped = False
 
     # -- start -------------------------------------------------------------------
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         reason = unavailable_reason()
         if reason:
             raise RuntimeError(f"Slurm test cluster unavailable: {reason}")
@@ -160,7 +160,7 @@ class SlurmCluster(Lifecycle):
              f"--key-file={m / 'munge.key'}", f"--pid-file={m / 'munged.pid'}",
              f"--seed-file={m / 'munged.seed'}", f"--log-file={self.log_dir / 'munged.log'}"],
         )  # fmt: skip
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a bound on a hang only: start-up is slow under load
         while not self.munge_socket.exists():
             if _gone(self._procs["munged"]) or time.monotonic() > deadline:
                 raise RuntimeError(f"munged did not start: {self._tail('munged')}")
@@ -205,7 +205,7 @@ class SlurmCluster(Lifecycle):
                 states[parts[0]] = parts[1]
         return states
 
-    def wait_idle(self, timeout: float = 30.0) -> None:
+    def wait_idle(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, proc in self._procs.items():
