@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.fixtures.fake_openai_server import free_port
 from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor, wait_for_flow_step
 
 FAKE = REPO / "tests/fixtures/fake_openai_server.py"
@@ -21,12 +22,6 @@ FAULT = "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x0."
 
 def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ import psutil
 import pytest
 
 from proctor.targets.slurm.scheduler import parse_kv
+from tests.fixtures.fake_openai_server import free_port
 from tests.infra import Lifecycle, started
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol")
@@ -50,13 +50,6 @@ def unavailable_reason() -> str | None:
 
 def _binary(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _gone(proc: subprocess.Popen[bytes]) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ from proctor.monitors.drain import DrainConfig, DrainOutcome, drain, drain_for_e
 from proctor.monitors.ready import ReadyOutcome, ReadyResult, ready_for_engine, wait_ready
 from proctor.monitors.watch import PopenWatch
 from proctor.spec.profiles import load_profiles
+from tests.fixtures.fake_openai_server import free_port
 
 FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_openai_server.py"
 
@@ -45,12 +45,6 @@ INLINE = textwrap.dedent(
     server.serve_forever()
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_inline(
