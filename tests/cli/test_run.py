@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -82,6 +83,15 @@ def _wait_until_go(go: Path) -> str:
     return f"until [ -e {go} ]; do sleep 0.05; done"
 
 
+@pytest.fixture
+def go(tmp_path: Path) -> Iterator[Path]:
+    """The go file of `_wait_until_go`; made at teardown too, so a failed test leaves no job
+    waiting."""
+    path = tmp_path / "go"
+    yield path
+    path.touch()
+
+
 def _wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -91,8 +101,7 @@ def _wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-unty
     raise AssertionError("condition not met in time")
 
 
-def test_exit_code_survives_sigkill_of_the_controller(isolated_runs: Path, tmp_path: Path) -> None:
-    go = tmp_path / "go"
+def test_exit_code_survives_sigkill_of_the_controller(isolated_runs: Path, go: Path) -> None:
     controller = proctor_popen("run", "--", "bash", "-c", f"{_wait_until_go(go)}; exit 7")
     _wait_for(lambda: isolated_runs.exists() and any(isolated_runs.glob("*/wrapper.pid")))
     controller.send_signal(signal.SIGKILL)
@@ -105,8 +114,7 @@ def test_exit_code_survives_sigkill_of_the_controller(isolated_runs: Path, tmp_p
     assert (run / "exit_code").read_text() == "7\n"
 
 
-def test_detached_run_and_runs_commands(isolated_runs: Path, tmp_path: Path) -> None:
-    go = tmp_path / "go"
+def test_detached_run_and_runs_commands(isolated_runs: Path, go: Path) -> None:
     started = proctor("run", "--detach", "--json", "--", "bash", "-c",
                       f"echo started; {_wait_until_go(go)}; exit 5")  # fmt: skip
     assert started.returncode == 0, started.stderr
@@ -219,8 +227,10 @@ def test_ctrl_c_in_the_start_window_still_stops_the_run(isolated_runs: Path) -> 
     assert not psutil.pid_exists(record["process"]["pid"])
 
 
-def test_key_attaches_instead_of_starting_a_copy(isolated_runs: Path, tmp_path: Path) -> None:
-    marker, go = tmp_path / "starts", tmp_path / "go"
+def test_key_attaches_instead_of_starting_a_copy(
+    isolated_runs: Path, tmp_path: Path, go: Path
+) -> None:
+    marker = tmp_path / "starts"
     cmd = ["bash", "-c", f"echo x >> {marker}; {_wait_until_go(go)}; exit 9"]
     try:
         first = proctor("run", "-d", "--key", "bench-a", "--json", "--", *cmd)
