@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import proctor
 from proctor.cli.groups import GROUPS
+from tests.fixtures.fake_openai_server import free_port as _free_port
 from tests.helpers import FAKE_ENGINE_TOML
 from tests.helpers import proctor as proctor_cli
 
@@ -94,12 +94,6 @@ def test_a_bench_from_python_writes_the_metrics_the_cli_writes(tmp_path: Path) -
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["verdict"]["ok"] is True and metrics["verdict"]["total"] == 4
     assert result.verdict().ok
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_a_flow_from_python_stops_what_it_started(isolated_runs: Path) -> None:

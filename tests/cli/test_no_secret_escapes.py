@@ -7,20 +7,13 @@ scanned for every canary."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.fake_openai_server import free_port
 from tests.helpers import FAKE_ENGINE_TOML, proctor
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 # Distinct, so a hit names the place that leaked. None of them is printed by the commands run.
 CANARIES = {

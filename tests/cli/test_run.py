@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -76,7 +77,22 @@ def test_name_is_derived_from_the_command(isolated_runs: Path) -> None:
     assert (only_run(isolated_runs) / "true-release.log").exists()
 
 
-def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_until_go(go: Path) -> str:
+    """A shell loop that ends once `go` exists: a job that outlasts a test's look at it however
+    slow the machine is (a fixed sleep races the CLI's start-ups)."""
+    return f"until [ -e {go} ]; do sleep 0.05; done"
+
+
+@pytest.fixture
+def go(tmp_path: Path) -> Iterator[Path]:
+    """The go file of `_wait_until_go`; made at teardown too, so a failed test leaves no job
+    waiting."""
+    path = tmp_path / "go"
+    yield path
+    path.touch()
+
+
+def _wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -85,26 +101,29 @@ def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-unty
     raise AssertionError("condition not met in time")
 
 
-def test_exit_code_survives_sigkill_of_the_controller(isolated_runs: Path) -> None:
-    controller = proctor_popen("run", "--", "bash", "-c", "sleep 2; exit 7")
+def test_exit_code_survives_sigkill_of_the_controller(isolated_runs: Path, go: Path) -> None:
+    controller = proctor_popen("run", "--", "bash", "-c", f"{_wait_until_go(go)}; exit 7")
     _wait_for(lambda: isolated_runs.exists() and any(isolated_runs.glob("*/wrapper.pid")))
     controller.send_signal(signal.SIGKILL)
-    controller.wait(timeout=5)
+    controller.wait(timeout=30)
     run = only_run(isolated_runs)
     assert not (run / "exit_code").exists()
+    go.touch()
     waited = proctor("runs", "wait", run.name, "--timeout", "30s")
     assert waited.returncode == 7, waited.stderr
     assert (run / "exit_code").read_text() == "7\n"
 
 
-def test_detached_run_and_runs_commands(isolated_runs: Path) -> None:
-    started = proctor("run", "--detach", "--json", "--", "bash", "-c", "echo started; sleep 5; exit 5")
+def test_detached_run_and_runs_commands(isolated_runs: Path, go: Path) -> None:
+    started = proctor("run", "--detach", "--json", "--", "bash", "-c",
+                      f"echo started; {_wait_until_go(go)}; exit 5")  # fmt: skip
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout)
     run_id = info["run_id"]
     listed = json.loads(proctor("runs", "list", "--json", check=True).stdout)
     assert [r["id"] for r in listed] == [run_id]
     assert listed[0]["outcome"] in ("running", "starting")
+    go.touch()
     assert proctor("runs", "wait", run_id).returncode == 5
     logs = proctor("runs", "logs", run_id)
     assert logs.stdout == "started\n"
@@ -208,15 +227,24 @@ def test_ctrl_c_in_the_start_window_still_stops_the_run(isolated_runs: Path) -> 
     assert not psutil.pid_exists(record["process"]["pid"])
 
 
-def test_key_attaches_instead_of_starting_a_copy(isolated_runs: Path, tmp_path: Path) -> None:
+def test_key_attaches_instead_of_starting_a_copy(
+    isolated_runs: Path, tmp_path: Path, go: Path
+) -> None:
     marker = tmp_path / "starts"
-    cmd = ["bash", "-c", f"echo x >> {marker}; sleep 3; exit 9"]
-    first = proctor("run", "-d", "--key", "bench-a", "--json", "--", *cmd)
-    second = proctor("run", "-d", "--key", "bench-a", "--json", "--", *cmd)
-    one, two = json.loads(first.stdout), json.loads(second.stdout)
-    assert one["run_id"] == two["run_id"] and two["attached"] is True
-    attached = proctor("run", "--key", "bench-a", "--", *cmd)
-    assert attached.returncode == 9
+    cmd = ["bash", "-c", f"echo x >> {marker}; {_wait_until_go(go)}; exit 9"]
+    try:
+        first = proctor("run", "-d", "--key", "bench-a", "--json", "--", *cmd)
+        second = proctor("run", "-d", "--key", "bench-a", "--json", "--", *cmd)
+        one, two = json.loads(first.stdout), json.loads(second.stdout)
+        assert one["run_id"] == two["run_id"] and two["attached"] is True
+        attached = proctor_popen("run", "--key", "bench-a", "--", *cmd)
+        assert attached.stderr is not None
+        said = attached.stderr.readline()
+        assert "attaching to" in said, said
+    finally:
+        go.touch()  # the run ends once the foreground one is attached (or the test failed)
+    _, err = attached.communicate(timeout=60)
+    assert attached.returncode == 9, err
     assert marker.read_text() == "x\n"
     # Once it has ended, the key is free again.
     third = json.loads(proctor("run", "-d", "--key", "bench-a", "--json", "--", "true").stdout)

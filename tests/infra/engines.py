@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,6 +25,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.fixtures.fake_openai_server import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "smollm2"
@@ -76,12 +77,6 @@ def engine_info() -> EngineInfo:
         if not p.exists():
             return _missing(f"{p} named in {path} is missing")  # type: ignore[no-any-return]
     return info
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -20,7 +20,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
@@ -30,6 +29,7 @@ import psutil
 import pytest
 
 from proctor.targets.slurm.scheduler import parse_kv
+from tests.fixtures.fake_openai_server import free_port
 from tests.infra import Lifecycle, started
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol")
@@ -50,13 +50,6 @@ def unavailable_reason() -> str | None:
 
 def _binary(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _gone(proc: subprocess.Popen[bytes]) -> bool:
@@ -85,7 +78,7 @@ class SlurmCluster(Lifecycle):
         self._stopped = False
 
     # -- start -------------------------------------------------------------------
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         reason = unavailable_reason()
         if reason:
             raise RuntimeError(f"Slurm test cluster unavailable: {reason}")
@@ -160,7 +153,7 @@ class SlurmCluster(Lifecycle):
              f"--key-file={m / 'munge.key'}", f"--pid-file={m / 'munged.pid'}",
              f"--seed-file={m / 'munged.seed'}", f"--log-file={self.log_dir / 'munged.log'}"],
         )  # fmt: skip
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a bound on a hang only: start-up is slow under load
         while not self.munge_socket.exists():
             if _gone(self._procs["munged"]) or time.monotonic() > deadline:
                 raise RuntimeError(f"munged did not start: {self._tail('munged')}")
@@ -205,7 +198,7 @@ class SlurmCluster(Lifecycle):
                 states[parts[0]] = parts[1]
         return states
 
-    def wait_idle(self, timeout: float = 30.0) -> None:
+    def wait_idle(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, proc in self._procs.items():

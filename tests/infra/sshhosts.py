@@ -316,7 +316,7 @@ class SshHostLab(Lifecycle):
                 start_new_session=True,
             )  # fmt: skip
 
-    def _wait_listening(self, h: SshHost, timeout: float = 10.0) -> None:
+    def _wait_listening(self, h: SshHost, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert h.sshd is not None

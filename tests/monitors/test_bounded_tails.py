@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from proctor.monitors.logscan import KEEP_LINE_BYTES, LogScanner
+from tests.fixtures.fake_openai_server import free_port
 from tests.helpers import proctor
 
 HUGE = 40 * 1024 * 1024  # a 40 MB line (the GPU machine printed one of 200 MB)
@@ -45,8 +46,8 @@ def test_serve_ready_prints_a_bounded_tail_of_a_server_that_printed_a_huge_line(
         f'launchers = [{{ command = ["{sys.executable}", "{server}"], model_arg = "--model" }}]\n'
         'ready_endpoints = ["/health"]\nmetrics_path = ""\ntp_arg = ""\n'
     )
-    started = proctor("serve", "start", "--engine", "huge", "--model", "m", "--port", "18777",
-                      "--json")  # fmt: skip
+    started = proctor("serve", "start", "--engine", "huge", "--model", "m", "--port",
+                      str(free_port()), "--json")  # fmt: skip
     assert started.returncode == 0, started.stderr
     run_id = json.loads(started.stdout)["run_id"]
     result = proctor("serve", "ready", run_id, "--timeout", "60s")

@@ -99,8 +99,8 @@ def test_thread_samples_on_interval(tmp_path: Path) -> None:
     with GpuSampler(tmp_path / "gpu.csv", interval_s=0.05, backend=backend):
         import time
 
-        time.sleep(0.5)
-    assert backend.calls >= 5
+        time.sleep(1.0)
+    assert backend.calls >= 8  # 20 due; a 0.2 s interval would give 6 (slack for a loaded machine)
 
 
 def test_no_gpu_reports_reason_and_run_goes_on(

@@ -123,11 +123,9 @@ def test_stdout_log_of(tmp_path: Path) -> None:
 
 
 def test_listener_on_port() -> None:
-    import socket
+    from tests.fixtures.fake_openai_server import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     code = (
         "import socket,time\ns=socket.socket()\n"
         "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from proctor.errors import ConfigError
 from proctor.monitors.logscan import LogScanner
 from proctor.spec.profiles import load_profiles
+from tests.fixtures.fake_openai_server import free_port
 from tests.helpers import FAKE_ENGINE_TOML, proctor
 
 CAPTURED = Path(__file__).resolve().parents[1] / "data" / "captured" / "gpu-faults"
@@ -78,9 +78,7 @@ def test_the_gpu_set_is_one_shared_table_that_users_can_extend_or_drop() -> None
 def test_a_gpu_fault_no_engine_pattern_names_fails_the_flow(tmp_path: Path) -> None:
     """End to end: the fake engine's own patterns do not know CUDA errors; the shared set does."""
     Path("proctor.toml").write_text(FAKE_ENGINE_TOML)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     line = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
     workload = tmp_path / "workload.sh"
     body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 5})

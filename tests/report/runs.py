@@ -28,6 +28,13 @@ FAKE_SERVER = REPO / "tests" / "fixtures" / "fake_openai_server.py"
 BASE_MIB = 512
 BUSY_MIB = 9000
 
+#: Shell: wait (60 s at most) for the wrapper's first GPU sample on disk, the baseline a report
+#: compares the end with, before the stand-in GPU's memory goes up: the sampler starts after the
+#: command, and on a loaded machine a fixed pause can end first.
+AFTER_FIRST_SAMPLE = ('i=0; until [ -f "$PROCTOR_RUN_DIR/gpu.csv" ] && '
+                      '[ "$(wc -l < "$PROCTOR_RUN_DIR/gpu.csv")" -ge 2 ]; do i=$((i+1)); '
+                      '[ "$i" -gt 1200 ] && break; sleep 0.05; done')
+
 FAKE_SMI = """#!{py}
 import os, sys
 state = os.environ.get("FAKE_GPU_STATE", "")
@@ -101,7 +108,7 @@ def fake_server(*args: str) -> Iterator[str]:
 def workload(env: Env, argv: list[str]) -> list[str]:
     """A shell command: GPU memory up, the workload into $PROCTOR_RUN_DIR, memory back down."""
     quoted = " ".join(_sh(a) for a in argv)
-    script = (f'sleep 0.6; echo {BUSY_MIB} > "$FAKE_GPU_STATE"; sleep 0.6; {quoted} --output-dir '
+    script = (f'{AFTER_FIRST_SAMPLE}; echo {BUSY_MIB} > "$FAKE_GPU_STATE"; sleep 0.6; {quoted} --output-dir '
               f'"$PROCTOR_RUN_DIR"; rc=$?; sleep 0.4; echo {BASE_MIB} > "$FAKE_GPU_STATE"; '
               "sleep 0.6; exit $rc")
     return ["sh", "-c", script]

@@ -60,7 +60,7 @@ def test_tampered_log_and_unknown_result_fail_their_checks(env: runs.Env) -> Non
 
 def test_gpu_memory_not_released_fails_machine_check(env: runs.Env) -> None:
     # The stand-in GPU stays at 9000 MiB after the command: a leak the report must call out.
-    rid = _run(env, "--", "sh", "-c", f'sleep 0.5; echo 9000 > "{env.state}"; sleep 0.6')
+    rid = _run(env, "--", "sh", "-c", f'{runs.AFTER_FIRST_SAMPLE}; echo 9000 > "{env.state}"; sleep 0.6')
     check = {c.name: c for c in load_run(RunDir(env.runs_dir / rid)).checks}
     assert check["machine state verified"].status == "fail"
     assert "GPU 0 holds 8488 MiB more than at start" in check["machine state verified"].detail

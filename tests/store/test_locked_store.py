@@ -43,19 +43,21 @@ def test_a_locked_store_delays_neither_the_time_limit_nor_the_exit_status(
     )
     try:
         assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
-        begun = time.monotonic()
         limited = proctor("run", "--name", "limited", "--timeout", "3s", "--", "sleep", "60")
-        took = time.monotonic() - begun
+        returned = {"limited": time.time()}
         assert limited.returncode == 4, limited.stderr
-        assert took < 15, f"proctor run --timeout 3s took {took:.1f}s with the store locked"
-        begun = time.monotonic()
         quick = proctor("run", "--name", "quick", "--", "true")
+        returned["quick"] = time.time()
         assert quick.returncode == 0, quick.stderr
-        assert time.monotonic() - begun < 10
         for run in isolated_runs.iterdir():
             if not run.is_dir():
                 continue
             record = json.loads((run / "record.json").read_text())
+            # From the command's start to the CLI's return: not the Pythons' start-up, which
+            # takes seconds on a loaded machine. The store's waits (2 s at most, twice) fit.
+            took = returned[record["name"]] - _epoch(record["started_at"])
+            bound = 3 + 9 if record["name"] == "limited" else 9
+            assert took < bound, f"{record['name']}: the CLI returned {took:.1f}s in"
             written = (run / "exit_code").stat().st_mtime - _epoch(record["started_at"])
             limit = 3 + 2.5 if record["name"] == "limited" else 2.5
             assert written < limit, f"{record['name']}: exit_code written {written:.1f}s in"

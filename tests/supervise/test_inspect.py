@@ -10,13 +10,20 @@ import pytest
 
 from proctor.supervise.inspect import available_tools, inspect
 
-SLEEPER = "import time\ndef deep_sleep_marker():\n    time.sleep(60)\ndeep_sleep_marker()\n"
+SLEEPER = (
+    "import time\n"
+    "def deep_sleep_marker():\n"
+    "    print('sleeping', flush=True)\n"
+    "    time.sleep(60)\n"
+    "deep_sleep_marker()\n"
+)
 
 
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", SLEEPER])
-    time.sleep(0.5)
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE)
+    # Inside deep_sleep_marker once it says so (a fixed pause can end before Python started).
+    assert proc.stdout is not None and proc.stdout.readline() == b"sleeping\n"
     yield proc
     proc.kill()
     proc.wait()

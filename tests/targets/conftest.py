@@ -4,13 +4,13 @@ Slurm cluster."""
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.fake_openai_server import free_port
 from tests.helpers import REPO, TEST_PYTHON, git_project
 from tests.infra.slurmcluster import SlurmCluster, slurm_cluster, slurm_nodes
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts, ssh_hosts_factory
@@ -80,9 +80,7 @@ class FarPlace:
         """`wanted` in a host's own network namespace; a free port for a local directory."""
         if self.ssh is not None:
             return wanted
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+        return free_port()
 
 
 @pytest.fixture(params=["ssh", "dir"])

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from proctor.errors import TargetUnavailable
@@ -119,6 +120,13 @@ def test_unreachable_host_gives_up_on_the_same_error_reported_once(project: Path
     assert elapsed < 30
 
 
+def _ssh_links(pid: int, host: SshHost) -> set[tuple[str, int]]:
+    """The local ends of `pid`'s established TCP connections to the host's SSH port."""
+    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections("tcp")
+            if c.raddr and c.raddr.ip == host.address and c.raddr.port == host.port
+            and c.status == psutil.CONN_ESTABLISHED}  # fmt: skip
+
+
 @pytest.mark.slow
 def test_host_cut_then_restored_is_reconnected(
     lone_lab: SshHostLab, project: Path, isolated_runs: Path
@@ -140,8 +148,16 @@ def test_host_cut_then_restored_is_reconnected(
                     far_log = log
         time.sleep(0.1)
     assert far_log is not None
+    before = _ssh_links(ctl.pid, host)
+    assert before, "the controller holds no SSH connection to the host"
     lone_lab.cut(host)
     time.sleep(6)  # long enough for keepalive to drop the connection and connects to time out
+    # Restored only once the controller has dropped the connection it had (keepalive is
+    # slower on a loaded machine): a link restored before that carries on, with no reconnect.
+    deadline = time.monotonic() + 60
+    while before & _ssh_links(ctl.pid, host):
+        assert time.monotonic() < deadline, "the controller never noticed the cut"
+        time.sleep(0.1)
     lone_lab.restore(host)
     out, err = ctl.communicate(timeout=120)
     assert ctl.returncode == 0, err

@@ -8,7 +8,6 @@ spent mid-run stops the far job and the pod (exit 4), and the API key is in no a
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pytest
 
 from proctor.errors import UsageError
 from proctor.targets.runpod.session import parse_runpod_target
+from tests.fixtures.fake_openai_server import free_port as _free_port
 from tests.fixtures.runpod_emulator import RunpodEmulator, running
 from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, git_project, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
@@ -48,12 +48,6 @@ def pods(host: SshHost) -> Iterator[RunpodEmulator]:
         return host.address, host.port
 
     yield from running(RunpodEmulator(api_key=KEY, on_create=on_create))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _project(tmp_path: Path, host: SshHost, runpod_extra: str = "") -> Path:

@@ -108,7 +108,7 @@ def test_ctrl_c_during_a_bench_job_cancels_it_and_exits_130(
     try:
         bench = slow_bench_on_slurm(cluster, work, slow)
         wait_for(lambda: any(s == "RUNNING" for _, s, _ in queue(cluster)), 90, "bench job")
-        time.sleep(5)  # the bench on the node is sending
+        wait_for(lambda: slow.running() == 2, 90, "the bench on the node sending")
         bench.send_signal(signal.SIGINT)
         _, err = bench.communicate(timeout=120)
     finally:
@@ -130,7 +130,7 @@ def test_a_bench_job_cancelled_outside_is_recorded_so_with_its_step_s_exit(
     try:
         bench = slow_bench_on_slurm(cluster, work, slow, "--json")
         wait_for(lambda: any(s == "RUNNING" for _, s, _ in queue(cluster)), 90, "bench job")
-        time.sleep(5)
+        wait_for(lambda: slow.running() == 2, 90, "the bench on the node sending")
         (job_id, _, _), = queue(cluster)
         cluster.run("scancel", job_id)
         out, err = bench.communicate(timeout=120)
@@ -161,7 +161,7 @@ def test_a_step_killed_on_the_node_is_unknown_not_running(
             return list(steps.glob("*/nodes/*/steps/*/wrapper.pid"))
 
         wait_for(lambda: bool(pid_files()), 90, "the bench step's wrapper")
-        time.sleep(3)
+        wait_for(lambda: slow.running() == 2, 90, "the bench on the node sending")
         # The step's wrapper and its command die at once, as on an OOM kill: no exit status.
         ref = json.loads(pid_files()[0].read_text())
         os.killpg(ref["pgid"], signal.SIGKILL)

@@ -80,6 +80,9 @@ def test_apply_role_picks_worker_argv_and_fills_node_values(
     monkeypatch.setenv("PROCTOR_HEAD_ADDR", "10.0.0.9")
     monkeypatch.setenv("PROCTOR_HEAD_NODE", "n1")
     monkeypatch.setenv("MASTER", "{head_address}:1")
+    # apply_role sets it in this process: through monkeypatch it is gone after the test, so no
+    # later test's subprocess inherits it.
+    monkeypatch.setenv("PROCTOR_WRAPPER_ARGV", "")
     monkeypatch.setenv(
         "PROCTOR_MULTINODE_ARGV",
         json.dumps(

@@ -43,7 +43,7 @@ def start_on_two_nodes(cluster: SlurmCluster, ws: Path, name: str, script: str) 
                      "sh", "-c", script)  # fmt: skip
     assert started.returncode == 0, started.stderr
     group = Path(json.loads(started.stdout)["dir"])
-    wait_for(lambda: (group / f"{name}.log").read_text().count("started") == 2, 30, "both nodes")
+    wait_for(lambda: (group / f"{name}.log").read_text().count("started") == 2, 90, "both nodes")
     return group
 
 
@@ -183,7 +183,7 @@ def test_runs_stop_scancels_the_job_and_records_stopped(
                 psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in wrappers
             )
         ),
-        10,
+        60,
         "node wrappers to exit",
     )
     wait = proctor("runs", "wait", group.name)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,15 @@ class FakeProcess:
                 if left <= 0 or (not self._reader.is_alive() and self.proc.poll() is not None):
                     raise AssertionError(f"{needle!r} not seen; last lines {self.lines[-10:]}")
                 self._cond.wait(min(left, 0.2))
+
+    def running(self) -> int:
+        """Requests it has in flight now, from its /metrics: what a test waits for before it
+        acts on a client mid-run (a fixed pause can end before a loaded machine sent any)."""
+        with urllib.request.urlopen(self.base_url + "/metrics", timeout=30) as reply:
+            text = reply.read().decode()
+        found = re.search(r"^vllm:num_requests_running\{.*\} (\S+)$", text, re.M)
+        assert found, text
+        return int(float(found.group(1)))
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -63,10 +63,10 @@ def test_slow_first_token_is_measured(fake: Fake) -> None:
 
 
 def test_slow_first_token_beyond_idle_timeout_fails_as_timeout(fake: Fake) -> None:
-    s = fake(mode="slow-first-token", slow_ttft=3.0)
+    s = fake(mode="slow-first-token", slow_ttft=15.0)
     t0 = time.monotonic()
     res = bench(s.base_url, num_prompts=4, idle_timeout_s=0.4)
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < 10  # not the 15 s first token (slack for a loaded machine)
     assert {r.reason for r in res.measured} == {"timeout"}
     with pytest.raises(WorkloadFailed):
         check_outcome(res)
@@ -167,7 +167,7 @@ def test_never_answer_is_bounded_by_timeouts(fake: Fake) -> None:
     s = fake(mode="never-answer")
     t0 = time.monotonic()
     res = bench(s.base_url, idle_timeout_s=0.5)
-    assert time.monotonic() - t0 < 5.0
+    assert time.monotonic() - t0 < 12  # two waves of 0.5 s, not the 20 s request timeout
     assert {r.reason for r in res.measured} == {"timeout"}
     assert all(r.status is None for r in res.measured)
 

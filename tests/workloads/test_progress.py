@@ -37,7 +37,11 @@ def test_without_a_terminal_lines_go_to_the_stream_as_it_runs() -> None:
         assert bar.lines and not bar.bar
         bar.phase("benchmark", 10, lambda: c.done, lambda: c.failed)
         c.done, c.failed = 4, 1
-        time.sleep(0.4)
-        assert "[bench] benchmark: 4/10 done, 1 failed" in stream.getvalue()  # before the end
+        # Written before the end: waited for while the phase still runs (a fixed pause can be
+        # too short for the thread on a loaded machine).
+        deadline = time.monotonic() + 30
+        while "[bench] benchmark: 4/10 done, 1 failed" not in stream.getvalue():
+            assert time.monotonic() < deadline, stream.getvalue()
+            time.sleep(0.02)
         c.done, c.failed = 10, 2
     assert stream.getvalue().splitlines()[-1].startswith("[bench] benchmark: 10/10 done, 2 failed")
