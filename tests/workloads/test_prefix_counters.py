@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from proctor.workloads.loadgen.prefix_counters import Reading, achieved, merge, reading_of
 
 CAPTURED = Path(__file__).resolve().parents[1] / "data" / "captured" / "vllm-server" / "metrics.txt"
@@ -34,3 +36,41 @@ def test_rate_is_the_increase_over_the_window() -> None:
     assert achieved(None, Reading(1.0, 1.0))["hit_rate"] is None
     both = merge([window, achieved(Reading(0.0, 0.0), Reading(2000.0, 0.0))])
     assert both["hit_rate"] == 0.2 and both["per_repeat"] == [0.4, 0.0]
+
+
+def test_a_metrics_endpoint_that_never_answers_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real listener that reads the request and never answers: each read would cost a bench
+    # the whole timeout, twice per repeat. After one, the reader does not knock again.
+    import asyncio
+    import socket
+    import threading
+
+    from proctor.workloads.loadgen import prefix_counters
+    from proctor.workloads.loadgen.config import BenchConfig
+    from proctor.workloads.loadgen.runner import PrefixReader
+
+    monkeypatch.setattr(prefix_counters, "SCRAPE_TIMEOUT_S", 0.5)
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    port = listener.getsockname()[1]
+    reader = PrefixReader(BenchConfig(base_url=f"http://127.0.0.1:{port}"))
+    try:
+        assert asyncio.run(reader.read()) is None and reader.unanswered
+        assert asyncio.run(reader.read()) is None
+        assert len(accepted) == 1
+        # The scraper giving up on /metrics stops the reads too, before any is tried.
+        quiet = PrefixReader(BenchConfig(base_url=f"http://127.0.0.1:{port}"), lambda: True)
+        assert asyncio.run(quiet.read()) is None and len(accepted) == 1
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()

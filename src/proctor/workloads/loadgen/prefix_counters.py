@@ -64,15 +64,23 @@ def reading_of(text: str) -> Reading | None:
     return Reading(q, h) if q is not None and h is not None else None
 
 
+class Unanswered(Exception):
+    """/metrics did not answer in time (or the connection failed)."""
+
+
 async def read(session: aiohttp.ClientSession, base_url: str) -> Reading | None:
+    """The counters now; None when the server has none (or no /metrics); Unanswered when it
+    did not answer within SCRAPE_TIMEOUT_S."""
     try:
         limit = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
         async with session.get(base_url + "/metrics", timeout=limit) as r:
             if r.status != 200:
                 return None
             return reading_of(await r.text(errors="replace"))
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+    except ValueError:
         return None
+    except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+        raise Unanswered(str(error)) from None
 
 
 def achieved(before: Reading | None, after: Reading | None) -> dict[str, Any]:

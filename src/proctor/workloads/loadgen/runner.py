@@ -139,11 +139,24 @@ async def prepare(cfg: BenchConfig) -> tuple[str, Workload]:
     return model, work
 
 
-async def _read_prefix(cfg: BenchConfig) -> prefix_counters.Reading | None:
-    if cfg.server_metrics_s == 0:  # --server-metrics 0: the server's /metrics is not read at all
-        return None
-    async with make_session(cfg, limit=1) as session:
-        return await prefix_counters.read(session, cfg.base_url)
+class PrefixReader:
+    """The server's prefix-cache counters, read around each measured phase. Once /metrics has
+    not answered (here, or the telemetry scraper gave up on it), it is not read again: a
+    hanging /metrics costs a bench one timeout, not two per repeat."""
+
+    def __init__(self, cfg: BenchConfig, gave_up: Callable[[], bool] = lambda: False) -> None:
+        self.cfg, self.gave_up, self.unanswered = cfg, gave_up, False
+
+    async def read(self) -> prefix_counters.Reading | None:
+        # --server-metrics 0: the server's /metrics is not read at all.
+        if self.cfg.server_metrics_s == 0 or self.unanswered or self.gave_up():
+            return None
+        async with make_session(self.cfg, limit=1) as session:
+            try:
+                return await prefix_counters.read(session, self.cfg.base_url)
+            except prefix_counters.Unanswered:
+                self.unanswered = True
+                return None
 
 
 def _count_fn(cfg: BenchConfig) -> Callable[[str], int] | None:
@@ -155,6 +168,7 @@ def _count_fn(cfg: BenchConfig) -> Callable[[str], int] | None:
 async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
                       bar: PollingProgress, profile: ProfileStatus,
                       prefix: list[prefix_counters.Reading | None] | None = None,
+                      reader: PrefixReader | None = None,
                       ) -> tuple[list[RequestRecord], float, Sample]:
     counter = Counter()
     count = _count_fn(cfg)
@@ -170,8 +184,9 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
         if cfg.profile:
             await _profile(cfg, "start", profile)
         bar.phase("benchmark", len(meas), lambda: counter.value, lambda: counter.failed)
+        reader = reader or PrefixReader(cfg)
         if prefix is not None:  # the server's prefix-cache counters around the measured phase
-            prefix.append(await _read_prefix(cfg))
+            prefix.append(await reader.read())
         with quiet_gc():
             probe = Probe().start()
             t0 = time.perf_counter()
@@ -191,7 +206,7 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
             duration = time.perf_counter() - t0
             sample = probe.stop()
         if prefix is not None:
-            prefix.append(await _read_prefix(cfg))
+            prefix.append(await reader.read())
         if cfg.profile:
             await _profile(cfg, "stop", profile)
     return records, duration, sample
@@ -203,6 +218,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
     started = _now()
     profile = ProfileStatus(requested=cfg.profile)
     with BenchTelemetry(cfg, out_dir) as telemetry:
+        reader = PrefixReader(cfg, telemetry.metrics_gave_up)
         model, work = run_loop(prepare(cfg))
         records: list[RequestRecord] = []
         per_repeat: list[BenchMetrics] = []
@@ -220,12 +236,12 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
 
                     # Workers run warmups and measured requests in one call: on repeat 0 with
                     # warmups, the counters' window includes the warmups (said in metrics.json).
-                    readings.append(run_loop(_read_prefix(cfg)))
+                    readings.append(run_loop(reader.read()))
                     got, duration, got_samples = run_workers(phase_cfg, model, reqs, bar, profile)
-                    readings.append(run_loop(_read_prefix(cfg)))
+                    readings.append(run_loop(reader.read()))
                 else:
                     got, duration, sample = run_loop(_run_single(phase_cfg, model, reqs, bar,
-                                                                 profile, readings))
+                                                                 profile, readings, reader))
                     got_samples = [sample]
                 samples += got_samples
                 for rec in got:

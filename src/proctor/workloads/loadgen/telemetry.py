@@ -56,6 +56,10 @@ class BenchTelemetry:
                 self.sampler = None
         return self
 
+    def metrics_gave_up(self) -> bool:
+        """The scraper stopped reading the server's /metrics (no answer, 404, no series)."""
+        return self.scraper is not None and self.scraper.note is not None
+
     def phase(self, name: str) -> None:
         """A request phase begins (warmup, benchmark)."""
         now = time.time()
