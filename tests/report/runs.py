@@ -29,8 +29,8 @@ BASE_MIB = 512
 BUSY_MIB = 9000
 
 #: Shell: wait (60 s at most) for the wrapper's first GPU sample on disk, the baseline a report
-#: compares the end with, before the stand-in GPU's memory goes up: the sampler starts after the
-#: command, and on a loaded machine a fixed pause can end first.
+#: compares the end with, before the stand-in GPU's memory goes up (the wrapper takes it before
+#: the command starts; this keeps the timeline's first rows at the baseline too).
 AFTER_FIRST_SAMPLE = ('i=0; until [ -f "$PROCTOR_RUN_DIR/gpu.csv" ] && '
                       '[ "$(wc -l < "$PROCTOR_RUN_DIR/gpu.csv")" -ge 2 ]; do i=$((i+1)); '
                       '[ "$i" -gt 1200 ] && break; sleep 0.05; done')

@@ -66,6 +66,15 @@ def test_gpu_memory_not_released_fails_machine_check(env: runs.Env) -> None:
     assert "GPU 0 holds 8488 MiB more than at start" in check["machine state verified"].detail
 
 
+def test_memory_taken_at_once_and_kept_is_not_read_as_the_baseline(env: runs.Env) -> None:
+    # The command's first act takes the memory: the wrapper's first sample (the baseline the
+    # end is compared with) must be from before the command, or the leak reads as released.
+    rid = _run(env, "--", "sh", "-c", f'echo 9000 > "{env.state}"; sleep 0.6')
+    check = {c.name: c for c in load_run(RunDir(env.runs_dir / rid)).checks}
+    assert check["machine state verified"].status == "fail", check["machine state verified"]
+    assert "GPU 0 holds 8488 MiB more than at start" in check["machine state verified"].detail
+
+
 def test_a_bare_run_directory_still_reports(tmp_path: Path) -> None:
     runs_dir = tmp_path / "runs"
     rid = "20260101-000000-abcdef"

@@ -226,10 +226,14 @@ class Wrapper:
             json.dumps({"pid": me.pid, "create_time": me.create_time(), "pgid": os.getpgid(0)}),
         )
         _become_subreaper()
+        # The first GPU sample is the run's baseline: taken before the command can allocate,
+        # so a command that takes GPU memory at once and keeps it is not read as released.
+        self.start_sampler()
         started = time.time()
         try:
             self.start_child()
         except OSError as error:
+            self.stop_sampler()
             # Shell convention: 126 not executable, 127 not found.
             code = 127 if isinstance(error, FileNotFoundError) else 126
             self.recorder.write_exit(code)
@@ -256,7 +260,6 @@ class Wrapper:
             add_events=[self.event("start", " ".join(self.plan.get("argv", [])))],
         )
         self.index_in_background()
-        self.start_sampler()
         self.wait()
         ended = time.time()
         assert self.child_status is not None
