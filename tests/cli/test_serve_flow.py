@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 from datetime import datetime
@@ -47,6 +48,13 @@ def script(tmp_path: Path, *lines: str) -> str:
     return f"bash {path}"
 
 
+def fake_flow(port: int, poll: str, workload: str, *engine_args: str,
+              ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`proctor flow --json` of the fake engine on `port` with one workload command."""
+    return proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", poll,
+                   "--workload-cmd", workload, "--json", "--", *engine_args)  # fmt: skip
+
+
 def start(port: int, *extra: str) -> str:
     result = proctor("serve", "start", "--engine", "fake", "--model", "m", "--port", str(port),
                      "--json", "--", *extra)  # fmt: skip
@@ -56,8 +64,7 @@ def start(port: int, *extra: str) -> str:
 
 def test_flow_happy_path_leaves_nothing_running(fake_engine: int, isolated_runs: Path) -> None:
     port = fake_engine
-    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
-                     "--workload-cmd", curl(port), "--json", "--", "--spawn-mp-helper")  # fmt: skip
+    result = fake_flow(port, "1s", curl(port), "--spawn-mp-helper")
     assert result.returncode == 0, result.stderr
     flow = json.loads(result.stdout)
     assert [s["step"] for s in flow["steps"]] == ["stop", "start", "ready", "workload", "drain", "teardown"]
@@ -94,9 +101,8 @@ def test_not_ready_in_time_is_exit_5(fake_engine: int) -> None:
 
 def test_fault_while_serving_is_caught_within_a_second_with_poll_10s(fake_engine: int, tmp_path: Path) -> None:
     port = fake_engine
-    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "10s",
-                     "--workload-cmd", script(tmp_path, curl(port), "sleep 60"), "--json", "--",
-                     "--fault-after-requests", "1")  # fmt: skip
+    result = fake_flow(port, "10s", script(tmp_path, curl(port), "sleep 60"),
+                       "--fault-after-requests", "1")
     assert result.returncode == 2, result.stderr
     flow = json.loads(result.stdout)
     drain = next(s for s in flow["steps"] if s["step"] == "drain")
@@ -141,9 +147,8 @@ def test_inspect_of_a_local_server_writes_stacks_and_kills_nothing(
 
 def test_silent_server_death_while_serving_is_3_not_drained(fake_engine: int, tmp_path: Path) -> None:
     port = fake_engine
-    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
-                     "--workload-cmd", script(tmp_path, curl(port), "sleep 30"), "--json", "--",
-                     "--die-after-requests", "1")  # fmt: skip
+    result = fake_flow(port, "1s", script(tmp_path, curl(port), "sleep 30"),
+                       "--die-after-requests", "1")
     assert result.returncode == 3, result.stderr
 
 

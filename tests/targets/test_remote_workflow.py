@@ -190,20 +190,27 @@ def test_bench_and_sweep_against_a_server_on_the_target(
     assert stopped.returncode == 0, stopped.stderr
 
 
+def _prompts_outside(repo: Path, word: str) -> tuple[Path, str]:
+    """Ten prompts in a folder beside the checkout (only shipping brings them to the far side),
+    and their sha256."""
+    import hashlib
+
+    data = repo.parent / "data"
+    data.mkdir()
+    prompts = data / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"{word} prompt {i}", "output_len": 3})
+                               + "\n" for i in range(10)))  # fmt: skip
+    return prompts, hashlib.sha256(prompts.read_bytes()).hexdigest()
+
+
 def test_a_dataset_file_is_shipped_with_bench_and_sweep(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
     """The far side reads the local file's bytes from its workspace (content-addressed), not
     whatever has that path there; a missing file is 64 before any machine is touched."""
-    import hashlib
 
     url = far_place.url
-    data = repo.parent / "data"  # outside the shipped checkout: only shipping brings it there
-    data.mkdir()
-    prompts = data / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"shipped prompt {i}", "output_len": 3})
-                               + "\n" for i in range(10)))  # fmt: skip
-    sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    prompts, sha = _prompts_outside(repo, "shipped")
     missing = proctor("bench", "--target", url, "--base-url", "http://127.0.0.1:9",
                       "--dataset", "jsonl:../data/nope.jsonl", cwd=repo, timeout=60)  # fmt: skip
     assert missing.returncode == 64, missing.stderr
@@ -249,14 +256,8 @@ def test_a_flow_ships_the_files_its_workloads_name(
     names (relative to the cwd, as a local flow reads it) travel with the flow; the far bench
     reads the shipped copy. A file a workload names that is missing here is 64 before any
     machine is touched."""
-    import hashlib
 
-    data = repo.parent / "data"  # outside the shipped checkout: only shipping brings it there
-    data.mkdir()
-    prompts = data / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"flow prompt {i}", "output_len": 3})
-                               + "\n" for i in range(10)))  # fmt: skip
-    sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    prompts, sha = _prompts_outside(repo, "flow")
     flows = repo.parent / "flows"
     flows.mkdir()
     (flows / "missing.toml").write_text(FLOW_BENCH.replace("p.jsonl", "nope.jsonl"))

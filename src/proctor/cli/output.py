@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -25,6 +26,16 @@ def styled(label: str, style: str, rest: str = "") -> Text:
 
 def print_error(message: str) -> None:
     err_console.print(styled("proctor:", "bold red", f" {message}"), soft_wrap=True)
+
+
+def print_evidence(faults: Sequence[object], tails: Mapping[str, Sequence[str]] | None) -> None:
+    """A ready gate's or a drain's evidence on stderr: the fault lines, then each log's tail."""
+    for match in faults[:10]:
+        err_console.print(styled("fault:", "red", f" {match}"), highlight=False)
+    for path, lines in (tails or {}).items():
+        err_console.print(f"--- last lines of {path} ---", highlight=False)
+        for line in lines:
+            err_console.print(line, highlight=False, markup=False)
 
 
 def print_json(data: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from proctor.cli.output import console, err_console, print_json, styled
+from proctor.cli.output import console, err_console, print_evidence, print_json, styled
 from proctor.cli.targethelp import RUN_TARGET_HELP, SERVE_TARGET_HELP
 from proctor.errors import FaultDetected, ProctorError, UsageError
 from proctor.monitors.ready import ReadyResult
@@ -166,12 +166,7 @@ def _server_or_fail(ref: str | None, port: int | None, runs_dir: Path) -> RunDir
 
 
 def print_ready(result: ReadyResult) -> None:
-    for match in result.faults[:10]:
-        err_console.print(styled("fault:", "red", f" {match}"), highlight=False)
-    for path, lines in (result.tails or {}).items():
-        err_console.print(f"--- last lines of {path} ---", highlight=False)
-        for line in lines:
-            err_console.print(line, highlight=False, markup=False)
+    print_evidence(result.faults, result.tails)
 
 
 @app.command("ready")

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from proctor.cli.output import console, err_console, print_json, styled
+from proctor.cli.output import console, err_console, print_evidence, print_json
 from proctor.cli.serve import print_ready, runs_dir_of, start_request
 from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.errors import ProctorError, UsageError
@@ -124,12 +124,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(result.to_dict())
         else:
-            for match in result.faults[:10]:
-                err_console.print(styled("fault:", "red", f" {match}"), highlight=False)
-            for path, lines in (result.tails or {}).items():
-                err_console.print(f"--- last lines of {path} ---", highlight=False)
-                for line in lines:
-                    err_console.print(line, highlight=False, markup=False)
+            print_evidence(result.faults, result.tails)
             err_console.print(f"proctor: {result.message()}", highlight=False)
         error = result.error()
         if error is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from proctor.errors import TargetUnavailable
-from proctor.targets.slurm.jobenv import move_secrets
+from proctor.targets.slurm.jobenv import JOB_ENV, move_secrets
 
 
 @dataclass(frozen=True)
@@ -39,17 +39,11 @@ class LoginHost(Protocol):
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60
     ) -> Result: ...
 
-    def run_submit(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        job_env: str,
-        secret_names: Sequence[str] = (),
-        timeout: float = 60,
-    ) -> Result:
-        """`run` for sbatch: the login host's secret variables are moved out of its
-        environment into the job's 0600 environment file `job_env` (slurm/jobenv.py)."""
+    def run_submit(self, argv: Sequence[str], job_env: str, secret_names: Sequence[str] = (),
+                   *, timeout: float = 60) -> Result:  # fmt: skip
+        """`run` for sbatch, with JOB_ENV naming the job's 0600 environment file `job_env`:
+        the login host's secret variables are moved out of sbatch's environment into it
+        (slurm/jobenv.py)."""
         ...
 
     def expand(self, path: str) -> str: ...
@@ -80,21 +74,14 @@ class LocalLogin:
     ) -> Result:
         return self._run(argv, {**self.environ, **(env or {})}, timeout)
 
-    def run_submit(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        job_env: str,
-        secret_names: Sequence[str] = (),
-        timeout: float = 60,
-    ) -> Result:
+    def run_submit(self, argv: Sequence[str], job_env: str, secret_names: Sequence[str] = (),
+                   *, timeout: float = 60) -> Result:  # fmt: skip
         environ = dict(self.environ)
         try:
             move_secrets(environ, job_env, secret_names)
         except (OSError, ValueError) as error:
             raise TargetUnavailable(f"cannot add the secrets to {job_env}: {error}") from None
-        return self._run(argv, {**environ, **env}, timeout)
+        return self._run(argv, {**environ, JOB_ENV: job_env}, timeout)
 
     def _run(self, argv: Sequence[str], full_env: dict[str, str], timeout: float) -> Result:
         try:

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from proctor.errors import TargetUnavailable, UsageError
-from proctor.targets.slurm.jobenv import JOB_ENV
 from proctor.targets.slurm.login import LoginHost
 
 #: States in which a job will not run again (Slurm's own list of completed states).
@@ -136,9 +135,8 @@ class Slurm:
     def submit(self, script: str, job_env: str, secret_names: Sequence[str] = ()) -> int:
         """sbatch, the job's environment file named to it; the login host's secret variables
         go in that file, not in sbatch's environment (slurmctld saves that on disk)."""
-        result = self.login.run_submit(["sbatch", "--parsable", script],
-                                       env={JOB_ENV: job_env}, job_env=job_env,
-                                       secret_names=secret_names, timeout=120)  # fmt: skip
+        result = self.login.run_submit(["sbatch", "--parsable", script], job_env, secret_names,
+                                       timeout=120)
         if result.returncode != 0:
             message = result.first_error_line()
             lowered = message.lower()

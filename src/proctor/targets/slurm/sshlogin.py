@@ -22,6 +22,7 @@ from typing import Any
 
 from proctor.errors import TargetUnavailable
 from proctor.targets.base import Prepared
+from proctor.targets.slurm.jobenv import JOB_ENV
 from proctor.targets.slurm.login import Result
 from proctor.targets.ssh import SshOptions, SshTarget
 
@@ -86,6 +87,9 @@ class SshLogin:
         else:
             line, stdin = f"{self._prefix()}exec {shlex.join(argv)}", None
         rc, out, err = self.conn.run(line, stdin=stdin, timeout=timeout)
+        return self._result(argv, rc, out, err)
+
+    def _result(self, argv: Sequence[str], rc: int, out: bytes, err: bytes) -> Result:
         if rc == 127:
             raise TargetUnavailable(
                 f"{argv[0]} not found on the login host {self.name}",
@@ -93,15 +97,8 @@ class SshLogin:
             )
         return Result(rc, out.decode(errors="replace"), err.decode(errors="replace"))
 
-    def run_submit(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        job_env: str,
-        secret_names: Sequence[str] = (),
-        timeout: float = 60,
-    ) -> Result:
+    def run_submit(self, argv: Sequence[str], job_env: str, secret_names: Sequence[str] = (),
+                   *, timeout: float = 60) -> Result:  # fmt: skip
         """sbatch sees the environment of this SSH session on the login host (sshd's, what the
         remote shell's startup files and env.sh export; nothing of the local shell): its
         secrets are moved into `job_env` there, by the proctor package shipped there."""
@@ -112,15 +109,10 @@ class SshLogin:
         code = (f"import sys;sys.path[:0]={path!r};"
                 "from proctor.targets.slurm.jobenv import main;sys.exit(main())")  # fmt: skip
         line = f"{self._prefix()}exec {shlex.quote(prepared.python)} -c {shlex.quote(code)}"
-        request = {"argv": list(argv), "env": dict(env), "job_env": job_env,
+        request = {"argv": list(argv), "env": {JOB_ENV: job_env}, "job_env": job_env,
                    "secret_names": list(secret_names)}  # fmt: skip
         rc, out, err = self.conn.run(line, stdin=json.dumps(request).encode(), timeout=timeout)
-        if rc == 127:
-            raise TargetUnavailable(
-                f"{argv[0]} not found on the login host {self.name}",
-                hint="install the Slurm client commands there, or set [slurm] env_sh",
-            )
-        return Result(rc, out.decode(errors="replace"), err.decode(errors="replace"))
+        return self._result(argv, rc, out, err)
 
     def _sh(self, line: str, stdin: bytes | None = None, doing: str = "") -> bytes:
         rc, out, err = self.conn.run(line, stdin=stdin, timeout=120)
