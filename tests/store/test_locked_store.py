@@ -115,3 +115,20 @@ def test_runs_list_during_another_write_lists_the_runs_not_yet_indexed(
     assert sorted(row["name"] for row in json.loads(listed.stdout)) == ["before", "during"]
     assert "warning" not in listed.stderr
     assert not list(isolated_runs.glob("*/.index-pending"))
+
+
+def test_runs_of_one_second_are_listed_newest_first(isolated_runs: Path) -> None:
+    # Run ids name their second, then a random part: two runs of one second must not be
+    # ordered by that random part (`runs list` and `last` said the older was the newest).
+    first = json.loads(proctor("run", "--name", "first", "--json", "--", "true").stdout)["run_id"]
+    second = json.loads(proctor("run", "--name", "second", "--json", "--", "true").stdout)["run_id"]
+    # The same second, the random parts in the wrong order: the older one sorts last by id.
+    for old, new in ((first, "20260101-000000-ffffff"), (second, "20260101-000000-000000")):
+        (isolated_runs / old).rename(isolated_runs / new)
+        path = isolated_runs / new / "record.json"
+        path.write_text(path.read_text().replace(old, new))
+    proctor("runs", "reindex", check=True)
+    listed = json.loads(proctor("runs", "list", "--json", check=True).stdout)
+    assert [row["name"] for row in listed] == ["second", "first"]
+    shown = proctor("runs", "show", "last", "--json", check=True)
+    assert json.loads(shown.stdout)["name"] == "second"

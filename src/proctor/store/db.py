@@ -278,7 +278,8 @@ class Store:
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY id DESC"
+        # Newest first by when each was created: ids of one second sort by their random part.
+        sql += " ORDER BY created_at DESC, id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [dict(row) for row in self.conn.execute(sql, args)]

@@ -26,7 +26,7 @@ from proctor.record.finish import now_iso
 from proctor.record.hostinfo import host_info
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
-from proctor.record.schema import MODELS, LaunchedRecord, ProcessRef
+from proctor.record.schema import MODELS, LaunchedRecord, ProcessRef, read_view
 from proctor.record.status import RunState, is_alive, read_wrapper_ref, run_state
 from proctor.redact import Redactor
 from proctor.spec.plan import RunPlan
@@ -315,6 +315,15 @@ def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
 
 
 # -- finding runs -----------------------------------------------------------------------------
+def _newest(runs_dir: Path, ids: list[str]) -> str:
+    """The newest of sorted run ids: ids name their second, then a random part, so among those
+    of the newest second the record's creation time (milliseconds) decides."""
+    tied = [i for i in ids if i[:15] == ids[-1][:15]]
+    if len(tied) == 1:
+        return tied[0]
+    return max(tied, key=lambda i: (read_view(runs_dir / i).created_at or "", i))
+
+
 def resolve_run(runs_dir: Path, ref: str) -> RunDir:
     """A run by id, unique id prefix, a path to its directory, or 'last'."""
     candidate = Path(ref)
@@ -326,7 +335,7 @@ def resolve_run(runs_dir: Path, ref: str) -> RunDir:
     if ref == "last":
         if not ids:
             raise UsageError(f"no runs in {runs_dir}")
-        return RunDir(runs_dir / ids[-1])
+        return RunDir(runs_dir / _newest(runs_dir, ids))
     matches = [i for i in ids if i == ref] or [i for i in ids if i.startswith(ref) or ref in i]
     if len(matches) == 1:
         return RunDir(runs_dir / matches[0])
