@@ -109,6 +109,9 @@ def _event(name: str, detail: str | None = None) -> dict[str, Any]:
 def update_record(
     run: RunDir, add_events: list[dict[str, Any]] | None = None, **fields: Any
 ) -> None:
+    """Merge `fields` into the group's record on disk, through the recorder. A caller that
+    builds a field from what the record holds reads it typed first (read_view, section):
+    docs/architecture.md, "Writing a record"."""
     Recorder(run, {}).update(add_events=add_events, **fields)
 
 
