@@ -207,7 +207,7 @@ def run_server_sweep(
     runs_root = Path(resolve_runs_dir(base.runs_dir, config).value)
     recorder = Recorder.create(runs_root)
     sweep = recorder.run
-    record = recorder.start({
+    recorder.start({
         "name": group,
         "group": group,
         "kind": "server-sweep",
@@ -240,12 +240,12 @@ def run_server_sweep(
                 say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
             codes.append(code)
             rows += point_rows(runs_root, flow_id, params, base.server.tp)
-            write_server_summary(sweep, record, rows, group)
+            write_server_summary(recorder, rows, group)
             if code == int(ExitCode.INTERRUPTED):  # the flow tore down on Ctrl-C: stop here
                 say("[server-sweep] interrupted: later points not run")
                 break
     except KeyboardInterrupt:
-        write_server_summary(sweep, record, rows, group)
+        write_server_summary(recorder, rows, group)
         recorder.finish(
             code=int(ExitCode.INTERRUPTED),
             outcome="stopped",
@@ -257,8 +257,8 @@ def run_server_sweep(
     code = failing[0] if failing else 0
     stopped = int(ExitCode.INTERRUPTED) in codes
     code = int(ExitCode.INTERRUPTED) if stopped else code
-    record["reused"], record["ran"] = reused, ran
-    write_server_summary(sweep, record, rows, group)
+    recorder.update(reused=reused, ran=ran)
+    write_server_summary(recorder, rows, group)
     recorder.finish(
         code=code,
         outcome="ok" if code == 0 else "stopped" if stopped else "failed",
@@ -443,11 +443,11 @@ def summary_csv(rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-def write_server_summary(
-    sweep: RunDir, record: dict[str, Any], rows: list[dict[str, Any]], group: str
-) -> None:
+def write_server_summary(recorder: Recorder, rows: list[dict[str, Any]], group: str) -> None:
+    """summary.json/.csv/.txt and the plots of the rows so far; the rows go in the sweep's
+    record as its points, written through its recorder (merged into the record on disk)."""
+    sweep = recorder.run
     front = pareto_front(rows)
-    record["points"] = rows
     summary: dict[str, Any] = {"group": group, "sweep": sweep.run_id, "rows": rows, "pareto": front}
     skipped = plot_unavailable()
     plots: list[str] = []
@@ -460,7 +460,7 @@ def write_server_summary(
     sweep.write_json("summary.json", summary)
     write_atomic(sweep.path / "summary.csv", summary_csv(rows))
     write_atomic(sweep.path / "summary.txt", summary_text(rows))
-    Recorder(sweep, record).save()
+    recorder.update(points=rows)
 
 
 def write_plots(

@@ -258,6 +258,11 @@ def test_sweep_keeps_measured_points_when_a_later_one_fails(fake_engine: int, is
     assert second["exit_code"] != 0
     sweep_dir = isolated_runs / summary["sweep"]
     assert (sweep_dir / "summary.csv").read_text().count("\n") == 3
+    # The sweep's record holds the same points (written through its recorder) and its end.
+    written = json.loads((sweep_dir / "record.json").read_text())
+    assert written["kind"] == "sweep" and written["points"] == summary["points"]
+    assert written["plot_skipped"] == summary["plot_skipped"]
+    assert written["outcome"] == "failed" and written["exit_code"] == second["exit_code"]
     proctor("serve", "stop", server)
 
 

@@ -47,6 +47,11 @@ def test_server_grid_is_a_flow_per_point_with_a_pareto_front(
         assert f"--max-num-seqs {flow['sweep']['params']['max-num-seqs']}" in " ".join(server["argv"])
     home = isolated_runs / summary["sweep"]
     assert (home / "exit_code").read_text() == "0\n"
+    # The sweep's record got its rows, and what it ran, through its recorder.
+    written = json.loads((home / "record.json").read_text())
+    assert written["kind"] == "server-sweep" and written["points"] == rows
+    assert written["ran"] == ["max-num-seqs=1", "max-num-seqs=4"] and written["reused"] == []
+    assert written["outcome"] == "ok" and written["exit_code"] == 0
     csv = (home / "summary.csv").read_text().splitlines()
     assert csv[0].startswith("server,bench,flow_run") and len(csv) == 3
     assert set(summary["plots"]) == {"throughput_latency.png", "pareto.png"}

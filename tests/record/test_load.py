@@ -125,3 +125,17 @@ def test_a_flow_record_types_its_workloads(tmp_path: Path) -> None:
     assert isinstance(flow, FlowRecord)
     (row,) = flow.workload_runs
     assert (row.index, row.kind, row.run_id, row.exit_code) == (0, "bench", "r", 0)
+
+
+def test_a_section_is_a_table_the_record_states_as_a_copy(tmp_path: Path) -> None:
+    # What a writer merges facts into: the model's table or one carried beyond the model; None
+    # where the record states none (a model default is not a fact) or states no table.
+    body = {**V1_COMMAND, "kind": "server", "schema_version": 2, "slurm": {"job_id": 7},
+            "extra_fact": "text"}  # fmt: skip
+    view = read_view(_write(tmp_path, body))
+    slurm = view.section("slurm")
+    assert slurm == {"job_id": 7}
+    slurm["state"] = "RUNNING"
+    assert view.section("slurm") == {"job_id": 7}  # a copy: the record is not changed
+    assert view.section("server") is None and view.fact("server") == {}
+    assert view.section("extra_fact") is None and view.section("missing") is None

@@ -88,3 +88,20 @@ def test_only_the_recorder_writes_records_and_exit_codes() -> None:
             if "write_atomic(" in line and ("exit_code_path" in line or '"exit_code"' in line):
                 writers["exit_code"].append(rel)
     assert writers == {"record.json": ["record/recorder.py"], "exit_code": ["record/finish.py"]}
+
+
+def test_writers_read_the_record_they_merge_into_through_its_typed_model() -> None:
+    """A writer reads the record it merges facts into with load_record/read_view (the model
+    of its kind), never as a raw dict; the exceptions (docs/architecture.md, "Writing a
+    record"): the recorder itself, the node side (no pydantic there), and the readers that
+    pass the record on as written (runs show --json, a far flow's record, the orphan stop's
+    base for the recorder)."""
+    allowed = {"record/recorder.py", "supervise/launch.py", "supervise/orphans.py",
+               "targets/slurm/node.py", "targets/slurm/nodeinspect.py",
+               "targets/remote/commands.py", "targets/remote/workflow.py"}  # fmt: skip
+    raw: set[str] = set()
+    for path in sorted((REPO / "src/proctor").rglob("*.py")):
+        text = path.read_text()
+        if 'read_json("record.json")' in text or "read_json(RECORD)" in text:
+            raw.add(path.relative_to(REPO / "src/proctor").as_posix())
+    assert raw <= allowed, sorted(raw - allowed)

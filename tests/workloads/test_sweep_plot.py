@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from proctor.record.rundir import create_run_dir, new_run_id
+from proctor import load_record
+from proctor.record.recorder import Recorder
+from proctor.record.schema import SweepRecord, parse_as
 from proctor.workloads.sweep import PLOT_NAME, SweepPoint, write_plot, write_summary
+from tests.helpers import record
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -31,12 +34,20 @@ def _png_size(path: Path) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
+def _sweep(tmp_path: Path) -> tuple[Recorder, SweepRecord]:
+    """A started sweep run directory: its recorder and its typed record."""
+    recorder = Recorder.create(tmp_path)
+    started = recorder.start({"name": "s", "kind": "sweep", "argv": ["bench"],
+                              "concurrencies": [4, 8, 16], "outcome": "running", "points": []})
+    return recorder, parse_as(SweepRecord, started)
+
+
 def test_png_is_written_and_grows_with_points(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    sweep = create_run_dir(tmp_path, new_run_id())
-    record: dict[str, object] = {"name": "s", "points": []}
+    recorder, typed = _sweep(tmp_path)
+    sweep = recorder.run
     points = [_point(4, 0, 100.0, 20.0)]
-    write_summary(sweep, record, points)
+    write_summary(recorder, typed, points)
     png = sweep.path / PLOT_NAME
     first = png.read_bytes()
     assert _png_size(png) == (700, 450)
@@ -44,7 +55,7 @@ def test_png_is_written_and_grows_with_points(tmp_path: Path) -> None:
     assert summary["plot"] == PLOT_NAME and summary["plot_skipped"] is None
     # A later point that failed without figures: earlier points and the PNG are kept.
     points += [_point(8, 0, 180.0, 25.0), _point(16, 3, None, None)]
-    write_summary(sweep, record, points)
+    write_summary(recorder, typed, points)
     assert png.read_bytes() != first  # redrawn with the second point
     summary = json.loads((sweep.path / "summary.json").read_text())
     assert [p["concurrency"] for p in summary["points"]] == [4, 8, 16]
@@ -68,11 +79,13 @@ def test_without_matplotlib_the_sweep_summary_says_the_png_was_skipped(tmp_path:
         "import sys\n"
         "sys.modules['matplotlib'] = None\n"
         "from pathlib import Path\n"
-        "from proctor.record.rundir import create_run_dir, new_run_id\n"
+        "from proctor.record.recorder import Recorder\n"
+        "from proctor.record.schema import SweepRecord\n"
         "from proctor.workloads.sweep import SweepPoint, write_summary\n"
-        "d = create_run_dir(Path(sys.argv[1]), new_run_id())\n"
-        "write_summary(d, {}, [SweepPoint(4, 'r', 0, {'output_throughput': 1.0, 'mean_tpot_ms': 2.0})])\n"
-        "print(d.path)\n"
+        "r = Recorder.create(Path(sys.argv[1]))\n"
+        "write_summary(r, SweepRecord(run_id=r.run.run_id),\n"
+        "              [SweepPoint(4, 'r', 0, {'output_throughput': 1.0, 'mean_tpot_ms': 2.0})])\n"
+        "print(r.run.path)\n"
     )
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                        timeout=60, env={**os.environ})  # fmt: skip
@@ -82,3 +95,20 @@ def test_without_matplotlib_the_sweep_summary_says_the_png_was_skipped(tmp_path:
     assert "matplotlib is not installed" in summary["plot_skipped"] and "plot" not in summary
     assert not (sweep / PLOT_NAME).exists()
     assert (sweep / "summary.csv").exists() and (sweep / "summary.txt").exists()
+
+
+def test_the_sweep_record_gets_its_points_and_plot_through_the_recorder(tmp_path: Path) -> None:
+    # The typed record is what write_summary changes; the recorder merges those fields into
+    # the record on disk, which keeps everything else it held and reads as a SweepRecord.
+    recorder, typed = _sweep(tmp_path)
+    write_summary(recorder, typed, [_point(4, 0, 100.0, 20.0), _point(8, 3, None, None)])
+    written = record(recorder.run.path)
+    assert list(written)[:4] == ["schema", "schema_version", "run_id", "created_at"]
+    assert written["name"] == "s" and written["concurrencies"] == [4, 8, 16]
+    assert [p["exit_code"] for p in written["points"]] == [0, 3]
+    assert written["plot"] == typed.plot and written["plot_skipped"] == typed.plot_skipped
+    loaded = load_record(recorder.run.path, strict=True)
+    assert isinstance(loaded, SweepRecord) and loaded.points == typed.points
+    recorder.finish(code=3, outcome="failed", store_path=None, who="test")
+    ended = record(recorder.run.path)
+    assert ended["points"] == written["points"] and ended["exit_code"] == 3

@@ -162,6 +162,14 @@ class RecordCore(BaseModel):
         carries beyond its model; None where it has neither."""
         return getattr(self, name, None)
 
+    def section(self, name: str) -> dict[str, Any] | None:
+        """A table the record states (slurm, server, ...), the model's or one it carries
+        beyond its model, as a new dict for a writer to merge facts into and write back
+        through the Recorder; None where the record states no such table (a default is not
+        a fact)."""
+        value = self.fact(name) if name in self.model_fields_set else None
+        return dict(value) if isinstance(value, dict) else None
+
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)

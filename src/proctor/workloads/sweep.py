@@ -17,6 +17,7 @@ from typing import Any
 
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.schema import SweepRecord, parse_as
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
 from proctor.supervise.launch import RunSpec, record_of, start_run
@@ -73,7 +74,7 @@ def run_sweep(
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
     recorder = Recorder.create(runs_root)
     sweep = recorder.run
-    record = recorder.start(
+    started = recorder.start(
         {
             "name": name,
             "kind": "sweep",
@@ -84,6 +85,9 @@ def run_sweep(
             "points": [],
         }
     )
+    # The sweep's own record, typed: write_summary sets its points and plot and writes them
+    # through the recorder (which finish() then ends).
+    record = parse_as(SweepRecord, started)
     reason = plot_unavailable()
     if reason:
         say(f"[sweep] the PNG plot is skipped: {reason}")
@@ -92,20 +96,20 @@ def run_sweep(
     try:
         for conc in concurrencies:
             points.append(_run_point(base_argv, conc, config, runs_root, name, sweep, say))
-            write_summary(sweep, record, points)
+            write_summary(recorder, record, points)
     except KeyboardInterrupt:
-        write_summary(sweep, record, points)
+        write_summary(recorder, record, points)
         recorder.finish(code=130, outcome="stopped", store_path=store_path, who="sweep")
         raise
     except BaseException as error:
         # No status can be established for a sweep that died: no exit_code (unknown).
-        write_summary(sweep, record, points)
+        write_summary(recorder, record, points)
         recorder.finish(code=None, outcome="unknown", store_path=store_path, who="sweep",
                         error=repr(error))  # fmt: skip
         raise
     failing = [p for p in points if p.exit_code != 0]
     code = 0 if not failing else (failing[0].exit_code if failing[0].exit_code is not None else 6)
-    write_summary(sweep, record, points)
+    write_summary(recorder, record, points)
     recorder.finish(code=code, outcome="ok" if code == 0 else "failed", store_path=store_path,
                     who="sweep")  # fmt: skip
     return sweep, points
@@ -241,13 +245,16 @@ def write_plot(path: Path, points: list[SweepPoint], title: str = "") -> bool:
     return True
 
 
-def write_summary(sweep: RunDir, record: dict[str, Any], points: list[SweepPoint]) -> None:
-    record["points"] = [p.row() for p in points]
-    summary: dict[str, Any] = {"sweep": sweep.run_id, "points": record["points"]}
+def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoint]) -> None:
+    """summary.json/.csv/.txt and the PNG of the points so far; the sweep's typed record gets
+    them (points, plot, plot_skipped), written through its recorder."""
+    sweep = recorder.run
+    record.points = [p.row() for p in points]
+    summary: dict[str, Any] = {"sweep": sweep.run_id, "points": record.points}
     skipped = plot_unavailable()
     if skipped is None:
         try:
-            drawn = write_plot(sweep.path / PLOT_NAME, points, f"sweep {record.get('name', '')}")
+            drawn = write_plot(sweep.path / PLOT_NAME, points, f"sweep {record.name or ''}")
         except (OSError, ValueError, RuntimeError) as error:  # a plot must not lose a sweep
             skipped = f"plot failed: {error}"
         else:
@@ -255,11 +262,11 @@ def write_summary(sweep: RunDir, record: dict[str, Any], points: list[SweepPoint
             if not drawn:
                 skipped = "no point has both output throughput and mean TPOT"
     summary["plot_skipped"] = skipped
-    record["plot"], record["plot_skipped"] = summary.get("plot"), skipped
+    record.plot, record.plot_skipped = summary.get("plot"), skipped
     sweep.write_json("summary.json", summary)
     write_atomic(sweep.path / "summary.csv", summary_csv(points))
     write_atomic(sweep.path / "summary.txt", summary_text(points))
-    Recorder(sweep, record).save()
+    recorder.update(points=record.points, plot=record.plot, plot_skipped=record.plot_skipped)
 
 
 __all__ = ["PLOT_NAME", "SweepPoint", "plot_unavailable", "record_of", "run_sweep",

@@ -24,6 +24,7 @@ from typing import IO, Any
 from proctor.errors import ProctorError, TargetUnavailable, UsageError
 from proctor.record.recorder import Recorder, event
 from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.schema import read_view
 from proctor.record.status import is_alive, read_wrapper_ref
 from proctor.source.identity import SourceIdentity
 from proctor.spec.config import ProjectConfig
@@ -69,6 +70,9 @@ class GroupLaunch:
 
 
 TRACKER_START_TIMEOUT_S = 15.0
+#: The facts of the group's record each node's record starts from (node-record.json).
+NODE_RECORD_FIELDS = ("schema", "schema_version", "name", "argv", "log", "proctor_version",
+                      "source", "env_overrides", "options", "created_at", "argv_display")
 
 
 def login_for(
@@ -105,6 +109,9 @@ def _event(name: str, detail: str | None = None) -> dict[str, Any]:
 def update_record(
     run: RunDir, add_events: list[dict[str, Any]] | None = None, **fields: Any
 ) -> None:
+    """Merge `fields` into the group's record on disk, through the recorder. A caller that
+    builds a field from what the record holds reads it typed first (read_view, section):
+    docs/architecture.md, "Writing a record"."""
     Recorder(run, {}).update(add_events=add_events, **fields)
 
 
@@ -452,27 +459,13 @@ class SlurmTarget:
         multinode: dict[str, Any] | None = None,
     ) -> str:
         group_plan = run.read_json("plan.json") or {}
-        record = run.read_json("record.json") or {}
+        # The group's record as the model of its kind; what it states (exclude_unset), by the
+        # names on disk (by_alias), values as read (python mode: no JSON re-encoding).
+        record = read_view(run.path).model_dump(by_alias=True, exclude_unset=True)
         node_plan = {**group_plan, "cwd": workdir, "store_path": None, "key": None}
         if multinode is not None:
             node_plan["multinode"] = multinode
-        node_record: dict[str, Any] = {
-            k: record[k]
-            for k in (
-                "schema",
-                "schema_version",
-                "name",
-                "argv",
-                "log",
-                "proctor_version",
-                "source",
-                "env_overrides",
-                "options",
-                "created_at",
-                "argv_display",
-            )
-            if k in record
-        }
+        node_record: dict[str, Any] = {k: record[k] for k in NODE_RECORD_FIELDS if k in record}
         node_record.update(
             kind="slurm-node",
             group=run.run_id,

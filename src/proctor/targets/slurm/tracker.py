@@ -109,9 +109,9 @@ class Tracker:
         fields: dict[str, Any] = {"add_events": [_event(f"slurm_{state.lower()}", detail)]}
         if state == "RUNNING":
             fields.update(outcome="running", started_at=now_iso())
-        record = self.run.read_json("record.json") or {}
+        # Read as the model of its kind (a group or a server launch), never as a raw dict.
         slurm = {
-            **record.get("slurm", {}),
+            **(read_view(self.run.path).section("slurm") or {}),
             "job_id": self.job_id,
             "state": state,
             "reason": reason,
@@ -132,14 +132,15 @@ class Tracker:
         except ValueError:
             return  # written by tmp + rename, so only a foreign file gets here
         self.head_known = True
-        record = self.run.read_json("record.json") or {}
+        record = read_view(self.run.path)
         fields: dict[str, Any] = {
-            "slurm": {**record.get("slurm", {}), "head": head},
+            "slurm": {**(record.section("slurm") or {}), "head": head},
             "add_events": [_event("head", f"{head.get('node')} at {head.get('address')}")],
         }
-        if isinstance(record.get("server"), dict):
+        server = record.section("server")
+        if server is not None:
             fields["server"] = {
-                **record["server"],
+                **server,
                 "host": head.get("address"),
                 "head_node": head.get("node"),
             }
@@ -243,7 +244,8 @@ class Tracker:
             if r.exit_code is None:
                 # Slurm lost the node: its processes may still run there, out of reach.
                 r.outcome = "failed"
-        slurm = (self.run.read_json("record.json") or {}).get("slurm", {})
+        record = read_view(self.run.path)
+        slurm = record.section("slurm") or {}
         if acct is not None:
             slurm.update(acct.as_dict())
             if not acct.steps:
@@ -263,7 +265,6 @@ class Tracker:
         recorder = Recorder(self.run)
         if verdict.exit_code is not None:
             recorder.write_exit(verdict.exit_code, verdict.signal)
-        record = recorder.record
         recorder.update(
             outcome=verdict.outcome,
             exit=None
@@ -273,7 +274,7 @@ class Tracker:
                 "signal": verdict.signal,
                 "decided_by": verdict.decided_by,
             },
-            started_at=record.get("started_at") or (acct.start if acct else None),
+            started_at=record.started_at or (acct.start if acct else None),
             ended_at=now_iso(),
             duration_s=float(elapsed) if elapsed is not None else None,
             slurm=slurm,
