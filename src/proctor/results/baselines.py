@@ -63,8 +63,13 @@ ACCURACY_METRIC = "gsm8k_exact_match_flexible"
 MTP_METRIC = "mtp_acceptance_rate"
 
 
+# Strict: a baseline that says `true` or "100" where a number goes, or nan / inf (valid TOML
+# and Python JSON), would judge nothing while every verdict read "pass".
+_NUMBERS = ConfigDict(strict=True, allow_inf_nan=False)
+
+
 class MetricBaseline(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **_NUMBERS)
     value: float
     stderr: float | None = Field(default=None, ge=0)
     direction: Literal["higher", "lower"] | None = None
@@ -79,12 +84,12 @@ class PerfBaseline(BaseModel):
 
 
 class AccuracyEntry(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", **_NUMBERS)
     model_name: str
     model_path: str | None = None
-    accuracy_threshold: float
-    accuracy_baseline: float | None = None
-    mtp_accept_threshold: float | None = None
+    accuracy_threshold: float = Field(ge=0, le=1)  # fractions, as lm-eval scores (0-1)
+    accuracy_baseline: float | None = Field(default=None, ge=0, le=1)
+    mtp_accept_threshold: float | None = Field(default=None, ge=0, le=1)
     test_level: str | None = None
 
 
@@ -120,10 +125,17 @@ def load_baseline(path: str | Path) -> Baseline:
     except OSError as e:
         raise ConfigError(f"cannot read baseline {p}: {e.strerror}", hint="check the path") from e
     try:
-        data: Any = tomllib.loads(raw.decode()) if p.suffix == ".toml" else json.loads(raw)
+        data: Any = (tomllib.loads(raw.decode()) if p.suffix == ".toml"
+                     else json.loads(raw, object_pairs_hook=_no_duplicates))
+    except _Duplicate as e:
+        raise ConfigError(f"{p}: {e} named twice", hint="keep one of them") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}",
                           hint="fix the baseline file") from e
+    if data == [] or (isinstance(data, dict) and data.get("metrics") == {}):
+        what = "no model entry" if data == [] else "names no metric"
+        raise ConfigError(f"{p}: {what}: nothing to check, so no verdict",
+                          hint="see docs/bench.md for the baseline format")
     try:
         if isinstance(data, list):
             return [AccuracyEntry.model_validate(x) for x in data]
@@ -135,6 +147,20 @@ def load_baseline(path: str | Path) -> Baseline:
         raise _err(p, e) from e
     raise ConfigError(f"{p}: neither an ATOM models_accuracy.json array nor a [metrics] table",
                       hint="see docs/bench.md for the baseline format")
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique (json.loads would keep the last of two silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
 
 
 def _noise(*errs: float | None) -> float | None:
@@ -149,9 +175,11 @@ def _with(base: Verdict, status: Status, message: str) -> Verdict:
 def check_metric(name: str, metric: Metric | None, spec: MetricBaseline) -> Verdict:
     info = metric_info(name)
     direction: Direction = spec.direction or info.direction
-    if metric is None:
+    if metric is None or not math.isfinite(metric.value):
+        said = ("not in the result" if metric is None
+                else f"{metric.value} in the result: not a number")
         return Verdict(metric=name, status="missing", baseline=spec.value, direction=direction,
-                       message="not in the result")
+                       message=said)
     v, b = metric.value, spec.value
     noise = _noise(spec.stderr, metric.stderr)
     change = (v - b) / abs(b) if b else None
@@ -214,6 +242,7 @@ def select_entry(entries: list[AccuracyEntry], model: str | None) -> AccuracyEnt
 def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Verdict]:
     out: list[Verdict] = []
     m = metrics.get(ACCURACY_METRIC)
+    m = m if m is not None and math.isfinite(m.value) else None
     t, b = entry.accuracy_threshold, entry.accuracy_baseline
     if m is None:
         out.append(Verdict(metric=ACCURACY_METRIC, status="missing", baseline=b, threshold=t,
@@ -235,7 +264,7 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
     if entry.mtp_accept_threshold is not None:
         mtp = metrics.get(MTP_METRIC) or metrics.get("spec_acceptance_rate")
         t2 = entry.mtp_accept_threshold
-        if mtp is None:
+        if mtp is None or not math.isfinite(mtp.value):
             out.append(Verdict(metric=MTP_METRIC, status="missing", threshold=t2,
                                direction="higher", message="not in the result"))
         else:
@@ -247,12 +276,19 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
     return out
 
 
-def check(metrics: dict[str, Metric], baseline: Baseline, model: str | None = None
-          ) -> list[Verdict]:
-    """Verdicts of `metrics` against a baseline: pass, within noise, regression, missing."""
+def check(metrics: dict[str, Metric], baseline: Baseline, model: str | None = None,
+          not_numbers: dict[str, str] | None = None) -> list[Verdict]:
+    """Verdicts of `metrics` against a baseline: pass, within noise, regression, missing.
+    `not_numbers` (a parsed result's meta) names metrics the result gave as nan, inf or text:
+    missing, and the verdict says what the result held instead."""
     if isinstance(baseline, PerfBaseline):
-        return check_perf(metrics, baseline)
-    return check_accuracy(metrics, select_entry(baseline, model))
+        verdicts = check_perf(metrics, baseline)
+    else:
+        verdicts = check_accuracy(metrics, select_entry(baseline, model))
+    for v in verdicts:
+        if v.status == "missing" and v.metric in (not_numbers or {}):
+            v.message = f"{(not_numbers or {})[v.metric]} in the result: not a number"
+    return verdicts
 
 
 class CompareRow(BaseModel):
