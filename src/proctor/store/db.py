@@ -20,6 +20,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -108,6 +109,20 @@ KNOWN_RECORD_VERSIONS = KNOWN_VERSIONS
 #: A run id is a plain name: it becomes a path component and a key, never a path.
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
+
+
+def instant(text: str) -> datetime:
+    """An ISO date or date-time as an aware instant (no offset: this machine's local time);
+    ValueError when it is none."""
+    when = datetime.fromisoformat(text)
+    return when if when.tzinfo is not None else when.astimezone()
+
+
+def _created_after(created: Any, after: datetime) -> bool:
+    try:
+        return isinstance(created, str) and instant(created) >= after
+    except ValueError:
+        return False  # a time that does not read is not shown as recent
 
 class StoreUnreadable(Exception):
     """SQLite cannot use the store file. `corrupt`: the file itself is bad (garbage, not a
@@ -267,7 +282,6 @@ class Store:
                 ("name LIKE ?", name and f"%{name}%"),
                 ("outcome = ?", outcome),
                 ("source_commit LIKE ?", commit and f"{commit}%"),
-                ("created_at >= ?", since),
                 ("run_key = ?", key),
                 ("run_group = ?", group),
             )
@@ -279,9 +293,14 @@ class Store:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY id DESC"
-        if limit:
+        if limit and not since:
             sql += f" LIMIT {int(limit)}"
-        return [dict(row) for row in self.conn.execute(sql, args)]
+        rows = [dict(row) for row in self.conn.execute(sql, args)]
+        if since:  # instants, not text: records carry the UTC offset of the host that ran them
+            after = instant(since)
+            rows = [r for r in rows if _created_after(r.get("created_at"), after)]
+            rows = rows[:limit] if limit else rows
+        return rows
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
