@@ -120,3 +120,17 @@ def test_a_run_directory_without_a_result_says_so(tmp_path: Path) -> None:
     res = proctor("check", run_dir.name, "--baselines", str(_baseline(tmp_path)), env=env)
     assert res.returncode == 64, res.stdout + res.stderr
     assert f"no result file in {run_dir}" in res.stderr and "record.json" not in res.stderr
+
+
+def test_an_integer_past_the_float_range_is_no_crash(tmp_path: Path) -> None:
+    serving = tmp_path / "vllm.json"
+    serving.write_text('{"output_throughput": ' + "9" * 400 + ', "request_throughput": 1}')
+    lm_eval = tmp_path / "lm.json"
+    lm_eval.write_text('{"results": {"gsm8k": {"exact_match,flexible-extract": ' + "9" * 400
+                       + ', "exact_match_stderr,flexible-extract": "N/A"}}}')
+    for path in (serving, lm_eval):
+        res = proctor("results", "parse", str(path), "--json")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["metrics"].get("output_throughput") is None
+    res = proctor("results", "check", str(serving), "--baselines", str(_baseline(tmp_path)))
+    assert res.returncode == 6 and "output_throughput" in res.stderr

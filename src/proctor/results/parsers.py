@@ -130,7 +130,12 @@ def parse_text(text: str, path: str | None = None) -> ParsedResult:
 
 
 def _finite(v: Any) -> TypeGuard[float]:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int past float's range (JSON integers have no bound)
+        return False
 
 
 def _plain(value: Any) -> bool:

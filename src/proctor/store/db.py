@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import sqlite3
@@ -345,6 +346,16 @@ def record_problem(record: dict[str, Any]) -> str | None:
     return None
 
 
+def _finite_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float's range
+        return None
+    return number if math.isfinite(number) else None
+
+
 def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]:
     """Flat numeric metrics from metrics.json: {"metrics": {name: value | {value, unit}}}."""
     try:
@@ -360,9 +371,10 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
         if isinstance(value, dict):
             unit = value.get("unit", unit)
             value = value.get("value")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        number = _finite_float(value)
+        if number is None:  # NaN, Infinity, 1e999, text: no value the metrics table can hold
             continue
-        yield str(name), float(value), unit
+        yield str(name), number, None if unit is None else str(unit)
     # The controller's cost beside the fetched evidence (Runpod): results/cost.py.
     # Imported here: proctor.results' package imports pydantic, which the run wrapper (a store
     # writer) must never load (tests/record/test_recorder.py).
