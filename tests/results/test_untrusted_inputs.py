@@ -134,3 +134,11 @@ def test_an_integer_past_the_float_range_is_no_crash(tmp_path: Path) -> None:
         assert json.loads(res.stdout)["metrics"].get("output_throughput") is None
     res = proctor("results", "check", str(serving), "--baselines", str(_baseline(tmp_path)))
     assert res.returncode == 6 and "output_throughput" in res.stderr
+
+
+def test_a_compare_with_no_metric_on_either_side_is_no_answer(tmp_path: Path) -> None:
+    empty = tmp_path / "metrics.json"
+    empty.write_text('{"schema": "proctor.bench.metrics", "metrics": {"output_throughput": NaN}}')
+    res = proctor("results", "compare", str(empty), str(empty))
+    assert res.returncode == 6, res.stdout + res.stderr
+    assert "nothing to compare" in res.stderr and "gives output_throughput as nan" in res.stderr

@@ -178,6 +178,9 @@ def compare_cmd(
     _warn_untrusted("A", path_a, res_a)
     _warn_untrusted("B", path_b, res_b)
     rows = compare(res_a.metrics, res_b.metrics)
+    if not rows:  # an empty table with exit 0 would read as "no difference"
+        raise ResultUnknown("neither A nor B holds a metric: nothing to compare",
+                            hint="give results that hold figures (metrics.json, a benchmark log)")
     if json_out:
         print_json([r.model_dump() for r in rows])
         return
