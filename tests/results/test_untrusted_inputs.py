@@ -142,3 +142,10 @@ def test_a_compare_with_no_metric_on_either_side_is_no_answer(tmp_path: Path) ->
     res = proctor("results", "compare", str(empty), str(empty))
     assert res.returncode == 6, res.stdout + res.stderr
     assert "nothing to compare" in res.stderr and "gives output_throughput as nan" in res.stderr
+
+
+def test_a_baseline_that_never_ends_is_refused(tmp_path: Path) -> None:
+    # Read whole before: memory grew until the machine gave out.
+    res = proctor("results", "check", str(_log(tmp_path)), "--baselines", "/dev/zero", timeout=60)
+    assert res.returncode == 64, res.stdout + res.stderr
+    assert "did not end" in res.stderr

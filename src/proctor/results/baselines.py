@@ -47,9 +47,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from proctor.errors import ConfigError
+from proctor.errors import ConfigError, UsageError
 from proctor.results.model import Metric
 from proctor.results.names import Direction, metric_info
+from proctor.results.reading import read_bounded
 from proctor.stats import welch_half_width
 
 if sys.version_info >= (3, 11):
@@ -61,6 +62,7 @@ Status = Literal["pass", "within_noise", "regression", "missing"]
 DEFAULT_TOLERANCE = {"higher": 0.05, "lower": 0.10}
 ACCURACY_METRIC = "gsm8k_exact_match_flexible"
 MTP_METRIC = "mtp_acceptance_rate"
+BASELINE_MAX_BYTES = 16 * 1024 * 1024  # far above any baseline; /dev/zero stops here
 
 
 # Strict: a baseline that says `true` or "100" where a number goes, or nan / inf (valid TOML
@@ -120,10 +122,16 @@ def _err(path: Path, e: ValidationError) -> ConfigError:
 def load_baseline(path: str | Path) -> Baseline:
     """A baseline file (performance metrics with tolerances, accuracy entries), validated."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"cannot read baseline {p}: {e.strerror}", hint="check the path") from e
+    if p.is_dir():
+        raise ConfigError(f"cannot read baseline {p}: Is a directory", hint="check the path")
+    try:  # bounded, as a result file: /dev/zero or a FIFO without a writer never hangs
+        read = read_bounded(p, limit=BASELINE_MAX_BYTES, seconds=10.0)
+    except UsageError as e:
+        raise ConfigError(f"baseline {p}: {e.message}", hint="check the path") from None
+    if read.cut:
+        raise ConfigError(f"baseline {p} is not a baseline file: {read.cut}",
+                          hint="give the baseline TOML or JSON file")
+    raw = read.data
     try:
         data: Any = (tomllib.loads(raw.decode()) if p.suffix == ".toml"
                      else json.loads(raw, object_pairs_hook=_no_duplicates))
