@@ -149,3 +149,15 @@ def test_a_baseline_that_never_ends_is_refused(tmp_path: Path) -> None:
     res = proctor("results", "check", str(_log(tmp_path)), "--baselines", "/dev/zero", timeout=60)
     assert res.returncode == 64, res.stdout + res.stderr
     assert "did not end" in res.stderr
+
+
+def test_a_model_named_with_model_gets_no_other_models_threshold(tmp_path: Path) -> None:
+    lm_eval = Path(__file__).parent / "samples" / "lmeval_results.json"
+    one = _baseline(tmp_path, json.dumps([{"model_name": "DeepSeek-R1",
+                                           "accuracy_threshold": 0.5}]), "acc.json")
+    res = proctor("results", "check", str(lm_eval), "--baselines", str(one),
+                  "--model", "Llama-3-70B")
+    assert res.returncode == 64, res.stdout + res.stderr
+    assert "no baseline entry for model 'Llama-3-70B'" in res.stderr
+    # Without --model, the only entry is the one (docs/bench.md), as before.
+    assert proctor("results", "check", str(lm_eval), "--baselines", str(one)).returncode == 0

@@ -91,7 +91,8 @@ def check_cmd(
                   for k, v in ((f, baseline.meta.get(f)) for f in FIELDS)}
         diff = _refuse_or_mark("the result and the baseline", identity_of(path), theirs,
                                allow_mismatch)
-    verdicts = check(res.metrics, baseline, named, res.meta.get("not_numbers"))
+    verdicts = check(res.metrics, baseline, named, res.meta.get("not_numbers"),
+                     explicit=model is not None)
     status = worst_status(verdicts)
     if json_out:
         print_json({"status": status, "verdicts": [v.model_dump() for v in verdicts],

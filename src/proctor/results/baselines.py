@@ -229,17 +229,27 @@ def check_perf(metrics: dict[str, Metric], baseline: PerfBaseline) -> list[Verdi
     return [check_metric(n, metrics.get(n), spec) for n, spec in baseline.metrics.items()]
 
 
-def select_entry(entries: list[AccuracyEntry], model: str | None) -> AccuracyEntry:
-    if model:
-        want = model.rstrip("/").lower()
-        for e in entries:
-            names = {e.model_name.lower()}
-            if e.model_path:
-                names |= {e.model_path.rstrip("/").lower(),
-                          Path(e.model_path.rstrip("/")).name.lower()}
-            if want in names or Path(want).name in names:
-                return e
-    if len(entries) == 1:
+def find_entry(entries: list[AccuracyEntry], model: str) -> AccuracyEntry | None:
+    """The entry naming `model` (its name, path or the path's last part), else None."""
+    want = model.rstrip("/").lower()
+    for e in entries:
+        names = {e.model_name.lower()}
+        if e.model_path:
+            names |= {e.model_path.rstrip("/").lower(),
+                      Path(e.model_path.rstrip("/")).name.lower()}
+        if want in names or Path(want).name in names:
+            return e
+    return None
+
+
+def select_entry(entries: list[AccuracyEntry], model: str | None,
+                 explicit: bool = False) -> AccuracyEntry:
+    """The entry for `model`; else the only entry, unless the model was named by the user
+    (`explicit`: --model), who then gets no other model's threshold."""
+    found = find_entry(entries, model) if model else None
+    if found is not None:
+        return found
+    if len(entries) == 1 and not explicit:
         return entries[0]
     known = ", ".join(e.model_name for e in entries[:8])
     raise ConfigError(f"no baseline entry for model {model!r}" if model
@@ -285,14 +295,15 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
 
 
 def check(metrics: dict[str, Metric], baseline: Baseline, model: str | None = None,
-          not_numbers: dict[str, str] | None = None) -> list[Verdict]:
+          not_numbers: dict[str, str] | None = None, *, explicit: bool = False
+          ) -> list[Verdict]:
     """Verdicts of `metrics` against a baseline: pass, within noise, regression, missing.
     `not_numbers` (a parsed result's meta) names metrics the result gave as nan, inf or text:
     missing, and the verdict says what the result held instead."""
     if isinstance(baseline, PerfBaseline):
         verdicts = check_perf(metrics, baseline)
     else:
-        verdicts = check_accuracy(metrics, select_entry(baseline, model))
+        verdicts = check_accuracy(metrics, select_entry(baseline, model, explicit))
     for v in verdicts:
         if v.status == "missing" and v.metric in (not_numbers or {}):
             v.message = f"{(not_numbers or {})[v.metric]} in the result: not a number"
