@@ -161,3 +161,18 @@ def test_a_model_named_with_model_gets_no_other_models_threshold(tmp_path: Path)
     assert "no baseline entry for model 'Llama-3-70B'" in res.stderr
     # Without --model, the only entry is the one (docs/bench.md), as before.
     assert proctor("results", "check", str(lm_eval), "--baselines", str(one)).returncode == 0
+
+
+def test_an_acceptance_rate_under_one_percent_is_no_pass(tmp_path: Path) -> None:
+    # vLLM prints `Acceptance rate (%)`: 0.80 is 0.8 %, read as 80 % (a pass at 0.7) before.
+    log = tmp_path / "spec.log"
+    log.write_text(BLOCK.format(out="100.0", total="200.0", ttft="50").replace(
+        "Mean TTFT", "Acceptance rate (%):                     0.80\nMean TTFT"))
+    acc = _baseline(tmp_path, json.dumps([{"model_name": "m", "accuracy_threshold": 0.1,
+                                           "mtp_accept_threshold": 0.7}]), "acc.json")
+    res = proctor("results", "check", str(log), "--baselines", str(acc), "--json")
+    parsed = proctor("results", "parse", str(log), "--json")
+    assert json.loads(parsed.stdout)["metrics"]["spec_acceptance_rate"]["unit"] == "%"
+    assert res.returncode == 7, res.stdout + res.stderr  # the accuracy itself: missing here
+    verdicts = {v["metric"]: v for v in json.loads(res.stdout)["verdicts"]}
+    assert verdicts["mtp_acceptance_rate"]["value"] == pytest.approx(0.008)

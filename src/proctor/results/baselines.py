@@ -286,7 +286,10 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
             out.append(Verdict(metric=MTP_METRIC, status="missing", threshold=t2,
                                direction="higher", message="not in the result"))
         else:
-            v2 = mtp.value / 100.0 if mtp.value > 1.0 else mtp.value  # vLLM prints percent
+            # vLLM prints `Acceptance rate (%)` (spec_acceptance_rate): always a percentage, so
+            # 0.8 is 0.8 %, not 80 %; mtp_acceptance_rate may be either (over 1: a percentage).
+            percent = mtp.name == "spec_acceptance_rate" or mtp.value > 1.0
+            v2 = mtp.value / 100.0 if percent else mtp.value
             ok = v2 >= t2
             out.append(Verdict(metric=MTP_METRIC, status="pass" if ok else "regression",
                                value=v2, threshold=t2, direction="higher",
