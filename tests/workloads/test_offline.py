@@ -292,3 +292,15 @@ def test_real_vllm_offline_run(tmp_path: Path) -> None:
     # vLLM's own progress bar: "est. speed input: I toks/s, output: O toks/s".
     assert doc["metrics"]["output_throughput"] > 0 and doc["metrics"]["input_throughput"] > 0
     assert "est. speed" in doc["lines"]["output_throughput"]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_disk_guard_that_is_no_number_is_refused(tmp_path: Path, fake: Path, value: str) -> None:
+    # nan compared false with every free space: the guard was off while the record named it.
+    r = proctor(["offline", "--engine", "vllm", "--model", str(tmp_path), "--min-free-disk", value,
+                 "--cmd", "--", str(fake)], tmp_path)  # fmt: skip
+    assert r.returncode == 64, r.stdout + r.stderr
+    assert "--min-free-disk" in r.stderr and "GiB >= 0" in r.stderr
+    assert not (tmp_path / "runs").exists() or not any(
+        p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")
+    )

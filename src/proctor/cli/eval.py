@@ -75,6 +75,10 @@ def gsm8k(
         model = model or str(facts["checked_model"])
     if not model:
         raise UsageError("--model is required without --server", hint="pass the served model name")
+    # Bad input is refused here, before a supervised run (and its directory) exists.
+    Gsm8kConfig(base_url=base_url or f"http://127.0.0.1:{port}", model=model,
+                output_path=Path("lm_eval"), num_fewshot=fewshot, limit=limit,
+                num_concurrent=num_concurrent, max_error_rate=max_error_rate)
     if output_dir is None:
         argv = [sys.executable, "-m", "proctor.workloads.gsm8k", "--base-url",
                 base_url or f"http://127.0.0.1:{port}", "--model", model, "--fewshot", str(fewshot),

@@ -8,6 +8,7 @@ neither vanish nor crash. Styling goes through `Text` objects (`styled`, `print_
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,5 +40,18 @@ def print_evidence(faults: Sequence[object], tails: Mapping[str, Sequence[str]] 
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """Strict JSON (RFC 8259): a float that is nan or infinite prints as null, never as the
+    `NaN` / `Infinity` tokens that jq and other parsers refuse."""
+    text = json.dumps(_finite(data), indent=2, sort_keys=False, default=str, allow_nan=False)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data

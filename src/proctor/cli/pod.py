@@ -15,6 +15,7 @@ from rich.table import Table
 
 from proctor.cli.output import console, print_json
 from proctor.errors import TargetUnavailable
+from proctor.spec.durations import parse_duration
 from proctor.targets.runpod.client import API_URL_ENV, RunpodClient
 from proctor.targets.runpod.models import Pod
 from proctor.targets.runpod.pods import FinalState, release, wait_ssh
@@ -32,7 +33,14 @@ _API_URL = typer.Option(
     help="Runpod REST v1 base URL (default https://rest.runpod.io/v1).",
 )
 _JSON = typer.Option(False, "--json", help="Print JSON for automation.")
-_TIMEOUT = typer.Option(180.0, "--timeout", help="Seconds to wait for the verified final state.")
+_TIMEOUT = typer.Option("180", "--timeout",
+                        help="How long to wait for the verified final state (180, 3m, 1h).")
+
+
+def _seconds(timeout: str) -> float:
+    """--timeout as every duration reads (nan, inf, negative, over 366 days: 64), before any
+    request: a deadline of nan or inf would wait for ever for a state the pod never reaches."""
+    return parse_duration(timeout, option="--timeout")
 
 
 def _client(api_url: str | None) -> RunpodClient:
@@ -123,12 +131,12 @@ def status(
 @app.command("stop")
 def stop(
     pod_id: str = typer.Argument(..., help="Pod id."),
-    timeout: float = _TIMEOUT,
+    timeout: str = _TIMEOUT,
     api_url: str | None = _API_URL,
     as_json: bool = _JSON,
 ) -> None:
     """Stop a pod (keeps its volume) and verify it reached EXITED."""
-    _release(pod_id, api_url, as_json, timeout_s=timeout)
+    _release(pod_id, api_url, as_json, timeout_s=_seconds(timeout))
 
 
 @app.command("terminate")
@@ -137,14 +145,13 @@ def terminate(
     allow_terminate: bool = typer.Option(
         False, "--allow-terminate", help="Authorise deleting the pod and its container disk."
     ),
-    timeout: float = _TIMEOUT,
+    timeout: str = _TIMEOUT,
     api_url: str | None = _API_URL,
     as_json: bool = _JSON,
 ) -> None:
     """Terminate (delete) a pod: needs --allow-terminate; verified gone afterwards."""
-    _release(
-        pod_id, api_url, as_json, terminate=True, allow_terminate=allow_terminate, timeout_s=timeout
-    )
+    _release(pod_id, api_url, as_json, terminate=True, allow_terminate=allow_terminate,
+             timeout_s=_seconds(timeout))  # fmt: skip
 
 
 @app.command("start")
@@ -153,12 +160,14 @@ def start(
     wait_for_ssh: bool = typer.Option(
         False, "--wait-ssh", help="Also wait for a public IP and port 22 mapping."
     ),
-    timeout: float = typer.Option(600.0, "--timeout", help="Seconds to wait for RUNNING."),
+    timeout: str = typer.Option("600", "--timeout",
+                                help="How long to wait for RUNNING (600, 10m)."),
     api_url: str | None = _API_URL,
     as_json: bool = _JSON,
 ) -> None:
     """Start a stopped pod (billing resumes) and verify it is RUNNING."""
-    deadline = time.time() + timeout
+    seconds = _seconds(timeout)
+    deadline = time.time() + seconds
     with _client(api_url) as client:
         client.start_pod(pod_id)
 
@@ -169,7 +178,7 @@ def start(
         pod = poll(running, deadline=deadline)
         if pod is None:
             raise TargetUnavailable(
-                f"pod {pod_id} did not reach RUNNING within {timeout:.0f}s",
+                f"pod {pod_id} did not reach RUNNING within {seconds:.0f}s",
                 hint=f"check `proctor pod status {pod_id}`; the host's GPU may be rented",
             )
         result: dict[str, Any] = pod.to_record()

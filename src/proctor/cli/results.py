@@ -77,6 +77,10 @@ def check_cmd(
     benchmark's validity verdict is INVALID (its reasons are printed), 77 when the baseline's
     [meta] names a source, engine args, dataset or GPU the result differs in."""
     path = _run_path(file, None)
+    ended = run_not_ok(path)
+    if ended is not None:  # a failed, stopped or unfinished run's figures are no measurement
+        raise ResultUnknown(f"run {path.name} {ended}: its results are not judged",
+                            hint="check a run that ended ok (proctor runs show it says why)")
     res = _parse(path)
     named = model or next((res.meta[k] for k in ("model_name", "model_id", "model")
                            if isinstance(res.meta.get(k), str)), None)
@@ -87,7 +91,8 @@ def check_cmd(
                   for k, v in ((f, baseline.meta.get(f)) for f in FIELDS)}
         diff = _refuse_or_mark("the result and the baseline", identity_of(path), theirs,
                                allow_mismatch)
-    verdicts = check(res.metrics, baseline, named)
+    verdicts = check(res.metrics, baseline, named, res.meta.get("not_numbers"),
+                     explicit=model is not None)
     status = worst_status(verdicts)
     if json_out:
         print_json({"status": status, "verdicts": [v.model_dump() for v in verdicts],
@@ -111,6 +116,39 @@ def check_cmd(
         gone = [v.metric for v in verdicts if v.status == "missing"]
         raise ResultUnknown(f"baselined metrics missing from the result: {', '.join(gone)}",
                             hint="check that the run produced them")
+
+
+def run_not_ok(path: Path) -> str | None:
+    """How a run directory's run did not end ok ("ended failed (exit 1)", "is still running"),
+    from its record; None when it ended ok or `path` is no run directory. A record this proctor
+    cannot read (a newer schema, not JSON) is refused (RecordError, exit 64)."""
+    from proctor.record.schema import load_record
+
+    if not path.is_dir() or not (path / "record.json").is_file():
+        return None
+    record = load_record(path, strict=True)
+    if record.outcome == "ok":
+        return None
+    if record.outcome in ("starting", "running"):
+        return f"is still {record.outcome} (or its end was never recorded)"
+    code = f" (exit {record.exit.code})" if record.exit is not None else ""
+    return f"ended {record.outcome}{code}"
+
+
+def _warn_untrusted(side: str, path: Path, res: ParsedResult) -> None:
+    """compare shows any two results, but says which side is no trusted measurement."""
+    ended = run_not_ok(path)
+    if ended is not None:
+        err_console.print(f"proctor: warning: {side} ({path.name}) {ended}; its figures are "
+                          "not a measurement to trust", markup=False, highlight=False)
+    validity = res.meta.get("validity")
+    if isinstance(validity, dict) and validity.get("verdict") == "INVALID":
+        reasons = "; ".join(str(r) for r in validity.get("reasons") or []) or "no reason given"
+        err_console.print(f"proctor: warning: {side} ({path.name}) is an INVALID benchmark "
+                          f"({reasons})", markup=False, highlight=False)
+    for name, value in (res.meta.get("not_numbers") or {}).items():
+        err_console.print(f"proctor: warning: {side} gives {name} as {value}, not a number",
+                          markup=False, highlight=False)
 
 
 def refuse_invalid(res: ParsedResult) -> None:
@@ -137,7 +175,13 @@ def compare_cmd(
     engine args, dataset or GPU, unless --allow-mismatch."""
     path_a, path_b = _run_path(a, None), _run_path(b, None)
     diff = _refuse_or_mark("A and B", identity_of(path_a), identity_of(path_b), allow_mismatch)
-    rows = compare(parse_path(path_a).metrics, parse_path(path_b).metrics)
+    res_a, res_b = _parse(path_a), _parse(path_b)
+    _warn_untrusted("A", path_a, res_a)
+    _warn_untrusted("B", path_b, res_b)
+    rows = compare(res_a.metrics, res_b.metrics)
+    if not rows:  # an empty table with exit 0 would read as "no difference"
+        raise ResultUnknown("neither A nor B holds a metric: nothing to compare",
+                            hint="give results that hold figures (metrics.json, a benchmark log)")
     if json_out:
         print_json([r.model_dump() for r in rows])
         return

@@ -5,21 +5,23 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import typer
 
 from proctor.cli.output import console, err_console, print_json, styled
 from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
+from proctor.record.finish import iso_at
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.rundir import RunDir
-from proctor.record.schema import LaunchedRecord, read_view, view_record
+from proctor.record.schema import LaunchedRecord, Outcome, read_view, view_record
 from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 from proctor.store.db import (
     StoreUnreadable,
+    instant,
     open_up_to_date,
     rebuild,
 )
@@ -67,6 +69,8 @@ def _view(run: RunDir) -> dict[str, Any]:
         "exit": state.exit.model_dump() if state.exit else None,
     }
 
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+
 
 @app.command("list")
 def list_runs(
@@ -81,6 +85,10 @@ def list_runs(
     """Runs, newest first, with the outcome as the evidence says (never 'ok' without a status)."""
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
+    if outcome and outcome not in OUTCOMES:
+        raise UsageError(f"unknown --outcome {outcome!r}", hint=f"one of: {', '.join(OUTCOMES)}")
+    if limit < 0:
+        raise UsageError(f"invalid --limit {limit}", hint="give a count, or 0 for all")
     # Never creates a store; a locked or unreadable one is listed around, with a warning.
     store, warning = open_up_to_date(_store_path(directory), directory)
     if warning:
@@ -122,10 +130,16 @@ def list_runs(
 
 
 def _since(text: str) -> str:
+    """--since as an ISO instant with its offset: a duration ago, or a date or date-time."""
     if text[:1].isdigit() and not text[:4].isdigit():
         seconds = parse_duration(text, option="--since")
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - seconds))
-    return text
+        return iso_at(time.time() - seconds)
+    try:
+        return instant(text).isoformat()
+    except ValueError:
+        raise UsageError(f"invalid --since {text!r}",
+                         hint="give a duration ago (2h, 7d) or an ISO date/time "
+                              "(2026-12-03, 2026-12-03T14:00, 2026-12-03T14:00+01:00)") from None
 
 
 @app.command("show")

@@ -72,6 +72,9 @@ def run_slo(
         shown = "none" if result.answer is None else f"{result.answer:g}"
         typer.echo(f"{axis}: {shown}")
         say(f"proctor: slo search {result.dir.run_id}: {result.dir.path / 'result.json'}")
+    if result.error:
+        raise UsageError(result.error, hint="name metrics of the bench's metrics.json, e.g. "
+                                            "p99_ttft_ms<=500")
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 

@@ -47,9 +47,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from proctor.errors import ConfigError
+from proctor.errors import ConfigError, UsageError
 from proctor.results.model import Metric
 from proctor.results.names import Direction, metric_info
+from proctor.results.reading import read_bounded
 from proctor.stats import welch_half_width
 
 if sys.version_info >= (3, 11):
@@ -61,10 +62,16 @@ Status = Literal["pass", "within_noise", "regression", "missing"]
 DEFAULT_TOLERANCE = {"higher": 0.05, "lower": 0.10}
 ACCURACY_METRIC = "gsm8k_exact_match_flexible"
 MTP_METRIC = "mtp_acceptance_rate"
+BASELINE_MAX_BYTES = 16 * 1024 * 1024  # far above any baseline; /dev/zero stops here
+
+
+# Strict: a baseline that says `true` or "100" where a number goes, or nan / inf (valid TOML
+# and Python JSON), would judge nothing while every verdict read "pass".
+_NUMBERS = ConfigDict(strict=True, allow_inf_nan=False)
 
 
 class MetricBaseline(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **_NUMBERS)
     value: float
     stderr: float | None = Field(default=None, ge=0)
     direction: Literal["higher", "lower"] | None = None
@@ -79,12 +86,12 @@ class PerfBaseline(BaseModel):
 
 
 class AccuracyEntry(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", **_NUMBERS)
     model_name: str
     model_path: str | None = None
-    accuracy_threshold: float
-    accuracy_baseline: float | None = None
-    mtp_accept_threshold: float | None = None
+    accuracy_threshold: float = Field(ge=0, le=1)  # fractions, as lm-eval scores (0-1)
+    accuracy_baseline: float | None = Field(default=None, ge=0, le=1)
+    mtp_accept_threshold: float | None = Field(default=None, ge=0, le=1)
     test_level: str | None = None
 
 
@@ -115,15 +122,28 @@ def _err(path: Path, e: ValidationError) -> ConfigError:
 def load_baseline(path: str | Path) -> Baseline:
     """A baseline file (performance metrics with tolerances, accuracy entries), validated."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"cannot read baseline {p}: Is a directory", hint="check the path")
+    try:  # bounded, as a result file: /dev/zero or a FIFO without a writer never hangs
+        read = read_bounded(p, limit=BASELINE_MAX_BYTES, seconds=10.0)
+    except UsageError as e:
+        raise ConfigError(f"baseline {p}: {e.message}", hint="check the path") from None
+    if read.cut:
+        raise ConfigError(f"baseline {p} is not a baseline file: {read.cut}",
+                          hint="give the baseline TOML or JSON file")
+    raw = read.data
     try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"cannot read baseline {p}: {e.strerror}", hint="check the path") from e
-    try:
-        data: Any = tomllib.loads(raw.decode()) if p.suffix == ".toml" else json.loads(raw)
+        data: Any = (tomllib.loads(raw.decode()) if p.suffix == ".toml"
+                     else json.loads(raw, object_pairs_hook=_no_duplicates))
+    except _Duplicate as e:
+        raise ConfigError(f"{p}: {e} named twice", hint="keep one of them") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}",
                           hint="fix the baseline file") from e
+    if data == [] or (isinstance(data, dict) and data.get("metrics") == {}):
+        what = "no model entry" if data == [] else "names no metric"
+        raise ConfigError(f"{p}: {what}: nothing to check, so no verdict",
+                          hint="see docs/bench.md for the baseline format")
     try:
         if isinstance(data, list):
             return [AccuracyEntry.model_validate(x) for x in data]
@@ -135,6 +155,20 @@ def load_baseline(path: str | Path) -> Baseline:
         raise _err(p, e) from e
     raise ConfigError(f"{p}: neither an ATOM models_accuracy.json array nor a [metrics] table",
                       hint="see docs/bench.md for the baseline format")
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique (json.loads would keep the last of two silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
 
 
 def _noise(*errs: float | None) -> float | None:
@@ -149,9 +183,11 @@ def _with(base: Verdict, status: Status, message: str) -> Verdict:
 def check_metric(name: str, metric: Metric | None, spec: MetricBaseline) -> Verdict:
     info = metric_info(name)
     direction: Direction = spec.direction or info.direction
-    if metric is None:
+    if metric is None or not math.isfinite(metric.value):
+        said = ("not in the result" if metric is None
+                else f"{metric.value} in the result: not a number")
         return Verdict(metric=name, status="missing", baseline=spec.value, direction=direction,
-                       message="not in the result")
+                       message=said)
     v, b = metric.value, spec.value
     noise = _noise(spec.stderr, metric.stderr)
     change = (v - b) / abs(b) if b else None
@@ -193,17 +229,27 @@ def check_perf(metrics: dict[str, Metric], baseline: PerfBaseline) -> list[Verdi
     return [check_metric(n, metrics.get(n), spec) for n, spec in baseline.metrics.items()]
 
 
-def select_entry(entries: list[AccuracyEntry], model: str | None) -> AccuracyEntry:
-    if model:
-        want = model.rstrip("/").lower()
-        for e in entries:
-            names = {e.model_name.lower()}
-            if e.model_path:
-                names |= {e.model_path.rstrip("/").lower(),
-                          Path(e.model_path.rstrip("/")).name.lower()}
-            if want in names or Path(want).name in names:
-                return e
-    if len(entries) == 1:
+def find_entry(entries: list[AccuracyEntry], model: str) -> AccuracyEntry | None:
+    """The entry naming `model` (its name, path or the path's last part), else None."""
+    want = model.rstrip("/").lower()
+    for e in entries:
+        names = {e.model_name.lower()}
+        if e.model_path:
+            names |= {e.model_path.rstrip("/").lower(),
+                      Path(e.model_path.rstrip("/")).name.lower()}
+        if want in names or Path(want).name in names:
+            return e
+    return None
+
+
+def select_entry(entries: list[AccuracyEntry], model: str | None,
+                 explicit: bool = False) -> AccuracyEntry:
+    """The entry for `model`; else the only entry, unless the model was named by the user
+    (`explicit`: --model), who then gets no other model's threshold."""
+    found = find_entry(entries, model) if model else None
+    if found is not None:
+        return found
+    if len(entries) == 1 and not explicit:
         return entries[0]
     known = ", ".join(e.model_name for e in entries[:8])
     raise ConfigError(f"no baseline entry for model {model!r}" if model
@@ -214,6 +260,7 @@ def select_entry(entries: list[AccuracyEntry], model: str | None) -> AccuracyEnt
 def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Verdict]:
     out: list[Verdict] = []
     m = metrics.get(ACCURACY_METRIC)
+    m = m if m is not None and math.isfinite(m.value) else None
     t, b = entry.accuracy_threshold, entry.accuracy_baseline
     if m is None:
         out.append(Verdict(metric=ACCURACY_METRIC, status="missing", baseline=b, threshold=t,
@@ -235,11 +282,14 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
     if entry.mtp_accept_threshold is not None:
         mtp = metrics.get(MTP_METRIC) or metrics.get("spec_acceptance_rate")
         t2 = entry.mtp_accept_threshold
-        if mtp is None:
+        if mtp is None or not math.isfinite(mtp.value):
             out.append(Verdict(metric=MTP_METRIC, status="missing", threshold=t2,
                                direction="higher", message="not in the result"))
         else:
-            v2 = mtp.value / 100.0 if mtp.value > 1.0 else mtp.value  # vLLM prints percent
+            # vLLM prints `Acceptance rate (%)` (spec_acceptance_rate): always a percentage, so
+            # 0.8 is 0.8 %, not 80 %; mtp_acceptance_rate may be either (over 1: a percentage).
+            percent = mtp.name == "spec_acceptance_rate" or mtp.value > 1.0
+            v2 = mtp.value / 100.0 if percent else mtp.value
             ok = v2 >= t2
             out.append(Verdict(metric=MTP_METRIC, status="pass" if ok else "regression",
                                value=v2, threshold=t2, direction="higher",
@@ -247,12 +297,20 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
     return out
 
 
-def check(metrics: dict[str, Metric], baseline: Baseline, model: str | None = None
+def check(metrics: dict[str, Metric], baseline: Baseline, model: str | None = None,
+          not_numbers: dict[str, str] | None = None, *, explicit: bool = False
           ) -> list[Verdict]:
-    """Verdicts of `metrics` against a baseline: pass, within noise, regression, missing."""
+    """Verdicts of `metrics` against a baseline: pass, within noise, regression, missing.
+    `not_numbers` (a parsed result's meta) names metrics the result gave as nan, inf or text:
+    missing, and the verdict says what the result held instead."""
     if isinstance(baseline, PerfBaseline):
-        return check_perf(metrics, baseline)
-    return check_accuracy(metrics, select_entry(baseline, model))
+        verdicts = check_perf(metrics, baseline)
+    else:
+        verdicts = check_accuracy(metrics, select_entry(baseline, model, explicit))
+    for v in verdicts:
+        if v.status == "missing" and v.metric in (not_numbers or {}):
+            v.message = f"{(not_numbers or {})[v.metric]} in the result: not a number"
+    return verdicts
 
 
 class CompareRow(BaseModel):

@@ -35,7 +35,7 @@ _FIXED: dict[str, tuple[str, Direction]] = {
     "max_output_tokens_per_s": ("tok/s", "higher"),
     "max_concurrent_requests": ("requests", "none"),
     "peak_concurrency": ("requests", "none"),
-    "spec_acceptance_rate": ("fraction", "higher"),
+    "spec_acceptance_rate": ("%", "higher"),  # vLLM's `Acceptance rate (%)`
     "spec_acceptance_length": ("tokens", "higher"),
     "mtp_acceptance_rate": ("fraction", "higher"),
     # proctor's bench: the validity verdict (1 VALID, 0 INVALID) and energy (docs/bench.md)

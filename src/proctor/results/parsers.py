@@ -39,7 +39,8 @@ def _num(text: str) -> float:
 
 
 def parse_summary_blocks(text: str) -> list[dict[str, float]]:
-    """Every summary block in `text`, as {normalized name: value}."""
+    """Every summary block in `text`, as {normalized name: value}. A value printed as nan or
+    inf is kept as it reads here; parse_text leaves it out of the metrics."""
     blocks: list[dict[str, float]] = []
     current: dict[str, float] | None = None
     for raw in text.splitlines():
@@ -117,21 +118,41 @@ def parse_text(text: str, path: str | None = None) -> ParsedResult:
                           hint="give a benchmark log, result JSON or lm-eval results JSON")
     res = ParsedResult(kind="serving-summary", path=path,
                        meta={"flavour": _flavour(text), "blocks": len(blocks)})
+    not_numbers: dict[str, str] = {}
     for name, value in blocks[-1].items():
-        res.add(name, value)
+        if math.isfinite(value) or (name == "request_rate" and value == math.inf):
+            res.add(name, value)  # a rate of inf is a setting: requests sent all at once
+        else:  # nan / inf is no measurement: never a metric that could pass a baseline
+            not_numbers[name] = str(value)
+    if not_numbers:
+        res.meta["not_numbers"] = not_numbers
     return res
 
 
 def _finite(v: Any) -> TypeGuard[float]:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int past float's range (JSON integers have no bound)
+        return False
+
+
+def _plain(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
 
 
 def _serving_json(obj: dict[str, Any], kind: str, path: str | None) -> ParsedResult:
     res = ParsedResult(kind=kind, path=path)
+    not_numbers: dict[str, str] = {}
     for key, value in obj.items():
         name = json_key_to_name(key)
         if name is not None and _finite(value):
             res.add(name, value)
+        elif name is not None and value is not None:  # NaN, "fast", true: no measurement
+            not_numbers[name] = json.dumps(value)[:40] if _plain(value) else str(value)
+    if not_numbers:
+        res.meta["not_numbers"] = not_numbers
     for key in ("model_id", "model", "backend", "date", "tokenizer_id"):
         if isinstance(obj.get(key), str):
             res.meta[key] = obj[key]
@@ -267,10 +288,21 @@ def parse_string(text: str, path: str | None = None) -> ParsedResult:
     return parse_text(text, path)
 
 
+#: What proctor itself writes in a run directory: never a result (a `proctor run` of a
+#: benchmark command has only its log to give).
+_OWN_FILES = frozenset({"record.json", "plan.json", "node-record.json", "node-plan.json",
+                        "slurm.json", "children.json", "summary.json", "answer.json",
+                        "manifest.json", "proctor-install.json"})
+
+
+def _proctors_own(path: Path) -> bool:
+    return path.name in _OWN_FILES or path.name.startswith(".")
+
+
 def find_result_file(directory: Path) -> Path:
     """The result file inside a run directory (metrics.json first, then lm-eval, then logs)."""
     for pattern in ("metrics.json", "**/results_*.json", "*.json", "*.log", "*.txt"):
-        found = sorted(directory.glob(pattern))
+        found = sorted(p for p in directory.glob(pattern) if not _proctors_own(p))
         if found:
             return found[-1]
     raise UsageError(f"no result file in {directory}",

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -108,6 +110,20 @@ KNOWN_RECORD_VERSIONS = KNOWN_VERSIONS
 #: A run id is a plain name: it becomes a path component and a key, never a path.
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
+
+
+def instant(text: str) -> datetime:
+    """An ISO date or date-time as an aware instant (no offset: this machine's local time);
+    ValueError when it is none."""
+    when = datetime.fromisoformat(text)
+    return when if when.tzinfo is not None else when.astimezone()
+
+
+def _created_after(created: Any, after: datetime) -> bool:
+    try:
+        return isinstance(created, str) and instant(created) >= after
+    except ValueError:
+        return False  # a time that does not read is not shown as recent
 
 class StoreUnreadable(Exception):
     """SQLite cannot use the store file. `corrupt`: the file itself is bad (garbage, not a
@@ -267,7 +283,6 @@ class Store:
                 ("name LIKE ?", name and f"%{name}%"),
                 ("outcome = ?", outcome),
                 ("source_commit LIKE ?", commit and f"{commit}%"),
-                ("created_at >= ?", since),
                 ("run_key = ?", key),
                 ("run_group = ?", group),
             )
@@ -278,11 +293,17 @@ class Store:
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        # Newest first by when each was created: ids of one second sort by their random part.
-        sql += " ORDER BY created_at DESC, id DESC"
-        if limit:
+        # Newest first: by the id's UTC second, then, among runs of one second (whose ids sort by
+        # their random part), by creation time; the ids alone carry no UTC offset to get wrong.
+        sql += " ORDER BY substr(id, 1, 15) DESC, created_at DESC, id DESC"
+        if limit and not since:
             sql += f" LIMIT {int(limit)}"
-        return [dict(row) for row in self.conn.execute(sql, args)]
+        rows = [dict(row) for row in self.conn.execute(sql, args)]
+        if since:  # instants, not text: records carry the UTC offset of the host that ran them
+            after = instant(since)
+            rows = [r for r in rows if _created_after(r.get("created_at"), after)]
+            rows = rows[:limit] if limit else rows
+        return rows
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -327,6 +348,16 @@ def record_problem(record: dict[str, Any]) -> str | None:
     return None
 
 
+def _finite_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float's range
+        return None
+    return number if math.isfinite(number) else None
+
+
 def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]:
     """Flat numeric metrics from metrics.json: {"metrics": {name: value | {value, unit}}}."""
     try:
@@ -342,9 +373,10 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
         if isinstance(value, dict):
             unit = value.get("unit", unit)
             value = value.get("value")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        number = _finite_float(value)
+        if number is None:  # NaN, Infinity, 1e999, text: no value the metrics table can hold
             continue
-        yield str(name), float(value), unit
+        yield str(name), number, None if unit is None else str(unit)
     # The controller's cost beside the fetched evidence (Runpod): results/cost.py.
     # Imported here: proctor.results' package imports pydantic, which the run wrapper (a store
     # writer) must never load (tests/record/test_recorder.py).

@@ -79,6 +79,9 @@ class Gsm8kConfig:
             raise UsageError("--limit must be >= 1")
         if self.num_concurrent < 1:
             raise UsageError("--num-concurrent must be >= 1")
+        if not 0 <= self.max_error_rate <= 1:  # nan too: `rate <= nan` failed every eval
+            raise UsageError(f"--max-error-rate {self.max_error_rate:g}: must be a fraction "
+                             "from 0 to 1")
         if not self.base_url.startswith(("http://", "https://")):
             raise UsageError(f"invalid base URL {self.base_url!r}", hint="use http://HOST:PORT")
 

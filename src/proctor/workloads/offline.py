@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -318,8 +319,9 @@ def start_offline(request: OfflineRequest, config: ProjectConfig) -> Started:
         )
     need = (request.min_free_disk_gib if request.min_free_disk_gib is not None
             else engine.offline.min_free_disk_gib)  # fmt: skip
-    if need < 0:
-        raise UsageError("--min-free-disk must be >= 0 (0 disables the guard)")
+    if not math.isfinite(need) or need < 0:  # nan would switch the guard off unsaid
+        raise UsageError(f"--min-free-disk {need:g}: must be a number of GiB >= 0 "
+                         "(0 disables the guard)")
     argv = entry_argv(command, engine=engine.name, model=request.model, min_free_disk_gib=need,
                       patterns=throughput_patterns(engine),
                       fault_patterns=engine.fault_patterns("runtime"))  # fmt: skip

@@ -92,6 +92,7 @@ class SloResult:
     answer: float | None
     probes: list[Probe]
     exit_code: int
+    error: str | None = None  # why the search could not judge (exit 64), for the caller to say
 
 
 #: A probe at a request rate counts only if the client sent at least this share of it.
@@ -149,9 +150,12 @@ def slo_search(
     if axis not in AXES:
         raise UsageError(f"--search {axis!r}: use request-rate or concurrency")
     integer = axis == "concurrency"
-    if not (0 < lo < hi) or (integer and (lo != int(lo) or hi != int(hi))):
-        raise UsageError(f"--lo {lo:g} and --hi {hi:g}: need 0 < lo < hi"
+    if (not (0 < lo < hi) or not math.isfinite(hi)
+            or (integer and (lo != int(lo) or hi != int(hi)))):  # fmt: skip
+        raise UsageError(f"--lo {lo:g} and --hi {hi:g}: need 0 < lo < hi, both finite"
                          + (", integers for concurrency" if integer else ""))  # fmt: skip
+    if resolution is not None and not (math.isfinite(resolution) and resolution >= 0):
+        raise UsageError(f"--resolution {resolution:g}: need a finite step >= 0 (0: default)")
     step = resolution or (1.0 if integer else max(hi * 0.05, 1e-3))
     flags0 = RunFlags(argv=base_argv, runs_dir=runs_dir)
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
@@ -176,10 +180,16 @@ def slo_search(
 
     answer: float | None = None
     code = 0
+    error: str | None = None
     store = resolve_store_path(config, runs_root).value
     try:
         low = probe(lo)
-        if _broken(low):
+        if absent := _unwritten(low, conditions):
+            # A typo in --slo fails every probe: that is no "even lo misses it".
+            error = (f"the bench wrote no {', '.join(absent)} (run {low.run_id}, metrics.json): "
+                     "the SLO names a metric that does not exist, so it cannot be judged")
+            code = int(ExitCode.USAGE)
+        elif _broken(low):
             code = int(low.exit_code or ExitCode.UNKNOWN)
         elif not low.met:
             say(f"[slo] no {axis} in [{lo:g}, {hi:g}] meets the SLO: even {lo:g} misses it")
@@ -210,14 +220,22 @@ def slo_search(
                         who="slo-search")  # fmt: skip
         raise
     record["answer"] = answer
+    if error:
+        record["error"] = error
     home.write_json("result.json", {"axis": axis, "slo": record["slo"], "answer": answer,
-                                    "probes": record["probes"]})  # fmt: skip
+                                    "probes": record["probes"],
+                                    **({"error": error} if error else {})})  # fmt: skip
     recorder.finish(code=code, outcome="ok" if code == 0 else "failed", store_path=store,
                     who="slo-search")  # fmt: skip
     if answer is not None and code == 0:
         say(f"[slo] highest {axis} meeting {', '.join(map(str, conditions))}: {answer:g} "
             f"({len(probes)} probes)")  # fmt: skip
-    return SloResult(home, axis, answer, probes, code)
+    return SloResult(home, axis, answer, probes, code, error)
+
+
+def _unwritten(p: Probe, conditions: list[Condition]) -> list[str]:
+    """Metrics the SLO names that a bench which ran to the end did not write."""
+    return [] if p.exit_code != 0 else [c.metric for c in conditions if c.metric not in p.metrics]
 
 
 def _broken(p: Probe) -> bool:

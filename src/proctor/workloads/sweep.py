@@ -167,12 +167,23 @@ def _failure(document: dict[str, Any], exit_code: int | None) -> str | None:
     return None if exit_code == 0 else f"bench exited {exit_code}"
 
 
+def point_status(p: SweepPoint) -> str:
+    """ok, FAILED (the bench failed: its figures are not those of the load), UNKNOWN (no exit
+    status) or INVALID (the bench's validity verdict: no measurement, docs/bench.md)."""
+    if p.exit_code is None:
+        return "UNKNOWN"
+    if p.exit_code != 0:
+        return "FAILED"
+    return "INVALID" if p.metrics.get("valid") == 0 else "ok"
+
+
 def summary_text(points: list[SweepPoint]) -> str:
-    header = [c[0] for c in COLUMNS]
+    header = [c[0] for c in COLUMNS] + ["status"]
     rows = []
     for p in points:
         values = {"concurrency": float(p.concurrency), **p.metrics}
-        rows.append([fmt.format(values[key]) if key in values else "-" for _, key, fmt in COLUMNS])
+        rows.append([fmt.format(values[key]) if key in values else "-" for _, key, fmt in COLUMNS]
+                    + [point_status(p)])
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
@@ -269,5 +280,5 @@ def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoi
     recorder.update(points=record.points, plot=record.plot, plot_skipped=record.plot_skipped)
 
 
-__all__ = ["PLOT_NAME", "SweepPoint", "plot_unavailable", "record_of", "run_sweep",
+__all__ = ["PLOT_NAME", "SweepPoint", "plot_unavailable", "point_status", "record_of", "run_sweep",
            "summary_csv", "summary_text", "write_plot", "write_summary"]
