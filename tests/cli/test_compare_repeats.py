@@ -78,6 +78,9 @@ def test_same_setup_compares_with_the_measured_noise(isolated_runs: Path) -> Non
         r["metric"]: r["b"] for r in rows}
     unknown = proctor("results", "compare", a, "no-such-run")
     assert unknown.returncode == 64 and "no run 'no-such-run'" in unknown.stderr
+    parsed = proctor("results", "parse", a, "--json")
+    assert parsed.returncode == 0, parsed.stderr
+    assert "output_throughput" in json.loads(parsed.stdout)["metrics"]
 
 
 def test_different_engine_args_or_dataset_are_refused_unless_allowed(isolated_runs: Path) -> None:

@@ -49,11 +49,12 @@ def _refuse_or_mark(what: str, a: dict[str, str | None], b: dict[str, str | None
 
 @app.command("parse")
 def parse_cmd(
-    file: Path = typer.Argument(..., help="Log, result JSON, lm-eval JSON or run directory."),
+    file: str = typer.Argument(..., help="Log, result JSON, lm-eval JSON, run directory, run id "
+                                         "or 'last'."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print the metrics found in FILE, with normalized names and units."""
-    res = _parse(file)
+    res = _parse(_run_path(file, None))
     if json_out:
         print_json(res.model_dump())
         return
