@@ -7,7 +7,7 @@ the client adds, at 500 and 2,000 req/s against the zero-latency emulator.
 The emulator (bench/emulator, zero TTFT/ITL) answers at once, so every millisecond of TTFT is
 the client's: client-added TTFT = measured TTFT - the emulator's (0). proctor runs pinned to
 one core, Poisson arrivals (burstiness 1), concurrency 256 (never the limit here), ISL 64 /
-OSL 128, and reports metrics.json "schedule" (target_rate, achieved_rate, send_error_p50/p99,
+OSL 128, and reports metrics.json "schedule" (target_rate, achieved_rate, schedule_delay_p50/p99,
 send error = actual send time - scheduled time) and its p50/p99 TTFT. vLLM's client runs at
 the same rates for comparison when found. Check (issue 14, point 4): p99 client-added TTFT
 <= 5 ms at 500 req/s, achieved within 5% of target. emu.c also reports its own delay per
@@ -96,8 +96,8 @@ def main() -> int:
             own = (f"; emulator's own delay p50 {d['p50_us'] / 1000:.2f} / p99 "
                    f"{d['p99_us'] / 1000:.2f} / max {d['max_us'] / 1000:.1f} ms" if d else "")
             emu_p99[rate] = d["p99_us"] / 1000 if d else None
-            lines.append((rate, "proctor", s["achieved_rate"], s["send_error_p50_ms"],
-                          s["send_error_p99_ms"], m["median_ttft_ms"], m["p99_ttft_ms"],
+            lines.append((rate, "proctor", s["achieved_rate"], s["schedule_delay_p50_ms"],
+                          s["schedule_delay_p99_ms"], m["median_ttft_ms"], m["p99_ttft_ms"],
                           f"CPU {c['cpu_percent']:.0f}%, lag p99 {c['loop_lag_p99_ms']:.1f} ms"
                           + own))
             print(f"  proctor {rate:g} req/s: done", flush=True)
