@@ -21,17 +21,34 @@ def main(src: str, dst: str) -> int:
     from vllm.benchmarks.serve import calculate_metrics
 
     out = []
-    for sc in json.load(open(src)):
-        outputs = [RequestFuncOutput(
-            success=o["success"], latency=o["latency"], output_tokens=o["output_tokens"],
-            ttft=o["ttft"], itl=list(o["itl"]), prompt_len=o["prompt_len"],
-            start_time=o["start_time"], error=o.get("error", ""),
-        ) for o in sc["outputs"]]
+    with open(src) as f:
+        scenarios = json.load(f)
+    for sc in scenarios:
+        outputs = [
+            RequestFuncOutput(
+                success=o["success"],
+                latency=o["latency"],
+                output_tokens=o["output_tokens"],
+                ttft=o["ttft"],
+                itl=list(o["itl"]),
+                prompt_len=o["prompt_len"],
+                start_time=o["start_time"],
+                error=o.get("error", ""),
+            )
+            for o in sc["outputs"]
+        ]
         metrics, lens = calculate_metrics(
-            input_requests=[], outputs=outputs, dur_s=sc["dur_s"], tokenizer=None,
-            selected_percentiles=sc["percentiles"], goodput_config_dict=sc["goodput"])
-        doc = {k: (v.item() if hasattr(v, "item") else v)
-               for k, v in dataclasses.asdict(metrics).items()}
+            input_requests=[],
+            outputs=outputs,
+            dur_s=sc["dur_s"],
+            tokenizer=None,
+            selected_percentiles=sc["percentiles"],
+            goodput_config_dict=sc["goodput"],
+        )
+        doc = {
+            k: (v.item() if hasattr(v, "item") else v)
+            for k, v in dataclasses.asdict(metrics).items()
+        }
         for k, v in list(doc.items()):
             if isinstance(v, list):
                 doc[k] = [[float(p), float(x)] for p, x in v]

@@ -11,6 +11,7 @@ real pipeline (compute_metrics -> result_document -> judge_validity), as a bench
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -42,9 +43,15 @@ def records(draw: st.DrawFn, *, rate: float | None = None, on_time: bool = False
         ttft = draw(st.floats(1e-4, 2.0))
         itl = draw(st.lists(st.floats(1e-5, 0.5), max_size=6)) if ok else []
         start = 100.0 + at + delay
-        rec = RequestRecord(index=i, prompt_len=draw(st.integers(1, 64)), expected_output_len=8,
-                            queued_at=100.0 + at, start_time=start, success=ok,
-                            reason="" if ok else "http_error")
+        rec = RequestRecord(
+            index=i,
+            prompt_len=draw(st.integers(1, 64)),
+            expected_output_len=8,
+            queued_at=100.0 + at,
+            start_time=start,
+            success=ok,
+            reason="" if ok else "http_error",
+        )
         if ok:
             rec.ttft, rec.itl = ttft, itl
             rec.latency = ttft + sum(itl)
@@ -59,8 +66,9 @@ def document(recs: list[RequestRecord], **cfg: Any) -> dict[str, Any]:
     span = max(r.end_time for r in recs) - min(r.queued_at for r in recs)
     warm = [RequestRecord(index=-1 - i, prompt_len=1, expected_output_len=1, warmup=True,
                           success=True) for i in range(2)]  # fmt: skip
-    metrics = compute_metrics(recs, span, max_concurrency=config.concurrency,
-                              request_rate=config.rate_or_none)
+    metrics = compute_metrics(
+        recs, span, max_concurrency=config.concurrency, request_rate=config.rate_or_none
+    )
     res = BenchResult(config, "m", metrics, warm + recs, "test", "", "")
     return result_document(res)
 
@@ -104,8 +112,12 @@ def _base(duration: float, per_repeat: list[float] | None) -> dict[str, Any]:
 
 
 @LAWS
-@given(window=st.floats(0, 100), more=st.floats(0, 100), need=st.floats(0, 50),
-       repeats=st.none() | st.lists(st.floats(0, 50), min_size=2, max_size=5))
+@given(
+    window=st.floats(0, 100),
+    more=st.floats(0, 100),
+    need=st.floats(0, 50),
+    repeats=st.none() | st.lists(st.floats(0, 50), min_size=2, max_size=5),
+)
 def test_a_longer_window_never_turns_valid_into_invalid(
         window: float, more: float, need: float, repeats: list[float] | None) -> None:  # fmt: skip
     def verdict(d: float, per: list[float] | None) -> str:
@@ -125,8 +137,16 @@ def test_the_error_limit_is_the_decimal_written(total: int, data: st.DataObject)
     failed = data.draw(st.integers(0, total - 1))
     places = data.draw(st.integers(1, 4))
     limit = float(f"{failed / total:.{places}f}")
-    recs = [RequestRecord(index=i, prompt_len=1, expected_output_len=1, success=i >= failed,
-                          reason="" if i >= failed else "http_error") for i in range(total)]
+    recs = [
+        RequestRecord(
+            index=i,
+            prompt_len=1,
+            expected_output_len=1,
+            success=i >= failed,
+            reason="" if i >= failed else "http_error",
+        )
+        for i in range(total)
+    ]
     exact = failed * 10**places <= round(limit * 10**places) * total
     assert judge(recs, limit).ok is exact
     if failed:  # more failures never pass what fewer failed
@@ -137,10 +157,15 @@ def test_the_error_limit_is_the_decimal_written(total: int, data: st.DataObject)
 
 
 @LAWS
-@given(n=st.integers(1, 500), rate=st.floats(0.01, 1e5), seed=st.integers(0, 2**32),
-       burstiness=st.floats(0.05, 50) | st.just(math.inf))
-def test_the_schedule_offers_the_rate_asked(n: int, rate: float, seed: int,
-                                            burstiness: float) -> None:
+@given(
+    n=st.integers(1, 500),
+    rate=st.floats(0.01, 1e5),
+    seed=st.integers(0, 2**32),
+    burstiness=st.floats(0.05, 50) | st.just(math.inf),
+)
+def test_the_schedule_offers_the_rate_asked(
+    n: int, rate: float, seed: int, burstiness: float
+) -> None:
     offs = arrival_offsets(n, rate, burstiness, seed)
     assert len(offs) == n and offs[-1] == pytest.approx(n / rate, rel=1e-9)
-    assert all(b >= a for a, b in zip(offs, offs[1:], strict=False)) and offs[0] >= 0
+    assert all(b >= a for a, b in itertools.pairwise(offs)) and offs[0] >= 0

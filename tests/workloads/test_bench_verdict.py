@@ -5,6 +5,7 @@ the prompt tokens are the server's, the printed peak is exact, and odd but valid
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,21 @@ SMALL = ("--isl", "8", "--osl", "4", "--range-ratio", "0", "--tokenizer-mode", "
 
 
 def bench(url: str, **kw: Any) -> BenchResult:
-    args: dict[str, Any] = dict(base_url=url, isl=8, osl=4, concurrency=4, num_prompts=8,
-                                num_warmups=0, range_ratio=0.0, progress=False,
-                                tokenizer_mode="approx", idle_timeout_s=10.0,
-                                request_timeout_s=30.0, server_metrics_s=0, gpu_sample_s=0)
+    args: dict[str, Any] = dict(
+        base_url=url,
+        isl=8,
+        osl=4,
+        concurrency=4,
+        num_prompts=8,
+        num_warmups=0,
+        range_ratio=0.0,
+        progress=False,
+        tokenizer_mode="approx",
+        idle_timeout_s=10.0,
+        request_timeout_s=30.0,
+        server_metrics_s=0,
+        gpu_sample_s=0,
+    )
     args.update(kw)
     return run_benchmark(BenchConfig(**args))
 
@@ -52,8 +64,18 @@ def http_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 # -- no success, no measurement ---------------------------------------------------------------
 def test_every_request_failed_is_never_valid_nor_exit_0(isolated_runs: Path) -> None:
     with FakeServer(mode="http500") as srv:
-        r = proctor("bench", "--base-url", srv.base_url, *SMALL, "--num-prompts", "6",
-                    "--num-warmups", "0", "--max-error-rate", "1")
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            *SMALL,
+            "--num-prompts",
+            "6",
+            "--num-warmups",
+            "0",
+            "--max-error-rate",
+            "1",
+        )
     assert r.returncode == 3, r.stdout + r.stderr
     assert "no request succeeded (6 of 6 failed)" in r.stderr
     doc = metrics_json(isolated_runs)
@@ -64,8 +86,18 @@ def test_every_request_failed_is_never_valid_nor_exit_0(isolated_runs: Path) -> 
 
 def test_a_warmup_where_every_request_failed_fails_the_warmup_check(isolated_runs: Path) -> None:
     with FakeServer(fail_first=3) as srv:  # the 3 warm-ups fail, the measured ones succeed
-        r = proctor("bench", "--base-url", srv.base_url, *SMALL, "--concurrency", "1",
-                    "--num-prompts", "4", "--num-warmups", "3")
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            *SMALL,
+            "--concurrency",
+            "1",
+            "--num-prompts",
+            "4",
+            "--num-warmups",
+            "3",
+        )
     assert r.returncode == 0, r.stderr
     check = metrics_json(isolated_runs)["validity"]["checks"]["warmup"]
     assert check["ok"] is False and "every one of the 3 warm-up requests failed" in check["detail"]
@@ -75,8 +107,11 @@ def test_judge_refuses_no_success_whatever_the_limit() -> None:
     failed = [RequestRecord(index=i, prompt_len=1, expected_output_len=1) for i in range(5)]
     v = judge(failed, 1.0)
     assert not v.ok and "no request succeeded" in v.message()
-    doc = {"verdict": {"ok": True, "message": "forged"}, "warmup": {"count": 2, "failed": 0},
-           "metrics": {"completed": 0, "failed": 5, "duration": 30.0}}
+    doc = {
+        "verdict": {"ok": True, "message": "forged"},
+        "warmup": {"count": 2, "failed": 0},
+        "metrics": {"completed": 0, "failed": 5, "duration": 30.0},
+    }
     assert judge_validity(doc, None, min_requests=0, min_window_s=0).verdict == "INVALID"
 
 
@@ -84,8 +119,20 @@ def test_judge_refuses_no_success_whatever_the_limit() -> None:
 @pytest.mark.parametrize(("limit", "code"), [("0.57", 0), ("0.56", 3)])
 def test_error_rate_limit_is_exact(isolated_runs: Path, limit: str, code: int) -> None:
     with FakeServer(fail_first=57) as srv:  # exactly 57 of 100 fail
-        r = proctor("bench", "--base-url", srv.base_url, *SMALL, "--concurrency", "1",
-                    "--num-prompts", "100", "--num-warmups", "0", "--max-error-rate", limit)
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            *SMALL,
+            "--concurrency",
+            "1",
+            "--num-prompts",
+            "100",
+            "--num-warmups",
+            "0",
+            "--max-error-rate",
+            limit,
+        )
     assert r.returncode == code, r.stdout + r.stderr
     assert metrics_json(isolated_runs)["verdict"]["failed"] == 57
 
@@ -100,8 +147,9 @@ def test_error_rate_limit_is_exact(isolated_runs: Path, limit: str, code: int) -
     ({"finish_reason": "abort"}, "aborted", "finish_reason 'abort'"),
     ({"finish_reason": "error"}, "aborted", "finish_reason 'error'"),
 ])  # fmt: skip
-def test_a_server_lie_or_error_shape_fails_the_request(http_path: str, fault: dict[str, Any],
-                                                       reason: str, words: str) -> None:
+def test_a_server_lie_or_error_shape_fails_the_request(
+    http_path: str, fault: dict[str, Any], reason: str, words: str
+) -> None:
     with FakeServer(itl=0.001, **fault) as srv:
         res = bench(srv.base_url, num_prompts=4)
     assert res.metrics.completed == 0, [r.to_dict() for r in res.measured]
@@ -110,11 +158,22 @@ def test_a_server_lie_or_error_shape_fails_the_request(http_path: str, fault: di
     assert not res.verdict().ok
 
 
-def test_the_lying_server_bench_fails_and_its_log_fails_check_too(isolated_runs: Path,
-                                                                 tmp_path: Path) -> None:
+def test_the_lying_server_bench_fails_and_its_log_fails_check_too(
+    isolated_runs: Path, tmp_path: Path
+) -> None:
     with FakeServer(usage_completion_tokens="1000") as srv:
-        r = proctor("bench", "--base-url", srv.base_url, *SMALL, "--num-prompts", "4",
-                    "--num-warmups", "0", "--max-error-rate", "1")
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            *SMALL,
+            "--num-prompts",
+            "4",
+            "--num-warmups",
+            "0",
+            "--max-error-rate",
+            "1",
+        )
     assert r.returncode == 3, r.stdout + r.stderr
     run = only_run(isolated_runs)
     logs = [p for p in run.iterdir() if p.suffix == ".log"]
@@ -128,8 +187,11 @@ def test_the_lying_server_bench_fails_and_its_log_fails_check_too(isolated_runs:
 
 # -- each repeat has its window ------------------------------------------------------------------
 def test_the_window_is_each_repeats_not_their_sum() -> None:
-    base = {"verdict": {"ok": True}, "warmup": {"count": 2, "failed": 0},
-            "metrics": {"completed": 300, "failed": 0, "duration": 12.6}}
+    base = {
+        "verdict": {"ok": True},
+        "warmup": {"count": 2, "failed": 0},
+        "metrics": {"completed": 300, "failed": 0, "duration": 12.6},
+    }
     repeats = {"per_repeat": [{"duration": 4.1}, {"duration": 4.3}, {"duration": 4.2}]}
     once = judge_validity(base, None, min_requests=1, min_window_s=10)
     three = judge_validity({**base, "repeats": repeats}, None, min_requests=1, min_window_s=10)
@@ -140,10 +202,31 @@ def test_the_window_is_each_repeats_not_their_sum() -> None:
 
 def test_real_repeats_each_shorter_than_the_window_are_invalid(isolated_runs: Path) -> None:
     with FakeServer(itl=0.01) as srv:  # 3 repeats of 4 requests x 40 ms, each far under 1 s
-        r = proctor("bench", "--base-url", srv.base_url, "--isl", "8", "--osl", "4",
-                    "--range-ratio", "0", "--tokenizer-mode", "approx", "--min-requests", "1",
-                    "--min-window", "1", "--num-prompts", "4", "--concurrency", "1",
-                    "--num-warmups", "1", "--repeat", "3")
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--range-ratio",
+            "0",
+            "--tokenizer-mode",
+            "approx",
+            "--min-requests",
+            "1",
+            "--min-window",
+            "1",
+            "--num-prompts",
+            "4",
+            "--concurrency",
+            "1",
+            "--num-warmups",
+            "1",
+            "--repeat",
+            "3",
+        )
     assert r.returncode == 0, r.stderr
     doc = metrics_json(isolated_runs)
     assert doc["validity"]["checks"]["window"]["ok"] is False, doc["validity"]
@@ -155,21 +238,38 @@ def test_arrivals_are_rescaled_so_the_last_lands_at_n_over_rate(burstiness: floa
     for seed in range(20):
         offs = arrival_offsets(100, 40.0, burstiness, seed)
         assert offs[-1] == pytest.approx(100 / 40.0)
-        assert all(b >= a for a, b in zip(offs, offs[1:], strict=False)) and offs[0] > 0
+        assert all(b >= a for a, b in itertools.pairwise(offs)) and offs[0] > 0
 
 
 def test_an_on_time_client_at_a_random_schedule_is_valid_for_rate(isolated_runs: Path) -> None:
     # The issue's seed: raw gamma gaps read "achieved 33.19 of 40 (83%)" with every request on
     # time. Now the schedule is vLLM's and the client is judged by its delays.
     with FakeServer() as srv:
-        r = proctor("bench", "--base-url", srv.base_url, *SMALL, "--request-rate", "40",
-                    "--num-prompts", "100", "--seed", "2", "--concurrency", "64",
-                    "--num-warmups", "1")
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            *SMALL,
+            "--request-rate",
+            "40",
+            "--num-prompts",
+            "100",
+            "--seed",
+            "2",
+            "--concurrency",
+            "64",
+            "--num-warmups",
+            "1",
+        )
     assert r.returncode == 0, r.stderr
     doc = metrics_json(isolated_runs)
     sched = doc["schedule"]
-    for key in ("schedule_delay_p50_ms", "schedule_delay_p99_ms", "schedule_delay_max_ms",
-                "achieved_rate"):
+    for key in (
+        "schedule_delay_p50_ms",
+        "schedule_delay_p99_ms",
+        "schedule_delay_max_ms",
+        "achieved_rate",
+    ):
         assert isinstance(sched[key], float), sched
     check = doc["validity"]["checks"]["rate"]
     if sched["schedule_delay_p99_ms"] <= delay_limit_ms(40):
@@ -199,8 +299,18 @@ def test_total_input_tokens_are_the_servers_usage() -> None:
 # -- the printed peak is the exact one --------------------------------------------------------------
 def test_peak_concurrent_requests_printed_is_the_exact_figure(isolated_runs: Path) -> None:
     with FakeServer(itl=0.005) as srv:  # 40 short requests, 2 at a time, all in ~1 s
-        r = proctor("bench", "--base-url", srv.base_url, *SMALL, "--concurrency", "2",
-                    "--num-prompts", "40", "--num-warmups", "0")
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            *SMALL,
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "40",
+            "--num-warmups",
+            "0",
+        )
     assert r.returncode == 0, r.stderr
     doc = metrics_json(isolated_runs)
     assert doc["metrics"]["peak_concurrency"] <= 2
@@ -212,8 +322,9 @@ def test_peak_concurrent_requests_printed_is_the_exact_figure(isolated_runs: Pat
 # -- odd but valid input, and bad input --------------------------------------------------------------
 @pytest.mark.parametrize("line_end", ["crlf", "cr"])
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
-def test_sse_lines_ended_with_crlf_or_cr_are_read(http_path: str, line_end: str,
-                                                  endpoint: str) -> None:
+def test_sse_lines_ended_with_crlf_or_cr_are_read(
+    http_path: str, line_end: str, endpoint: str
+) -> None:
     with FakeServer(line_end=line_end, itl=0.001) as srv:
         res = bench(srv.base_url, endpoint=endpoint, num_prompts=4)
     assert res.metrics.completed == 4, [r.error for r in res.measured]
@@ -242,13 +353,25 @@ def test_goodput_nan_is_refused(isolated_runs: Path) -> None:
 @pytest.mark.parametrize("kind", ["jsonl", "sharegpt", "multi-turn"])
 def test_dataset_from_dev_zero_is_refused_in_one_line(isolated_runs: Path, kind: str) -> None:
     with FakeServer() as srv:
-        r = proctor("bench", "--base-url", srv.base_url, *SMALL, "--dataset", f"{kind}:/dev/zero",
-                    "--num-prompts", "2", "--num-warmups", "0")
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            *SMALL,
+            "--dataset",
+            f"{kind}:/dev/zero",
+            "--num-prompts",
+            "2",
+            "--num-warmups",
+            "0",
+        )
     assert r.returncode in (64, 69), r.stdout + r.stderr
     log = next(p for p in only_run(isolated_runs).iterdir() if p.suffix == ".log").read_text()
     said = [ln for ln in log.splitlines() if ln.startswith("proctor:")]
-    assert said == ["proctor: dataset /dev/zero: not a text file (a NUL byte at byte 1) "
-                    "(see docs/bench.md#datasets for the format)"], log
+    assert said == [
+        "proctor: dataset /dev/zero: not a text file (a NUL byte at byte 1) "
+        "(see docs/bench.md#datasets for the format)"
+    ], log
     assert "Traceback" not in log + r.stderr
 
 

@@ -34,30 +34,44 @@ SLOS = {"ttft": 30.0, "tpot": 3.0, "e2el": 60.0}
 # (fake server, bench config) per scenario: what each exercises is in its name.
 SCENARIOS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "completions, 2 tokens a chunk, a disconnect in 5, varied lengths": (
-        {"itl": 0.002, "ttft": 0.01, "tokens_per_chunk": 2, "mode": "disconnect",
-         "fault_every": 5},
-        {"concurrency": 4, "num_prompts": 40, "osl": 12, "range_ratio": 0.5}),
+        {"itl": 0.002, "ttft": 0.01, "tokens_per_chunk": 2, "mode": "disconnect", "fault_every": 5},
+        {"concurrency": 4, "num_prompts": 40, "osl": 12, "range_ratio": 0.5},
+    ),
     "chat with a role chunk, load-dependent latency": (
         {"itl": 0.001, "ttft": 0.005, "role_chunk": True, "ttft_per_running": 0.003},
-        {"endpoint": "chat", "concurrency": 6, "num_prompts": 30, "osl": 8}),
+        {"endpoint": "chat", "concurrency": 6, "num_prompts": 30, "osl": 8},
+    ),
     "no usage: tokens counted by chunks": (
         {"itl": 0.001, "usage": False, "tokens_per_chunk": 3},
-        {"concurrency": 3, "num_prompts": 12, "osl": 9}),
+        {"concurrency": 3, "num_prompts": 12, "osl": 9},
+    ),
     "single-token outputs: no TPOT": (
-        {"ttft": 0.002}, {"concurrency": 2, "num_prompts": 10, "osl": 1}),
+        {"ttft": 0.002},
+        {"concurrency": 2, "num_prompts": 10, "osl": 1},
+    ),
     "the server's prompt count differs from the plan": (
         {"itl": 0.001, "usage_prompt_tokens": "37"},
-        {"concurrency": 2, "num_prompts": 8, "osl": 4}),
-    "every request failed": (
-        {"mode": "http500"}, {"concurrency": 2, "num_prompts": 6, "osl": 4}),
+        {"concurrency": 2, "num_prompts": 8, "osl": 4},
+    ),
+    "every request failed": ({"mode": "http500"}, {"concurrency": 2, "num_prompts": 6, "osl": 4}),
 }
 
 
 def _run(server: dict[str, Any], cfg: dict[str, Any]) -> BenchResult:
-    args: dict[str, Any] = dict(isl=16, range_ratio=0.0, num_warmups=0, progress=False,
-                                tokenizer_mode="approx", percentiles=PCTS, goodput_slos_ms=SLOS,
-                                server_metrics_s=0, gpu_sample_s=0, idle_timeout_s=20.0,
-                                request_timeout_s=60.0, max_error_rate=1.0)
+    args: dict[str, Any] = dict(
+        isl=16,
+        range_ratio=0.0,
+        num_warmups=0,
+        progress=False,
+        tokenizer_mode="approx",
+        percentiles=PCTS,
+        goodput_slos_ms=SLOS,
+        server_metrics_s=0,
+        gpu_sample_s=0,
+        idle_timeout_s=20.0,
+        request_timeout_s=60.0,
+        max_error_rate=1.0,
+    )
     args.update(cfg)
     with FakeServer(**server) as srv:
         return run_benchmark(BenchConfig(base_url=srv.base_url, **args))
@@ -100,8 +114,12 @@ def _flatten(doc: dict[str, Any]) -> dict[str, float]:
 
 
 # Printed labels (results.names) whose figure is not vLLM's on purpose, or not vLLM's at all.
-NOT_VLLMS = {"max_concurrent_requests",  # printed exact (docs/bench.md), compared above
-             "max_concurrency", "request_rate", "duration"}  # settings, not computed
+NOT_VLLMS = {
+    "max_concurrent_requests",  # printed exact (docs/bench.md), compared above
+    "max_concurrency",
+    "request_rate",
+    "duration",
+}  # settings, not computed
 
 
 PRINTED_AS = {"total_input_tokens": "total_input", "total_output_tokens": "total_output"}
@@ -113,14 +131,21 @@ def test_every_figure_proctor_prints_under_a_vllm_label_is_vllms(tmp_path: Path)
     for name, res in results.items():  # each scenario is what its name says
         assert res.measured, name
     assert results["every request failed"].metrics.completed == 0
-    assert 0 < results["completions, 2 tokens a chunk, a disconnect in 5, varied lengths"] \
-        .metrics.failed < 40
+    assert (
+        0
+        < results["completions, 2 tokens a chunk, a disconnect in 5, varied lengths"].metrics.failed
+        < 40
+    )
     src, dst = tmp_path / "in.json", tmp_path / "out.json"
     src.write_text(json.dumps([{"dur_s": res.metrics.duration_s, "percentiles": PCTS,
                                 "goodput": SLOS, "outputs": _outputs(res)}
                                for res in results.values()]))  # fmt: skip
-    done = subprocess.run([str(info.vllm_python), str(ORACLE), str(src), str(dst)],
-                          capture_output=True, text=True, timeout=540)
+    done = subprocess.run(
+        [str(info.vllm_python), str(ORACLE), str(src), str(dst)],
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     oracle = json.loads(dst.read_text())
     wrong: list[str] = []

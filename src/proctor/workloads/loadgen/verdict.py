@@ -64,7 +64,7 @@ def judge(measured: list[RequestRecord], max_error_rate: float) -> Verdict:
         if len(reasons) == FIRST_REASONS:
             break
     total = len(measured)
-    ok = 0 < total and len(failed) < total and within(len(failed), total, max_error_rate)
+    ok = total > 0 and len(failed) < total and within(len(failed), total, max_error_rate)
     return Verdict(ok, len(failed), total, max_error_rate, reasons)
 
 
