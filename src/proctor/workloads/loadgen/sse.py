@@ -156,8 +156,9 @@ class StreamState:
         self.cr = False  # the last read ended with a CR (its LF may start the next read)
 
     def feed(self, data: bytes, ts: float) -> bool:
-        """Messages completed by `data` (read at `ts`). True: the stream carried an error
-        object, the record says so and the request is over. Raises Malformed."""
+        """Messages completed by `data` (read at `ts`). True: the stream said the request
+        failed (an error object, finish_reason abort/error), the record says so and the
+        request is over. Raises Malformed."""
         if self.cr or b"\r" in data:
             # The SSE spec ends a line with CRLF, LF or CR (sse-starlette sends CRLF): all
             # become LF, and a CRLF split across two reads is one line end, not two.
