@@ -96,7 +96,7 @@ def test_every_request_failed_exits_3(fake_process: Callable[..., FakeProcess],
     srv = started(fake_process, "--mode", "http429")
     r = loadgen("--port", str(srv.port), "--output-dir", str(tmp_path), *SMALL)
     assert r.returncode == 3
-    assert "12 of 12 requests failed" in r.stderr and "rate_limited=12" in r.stderr
+    assert "no request succeeded (12 of 12 failed)" in r.stderr and "rate_limited=12" in r.stderr
     assert json.loads((tmp_path / "metrics.json").read_text())["metrics"]["completed"] == 0
 
 

@@ -206,7 +206,7 @@ def test_metrics_json_reports_client_headroom_and_schedule(fake: Fake, tmp_path:
     sched = doc["schedule"]
     assert sched["target_rate"] == 50.0 and sched["sent"] == 10
     assert sched["achieved_rate"] > 0
-    assert sched["send_error_p50_ms"] is not None and sched["send_error_p99_ms"] is not None
+    assert sched["schedule_delay_p50_ms"] is not None and sched["schedule_delay_p99_ms"] is not None
     assert ("client headroom: ok" in r.stdout) or ("client-bound: " in r.stdout)
 
 
@@ -214,7 +214,7 @@ def test_rate_inf_has_no_schedule_to_keep(fake: Fake) -> None:
     s = fake()
     doc = result_document(bench(s.base_url))
     assert doc["schedule"]["target_rate"] is None
-    assert doc["schedule"]["send_error_p99_ms"] is None and doc["schedule"]["sent"] == 8
+    assert doc["schedule"]["schedule_delay_p99_ms"] is None and doc["schedule"]["sent"] == 8
 
 
 @contextlib.contextmanager

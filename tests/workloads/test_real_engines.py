@@ -38,7 +38,8 @@ def test_vllm_chat(vllm_server: EngineServer) -> None:  # noqa: F811
     assert res.metrics.completed == 2, [r.error for r in res.measured]
     for r in res.measured:
         assert r.output_tokens == r.expected_output_len
-        assert r.chunks == r.output_tokens + 1  # vLLM's role-only first chunk counts, as in vLLM
+        # vLLM's role-only opening chunk is no token: not counted, no TTFT, no ITL sample.
+        assert r.chunks == r.output_tokens and len(r.itl) == r.output_tokens - 1
         assert r.prompt_tokens is not None and r.prompt_tokens > r.prompt_len  # chat template
 
 

@@ -126,7 +126,36 @@ def parse_text(text: str, path: str | None = None) -> ParsedResult:
             not_numbers[name] = str(value)
     if not_numbers:
         res.meta["not_numbers"] = not_numbers
+    verdict = _printed_verdict(text)
+    if verdict is not None:
+        res.meta["validity"] = verdict
     return res
+
+
+def _printed_verdict(text: str) -> dict[str, Any] | None:
+    """proctor's own bench prints, under its last summary block, `Result: FAILED: ...` when
+    its requests failed and `Validity: INVALID` with `  - reason` lines: a log says what its
+    metrics.json says, so checking the log judges the run as checking its id does."""
+    tail = text[text.rfind("Serving Benchmark Result"):]
+    reasons: list[str] = []
+    invalid = False
+    lines = tail.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Result: FAILED:"):
+            invalid = True
+            reasons.append("errors: " + line.removeprefix("Result: FAILED:").strip())
+        elif line.startswith("Validity: INVALID"):
+            invalid = True
+            for more in lines[i + 1:]:
+                if not more.startswith("  - "):
+                    break
+                said = more[4:]
+                if not (said.startswith("errors:") and any(r.startswith("errors:")
+                                                           for r in reasons)):
+                    reasons.append(said)
+    if not invalid:
+        return None
+    return {"verdict": "INVALID", "reasons": reasons, "source": "the printed verdict"}
 
 
 def _finite(v: Any) -> TypeGuard[float]:

@@ -5,15 +5,18 @@ client was the bottleneck, the rate asked for was never reached, the server's qu
 the whole run, or the window was too short to say anything. `judge_validity` reads a bench's
 metrics.json document and says which checks failed. Thresholds (docs/bench.md):
 
-- errors: failed measured requests within --max-error-rate (the bench's own verdict).
-- warmup: at least one warm-up request ran and was left out of the metrics.
+- errors: failed measured requests within --max-error-rate (the bench's own verdict), and at
+  least one measured request succeeded: no success is no measurement, whatever the limit.
+- warmup: at least one warm-up request ran, and succeeded, and was left out of the metrics.
 - requests: at least --min-requests measured requests (default 100: a p99 of fewer is the max).
 - window: a measured window of at least --min-window seconds (default 10).
-- rate: with a target request rate, the achieved rate at least RATE_FLOOR (95 %) of it: the
-  load generator's own figure (metrics.json "schedule"), else the rate at which the measured
-  requests were sent against the rate their schedule asked for over the same requests
-  (`sent_rates`; both over the span of the requests, so the randomness of Poisson arrivals,
-  about 10 % over 100 requests, cancels out and only the client's lag remains).
+- rate: with a target request rate, the client sent each request when its schedule said:
+  the p99 schedule delay (actual send time - intended send time, metrics.json "schedule") at
+  most `delay_limit_ms(rate)`: 50 ms, or 10 mean gaps (10 / rate) when that is shorter, never
+  under 2 ms. The achieved rate of a random schedule is not judged: the schedule is rescaled
+  to the rate asked (vLLM's arrival process), and a late client shows in its delays. Documents
+  without delays (older runs) fall back to the achieved rate against RATE_FLOOR (95 %) of the
+  target: the load generator's own figure, else `sent_rates`.
 - client: the load generator was not the bottleneck (metrics.json "client"; not measured
   when the document has none).
 - server: the server's own count of generated tokens over the measured window (its /metrics,
@@ -34,6 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 RATE_FLOOR = 0.95
+DELAY_LIMIT_MS = 50.0  # p99 schedule delay allowed: at most this,
+DELAY_GAPS = 10.0  # or this many mean gaps between arrivals when that is shorter,
+DELAY_FLOOR_MS = 2.0  # never below this (a timer's and a loaded machine's own jitter)
 SATURATION_SLOPE = 0.05
 SATURATION_RISE = 0.5
 MIN_TREND_POINTS = 10
@@ -96,6 +102,11 @@ def sent_rates(pairs: Sequence[tuple[float, float]]) -> tuple[float, float] | No
     return (len(pairs) - 1) / sent_span, (len(pairs) - 1) / due_span
 
 
+def delay_limit_ms(rate: float) -> float:
+    """The p99 schedule delay a client may have at `rate` req/s and still be judged on time."""
+    return max(DELAY_FLOOR_MS, min(DELAY_LIMIT_MS, DELAY_GAPS * 1000.0 / rate))
+
+
 def _rate(doc: dict[str, Any], validity: Validity,
           sent: tuple[float, float] | None) -> None:  # fmt: skip
     schedule = doc.get("schedule") if isinstance(doc.get("schedule"), dict) else None
@@ -105,6 +116,19 @@ def _rate(doc: dict[str, Any], validity: Validity,
     if target is None and asked is None:
         validity.add("rate", True, "no target rate (requests sent as fast as the concurrency "
                                    "allows)")  # fmt: skip
+        return
+    p99 = _num((schedule or {}).get("schedule_delay_p99_ms"))
+    rate = target if target is not None else asked
+    if p99 is not None and rate is not None and rate > 0:
+        limit = delay_limit_ms(rate)
+        worst = _num((schedule or {}).get("schedule_delay_max_ms"))
+        achieved = _num((schedule or {}).get("achieved_rate"))
+        facts = (f"schedule delay p99 {p99:.2f} ms"
+                 + (f", max {worst:.2f} ms" if worst is not None else "")
+                 + f" (at most {limit:g} ms allowed at {rate:g} req/s)"
+                 + (f"; achieved {achieved:.2f} req/s" if achieved is not None else ""))
+        ok = p99 <= limit
+        validity.add("rate", ok, facts if ok else "the client sent requests late: " + facts)
         return
     achieved = _num((schedule or {}).get("achieved_rate"))
     goal = target if target is not None else asked
@@ -156,27 +180,53 @@ def judge_validity(doc: dict[str, Any], trend: dict[str, float] | None, *,
     v = Validity()
     verdict = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else {}
     assert isinstance(verdict, dict)
-    v.add("errors", bool(verdict.get("ok")), str(verdict.get("message") or "no error verdict"))
-    warm = doc.get("warmup") if isinstance(doc.get("warmup"), dict) else {}
-    assert isinstance(warm, dict)
-    n_warm = int(warm.get("count") or 0)
-    v.add("warmup", n_warm > 0,
-          f"{n_warm} warm-up requests, left out of the metrics" if n_warm else
-          "no warm-up request: cold caches and first compilations are measured "
-          "(--num-warmups)")  # fmt: skip
     metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
     assert isinstance(metrics, dict)
+    if not (_num(metrics.get("completed")) or 0) > 0:
+        v.add("errors", False, "no measured request succeeded: nothing was measured ("
+              + str(verdict.get("message") or "no error verdict") + ")")
+    else:
+        v.add("errors", bool(verdict.get("ok")),
+              str(verdict.get("message") or "no error verdict"))
+    warm = doc.get("warmup") if isinstance(doc.get("warmup"), dict) else {}
+    assert isinstance(warm, dict)
+    n_warm = int(_num(warm.get("count")) or 0)
+    warm_ok = n_warm - int(_num(warm.get("failed")) or 0)
+    if n_warm and warm_ok <= 0:
+        v.add("warmup", False, f"every one of the {n_warm} warm-up requests failed: nothing "
+                               "was warmed up")  # fmt: skip
+    else:
+        v.add("warmup", n_warm > 0,
+              f"{n_warm} warm-up requests ({warm_ok} succeeded), left out of the metrics"
+              if n_warm else "no warm-up request: cold caches and first compilations are "
+              "measured (--num-warmups)")  # fmt: skip
     measured = int((_num(metrics.get("completed")) or 0) + (_num(metrics.get("failed")) or 0))
     v.add("requests", measured >= min_requests,
           f"{measured} measured requests (at least {min_requests} needed, --min-requests)")
-    window = _num(metrics.get("duration")) or 0.0
-    v.add("window", window >= min_window_s,
-          f"measured window {window:.1f} s (at least {min_window_s:g} s needed, --min-window)")
+    _window(doc, metrics, v, min_window_s)
     _rate(doc, v, sent)
     _client(doc, v)
     _server(doc, v)
     _saturation(trend, v)
     return v
+
+
+def _window(doc: dict[str, Any], metrics: dict[str, Any], v: Validity,
+            min_window_s: float) -> None:
+    """Each repeat is its own measurement, so each must have the window: the shortest counts,
+    never their sum."""
+    repeats = doc.get("repeats") if isinstance(doc.get("repeats"), dict) else {}
+    per = (repeats or {}).get("per_repeat")
+    spans = [_num(m.get("duration")) or 0.0 for m in per if isinstance(m, dict)] \
+        if isinstance(per, list) else []
+    if spans:
+        window = min(spans)
+        what = f"shortest measured window of {len(spans)} repeats {window:.1f} s"
+    else:
+        window = _num(metrics.get("duration")) or 0.0
+        what = f"measured window {window:.1f} s"
+    v.add("window", window >= min_window_s,
+          f"{what} (at least {min_window_s:g} s needed, --min-window)")
 
 
 def _server(doc: dict[str, Any], v: Validity) -> None:

@@ -48,16 +48,20 @@ GIB = 1024**3
 
 # Used when the engine profile names none: vLLM's `bench throughput` line and LLM.generate's
 # progress bar, and the `... throughput (tok/s): N` labels of vLLM/SGLang/ATOM summary blocks.
-_LABEL = r"^{} throughput \({}/s\):\s*([0-9.]+)"
+# A number as engines print it: sign, decimals and exponent (`1.5e+04`), never a piece of
+# one (the `04` of `1.5e+04`, the `50` of `-50`). The scanner keeps finite values >= 0 only.
+_NUM = r"(?<![\w.+-])([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)"
+_LABEL = r"^{} throughput \({}/s\):\s*" + _NUM
 _REQ = ("request", "req")
 DEFAULT_THROUGHPUT_PATTERNS: dict[str, str] = {
-    "request_throughput": r"(?i)^Throughput: ([0-9.]+) requests/s|" + _LABEL.format(*_REQ),
-    "total_token_throughput": r"(?i)([0-9.]+) total tokens/s|"
+    "request_throughput": r"(?i)^Throughput: " + _NUM + " requests/s|" + _LABEL.format(*_REQ),
+    "total_token_throughput": r"(?i)" + _NUM + " total tokens/s|"
     + _LABEL.format("total token", "tok"),
-    "output_throughput": r"(?i)([0-9.]+) output tokens/s|" + _LABEL.format("output token", "tok")
-    + r"|est\. speed input: [0-9.]+ toks/s, output: ([0-9.]+) toks/s",
+    "output_throughput": r"(?i)" + _NUM + " output tokens/s|"
+    + _LABEL.format("output token", "tok")
+    + r"|est\. speed input: [-+0-9.eE]+ toks/s, output: " + _NUM + " toks/s",
     "input_throughput": "(?i)" + _LABEL.format("input token", "tok")
-    + r"|est\. speed input: ([0-9.]+) toks/s",
+    + r"|est\. speed input: " + _NUM + " toks/s",
 }
 
 
@@ -194,7 +198,8 @@ class OutputScanner:
                     value = float(group) if group is not None else None
                 except ValueError:
                     value = None
-                if value is not None:
+                # A throughput below 0, nan or inf is no measurement: not a figure.
+                if value is not None and math.isfinite(value) and value >= 0:
                     changed = changed or self.metrics.get(name) != value
                     self.metrics[name] = value
                     self.lines[name] = line[:500]

@@ -93,8 +93,8 @@ class BenchConfig(BaseModel):
         for key, ms in v.items():
             if key not in SLO_KEYS:
                 raise ValueError(f"goodput SLO {key!r} must be one of {', '.join(SLO_KEYS)}")
-            if ms <= 0:
-                raise ValueError(f"goodput SLO {key} must be > 0 ms")
+            if not math.isfinite(ms) or ms <= 0:  # nan would pass `<= 0` and reach the JSON
+                raise ValueError(f"goodput SLO {key} must be a number of ms above 0, not {ms}")
         return v
 
     @field_validator("dataset")

@@ -57,12 +57,32 @@ class FileData:
     skipped: int = 0  # ShareGPT entries with no usable turn
 
 
+# The largest dataset file read (ShareGPT's is 0.7 GB): a device or a runaway file such as
+# /dev/zero is refused, not read until the kernel kills the bench.
+MAX_DATASET_BYTES = 2 << 30
+_CHUNK = 1 << 20
+
+
 def _read(path: str) -> bytes:
+    """The whole file, read in bounded pieces: refused (64) beyond MAX_DATASET_BYTES or at the
+    first NUL byte (no text dataset holds one; /dev/zero is nothing else)."""
+    parts: list[bytes] = []
+    size = 0
     try:
-        return Path(path).read_bytes()
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                if (nul := chunk.find(b"\0")) >= 0:
+                    raise _bad(path, None, f"not a text file (a NUL byte at byte "
+                                           f"{size + nul + 1})")
+                size += len(chunk)
+                if size > MAX_DATASET_BYTES:
+                    raise _bad(path, None, f"larger than {MAX_DATASET_BYTES >> 30} GiB: not read "
+                                           "further")
+                parts.append(chunk)
     except OSError as e:
         raise UsageError(f"cannot read dataset {path}: {e.strerror}",
                          hint="give an existing file: --dataset KIND:PATH") from e
+    return b"".join(parts)
 
 
 def _bad(path: str, line: int | str | None, why: str) -> UsageError:

@@ -176,8 +176,8 @@ class Conn(asyncio.Protocol):
             payload = data
         if payload:
             if ex.status == 200:
-                if ex.state.feed(payload, ts):  # an error object in the stream
-                    self._settle(ex, "http_error", reuse=False)
+                if ex.state.feed(payload, ts):  # the stream said the request failed
+                    self._settle(ex, ex.record.reason or "http_error", reuse=False)
                     return
             elif sum(map(len, ex.err_body)) < _ERROR_BODY_BYTES:
                 ex.err_body.append(payload)

@@ -12,8 +12,12 @@ Follows `vllm bench serve` (benchmark_serving.calculate_metrics):
   (TPOT SLO judged on TPOT that is 0 for single-token outputs, as vLLM does).
 - std is the population standard deviation and percentiles interpolate linearly
   (numpy's defaults, which vLLM uses); an empty sample reads as 0, as in vLLM.
-- Peak output throughput and peak concurrent requests: vLLM's one-second buckets over
-  successful requests. `peak_concurrency` is the exact maximum of overlapping requests.
+- Total input tokens: the server's usage.prompt_tokens of each successful request, else the
+  planned prompt length (vLLM's client does the same).
+- Peak output throughput and max_concurrent_requests: vLLM's one-second buckets over
+  successful requests (the bucket count counts every request touching a second, so it can
+  exceed the concurrency limit). `peak_concurrency` is the exact maximum of overlapping
+  requests, and is what the summary prints as "Peak concurrent requests".
 """
 
 from __future__ import annotations
@@ -168,7 +172,9 @@ def compute_metrics(
     e2els: list[float] = []
     total_in = total_out = 0
     for r in ok:
-        total_in += r.prompt_len
+        # The server's count of the prompt when it gave one (chat templates add tokens, and
+        # --tokenizer-mode approx plans only roughly), as vLLM's client does.
+        total_in += r.prompt_len if r.prompt_tokens is None else r.prompt_tokens
         total_out += r.output_tokens
         tpot = 0.0
         if r.output_tokens > 1:

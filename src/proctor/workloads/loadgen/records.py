@@ -15,7 +15,9 @@ REASONS = (
     "rate_limited",  # HTTP 429
     "disconnect",  # server closed the connection mid-response
     "timeout",  # per-request total or idle (between chunks) timeout
-    "malformed_sse",  # a data: message that is not JSON
+    "malformed_sse",  # a data: message that is not JSON, or a usage count that is not whole
+    "aborted",  # finish_reason "abort" or "error": the server gave up on the request
+    "bad_usage",  # usage.completion_tokens beyond the request's max_tokens
     "no_output",  # stream ended without a single message carrying choices
     "connect_error",  # could not connect
     "client_error",  # anything else raised by the client

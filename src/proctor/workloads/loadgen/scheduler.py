@@ -1,9 +1,14 @@
 """When requests are sent: a concurrency semaphore and an arrival process.
 
-Request rate inf sends every request at once (bounded by the semaphore); a finite rate
-draws gaps from a gamma distribution with shape = burstiness (1.0 = Poisson), as vLLM does.
+Request rate inf sends every request at once (bounded by the semaphore). A finite rate builds
+vLLM's arrival process (vllm/benchmarks/serve.py get_request): one gap per request from a
+gamma distribution with shape = burstiness (1.0 = Poisson; inf = every gap 1/rate), summed,
+then rescaled so the last request arrives at exactly N / rate. The offered rate is then the
+rate asked for, whatever the seed; only the order of the gaps is random.
 Arrivals follow an absolute schedule, so sleep drift does not lower the offered rate.
-Client queue time = start (just before the POST) - scheduled arrival.
+Each record keeps its intended send time (queued_at) and its actual one (start_time, just
+before the POST); their difference is the request's schedule delay, which includes any wait
+for a concurrency slot.
 """
 
 from __future__ import annotations
@@ -34,16 +39,24 @@ class Counter:
 
 
 def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[float]:
-    """Seconds after the start at which each of n requests arrives."""
-    if math.isinf(rate):
+    """Seconds after the start at which each of n requests is due: vLLM's cumulative gamma
+    gaps, rescaled so that the last one is n / rate."""
+    if math.isinf(rate) or n == 0:
         return [0.0] * n
-    rng = random.Random(seed)
-    theta = 1.0 / (rate * burstiness)
-    t, out = 0.0, []
-    for _ in range(n):
+    if math.isinf(burstiness):
+        gaps = [1.0 / rate] * n
+    else:
+        rng = random.Random(seed)
+        theta = 1.0 / (rate * burstiness)
+        gaps = [rng.gammavariate(burstiness, theta) for _ in range(n)]
+    out, t = [], 0.0
+    for gap in gaps:
+        t += gap
         out.append(t)
-        t += rng.gammavariate(burstiness, theta)
-    return out
+    if t <= 0:
+        return out
+    scale = (n / rate) / t
+    return [x * scale for x in out]
 
 
 async def run_requests(
@@ -124,12 +137,14 @@ async def _pool(
 
 def schedule_report(records: Sequence[RequestRecord], target_rate: float | None
                     ) -> dict[str, float | int | None]:
-    """metrics.json "schedule": did the client send when it meant to?
+    """metrics.json "schedule": did the client send when it said it would?
 
-    achieved_rate: (sent - 1) / (last send - first send), over the measured requests that were
-    sent (start_time set). Send error = actual send time (start_time, just before the POST) -
-    scheduled time (queued_at), which includes any wait for a concurrency slot. With rate inf
-    nothing is scheduled: target_rate and the send errors are null.
+    Schedule delay = actual send time (start_time, just before the POST) - intended send time
+    (queued_at), over the measured requests that were sent; it includes any wait for a
+    concurrency slot. achieved_rate: with a target rate, requests sent over the time from the
+    schedule's start (the last intended time - n / target) to the last send, which is the
+    target when every request left on time; with rate inf, (sent - 1) / (last send - first
+    send). With rate inf nothing is scheduled: target_rate and the delays are null.
     """
     sent = [r for r in records if r.start_time > 0]
     starts = sorted(r.start_time for r in sent)
@@ -137,11 +152,15 @@ def schedule_report(records: Sequence[RequestRecord], target_rate: float | None
     achieved = (len(starts) - 1) / span if span > 0 else None
     out: dict[str, float | int | None] = {
         "target_rate": target_rate, "achieved_rate": achieved, "sent": len(sent),
-        "send_error_p50_ms": None, "send_error_p99_ms": None, "send_error_max_ms": None,
+        "schedule_delay_p50_ms": None, "schedule_delay_p99_ms": None,
+        "schedule_delay_max_ms": None,
     }
     if target_rate is not None and sent:
-        errors = [(r.start_time - r.queued_at) * 1000 for r in sent]
-        out["send_error_p50_ms"] = percentile(errors, 50)
-        out["send_error_p99_ms"] = percentile(errors, 99)
-        out["send_error_max_ms"] = max(errors)
+        delays = [max(0.0, r.start_time - r.queued_at) * 1000 for r in sent]
+        out["schedule_delay_p50_ms"] = percentile(delays, 50)
+        out["schedule_delay_p99_ms"] = percentile(delays, 99)
+        out["schedule_delay_max_ms"] = max(delays)
+        begin = max(r.queued_at for r in sent) - len(sent) / target_rate
+        took = starts[-1] - begin
+        out["achieved_rate"] = len(sent) / took if took > 0 else None
     return out

@@ -43,12 +43,24 @@ class Malformed(Exception):
         super().__init__(f"malformed stream message, {why}: {body[:80].decode(errors='replace')}")
 
 
+# No model reads a prompt of more tokens than this (the longest context windows are ~10M): a
+# larger usage.prompt_tokens is a server's lie or garbage, and would poison the totals.
+MAX_PROMPT_TOKENS = 1 << 24
+# finish_reason values that say the server gave up on the request (vLLM's "abort", and "error"
+# of vLLM and SGLang): the text so far is not the answer, the request failed.
+FAILED_FINISH = frozenset({"abort", "error"})
+
+
 def _count(value: object) -> int | None:
-    """A token count from `usage`: a non-negative integer, or None when absent."""
+    """A token count from `usage`: a whole non-negative number, or None when absent."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(f"token count {value!r}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"token count {value!r} is not a whole number")
+    if value > MAX_PROMPT_TOKENS:
+        raise ValueError(f"token count {value!r} is beyond any model's context")
     return int(value)
 
 
@@ -62,6 +74,29 @@ def _choice_text(choice: dict[str, object], chat: bool) -> str:
     # Reasoning models stream their thinking in reasoning_content; it is output too.
     parts = (delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning"))
     return "".join(p for p in parts if isinstance(p, str))
+
+
+def _role_only(obj: dict[str, Any]) -> bool:
+    """A chat chunk that opens the stream with the role and no text (vLLM sends one before
+    the first token): not a token, so neither TTFT nor ITL counts it, as vLLM's client."""
+    first = obj["choices"][0]
+    delta = first.get("delta") if type(first) is dict else None
+    return type(delta) is dict and "role" in delta
+
+
+def _failed_finish(obj: dict[str, Any]) -> str | None:
+    choices = obj.get("choices")
+    if type(choices) is list and choices and type(first := choices[0]) is dict:
+        reason = first.get("finish_reason")
+        if reason in FAILED_FINISH:
+            return str(reason)
+    return None
+
+
+def _is_error(obj: dict[str, Any]) -> bool:
+    """An error object in the stream: OpenAI's {"error": ...} or SGLang's and older vLLM's
+    {"object": "error", "message": ...}."""
+    return ("error" in obj or obj.get("object") == "error") and not obj.get("choices")
 
 
 _Usage = tuple[int | None, int | None]  # (completion_tokens, prompt_tokens)
@@ -107,8 +142,8 @@ def _parse_batch(bodies: list[bytes]) -> list[Any] | None:
 class StreamState:
     """What one 200 streaming response has said so far, written into its record."""
 
-    __slots__ = ("chat", "got_first", "last", "pieces", "record", "st", "tail", "tail_len",
-                 "usage_tokens")
+    __slots__ = ("chat", "cr", "got_first", "last", "pieces", "record", "st", "tail",
+                 "tail_len", "usage_tokens")
 
     def __init__(self, record: RequestRecord, chat: bool, start: float) -> None:
         self.record, self.chat, self.st = record, chat, start
@@ -118,10 +153,21 @@ class StreamState:
         self.usage_tokens: int | None = None
         self.tail: list[bytes] = []  # an unfinished message, in pieces
         self.tail_len = 0
+        self.cr = False  # the last read ended with a CR (its LF may start the next read)
 
     def feed(self, data: bytes, ts: float) -> bool:
-        """Messages completed by `data` (read at `ts`). True: the stream carried an error
-        object, the record says so and the request is over. Raises Malformed."""
+        """Messages completed by `data` (read at `ts`). True: the stream said the request
+        failed (an error object, finish_reason abort/error), the record says so and the
+        request is over. Raises Malformed."""
+        if self.cr or b"\r" in data:
+            # The SSE spec ends a line with CRLF, LF or CR (sse-starlette sends CRLF): all
+            # become LF, and a CRLF split across two reads is one line end, not two.
+            if self.cr and data[:1] == b"\n":
+                data = data[1:]
+            self.cr = data[-1:] == b"\r"
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if not data:
+                return False
         if self.tail:
             if b"\n\n" not in data and not (data[:1] == b"\n" and self.tail[-1][-1:] == b"\n"):
                 self.tail.append(data)
@@ -165,7 +211,7 @@ class StreamState:
             if type(obj) is not dict:
                 raise Malformed("not a JSON object", body)
             choices = obj.get("choices")
-            if "error" in obj and not choices:
+            if _is_error(obj):
                 return self._stream_error(obj)
             text: str | None = None
             # The common message: a first choice with a text (or a chat delta with only content),
@@ -188,6 +234,11 @@ class StreamState:
                     if usage[1] is not None:
                         rec.prompt_tokens = usage[1]
             if text is not None:
+                if (bad := _failed_finish(obj)) is not None:
+                    return self._refuse("aborted", f"the server ended the request with "
+                                                   f"finish_reason {bad!r}")
+                if not text and chat and not self.got_first and _role_only(obj):
+                    continue
                 if self.got_first:
                     rec.itl.append(ts - self.last)
                 else:
@@ -202,8 +253,12 @@ class StreamState:
 
     def _stream_error(self, obj: dict[str, Any]) -> bool:
         self.record.reason = "http_error"
-        detail = json.dumps(obj["error"], default=str)[:ERROR_EXCERPT]
+        detail = json.dumps(obj.get("error", obj), default=str)[:ERROR_EXCERPT]
         self.record.error = f"error in stream: {detail}"
+        return True
+
+    def _refuse(self, reason: str, error: str) -> bool:
+        self.record.reason, self.record.error = reason, error
         return True
 
     def _each(self, parts: list[bytes], ts: float) -> bool:
@@ -224,13 +279,17 @@ class StreamState:
                 raise Malformed("not JSON", body) from e
             if type(obj) is not dict:
                 raise Malformed("not a JSON object", body)
-            if "error" in obj and not obj.get("choices"):
+            if _is_error(obj):
                 return self._stream_error(obj)
             try:
                 text, usage = message_parts(obj, chat)
             except (TypeError, AttributeError, ValueError, OverflowError) as e:
                 raise Malformed(f"unexpected shape ({e})", body) from e
-            if text is not None:
+            if text is not None and (bad := _failed_finish(obj)) is not None:
+                return self._refuse("aborted", f"the server ended the request with "
+                                               f"finish_reason {bad!r}")
+            if text is not None and not (not text and chat and not self.got_first
+                                         and _role_only(obj)):
                 if self.got_first:
                     rec.itl.append(ts - self.last)
                 else:
@@ -256,6 +315,13 @@ class StreamState:
         rec.latency = self.last - self.st
         text = "".join(self.pieces)
         rec.generated_chars = len(text)
+        if self.usage_tokens is not None and self.usage_tokens > rec.expected_output_len > 0:
+            # More tokens than the request allowed (max_tokens): the server's count is wrong,
+            # and every throughput built on it would be.
+            rec.reason = "bad_usage"
+            rec.error = (f"usage.completion_tokens {self.usage_tokens} is more than the "
+                         f"{rec.expected_output_len} the request allowed (max_tokens)")
+            return rec
         if self.usage_tokens is not None:
             rec.output_tokens, rec.output_tokens_source = self.usage_tokens, "usage"
         elif count_tokens is not None:

@@ -3,11 +3,15 @@
 A benchmark whose requests failed is not a result: by default one failed measured request
 fails the run (exit 3), with the count and the first distinct reasons in the summary,
 metrics.json (`verdict`, and `error_rate`/`workload_failed` in `metrics`) and the store.
+A benchmark in which no request succeeded measured nothing: it fails whatever
+--max-error-rate allows. The limit is compared exactly as the decimal the user wrote
+(0.57 allows 57 of 100; the float 0.57 * 100 is 56.99...).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from proctor.workloads.loadgen.records import RequestRecord
@@ -30,6 +34,11 @@ class Verdict:
     def message(self) -> str:
         if self.total == 0:
             return "no request was measured"
+        if self.failed == self.total:
+            head = (f"no request succeeded ({self.failed} of {self.total} failed): "
+                    "nothing was measured")
+            return head + ("; first: " + " | ".join(self.first_reasons)
+                           if self.first_reasons else "")
         head = (f"{self.failed} of {self.total} requests failed "
                 f"({self.error_rate:.1%}; allowed {self.max_error_rate:.1%})")
         if not self.first_reasons:
@@ -55,8 +64,15 @@ def judge(measured: list[RequestRecord], max_error_rate: float) -> Verdict:
         if len(reasons) == FIRST_REASONS:
             break
     total = len(measured)
-    ok = total > 0 and len(failed) <= max_error_rate * total
+    ok = total > 0 and len(failed) < total and within(len(failed), total, max_error_rate)
     return Verdict(ok, len(failed), total, max_error_rate, reasons)
+
+
+def within(failed: int, total: int, max_error_rate: float) -> bool:
+    """failed / total <= max_error_rate, with the rate read as the shortest decimal that
+    prints as it (repr), so a limit of 0.57 allows exactly 57 of 100."""
+    limit = Fraction(repr(float(max_error_rate)))
+    return failed * limit.denominator <= limit.numerator * total
 
 
 def format_verdict(verdict: Verdict) -> str:
