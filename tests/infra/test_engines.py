@@ -109,6 +109,49 @@ def test_vllm_bench_shim_prints_result_block(vllm_server: EngineServer, tmp_path
     assert saved["total_output_tokens"] == 8
 
 
+# Runs the shim's `bench serve --help` (which imports every CLI module, the `preload` command
+# with vLLM's kernels among them) with torch's CPU-flag probes, the ones vLLM's CpuPlatform
+# reads, answering "no AVX-512", then lists the vLLM kernel libraries mapped into the process.
+_SHIM_KERNEL_PROBE = r"""
+import json, os, runpy, sys
+import torch
+torch.cpu._is_avx512_supported = lambda: False
+torch.cpu._is_avx512_bf16_supported = lambda: False
+shim = sys.argv[1]
+sys.argv = [shim, "bench", "serve", "--help"]
+code = 0
+try:
+    runpy.run_path(shim, run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+from vllm import platforms
+with open("/proc/self/maps") as maps:
+    libs = {os.path.basename(line.split()[-1]) for line in maps if "/vllm/_C" in line}
+print("PROBE " + json.dumps({"code": code, "libs": sorted(libs),
+                             "platform": type(platforms.current_platform).__name__}))
+"""
+
+
+def test_vllm_bench_shim_loads_the_kernels_the_cpu_supports() -> None:
+    """On a CPU without AVX-512 the shim must load `_C_AVX2`, never the AVX-512 `_C` (SIGILL).
+
+    The CPU flags are faked where vLLM's chooser reads them, so this holds on any x86-64 CPU.
+    """
+    info = engine_info()
+    shim = str(REPO_ROOT / "tests/infra/vllm_bench_shim.py")
+    argv = [str(info.vllm_python), "-c", _SHIM_KERNEL_PROBE, shim]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    out = proc.stdout + proc.stderr
+    # -4 is SIGILL: an instruction this CPU lacks (AVX-512 kernels on an AVX2-only CPU).
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{out[-3000:]}"
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("PROBE "))
+    probe = json.loads(line[len("PROBE ") :])
+    assert probe["code"] == 0, out[-3000:]
+    assert probe["platform"] == "CpuPlatform"
+    assert probe["libs"] == ["_C_AVX2.abi3.so"]
+
+
 def test_vllm_wrong_model_path_exits_fast(tmp_path: Path) -> None:
     info = engine_info()
     bad = type(info)(**{**info.__dict__, "model_dir": tmp_path / "no-such-model"})
