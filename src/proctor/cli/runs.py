@@ -164,6 +164,10 @@ def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, 
     console.print(styled(f"{'gpu':>11}", "bold", f" {gpu.get('gpus') or gpu.get('reason')}"))
     if launched and launched.gpu_peaks:
         console.print(styled(f"{'gpu peaks':>11}", "bold", f" {launched.gpu_peaks}"))
+    if launched and launched.leftovers:
+        from proctor.supervise.leftovers import notice
+
+        console.print(styled(f"{'leftovers':>11}", "bold", f" {notice(launched.leftovers)}"))
 
 
 @app.command("logs")

@@ -191,6 +191,9 @@ class LaunchedRecord(RecordCore):
     wrapper: ProcessRef | None = None
     process: ProcessRef | None = None
     leftovers_killed: int = 0
+    # What the command left running when it exited, stopped by the wrapper: pid, name,
+    # cmdline (masked), gpu_memory_mib (None: not known), signal, survived.
+    leftovers: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class CommandRecord(LaunchedRecord):
