@@ -325,7 +325,7 @@ def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None
 
 
 def _mount_compare() -> None:
-    from proctor.cli.results import register_compare
+    from proctor.cli.runs_compare import register_compare
 
     register_compare(app)
 
