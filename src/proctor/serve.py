@@ -122,7 +122,7 @@ def start_server(
     facts = preflight(request, Path(plan.runs_dir.value))
     applied = applied_facts(
         request, plan.redactor(), engine=engine.name, model_profile=model_profile, argv=argv,
-        env=env, chat=chat,
+        plan=plan, chat=chat,
     )  # fmt: skip
     applied["preflight"] = facts
     if on_applied is not None:

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from proctor.cli.output import console, err_console, print_json
+from proctor.cli.runs_compare import ALLOW, ALLOW_HELP
 from proctor.errors import NotAuthorised, Regression, ResultUnknown
 from proctor.results import PerfBaseline, check, compare, load_baseline, parse_path, worst_status
 from proctor.results.identity import FIELDS, identity_of, mismatches
@@ -30,9 +31,8 @@ def _parse(file: Path) -> ParsedResult:
     return res
 
 
-_ALLOW = "--allow-mismatch"
-_ALLOW_HELP = ("Compare even when the two sides differ in source, engine args, dataset or GPU "
-               "(the output is marked NOT COMPARABLE).")
+# Shared with `runs compare` (cli/runs_compare.py, which imports this module only when it runs).
+_ALLOW, _ALLOW_HELP = ALLOW, ALLOW_HELP
 
 
 def _refuse_or_mark(what: str, a: dict[str, str | None], b: dict[str, str | None],
@@ -222,19 +222,3 @@ def register(root: typer.Typer) -> None:
         """Verdicts against baselines: pass, within noise, regression (exit 7), missing (exit 6);
         exit 77 when the baseline's [meta] identity differs from the run's."""
         check_cmd(str(_run_path(run, runs_dir)), baselines, model, json_out, allow_mismatch)
-
-
-def register_compare(runs_app: typer.Typer) -> None:
-    @runs_app.command("compare")
-    def compare_runs(
-        a: str = typer.Argument(..., help="Run A (id, 'last', directory or result file)."),
-        b: str = typer.Argument(..., help="Run B."),
-        runs_dir: str | None = typer.Option(None, "--runs-dir"),
-        json_out: bool = typer.Option(False, "--json"),
-        allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
-    ) -> None:
-        """Each metric of two runs side by side, with the change and its noise band (the 95% CI
-        of the difference when both ran bench --repeat). Exit 77 when the runs differ in
-        source, engine args, dataset or GPU, unless --allow-mismatch."""
-        compare_cmd(str(_run_path(a, runs_dir)), str(_run_path(b, runs_dir)), json_out,
-                    allow_mismatch)

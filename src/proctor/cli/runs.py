@@ -164,6 +164,10 @@ def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, 
     console.print(styled(f"{'gpu':>11}", "bold", f" {gpu.get('gpus') or gpu.get('reason')}"))
     if launched and launched.gpu_peaks:
         console.print(styled(f"{'gpu peaks':>11}", "bold", f" {launched.gpu_peaks}"))
+    if launched and launched.leftovers:
+        from proctor.supervise.leftovers import notice
+
+        console.print(styled(f"{'leftovers':>11}", "bold", f" {notice(launched.leftovers)}"))
 
 
 @app.command("logs")
@@ -321,7 +325,7 @@ def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None
 
 
 def _mount_compare() -> None:
-    from proctor.cli.results import register_compare
+    from proctor.cli.runs_compare import register_compare
 
     register_compare(app)
 

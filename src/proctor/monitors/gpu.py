@@ -666,6 +666,7 @@ class GpuSampler(Periodic):
         self.errors: list[str] = []
         self.inventory: GpuInventory | None = None
         self._lock = threading.Lock()
+        self._halted = False
 
     def start(self) -> GpuInventory:
         if self.interval_s <= 0:
@@ -691,8 +692,14 @@ class GpuSampler(Periodic):
         self._start_thread()
         return self.inventory
 
+    def halt(self) -> None:
+        """End the sampling thread only; `sample_once` still works until `stop`. The wrapper
+        halts it before it looks for processes a command left (the thread's nvidia-smi is
+        the wrapper's child too)."""
+        self._halted = self._join_thread(timeout=self.interval_s + 15) or self._halted
+
     def stop(self) -> None:
-        if self._join_thread(timeout=self.interval_s + 15):
+        if self._join_thread(timeout=self.interval_s + 15) or self._halted:
             self.sample_once()  # the state at the end belongs in the record too
         if self._owned and self._backend is not None:
             self._backend.close()

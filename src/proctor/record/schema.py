@@ -47,27 +47,33 @@ Outcome = Literal["starting", "running", "ok", "failed", "timeout", "stopped", "
 FINAL_OUTCOMES: frozenset[str] = frozenset({"ok", "failed", "timeout", "stopped", "unknown"})
 
 
-class Resolved(BaseModel):
+class _Model(BaseModel):
+    # Validators are built on first use, not at import: every command that reads a record
+    # imports this module, and most read one or two kinds (runs list: 0.1-0.2 s saved).
+    model_config = ConfigDict(defer_build=True)
+
+
+class Resolved(_Model):
     """One resolved option and where its value came from (flag, env:NAME, config:FILE, default)."""
 
     value: Any
     origin: str
 
 
-class ProcessRef(BaseModel):
+class ProcessRef(_Model):
     pid: int
     create_time: float
     pgid: int | None = None
 
 
-class ExitStatus(BaseModel):
+class ExitStatus(_Model):
     code: int
     signal: str | None = None
     # "command": the command's own status; "proctor": proctor ended it (time limit, stop).
     decided_by: Literal["command", "proctor"] = "command"
 
 
-class HostInfo(BaseModel):
+class HostInfo(_Model):
     model_config = ConfigDict(extra="allow")
 
     hostname: str
@@ -80,13 +86,13 @@ class HostInfo(BaseModel):
     timezone: str
 
 
-class Event(BaseModel):
+class Event(_Model):
     time: str
     event: str
     detail: str | None = None
 
 
-class RecordCore(BaseModel):
+class RecordCore(_Model):
     """What every run record holds, whatever its kind."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
@@ -191,6 +197,9 @@ class LaunchedRecord(RecordCore):
     wrapper: ProcessRef | None = None
     process: ProcessRef | None = None
     leftovers_killed: int = 0
+    # What the command left running when it exited, stopped by the wrapper: pid, name,
+    # cmdline (masked), gpu_memory_mib (None: not known), signal, survived.
+    leftovers: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class CommandRecord(LaunchedRecord):
@@ -227,7 +236,7 @@ class SlurmNodeRecord(RecordCore):
     multinode: dict[str, Any] | None = None
 
 
-class FlowStep(BaseModel):
+class FlowStep(_Model):
     model_config = ConfigDict(extra="allow")
 
     step: str
@@ -237,7 +246,7 @@ class FlowStep(BaseModel):
     run_id: str | None = None
 
 
-class FlowWorkloadRun(BaseModel):
+class FlowWorkloadRun(_Model):
     """One workload of a flow, in the order it ran: what it was, its run, its exit code."""
 
     model_config = ConfigDict(extra="allow")

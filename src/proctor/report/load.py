@@ -262,7 +262,12 @@ def _machine_state(view: RunView) -> Check:
     if view.state.wrapper_alive:
         problems.append("the run wrapper is still alive")
     leftovers = typed.leftovers_killed if isinstance(typed, LaunchedRecord) else None
-    if leftovers:
+    described = typed.leftovers if isinstance(typed, LaunchedRecord) else []
+    if described:
+        from proctor.supervise.leftovers import notice
+
+        notes.append(notice(described) or "")
+    elif leftovers:
         notes.append(f"{leftovers} leftover process(es) were stopped")
     else:
         notes.append("no leftover processes")

@@ -98,10 +98,16 @@ def applied_facts(
     engine: str,
     model_profile: str,
     argv: list[str],
-    env: dict[str, str],
+    plan: RunPlan,
     chat: bool,
 ) -> dict[str, Any]:
-    """What the server record says was applied: profiles, command and env (secrets masked)."""
+    """What the server record says was applied: profiles, command and env (secrets masked).
+
+    The env is the run plan's: every variable the server's process gets on top of the
+    inherited environment (the profiles', the project config's and the user's --env), never
+    the profiles' alone, so what is printed and recorded is what the process got.
+    """
+    env = plan.env_values
     return {
         "engine": engine,
         "model": request.model,

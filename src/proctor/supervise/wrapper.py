@@ -35,7 +35,8 @@ from proctor.record.recorder import Recorder
 from proctor.record.recorder import event as record_event
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.space import SpaceReserve, disk_full, enospc_reason, is_enospc
-from proctor.supervise.kill import kill_ladder
+from proctor.supervise.kill import kill_ladder, members
+from proctor.supervise.leftovers import describe, gpu_by_pid, notice
 
 _PR_SET_CHILD_SUBREAPER = 36
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
@@ -150,6 +151,39 @@ class Wrapper:
         pgid = self.child.pid if self.child is not None else None
         report = kill_ladder(pgid, [os.getpid()], grace=grace, reap=self.reap)
         return report.count
+
+    def stop_leftovers(self, grace: float) -> list[dict[str, Any]]:
+        """Stop what the exited command left running, and say what each process was.
+
+        The GPU sampler's thread is halted first (its nvidia-smi is the wrapper's child too and
+        must not be taken for a leftover); one sample now gives each leftover's GPU memory.
+        """
+        if self.sampler is not None:
+            with contextlib.suppress(Exception):
+                self.sampler.halt()
+        pgid = self.child.pid if self.child is not None else None
+        found = members(pgid, [os.getpid()])
+        if not found:
+            return []
+        gpu: dict[int, float] | None = None
+        if self.sampler is not None:
+            with contextlib.suppress(Exception):
+                gpu = gpu_by_pid(self.sampler.sample_once())
+        seen = {p.pid: describe(p, gpu) for p in found}
+        report = kill_ladder(pgid, [os.getpid()], grace=grace, reap=self.reap)
+        entries = []
+        for pid in dict.fromkeys([*seen, *report.terminated, *report.killed, *report.survivors]):
+            entry = seen.get(pid) or {"pid": pid, "name": None, "cmdline": None,
+                                      "gpu_memory_mib": None}  # fmt: skip
+            if pid in report.killed:
+                entry["signal"] = "SIGKILL"
+            elif pid in report.terminated:
+                entry["signal"] = "SIGTERM"
+            elif pid not in report.survivors:
+                continue  # gone on its own before the ladder reached it
+            entry["survived"] = pid in report.survivors
+            entries.append(entry)
+        return entries
 
     # -- main loop ------------------------------------------------------------------------
     def wait(self) -> None:
@@ -274,18 +308,21 @@ class Wrapper:
                 if not is_enospc(error):
                     raise
                 self.enospc = True
-        leftovers = self.stop_tree(grace=float(self.plan.get("leftover_grace_s", 2.0)))
+        leftovers = self.stop_leftovers(grace=float(self.plan.get("leftover_grace_s", 2.0)))
         peaks = self.stop_sampler()
         outcome = self.stop_reason or ("ok" if code == 0 else "failed")
         end = {
             "exit": {"code": code, "signal": sig, "decided_by": decided_by},
             "ended_at": iso_at(ended),
             "duration_s": round(ended - started, 6),
-            "leftovers_killed": leftovers,
+            "leftovers_killed": sum(1 for e in leftovers if not e["survived"]),
+            "leftovers": leftovers,
             "gpu_peaks": peaks,
         }
-        event = self.event("end", f"exit {code}" + (f" ({sig})" if sig else ""))
-        self.update_record(outcome=outcome, **end, add_events=[event])
+        events = [self.event("end", f"exit {code}" + (f" ({sig})" if sig else ""))]
+        if leftovers:
+            events.append(self.event("leftovers", notice(leftovers)))
+        self.update_record(outcome=outcome, **end, add_events=events)
         if self.enospc:
             self.end_on_full_disk()
         self.finish()

@@ -141,7 +141,16 @@ def summary_line(run: RunDir, state: RunState) -> str:
         return f"run {run.run_id}: result unknown ({why}); evidence in {run.path}"
     sig = f" ({state.exit.signal})" if state.exit.signal else ""
     outcome = record.outcome if record else "?"
-    return f"run {run.run_id}: {outcome}, exit {state.exit.code}{sig}{took}; log {run.log_path()}"
+    line = f"run {run.run_id}: {outcome}, exit {state.exit.code}{sig}{took}; log {run.log_path()}"
+    return line + leftovers_line(run.run_id, record)
+
+
+def leftovers_line(run_id: str, record: object) -> str:
+    """A second line, when the wrapper stopped processes the command left running."""
+    from proctor.supervise.leftovers import notice
+
+    said = notice(getattr(record, "leftovers", None) or [])
+    return f"\nproctor: run {run_id}: {said}" if said else ""
 
 
 def state_of(status: RunStatus) -> RunState:

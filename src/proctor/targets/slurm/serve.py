@@ -99,8 +99,8 @@ def start_slurm_server(
     name = parallel or (next(iter(engine.multinode)) if nodes > 1 else None)
     applied = {
         **applied_facts(
-            request, redactor, engine=engine.name, model_profile=model_profile, argv=head, env=env,
-            chat=chat,
+            request, redactor, engine=engine.name, model_profile=model_profile, argv=head,
+            plan=plan, chat=chat,
         ),
         "host": None,  # the head node's address, once the tracker has seen it
         "listen": LISTEN_ALL,

@@ -1,0 +1,97 @@
+"""Start-up time of the `proctor` console script, next to `python -c pass` in the same run.
+
+Each command runs --n times (interleaved, so load drifts hit them alike); the median wall time
+is printed in ms, as a ratio to `python -c pass`, and against the goal of issue 22:
+`--help` and `--version` <= 150 ms, `runs list` and `runs show last` <= 250 ms, `proctor run
+-- true` <= 300 ms over `true`. The goals are for a lightly loaded machine: read the ratios
+too, and the `python -c pass` figure for how loaded this one is.
+
+Run: .venv/bin/python bench/startup.py [--n 15] [--baseline-src DIR]
+
+--baseline-src DIR also runs every command from another checkout's source (DIR/src first on
+PYTHONPATH, through `python -m proctor.cli.main`), in the same interleaved loop: a before/after
+on the same load, e.g. `git archive BASE src | tar -x -C /tmp/base` then `--baseline-src /tmp/base`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# (label, argv after the script, goal in ms or None, goal is over `true` rather than absolute)
+CASES: list[tuple[str, list[str], float | None, bool]] = [
+    ("proctor --help", ["--help"], 150, False),
+    ("proctor --version", ["--version"], 150, False),
+    ("proctor runs list", ["runs", "list"], 250, False),
+    ("proctor runs show last", ["runs", "show", "last"], 250, False),
+    ("proctor run -- true", ["run", "--", "true"], 300, True),
+]
+
+
+def _time(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True)  # fmt: skip
+    return (time.perf_counter() - t0) * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=15, help="runs of each command (median)")
+    parser.add_argument("--baseline-src", type=Path, help="a checkout to compare with (DIR/src)")
+    args = parser.parse_args()
+    script = Path(sys.executable).parent / "proctor"
+    if not script.exists():
+        sys.exit(f"no console script at {script}: pip install -e . into this interpreter's venv")
+    true = shutil.which("true") or "/bin/true"
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PROCTOR_RUNS_DIR": str(Path(tmp) / "runs"), "COLUMNS": "120",
+               "PROCTOR_STATE_DIR": str(Path(tmp) / "state")}  # fmt: skip
+        subprocess.run([str(script), "run", "--", "true"], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        anchors = {"python -c pass": [sys.executable, "-c", "pass"], "true": [true]}
+        commands = {label: [str(script), *argv] for label, argv, _, _ in CASES}
+        every = {**anchors, **commands}
+        if args.baseline_src is not None:
+            # PYTHONPATH comes before the editable install's path: that checkout's proctor runs.
+            env["PYTHONPATH"] = str(args.baseline_src.resolve() / "src")
+            old = [sys.executable, "-m", "proctor.cli.main"]
+            every.update({f"baseline: {label}": [*old, *argv] for label, argv, _, _ in CASES})
+        times: dict[str, list[float]] = {label: [] for label in every}
+        for label, argv in every.items():  # one warm-up each (page cache, .pyc)
+            _time(argv, _env_for(label, env))
+        for _ in range(args.n):
+            for label, argv in every.items():
+                times[label].append(_time(argv, _env_for(label, env)))
+    med = {label: statistics.median(values) for label, values in times.items()}
+    base, true_ms = med["python -c pass"], med["true"]
+    print(f"medians of {args.n} runs; python -c pass {base:.0f} ms, true {true_ms:.1f} ms")
+    print(f"{'command':<26}{'ms':>8}{'x pass':>8}  goal")
+    for label, _argv, goal, over_true in CASES:
+        ms = med[label]
+        shown = ms - true_ms if over_true else ms
+        what = f"{shown:.0f} ms over true" if over_true else f"{shown:.0f} ms"
+        verdict = "" if goal is None else ("met" if shown <= goal else "NOT met")
+        print(f"{label:<26}{ms:>8.0f}{ms / base:>8.1f}  <= {goal:.0f}: {what}, {verdict}")
+        if f"baseline: {label}" in med:
+            was = med[f"baseline: {label}"]
+            print(f"{'  baseline':<26}{was:>8.0f}{was / base:>8.1f}")
+    return 0
+
+
+def _env_for(label: str, env: dict[str, str]) -> dict[str, str]:
+    """The baseline's commands get its PYTHONPATH; everything else runs without it."""
+    if label.startswith("baseline: "):
+        return env
+    return {k: v for k, v in env.items() if k != "PYTHONPATH"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
