@@ -51,8 +51,9 @@ _USER_FLAGS = ("-u", "--user", "--proxy-user", "-U")
 # mysql -pPASSWORD and -p PASSWORD: for this family only (`mkdir -p`, `ssh -p 22` are no secret).
 _MYSQL = re.compile(r"^(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlsh|mariadb\S*)$")
 
-# A secret ends at white space, a quote or a separator of the text around it.
-_VALUE = r"[^\s'\"`,;&|<>(){}\[\]]+"
+# A secret ends at white space, a quote or a separator of the text around it (a backslash too:
+# in JSON printed as text, `\"` closes the string the secret is in).
+_VALUE = r"[^\s'\"`,;&|<>(){}\[\]\\]+"
 # scheme://user:password@ loses its whole user part. A lone user is a secret only over HTTP
 # (https://TOKEN@github.com); ssh://root@host names a user, and "root" is no secret.
 # Each pattern starts only where a word starts, so a long unbroken word costs O(its length).
@@ -293,7 +294,7 @@ _LINE_FIELDS = frozenset({"origin"})
 _OWN_WORDS = (
     "proctor", "proctor.run", "ok", "failed", "timeout", "stopped", "unknown", "running",
     "starting", "pending", "command", "server", "bench", "eval", "offline", "workload", "slurm",
-    "slurm-node", "flow", "sweep", "remote", "run", "runs", "exit",
+    "slurm-node", "flow", "sweep", "remote", "run", "runs", "exit", "local", "ssh", "runpod",
 )  # fmt: skip
 _OWN_TEXT = re.compile(
     rf"{_RUN_ID_TEXT}|{_TIME_TEXT}|{_OWN_NAMES}|\"[^\"\n]*\"(?=[ \t]*:)"
@@ -398,6 +399,11 @@ def line(value: str) -> str:
 
 def data(value: Any) -> Any:
     return process_redactor().data(value)
+
+
+def unmasked(stream: TextIO) -> TextIO:
+    """The stream under a MaskedStream: for text masked already, field by field (`data`)."""
+    return stream._stream if isinstance(stream, MaskedStream) else stream
 
 
 class MaskedStream(io.TextIOBase):
