@@ -135,7 +135,9 @@ def test_no_secret_form_escapes_into_any_file_name_or_output(
     run("run", "--", str(mysql), "-p", C["mysql -p X"], "db")
     run("runs", "list")
     run("runs", "list", "--json")
-    for run_dir in (p for p in isolated_runs.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for run_dir in (
+        p for p in isolated_runs.iterdir() if p.is_dir() and not p.name.startswith(".")
+    ):
         run("runs", "show", run_dir.name)
         run("runs", "show", run_dir.name, "--json")
 
