@@ -109,3 +109,44 @@ def test_an_attach_key_and_a_user_name_are_not_secrets(isolated_runs: Path) -> N
     assert record["name"] == "nightly" and record["key"] == "nightly"
     assert record["argv"] == ["true", "ssh://root@gpu-host"]
     assert (run / "nightly.log").exists()
+
+
+def test_documents_mask_the_users_strings_never_proctors_own_fields() -> None:
+    """A secret that is a common word or number: the record's keys, ids, kind, outcome, schema
+    and times stay; the user's words are masked (issue 20)."""
+    r = redactor(X_TOKEN="2026", DB_PASSWORD="failed", MY_TOKEN="python")
+    run_id = "20261204-155500-1fe510"
+    doc = {"schema": "proctor.run", "run_id": run_id, "kind": "command", "outcome": "failed",
+           "created_at": "2026-12-04T15:55:00.000+00:00", "host": {"python": "3.11"},
+           "dir": f"/runs/{run_id}", "log_path": f"/runs/{run_id}/x.log",
+           "argv": ["echo", "2026", "failed", "python"], "error": "exit failed in 2026"}  # fmt: skip
+    masked = r.data(doc)
+    assert masked == {**doc, "argv": ["echo", MASK, MASK, MASK], "error": "exit *** in ***"}
+
+
+def test_printed_lines_keep_proctors_words_and_mask_the_users() -> None:
+    r = redactor(X_TOKEN="2026", DB_PASSWORD="failed", API_TOKEN="proctor")
+    line = "proctor: run 20261204-155500-1fe510: failed, exit 1; log /runs/20261204-155500-1fe510/x.log"
+    assert r.line(line) == line
+    assert r.line("20261204-155500-1fe510  bearer  ok  0") == "20261204-155500-1fe510  bearer  ok  0"
+    assert r.line("run.bogus_key: Extra inputs are not permitted") == (
+        "run.bogus_key: Extra inputs are not permitted")  # fmt: skip
+    assert r.line("could not reach http://u:pw1234@h, year 2026") == (
+        "could not reach http://***@h, year ***")  # fmt: skip
+
+
+def test_secret_forms_of_curl_mysql_and_dsns_are_masked_and_learned() -> None:
+    r = redactor()
+    argv = ["curl", "-HAuthorization:Bearer tokA1", "-HX-Api-Key:tokB2", '{"api_key": "tokC3"}',
+            "-u", "admin:tokD4", "--db-pass", "tokE5", "GITHUB_PAT=tokF6",
+            "user:tokG7@db.example.com"]  # fmt: skip
+    assert r.argv(argv) == ["curl", "-HAuthorization:Bearer ***", "-HX-Api-Key:***",
+                            '{"api_key": "***"}', "-u", "admin:***", "--db-pass", MASK,
+                            "GITHUB_PAT=***", "user:***@db.example.com"]  # fmt: skip
+    assert r.argv(["mysql", "-ptokH8", "-p", "tokI9", "db"]) == ["mysql", "-p***", "-p", MASK, "db"]
+    r.learn_argv([*argv, "mysql", "-ptokH8"])
+    assert r.text("tokA1 tokB2 tokC3 tokD4 tokE5 tokF6 tokG7 tokH8") == " ".join([MASK] * 8)
+    # Not secrets: other commands' -p and -u, ssh and scp forms, times.
+    for plain in (["mkdir", "-p", "dir"], ["python", "-u", "x.py"], ["scp", "u@h:/p", "x"],
+                  ["git", "clone", "git@github.com:o/r.git"], ["echo", "10:30@noon"]):  # fmt: skip
+        assert r.argv(plain) == plain

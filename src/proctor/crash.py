@@ -34,7 +34,7 @@ def _redacted(text: str) -> str:
 
         # The process redactor knows this process's environment and command line, so URL
         # credentials and header values in an exception's text are masked too.
-        return redact.text(text)
+        return redact.line(text)
     except Exception:  # the crash log must be written even if redaction itself is broken
         return text
 

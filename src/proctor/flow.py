@@ -153,7 +153,7 @@ class Flow:
     def log(self, line: str) -> None:
         self.say(line)
         with (self.dir.path / "flow.log").open("a", encoding="utf-8") as handle:
-            handle.write(redact.text(f"{now_iso()} {line}\n"))
+            handle.write(redact.line(f"{now_iso()} {line}\n"))
 
     @property
     def typed(self) -> FlowRecord:

@@ -16,6 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from proctor import redact
+
 console = Console(highlight=False, markup=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
@@ -41,10 +43,15 @@ def print_evidence(faults: Sequence[object], tails: Mapping[str, Sequence[str]] 
 
 def print_json(data: Any) -> None:
     """Strict JSON (RFC 8259): a float that is nan or infinite prints as null, never as the
-    `NaN` / `Infinity` tokens that jq and other parsers refuse."""
-    text = json.dumps(_finite(data), indent=2, sort_keys=False, default=str, allow_nan=False)
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    `NaN` / `Infinity` tokens that jq and other parsers refuse. Masked as a document, field by
+    field (`redact.data`), not as a line: a secret `failed` masks the user's words, never an
+    `"outcome": "failed"`."""
+    # Through JSON first, so that what `default=str` writes (paths, times) is masked too.
+    masked = redact.data(json.loads(json.dumps(_finite(data), default=str)))
+    text = json.dumps(masked, indent=2, sort_keys=False, default=str, allow_nan=False)
+    stream = redact.unmasked(sys.stdout)
+    stream.write(text + "\n")
+    stream.flush()
 
 
 def _finite(data: Any) -> Any:

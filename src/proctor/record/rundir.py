@@ -49,10 +49,11 @@ def is_run_id(text: str) -> bool:
 def write_atomic(path: Path, text: str, mask: bool = True) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file.
 
-    Secrets are masked (proctor.redact) unless the caller masked the content's data already
-    (mask=False: an HTML page whose script must not be rewritten)."""
+    Secrets are masked as in a line proctor prints (`redact.line`: never inside a run id or a
+    timestamp) unless the caller masked the content's data already (mask=False: an HTML page
+    whose script must not be rewritten, a manifest of digests)."""
     if mask:
-        text = redact.text(text)
+        text = redact.line(text)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -109,7 +110,8 @@ class RunDir:
         return data if isinstance(data, dict) else None
 
     def write_json(self, filename: str, data: dict[str, Any], mask: bool = True) -> None:
-        """Every string masked (proctor.redact), unless the caller masked what may hold a
+        """The user's strings masked, walked field by field (`redact.data`: proctor's own ids,
+        keys, kinds, outcomes and times are kept), unless the caller masked what may hold a
         secret and the rest must stay exact (plan.json: the paths the wrapper uses)."""
         text = json.dumps(redact.data(data) if mask else data, indent=2, default=str) + "\n"
         write_atomic(self.path / filename, text, mask=False)
