@@ -111,7 +111,9 @@ class RunDir:
     def write_json(self, filename: str, data: dict[str, Any], mask: bool = True) -> None:
         """Every string masked (proctor.redact), unless the caller masked what may hold a
         secret and the rest must stay exact (plan.json: the paths the wrapper uses)."""
-        text = json.dumps(redact.data(data) if mask else data, indent=2, default=str) + "\n"
+        shown = redact.data(data) if mask else data
+        # allow_nan=False: a NaN here is a bug upstream; fail (70), never write a non-JSON token.
+        text = json.dumps(shown, indent=2, default=str, allow_nan=False) + "\n"
         write_atomic(self.path / filename, text, mask=False)
 
 

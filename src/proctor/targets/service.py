@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING
 
 from proctor.errors import Interrupted, ResultUnknown, TimeLimitReached
 from proctor.record.rundir import RunDir
-from proctor.record.schema import ExitStatus, RecordCore, load_record
+from proctor.record.schema import ExitStatus, RecordCore, read_view
 from proctor.record.status import RunState
 from proctor.supervise.launch import WRAPPER_FINISH_TIMEOUT_S, Started, request_stop
 from proctor.supervise.signals import deferred_stops
@@ -110,7 +110,7 @@ def start_held(interrupts: Interrupts, start: Callable[[], Started]) -> Started:
 
 def exit_for_state(run: RunDir, state: RunState) -> int:
     """The exit status of a run as `proctor run` and `proctor runs wait` report it."""
-    record = load_record(run.path)
+    record = read_view(run.path)
     if state.state == "unknown" or state.exit is None:
         raise ResultUnknown(
             f"run {run.run_id}: result unknown ({unknown_reason(record)})", hint=f"see {run.path}"
@@ -133,14 +133,16 @@ def unknown_reason(record: RecordCore | None) -> str:
 def summary_line(run: RunDir, state: RunState) -> str:
     from proctor.spec.durations import format_duration
 
-    record = load_record(run.path)
-    duration = record.duration_s if record else None
+    # A view, not load_record: a record with one damaged field (a NaN duration) still
+    # says how the run ended.
+    record = read_view(run.path)
+    duration = record.duration_s
     took = f" in {format_duration(float(duration))}" if duration is not None else ""
     if state.exit is None:
         why = unknown_reason(record)
         return f"run {run.run_id}: result unknown ({why}); evidence in {run.path}"
     sig = f" ({state.exit.signal})" if state.exit.signal else ""
-    outcome = record.outcome if record else "?"
+    outcome = record.recorded_outcome
     return f"run {run.run_id}: {outcome}, exit {state.exit.code}{sig}{took}; log {run.log_path()}"
 
 
