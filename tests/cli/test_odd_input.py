@@ -224,3 +224,26 @@ def test_runs_show_never_prints_control_characters_from_a_record(isolated_runs: 
         for stream in (result.stdout, result.stderr):
             assert not any(ord(c) < 32 and c not in "\n\t" for c in stream), (args, stream)
     assert "ev␛[2J␛]0;pwned" in proctor("runs", "show", run_dir.name).stdout
+
+
+# ---- proctor's own outputs in a repository ---------------------------------------------------
+
+
+def test_store_path_inside_the_repository_is_not_untracked(tmp_path: Path) -> None:
+    from tests.helpers import git_project
+
+    config = '[run]\nruns_dir = "out/runs"\n\n[store]\npath = "state/index.sqlite"\n'
+    repo = git_project(tmp_path / "repo", {"README.md": "x\n", "proctor.toml": config})
+    env = {k: v for k, v in os.environ.items() if k != "PROCTOR_RUNS_DIR"}
+    result = proctor("run", "--", "true", cwd=repo, env=env)
+    assert result.returncode == 0, result.stderr
+    assert (repo / "state" / "index.sqlite").exists()
+    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
+                             "--untracked-files=all"], capture_output=True, text=True)  # fmt: skip
+    assert status.stdout == "", status.stdout
+    # A store directory that also holds the user's files is left alone (no .gitignore there).
+    (repo / "data").mkdir()
+    (repo / "data" / "notes.txt").write_text("mine\n")
+    (repo / "proctor.toml").write_text('[store]\npath = "data/index.sqlite"\n')
+    assert proctor("run", "--", "true", cwd=repo, env=env).returncode == 0
+    assert not (repo / "data" / ".gitignore").exists()
