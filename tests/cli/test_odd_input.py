@@ -247,3 +247,18 @@ def test_store_path_inside_the_repository_is_not_untracked(tmp_path: Path) -> No
     (repo / "proctor.toml").write_text('[store]\npath = "data/index.sqlite"\n')
     assert proctor("run", "--", "true", cwd=repo, env=env).returncode == 0
     assert not (repo / "data" / ".gitignore").exists()
+
+
+def test_a_sweeps_summary_line_names_no_log_it_does_not_have(isolated_runs: Path) -> None:
+    from tests.fixtures.fake_openai_server import FakeServer
+
+    with FakeServer() as srv:
+        result = proctor("sweep", "--base-url", srv.base_url, "--concurrency", "1", "--osl", "4",
+                         "--num-prompts", "2", "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    sweep_id = json.loads(result.stdout)["sweep"]
+    for command in ("wait", "attach"):
+        done = proctor("runs", command, sweep_id)
+        assert done.returncode == 0, done.stderr
+        line = [x for x in done.stderr.splitlines() if sweep_id in x][-1]
+        assert "run.log" not in line and f"evidence in {isolated_runs / sweep_id}" in line, line

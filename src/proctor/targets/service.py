@@ -143,7 +143,10 @@ def summary_line(run: RunDir, state: RunState) -> str:
         return f"run {run.run_id}: result unknown ({why}); evidence in {run.path}"
     sig = f" ({state.exit.signal})" if state.exit.signal else ""
     outcome = record.recorded_outcome
-    return f"run {run.run_id}: {outcome}, exit {state.exit.code}{sig}{took}; log {run.log_path()}"
+    # Name a log only where there is one: a sweep's evidence is its summary, not a log.
+    log = run.log_path()
+    where = f"log {log}" if log.is_file() else f"evidence in {run.path}"
+    return f"run {run.run_id}: {outcome}, exit {state.exit.code}{sig}{took}; {where}"
 
 
 def state_of(status: RunStatus) -> RunState:
