@@ -262,3 +262,16 @@ def test_a_sweeps_summary_line_names_no_log_it_does_not_have(isolated_runs: Path
         assert done.returncode == 0, done.stderr
         line = [x for x in done.stderr.splitlines() if sweep_id in x][-1]
         assert "run.log" not in line and f"evidence in {isolated_runs / sweep_id}" in line, line
+
+
+def test_schema_version_as_text_is_not_called_an_unknown_version(isolated_runs: Path) -> None:
+    from tests.record.test_records import V1_FLOW
+
+    run = isolated_runs / str(V1_FLOW["run_id"])
+    run.mkdir(parents=True)
+    (run / "record.json").write_text(json.dumps({**V1_FLOW, "schema_version": "2"}))
+    result = proctor("flow", "--resume", run.name)
+    assert result.returncode == 64, result.stderr
+    line = _one_line(result.stderr)
+    assert 'schema_version "2" is not a whole number' in line
+    assert "unknown record schema version" not in line and "upgrade proctor" not in line
