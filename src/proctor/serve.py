@@ -41,7 +41,14 @@ from proctor.spec.server import (
 from proctor.spec.server import (
     server_name as server_name,
 )
-from proctor.supervise.launch import RunSpec, Started, record_of, start_run
+from proctor.supervise.launch import (
+    RunSpec,
+    Started,
+    key_lock,
+    live_keyed_run,
+    record_of,
+    start_run,
+)
 from proctor.targets.service import SupervisedRun
 
 if TYPE_CHECKING:
@@ -119,16 +126,31 @@ def start_server(
         flags or RunFlags(argv=argv), config, argv=argv, name=server_name(request), env=env,
         origin=f"profile:{engine.name}/{model_profile}",
     )  # fmt: skip
-    facts = preflight(request, Path(plan.runs_dir.value))
     applied = applied_facts(
         request, plan.redactor(), engine=engine.name, model_profile=model_profile, argv=argv,
         plan=plan, chat=chat,
     )  # fmt: skip
-    applied["preflight"] = facts
+    live = _live_keyed(Path(plan.runs_dir.value), plan.key.value)
+    if live is not None:
+        # Attach before the pre-flight: the port is taken by this very server, not a conflict.
+        recorded = recorded_server(live)
+        applied = recorded if "applied_env" in recorded else {**applied, "preflight": {}}
+        if on_applied is not None:
+            on_applied(applied)
+        return Started(live, True, plan.redactor()), applied
+    applied["preflight"] = preflight(request, Path(plan.runs_dir.value))
     if on_applied is not None:
         on_applied(applied)
     spec = RunSpec(kind="server", group=group, extra={"server": applied})
     return start_run(plan, spec), applied
+
+
+def _live_keyed(runs_dir: Path, key: object) -> RunDir | None:
+    """The live run holding `key`, if any (start_run checks again under its lock)."""
+    if not key:
+        return None
+    with key_lock(runs_dir, str(key)) as key_file:
+        return live_keyed_run(key_file)
 
 
 def start_server_on(

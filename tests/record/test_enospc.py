@@ -59,3 +59,6 @@ def test_a_disk_already_full_is_one_line_and_exit_6(
     result = proctor("run", "--", "true", timeout=60)
     assert result.returncode == 6, result.stderr[-2000:]
     assert "ENOSPC" in result.stderr and "Traceback" not in result.stderr
+    # Issue 20: refused before anything ran, so no run directory is left behind.
+    assert "so it was not started" in result.stderr
+    assert [p.name for p in runs.iterdir() if not p.name.startswith(".")] == []

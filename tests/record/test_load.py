@@ -5,6 +5,7 @@ listings and reports, which keep every fact that reads."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,10 @@ UNREADABLE: dict[str, tuple[Any, str]] = {
     "not utf-8": (b"\xff\xfe{garbage", "not a readable JSON record"),
     "not an object": ([1, 2], "not a JSON object"),
     "newer proctor": (NEWER, f"unknown record schema version {SCHEMA_VERSION + 1}"),
-    "version not a number": ({**V1_COMMAND, "schema_version": "two"}, "unknown record schema"),
+    "version not a number": ({**V1_COMMAND, "schema_version": "two"}, "is not a whole number"),
+    "version as text": ({**V1_COMMAND, "schema_version": "2"}, 'schema_version "2" is not a whole'),
+    "a NaN duration": ({**V1_COMMAND, "duration_s": math.nan},
+                       "duration_s: Input should be a finite number"),
     "rejected by its model": ({**V1_COMMAND, "exit": {"code": "zero"}},
                               "rejected as a CommandRecord: exit.code"),
 }  # fmt: skip

@@ -7,6 +7,7 @@ the error's code. Nothing here holds logic.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ import click
 import typer
 
 from proctor.cli.output import print_error
+from proctor.cli.params import finite_floats
 from proctor.crash import report_internal
 from proctor.errors import ExitCode, ProctorError, UsageError, exit_code_for
 from proctor.redact import mask_output
@@ -68,13 +70,28 @@ def _check_text(args: list[str]) -> None:
             ) from None
 
 
+def _check_cwd() -> None:
+    """Every command resolves paths (proctor.toml, the runs directory) from the current
+    directory: one that was deleted under this shell is said in one line, not a crash."""
+    try:
+        os.getcwd()
+    except OSError as error:
+        raise UsageError(
+            f"the current directory cannot be read: {error.strerror or error}"
+            " (it was deleted or moved after this shell entered it)",
+            hint="cd to an existing directory and run proctor again",
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
 
     def go() -> Any:
+        _check_cwd()
         _check_text(args)
         _mount(args)
-        return app(args=argv, standalone_mode=False)
+        command = finite_floats(typer.main.get_command(app))
+        return command.main(args=argv, standalone_mode=False)
 
     return guarded(go, ["proctor", *args])
 

@@ -18,8 +18,37 @@ from rich.text import Text
 
 from proctor import redact
 
-console = Console(highlight=False, markup=False)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+# C0 controls but tab and newline, DEL, and C1 controls: shown as Unicode control pictures
+# (ESC as U+241B) or U+FFFD, one character for one, so a record's name or a user's argument
+# cannot move the cursor, clear the screen or retitle the terminal, and styles keep their place.
+_CONTROLS = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}
+_CONTROLS.update({0x7F: 0x2421, **{c: 0xFFFD for c in range(0x80, 0xA0)}})
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters made visible (tab and newline kept)."""
+    return text.translate(_CONTROLS)
+
+
+class _SafeConsole(Console):
+    """A Console that never sends a control character it was given as text to the terminal
+    (its own styling codes are not text, and pass)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:  # print(str), table cells
+        return super().render_str(printable(text), **kwargs)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        safe = []
+        for obj in objects:
+            if isinstance(obj, Text) and printable(obj.plain) != obj.plain:
+                obj = obj.copy()
+                obj.plain = printable(obj.plain)
+            safe.append(obj)
+        super().print(*safe, **kwargs)
+
+
+console = _SafeConsole(highlight=False, markup=False)
+err_console = _SafeConsole(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
 def styled(label: str, style: str, rest: str = "") -> Text:

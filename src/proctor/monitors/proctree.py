@@ -172,7 +172,7 @@ class TreeTracker(Periodic):
             "seen": [{**i.to_dict(), "cmdline": c} for i, c in self._seen.items()],
         }
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
+        tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
         os.replace(tmp, self.path)  # atomic: a reader never sees half a file
 
 

@@ -113,7 +113,9 @@ class RunDir:
         """The user's strings masked, walked field by field (`redact.data`: proctor's own ids,
         keys, kinds, outcomes and times are kept), unless the caller masked what may hold a
         secret and the rest must stay exact (plan.json: the paths the wrapper uses)."""
-        text = json.dumps(redact.data(data) if mask else data, indent=2, default=str) + "\n"
+        shown = redact.data(data) if mask else data
+        # allow_nan=False: a NaN here is a bug upstream; fail (70), never write a non-JSON token.
+        text = json.dumps(shown, indent=2, default=str, allow_nan=False) + "\n"
         write_atomic(self.path / filename, text, mask=False)
 
 
@@ -124,15 +126,19 @@ def _is_proctor_entry(name: str) -> bool:
     return name.startswith(".") or is_run_id(name) or name.startswith("proctor.sqlite")
 
 
-def ignore_in_git(runs_dir: Path) -> None:
-    """Put a `.gitignore` of `*` in a runs directory that holds only proctor's outputs, so
-    they never show as untracked files (git status, source identity) inside a repository.
-    A directory holding anything else is left alone (the identity excludes it by path)."""
+def ignore_in_git(runs_dir: Path, store_name: str | None = None) -> None:
+    """Put a `.gitignore` of `*` in a runs directory (or the directory of a store named
+    `store_name`) that holds only proctor's outputs, so they never show as untracked files
+    (git status, source identity) inside a repository. A directory holding anything else is
+    left alone (the identity excludes it by path)."""
     marker = runs_dir / ".gitignore"
     if marker.exists():
         return
     with contextlib.suppress(OSError):
-        if all(_is_proctor_entry(entry.name) for entry in os.scandir(runs_dir)):
+        if all(
+            _is_proctor_entry(entry.name) or (store_name and entry.name.startswith(store_name))
+            for entry in os.scandir(runs_dir)
+        ):
             write_atomic(marker, _GITIGNORE)
 
 

@@ -95,7 +95,9 @@ class Event(_Model):
 class RecordCore(_Model):
     """What every run record holds, whatever its kind."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # allow_inf_nan: proctor writes strict JSON, so a NaN or Infinity (which Python's json
+    # reads) is damage: rejected like any bad field (a view drops it, a strict read is 64).
+    model_config = ConfigDict(extra="allow", populate_by_name=True, allow_inf_nan=False)
 
     schema_id: str = Field(default=SCHEMA_ID, alias="schema")
     schema_version: int = SCHEMA_VERSION
@@ -317,7 +319,15 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A record of any known version, in the current version's shape (a new dict)."""
     data = dict(data)
     version = data.get("schema_version", 1)
-    if isinstance(version, bool) or version not in KNOWN_VERSIONS:
+    if isinstance(version, bool) or not isinstance(version, int):
+        # "2" or 2.0 is damage, not a version: naming it "unknown version 2" would send the
+        # user to upgrade a proctor that knows version 2.
+        raise RecordError(
+            f"schema_version {json.dumps(version)} is not a whole number"
+            f" (proctor writes {SCHEMA_VERSION})",
+            hint="the record was edited or damaged; restore schema_version to a number",
+        )
+    if version not in KNOWN_VERSIONS:
         known = ", ".join(str(v) for v in sorted(KNOWN_VERSIONS))
         newer = isinstance(version, int) and version > max(KNOWN_VERSIONS)
         raise RecordError(

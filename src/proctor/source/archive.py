@@ -28,6 +28,7 @@ from proctor.errors import TargetUnavailable, UsageError
 from proctor.source.git import run_git, split_nul
 from proctor.source.identity import SourceIdentity, Submodule, source_identity
 from proctor.source.manifest import Manifest, ManifestEntry, VerifyReport, verify_manifest
+from proctor.source.unseen import nested_files
 
 IDENTITY_FILE = ".proctor-source.json"
 MANIFEST_FILE = ".proctor-manifest.sha256"
@@ -197,7 +198,7 @@ def _worktree_members(root: Path, ident: SourceIdentity, prefix: str) -> list[_M
     for rel in ident.untracked:
         full = root / rel
         if full.is_dir() and not full.is_symlink():
-            names.update(_walk_nested(root, rel))
+            names.update(nested_files(root, rel))
         else:
             names.add(rel.rstrip("/"))
     members: list[_Member] = []
@@ -220,17 +221,6 @@ def _worktree_members(root: Path, ident: SourceIdentity, prefix: str) -> list[_M
             )
         members.extend(_worktree_members(root / sub.path, sub.identity, f"{prefix}{sub.path}/"))
     return members
-
-
-def _walk_nested(root: Path, rel: str) -> list[str]:
-    """Files of an untracked directory git reports whole (a nested repository), minus .git."""
-    out: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root / rel):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
-        out.extend(
-            os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/") for f in filenames
-        )
-    return out
 
 
 def _write_tar(out: Path, members: list[_Member]) -> None:

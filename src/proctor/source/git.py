@@ -40,11 +40,13 @@ class GitFailed(UsageError):
         self.stderr = stderr
 
 
-def run_git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def run_git(
+    cwd: Path, *args: str, check: bool = True, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """Run `git -C cwd args...`, returning raw bytes; raise GitFailed on failure if `check`."""
     cmd = ["git", "-C", str(cwd), *_PINNED_CONFIG, *args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, env=_env(), check=False)
+        proc = subprocess.run(cmd, capture_output=True, env=_env(), check=False, input=stdin)
     except FileNotFoundError as exc:
         raise TargetUnavailable(
             "git is not installed", hint="install git (apt-get install git)"

@@ -11,13 +11,14 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field
 
 from proctor.source.git import GitFailed, run_git, split_nul
+from proctor.source.unseen import flagged_changes, nested_files
 
 SCHEMA_VERSION = 1
 NOT_A_GIT_CHECKOUT = "not a git checkout"
@@ -65,6 +66,10 @@ class SourceIdentity(BaseModel):
     staged: list[str] = Field(default_factory=list)
     deleted: list[str] = Field(default_factory=list)
     untracked: list[str] = Field(default_factory=list)
+    # Tracked files git is told not to look at (update-index --assume-unchanged or
+    # --skip-worktree) whose working copy differs: `git status` calls them clean, proctor
+    # counts them as modified or deleted (they are also in those lists).
+    hidden_from_git: list[str] = Field(default_factory=list)
     submodules: list[Submodule] = Field(default_factory=list)
     # sha256 of `git diff HEAD --binary` plus untracked contents plus submodule states;
     # None for a clean tree (the commit alone identifies it).
@@ -92,6 +97,11 @@ class SourceIdentity(BaseModel):
         subs = [s.path for s in self.submodules if s.dirty]
         if subs:
             parts.append(f"submodules {', '.join(subs)}")
+        if self.hidden_from_git:
+            parts.append(
+                f"{len(self.hidden_from_git)} hidden from git status by assume-unchanged"
+                " or skip-worktree"
+            )
         return f"{head} (dirty: {', '.join(parts) or 'changed'})"
 
 
@@ -165,6 +175,9 @@ def _identify_root(root: Path, excluded: list[str] | None = None) -> SourceIdent
         "--untracked-files=all", "--ignore-submodules=none", *pathspec,
     ).stdout  # fmt: skip
     commit, branch, staged, modified, deleted, untracked = _parse_status(status)
+    hidden_changed, hidden_deleted = flagged_changes(root, pathspec)
+    modified = sorted({*modified, *hidden_changed})
+    deleted = sorted({*deleted, *hidden_deleted})
     submodules = _submodules(root, has_commit=commit is not None)
     sub_paths = {s.path for s in submodules}
     # A submodule's changes are reported by its own identity, not as a modified file.
@@ -187,6 +200,7 @@ def _identify_root(root: Path, excluded: list[str] | None = None) -> SourceIdent
         staged=sorted(staged),
         deleted=sorted(deleted),
         untracked=sorted(untracked),
+        hidden_from_git=sorted({*hidden_changed, *hidden_deleted}),
         submodules=submodules,
     )
     if dirty:
@@ -332,6 +346,20 @@ def file_digest(path: Path) -> tuple[str, str]:
     return kind, h.hexdigest()
 
 
+def _hash_entry(update: Callable[[bytes], object], label: str, root: Path, rel: str) -> None:
+    entry = root / rel
+    try:
+        mode = entry.lstat().st_mode
+    except FileNotFoundError:
+        kind, digest = "missing", ""
+    else:
+        if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+            kind, digest = file_digest(entry)
+        else:  # a directory or a special file: never opened (a FIFO would block)
+            kind, digest = "other", f"{stat.S_IFMT(mode):o}"
+    update(f"\0{label}\0{rel}\0{kind}\0{digest}".encode(errors="surrogateescape"))
+
+
 def _diff_sha256(root: Path, ident: SourceIdentity) -> str:
     h = hashlib.sha256()
     base = "HEAD" if ident.commit else _EMPTY_TREE
@@ -344,13 +372,15 @@ def _diff_sha256(root: Path, ident: SourceIdentity) -> str:
     h.update(diff)
     for rel in ident.untracked:
         entry = root / rel
-        if not os.path.lexists(entry):
-            kind, digest = "missing", ""
-        elif entry.is_dir() and not entry.is_symlink():
-            kind, digest = "directory", ""  # a nested repository git will not list inside
+        if entry.is_dir() and not entry.is_symlink():
+            # A nested repository git lists whole: hash the files it would ship.
+            for member in nested_files(root, rel):
+                _hash_entry(h.update, "untracked", root, member)
         else:
-            kind, digest = file_digest(entry)
-        h.update(f"\0untracked\0{rel}\0{kind}\0{digest}".encode(errors="surrogateescape"))
+            _hash_entry(h.update, "untracked", root, rel)
+    # git diff trusts assume-unchanged/skip-worktree and leaves these out: hash the copies.
+    for rel in ident.hidden_from_git:
+        _hash_entry(h.update, "hidden", root, rel)
     for sub in ident.submodules:
         inner = sub.identity
         h.update(

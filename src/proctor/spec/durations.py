@@ -45,6 +45,8 @@ def parse_duration(text: str, *, option: str = "duration") -> float:
 
 
 def format_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
     if seconds < 1:
         return f"{seconds * 1000:.0f}ms"
     if seconds < 120:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ from proctor.errors import TargetUnavailable, UsageError
 from proctor.redact import Redactor, is_secret_name, remember
 from proctor.spec.config import STORE_NAME, ProjectConfig, find_project_root
 from proctor.spec.durations import parse_duration
+from proctor.spec.envnames import NAME_RULE, env_name_problem, env_value_problem
 from proctor.spec.merge import Settings, config_origin
 from proctor.spec.names import derive_name, safe_name
 from proctor.spec.values import Value
@@ -81,8 +83,14 @@ def _parse_env(items: list[str]) -> dict[str, str]:
     parsed: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep or not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
-            raise UsageError(f"invalid --env {item.split('=')[0]!r}", hint="write --env NAME=VALUE")
+        if not sep or env_name_problem(name):
+            raise UsageError(
+                f"invalid --env {name!r}: the name must be {NAME_RULE}",
+                hint="write --env NAME=VALUE",
+            )
+        problem = env_value_problem(name, value)
+        if problem:
+            raise UsageError(f"invalid --env {name!r}: {problem}")
         parsed[name] = value
     return parsed
 
@@ -128,20 +136,45 @@ def resolve_runs_dir(
         picked.origin, RUNS_DIR_ENV if picked.origin.startswith("env:")
         else f"runs_dir in {config.source_path}",
     )  # fmt: skip
-    return _usable_dir(Value(str((base / picked.value).resolve()), picked.origin), given_by)
+    given = base / picked.value
+    try:
+        resolved = given.resolve()
+    except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise UsageError(
+            f"runs directory {given} cannot be used: {_why(error)}",
+            hint=f"set {given_by} to a directory",
+        ) from None
+    return _usable_dir(Value(str(resolved), picked.origin), given_by)
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, RuntimeError) or getattr(error, "errno", None) == errno.ELOOP:
+        return "a symbolic link loop"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror[0].lower() + error.strerror[1:]
+    return str(error)
 
 
 def _usable_dir(value: Value, given_by: str) -> Value:
-    """A runs directory that is a file (or lies under one) is bad input, said as such."""
+    """A runs directory that is a file (or lies under one), a loop of symbolic links, or a
+    name the filesystem refuses (a component over 255 bytes) is bad input, said as such."""
     path = Path(value.value)
     for candidate in (path, *path.parents):
+        try:
+            os.stat(candidate)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # created later; a file above it is named when the loop reaches it
+        except OSError as error:
+            raise UsageError(
+                f"runs directory {path} cannot be used: {_why(error)}",
+                hint=f"set {given_by} to a directory that can exist",
+            ) from None
         if candidate.is_dir():
             break
-        if candidate.exists() or candidate.is_symlink():
-            raise UsageError(
-                f"runs directory {path} cannot be used: {candidate} is not a directory",
-                hint=f"set {given_by} to a directory, or move {candidate} away",
-            )
+        raise UsageError(
+            f"runs directory {path} cannot be used: {candidate} is not a directory",
+            hint=f"set {given_by} to a directory, or move {candidate} away",
+        )
     return value
 
 

@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from proctor.errors import ProctorError, ResultUnknown, UsageError
 from proctor.record.finish import now_iso
 from proctor.record.hostinfo import host_info
 from proctor.record.recorder import Recorder
-from proctor.record.rundir import RunDir, is_run_id, write_atomic
+from proctor.record.rundir import RunDir, ignore_in_git, is_run_id, write_atomic
 from proctor.record.schema import MODELS, LaunchedRecord, ProcessRef, read_view
 from proctor.record.status import RunState, is_alive, read_wrapper_ref, run_state
 from proctor.redact import Redactor
@@ -91,13 +92,19 @@ def collect_gpu() -> dict[str, Any]:
 
 def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Redactor]:
     """Create the run directory with plan.json and the first record. Nothing runs yet."""
+    recorder: Recorder | None = None
     try:
-        return _prepare_run(plan, spec)
+        recorder = Recorder.create(Path(plan.runs_dir.value))
+        return _prepare_run(plan, spec, recorder)
     except OSError as error:
         from proctor.record.space import is_enospc
 
         if not is_enospc(error):
             raise
+        if recorder is not None:
+            # Refused before anything ran: a directory with no record is no evidence, only a
+            # run that `runs list` would have to explain.
+            shutil.rmtree(recorder.run.path, ignore_errors=True)
         raise ResultUnknown(
             f"no space left on device (ENOSPC) under {plan.runs_dir.value}: the run could not "
             f"be recorded, so it was not started",
@@ -105,11 +112,13 @@ def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Red
         ) from None
 
 
-def _prepare_run(plan: RunPlan, spec: RunSpec | None) -> tuple[RunDir, Redactor]:
+def _prepare_run(
+    plan: RunPlan, spec: RunSpec | None, recorder: Recorder
+) -> tuple[RunDir, Redactor]:
     spec = spec or RunSpec()
     redactor = plan.redactor()
-    recorder = Recorder.create(Path(plan.runs_dir.value))
     run = recorder.run
+    _ignore_store_in_git(Path(str(plan.store_path.value)), Path(plan.runs_dir.value))
     run_id = run.run_id
     log_name = f"{plan.name.value}.log"
     argv_display = redactor.argv(plan.argv)
@@ -162,6 +171,16 @@ def _prepare_run(plan: RunPlan, spec: RunSpec | None) -> tuple[RunDir, Redactor]
     recorder.start(data)
     (run.path / log_name).touch()
     return run, redactor
+
+
+def _ignore_store_in_git(store: Path, runs_dir: Path) -> None:
+    """A `[store] path` outside the runs directory gets the runs directory's `.gitignore`
+    too, where its directory holds nothing but the store (made here if missing)."""
+    if store.parent == runs_dir or str(store) == ":memory:":
+        return
+    with contextlib.suppress(OSError):
+        store.parent.mkdir(parents=True, exist_ok=True)
+        ignore_in_git(store.parent, store.name)
 
 
 def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:

@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING
 
 from proctor.errors import Interrupted, ResultUnknown, TimeLimitReached
 from proctor.record.rundir import RunDir
-from proctor.record.schema import ExitStatus, RecordCore, load_record
+from proctor.record.schema import ExitStatus, RecordCore, read_view
 from proctor.record.status import RunState
 from proctor.supervise.launch import WRAPPER_FINISH_TIMEOUT_S, Started, request_stop
 from proctor.supervise.signals import deferred_stops
@@ -110,7 +110,7 @@ def start_held(interrupts: Interrupts, start: Callable[[], Started]) -> Started:
 
 def exit_for_state(run: RunDir, state: RunState) -> int:
     """The exit status of a run as `proctor run` and `proctor runs wait` report it."""
-    record = load_record(run.path)
+    record = read_view(run.path)
     if state.state == "unknown" or state.exit is None:
         raise ResultUnknown(
             f"run {run.run_id}: result unknown ({unknown_reason(record)})", hint=f"see {run.path}"
@@ -133,23 +133,28 @@ def unknown_reason(record: RecordCore | None) -> str:
 def summary_line(run: RunDir, state: RunState) -> str:
     from proctor.spec.durations import format_duration
 
-    record = load_record(run.path)
-    duration = record.duration_s if record else None
+    # A view, not load_record: a record with one damaged field (a NaN duration) still
+    # says how the run ended.
+    record = read_view(run.path)
+    duration = record.duration_s
     took = f" in {format_duration(float(duration))}" if duration is not None else ""
     if state.exit is None:
         why = unknown_reason(record)
         return f"run {run.run_id}: result unknown ({why}); evidence in {run.path}"
     sig = f" ({state.exit.signal})" if state.exit.signal else ""
-    outcome = record.outcome if record else "?"
-    line = f"run {run.run_id}: {outcome}, exit {state.exit.code}{sig}{took}; log {run.log_path()}"
+    outcome = record.recorded_outcome
+    # Name a log only where there is one: a sweep's evidence is its summary, not a log.
+    log = run.log_path()
+    where = f"log {log}" if log.is_file() else f"evidence in {run.path}"
+    line = f"run {run.run_id}: {outcome}, exit {state.exit.code}{sig}{took}; {where}"
     return line + leftovers_line(run.run_id, record)
 
 
-def leftovers_line(run_id: str, record: object) -> str:
+def leftovers_line(run_id: str, record: RecordCore | None) -> str:
     """A second line, when the wrapper stopped processes the command left running."""
     from proctor.supervise.leftovers import notice
 
-    said = notice(getattr(record, "leftovers", None) or [])
+    said = notice((record.fact("leftovers") if record is not None else None) or [])
     return f"\nproctor: run {run_id}: {said}" if said else ""
 
 

@@ -365,7 +365,8 @@ def find_lm_eval(explicit: str | None = None) -> tuple[str, ...]:
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(redact.data(data), indent=2, default=str) + "\n", encoding="utf-8")
+    text = json.dumps(redact.data(data), indent=2, default=str, allow_nan=False)
+    tmp.write_text(text + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 

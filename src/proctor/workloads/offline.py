@@ -376,7 +376,8 @@ class _Stopped(Exception):
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(redact.data(data), indent=2, default=str) + "\n", encoding="utf-8")
+    text = json.dumps(redact.data(data), indent=2, default=str, allow_nan=False)
+    tmp.write_text(text + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 

@@ -63,8 +63,9 @@ def merge_tables(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[s
 
 def _field_path(section: str, name: str, exc: ValidationError) -> str:
     first = exc.errors()[0]
-    loc = ".".join(str(part) for part in first["loc"])
-    return f"{section}.{name}.{loc}: {first['msg']}" if loc else f"{section}.{name}: {first['msg']}"
+    loc = ".".join(repr(p) if " " in str(p) else str(p) for p in first["loc"] if p != "[key]")
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"{section}.{name}.{loc}: {msg}" if loc else f"{section}.{name}: {msg}"
 
 
 P = TypeVar("P")

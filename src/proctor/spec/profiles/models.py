@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from proctor.spec.envnames import EnvTable
+
 
 def _compiled_or_error(patterns: list[str]) -> list[str]:
     """The patterns unchanged if each is a valid regular expression; else which one is not."""
@@ -90,7 +92,7 @@ class MultiNodeLaunch(_Strict):
     description: str = ""
     head_args: list[str] = []
     worker_args: list[str] = []
-    env: dict[str, str] = {}
+    env: EnvTable = {}
     rpc_port: int = Field(default=29500, ge=1, le=65535)  # {rpc_port}: the head's rendezvous
     # False: `--tp` is the whole world (TP across nodes), so the tp arg gets {world_size}.
     tp_per_node: bool = True
@@ -120,7 +122,7 @@ class EngineProfile(_Strict):
     host_arg: str | None = "--host"
     served_model_name_arg: str | None = None
     default_args: list[str] = []
-    env: dict[str, str] = {}
+    env: EnvTable = {}
     # Ready when every listed endpoint answers 2xx.
     ready_endpoints: list[str] = Field(default=["/v1/models"], min_length=1)
     metrics_path: str | None = "/metrics"  # Prometheus text; None when the engine has none
@@ -200,7 +202,7 @@ class ModelProfile(_Strict):
     default: bool = False  # used when no profile is named and none matches the path
     engines: list[str] | None = None  # engines whose CLI `args` are written for (None: any)
     match: list[str] = []  # regexes searched in the model path (case-insensitive)
-    env: dict[str, str] = {}
+    env: EnvTable = {}
     args: list[str] = []
     tp: int | None = Field(default=None, ge=1)
     # Kept from an imported models_accuracy.json; the results code owns their meaning.
@@ -230,7 +232,7 @@ class AddonProfile(_Strict):
     description: str = ""
     engines: list[str] | None = None
     args: list[str] = []
-    env: dict[str, str] = {}
+    env: EnvTable = {}
     params: dict[str, str | int] = {}
     use_chat_template: bool = False  # benchmarks against this server must apply the template
 

@@ -179,7 +179,7 @@ def group_report(group: str, completions: list[Completion],
             "all_released": all(c.release_verified for c in completions)}  # fmt: skip
     path = runs_dir / ".groups" / f"{group}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(path, json.dumps(data, indent=2, default=str, allow_nan=False) + "\n")
     return data, path
 
 

@@ -176,7 +176,7 @@ def ensure_venv(dest: str, wheel: str | None, tag: str) -> dict[str, Any]:
                   "purelib": str(purelib), "base_site_packages": base_paths}  # fmt: skip
         if action == "installed":
             tmp = root / f"{INSTALL_FILE}.tmp"
-            tmp.write_text(json.dumps(record, indent=2) + "\n")
+            tmp.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
             tmp.replace(root / INSTALL_FILE)
         if wheel:
             Path(wheel).unlink(missing_ok=True)

@@ -238,7 +238,8 @@ def run_remote(
         "release": {"on_finish": opts.release},
         "created_at": now_iso(),
     }
-    write_atomic(local.path / REMOTE_FILE, json.dumps(remote, indent=2, default=str) + "\n")
+    text = json.dumps(remote, indent=2, default=str, allow_nan=False)
+    write_atomic(local.path / REMOTE_FILE, text + "\n")
     if not local.record_path.exists():
         Recorder(local, {}).start({"kind": "remote", "outcome": "running",
                                    "target": info.to_record(), "remote_dir": started.remote_dir,
@@ -319,7 +320,7 @@ def write_costs(target: Target, local_dir: Path) -> dict[str, Any] | None:
         wall = read_view(run_dir).duration_s
         cost = cost_of(doc, price, float(wall) if isinstance(wall, (int, float)) else None,
                        source=source)  # fmt: skip
-        write_atomic(run_dir / COST_FILE, json.dumps(cost, indent=2) + "\n")
+        write_atomic(run_dir / COST_FILE, json.dumps(cost, indent=2, allow_nan=False) + "\n")
         if run_dir == local_dir:
             own = cost
     return own
@@ -391,8 +392,8 @@ def release_into(target: Target, completion: Completion, opts: RemoteOptions | N
 
 
 def _write_completion(local_dir: Path, completion: Completion) -> None:
-    write_atomic(local_dir / COMPLETION_FILE,
-                 json.dumps(completion.to_dict(), indent=2, default=str) + "\n")  # fmt: skip
+    text = json.dumps(completion.to_dict(), indent=2, default=str, allow_nan=False)
+    write_atomic(local_dir / COMPLETION_FILE, text + "\n")
 
 
 def read_remote(local_dir: Path) -> dict[str, Any]:

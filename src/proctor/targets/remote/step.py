@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         children = [r for r in run_ids_in(answer) if (inner / r).is_dir()]
     data = {"runs_dir": str(inner), "nested": steps == "nested", "runs": children,
             "exit_code": proc.returncode}  # fmt: skip
-    (own / "children.json").write_text(json.dumps(data, indent=2) + "\n")
+    (own / "children.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
 
 

@@ -232,7 +232,8 @@ def _adopt(target: Target, job: dict[str, Any], local: Path, run_id: str,
         "release": {"on_finish": False},  # the machine is released by the command's own job
         "created_at": existing.get("created_at") or now_iso(),
     }  # fmt: skip
-    write_atomic(local / REMOTE_FILE, json.dumps(view, indent=2, default=str) + "\n")
+    write_atomic(local / REMOTE_FILE,
+                 json.dumps(view, indent=2, default=str, allow_nan=False) + "\n")  # fmt: skip
     status = target.status(run_id)
     if command.leave_live and not status.done:
         if not (local / "record.json").exists():

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args[1])
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{answer['node']}.json.tmp"
-    tmp.write_text(json.dumps(answer), encoding="utf-8")
+    tmp.write_text(json.dumps(answer, allow_nan=False), encoding="utf-8")
     os.replace(tmp, out / f"{answer['node']}.json")
     return 0
 

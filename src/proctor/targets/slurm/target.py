@@ -472,9 +472,10 @@ class SlurmTarget:
             cwd=workdir,
             target={"kind": "slurm-node", "login": self.options.target.display()},
         )
-        self.login.write_text(f"{layout.run_dir}/node-plan.json", json.dumps(node_plan, indent=2))
+        self.login.write_text(f"{layout.run_dir}/node-plan.json",
+                              json.dumps(node_plan, indent=2, allow_nan=False))  # fmt: skip
         self.login.write_text(
-            f"{layout.run_dir}/node-record.json", json.dumps(node_record, indent=2)
+            f"{layout.run_dir}/node-record.json", json.dumps(node_record, indent=2, allow_nan=False)
         )
         job_name = f"proctor-{plan.name.value}"[:64]
         prepared = self.prepare_login()

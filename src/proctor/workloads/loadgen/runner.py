@@ -397,10 +397,11 @@ def write_outputs(res: BenchResult, out_dir: Path) -> list[Path]:
     """DIR/metrics.json always; DIR/requests.jsonl with save_detailed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "metrics.json"]
-    _atomic_write(written[0], json.dumps(redact.data(result_document(res)), indent=2) + "\n")
+    document = json.dumps(redact.data(result_document(res)), indent=2, allow_nan=False)
+    _atomic_write(written[0], document + "\n")
     if res.config.save_detailed:
         path = out_dir / "requests.jsonl"
-        lines = (json.dumps(redact.data(r.to_dict())) + "\n" for r in res.records)
+        lines = (json.dumps(redact.data(r.to_dict()), allow_nan=False) + "\n" for r in res.records)
         _atomic_write(path, "".join(lines))
         written.append(path)
     return written
