@@ -66,8 +66,9 @@ def register(app: typer.Typer) -> None:
             if hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json,
                                 run_ref=ref or offline) is None:  # fmt: skip
                 return
-        from proctor.monitors.drain import drain_for_engine
+        from proctor.monitors.drain import check_client_pattern, drain_for_engine
 
+        check_client_pattern(client_pattern)
         config = load_config()
         directory = runs_dir_of(runs_dir, config)
         cfg = DrainConfig(
@@ -278,6 +279,9 @@ def flow_options(
         pick("host", "127.0.0.1"), pick("model_profile"), pick("addon"), pick("mtp"),
         pick("python"), pick("served_model_name"), pick("extra") or [], 1.0,
     )  # fmt: skip
+    from proctor.monitors.drain import check_client_pattern
+
+    check_client_pattern(pick("client_pattern"))
     return FlowOptions(
         server=request,
         workload_argv=argv,
