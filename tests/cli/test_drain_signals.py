@@ -114,3 +114,22 @@ def test_bad_client_pattern_is_one_line_and_64(isolated_runs: Path) -> None:
         assert result.returncode == 64, result.stderr
         assert "Traceback" not in result.stderr and "--client-pattern" in result.stderr
         assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
+
+
+def test_a_server_proctor_stopped_during_a_drain_is_stopped_not_died(
+    fake_engine: int, isolated_runs: Path  # noqa: F811
+) -> None:
+    """`runs stop SERVER` while a drain watches it: proctor's own reason (stopped, 130), not
+    "server died" (3). The server's supervisor writes the stop before it signals."""
+    from tests.helpers import proctor_popen
+
+    server = start(fake_engine)
+    assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
+    client = json.loads(proctor("run", "-d", "--json", "--", "sleep", "60").stdout)["run_id"]
+    drain = proctor_popen("drain", server, "--client", client, "--poll", "1s", "--json")
+    assert proctor("runs", "stop", server).returncode == 0
+    out, err = drain.communicate(timeout=120)
+    assert drain.returncode == 130, err
+    answer = json.loads(out)
+    assert answer["outcome"] == "stopped" and "stop requested" in answer["reason"], answer
+    proctor("runs", "stop", client)

@@ -242,3 +242,18 @@ def test_client_log_growth_never_hides_a_hang_the_engine_reports() -> None:
     assert outs == [None, None, None, DrainOutcome.HANG]
 
 
+
+
+def test_a_death_proctor_caused_itself_is_its_stop_not_a_death() -> None:
+    stopped = ProcStatus(False, 143, stopped_by="stop: stop requested")
+    out = DrainMachine(cfg(), 0).observe(DrainObservation(now=1, server=stopped))
+    assert out is DrainOutcome.STOPPED and out.exit_code == 130
+    timed = ProcStatus(False, 143, stopped_by="timeout: time limit of 5s reached")
+    out = DrainMachine(cfg(offline=True), 0).observe(DrainObservation(now=1, offline=timed))
+    assert out is DrainOutcome.TIMEOUT and out.exit_code == 4
+    # A death nobody in proctor asked for is still one.
+    out = DrainMachine(cfg(), 0).observe(DrainObservation(now=1, server=ProcStatus(False, 143)))
+    assert out is DrainOutcome.SERVER_DIED and out.exit_code == 3
+    gate = ReadyGate(10, 0)
+    assert gate.observe(ReadyObservation(now=1, process=stopped)) is ReadyOutcome.STOPPED
+    assert ReadyOutcome.STOPPED.exit_code == 130

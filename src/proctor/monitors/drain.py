@@ -32,7 +32,8 @@ from proctor.errors import (
     ExitCode,
     FaultDetected,
     HangDetected,
-    OutcomeError,
+    Interrupted,
+    ProctorError,
     TimeLimitReached,
     UsageError,
     WorkloadFailed,
@@ -60,6 +61,7 @@ class DrainOutcome(str, enum.Enum):
     OFFLINE_FAILED = "offline-failed"
     TIMEOUT = "timeout"
     NO_CLIENT = "no-client"
+    STOPPED = "stopped"  # proctor stopped the server or job itself (a stop, not a death)
 
     @property
     def exit_code(self) -> int:
@@ -74,6 +76,7 @@ _EXIT = {
     DrainOutcome.OFFLINE_FAILED: ExitCode.WORKLOAD_FAILED,
     DrainOutcome.TIMEOUT: ExitCode.TIME_LIMIT,
     DrainOutcome.NO_CLIENT: ExitCode.TIME_LIMIT,
+    DrainOutcome.STOPPED: ExitCode.INTERRUPTED,
 }
 
 
@@ -132,6 +135,16 @@ class DrainMachine:
         self.faults.extend(obs.faults)
         if self.faults:
             return self._end(DrainOutcome.FAULT, "fault pattern in a log")
+        ended = obs.offline if cfg.offline else obs.server
+        if ended is not None and not ended.alive and ended.stopped_by:
+            # proctor ended it itself: its reason wins over what the death would say.
+            self.exit_status = ended.exit_code
+            what = "offline job" if cfg.offline else "server"
+            if ended.stopped_by.startswith("timeout"):
+                return self._end(DrainOutcome.TIMEOUT, f"the {what} reached its own time limit "
+                                 f"and proctor stopped it ({ended.stopped_by})")
+            return self._end(DrainOutcome.STOPPED,
+                             f"proctor stopped the {what} ({ended.stopped_by})")
         if cfg.offline:
             if obs.offline is not None and not obs.offline.alive:
                 self.exit_status = obs.offline.exit_code
@@ -226,7 +239,7 @@ class DrainResult:
             return f"fault in {first.path}:{first.line_no}: {first.line.strip()[:200]}"
         return f"{self.outcome.value}: {self.reason} (after {format_duration(self.elapsed_s)})"
 
-    def error(self) -> OutcomeError | None:
+    def error(self) -> ProctorError | None:
         msg = self.message()
         o = self.outcome
         if o is DrainOutcome.DRAINED:
@@ -235,6 +248,8 @@ class DrainResult:
             return HangDetected(msg, hint="run `proctor inspect` now, before stopping the server")
         if o is DrainOutcome.FAULT:
             return FaultDetected(msg, hint="see the matching lines and the log tails")
+        if o is DrainOutcome.STOPPED:
+            return Interrupted(msg, hint="it was stopped on purpose (runs stop, a budget, Ctrl-C)")
         if o in (DrainOutcome.SERVER_DIED, DrainOutcome.OFFLINE_FAILED):
             return WorkloadFailed(msg, hint="see the log tails for why it stopped")
         return TimeLimitReached(msg, hint="raise --max or --startup-max if the work is slow")
