@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         stuck_polls: int = typer.Option(6, "--stuck-polls", help="Polls without progress, work in flight: hang (exit 1)."),
         error_streak: int = typer.Option(5, "--error-streak", min=1, help="Generation answers in a row that are errors: fault (exit 2), pattern or not."),
         startup_max: str = typer.Option("15m", "--startup-max", help="No client seen by then: exit 4."),
-        log: list[Path] = typer.Option(None, "--log", help="Extra log to scan for faults (repeatable); its growth counts as progress only where the engine gives no signal."),
+        log: list[Path] = typer.Option(None, "--log", help="Extra log to scan for faults (repeatable); with --port and no signal from the engine, its growth is progress too."),
         client: list[str] = typer.Option(None, "--client", help="A workload run to wait for (repeatable)."),
         client_pattern: str = typer.Option(None, "--client-pattern", help="Also count foreign client processes whose command line matches."),
         offline: str = typer.Option(None, "--offline", help="Offline mode: wait for this offline run and report its own status."),
