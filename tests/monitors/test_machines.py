@@ -257,3 +257,15 @@ def test_a_death_proctor_caused_itself_is_its_stop_not_a_death() -> None:
     gate = ReadyGate(10, 0)
     assert gate.observe(ReadyObservation(now=1, process=stopped)) is ReadyOutcome.STOPPED
     assert ReadyOutcome.STOPPED.exit_code == 130
+
+
+def test_a_client_alive_while_the_engine_runs_nothing_is_no_hang() -> None:
+    """An offline workload, a client starting up, a sweep between points: alive, sending
+    nothing. The engine's running gauge (0) says the server holds no work: not a hang."""
+    m = DrainMachine(cfg(stuck_polls=2, max_s=1000), 0)
+    outs = [m.observe(full(t, 5, 1, running=0)) for t in (10, 20, 30, 40)]
+    assert outs == [None, None, None, None] and m.stuck == 0
+    # Without the gauge, a live client is work in flight, as before.
+    m = DrainMachine(cfg(stuck_polls=2), 0)
+    outs = [m.observe(full(t, 5, 1)) for t in (10, 20, 30)]
+    assert outs == [None, None, DrainOutcome.HANG]

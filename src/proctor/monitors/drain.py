@@ -198,7 +198,10 @@ class DrainMachine:
                     return self._end(DrainOutcome.FAULT, broken)
                 if idle:
                     return self._end(DrainOutcome.DRAINED, "clients finished, server idle")
-            in_flight = self.clients_alive > 0 or (obs.running or 0) > 0
+            # The engine's running gauge, where it has one, says whether it has work: a client
+            # that is alive while the engine runs nothing (starting up, an offline workload,
+            # between a sweep's points) is not work the server holds.
+            in_flight = obs.running > 0 if obs.running is not None else self.clients_alive > 0
 
         if progressed or not in_flight:
             self.stuck = 0
