@@ -9,6 +9,7 @@ else here reads that record, so each step works from any shell and after a dead 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -66,7 +67,22 @@ class RunWatch:
         state = run_state(self.run)
         if state.state in ("running", "starting"):
             return ProcStatus(alive=True)
-        return ProcStatus(alive=False, exit_code=state.exit.code if state.exit else None)
+        return ProcStatus(alive=False, exit_code=state.exit.code if state.exit else None,
+                          stopped_by=stopped_by_proctor(self.run))
+
+
+def stopped_by_proctor(run: RunDir) -> str | None:
+    """Why proctor stopped the run itself ("stop: stop requested", "timeout: time limit of 5s
+    reached"), or None. The run's supervisor writes that event before it sends a signal."""
+    try:
+        record = json.loads(run.record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    events = record.get("events") if isinstance(record, dict) else None
+    for event in events if isinstance(events, list) else []:
+        if isinstance(event, dict) and event.get("event") in ("stop", "timeout"):
+            return f"{event['event']}: {event.get('detail') or ''}".rstrip(": ")
+    return None
 
 
 # -- pre-flight -------------------------------------------------------------------------------

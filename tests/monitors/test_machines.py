@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from proctor.monitors.drain import DrainConfig, DrainMachine, DrainObservation, DrainOutcome
 from proctor.monitors.logscan import LogMatch
-from proctor.monitors.progress import choose_signals, parse_metrics
+from proctor.monitors.progress import BenchCounts, ServerActivity, choose_signals, parse_metrics
 from proctor.monitors.ready import ReadyGate, ReadyObservation, ReadyOutcome
 from proctor.monitors.watch import ProcStatus
 
@@ -117,11 +117,11 @@ def test_no_client_within_startup_max() -> None:
 def test_clients_proctor_started_count_as_seen_even_if_already_gone() -> None:
     m = DrainMachine(cfg(), 0)
     obs = DrainObservation(
-        now=10, server=ALIVE, progress={"m": 1}, clients_alive=0, clients_known=1
+        now=10, server=ALIVE, progress={"metric:m": 1}, clients_alive=0, clients_known=1
     )
-    assert m.observe(obs) is None  # progressed this poll
+    assert m.observe(obs) is None  # the engine progressed this poll
     obs = DrainObservation(
-        now=20, server=ALIVE, progress={"m": 1}, clients_alive=0, clients_known=1
+        now=20, server=ALIVE, progress={"metric:m": 1}, clients_alive=0, clients_known=1
     )
     assert m.observe(obs) is DrainOutcome.DRAINED
 
@@ -173,22 +173,99 @@ def test_parse_metrics_sums_labels_and_accepts_total_suffix() -> None:
 
 def test_signal_priority_metrics_then_markers_then_growth() -> None:
     src, sig = choose_signals(
-        metrics={"a": 1},
-        progress_metrics=["a"],
-        markers=None,
-        server_log_bytes=10,
-        extra_log_bytes={},
-    )
-    assert src == "metrics" and "server-log" not in sig
+        metrics={"a": 1}, progress_metrics=["a"], markers=None, server_activity=10,
+        client_logs={"c": 3},
+    )  # fmt: skip
+    assert src == "metrics" and sig == {"metric:a": 1.0}
+    # The engine's markers: a client's log growth does not count beside them.
     src, sig = choose_signals(
-        metrics=None,
-        progress_metrics=["a"],
-        markers=4,
-        server_log_bytes=10,
-        extra_log_bytes={"c": 3},
+        metrics=None, progress_metrics=["a"], markers=4, server_activity=10, client_logs={"c": 3}
     )
-    assert src == "markers" and sig == {"markers": 4.0, "log:c": 3.0}
+    assert src == "markers" and sig == {"markers": 4.0}
+    # No word from the engine: the server's activity lines and the clients' logs.
     src, sig = choose_signals(
-        metrics={}, progress_metrics=["a"], markers=0, server_log_bytes=10, extra_log_bytes={}
+        metrics={}, progress_metrics=["a"], markers=0, server_activity=10, client_logs={"c": 3}
     )
-    assert src == "log-growth" and sig == {"server-log": 10.0}
+    assert src == "log-growth" and sig == {"server-log:lines": 10.0, "log:c": 3.0}
+
+
+def test_bench_done_counts_are_progress_with_or_without_the_engine() -> None:
+    src, sig = choose_signals(metrics={"a": 1}, progress_metrics=["a"], markers=None,
+                              server_activity=10, client_logs={}, bench_answered=7)  # fmt: skip
+    assert src == "metrics+bench" and sig == {"metric:a": 1.0, "bench:answered": 7.0}
+    src, sig = choose_signals(metrics=None, progress_metrics=[], markers=None,
+                              server_activity=None, client_logs={}, bench_answered=0)  # fmt: skip
+    assert src == "bench" and sig == {"bench:answered": 0.0}
+
+
+def test_bench_heartbeat_lines_without_new_answers_are_no_progress() -> None:
+    counts = BenchCounts()
+    counts.feed("w.log", b"[bench] warmup: 2/2 done, 0 failed, 4.0 req/s, 0.5s\n")
+    counts.feed("w.log", b"[bench] benchmark: 3/40 done, 1 failed, 1.0 req/s, 3.0s\n")
+    assert counts.view() == (4, {"w.log"})
+    for _ in range(5):  # the same counts, written again and again by a hung bench
+        counts.feed("w.log", b"[bench] benchmark: 3/40 done, 1 failed, 0.5 req/s, 9.0s\n")
+    assert counts.view()[0] == 4
+    counts.feed("w.log", b"[bench] benchmark: 1/40 done, 0 failed, 1.0 req/s, 1.0s\n")  # a repeat
+    assert counts.view()[0] == 5
+
+
+def test_idle_stats_lines_and_probes_are_not_server_activity() -> None:
+    activity = ServerActivity("s.log")
+    activity.feed("s.log", (
+        b"INFO 12-04 15:54:07 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+        b"Avg generation throughput: 0.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n"
+        b'INFO:     127.0.0.1:5 - "GET /metrics HTTP/1.1" 200 OK\n'
+        b'INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK\n'
+    ))  # fmt: skip
+    assert activity.lines == 0
+    activity.feed("other.log", b"anything\n")
+    activity.feed("s.log", b"Avg prompt throughput: 5.0 tokens/s, Avg generation throughput: "
+                           b"31.0 tokens/s\n" b'"POST /v1/completions HTTP/1.1" 200\n')  # fmt: skip
+    assert activity.lines == 2
+
+
+def test_clients_gone_with_no_engine_signal_is_drained_whatever_the_log_does() -> None:
+    m = DrainMachine(cfg(), 0)
+    grow = [{"server-log:lines": n} for n in (5, 6)]
+    assert m.observe(DrainObservation(now=10, server=ALIVE, progress=grow[0], clients_alive=1)) is None
+    out = m.observe(DrainObservation(now=20, server=ALIVE, progress=grow[1], clients_alive=0))
+    assert out is DrainOutcome.DRAINED
+
+
+def test_client_log_growth_never_hides_a_hang_the_engine_reports() -> None:
+    m = DrainMachine(cfg(stuck_polls=3), 0)
+    # The engine's counter frozen, the bench's heartbeats without new answers: no progress.
+    frozen = {"metric:gen": 50.0, "bench:answered": 8.0}
+    outs = [m.observe(DrainObservation(now=t, server=ALIVE, clients_alive=1, running=4,
+                                       progress=frozen)) for t in (10, 20, 30, 40)]  # fmt: skip
+    assert outs == [None, None, None, DrainOutcome.HANG]
+
+
+
+
+def test_a_death_proctor_caused_itself_is_its_stop_not_a_death() -> None:
+    stopped = ProcStatus(False, 143, stopped_by="stop: stop requested")
+    out = DrainMachine(cfg(), 0).observe(DrainObservation(now=1, server=stopped))
+    assert out is DrainOutcome.STOPPED and out.exit_code == 130
+    timed = ProcStatus(False, 143, stopped_by="timeout: time limit of 5s reached")
+    out = DrainMachine(cfg(offline=True), 0).observe(DrainObservation(now=1, offline=timed))
+    assert out is DrainOutcome.TIMEOUT and out.exit_code == 4
+    # A death nobody in proctor asked for is still one.
+    out = DrainMachine(cfg(), 0).observe(DrainObservation(now=1, server=ProcStatus(False, 143)))
+    assert out is DrainOutcome.SERVER_DIED and out.exit_code == 3
+    gate = ReadyGate(10, 0)
+    assert gate.observe(ReadyObservation(now=1, process=stopped)) is ReadyOutcome.STOPPED
+    assert ReadyOutcome.STOPPED.exit_code == 130
+
+
+def test_a_client_alive_while_the_engine_runs_nothing_is_no_hang() -> None:
+    """An offline workload, a client starting up, a sweep between points: alive, sending
+    nothing. The engine's running gauge (0) says the server holds no work: not a hang."""
+    m = DrainMachine(cfg(stuck_polls=2, max_s=1000), 0)
+    outs = [m.observe(full(t, 5, 1, running=0)) for t in (10, 20, 30, 40)]
+    assert outs == [None, None, None, None] and m.stuck == 0
+    # Without the gauge, a live client is work in flight, as before.
+    m = DrainMachine(cfg(stuck_polls=2), 0)
+    outs = [m.observe(full(t, 5, 1)) for t in (10, 20, 30)]
+    assert outs == [None, None, DrainOutcome.HANG]

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         stuck_polls: int = typer.Option(6, "--stuck-polls", help="Polls without progress, work in flight: hang (exit 1)."),
         error_streak: int = typer.Option(5, "--error-streak", min=1, help="Generation answers in a row that are errors: fault (exit 2), pattern or not."),
         startup_max: str = typer.Option("15m", "--startup-max", help="No client seen by then: exit 4."),
-        log: list[Path] = typer.Option(None, "--log", help="Extra log to scan for faults and growth (repeatable)."),
+        log: list[Path] = typer.Option(None, "--log", help="Extra log to scan for faults (repeatable); with --port and no signal from the engine, its growth is progress too."),
         client: list[str] = typer.Option(None, "--client", help="A workload run to wait for (repeatable)."),
         client_pattern: str = typer.Option(None, "--client-pattern", help="Also count foreign client processes whose command line matches."),
         offline: str = typer.Option(None, "--offline", help="Offline mode: wait for this offline run and report its own status."),
@@ -66,8 +66,9 @@ def register(app: typer.Typer) -> None:
             if hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json,
                                 run_ref=ref or offline) is None:  # fmt: skip
                 return
-        from proctor.monitors.drain import drain_for_engine
+        from proctor.monitors.drain import check_client_pattern, drain_for_engine
 
+        check_client_pattern(client_pattern)
         config = load_config()
         directory = runs_dir_of(runs_dir, config)
         cfg = DrainConfig(
@@ -278,6 +279,9 @@ def flow_options(
         pick("host", "127.0.0.1"), pick("model_profile"), pick("addon"), pick("mtp"),
         pick("python"), pick("served_model_name"), pick("extra") or [], 1.0,
     )  # fmt: skip
+    from proctor.monitors.drain import check_client_pattern
+
+    check_client_pattern(pick("client_pattern"))
     return FlowOptions(
         server=request,
         workload_argv=argv,

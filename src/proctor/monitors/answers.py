@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from proctor.monitors.progress import BENCH_LINE
+
 ACCESS_LINE = re.compile(
     rb'"POST (?P<path>/v1/chat/completions|/v1/completions|/v1/responses|/generate)'
     rb'(?:\?[^" ]*)? HTTP/[0-9.]+" (?P<status>[1-5][0-9][0-9])'
@@ -32,9 +34,7 @@ ACCESS_LINE = re.compile(
 GENERATION_HANDLERS = frozenset(
     {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/generate"}
 )
-PROGRESS_LINE = re.compile(
-    rb"\[bench\] (?P<phase>[a-z]+): (?P<done>\d+)/\d+ done, (?P<failed>\d+) failed"
-)
+PROGRESS_LINE = BENCH_LINE
 
 
 @dataclass

@@ -8,11 +8,19 @@ alive but answering generation requests with errors (see answers.py), pattern or
 kinds of observation: fast ones (every ~0.1 s: new fault lines, liveness) decide faults and
 deaths within a second; full ones (every `poll_s`: progress counters, clients) drive the stuck
 counter, drained and time limits, and print a status line. `drain` gathers them for real.
+
+What counts as progress is progress.py's: requests answered or tokens generated (the engine's
+metrics or markers, proctor's bench's done counts), never the bytes of a heartbeat or of an
+idle server's stats lines. Clients gone: drained once the engine says nothing is in flight
+(its running gauge at 0, or its markers quiet for a poll); with no signal from the engine,
+drained at once, whatever lines the server goes on printing. The time limits (--max,
+--startup-max) are checked on every tick, so `--max 3s` ends after 3 s, not at the next poll.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,14 +32,24 @@ from proctor.errors import (
     ExitCode,
     FaultDetected,
     HangDetected,
-    OutcomeError,
+    Interrupted,
+    ProctorError,
     TimeLimitReached,
+    UsageError,
     WorkloadFailed,
 )
 from proctor.monitors.answers import AnswerTally
 from proctor.monitors.logscan import LogFollower, LogMatch, LogScanner
-from proctor.monitors.progress import choose_signals, fetch_metrics_text, parse_metrics
+from proctor.monitors.progress import (
+    BenchCounts,
+    ServerActivity,
+    choose_signals,
+    fetch_metrics_text,
+    is_engine_signal,
+    parse_metrics,
+)
 from proctor.monitors.watch import ProcStatus, Watched, count_matching
+from proctor.spec.durations import format_duration
 from proctor.spec.profiles.models import EngineProfile
 
 
@@ -43,6 +61,7 @@ class DrainOutcome(str, enum.Enum):
     OFFLINE_FAILED = "offline-failed"
     TIMEOUT = "timeout"
     NO_CLIENT = "no-client"
+    STOPPED = "stopped"  # proctor stopped the server or job itself (a stop, not a death)
 
     @property
     def exit_code(self) -> int:
@@ -57,6 +76,7 @@ _EXIT = {
     DrainOutcome.OFFLINE_FAILED: ExitCode.WORKLOAD_FAILED,
     DrainOutcome.TIMEOUT: ExitCode.TIME_LIMIT,
     DrainOutcome.NO_CLIENT: ExitCode.TIME_LIMIT,
+    DrainOutcome.STOPPED: ExitCode.INTERRUPTED,
 }
 
 
@@ -100,6 +120,7 @@ class DrainMachine:
         self.clients_alive = 0
         self.last_progress: dict[str, float] = {}
         self.progressed_last = False
+        self.engine_signal = False  # the last poll had the engine's own progress signal
         self.exit_status: int | None = None
         self.reason = ""
 
@@ -114,6 +135,16 @@ class DrainMachine:
         self.faults.extend(obs.faults)
         if self.faults:
             return self._end(DrainOutcome.FAULT, "fault pattern in a log")
+        ended = obs.offline if cfg.offline else obs.server
+        if ended is not None and not ended.alive and ended.stopped_by:
+            # proctor ended it itself: its reason wins over what the death would say.
+            self.exit_status = ended.exit_code
+            what = "offline job" if cfg.offline else "server"
+            if ended.stopped_by.startswith("timeout"):
+                return self._end(DrainOutcome.TIMEOUT, f"the {what} reached its own time limit "
+                                 f"and proctor stopped it ({ended.stopped_by})")
+            return self._end(DrainOutcome.STOPPED,
+                             f"proctor stopped the {what} ({ended.stopped_by})")
         if cfg.offline:
             if obs.offline is not None and not obs.offline.alive:
                 self.exit_status = obs.offline.exit_code
@@ -135,9 +166,11 @@ class DrainMachine:
 
         self.polls += 1
         elapsed = obs.now - self.started_at
-        progressed = any(
-            value != self.last_progress.get(key, 0.0) for key, value in obs.progress.items()
-        )
+        changed = {key for key, value in obs.progress.items()
+                   if value != self.last_progress.get(key, 0.0)}  # fmt: skip
+        progressed = bool(changed)
+        engine_progressed = any(is_engine_signal(key) for key in changed)
+        self.engine_signal = any(is_engine_signal(key) for key in obs.progress)
         self.last_progress = dict(obs.progress)
         self.progressed_last = progressed
 
@@ -149,18 +182,26 @@ class DrainMachine:
                 self.client_seen = True
             if not self.client_seen and elapsed >= cfg.startup_max_s:
                 return self._end(
-                    DrainOutcome.NO_CLIENT, f"no client appeared within {cfg.startup_max_s:.0f}s"
+                    DrainOutcome.NO_CLIENT,
+                    f"no client appeared within {format_duration(cfg.startup_max_s)}",
                 )
             if self.client_seen and self.clients_alive == 0:
-                # Clients are gone; done once the server has nothing left in flight.
-                idle = (obs.running or 0) == 0 if obs.running is not None else not progressed
+                # Clients are gone; done once the engine has nothing left in flight. Only the
+                # engine can say so: log lines (an idle server's stats) are not work in flight.
+                if obs.running is not None:
+                    idle = obs.running == 0
+                else:
+                    idle = not (self.engine_signal and engine_progressed)
                 broken = obs.answers.broken(cfg.error_streak, finished=True) if (
                     idle and obs.answers is not None) else None
                 if broken:
                     return self._end(DrainOutcome.FAULT, broken)
                 if idle:
                     return self._end(DrainOutcome.DRAINED, "clients finished, server idle")
-            in_flight = self.clients_alive > 0 or (obs.running or 0) > 0
+            # The engine's running gauge, where it has one, says whether it has work: a client
+            # that is alive while the engine runs nothing (starting up, an offline workload,
+            # between a sweep's points) is not work the server holds.
+            in_flight = obs.running > 0 if obs.running is not None else self.clients_alive > 0
 
         if progressed or not in_flight:
             self.stuck = 0
@@ -169,11 +210,12 @@ class DrainMachine:
             if self.stuck >= cfg.stuck_polls:
                 return self._end(
                     DrainOutcome.HANG,
-                    f"no progress for {self.stuck} polls ({self.stuck * cfg.poll_s:.0f}s)"
-                    " with work in flight",
+                    f"no progress for {self.stuck} polls"
+                    f" ({format_duration(self.stuck * cfg.poll_s)}) with work in flight",
                 )
         if elapsed >= cfg.max_s:
-            return self._end(DrainOutcome.TIMEOUT, f"not drained within {cfg.max_s:.0f}s")
+            return self._end(DrainOutcome.TIMEOUT,
+                             f"not drained within {format_duration(cfg.max_s)}")
         return None
 
 
@@ -198,9 +240,9 @@ class DrainResult:
         if self.outcome is DrainOutcome.FAULT and self.faults:
             first = self.faults[0]
             return f"fault in {first.path}:{first.line_no}: {first.line.strip()[:200]}"
-        return f"{self.outcome.value}: {self.reason} (after {self.elapsed_s:.0f}s)"
+        return f"{self.outcome.value}: {self.reason} (after {format_duration(self.elapsed_s)})"
 
-    def error(self) -> OutcomeError | None:
+    def error(self) -> ProctorError | None:
         msg = self.message()
         o = self.outcome
         if o is DrainOutcome.DRAINED:
@@ -209,6 +251,8 @@ class DrainResult:
             return HangDetected(msg, hint="run `proctor inspect` now, before stopping the server")
         if o is DrainOutcome.FAULT:
             return FaultDetected(msg, hint="see the matching lines and the log tails")
+        if o is DrainOutcome.STOPPED:
+            return Interrupted(msg, hint="it was stopped on purpose (runs stop, a budget, Ctrl-C)")
         if o in (DrainOutcome.SERVER_DIED, DrainOutcome.OFFLINE_FAILED):
             return WorkloadFailed(msg, hint="see the log tails for why it stopped")
         return TimeLimitReached(msg, hint="raise --max or --startup-max if the work is slow")
@@ -260,11 +304,15 @@ def drain(
     watched = offline if config.offline else server
     if watched is None:
         raise ValueError("drain needs the offline job (offline mode) or the server process")
+    check_client_pattern(client_pattern)
     started = clock()
     machine = DrainMachine(config, started)
     answers = AnswerTally()
+    bench = BenchCounts()
+    activity = ServerActivity(str(server_log)) if server_log is not None else None
+    observers = [answers.feed, bench.feed] + ([activity.feed] if activity is not None else [])
     scanner = LogScanner(fault_patterns, marker_patterns=marker_patterns, tail_lines=50,
-                         observers=[answers.feed])
+                         observers=observers)
     logs = ([server_log] if server_log is not None else []) + list(extra_logs)
     for path in logs:
         scanner.add(path, from_end=from_end)
@@ -291,7 +339,11 @@ def drain(
             progress: dict[str, float] | None = None
             alive: int | None = None
             running: float | None = None
-            full = now >= next_poll
+            # A time limit is due on any tick: take the full poll now, not at the next one.
+            due = now - started >= config.max_s or (
+                not config.offline and not machine.client_seen
+                and now - started >= config.startup_max_s)
+            full = now >= next_poll or due
             if full:
                 next_poll = now + config.poll_s
                 metrics = None
@@ -301,12 +353,19 @@ def drain(
                         metrics = parse_metrics(text, [*progress_metrics, *running_metrics])
                         answers.feed_metrics(text)
                 markers = follower.marker_count() if scanner.has_markers else None
+                answered, bench_logs = bench.view()
+                if config.offline:  # the job's own log is all there is: its growth counts
+                    server_lines = follower.bytes_read(server_log) if server_log else None
+                else:
+                    server_lines = activity.lines if activity is not None else None
                 source, progress = choose_signals(
                     metrics=metrics,
                     progress_metrics=progress_metrics,
                     markers=markers,
-                    server_log_bytes=follower.bytes_read(server_log) if server_log else None,
-                    extra_log_bytes={str(p): follower.bytes_read(p) for p in extra_logs},
+                    server_activity=server_lines,
+                    client_logs={str(p): follower.bytes_read(p) for p in extra_logs
+                                 if str(p) not in bench_logs},
+                    bench_answered=answered,
                 )
                 if metrics is not None and any(m in metrics for m in running_metrics):
                     running = sum(metrics.get(m, 0.0) for m in running_metrics)
@@ -347,6 +406,17 @@ def drain(
         result.tails = follower.tails(tail_lines)
     scanner.close()
     return result
+
+
+def check_client_pattern(pattern: str | None) -> None:
+    """A --client-pattern that is no regular expression: one line, exit 64."""
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise UsageError(f"--client-pattern {pattern!r} is not a regular expression: {error}",
+                         hint="escape special characters, e.g. '\\(' for '('") from None
 
 
 def _status_line(machine: DrainMachine, source: str, t: float, obs: DrainObservation) -> str:

@@ -19,7 +19,14 @@ from pathlib import Path
 
 import httpx
 
-from proctor.errors import ExitCode, FaultDetected, NotReady, OutcomeError, WorkloadFailed
+from proctor.errors import (
+    ExitCode,
+    FaultDetected,
+    Interrupted,
+    NotReady,
+    ProctorError,
+    WorkloadFailed,
+)
 from proctor.monitors.logscan import LogFollower, LogMatch, LogScanner
 from proctor.monitors.watch import ProcStatus, Watched
 from proctor.spec.profiles.models import EngineProfile
@@ -30,6 +37,7 @@ class ReadyOutcome(str, enum.Enum):
     FAULT = "fault"
     EXITED = "exited"
     TIMEOUT = "timeout"
+    STOPPED = "stopped"  # proctor stopped the server itself before it was ready
 
     @property
     def exit_code(self) -> int:
@@ -41,6 +49,7 @@ _EXIT = {
     ReadyOutcome.FAULT: ExitCode.FAULT,
     ReadyOutcome.EXITED: ExitCode.WORKLOAD_FAILED,
     ReadyOutcome.TIMEOUT: ExitCode.NOT_READY,
+    ReadyOutcome.STOPPED: ExitCode.INTERRUPTED,
 }
 
 
@@ -69,6 +78,8 @@ class ReadyGate:
         self.faults.extend(obs.faults)
         if self.faults:
             self.outcome = ReadyOutcome.FAULT
+        elif obs.process is not None and not obs.process.alive and obs.process.stopped_by:
+            self.outcome = ReadyOutcome.STOPPED  # proctor's own reason, not a death
         elif obs.process is not None and not obs.process.alive:
             self.outcome = ReadyOutcome.EXITED
         elif obs.endpoint_ok:
@@ -88,6 +99,7 @@ class ReadyResult:
     tails: dict[str, list[str]] = field(default_factory=dict)  # filled on non-zero outcomes
     exit_status: int | None = None  # the server's own, when it exited and it is known
     last_probe: str = ""  # what the endpoint said last ("connection refused", "HTTP 503")
+    stopped_by: str | None = None  # proctor stopped it itself, and why
 
     @property
     def exit_code(self) -> int:
@@ -99,6 +111,9 @@ class ReadyResult:
         if self.outcome is ReadyOutcome.FAULT:
             first = self.faults[0]
             return f"startup fault in {first.path}:{first.line_no}: {first.line.strip()[:200]}"
+        if self.outcome is ReadyOutcome.STOPPED:
+            return (f"proctor stopped the server ({self.stopped_by}) after "
+                    f"{self.elapsed_s:.1f}s, before it was ready")
         if self.outcome is ReadyOutcome.EXITED:
             status = "unknown status" if self.exit_status is None else f"status {self.exit_status}"
             return f"server exited ({status}) after {self.elapsed_s:.1f}s before it was ready"
@@ -107,9 +122,11 @@ class ReadyResult:
             f" (last answer: {self.last_probe or 'none'})"
         )
 
-    def error(self) -> OutcomeError | None:
+    def error(self) -> ProctorError | None:
         """The ProctorError for this outcome (None when ready), for the CLI to raise."""
         msg = self.message()
+        if self.outcome is ReadyOutcome.STOPPED:
+            return Interrupted(msg, hint="it was stopped on purpose (runs stop, a budget, Ctrl-C)")
         if self.outcome is ReadyOutcome.FAULT:
             return FaultDetected(msg, hint="see the matching lines and the log tail")
         if self.outcome is ReadyOutcome.EXITED:
@@ -255,6 +272,7 @@ def wait_ready(
         faults=list(gate.faults),
         exit_status=status.exit_code if not status.alive else None,
         last_probe=prober.last,
+        stopped_by=status.stopped_by if not status.alive else None,
     )
     if outcome is not ReadyOutcome.READY:
         result.tails = follower.tails(tail_lines)

@@ -23,6 +23,10 @@ from proctor.monitors.proctree import ProcessIdentity
 class ProcStatus:
     alive: bool
     exit_code: int | None = None  # known only once it has ended, and only where recorded
+    # Ended by proctor itself, and why ("stop: stop requested", "timeout: time limit of 5s
+    # reached"): its supervisor records it before it signals, so a monitor that sees the end
+    # reads proctor's reason, not a death.
+    stopped_by: str | None = None
 
 
 class Watched(Protocol):

@@ -3,6 +3,12 @@
 "Everything a run owns" is its process group plus every descendant of the given roots, so a
 grandchild that left the group (setsid) is stopped too. Nothing is matched by name. Zombies
 count as gone: they hold no memory and die with their parent's reaping.
+
+Top down: the group gets SIGTERM first, and until it is gone (or the grace is spent) nothing
+outside it is signalled; then the rest gets SIGTERM (at least LATE_GRACE_S of grace), then
+SIGKILL. A command that started runs of its own (a flow's server and workload, each with its
+own supervisor) is told it is stopped before they die, so its own reason (stopped) wins over
+what its monitors would see (a server that died), every time, not by a race.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import psutil
+
+LATE_GRACE_S = 5.0  # the grace of processes outside the group, once the group is gone
 
 
 @dataclass
@@ -54,6 +62,10 @@ def members(pgid: int | None, roots: Iterable[int] = (), exclude: Iterable[int] 
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return [p for pid, p in found.items() if pid not in skip and _alive(p)]
+
+
+def _group(pgid: int, exclude: Iterable[int]) -> list[psutil.Process]:
+    return members(pgid, (), exclude)
 
 
 def _signal(procs: Iterable[psutil.Process], sig: int) -> list[int]:
@@ -100,8 +112,25 @@ def kill_ladder(
     procs = current()
     if not procs:
         return report
-    report.terminated = _signal(procs, signal.SIGTERM)
-    deadline = time.monotonic() + grace
+    started = time.monotonic()
+    deadline = started + grace
+    if pgid is not None and pgid > 1:
+        # The command first: its group gets SIGTERM and the grace to act on it (a flow tears
+        # its server down, having noted that it was stopped) before anything it started
+        # outside its group is signalled, so a monitor inside never sees those die first.
+        report.terminated = _signal(_group(pgid, exclude), signal.SIGTERM)
+        while time.monotonic() < deadline:
+            if reap is not None:
+                reap()
+            group = _group(pgid, exclude)
+            if not group:
+                break
+            fresh = [p for p in group if p.pid not in report.terminated]
+            report.terminated += _signal(fresh, signal.SIGTERM)
+            time.sleep(poll)
+        # What is left outside the group gets a short grace of its own even when the
+        # group used all of it.
+        deadline = max(deadline, time.monotonic() + min(grace, LATE_GRACE_S))
     while time.monotonic() < deadline:
         procs = current()
         if not procs:

@@ -290,6 +290,11 @@ def finish_remote(
     except ProctorError as error:
         completion.error, completion.error_type = error.one_line(), type(error).__name__
         completion.unmet.append(f"retrieval incomplete: {error.message}")
+        # A budget stop proctor made before the follow failed is still its reason.
+        budgeted = capable(target, BUDGET)
+        if budgeted is not None and budgeted.limit_reached and not completion.limit:
+            completion.limit = budgeted.limit_reached
+            completion.unmet.append(f"budget: {completion.limit}")
     waits = capable(target, WAIT)
     completion.reconnects = waits.reconnects if waits is not None else 0
     if completion.logs_local:
