@@ -206,6 +206,13 @@ def timeline(views: Sequence[RunView], fig_id: str = "timeline") -> Figure | Non
         layout["yaxis2"] = {"title": {"text": "GPU power (W)"}, "domain": [0.0, 0.45],
                             "anchor": "x", "rangemode": "tozero"}  # fmt: skip
     data = server + gpu
+    for base, over in (("y", "y3"), ("y2", "y4")):
+        if not any(t.get("yaxis", "y") == base for t in data):
+            # Only percentages in this panel (utilisation, no power): they take its left axis.
+            data = [{**t, "yaxis": base} if t.get("yaxis") == over else t for t in data]
+            key = "yaxis" if base == "y" else "yaxis2"
+            if key in layout:
+                layout[key].update(title={"text": "%"}, range=[0, 105])
     used = {t.get("yaxis", "y") for t in data}
     for axis, over in (("y3", "y"), ("y4", "y2")):
         if axis in used:
