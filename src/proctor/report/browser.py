@@ -117,7 +117,8 @@ LAYOUT_JS = """
     });
   });
   return JSON.stringify({overlaps: overlaps, clipped: clipped, empty_axes: empty,
-    scroll_width: document.documentElement.scrollWidth, inner_width: window.innerWidth});
+    scroll_width: document.documentElement.scrollWidth, inner_width: window.innerWidth,
+    text: document.body.innerText});
 })()
 """
 
@@ -154,6 +155,8 @@ class BrowserCheck:
     empty_axes: list[str] = field(default_factory=list)
     scroll_width: int = 0
     inner_width: int = 0
+    # The page's text as drawn (innerText: a table row's cells tab-separated).
+    text: str = field(default="", repr=False)
 
     @property
     def layout_problems(self) -> list[str]:
@@ -331,6 +334,7 @@ async def _drive(cdp: _Cdp, url: str, result: BrowserCheck, screenshot: Path | N
     result.empty_axes = list(layout.get("empty_axes") or [])
     result.scroll_width = int(layout.get("scroll_width") or 0)
     result.inner_width = int(layout.get("inner_width") or 0)
+    result.text = str(layout.get("text") or "")
     if screenshot is not None:
         metrics = await cdp.send("Page.getLayoutMetrics")
         size = metrics.get("cssContentSize") or metrics.get("contentSize") or {}

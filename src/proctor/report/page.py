@@ -43,6 +43,13 @@ border-radius:.2rem;color:#fff;margin-right:.4rem;font-weight:700}
 .wide{max-width:100%;overflow-x:auto;margin:.3rem 0 1rem}.wide>table{margin:0}
 td,th,p,h1,h2,h3,summary{overflow-wrap:break-word}
 .note{color:#555;font-size:.85rem;margin:.2rem 0 .8rem}
+.card{background:#fff;box-shadow:0 0 0 1px #ddd;border-radius:.4rem;padding:.7rem 1rem;
+margin:.6rem 0 1rem}.card h3{margin:0 0 .4rem}.card .verdict{margin-bottom:.6rem}
+.card .verdict .badge{font-size:1.15rem}.card .why{color:#444;font-size:.9rem}
+.tiles{display:grid;grid-template-columns:repeat(auto-fill,minmax(10rem,1fr));gap:.5rem}
+.tile{background:#f3f5f7;border-radius:.3rem;padding:.35rem .6rem}.tile b{display:block;
+font-size:1.35rem;font-variant-numeric:tabular-nums}.tile span{color:#555;font-size:.8rem}
+.warn{background:#fdecea;border-left:4px solid #c62828;padding:.4rem .6rem;margin:.4rem 0}
 details{margin:.4rem 0}summary{cursor:pointer;font-weight:600}
 footer{color:#777;font-size:.8rem;margin-top:3rem}
 """
