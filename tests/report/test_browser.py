@@ -34,6 +34,7 @@ def assert_clean(check: BrowserCheck, info: dict[str, Any], figures: set[str]) -
     assert check.rendered == str(len(info["figures"])), check
     assert check.network_requests == [], check.network_requests
     assert check.console_errors == [], check.console_errors
+    assert check.layout_problems == [], check.layout_problems
     drawn = {p.id: p for p in check.plots}
     assert figures <= set(drawn), (figures, set(drawn))
     for fig in info["figures"]:

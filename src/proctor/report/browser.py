@@ -50,6 +50,78 @@ JSON.stringify(Array.from(document.querySelectorAll('div.plot')).map(function (e
 }))
 """
 
+# The page's layout as a reader meets it: every block the report writes (headings, tables,
+# badges, notes, plots, cards) whose box intersects another's, neither holding the other (a
+# plot's box is its div joined with the SVG plotly drew, which may spill out of the div); each
+# plot's text (tick labels, titles, legend) that lies outside its plot; and how wide the
+# document is against the window (wider: a sideways scrollbar).
+LAYOUT_JS = """
+(function () {
+  var SEL = 'h1, h2, h3, table, .badge, div.plot, p, .card, summary, footer, .check';
+  function box(el) {
+    var r = el.getBoundingClientRect();
+    var b = {l: r.left, t: r.top, r: r.right, b: r.bottom};
+    if (el.matches('div.plot')) {
+      el.querySelectorAll('svg.main-svg').forEach(function (s) {
+        var q = s.getBoundingClientRect();
+        b = {l: Math.min(b.l, q.left), t: Math.min(b.t, q.top), r: Math.max(b.r, q.right),
+             b: Math.max(b.b, q.bottom)};
+      });
+    }
+    return b;
+  }
+  function name(el) {
+    var text = (el.id ? '#' + el.id : '') || (el.getAttribute('data-title') || '') ||
+               (el.textContent || '').trim().slice(0, 40);
+    return el.tagName.toLowerCase() + (el.className && typeof el.className === 'string'
+      ? '.' + el.className.split(' ')[0] : '') + ' "' + text + '"';
+  }
+  var els = Array.from(document.querySelectorAll(SEL)).filter(function (el) {
+    if (el.parentElement && el.parentElement.closest('div.plot')) return false;
+    // What a closed <details> holds is not drawn (only its summary is).
+    var shut = el.closest('details:not([open])');
+    if (shut && !(el.matches('summary') && el.parentElement === shut)) return false;
+    var r = el.getBoundingClientRect();
+    return r.width > 0 && r.height > 0;
+  });
+  var boxes = els.map(box), overlaps = [];
+  for (var i = 0; i < els.length; i++) {
+    for (var j = i + 1; j < els.length; j++) {
+      if (els[i].contains(els[j]) || els[j].contains(els[i])) continue;
+      var a = boxes[i], b = boxes[j];
+      var w = Math.min(a.r, b.r) - Math.max(a.l, b.l), h = Math.min(a.b, b.b) - Math.max(a.t, b.t);
+      if (w > 1 && h > 1) overlaps.push(name(els[i]) + ' overlaps ' + name(els[j]) +
+                                        ' by ' + Math.round(w) + 'x' + Math.round(h) + ' px');
+    }
+  }
+  var clipped = [];
+  document.querySelectorAll('div.plot').forEach(function (plot) {
+    var p = plot.getBoundingClientRect();
+    plot.querySelectorAll('svg.main-svg text').forEach(function (t) {
+      if (t.closest('.hoverlayer') || !(t.textContent || '').trim()) return;
+      var r = t.getBoundingClientRect();
+      if (r.width === 0 && r.height === 0) return;
+      if (r.left < p.left - 1 || r.right > p.right + 1 || r.top < p.top - 1 ||
+          r.bottom > p.bottom + 1) {
+        clipped.push('#' + plot.id + ' "' + t.textContent.trim().slice(0, 30) + '"');
+      }
+    });
+  });
+  var empty = [];
+  document.querySelectorAll('div.plot').forEach(function (plot) {
+    var layout = plot.layout || {}, used = {};
+    (plot.data || []).forEach(function (t) { used[t.yaxis || 'y'] = true; });
+    Object.keys(layout).forEach(function (k) {
+      var m = /^yaxis(\\d*)$/.exec(k);
+      if (m && !used['y' + m[1]]) empty.push('#' + plot.id + ' ' + k);
+    });
+  });
+  return JSON.stringify({overlaps: overlaps, clipped: clipped, empty_axes: empty,
+    scroll_width: document.documentElement.scrollWidth, inner_width: window.innerWidth,
+    text: document.body.innerText});
+})()
+"""
+
 
 @dataclass(frozen=True)
 class PlotCheck:
@@ -76,6 +148,23 @@ class BrowserCheck:
     render_s: float = 0.0  # navigation to every plot drawn
     screenshot: Path | None = None
     browser: str = ""
+    # Layout (LAYOUT_JS): blocks drawn over each other, plot text outside its plot, y axes
+    # with no trace, and the document's width against the window's (wider scrolls sideways).
+    overlaps: list[str] = field(default_factory=list)
+    clipped_text: list[str] = field(default_factory=list)
+    empty_axes: list[str] = field(default_factory=list)
+    scroll_width: int = 0
+    inner_width: int = 0
+    # The page's text as drawn (innerText: a table row's cells tab-separated).
+    text: str = field(default="", repr=False)
+
+    @property
+    def layout_problems(self) -> list[str]:
+        """Everything wrong with the page's layout, one line each; [] when it reads well."""
+        wide = ([f"document {self.scroll_width} px wide in a {self.inner_width} px window"]
+                if self.scroll_width > self.inner_width else [])
+        return [*self.overlaps, *(f"clipped: {c}" for c in self.clipped_text),
+                *(f"empty axis: {a}" for a in self.empty_axes), *wide]
 
     @property
     def network_requests(self) -> list[str]:
@@ -238,6 +327,14 @@ async def _drive(cdp: _Cdp, url: str, result: BrowserCheck, screenshot: Path | N
     for p in json.loads((reply.get("result") or {}).get("value") or "[]"):
         result.plots.append(PlotCheck(p["id"], p["title"], p["expected"], p["traces"],
                                       p["points"], p["marks"]))
+    reply = await cdp.send("Runtime.evaluate", expression=LAYOUT_JS, returnByValue=True)
+    layout = json.loads((reply.get("result") or {}).get("value") or "{}")
+    result.overlaps = list(layout.get("overlaps") or [])
+    result.clipped_text = list(layout.get("clipped") or [])
+    result.empty_axes = list(layout.get("empty_axes") or [])
+    result.scroll_width = int(layout.get("scroll_width") or 0)
+    result.inner_width = int(layout.get("inner_width") or 0)
+    result.text = str(layout.get("text") or "")
     if screenshot is not None:
         metrics = await cdp.send("Page.getLayoutMetrics")
         size = metrics.get("cssContentSize") or metrics.get("contentSize") or {}

@@ -28,10 +28,12 @@ from proctor.report.figures import (
     latency_cdfs,
     sweep_figures,
 )
+from proctor.report.headline import headline_card
 from proctor.report.load import RunView, load_run
 from proctor.report.page import badge, esc, figure_block, kv_table, mark, render_page, table
 from proctor.report.series import read_server_csv
 from proctor.report.telemetry import telemetry_blocks
+from proctor.report.verdict import Verdict, fmt_value, unit_text, verdict_of
 from proctor.results.baselines import (
     DEFAULT_TOLERANCE,
     AccuracyEntry,
@@ -145,7 +147,16 @@ def checks_html(view: RunView) -> str:
     )
 
 
-def run_header(view: RunView, level: str = "h1") -> str:
+def outcome_html(view: RunView) -> str:
+    """The verdict's badge, the exit status, and why when it is not ok: a bench that exited 0
+    with an INVALID measurement reads INVALID, never a green ok."""
+    verdict = verdict_of(view)
+    why = f": {esc(verdict.why)}" if verdict.why and not verdict.ok else ""
+    return f"{badge(verdict.text, verdict.css)} exit status {esc(view.exit_text)}{why}"
+
+
+def run_header(view: RunView, level: str = "h1", lead: str = "") -> str:
+    """The run's title, `lead` (its headline card), then every fact about the run."""
     r = view.typed
     source = r.source or {}
     gpu = r.fact("gpu")
@@ -154,7 +165,7 @@ def run_header(view: RunView, level: str = "h1") -> str:
     manifest = source.get("manifest") or source.get("archive_manifest")
     times = [("created", r.created_at), ("started", r.started_at), ("ended", r.ended_at)]
     pairs = [
-        ("outcome", f"{badge(view.outcome)} exit status {esc(view.exit_text)}"),
+        ("outcome", outcome_html(view)),
         ("command", f"<code>{esc(view.command)}</code>"),
         ("source", esc(_source_text(source))),
         ("remote", esc(source.get("remote_url") or "none")),
@@ -171,7 +182,7 @@ def run_header(view: RunView, level: str = "h1") -> str:
     ]
     heading = f"<{level}>{esc(view.name)} <small>{esc(view.run_id)}</small></{level}>"
     error = f'<p class="note">error: {esc(r.error)}</p>' if r.error else ""
-    return f"<header>{heading}{kv_table(pairs, raw=True)}{error}</header>"
+    return f"<header>{heading}{lead}{kv_table(pairs, raw=True)}{error}</header>"
 
 
 def runs_table(views: Sequence[RunView]) -> str:
@@ -181,7 +192,8 @@ def runs_table(views: Sequence[RunView]) -> str:
         commit = (typed.source_commit or "")[:12] + (" dirty" if typed.source_dirty else "")
         checks = "".join(mark(c.status) for c in v.checks)
         conc = concurrency_of(v)
-        rows.append([v.run_id, v.name, (badge(v.outcome), ""), v.exit_text,
+        verdict = verdict_of(v)
+        rows.append([v.run_id, v.name, (badge(verdict.text, verdict.css), ""), v.exit_text,
                      "" if conc is None else f"{conc:g}", commit or "none",
                      typed.started_at or "", (checks, "")])
     return table(["run", "name", "outcome", "exit", "concurrency", "commit", "started",
@@ -222,7 +234,7 @@ def metrics_table(view: RunView) -> str:
     if not view.metrics:
         return '<p class="note">no metrics.json in this run</p>'
     n, stats = _repeat_stats(view)
-    rows = [[name, (_fmt(m.value), "num"), m.unit,
+    rows = [[name, (fmt_value(m.value, m.unit), "num"), unit_text(m.unit),
              "" if m.stderr is None else _fmt(m.stderr), m.direction]
             for name, m in view.metrics.items()]  # fmt: skip
     headers = ["metric", "value", "unit", "stderr", "better"]
@@ -313,7 +325,8 @@ def _footer() -> str:
 def run_report(view: RunView, baseline: Baseline | None = None,
                model: str | None = None) -> Report:  # fmt: skip
     figures: list[Figure] = []
-    blocks = [run_header(view), "<h2>GPU memory</h2>", gpu_block([view], figures, "gpu-memory")]
+    blocks = [run_header(view, lead=headline_card(view)), "<h2>GPU memory</h2>",
+              gpu_block([view], figures, "gpu-memory")]
     blocks += telemetry_blocks(view, figures)
     if view.kind == "gsm8k":
         blocks += ["<h2>Evaluation</h2>", eval_block([view], baseline, model, figures)]
@@ -351,7 +364,7 @@ def sweep_summary_table(views: Sequence[RunView]) -> str:
             if n == "valid":  # the verdict in words; n/a for runs older than the verdict
                 cells.append("n/a" if m is None else "VALID" if m.value else "INVALID")
                 continue
-            cells.append((_fmt(m.value if m else None), "num"))
+            cells.append((fmt_value(m.value if m else None, m.unit if m else ""), "num"))
         rows.append(cells)
     return table(cols, rows)
 
@@ -380,7 +393,7 @@ def sweep_report(subjects: Sequence[Subject], baseline: Baseline | None = None,
         blocks += [f"<h2>GPU memory: {esc(s.label)}</h2>",
                    gpu_block(s.views, figures, f"gpu-memory-{i}")]
     blocks.append("<h2>Runs</h2>")
-    blocks += [f"<details><summary>{esc(v.label)}: {esc(v.outcome)}</summary>"
+    blocks += [f"<details><summary>{esc(v.label)}: {esc(verdict_of(v).text)}</summary>"
                f"{run_header(v, 'h3')}</details>" for v in everyone]
     title = f"proctor report: sweep {name}"
     html = render_page(title, blocks, figures, _footer())
@@ -397,13 +410,31 @@ class Judged:
 
 def judge(row: CompareRow) -> Judged:
     """Worse beyond the noise band and beyond the default tolerance of results.baselines
-    (5% for higher-is-better, 10% for lower-is-better) is a regression."""
+    (5% for higher-is-better, 10% for lower-is-better) is a regression. A standard deviation
+    (std_*) is the spread of the requests, not their speed: shown, never a regression."""
     if row.assessment != "worse" or row.change is None:
         return Judged(row, False, row.assessment)
+    if row.metric.startswith("std_"):
+        return Judged(row, False, "worse (a spread, not judged)")
     tol = DEFAULT_TOLERANCE.get(row.direction, 0.0)
     if abs(row.change) > tol:
         return Judged(row, True, "regression")
     return Judged(row, False, "worse (within tolerance)")
+
+
+def _not_measurements(a: RunView, b: RunView) -> str:
+    """A line per side that is not a valid measurement (INVALID, failed, ...): the changes
+    below compare numbers that the runs themselves do not vouch for."""
+    lines = []
+    for side, view in (("A", a), ("B", b)):
+        verdict: Verdict = verdict_of(view)
+        if not verdict.ok:
+            why = f": {verdict.why}" if verdict.why else ""
+            lines.append(f'<p class="warn">{badge(verdict.text, verdict.css)}{side} '
+                         f"({esc(view.run_id)}) is {esc(verdict.text)}{esc(why)}. Its numbers "
+                         "are not a valid measurement; read the changes below with that in "
+                         "mind.</p>")
+    return "".join(lines)
 
 
 def compare_block(a: RunView, b: RunView, figures: list[Figure], index: int) -> str:
@@ -415,14 +446,21 @@ def compare_block(a: RunView, b: RunView, figures: list[Figure], index: int) -> 
         change = "n/a" if r.change is None else f"{r.change * 100:+.2f}%"
         noise = "n/a" if r.noise is None else _fmt(r.noise)
         css = "regression" if j.regression else j.verdict.split(" ")[0]
-        rows.append([r.metric, (_fmt(r.a), "num"), (_fmt(r.b), "num"), (change, "num"),
+        unit = (a.metrics.get(r.metric) or b.metrics.get(r.metric))
+        unit_name = unit.unit if unit is not None else ""
+        rows.append([r.metric, (fmt_value(r.a, unit_name), "num"),
+                     (fmt_value(r.b, unit_name), "num"), (change, "num"),
                      (noise, "num"), r.direction, (badge(j.verdict, css), "")])
         if r.change is not None and r.direction != "none" and r.a:
             band = r.noise / abs(r.a) * 100 if r.noise is not None else None
             bars.append((r.metric, r.change * 100, band, j.regression))
     regressions = sum(j.regression for j in judged)
-    head = (f"<h2>{esc(b.label)} against {esc(a.label)}</h2>"
-            f'<p>{badge(f"{regressions} regression(s)", "regression" if regressions else "ok")}'
+    warning = _not_measurements(a, b)
+    count = (badge(f"{regressions} regression(s)", "regression" if regressions else "ok")
+             if not warning else  # not a verdict on the software: amber, and says why
+             badge(f"{regressions} regression(s) between runs that are not both valid",
+                   "within_noise"))  # fmt: skip
+    head = (f"<h2>{esc(b.label)} against {esc(a.label)}</h2>{warning}<p>{count}"
             "change = (B - A) / A; noise = one combined stderr where known</p>")
     fig = change_figure(bars, f"Change of {b.name} against {a.name}", f"compare-change-{index}")
     out = head
@@ -447,7 +485,9 @@ def compare_report(subjects: Sequence[Subject], baseline: Baseline | None = None
     views = [s.views[0] for s in subjects]
     figures: list[Figure] = []
     names = " vs ".join(v.run_id for v in views)
-    blocks = [f"<h1>Comparison {esc(names)}</h1>",
+    cards = [headline_card(v, f"{chr(65 + i) if i < 26 else i + 1}: {v.label}")
+             for i, v in enumerate(views)]  # A, B, C ...
+    blocks = [f"<h1>Comparison {esc(names)}</h1>", *cards,
               '<p class="note">A is the first run; each later run is compared with it</p>',
               runs_table(views)]
     for i, b in enumerate(views[1:]):

@@ -25,6 +25,9 @@ KIND_TITLES = {"ttft": "Time to first token (TTFT)", "tpot": "Time per output to
                "itl": "Inter-token latency (ITL)", "e2el": "End-to-end latency (E2EL)"}  # fmt: skip
 
 
+DEFAULT_HEIGHT = 430  # px, a figure that does not set layout.height
+
+
 @dataclass
 class Figure:
     id: str
@@ -32,6 +35,13 @@ class Figure:
     data: list[dict[str, Any]]
     layout: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+
+    @property
+    def height(self) -> int:
+        """Pixels tall, as drawn: the page gives the figure's div this height, so a figure
+        never spills over what follows it (layout.height when the figure sets one)."""
+        value = self.layout.get("height")
+        return int(value) if isinstance(value, (int, float)) and value > 0 else DEFAULT_HEIGHT
 
     @property
     def points(self) -> int:
@@ -174,23 +184,44 @@ def _gpu_power_traces(views: Sequence[RunView], zone: timezone) -> list[dict[str
 
 def timeline(views: Sequence[RunView], fig_id: str = "timeline") -> Figure | None:
     """The server's queue and KV cache (server_metrics.csv) above the GPUs' power (gpu.csv), on
-    one time axis; percentages (KV cache, GPU utilisation) on the right-hand axis."""
+    one time axis; percentages (KV cache, GPU utilisation) on the right-hand axis. A panel with
+    nothing to draw (no GPU on a CPU engine, no scrape of the server) is left out, not drawn
+    empty, and so is a right-hand axis with no trace on it."""
     zone = reference_zone(views)
-    data = _server_traces(views, zone) + _gpu_power_traces(views, zone)
-    if not data:
+    server, gpu = _server_traces(views, zone), _gpu_power_traces(views, zone)
+    if not server and not gpu:
         return None
     shapes, annotations = phase_marks([p for v in views for p in v.phases], zone, len(views) > 1)
+    both = bool(server and gpu)
     layout = _layout("Server and GPU over time", f"time ({zone_name(zone)})", "requests",
-                     shapes=shapes, annotations=annotations, height=560)  # fmt: skip
-    layout["xaxis"].update(type="date", anchor="y2")  # the time axis under the lower panel
-    layout["yaxis"].update(domain=[0.55, 1.0], rangemode="tozero")
-    layout["yaxis2"] = {"title": {"text": "GPU power (W)"}, "domain": [0.0, 0.45],
-                        "anchor": "x", "rangemode": "tozero"}  # fmt: skip
-    for axis, over in (("yaxis3", "y"), ("yaxis4", "y2")):
-        layout[axis] = {"title": {"text": "%"}, "overlaying": over, "side": "right",
-                        "range": [0, 105], "showgrid": False}  # fmt: skip
-    return Figure(fig_id, "Server and GPU timeline", data, layout,
-                  "top: the engine's requests (its /metrics); bottom: GPU board power")
+                     shapes=shapes, annotations=annotations, height=560 if both else 430)
+    layout["xaxis"]["type"] = "date"
+    if not server:  # the GPU's panel alone: it takes the primary axes
+        gpu = [{**t, "yaxis": {"y2": "y", "y4": "y3"}[t["yaxis"]]} for t in gpu]
+        layout["yaxis"]["title"] = {"text": "GPU power (W)"}
+    layout["yaxis"]["rangemode"] = "tozero"
+    if both:
+        layout["xaxis"]["anchor"] = "y2"  # the time axis under the lower panel
+        layout["yaxis"]["domain"] = [0.55, 1.0]
+        layout["yaxis2"] = {"title": {"text": "GPU power (W)"}, "domain": [0.0, 0.45],
+                            "anchor": "x", "rangemode": "tozero"}  # fmt: skip
+    data = server + gpu
+    for base, over in (("y", "y3"), ("y2", "y4")):
+        if not any(t.get("yaxis", "y") == base for t in data):
+            # Only percentages in this panel (utilisation, no power): they take its left axis.
+            data = [{**t, "yaxis": base} if t.get("yaxis") == over else t for t in data]
+            key = "yaxis" if base == "y" else "yaxis2"
+            if key in layout:
+                layout[key].update(title={"text": "%"}, range=[0, 105])
+    used = {t.get("yaxis", "y") for t in data}
+    for axis, over in (("y3", "y"), ("y4", "y2")):
+        if axis in used:
+            layout[f"yaxis{axis[1:]}"] = {"title": {"text": "%"}, "overlaying": over,
+                                          "side": "right", "range": [0, 105], "showgrid": False}
+    note = ("top: the engine's requests (its /metrics); bottom: GPU board power" if both else
+            "the engine's requests (its /metrics); no GPU samples" if server else
+            "GPU board power; no scrape of the server's /metrics")
+    return Figure(fig_id, "Server and GPU timeline", data, layout, note)
 
 
 def phase_marks(

@@ -11,7 +11,6 @@ from proctor.record.schema import FlowRecord, FlowWorkloadRun, RecordCore
 from proctor.report.build import (
     Report,
     Subject,
-    _fmt,
     _footer,
     eval_block,
     gpu_block,
@@ -19,10 +18,12 @@ from proctor.report.build import (
     run_header,
 )
 from proctor.report.figures import Figure, latency_cdfs
+from proctor.report.headline import headline_card
 from proctor.report.load import RunView, load_run
 from proctor.report.page import badge, esc, figure_block, render_page, table
 from proctor.report.series import read_server_csv
 from proctor.report.telemetry import telemetry_blocks
+from proctor.report.verdict import fmt_value, verdict_of
 from proctor.results.baselines import Baseline
 
 # The few figures a workload's row shows; the section below it has every metric.
@@ -46,7 +47,12 @@ def flow_report(
     figures: list[Figure] = []
     flow_view = load_run(RunDir(runs_dir / record.run_id))
     views: list[RunView] = [flow_view]
-    blocks = [run_header(flow_view)]
+    cards = [headline_card(flow_view, "the flow")]
+    for row in record.workload_runs:  # each workload's verdict and numbers, before the detail
+        if row.run_id and (runs_dir / row.run_id).is_dir():
+            cards.append(headline_card(load_run(RunDir(runs_dir / row.run_id)),
+                                       f"{row.index + 1}. {row.name} ({row.kind})"))
+    blocks = [run_header(flow_view, lead="".join(cards))]
     server_id = record.server_run
     if server_id and (runs_dir / server_id).is_dir():
         server = load_run(RunDir(runs_dir / server_id))
@@ -86,13 +92,16 @@ def _workloads_table(loaded: list[tuple[FlowWorkloadRun, RunView | None]]) -> st
     rows = []
     for row, view in loaded:
         code = row.exit_code
-        status = "ok" if code == 0 else "failed"
-        cells: list[Any] = [str(row.index + 1), str(row.name),
-                            str(row.kind), str(row.run_id or "-"),
-                            (badge(status), ""), "-" if code is None else str(code)]  # fmt: skip
+        # The workload run's verdict (a bench that exited 0 may be INVALID), else its exit.
+        verdict = verdict_of(view) if view is not None else None
+        status, css = ((verdict.text, verdict.css) if verdict is not None else
+                       ("ok", "ok") if code == 0 else ("failed", "failed"))
+        cells: list[Any] = [str(row.index + 1), str(row.name), str(row.kind),
+                            str(row.run_id or "-"), (badge(status, css), ""),
+                            "-" if code is None else str(code)]  # fmt: skip
         for _, metric in HEADLINE:
             m = view.metrics.get(metric) if view is not None else None
-            cells.append((_fmt(m.value) if m else "", "num"))
+            cells.append((fmt_value(m.value, m.unit) if m else "", "num"))
         rows.append(cells)
     columns = ["#", "workload", "kind", "run", "outcome", "exit", *[h for h, _ in HEADLINE]]
     return table(columns, rows, raw_columns=(4,))

@@ -22,6 +22,7 @@ CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;
 color:#1b1b1b;background:#fafafa}
+*,*::before,*::after{box-sizing:border-box}
 main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
 h1{font-size:1.5rem;margin:.2rem 0}h2{font-size:1.2rem;margin:2rem 0 .5rem;border-bottom:1px
 solid #ddd;padding-bottom:.2rem}h3{font-size:1rem;margin:1rem 0 .3rem}
@@ -38,8 +39,17 @@ table.kv th{width:11rem}
 code{font-family:"DejaVu Sans Mono",monospace;font-size:.85rem;word-break:break-all}
 .check{margin:.15rem 0}.mark{display:inline-block;width:1.4rem;text-align:center;
 border-radius:.2rem;color:#fff;margin-right:.4rem;font-weight:700}
-.plot{width:100%;height:430px;background:#fff;border:1px solid #e3e3e3;margin:.3rem 0}
+.plot{width:100%;background:#fff;box-shadow:0 0 0 1px #e3e3e3;margin:.5rem 0}
+.wide{max-width:100%;overflow-x:auto;margin:.3rem 0 1rem}.wide>table{margin:0}
+td,th,p,h1,h2,h3,summary{overflow-wrap:break-word}
 .note{color:#555;font-size:.85rem;margin:.2rem 0 .8rem}
+.card{background:#fff;box-shadow:0 0 0 1px #ddd;border-radius:.4rem;padding:.7rem 1rem;
+margin:.6rem 0 1rem}.card h3{margin:0 0 .4rem}.card .verdict{margin-bottom:.6rem}
+.card .verdict .badge{font-size:1.15rem}.card .why{color:#444;font-size:.9rem}
+.tiles{display:grid;grid-template-columns:repeat(auto-fill,minmax(10rem,1fr));gap:.5rem}
+.tile{background:#f3f5f7;border-radius:.3rem;padding:.35rem .6rem}.tile b{display:block;
+font-size:1.35rem;font-variant-numeric:tabular-nums}.tile span{color:#555;font-size:.8rem}
+.warn{background:#fdecea;border-left:4px solid #c62828;padding:.4rem .6rem;margin:.4rem 0}
 details{margin:.4rem 0}summary{cursor:pointer;font-weight:600}
 footer{color:#777;font-size:.8rem;margin-top:3rem}
 """
@@ -122,7 +132,9 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], css: str = "",
             cells.append(f"<td{attr}>{content}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     attr = f' class="{esc(css)}"' if css else ""
-    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    # A table wider than the page scrolls inside its own box: the page never scrolls sideways.
+    return (f'<div class="wide"><table{attr}><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
 def kv_table(pairs: Sequence[tuple[str, str]], raw: bool = False) -> str:
@@ -132,13 +144,24 @@ def kv_table(pairs: Sequence[tuple[str, str]], raw: bool = False) -> str:
 
 def figure_block(fig: Figure) -> str:
     note = f'<p class="note">{esc(fig.note)}</p>' if fig.note else ""
+    # The div is as tall as the figure: plotly draws into it, never over what follows.
     return (f'<div class="plot" id="{esc(fig.id)}" data-title="{esc(fig.title)}" '
-            f'data-points="{fig.points}"></div>{note}')  # fmt: skip
+            f'data-points="{fig.points}" style="height:{fig.height}px"></div>{note}')  # fmt: skip
+
+
+def _page_layout(fig: Figure) -> dict[str, Any]:
+    """The layout plotly gets: the div's height, and every axis growing the margin its tick
+    labels and title need (a right-hand axis's ticks are never cut off)."""
+    layout = {**fig.layout, "height": fig.height, "autosize": True}
+    for key, axis in fig.layout.items():
+        if key.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            layout[key] = {"automargin": True, **axis}
+    return layout
 
 
 def render_page(title: str, blocks: Sequence[str], figures: Sequence[Figure],
                 footer: str = "") -> str:  # fmt: skip
-    figs = [{"id": f.id, "data": f.data, "layout": f.layout} for f in figures]
+    figs = [{"id": f.id, "data": f.data, "layout": _page_layout(f)} for f in figures]
     return "".join([
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">',

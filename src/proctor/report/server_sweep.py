@@ -13,6 +13,8 @@ from proctor.report.build import Report, Subject, _fmt, _footer, run_header
 from proctor.report.figures import Figure, _layout, colour
 from proctor.report.load import load_run
 from proctor.report.page import figure_block, render_page, table
+from proctor.report.verdict import fmt_value
+from proctor.results.names import metric_info
 from proctor.server_sweep import SUMMARY_METRICS, pareto_front, point_key
 
 
@@ -51,7 +53,7 @@ def _table(rows: list[dict[str, Any]], front: set[int]) -> str:
     for i, r in enumerate(rows):
         m = r.get("metrics") or {}
         cells: list[Any] = [point_key(r.get("server") or {}), point_key(r.get("bench") or {})]
-        cells += [(_fmt(m.get(k)), "num") for k in SUMMARY_METRICS]
+        cells += [(fmt_value(m.get(k), metric_info(k).unit), "num") for k in SUMMARY_METRICS]
         cells += [(_fmt(r.get("tok_s_per_user")), "num"), (_fmt(r.get("tok_s_per_gpu")), "num")]
         cells += [str(r.get("exit_code")), "yes" if i in front else "", str(r.get("flow_run"))]
         body.append(cells)
