@@ -29,6 +29,7 @@ from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
 from proctor.monitors.drain import DrainConfig
 from proctor.monitors.server_metrics import ServerMetricsScraper
+from proctor.record import owner
 from proctor.record.finish import now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
@@ -51,6 +52,7 @@ from proctor.serve import (
 )
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, resolve_store_path
+from proctor.supervise.controller import controller_fields, hold
 from proctor.supervise.launch import RunSpec, start_run
 from proctor.supervise.signals import deferred_stops
 from proctor.targets.remote.shipfiles import Document
@@ -127,15 +129,18 @@ class Flow:
         self.runs_dir = Path(resolve_runs_dir(options.runs_dir, config).value)
         self.recorder = Recorder(run) if run else Recorder.create(self.runs_dir)
         self.dir = self.recorder.run
+        if run is not None and not owner.take(run.path):
+            raise UsageError(f"flow {run.run_id} is still running: its controller holds it",
+                             hint=f"proctor runs stop {run.run_id}, or wait for it")  # fmt: skip
         self.server: RunDir | None = None
         self.scraper: ServerMetricsScraper | None = None  # the server's /metrics, ready to stop
         if not self.recorder.record:
+            store = Path(str(resolve_store_path(config, self.runs_dir).value))
             self.recorder.start(
                 {
                     "name": f"flow-{options.server.engine}-p{options.server.port}",
                     "kind": "flow",
-                    "argv": [],
-                    "cwd": str(Path.cwd()),
+                    **controller_fields(Path.cwd(), self.runs_dir, store),
                     "log": "flow.log",
                     "proctor_version": __version__,
                     "outcome": "running",
@@ -420,6 +425,8 @@ class Flow:
             raise _Terminated()
 
         previous = signal.signal(signal.SIGTERM, on_term)
+        # This process is the flow's live controller: readers see it, `runs stop` signals it.
+        hold(self.recorder)
         try:
             self._steps(note, resume=resume)
         except (KeyboardInterrupt, _Terminated):
@@ -436,9 +443,11 @@ class Flow:
                 signal.signal(signal.SIGTERM, previous)
                 signal.signal(signal.SIGINT, previous_int)
             code = failures[0] if failures else 0
+            stopped = code == int(ExitCode.INTERRUPTED)
             self.recorder.finish(
                 code=code,
-                outcome="ok" if code == 0 else "failed",
+                outcome="ok" if code == 0 else "stopped" if stopped else "failed",
+                reason="stopped" if stopped else None,
                 store_path=resolve_store_path(self.config, self.runs_dir).value,
                 who="flow",
             )

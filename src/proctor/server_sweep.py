@@ -32,6 +32,7 @@ from proctor.record.schema import FlowRecord, read_view
 from proctor.serve import ServerRequest
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
+from proctor.supervise.controller import controller_fields, controlling
 from proctor.version import __version__
 from proctor.workloads.flow_workloads import FlowWorkload, parse_workload
 from proctor.workloads.sweep import plot_unavailable
@@ -207,11 +208,12 @@ def run_server_sweep(
     runs_root = Path(resolve_runs_dir(base.runs_dir, config).value)
     recorder = Recorder.create(runs_root)
     sweep = recorder.run
+    store_path = resolve_store_path(config, runs_root).value
     recorder.start({
         "name": group,
         "group": group,
         "kind": "server-sweep",
-        "argv": [],
+        **controller_fields(Path.cwd(), runs_root, Path(str(store_path))),
         "grid": {"server": grid.server, "bench": grid.bench},
         "proctor_version": __version__,
         "outcome": "running",
@@ -223,27 +225,28 @@ def run_server_sweep(
     codes: list[int] = []
     reused: list[str] = []
     ran: list[str] = []
-    store_path = resolve_store_path(config, runs_root).value
     points = grid.server_points()
     try:
-        for n, params in enumerate(points, 1):
-            key = point_key(params)
-            flow_id = earlier.get(key)
-            if flow_id is not None:
-                say(f"[server-sweep] point {n}/{len(points)} {key}: done before (flow {flow_id})")
-                reused.append(key)
-                code = 0
-            else:
-                say(f"[server-sweep] point {n}/{len(points)} {key}: starting")
-                flow_id, code = _run_point(base, grid, params, config, group, say)
-                ran.append(key)
-                say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
-            codes.append(code)
-            rows += point_rows(runs_root, flow_id, params, base.server.tp)
-            write_server_summary(recorder, rows, group)
-            if code == int(ExitCode.INTERRUPTED):  # the flow tore down on Ctrl-C: stop here
-                say("[server-sweep] interrupted: later points not run")
-                break
+        with controlling(recorder):
+            for n, params in enumerate(points, 1):
+                key = point_key(params)
+                flow_id = earlier.get(key)
+                if flow_id is not None:
+                    say(f"[server-sweep] point {n}/{len(points)} {key}: done before "
+                        f"(flow {flow_id})")
+                    reused.append(key)
+                    code = 0
+                else:
+                    say(f"[server-sweep] point {n}/{len(points)} {key}: starting")
+                    flow_id, code = _run_point(base, grid, params, config, group, say)
+                    ran.append(key)
+                    say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
+                codes.append(code)
+                rows += point_rows(runs_root, flow_id, params, base.server.tp)
+                write_server_summary(recorder, rows, group)
+                if code == int(ExitCode.INTERRUPTED):  # the flow tore down on Ctrl-C: stop here
+                    say("[server-sweep] interrupted: later points not run")
+                    break
     except KeyboardInterrupt:
         write_server_summary(recorder, rows, group)
         recorder.finish(
@@ -251,6 +254,7 @@ def run_server_sweep(
             outcome="stopped",
             store_path=store_path,
             who="server-sweep",
+            reason="stopped",
         )
         raise
     failing = [c for c in codes if c != 0]
@@ -264,6 +268,7 @@ def run_server_sweep(
         outcome="ok" if code == 0 else "stopped" if stopped else "failed",
         store_path=store_path,
         who="server-sweep",
+        reason="stopped" if stopped else None,
     )
     return ServerSweepResult(sweep, rows, code, reused, ran)
 

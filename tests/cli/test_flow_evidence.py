@@ -17,7 +17,7 @@ from proctor.record.schema import MODELS, json_schema, parse_record
 from tests.cli.test_serve_flow import curl, free_port, start
 from tests.helpers import FAKE_ENGINE_TOML, proctor, proctor_popen
 
-EXIT_CODE = re.compile(r"^\d+( SIG[A-Z0-9]+)?\n$")
+EXIT_CODE = re.compile(r"^\d+( SIG[A-Z0-9]+| (timeout|stopped)( \d+( SIG[A-Z0-9]+)?)?)?\n$")
 
 
 @pytest.fixture
@@ -74,6 +74,12 @@ def test_flow_and_sweep_directories_carry_the_same_evidence(
     for run_id, record in records.items():
         if record["kind"] in ("flow", "sweep"):
             assert listed[run_id]["outcome"] == "ok" and listed[run_id]["exit_code"] == 0
+            # What every run records (issue 19, section 5): the command, the source, the times.
+            argv = record["argv"]
+            assert isinstance(argv, list) and argv[:2] == ["proctor", record["kind"]], argv
+            assert record["source"] and record["host"], record
+            assert record["started_at"] and record["ended_at"], record
+            assert isinstance(record["duration_s"], float) and record["duration_s"] >= 0
 
 
 def test_sigterm_to_a_flow_stops_its_workload_run_too(
@@ -109,7 +115,8 @@ def test_sigterm_to_a_flow_stops_its_workload_run_too(
     assert server["outcome"] == "stopped"
     assert _dead(int(server["process"]["pid"]))  # type: ignore[index]
     flow_dir = isolated_runs / str(flow["run_id"])
-    assert (flow_dir / "exit_code").read_text() == "130\n"
+    assert (flow_dir / "exit_code").read_text() == "130 stopped\n"
+    assert records[flow_dir.name]["outcome"] == "stopped"  # interrupted is stopped, not failed
     teardown = [s for s in records[flow_dir.name]["steps"] if s["step"] == "teardown"]  # type: ignore[union-attr]
     assert set(teardown[0]["stopped_runs"]) == {workload_dir.name, server["run_id"]}
     assert proctor("runs", "verify", flow_dir.name).returncode == 0

@@ -153,7 +153,8 @@ def test_timeout_leaves_no_process_of_the_tree_alive(isolated_runs: Path, tmp_pa
     record = json.loads((only_run(isolated_runs) / "record.json").read_text())
     assert record["outcome"] == "timeout"
     assert record["exit"]["decided_by"] == "proctor"
-    assert record["exit"]["signal"] == "SIGKILL"  # it ignored SIGTERM
+    assert record["exit"]["command"]["signal"] == "SIGKILL"  # it ignored SIGTERM
+    assert (only_run(isolated_runs) / "exit_code").read_text() == "4 timeout 137 SIGKILL\n"
 
 
 def test_runs_stop_stops_the_whole_tree(isolated_runs: Path, tmp_path: Path) -> None:
@@ -207,7 +208,7 @@ def test_ctrl_c_stops_the_run_and_exits_130(isolated_runs: Path) -> None:
     assert controller.wait(timeout=30) == 130, controller.communicate()[1]
     record = json.loads((run / "record.json").read_text())
     assert record["outcome"] == "stopped"
-    assert (run / "exit_code").read_text() == "143 SIGTERM\n"
+    assert (run / "exit_code").read_text() == "130 stopped 143 SIGTERM\n"
 
 
 def test_ctrl_c_in_the_start_window_still_stops_the_run(isolated_runs: Path) -> None:

@@ -206,7 +206,7 @@ def test_stop_kills_sigterm_ignorer_and_escaped_grandchild(fake_engine: int, iso
     again = json.loads(proctor("serve", "stop", run_id, "--json", check=True).stdout)
     assert again[0]["was_running"] is False
     record = json.loads((run / "record.json").read_text())
-    assert record["exit"]["signal"] == "SIGKILL"
+    assert record["exit"]["command"]["signal"] == "SIGKILL"  # the server's own, after the stop's 130
 
 
 def test_serve_start_prints_the_profile_it_applied(isolated_runs: Path, tmp_path: Path) -> None:

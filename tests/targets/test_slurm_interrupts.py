@@ -143,8 +143,8 @@ def test_a_bench_job_cancelled_outside_is_recorded_so_with_its_step_s_exit(
     assert "cancelled outside proctor" in (data["completion"]["stopped_by"] or ""), data
     assert data["completion"]["limit"] is None, data["completion"]
     (child,) = data["children"]
-    # The step's exit_code file says "143 SIGTERM": its code, not null.
-    assert child["outcome"] == "stopped" and child["exit_code"] == 143, child
+    # The step's exit_code file says "130 stopped 143 SIGTERM": stopped (130), not null, not 0.
+    assert child["outcome"] == "stopped" and child["exit_code"] == 130, child
     rec = record(Path(data["completion"]["local_dir"]))
     assert "cancelled outside proctor" in rec["reason"], rec
 

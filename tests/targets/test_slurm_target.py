@@ -187,7 +187,8 @@ def test_runs_stop_scancels_the_job_and_records_stopped(
         "node wrappers to exit",
     )
     wait = proctor("runs", "wait", group.name)
-    assert wait.returncode == 143  # like a local run stopped by SIGTERM: never 0
+    assert wait.returncode == 130  # like a local run stopped: never 0 (docs/runs.md)
+    assert (group / "exit_code").read_text().startswith("130 stopped ")
     again = proctor("runs", "stop", group.name)
     assert again.returncode == 0 and "not running" in again.stderr  # idempotent
 

@@ -97,10 +97,13 @@ def list_runs(
         rows = store.runs(name=name, commit=commit, since=since_iso, limit=None)
         out: list[dict[str, Any]] = []
         for row in rows:
+            # The state, outcome and status are the run directory's (its exit_code file and
+            # its owner), never the store's copy of the record: that is only an index.
             run = RunDir(Path(row["dir"]))
-            if row["outcome"] in ("starting", "running") or not run.exit_code_path.exists():
-                state = run_state(run)
-                row["outcome"] = effective_outcome(read_view(run.path), state)
+            state = run_state(run)
+            row["outcome"] = effective_outcome(read_view(run.path), state)
+            row["exit_code"] = state.exit.code if state.exit else None
+            row["exit_signal"] = state.exit.signal if state.exit else None
             if outcome and row["outcome"] != outcome:
                 continue
             out.append(row)

@@ -30,13 +30,39 @@ def now_iso() -> str:
     return iso_at(time.time())
 
 
-def exit_code_text(code: int, signal: str | None = None) -> str:
-    return f"{code} {signal}\n" if signal else f"{code}\n"
+#: Why proctor, not the command, decided a run's status: the word after the code.
+REASONS = ("timeout", "stopped")
 
 
-def write_exit_code(run: RunDir, code: int, signal: str | None = None) -> None:
+def exit_code_text(
+    code: int,
+    signal: str | None = None,
+    reason: str | None = None,
+    command: tuple[int, str | None] | None = None,
+) -> str:
+    """The `exit_code` file: `CODE [SIGNAME]` when it is the command's own status (`0`,
+    `3`, `143 SIGTERM`); `CODE REASON [CMDCODE [CMDSIG]]` when proctor decided it (`4 timeout
+    143 SIGTERM`, `130 stopped 0`): the first word is always the run's status, so a reader of
+    the first word alone never takes a stopped or timed-out run for a success."""
+    words = [str(code)]
+    if reason:
+        words.append(reason)
+        if command is not None:
+            words += [str(command[0]), *([command[1]] if command[1] else [])]
+    elif signal:
+        words.append(signal)
+    return " ".join(words) + "\n"
+
+
+def write_exit_code(
+    run: RunDir,
+    code: int,
+    signal: str | None = None,
+    reason: str | None = None,
+    command: tuple[int, str | None] | None = None,
+) -> None:
     """`exit_code`, atomically: a reader sees no file or the whole status, never half."""
-    write_atomic(run.exit_code_path, exit_code_text(code, signal))
+    write_atomic(run.exit_code_path, exit_code_text(code, signal, reason, command))
 
 
 def seal_run(run: RunDir, store_path: str | Path | None, who: str) -> None:
@@ -49,4 +75,4 @@ def seal_run(run: RunDir, store_path: str | Path | None, who: str) -> None:
     index_quietly(store_path, run.path, who)
 
 
-__all__ = ["exit_code_text", "now_iso", "seal_run", "write_exit_code"]
+__all__ = ["REASONS", "exit_code_text", "now_iso", "seal_run", "write_exit_code"]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.record.finish import now_iso, seal_run, write_exit_code
+from proctor.record.owner import let_go
 from proctor.record.rundir import RECORD, RunDir, create_run_dir, new_run_id
 from proctor.record.version import SCHEMA_ID, SCHEMA_VERSION
 
@@ -81,9 +82,16 @@ class Recorder:
         self.save()
 
     # -- the end --------------------------------------------------------------------------
-    def write_exit(self, code: int, signal: str | None = None) -> None:
-        """`exit_code`, atomically, before anything else of the end."""
-        write_exit_code(self.run, code, signal)
+    def write_exit(
+        self,
+        code: int,
+        signal: str | None = None,
+        reason: str | None = None,
+        command: tuple[int, str | None] | None = None,
+    ) -> None:
+        """`exit_code`, atomically, before anything else of the end (record/finish.py: the
+        form, with `reason` when proctor decided the status)."""
+        write_exit_code(self.run, code, signal, reason, command)
 
     def seal(self, store_path: str | Path | None, who: str) -> None:
         """manifest.sha256 over the artifacts, then the store row (bounded; pending if locked)."""
@@ -98,17 +106,34 @@ class Recorder:
         who: str,
         signal: str | None = None,
         decided_by: str = "proctor",
+        reason: str | None = None,
         **fields: Any,
     ) -> None:
         """End the run: `code` None means its status is unknown, so no exit_code is written
-        (absent means unknown, never success)."""
+        (absent means unknown, never success). `reason` ("stopped", "timeout"): proctor ended
+        it, and the file says so. Then this process lets go of the run (record/owner.py)."""
         if code is not None:
-            self.write_exit(code, signal)
-            self.record["exit"] = {"code": code, "signal": signal, "decided_by": decided_by}
+            self.write_exit(code, signal, reason)
+            self.record["exit"] = {"code": code, "signal": signal, "decided_by": decided_by,
+                                   **({"reason": reason} if reason else {})}  # fmt: skip
             self.record["exit_code"] = code
-        self.record.update(outcome=outcome, ended_at=now_iso(), **fields)
+        ended = now_iso()
+        self.record.update(outcome=outcome, ended_at=ended, **fields)
+        if self.record.get("duration_s") is None and self.record.get("started_at"):
+            self.record["duration_s"] = _seconds_between(self.record["started_at"], ended)
         self.save()
         self.seal(store_path, who)
+        let_go(self.run.path)
+
+
+def _seconds_between(start: str, end: str) -> float | None:
+    from datetime import datetime
+
+    try:
+        delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+        return round(delta.total_seconds(), 3)
+    except (TypeError, ValueError):
+        return None
 
 
 __all__ = ["Recorder", "event"]

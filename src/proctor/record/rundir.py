@@ -5,7 +5,9 @@
         exit_code          "<code>" or "<128+N> <SIGNAME>", written atomically by the waiter
         record.json        the record (record/schema.py), written by record/recorder.py only
         plan.json          what the wrapper needs to run the command (no secret values)
-        wrapper.pid        the wrapper's pid and start time (pid-reuse guard)
+        wrapper.pid        the pid and start time of the process running it (the wrapper,
+                           or a flow's or sweep's controller): `runs stop` signals it
+        .owner.lock        held (flock) while an exit status can still come (record/owner.py)
         gpu.csv            GPU samples
         manifest.sha256    sha256 of every artifact, written when the run ends
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from proctor import redact
 from proctor.errors import UsageError
+from proctor.record.owner import create_owned
 
 EXIT_CODE = "exit_code"
 RECORD = "record.json"
@@ -146,8 +149,8 @@ def create_run_dir(runs_dir: Path, run_id: str) -> RunDir:
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
         ignore_in_git(runs_dir)
-        path = runs_dir / run_id
-        path.mkdir()
+        # Visible only once its owner lock is held (record/owner.py): never a run nobody owns.
+        path = create_owned(runs_dir, run_id)
     except FileExistsError:
         raise UsageError(f"run directory {runs_dir / run_id} already exists") from None
     except OSError as error:

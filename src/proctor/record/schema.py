@@ -64,6 +64,15 @@ class ProcessRef(_Model):
     pid: int
     create_time: float
     pgid: int | None = None
+    # Clock ticks since boot (/proc/PID/stat): the exact pid-reuse guard where recorded.
+    start_ticks: int | None = None
+
+
+class CommandStatus(BaseModel):
+    """The command's own status, kept when proctor decided the run's (a time limit, a stop)."""
+
+    code: int
+    signal: str | None = None
 
 
 class ExitStatus(_Model):
@@ -71,6 +80,10 @@ class ExitStatus(_Model):
     signal: str | None = None
     # "command": the command's own status; "proctor": proctor ended it (time limit, stop).
     decided_by: Literal["command", "proctor"] = "command"
+    # Why proctor decided ("timeout", "stopped"); then `code` is proctor's (4, 130) and
+    # `command` the status the command itself ended with, if it had one.
+    reason: str | None = None
+    command: CommandStatus | None = None
 
 
 class HostInfo(_Model):

@@ -1,11 +1,17 @@
 """Reading how a run stands: its exit status (or that it is unknown) and whether it is alive.
 
-A run is alive while its wrapper process is: same pid AND same start time (pids are reused).
-No exit_code file and no live wrapper means the result is unknown, never success.
+    starting   held by a live process (record/owner.py), which has not started it yet
+    running    held, and its wrapper (or flow/sweep controller) has written wrapper.pid
+    finished   `exit_code` holds a status (0-255); `wrapper_alive` while the end is written
+    unknown    no status, and nothing holds the run: none can come any more
+
+A run directory without an owner lock (an older proctor's) is alive while its wrapper is: same
+pid AND same start time (pids are reused). No status and nothing alive is unknown, never success.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -13,25 +19,44 @@ from typing import Literal
 
 import psutil
 
+from proctor.record import owner
+from proctor.record.finish import REASONS
 from proctor.record.rundir import RunDir
-from proctor.record.schema import ExitStatus, ProcessRef, RecordCore
+from proctor.record.schema import CommandStatus, ExitStatus, ProcessRef, RecordCore
 
 State = Literal["running", "finished", "unknown", "starting"]
 
 
-def read_exit_status(run: RunDir) -> ExitStatus | None:
-    try:
-        text = run.exit_code_path.read_text(encoding="utf-8").split()
-    except (FileNotFoundError, UnicodeDecodeError):  # garbage reads as no status
+def parse_exit_text(text: str) -> ExitStatus | None:
+    """The `exit_code` file's words (record/finish.py): `CODE [SIGNAME]`, or `CODE REASON
+    [CMDCODE [CMDSIG]]` when proctor decided. A status outside 0-255 is no exit status (no
+    process ends with one), so it reads as none: unknown, never success."""
+    words = text.split()
+    if not words:
         return None
-    if not text:
-        return None
     try:
-        code = int(text[0])
+        code = int(words[0])
     except ValueError:
         return None
-    sig = text[1] if len(text) > 1 else None
-    return ExitStatus(code=code, signal=sig)
+    if not 0 <= code <= 255:
+        return None
+    rest = words[1:]
+    if rest and rest[0] in REASONS:
+        command = None
+        if len(rest) > 1:
+            with contextlib.suppress(ValueError):
+                signal_ = rest[2] if len(rest) > 2 else None
+                command = CommandStatus(code=int(rest[1]), signal=signal_)
+        return ExitStatus(code=code, decided_by="proctor", reason=rest[0], command=command)
+    return ExitStatus(code=code, signal=rest[0] if rest else None)
+
+
+def read_exit_status(run: RunDir) -> ExitStatus | None:
+    try:
+        text = run.exit_code_path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):  # garbage: no status
+        return None
+    return parse_exit_text(text)
 
 
 def status_from_wait(wait_status: int) -> ExitStatus:
@@ -50,7 +75,8 @@ def status_from_wait(wait_status: int) -> ExitStatus:
 def process_ref(pid: int) -> ProcessRef | None:
     try:
         proc = psutil.Process(pid)
-        return ProcessRef(pid=pid, create_time=proc.create_time(), pgid=_pgid(pid))
+        return ProcessRef(pid=pid, create_time=proc.create_time(), pgid=_pgid(pid),
+                          start_ticks=owner.start_ticks(pid))  # fmt: skip
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
 
@@ -62,12 +88,20 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
+_CREATE_SLACK_S = 1.5
+
+
 def is_alive(ref: ProcessRef | None) -> bool:
     if ref is None:
         return False
     try:
         proc = psutil.Process(ref.pid)
-        if abs(proc.create_time() - ref.create_time) > 0.05:
+        if ref.start_ticks is not None:
+            if owner.start_ticks(ref.pid) != ref.start_ticks:
+                return False
+        # A start time in seconds is derived from the boot time, which two processes may
+        # read a second apart: a tighter match would call a live process dead.
+        elif abs(proc.create_time() - ref.create_time) > _CREATE_SLACK_S:
             return False
         return bool(proc.status() != psutil.STATUS_ZOMBIE)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -92,24 +126,48 @@ class RunState:
 
 
 def run_state(run: RunDir) -> RunState:
+    """How the run stands. `unknown` only when its exit status is missing and can no longer
+    come: nothing holds the run (record/owner.py) and, read after that, still no status."""
     status = read_exit_status(run)
-    ref = read_wrapper_ref(run)
-    alive = is_alive(ref)
+    holder = owner.held(run.path)
+    if holder is None:
+        return _state_without_lock(run, status)
+    if status is not None:
+        return RunState("finished", status, holder)
+    if holder:
+        started = run.wrapper_pid_path.exists()
+        return RunState("running" if started else "starting", None, True)
+    # Its last holder let go: it wrote the status first, so read it again.
+    status = read_exit_status(run)
+    if status is not None:
+        return RunState("finished", status, False)
+    return RunState("unknown", None, False)
+
+
+def _state_without_lock(run: RunDir, status: ExitStatus | None) -> RunState:
+    """A run directory without an owner lock (an older proctor's, a far run's placeholder,
+    a Slurm node's): the pid file of its wrapper, guarded against pid reuse."""
+    alive = is_alive(read_wrapper_ref(run))
     if status is not None:
         return RunState("finished", status, alive)
     if alive:
         return RunState("running", None, True)
-    if ref is None and not run.record_path.exists():
-        return RunState("starting", None, False)
+    status = read_exit_status(run)  # written just before the wrapper exited
+    if status is not None:
+        return RunState("finished", status, False)
     return RunState("unknown", None, False)
 
 
 def effective_outcome(record: RecordCore, state: RunState) -> str:
-    """What a reader should believe: the record's outcome only once an exit status exists."""
+    """What a reader should believe: the exit_code file's word, not the record's. The record
+    only adds `timeout`/`stopped` to a file of the old form (no reason word), so a run proctor
+    ended is never read as a success."""
     if state.state == "finished":
-        if record.outcome in ("ok", "failed", "timeout", "stopped"):
-            return record.outcome
         assert state.exit is not None
+        if state.exit.reason in REASONS:
+            return state.exit.reason
+        if record.outcome in REASONS:
+            return record.outcome
         return "ok" if state.exit.code == 0 else "failed"
     if state.state == "running":
         return "running"

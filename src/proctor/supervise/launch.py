@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from proctor.errors import ProctorError, ResultUnknown, UsageError
+from proctor.record import owner
 from proctor.record.finish import now_iso
 from proctor.record.hostinfo import host_info
 from proctor.record.recorder import Recorder
@@ -214,6 +215,13 @@ def start_detached(
     """Start `python -m MODULE RUN_DIR` in a new session (it outlives this process), feed it
     `stdin_data`, and wait until it holds the run (its pid file is written). Its stderr goes to
     RUN_DIR/`err_name`; that file's tail is the error when it does not start."""
+    # The run's owner lock goes with it (record/owner.py): held by this process until now, by
+    # the child from its first instant, so the run is never without a live owner between.
+    held_fd = owner.owned_fd(run.path)
+    env = dict(os.environ if env is None else env)
+    env.pop(owner.FD_ENV, None)
+    if held_fd is not None:
+        env[owner.FD_ENV] = str(held_fd)
     proc = subprocess.Popen(
         [sys.executable, "-m", module, str(run.path)],
         stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
@@ -221,9 +229,11 @@ def start_detached(
         stderr=open(run.path / err_name, "ab"),  # noqa: SIM115 - handed to the child
         start_new_session=True,
         close_fds=True,
+        pass_fds=() if held_fd is None else (held_fd,),
         env=env,
         cwd=cwd,
     )
+    owner.let_go(run.path)
     if stdin_data is not None:
         assert proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):  # it died at once: reported below
@@ -272,11 +282,7 @@ def live_keyed_run(key_file: Path) -> RunDir | None:
         return None
     run = RunDir(Path(data["dir"]))
     state = run_state(run)
-    return run if state.state in ("running", "starting") and _wrapper_alive(run) else None
-
-
-def _wrapper_alive(run: RunDir) -> bool:
-    return is_alive(read_wrapper_ref(run))
+    return run if state.state in ("running", "starting") else None
 
 
 @dataclass
@@ -313,20 +319,29 @@ def check_exec_limits(argv: list[str], env: dict[str, str]) -> None:
         )
 
 
+def _start_or_let_go(run: RunDir, plan: RunPlan) -> None:
+    """Start the wrapper; if it cannot be, this process lets go of the run (it reads unknown,
+    with the reason) rather than holding it as "starting" while it lives."""
+    try:
+        start_wrapper(run, plan)
+    finally:
+        owner.let_go(run.path)
+
+
 def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
     """Start a run, or attach to the live run holding the same key."""
     check_exec_limits(plan.argv, {**os.environ, **plan.env_values})
     key = plan.key.value
     if not key:
         run, redactor = prepare_run(plan, spec)
-        start_wrapper(run, plan)
+        _start_or_let_go(run, plan)
         return Started(run, False, redactor)
     with key_lock(Path(plan.runs_dir.value), str(key)) as key_file:
         existing = live_keyed_run(key_file)
         if existing is not None:
             return Started(existing, True, plan.redactor())
         run, redactor = prepare_run(plan, spec)
-        start_wrapper(run, plan)
+        _start_or_let_go(run, plan)
         # The key may be a secret (masked); the directory must stay exact for the next attach.
         entry = {"key": redactor.text(str(key)), "run_id": run.run_id, "dir": str(run.path)}
         write_atomic(key_file, json.dumps(entry), mask=False)
@@ -459,8 +474,19 @@ def wait_run(run: RunDir, timeout: float | None = None, poll: float = 0.1) -> Ru
         time.sleep(poll)
 
 
-def request_stop(run: RunDir) -> bool:
-    """Ask the wrapper to stop the run (it runs the kill ladder). False if nothing is running."""
+def request_stop(run: RunDir, start_wait_s: float = WRAPPER_START_TIMEOUT_S) -> bool:
+    """Ask the process running the run (its wrapper, or a flow's or sweep's controller) to stop
+    it: SIGTERM, and it runs its own kill ladder and teardown. A run still starting is given
+    until its runner has written its pid file. False if nothing holds the run."""
+    holder = owner.held(run.path)
+    if holder is False:
+        return False
+    deadline = time.monotonic() + start_wait_s
+    while holder and not run.wrapper_pid_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+        holder = owner.held(run.path)
+    if holder is False:
+        return False
     ref = read_wrapper_ref(run)
     if not is_alive(ref):
         return False

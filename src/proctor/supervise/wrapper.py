@@ -29,7 +29,8 @@ from typing import Any
 import psutil
 
 from proctor import redact
-from proctor.errors import UsageError
+from proctor.errors import ExitCode, UsageError
+from proctor.record import owner
 from proctor.record.finish import iso_at, now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.recorder import event as record_event
@@ -39,6 +40,7 @@ from proctor.supervise.kill import kill_ladder, members
 from proctor.supervise.leftovers import describe, gpu_by_pid, notice
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PROCTOR_CODES = {"timeout": int(ExitCode.TIME_LIMIT), "stopped": int(ExitCode.INTERRUPTED)}
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
 
 
@@ -92,6 +94,7 @@ class Wrapper:
         self.pending_events: list[dict[str, Any]] = []
         self.reserve = SpaceReserve(self.run.path)
         self.enospc = False
+        self.deadline: float | None = None  # the time limit, on the monotonic clock
 
     # -- record ---------------------------------------------------------------------------
     def update_record(self, **fields: Any) -> None:
@@ -189,7 +192,7 @@ class Wrapper:
     def wait(self) -> None:
         timeout_s = self.plan.get("timeout_s")
         grace = float(self.plan.get("grace_s", 10.0))
-        deadline = time.monotonic() + float(timeout_s) if timeout_s else None
+        deadline = self.deadline
         while self.child_status is None:
             wait_for = 3600.0 if deadline is None else max(0.0, deadline - time.monotonic())
             info = signal.sigtimedwait(_WATCHED, wait_for) if wait_for > 0 else None
@@ -253,17 +256,19 @@ class Wrapper:
         # First of all: a stop that arrives from here on is held for sigtimedwait, never lost
         # (the controller starts us with these blocked already; this covers other starters).
         signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
-        me = psutil.Process()
+        # The run's owner lock, handed over by the controller: held until this process exits.
+        owner.adopt_inherited(self.run.path)
         self.reserve.take()
-        write_atomic(
-            self.run.wrapper_pid_path,
-            json.dumps({"pid": me.pid, "create_time": me.create_time(), "pgid": os.getpgid(0)}),
-        )
+        write_atomic(self.run.wrapper_pid_path, json.dumps(owner.pid_record(pgid=os.getpgid(0))))
         _become_subreaper()
         # The first GPU sample is the run's baseline: taken before the command can allocate,
         # so a command that takes GPU memory at once and keeps it is not read as released.
         self.start_sampler()
         started = time.time()
+        # The time limit counts from the command's start, as timeout(1) does: not from after
+        # this wrapper has recorded it (writing the record costs an fsync, long on a loaded disk).
+        timeout_s = self.plan.get("timeout_s")
+        self.deadline = time.monotonic() + float(timeout_s) if timeout_s else None
         try:
             self.start_child()
         except OSError as error:
@@ -278,7 +283,7 @@ class Wrapper:
                 started_at=iso_at(started),
                 ended_at=now_iso(),
                 duration_s=0.0,
-                wrapper={"pid": me.pid, "create_time": me.create_time(), "pgid": os.getpgid(0)},
+                wrapper=owner.pid_record(pgid=os.getpgid(0)),
             )
             self.finish()
             return 0
@@ -289,8 +294,9 @@ class Wrapper:
         self.update_record(
             outcome="running",
             started_at=iso_at(started),
-            wrapper={"pid": me.pid, "create_time": me.create_time(), "pgid": os.getpgid(0)},
-            process={"pid": child.pid, "create_time": child.create_time(), "pgid": child.pid},
+            wrapper=owner.pid_record(pgid=os.getpgid(0)),
+            process={"pid": child.pid, "create_time": child.create_time(), "pgid": child.pid,
+                     "start_ticks": owner.start_ticks(child.pid)},
             add_events=[self.event("start", " ".join(self.plan.get("argv", [])))],
         )
         self.index_in_background()
@@ -298,12 +304,23 @@ class Wrapper:
         ended = time.time()
         assert self.child_status is not None
         code, sig = _exit_text(self.child_status)
-        decided_by = "proctor" if self.stop_reason else "command"
-        # The evidence first: the status is on disk before anything else can go wrong.
+        # The evidence first: the status is on disk before anything else can go wrong. When
+        # proctor ended the run, its status is proctor's (4 time limit, 130 stopped), whatever
+        # the command did on SIGTERM, and the command's own follows it in the file.
+        if self.stop_reason:
+            run_code = _PROCTOR_CODES[self.stop_reason]
+            exit_ = {"code": run_code, "signal": None, "decided_by": "proctor",
+                     "reason": self.stop_reason,
+                     "command": {"code": code, "signal": sig}}  # fmt: skip
+        else:
+            exit_ = {"code": code, "signal": sig, "decided_by": "command"}
         self.enospc = self.enospc or disk_full(self.run.path)
         if not self.enospc:
             try:
-                self.recorder.write_exit(code, sig)
+                if self.stop_reason:
+                    self.recorder.write_exit(run_code, None, self.stop_reason, (code, sig))
+                else:
+                    self.recorder.write_exit(code, sig)
             except OSError as error:
                 if not is_enospc(error):
                     raise
@@ -312,7 +329,7 @@ class Wrapper:
         peaks = self.stop_sampler()
         outcome = self.stop_reason or ("ok" if code == 0 else "failed")
         end = {
-            "exit": {"code": code, "signal": sig, "decided_by": decided_by},
+            "exit": exit_,
             "ended_at": iso_at(ended),
             "duration_s": round(ended - started, 6),
             "leftovers_killed": sum(1 for e in leftovers if not e["survived"]),

@@ -53,6 +53,7 @@ Stability: other targets (slurm) code against this module. Changes are listed he
     v4: SERVE (ServeCapable, ServerLaunch, ServedRun): `serve start --target slurm://...`.
     v5: INSPECT (a kind's `inspect_run`): `proctor inspect` of a Slurm server on its nodes.
     v6: FILES (FilesCapable): dataset files shipped to a Slurm target's workspace.
+    v7: RunStatus.exit_reason: "timeout"/"stopped" when proctor decided the run's status.
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ class RunStatus:
     exit_code: int | None = None
     exit_signal: str | None = None
     wrapper_alive: bool = False
+    exit_reason: str | None = None  # "timeout" / "stopped": proctor decided the status (v7)
     outcome: str | None = None  # the far record's outcome (ok, failed, timeout, stopped, ...)
 
     @property

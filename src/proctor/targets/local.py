@@ -63,6 +63,7 @@ def status_of(run: RunDir) -> base.RunStatus:
         exit_code=state.exit.code if state.exit else None,
         exit_signal=state.exit.signal if state.exit else None,
         wrapper_alive=state.wrapper_alive,
+        exit_reason=state.exit.reason if state.exit else None,
         outcome=effective_outcome(read_view(run.path), state),
     )
 

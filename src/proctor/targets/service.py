@@ -28,8 +28,8 @@ from typing import IO, TYPE_CHECKING
 
 from proctor.errors import Interrupted, ResultUnknown, TimeLimitReached
 from proctor.record.rundir import RunDir
-from proctor.record.schema import ExitStatus, RecordCore, read_view
-from proctor.record.status import RunState
+from proctor.record.schema import CommandStatus, ExitStatus, RecordCore, read_view
+from proctor.record.status import RunState, effective_outcome, read_exit_status
 from proctor.supervise.launch import WRAPPER_FINISH_TIMEOUT_S, Started, request_stop
 from proctor.supervise.signals import deferred_stops
 
@@ -109,19 +109,34 @@ def start_held(interrupts: Interrupts, start: Callable[[], Started]) -> Started:
 
 
 def exit_for_state(run: RunDir, state: RunState) -> int:
-    """The exit status of a run as `proctor run` and `proctor runs wait` report it."""
+    """The exit status of a run as `proctor run` and `proctor runs wait` report it: the
+    exit_code file's. A run proctor ended is never 0: a time limit is 4 and a stop 130,
+    whatever its command did on SIGTERM (an old-form file gets the record's word for it)."""
+    # A view, not load_record: a record with one damaged field (a NaN duration) still
+    # says how the run ended.
     record = read_view(run.path)
     if state.state == "unknown" or state.exit is None:
         raise ResultUnknown(
             f"run {run.run_id}: result unknown ({unknown_reason(record)})", hint=f"see {run.path}"
         )
-    if record is not None and record.outcome == "timeout":
-        sig = f" {state.exit.signal}" if state.exit.signal else ""
-        raise TimeLimitReached(
-            f"run {run.run_id} reached its time limit and was stopped "
-            f"(command status {state.exit.code}{sig})"
-        )
+    exit_ = _detailed(run, state.exit)
+    reason = exit_.reason or (record.outcome if record is not None else None)
+    command = exit_.command
+    if exit_.reason is None:  # the old form: the command's own status is the file's
+        command = CommandStatus(code=exit_.code, signal=exit_.signal)
+    said = ""
+    if command is not None:
+        said = f" (command status {command.code}{f' {command.signal}' if command.signal else ''})"
+    if reason == "timeout":
+        raise TimeLimitReached(f"run {run.run_id} reached its time limit and was stopped{said}")
+    if reason == "stopped":
+        raise Interrupted(f"run {run.run_id} was stopped{said}")
     return state.exit.code
+def _detailed(run: RunDir, exit_: ExitStatus) -> ExitStatus:
+    """The run directory's exit_code file, where it holds the same status in full (the command's
+    own status after proctor's), else what the target said."""
+    local = read_exit_status(run)
+    return local if local is not None and local.code == exit_.code else exit_
 
 
 def unknown_reason(record: RecordCore | None) -> str:
@@ -141,8 +156,12 @@ def summary_line(run: RunDir, state: RunState) -> str:
     if state.exit is None:
         why = unknown_reason(record)
         return f"run {run.run_id}: result unknown ({why}); evidence in {run.path}"
-    sig = f" ({state.exit.signal})" if state.exit.signal else ""
-    outcome = record.recorded_outcome
+    exit_ = _detailed(run, state.exit)
+    sig = f" ({exit_.signal})" if exit_.signal else ""
+    if exit_.command is not None:
+        cmd = exit_.command
+        sig = f" (command status {cmd.code}{f' {cmd.signal}' if cmd.signal else ''})"
+    outcome = effective_outcome(record, state)
     # Name a log only where there is one: a sweep's evidence is its summary, not a log.
     log = run.log_path()
     where = f"log {log}" if log.is_file() else f"evidence in {run.path}"
@@ -160,8 +179,11 @@ def leftovers_line(run_id: str, record: RecordCore | None) -> str:
 
 def state_of(status: RunStatus) -> RunState:
     """A target's RunStatus as the RunState the exit table reads."""
-    exit_ = None if status.exit_code is None else ExitStatus(code=status.exit_code,
-                                                             signal=status.exit_signal)  # fmt: skip
+    if status.exit_code is None:
+        return RunState(status.state, None, status.wrapper_alive)
+    exit_ = ExitStatus(code=status.exit_code, signal=status.exit_signal,
+                       decided_by="proctor" if status.exit_reason else "command",
+                       reason=status.exit_reason)  # fmt: skip
     return RunState(status.state, exit_, status.wrapper_alive)
 
 

@@ -713,6 +713,7 @@ def _status(answer: dict[str, Any]) -> base.RunStatus:
         exit_signal=answer.get("exit_signal"),
         wrapper_alive=bool(answer.get("wrapper_alive")),
         outcome=answer.get("outcome"),
+        exit_reason=answer.get("exit_reason"),
     )
 
 

@@ -24,7 +24,8 @@ from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
-from proctor.supervise.launch import RunSpec, start_run, wait_run
+from proctor.supervise.controller import controller_fields, controlling, wait_or_stop
+from proctor.supervise.launch import RunSpec, start_run
 from proctor.version import __version__
 
 AXES = {"request-rate": "--request-rate", "concurrency": "--concurrency"}
@@ -161,8 +162,11 @@ def slo_search(
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
     recorder = Recorder.create(runs_root)
     home = recorder.run
+    store = resolve_store_path(config, runs_root).value
     record = recorder.start({
-        "name": name, "kind": "slo-search", "argv": base_argv, "axis": axis, "lo": lo, "hi": hi,
+        "name": name, "kind": "slo-search",
+        **controller_fields(Path.cwd(), runs_root, Path(str(store))),
+        "bench_argv": base_argv, "axis": axis, "lo": lo, "hi": hi,
         "slo": [str(c) for c in conditions], "proctor_version": __version__,
         "outcome": "running", "probes": [],
     })  # fmt: skip
@@ -181,43 +185,44 @@ def slo_search(
     answer: float | None = None
     code = 0
     error: str | None = None
-    store = resolve_store_path(config, runs_root).value
     try:
-        low = probe(lo)
-        if absent := _unwritten(low, conditions):
-            # A typo in --slo fails every probe: that is no "even lo misses it".
-            error = (f"the bench wrote no {', '.join(absent)} (run {low.run_id}, metrics.json): "
-                     "the SLO names a metric that does not exist, so it cannot be judged")
-            code = int(ExitCode.USAGE)
-        elif _broken(low):
-            code = int(low.exit_code or ExitCode.UNKNOWN)
-        elif not low.met:
-            say(f"[slo] no {axis} in [{lo:g}, {hi:g}] meets the SLO: even {lo:g} misses it")
-            code = int(ExitCode.WORKLOAD_FAILED)
-        else:
-            answer = lo
-            high = probe(hi)
-            if _broken(high):
-                code = int(high.exit_code or ExitCode.UNKNOWN)
-            elif high.met:
-                answer = hi
-                say("[slo] the top of the range meets the SLO: raise --hi to look further")
+        with controlling(recorder):
+            low = probe(lo)
+            if absent := _unwritten(low, conditions):
+                # A typo in --slo fails every probe: that is no "even lo misses it".
+                error = (f"the bench wrote no {', '.join(absent)} (run {low.run_id}, "
+                         "metrics.json): the SLO names a metric that does not exist, so it "
+                         "cannot be judged")
+                code = int(ExitCode.USAGE)
+            elif _broken(low):
+                code = int(low.exit_code or ExitCode.UNKNOWN)
+            elif not low.met:
+                say(f"[slo] no {axis} in [{lo:g}, {hi:g}] meets the SLO: even {lo:g} misses it")
+                code = int(ExitCode.WORKLOAD_FAILED)
             else:
-                good, bad = lo, hi
-                while bad - good > step and len(probes) < max_probes:
-                    middle = (good + bad) / 2
-                    middle = float(math.floor(middle)) if integer else round(middle, 6)
-                    if middle <= good:
-                        break
-                    p = probe(middle)
-                    if _broken(p):
-                        code = int(p.exit_code or ExitCode.UNKNOWN)
-                        break
-                    good, bad = (middle, bad) if p.met else (good, middle)
-                answer = good
-    except KeyboardInterrupt:
+                answer = lo
+                high = probe(hi)
+                if _broken(high):
+                    code = int(high.exit_code or ExitCode.UNKNOWN)
+                elif high.met:
+                    answer = hi
+                    say("[slo] the top of the range meets the SLO: raise --hi to look further")
+                else:
+                    good, bad = lo, hi
+                    while bad - good > step and len(probes) < max_probes:
+                        middle = (good + bad) / 2
+                        middle = float(math.floor(middle)) if integer else round(middle, 6)
+                        if middle <= good:
+                            break
+                        p = probe(middle)
+                        if _broken(p):
+                            code = int(p.exit_code or ExitCode.UNKNOWN)
+                            break
+                        good, bad = (middle, bad) if p.met else (good, middle)
+                    answer = good
+    except KeyboardInterrupt:  # Ctrl-C, or `runs stop` of the search (controller.Stopped)
         recorder.finish(code=int(ExitCode.INTERRUPTED), outcome="stopped", store_path=store,
-                        who="slo-search")  # fmt: skip
+                        who="slo-search", reason="stopped")  # fmt: skip
         raise
     record["answer"] = answer
     if error:
@@ -253,7 +258,7 @@ def _probe(base_argv: list[str], axis: str, value: float, conditions: list[Condi
     started = start_run(resolve_run_plan(flags, config),
                         RunSpec(kind="bench", group=home.run_id,
                                 extra={"slo_search": home.run_id, axis: value}))  # fmt: skip
-    state = wait_run(started.run)
+    state = wait_or_stop(started.run)
     doc = started.run.read_json("metrics.json") or {}
     metrics = {k: float(v) for k, v in (doc.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}  # fmt: skip

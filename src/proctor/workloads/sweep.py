@@ -20,8 +20,8 @@ from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.schema import SweepRecord, parse_as
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
+from proctor.supervise.controller import controller_fields, controlling, wait_or_stop
 from proctor.supervise.launch import RunSpec, record_of, start_run
-from proctor.targets.service import SupervisedRun
 from proctor.version import __version__
 
 COLUMNS = (
@@ -74,11 +74,13 @@ def run_sweep(
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
     recorder = Recorder.create(runs_root)
     sweep = recorder.run
+    store_path = resolve_store_path(config, runs_root).value
     started = recorder.start(
         {
             "name": name,
             "kind": "sweep",
-            "argv": base_argv,
+            **controller_fields(Path.cwd(), runs_root, Path(str(store_path))),
+            "bench_argv": base_argv,
             "concurrencies": concurrencies,
             "proctor_version": __version__,
             "outcome": "running",
@@ -92,14 +94,15 @@ def run_sweep(
     if reason:
         say(f"[sweep] the PNG plot is skipped: {reason}")
     points: list[SweepPoint] = []
-    store_path = resolve_store_path(config, runs_root).value
     try:
-        for conc in concurrencies:
-            points.append(_run_point(base_argv, conc, config, runs_root, name, sweep, say))
-            write_summary(recorder, record, points)
-    except KeyboardInterrupt:
+        with controlling(recorder):
+            for conc in concurrencies:
+                points.append(_run_point(base_argv, conc, config, runs_root, name, sweep, say))
+                write_summary(recorder, record, points)
+    except KeyboardInterrupt:  # Ctrl-C, or `runs stop` of the sweep (controller.Stopped)
         write_summary(recorder, record, points)
-        recorder.finish(code=130, outcome="stopped", store_path=store_path, who="sweep")
+        recorder.finish(code=130, outcome="stopped", store_path=store_path, who="sweep",
+                        reason="stopped")  # fmt: skip
         raise
     except BaseException as error:
         # No status can be established for a sweep that died: no exit_code (unknown).
@@ -138,7 +141,7 @@ def _run_point(
         ),
     )
     say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
-    state = SupervisedRun(started.run).wait()
+    state = wait_or_stop(started.run)
     document = started.run.read_json("metrics.json") or {}
     metrics = document.get("metrics") or {}
     code = state.exit.code if state.exit else None

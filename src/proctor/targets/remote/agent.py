@@ -49,7 +49,8 @@ def _status(run: Any) -> dict[str, Any]:
 
     s = status_of(run)
     return {"state": s.state, "exit_code": s.exit_code, "exit_signal": s.exit_signal,
-            "wrapper_alive": s.wrapper_alive, "outcome": s.outcome}  # fmt: skip
+            "wrapper_alive": s.wrapper_alive, "outcome": s.outcome,
+            "exit_reason": s.exit_reason}  # fmt: skip
 
 
 def probe(req: ProbeRequest) -> dict[str, Any]:

@@ -256,10 +256,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _exit_code(run: RunDir) -> int | None:
-    try:
-        return int(run.exit_code_path.read_text().strip())
-    except (OSError, ValueError):
-        return None
+    from proctor.record.status import read_exit_status
+
+    status = read_exit_status(run)  # "130 stopped 143 SIGTERM": its first word
+    return status.code if status is not None else None
 
 
 __all__ = ["ChildRun", "WorkflowCommand", "WorkflowResult", "job_for", "run_workflow_remote"]

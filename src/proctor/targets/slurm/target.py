@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from proctor.errors import ProctorError, TargetUnavailable, UsageError
+from proctor.record import owner
 from proctor.record.recorder import Recorder, event
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.schema import read_view
@@ -344,6 +345,7 @@ class SlurmTarget:
             )
             # Ended, with the code the user got: not a run of unknown status that still waits.
             Recorder(run, {}).write_exit(int(error.exit_code))
+            owner.let_go(run.path)
             raise
         meta = {
             "job_id": job_id,

@@ -21,9 +21,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import psutil
-
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import ExitCode, ProctorError, UsageError
+from proctor.record import owner
 from proctor.record.finish import now_iso
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.recorder import Recorder
@@ -36,6 +35,7 @@ from proctor.targets.slurm.scheduler import FINAL_STATES, Accounting, Slurm, ela
 from proctor.targets.slurm.target import META, login_from_meta, update_record
 
 POLL_S = 0.5
+_PROCTOR_CODES = {"timeout": int(ExitCode.TIME_LIMIT), "stopped": int(ExitCode.INTERRUPTED)}
 #: After Slurm says the job is final, how long to wait for nodes' exit_code files to appear.
 SETTLE_S = 5.0
 
@@ -263,17 +263,22 @@ class Tracker:
             elapsed = max(node_durations)  # type: ignore[assignment]
         self.index_steps(results)
         recorder = Recorder(self.run)
-        if verdict.exit_code is not None:
+        exit_: dict[str, Any] | None = None
+        if verdict.exit_code is not None and verdict.outcome in _PROCTOR_CODES:
+            # A stop or a time limit is proctor's status (130, 4), never the nodes' 0 or 143:
+            # the file says why, then the command's own status (docs/runs.md).
+            own = _PROCTOR_CODES[verdict.outcome]
+            recorder.write_exit(own, None, verdict.outcome, (verdict.exit_code, verdict.signal))
+            exit_ = {"code": own, "signal": None, "decided_by": "proctor",
+                     "reason": verdict.outcome,
+                     "command": {"code": verdict.exit_code, "signal": verdict.signal}}  # fmt: skip
+        elif verdict.exit_code is not None:
             recorder.write_exit(verdict.exit_code, verdict.signal)
+            exit_ = {"code": verdict.exit_code, "signal": verdict.signal,
+                     "decided_by": verdict.decided_by}  # fmt: skip
         recorder.update(
             outcome=verdict.outcome,
-            exit=None
-            if verdict.exit_code is None
-            else {
-                "code": verdict.exit_code,
-                "signal": verdict.signal,
-                "decided_by": verdict.decided_by,
-            },
+            exit=exit_,
             started_at=record.started_at or (acct.start if acct else None),
             ended_at=now_iso(),
             duration_s=float(elapsed) if elapsed is not None else None,
@@ -306,11 +311,10 @@ class Tracker:
                 index_quietly(self.meta.get("store_path"), child.parent, "slurm tracker")
 
     def run_all(self) -> int:
-        me = psutil.Process()
-        write_atomic(
-            self.run.wrapper_pid_path,
-            json.dumps({"pid": me.pid, "create_time": me.create_time(), "pgid": None}),
-        )
+        # The group run's owner lock (record/owner.py): handed over by the submitter, or taken
+        # anew by a tracker started again (`proctor slurm track`).
+        owner.adopt_inherited(self.run.path)
+        write_atomic(self.run.wrapper_pid_path, json.dumps(owner.pid_record(pgid=None)))
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.on_signal)
         # Handlers only help if the signals arrive: a starter may have held them blocked.
