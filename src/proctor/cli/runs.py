@@ -303,9 +303,7 @@ def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None
     try:
         count, moved = rebuild(path, directory, skipped)
     except StoreUnreadable as error:
-        raise UsageError(
-            str(error), hint="make the store writable, or set [store] path in proctor.toml"
-        ) from None
+        raise UsageError(str(error), hint=error.hint) from None
     if as_json:
         print_json({"indexed": count, "store": str(path),
                     "moved_aside": str(moved) if moved else None,

@@ -14,6 +14,7 @@ with a timestamp) and indexes the run directories into a new one. Readers never 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -68,13 +69,30 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        2,
+        # `problem`: why a run's record could not be read (it is listed as unknown, by name).
+        # `runs_newest`: the listing's order as an index, so `runs list` and `last` read the
+        # newest rows without sorting the table. `store_meta`: what the last scan of a runs
+        # directory saw (store/sync.py), so a current store is not checked by a walk.
+        """
+        ALTER TABLE runs ADD COLUMN problem TEXT;
+        CREATE INDEX runs_newest ON runs (substr(id, 1, 15) DESC, created_at DESC, id DESC);
+        CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        """,
+    ),
 ]
+KNOWN_MIGRATIONS = frozenset(number for number, _ in MIGRATIONS)
 
 RUN_COLUMNS = (
     "id", "name", "kind", "run_key", "run_group", "dir", "created_at", "started_at", "ended_at",
     "duration_s", "outcome", "exit_code", "exit_signal", "source_commit", "source_dirty",
-    "target", "host", "gpu", "argv",
+    "target", "host", "gpu", "argv", "problem",
 )  # fmt: skip
+#: Newest first: by the id's UTC second, then, among runs of one second (whose ids sort by
+#: their random part), by creation time; the ids alone carry no UTC offset to get wrong.
+#: The same expressions as the index `runs_newest`, which is what lets SQLite use it.
+NEWEST_FIRST = "ORDER BY substr(id, 1, 15) DESC, created_at DESC, id DESC"
 
 
 def row_from_record(record: RecordCore, run_dir: Path) -> dict[str, Any]:
@@ -102,6 +120,7 @@ def row_from_record(record: RecordCore, run_dir: Path) -> dict[str, Any]:
         "host": record.target_host or record.hostname,
         "gpu": gpu_text,
         "argv": json.dumps(record.command),
+        "problem": None,
     }
 
 
@@ -127,7 +146,10 @@ def _created_after(created: Any, after: datetime) -> bool:
 
 class StoreUnreadable(Exception):
     """SQLite cannot use the store file. `corrupt`: the file itself is bad (garbage, not a
-    database); otherwise it could not be opened or written (permissions, read-only)."""
+    database); otherwise it could not be opened or written (permissions, read-only).
+    `hint`: how to fix it."""
+
+    hint = "make the store writable, or set [store] path in proctor.toml"
 
     def __init__(self, path: Path, reason: str, *, corrupt: bool) -> None:
         what = "is corrupt" if corrupt else "cannot be used"
@@ -135,6 +157,30 @@ class StoreUnreadable(Exception):
         self.path = path
         self.reason = reason
         self.corrupt = corrupt
+
+
+class StoreFromNewerProctor(StoreUnreadable):
+    """The store holds migrations this proctor does not know: a newer proctor (or something
+    else) wrote its schema. It is never written, migrated or moved aside; readers list from
+    the run directories."""
+
+    hint = (
+        "upgrade proctor, or point it at another store: [store] path in proctor.toml,"
+        " or another --runs-dir"
+    )
+
+    def __init__(self, path: Path, unknown: list[int]) -> None:
+        known = ", ".join(str(n) for n in sorted(KNOWN_MIGRATIONS))
+        ids = ", ".join(str(n) for n in unknown)
+        Exception.__init__(
+            self,
+            f"store {path} has schema migration {ids}, which this proctor does not know"
+            f" (it knows {known}): a newer proctor wrote it",
+        )
+        self.path = path
+        self.reason = f"unknown migration {ids}"
+        self.corrupt = False
+        self.unknown = unknown
 
 
 class Store:
@@ -159,8 +205,12 @@ class Store:
             self.conn.execute("PRAGMA foreign_keys=ON")
             if read_only:
                 self.conn.execute("SELECT count(*) FROM runs").fetchone()
+                self.check_version(self.applied_migrations())
             else:
                 self.migrate()
+        except StoreUnreadable:
+            self.conn.close()
+            raise
         except sqlite3.DatabaseError as error:  # OperationalError included
             with contextlib.suppress(Exception):
                 self.conn.close()
@@ -196,6 +246,7 @@ class Store:
             "CREATE TABLE IF NOT EXISTS schema_migrations (id INTEGER PRIMARY KEY, applied_at TEXT)"
         )
         done = {row[0] for row in self.conn.execute("SELECT id FROM schema_migrations")}
+        self.check_version(sorted(done), migrating=True)
         for number, sql in MIGRATIONS:
             if number in done:
                 continue
@@ -220,6 +271,18 @@ class Store:
 
     def applied_migrations(self) -> list[int]:
         return [r[0] for r in self.conn.execute("SELECT id FROM schema_migrations ORDER BY id")]
+
+    def check_version(self, applied: list[int], *, migrating: bool = False) -> None:
+        """Refuse a store of a schema this proctor does not know (StoreFromNewerProctor), and,
+        read-only, one that still needs a migration it cannot apply (StoreUnreadable): never
+        a query against a schema it was not written for."""
+        unknown = [n for n in applied if n not in KNOWN_MIGRATIONS]
+        if unknown:
+            raise StoreFromNewerProctor(self.path, unknown)
+        missing = sorted(KNOWN_MIGRATIONS - set(applied))
+        if missing and not migrating:
+            reason = f"older schema: migration {missing[0]} not applied, and opened read-only"
+            raise StoreUnreadable(self.path, reason, corrupt=False)
 
     # -- writing ----------------------------------------------------------------------------
     def upsert_run(self, row: dict[str, Any]) -> None:
@@ -276,6 +339,23 @@ class Store:
         group: str | None = None,
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
+        rows = self.iter_runs(
+            name=name, outcome=outcome, commit=commit, since=since, key=key, group=group
+        )
+        return list(itertools.islice(rows, limit or None))
+
+    def iter_runs(
+        self,
+        *,
+        name: str | None = None,
+        outcome: str | None = None,
+        commit: str | None = None,
+        since: str | None = None,
+        key: str | None = None,
+        group: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """The rows, newest first, read as they are consumed: a reader that stops after N
+        rows reads N rows of the index `runs_newest`, never the whole table."""
         # Each filter given narrows the rows: (condition, its argument).
         given = [
             (condition, value)
@@ -293,17 +373,11 @@ class Store:
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        # Newest first: by the id's UTC second, then, among runs of one second (whose ids sort by
-        # their random part), by creation time; the ids alone carry no UTC offset to get wrong.
-        sql += " ORDER BY substr(id, 1, 15) DESC, created_at DESC, id DESC"
-        if limit and not since:
-            sql += f" LIMIT {int(limit)}"
-        rows = [dict(row) for row in self.conn.execute(sql, args)]
-        if since:  # instants, not text: records carry the UTC offset of the host that ran them
-            after = instant(since)
-            rows = [r for r in rows if _created_after(r.get("created_at"), after)]
-            rows = rows[:limit] if limit else rows
-        return rows
+        after = instant(since) if since else None
+        for row in self.conn.execute(f"{sql} {NEWEST_FIRST}", args):
+            # instants, not text: records carry the UTC offset of the host that ran them
+            if after is None or _created_after(row["created_at"], after):
+                yield dict(row)
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -508,10 +582,8 @@ def open_for_reading(path: Path, runs_dir: Path) -> tuple[Store, str | None]:
                 return store, None
             store.close()  # an empty index beside run directories: list from them
         except StoreUnreadable as error:
-            warning = (
-                f"{error}; listing from the run directories"
-                " (`proctor runs reindex` rebuilds the store)"
-            )
+            fix = "`proctor runs reindex` rebuilds the store" if error.corrupt else error.hint
+            warning = f"{error}; listing from the run directories ({fix})"
     memory = Store.in_memory()
     reindex(memory, runs_dir, clear_pending=False)
     return memory, warning
