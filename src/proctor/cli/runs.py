@@ -98,7 +98,9 @@ def list_runs(
         out: list[dict[str, Any]] = []
         for row in rows:
             run = RunDir(Path(row["dir"]))
-            if row["outcome"] in ("starting", "running") or not run.exit_code_path.exists():
+            if row["problem"]:  # its record cannot be read: unknown, whatever exit_code says
+                row["outcome"] = "unknown"
+            elif row["outcome"] in ("starting", "running") or not run.exit_code_path.exists():
                 state = run_state(run)
                 row["outcome"] = effective_outcome(read_view(run.path), state)
             if outcome and row["outcome"] != outcome:
@@ -106,6 +108,10 @@ def list_runs(
             out.append(row)
             if limit and len(out) >= limit:
                 break
+    for row in out:
+        if row["problem"]:
+            err_console.print(f"proctor: warning: run {row['dir']} listed as unknown: "
+                              f"{row['problem']}", markup=False, highlight=False)  # fmt: skip
     if as_json:
         print_json(out)
         return
@@ -300,21 +306,28 @@ def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None
     directory = _runs_dir(runs_dir)
     path = _store_path(directory)
     skipped: list[tuple[Path, str]] = []
+    unknown: list[tuple[Path, str]] = []
     try:
-        count, moved = rebuild(path, directory, skipped)
+        count, moved = rebuild(path, directory, skipped, unknown)
     except StoreUnreadable as error:
         raise UsageError(str(error), hint=error.hint) from None
     if as_json:
         print_json({"indexed": count, "store": str(path),
                     "moved_aside": str(moved) if moved else None,
+                    "unknown": [{"dir": str(d), "reason": r} for d, r in unknown],
                     "skipped": [{"dir": str(d), "reason": r} for d, r in skipped]})  # fmt: skip
         return
     if moved:
         err_console.print(f"proctor: the store was corrupt: moved it aside to {moved}")
+    for run_dir, reason in unknown:
+        err_console.print(f"proctor: warning: {run_dir}: {reason}; indexed as unknown",
+                          markup=False, highlight=False)  # fmt: skip
     for run_dir, reason in skipped:
-        err_console.print(f"proctor: skipped {run_dir}: {reason}", highlight=False)
+        err_console.print(f"proctor: skipped {run_dir}: {reason}", markup=False, highlight=False)
     console.print(
-        f"indexed {count} runs into {path}" + (f", skipped {len(skipped)}" if skipped else "")
+        f"indexed {count} runs into {path}"
+        + (f", {len(unknown)} of them unknown (record unreadable)" if unknown else "")
+        + (f", skipped {len(skipped)}" if skipped else "")
     )
 
 

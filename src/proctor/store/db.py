@@ -295,33 +295,65 @@ class Store:
             [row.get(c) for c in RUN_COLUMNS],
         )
 
-    def set_metrics(self, run_id: str, metrics: Iterable[tuple[str, float, str | None]]) -> None:
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction (BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any error); inside
+        another one, part of it. A reindex is one transaction: readers never see it half done,
+        and its thousands of rows cost one commit, not one each."""
+        if self.conn.in_transaction:
+            yield
+            return
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            self.conn.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
-            self.conn.executemany(
-                "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)",
-                [(run_id, n, float(v), u) for n, v, u in metrics],
-            )
+            yield
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
 
+    def set_metrics(self, run_id: str, metrics: Iterable[tuple[str, float, str | None]]) -> None:
+        with self.transaction():
+            self.conn.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
+            self.conn.executemany(
+                "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)",
+                [(run_id, n, float(v), u) for n, v, u in metrics],
+            )
+
     def index_run_dir(self, run_dir: Path) -> bool:
         """Index one run directory (record and metrics.json); False if it holds no record
-        or one that `record_problem` rejects."""
-        data = read_record(run_dir)
-        if data is None or record_problem(data) is not None:
-            return False
+        (or `index_dir` skips it)."""
+        return self.index_dir(run_dir)[0]
+
+    def index_dir(self, run_dir: Path) -> tuple[bool, str | None]:
+        """Index one run directory: (whether a row was written, the problem of its record).
+
+        A record that reads becomes its row and metrics. One that does not (not UTF-8, not
+        JSON, not an object, written twice, a version or run id `record_problem` rejects) is
+        a row too, under the directory's name, with outcome "unknown", the exit status of
+        its `exit_code` file and the problem: the run is listed, never dropped without a
+        word. No record.json at all: not a run (yet), no row."""
+        data, problem = read_record_checked(run_dir)
+        if data is None and problem is None:
+            return False, None
+        if data is not None:
+            problem = record_problem(data)
+        if problem is not None:
+            if not _PLAIN_NAME.match(run_dir.name):
+                return False, f"{problem}, and the directory name is not a plain name"
+            with self.transaction():
+                self.upsert_run(unreadable_row(run_dir, problem))
+                self.set_metrics(run_dir.name, [])
+            return True, problem
+        assert data is not None
         # Imported here: the models need pydantic, which the wrapper's start-up never pays
         # (tests/record/test_recorder.py); it indexes after its command has started.
         from proctor.record.schema import view_record
 
         record = view_record(data, run_dir.name)
-        self.upsert_run(row_from_record(record, run_dir))
-        self.set_metrics(record.run_id, list(metrics_of_run_dir(run_dir)))
-        return True
+        with self.transaction():
+            self.upsert_run(row_from_record(record, run_dir))
+            self.set_metrics(record.run_id, list(metrics_of_run_dir(run_dir)))
+        return True, None
 
     def delete_all(self) -> None:
         self.conn.execute("DELETE FROM metrics")
@@ -399,13 +431,57 @@ class Store:
 
 
 def read_record(run_dir: Path) -> dict[str, Any] | None:
-    """record.json as written, or None where there is none (or it is not JSON): what
-    `record_problem` checks before the typed record is made."""
+    """record.json as written, or None where there is none (or it is not a JSON object):
+    what `record_problem` checks before the typed record is made."""
+    return read_record_checked(run_dir)[0]
+
+
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}  # fmt: skip
+
+
+def read_record_checked(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(record.json as written, None); (None, why it cannot be read); (None, None) where
+    there is none."""
     try:
-        record = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return record if isinstance(record, dict) else None
+        raw = (run_dir / "record.json").read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, f"record.json cannot be read ({error.strerror})"
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "record.json is not UTF-8"
+    except json.JSONDecodeError as error:
+        if error.msg == "Extra data":
+            return None, "record.json holds more than one JSON document (written twice?)"
+        return None, f"record.json is not JSON ({error.msg}, line {error.lineno})"
+    except RecursionError:
+        return None, "record.json is nested too deeply to read"
+    if not isinstance(data, dict):
+        return None, f"record.json is {_JSON_TYPES.get(type(data), 'a value')}, not a JSON object"
+    return data, None
+
+
+def unreadable_row(run_dir: Path, problem: str) -> dict[str, Any]:
+    """The row of a run whose record cannot be read: its outcome is unknown (the record is
+    what says how a run ended); its exit status is what `exit_code` holds, if anything."""
+    from proctor.record.rundir import RunDir, is_run_id
+    from proctor.record.status import read_exit_status
+
+    status = read_exit_status(RunDir(run_dir))
+    name = run_dir.name
+    # A run id names the UTC second its run was created: the listing's order and --since.
+    created = None
+    if is_run_id(name):
+        created = f"{name[:4]}-{name[4:6]}-{name[6:8]}T{name[9:11]}:{name[11:13]}:{name[13:15]}"
+        created += "+00:00"
+    return {"id": name, "name": "", "kind": "unknown", "dir": str(run_dir),
+            "created_at": created, "outcome": "unknown",
+            "exit_code": status.code if status else None,
+            "exit_signal": status.signal if status else None, "argv": "[]",
+            "problem": problem}  # fmt: skip
 
 
 def record_problem(record: dict[str, Any]) -> str | None:
@@ -521,28 +597,28 @@ def reindex(
     skipped: list[tuple[Path, str]] | None = None,
     *,
     clear_pending: bool = True,
+    unknown: list[tuple[Path, str]] | None = None,
 ) -> int:
-    """Rebuild every row from the run directories. Returns how many runs were indexed;
-    directories whose record is rejected go to `skipped` with the reason. `clear_pending`:
-    the store is the real one, so runs marked pending are indexed now."""
-    store.delete_all()
-    count = 0
-    if runs_dir.is_dir():
-        for child in sorted(runs_dir.iterdir()):
-            if not child.is_dir():
-                continue
-            record = read_record(child)
-            if record is None:
-                continue
-            problem = record_problem(record)
-            if problem is not None:
-                if skipped is not None:
-                    skipped.append((child, problem))
-                continue
-            if store.index_run_dir(child):
-                count += 1
-                if clear_pending:
-                    (child / INDEX_PENDING).unlink(missing_ok=True)
+    """Rebuild every row from the run directories, in one transaction. Returns how many
+    runs were indexed. Runs whose record cannot be read are indexed as unknown and go to
+    `unknown` with the reason; directories that cannot be a run id either go to `skipped`.
+    `clear_pending`: the store is the real one, so runs marked pending are indexed now."""
+    with store.transaction():
+        store.delete_all()
+        count = 0
+        if runs_dir.is_dir():
+            for child in sorted(runs_dir.iterdir()):
+                if not child.is_dir():
+                    continue
+                indexed, problem = store.index_dir(child)
+                if problem is not None:
+                    target = unknown if indexed else skipped
+                    if target is not None:
+                        target.append((child, problem))
+                if indexed:
+                    count += 1
+                    if clear_pending:
+                        (child / INDEX_PENDING).unlink(missing_ok=True)
     return count
 
 
@@ -589,7 +665,12 @@ def open_for_reading(path: Path, runs_dir: Path) -> tuple[Store, str | None]:
     return memory, warning
 
 
-def rebuild(path: Path, runs_dir: Path, skipped: list[tuple[Path, str]]) -> tuple[int, Path | None]:
+def rebuild(
+    path: Path,
+    runs_dir: Path,
+    skipped: list[tuple[Path, str]],
+    unknown: list[tuple[Path, str]] | None = None,
+) -> tuple[int, Path | None]:
     """Reindex into the store at `path`; an unreadable one is first moved aside, kept as
     `<name>.corrupt-<UTC time>` (its -wal/-shm with it). Returns (runs indexed, where the bad
     store went or None)."""
@@ -607,4 +688,4 @@ def rebuild(path: Path, runs_dir: Path, skipped: list[tuple[Path, str]]) -> tupl
                 os.replace(side, f"{moved}{suffix}")
         store = Store(path)
     with store:
-        return reindex(store, runs_dir, skipped), moved
+        return reindex(store, runs_dir, skipped, unknown=unknown), moved
