@@ -46,7 +46,13 @@ def _store_path(runs_dir: Path) -> Path:
 
 
 def _find(ref: str, runs_dir_flag: str | None) -> RunDir:
-    return resolve_run(_runs_dir(runs_dir_flag), ref)
+    directory = _runs_dir(runs_dir_flag)
+    if ref == "last":  # from the store's index when it can say: no walk of every run
+        from proctor.store.sync import newest_run_dir
+
+        if newest := newest_run_dir(_store_path(directory), directory):
+            return RunDir(newest)
+    return resolve_run(directory, ref)
 
 
 def _far(run: RunDir) -> bool:
@@ -94,7 +100,8 @@ def list_runs(
     if warning:
         err_console.print(f"proctor: warning: {warning}", highlight=False)
     with store:
-        rows = store.runs(name=name, commit=commit, since=since_iso, limit=None)
+        # Read as consumed, newest first from the index: the default 50 read 50 rows.
+        rows = store.iter_runs(name=name, commit=commit, since=since_iso)
         out: list[dict[str, Any]] = []
         for row in rows:
             run = RunDir(Path(row["dir"]))

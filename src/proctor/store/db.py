@@ -423,6 +423,24 @@ class Store:
             )
         ]
 
+    def known_names(self) -> set[str]:
+        """Every run id in the store, and the name of every run directory it indexed."""
+        names: set[str] = set()
+        for run_id, run_dir in self.conn.execute("SELECT id, dir FROM runs"):
+            names.add(run_id)
+            names.add(os.path.basename(run_dir))
+        return names
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT INTO store_meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = ?",
+            (key, value, value),
+        )
+
     def all_rows(self) -> Iterator[tuple[Any, ...]]:
         for row in self.conn.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY id"):
             yield tuple(row)
@@ -552,19 +570,18 @@ def index_quietly(
     (another run's end, `runs list`, `runs reindex`) indexes it. Returns True if indexed."""
     if not store_path:
         return False
-    import contextlib
     import sys
 
-    marker = run_dir / INDEX_PENDING
-    with contextlib.suppress(OSError):
-        marker.touch()
+    from proctor.store.sync import clear_pending, index_pending, mark_pending, register_pending
+
+    mark_pending(run_dir)
     try:
         with Store(Path(store_path), timeout=timeout) as store:
             store.index_run_dir(run_dir)
-            with contextlib.suppress(OSError):
-                marker.unlink()
-            index_missing(store, run_dir.parent, only_pending=True)
+            clear_pending(run_dir)
+            index_pending(store, run_dir.parent)
     except Exception as error:
+        register_pending(run_dir)
         sys.stderr.write(f"proctor {who}: store update failed (the run stays pending): {error!r}\n")
         return False
     return True
@@ -572,23 +589,11 @@ def index_quietly(
 
 def index_missing(store: Store, runs_dir: Path, *, only_pending: bool = False) -> int:
     """Index the run directories marked pending, and (unless `only_pending`) those the store
-    has no row for. Returns how many were indexed."""
-    import contextlib
+    has no row for (store/sync.py: without a walk when the runs directory has not changed).
+    Returns how many were indexed."""
+    from proctor.store.sync import catch_up, index_pending
 
-    if not runs_dir.is_dir():
-        return 0
-    known = set() if only_pending else {row["id"] for row in store.runs()}
-    count = 0
-    for child in sorted(runs_dir.iterdir()):
-        pending = (child / INDEX_PENDING).exists()
-        if not pending and (only_pending or child.name in known or not child.is_dir()):
-            continue
-        if store.index_run_dir(child):
-            count += 1
-        if pending:
-            with contextlib.suppress(OSError):
-                (child / INDEX_PENDING).unlink()
-    return count
+    return index_pending(store, runs_dir) if only_pending else catch_up(store, runs_dir)
 
 
 def reindex(
@@ -603,6 +608,8 @@ def reindex(
     runs were indexed. Runs whose record cannot be read are indexed as unknown and go to
     `unknown` with the reason; directories that cannot be a run id either go to `skipped`.
     `clear_pending`: the store is the real one, so runs marked pending are indexed now."""
+    from proctor.store import sync
+
     with store.transaction():
         store.delete_all()
         count = 0
@@ -618,7 +625,7 @@ def reindex(
                 if indexed:
                     count += 1
                     if clear_pending:
-                        (child / INDEX_PENDING).unlink(missing_ok=True)
+                        sync.clear_pending(child)
     return count
 
 
