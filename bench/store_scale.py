@@ -17,11 +17,31 @@ run directories, the newest rows read from the index).
 Run: .venv/bin/python bench/store_scale.py [--n 10000 100000] [--repeats 3] [--src DIR]
 (--src: the `src` of another checkout, to time an older proctor over the same runs.)
 
-Before/after, on the shared 2-core machine (loaded by other jobs: the figures move by 2x from
-one run to the next; ratios within one run are what to compare), 2026-12-04:
-see the closing report of issue 20's store branch; the latest figures are kept below.
+Measured 2026-12-04 on the shared 2-core machine, loaded by other jobs (load average 10-13):
+the CLI's own start-up there was 1.7-1.9 s and moved by +-0.5 s between runs, so the CLI
+lines below are dominated by it; the in-process lines (median of 5, fresh interpreter, the same
+runs for the old and the new code) are the ones to compare. Before: main at 208559a
+(`--src build/before/src`, from `git archive 208559a src`); after: this branch.
 
-RESULTS
+    in-process, median of 5          10,000 runs        100,000 runs
+                                     before   after     before    after
+    runs list (newest 50)            276 ms   69 ms     3316 ms   142 ms
+    last (`runs show last`'s lookup)  82 ms   34 ms      927 ms   111 ms
+
+    .venv/bin/python bench/store_scale.py --n 10000 100000 --repeats 5 --inproc-only
+    .venv/bin/python bench/store_scale.py --n 10000 100000 --repeats 5 --inproc-only \
+        --src build/before/src
+
+CLI wall time, after (python -c pass 95 ms; `runs list` of an empty runs dir 1940 ms):
+10,000 runs: runs list 1757 ms (first, checking the names once: 3441), --json 2532,
+runs show last 2503, --limit 0 --json 8100, reindex 11363, no store 7554; 100,000 runs:
+runs list 1704 ms (first: 11816), --json 1810, runs show last 1704. Before, 10,000 runs
+(python -c pass 45 ms, empty listing 1671 ms): runs list 1492-1545, runs show last 1161,
+--limit 0 --json 4612, reindex 28063 (one commit per row then; one transaction now),
+no store 9754. (.venv/bin/python bench/store_scale.py --n 10000 100000 --repeats 3 [--src
+build/before/src]). On this machine listing 100,000 names (os.listdir) alone took 100-280 ms,
+which is most of what is left of the 142 ms; `--limit 0`, the no-store listing and reindex
+still read every record (pydantic, about 1 ms each) and were not the target here.
 """
 
 from __future__ import annotations
@@ -41,7 +61,6 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from proctor.record.schema import parse_record  # noqa: E402
 from proctor.store.db import RUN_COLUMNS, Store, row_from_record  # noqa: E402
-from proctor.store.sync import catch_up  # noqa: E402
 
 BASE = 1_767_225_600  # 2026-01-01T00:00:00Z
 TEMPLATE = {
@@ -84,16 +103,37 @@ def timed(argv: list[str], env: dict[str, str], repeats: int) -> float:
     return statistics.median(samples)
 
 
-def library_listing(runs: Path, repeats: int) -> float:
+# The library's part of `runs list` (default 50) and of 'last', timed inside a fresh
+# interpreter that imports proctor from --src: the same runs, old or new code, without the
+# CLI's start-up (seconds, and noisy, on a loaded machine).
+INPROC = """
+import statistics, sys, time
+from pathlib import Path
+from proctor.store.db import open_up_to_date
+runs = Path(sys.argv[1]); repeats = int(sys.argv[2])
+try:
+    from proctor.store.sync import newest_run_dir
+    last = lambda: newest_run_dir(runs / "proctor.sqlite", runs)
+except ImportError:  # before the store said which run is the newest
+    from proctor.supervise.launch import resolve_run
+    last = lambda: resolve_run(runs, "last").path
+def listing():
+    store, _ = open_up_to_date(runs / "proctor.sqlite", runs)
+    with store:
+        assert len(store.runs(limit=50)) == 50
+for name, call in (("list", listing), ("last", last)):
+    call()  # the first: a store met for the first time is checked against the runs once
     samples = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        with Store(runs / "proctor.sqlite") as store:
-            catch_up(store, runs)
-            rows = list(store.runs(limit=50))
-        samples.append(time.perf_counter() - t0)
-        assert len(rows) == 50
-    return statistics.median(samples)
+        t0 = time.perf_counter(); call(); samples.append(time.perf_counter() - t0)
+    print(name, statistics.median(samples))
+"""
+
+
+def inproc(runs: Path, env: dict[str, str], repeats: int) -> dict[str, float]:
+    argv = [sys.executable, "-c", INPROC, str(runs), str(repeats)]
+    out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
+    return {name: float(value) for name, value in (line.split() for line in out.splitlines())}
 
 
 def main() -> None:
@@ -103,6 +143,7 @@ def main() -> None:
     parser.add_argument("--src", type=Path, default=ROOT / "src")
     parser.add_argument("--all-max", type=int, default=10_000,
                         help="time --limit 0, reindex, no-store listing up to this N")  # fmt: skip
+    parser.add_argument("--inproc-only", action="store_true", help="skip the CLI timings")
     args = parser.parse_args()
     path = os.pathsep.join([str(args.src.resolve()), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
@@ -111,6 +152,8 @@ def main() -> None:
         empty = Path(tmp) / "empty"
         empty.mkdir()
         anchor = timed([sys.executable, "-c", "pass"], env, args.repeats)
+        if args.inproc_only:
+            cli = [sys.executable, "-c", "pass"]
         start = timed([*cli, "runs", "list", "--runs-dir", str(empty)], env, args.repeats)
         print(f"src {args.src}; anchors: python -c pass {anchor * 1e3:.0f} ms; "
               f"runs list, empty runs dir {start * 1e3:.0f} ms (start-up)")  # fmt: skip
@@ -129,13 +172,14 @@ def main() -> None:
                 cases += [("runs list --limit 0 --json",
                            [*cli, "runs", "list", "--limit", "0", "--json", *d], 1),
                           ("runs reindex", [*cli, "runs", "reindex", *d], 1)]  # fmt: skip
-            for label, argv, repeats in cases:
+            for label, argv, repeats in cases if not args.inproc_only else []:
                 took = timed(argv, env, repeats)
                 print(f"  {label:28} {took * 1e3:8.0f} ms  {took / anchor:6.1f}x python"
                       f"  over start-up {(took - start) * 1e3:+7.0f} ms")  # fmt: skip
-            lib = library_listing(runs, args.repeats)
-            print(f"  {'library: open, catch up, 50 rows':28} {lib * 1e3:8.1f} ms")
-            if n <= args.all_max:
+            for name, took in inproc(runs, env, args.repeats).items():
+                label = f"in-process: {'list 50' if name == 'list' else 'last'}"
+                print(f"  {label:28} {took * 1e3:8.1f} ms")
+            if n <= args.all_max and not args.inproc_only:
                 for path in runs.glob("proctor.sqlite*"):
                     path.unlink()
                 took = timed([*cli, "runs", "list", *d], env, 1)
