@@ -100,7 +100,7 @@ def test_each_kind_is_indexed_from_its_typed_record_as_before(tmp_path: Path, na
     path, record = _run_dir(tmp_path / "runs", name, RECORDS[name])
     typed = view_record(record, path.name)
     assert isinstance(typed, RecordCore)
-    expected = dict_row(record, path)
+    expected = {**dict_row(record, path), "problem": None}  # a record that reads
     if name == "bad-outcome":  # what the model rejects is not indexed; the rest is
         expected.update(outcome="unknown", duration_s=None)
     assert row_from_record(typed, path) == expected

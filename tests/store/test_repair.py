@@ -62,9 +62,10 @@ def test_unusable_store_path_lists_with_a_warning_and_reindex_says_64(
     assert Path("a-directory").is_dir()  # never moved aside: it is not corrupt
 
 
-def test_reindex_skips_unknown_schema_versions_and_run_ids_that_are_not_plain_names(
+def test_reindex_names_unknown_schema_versions_and_run_ids_that_are_not_plain_names(
     isolated_runs: Path,
 ) -> None:
+    # Never indexed under what the record claims: listed as unknown under the directory's name.
     _make_runs(1)
     good = next(p for p in isolated_runs.iterdir() if p.is_dir())
     record = json.loads((good / "record.json").read_text())
@@ -78,12 +79,15 @@ def test_reindex_skips_unknown_schema_versions_and_run_ids_that_are_not_plain_na
         (isolated_runs / name / "record.json").write_text(json.dumps(body))
     result = proctor("runs", "reindex")
     assert result.returncode == 0, result.stderr
-    assert "indexed 1 runs" in result.stdout and "skipped 3" in result.stdout
+    assert "indexed 4 runs" in result.stdout and "3 of them unknown" in result.stdout
     assert "future: unknown record schema version 99" in result.stderr
     assert "escape: run id '../../etc/passwd' is not a plain name" in result.stderr
     assert "slash: run id 'a/b' is not a plain name" in result.stderr
     listed = json.loads(proctor("runs", "list", "--json", check=True).stdout)
-    assert [row["id"] for row in listed] == [record["run_id"]]
+    outcomes = {row["id"]: row["outcome"] for row in listed}
+    assert outcomes == {record["run_id"]: "ok", "future": "unknown", "escape": "unknown",
+                        "slash": "unknown"}  # fmt: skip
+    assert all(row["dir"] == str(isolated_runs / row["id"]) for row in listed)
 
 
 def test_read_only_commands_never_create_a_store(isolated_runs: Path) -> None:

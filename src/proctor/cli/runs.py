@@ -46,7 +46,13 @@ def _store_path(runs_dir: Path) -> Path:
 
 
 def _find(ref: str, runs_dir_flag: str | None) -> RunDir:
-    return resolve_run(_runs_dir(runs_dir_flag), ref)
+    directory = _runs_dir(runs_dir_flag)
+    if ref == "last":  # from the store's index when it can say: no walk of every run
+        from proctor.store.sync import newest_run_dir
+
+        if newest := newest_run_dir(_store_path(directory), directory):
+            return RunDir(newest)
+    return resolve_run(directory, ref)
 
 
 def _far(run: RunDir) -> bool:
@@ -94,14 +100,18 @@ def list_runs(
     if warning:
         err_console.print(f"proctor: warning: {warning}", highlight=False)
     with store:
-        rows = store.runs(name=name, commit=commit, since=since_iso, limit=None)
+        # Read as consumed, newest first from the index: the default 50 read 50 rows.
+        rows = store.iter_runs(name=name, commit=commit, since=since_iso)
         out: list[dict[str, Any]] = []
         for row in rows:
             # The state, outcome and status are the run directory's (its exit_code file and
             # its owner), never the store's copy of the record: that is only an index.
             run = RunDir(Path(row["dir"]))
             state = run_state(run)
-            row["outcome"] = effective_outcome(read_view(run.path), state)
+            if row["problem"]:  # its record cannot be read: unknown, whatever exit_code says
+                row["outcome"] = "unknown"
+            else:
+                row["outcome"] = effective_outcome(read_view(run.path), state)
             row["exit_code"] = state.exit.code if state.exit else None
             row["exit_signal"] = state.exit.signal if state.exit else None
             if outcome and row["outcome"] != outcome:
@@ -109,6 +119,10 @@ def list_runs(
             out.append(row)
             if limit and len(out) >= limit:
                 break
+    for row in out:
+        if row["problem"]:
+            err_console.print(f"proctor: warning: run {row['dir']} listed as unknown: "
+                              f"{row['problem']}", markup=False, highlight=False)  # fmt: skip
     if as_json:
         print_json(out)
         return
@@ -307,23 +321,28 @@ def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None
     directory = _runs_dir(runs_dir)
     path = _store_path(directory)
     skipped: list[tuple[Path, str]] = []
+    unknown: list[tuple[Path, str]] = []
     try:
-        count, moved = rebuild(path, directory, skipped)
+        count, moved = rebuild(path, directory, skipped, unknown)
     except StoreUnreadable as error:
-        raise UsageError(
-            str(error), hint="make the store writable, or set [store] path in proctor.toml"
-        ) from None
+        raise UsageError(str(error), hint=error.hint) from None
     if as_json:
         print_json({"indexed": count, "store": str(path),
                     "moved_aside": str(moved) if moved else None,
+                    "unknown": [{"dir": str(d), "reason": r} for d, r in unknown],
                     "skipped": [{"dir": str(d), "reason": r} for d, r in skipped]})  # fmt: skip
         return
     if moved:
         err_console.print(f"proctor: the store was corrupt: moved it aside to {moved}")
+    for run_dir, reason in unknown:
+        err_console.print(f"proctor: warning: {run_dir}: {reason}; indexed as unknown",
+                          markup=False, highlight=False)  # fmt: skip
     for run_dir, reason in skipped:
-        err_console.print(f"proctor: skipped {run_dir}: {reason}", highlight=False)
+        err_console.print(f"proctor: skipped {run_dir}: {reason}", markup=False, highlight=False)
     console.print(
-        f"indexed {count} runs into {path}" + (f", skipped {len(skipped)}" if skipped else "")
+        f"indexed {count} runs into {path}"
+        + (f", {len(unknown)} of them unknown (record unreadable)" if unknown else "")
+        + (f", skipped {len(skipped)}" if skipped else "")
     )
 
 

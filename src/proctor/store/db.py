@@ -14,6 +14,7 @@ with a timestamp) and indexes the run directories into a new one. Readers never 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -68,13 +69,30 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        2,
+        # `problem`: why a run's record could not be read (it is listed as unknown, by name).
+        # `runs_newest`: the listing's order as an index, so `runs list` and `last` read the
+        # newest rows without sorting the table. `store_meta`: what the last scan of a runs
+        # directory saw (store/sync.py), so a current store is not checked by a walk.
+        """
+        ALTER TABLE runs ADD COLUMN problem TEXT;
+        CREATE INDEX runs_newest ON runs (substr(id, 1, 15) DESC, created_at DESC, id DESC);
+        CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        """,
+    ),
 ]
+KNOWN_MIGRATIONS = frozenset(number for number, _ in MIGRATIONS)
 
 RUN_COLUMNS = (
     "id", "name", "kind", "run_key", "run_group", "dir", "created_at", "started_at", "ended_at",
     "duration_s", "outcome", "exit_code", "exit_signal", "source_commit", "source_dirty",
-    "target", "host", "gpu", "argv",
+    "target", "host", "gpu", "argv", "problem",
 )  # fmt: skip
+#: Newest first: by the id's UTC second, then, among runs of one second (whose ids sort by
+#: their random part), by creation time; the ids alone carry no UTC offset to get wrong.
+#: The same expressions as the index `runs_newest`, which is what lets SQLite use it.
+NEWEST_FIRST = "ORDER BY substr(id, 1, 15) DESC, created_at DESC, id DESC"
 
 
 def row_from_record(record: RecordCore, run_dir: Path) -> dict[str, Any]:
@@ -102,6 +120,7 @@ def row_from_record(record: RecordCore, run_dir: Path) -> dict[str, Any]:
         "host": record.target_host or record.hostname,
         "gpu": gpu_text,
         "argv": json.dumps(record.command),
+        "problem": None,
     }
 
 
@@ -127,7 +146,10 @@ def _created_after(created: Any, after: datetime) -> bool:
 
 class StoreUnreadable(Exception):
     """SQLite cannot use the store file. `corrupt`: the file itself is bad (garbage, not a
-    database); otherwise it could not be opened or written (permissions, read-only)."""
+    database); otherwise it could not be opened or written (permissions, read-only).
+    `hint`: how to fix it."""
+
+    hint = "make the store writable, or set [store] path in proctor.toml"
 
     def __init__(self, path: Path, reason: str, *, corrupt: bool) -> None:
         what = "is corrupt" if corrupt else "cannot be used"
@@ -135,6 +157,30 @@ class StoreUnreadable(Exception):
         self.path = path
         self.reason = reason
         self.corrupt = corrupt
+
+
+class StoreFromNewerProctor(StoreUnreadable):
+    """The store holds migrations this proctor does not know: a newer proctor (or something
+    else) wrote its schema. It is never written, migrated or moved aside; readers list from
+    the run directories."""
+
+    hint = (
+        "upgrade proctor, or point it at another store: [store] path in proctor.toml,"
+        " or another --runs-dir"
+    )
+
+    def __init__(self, path: Path, unknown: list[int]) -> None:
+        known = ", ".join(str(n) for n in sorted(KNOWN_MIGRATIONS))
+        ids = ", ".join(str(n) for n in unknown)
+        Exception.__init__(
+            self,
+            f"store {path} has schema migration {ids}, which this proctor does not know"
+            f" (it knows {known}): a newer proctor wrote it",
+        )
+        self.path = path
+        self.reason = f"unknown migration {ids}"
+        self.corrupt = False
+        self.unknown = unknown
 
 
 class Store:
@@ -159,8 +205,12 @@ class Store:
             self.conn.execute("PRAGMA foreign_keys=ON")
             if read_only:
                 self.conn.execute("SELECT count(*) FROM runs").fetchone()
+                self.check_version(self.applied_migrations())
             else:
                 self.migrate()
+        except StoreUnreadable:
+            self.conn.close()
+            raise
         except sqlite3.DatabaseError as error:  # OperationalError included
             with contextlib.suppress(Exception):
                 self.conn.close()
@@ -196,6 +246,7 @@ class Store:
             "CREATE TABLE IF NOT EXISTS schema_migrations (id INTEGER PRIMARY KEY, applied_at TEXT)"
         )
         done = {row[0] for row in self.conn.execute("SELECT id FROM schema_migrations")}
+        self.check_version(sorted(done), migrating=True)
         for number, sql in MIGRATIONS:
             if number in done:
                 continue
@@ -221,6 +272,18 @@ class Store:
     def applied_migrations(self) -> list[int]:
         return [r[0] for r in self.conn.execute("SELECT id FROM schema_migrations ORDER BY id")]
 
+    def check_version(self, applied: list[int], *, migrating: bool = False) -> None:
+        """Refuse a store of a schema this proctor does not know (StoreFromNewerProctor), and,
+        read-only, one that still needs a migration it cannot apply (StoreUnreadable): never
+        a query against a schema it was not written for."""
+        unknown = [n for n in applied if n not in KNOWN_MIGRATIONS]
+        if unknown:
+            raise StoreFromNewerProctor(self.path, unknown)
+        missing = sorted(KNOWN_MIGRATIONS - set(applied))
+        if missing and not migrating:
+            reason = f"older schema: migration {missing[0]} not applied, and opened read-only"
+            raise StoreUnreadable(self.path, reason, corrupt=False)
+
     # -- writing ----------------------------------------------------------------------------
     def upsert_run(self, row: dict[str, Any]) -> None:
         cols = ", ".join(RUN_COLUMNS)
@@ -232,33 +295,65 @@ class Store:
             [row.get(c) for c in RUN_COLUMNS],
         )
 
-    def set_metrics(self, run_id: str, metrics: Iterable[tuple[str, float, str | None]]) -> None:
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction (BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any error); inside
+        another one, part of it. A reindex is one transaction: readers never see it half done,
+        and its thousands of rows cost one commit, not one each."""
+        if self.conn.in_transaction:
+            yield
+            return
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            self.conn.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
-            self.conn.executemany(
-                "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)",
-                [(run_id, n, float(v), u) for n, v, u in metrics],
-            )
+            yield
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
 
+    def set_metrics(self, run_id: str, metrics: Iterable[tuple[str, float, str | None]]) -> None:
+        with self.transaction():
+            self.conn.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
+            self.conn.executemany(
+                "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)",
+                [(run_id, n, float(v), u) for n, v, u in metrics],
+            )
+
     def index_run_dir(self, run_dir: Path) -> bool:
         """Index one run directory (record and metrics.json); False if it holds no record
-        or one that `record_problem` rejects."""
-        data = read_record(run_dir)
-        if data is None or record_problem(data) is not None:
-            return False
+        (or `index_dir` skips it)."""
+        return self.index_dir(run_dir)[0]
+
+    def index_dir(self, run_dir: Path) -> tuple[bool, str | None]:
+        """Index one run directory: (whether a row was written, the problem of its record).
+
+        A record that reads becomes its row and metrics. One that does not (not UTF-8, not
+        JSON, not an object, written twice, a version or run id `record_problem` rejects) is
+        a row too, under the directory's name, with outcome "unknown", the exit status of
+        its `exit_code` file and the problem: the run is listed, never dropped without a
+        word. No record.json at all: not a run (yet), no row."""
+        data, problem = read_record_checked(run_dir)
+        if data is None and problem is None:
+            return False, None
+        if data is not None:
+            problem = record_problem(data)
+        if problem is not None:
+            if not _PLAIN_NAME.match(run_dir.name):
+                return False, f"{problem}, and the directory name is not a plain name"
+            with self.transaction():
+                self.upsert_run(unreadable_row(run_dir, problem))
+                self.set_metrics(run_dir.name, [])
+            return True, problem
+        assert data is not None
         # Imported here: the models need pydantic, which the wrapper's start-up never pays
         # (tests/record/test_recorder.py); it indexes after its command has started.
         from proctor.record.schema import view_record
 
         record = view_record(data, run_dir.name)
-        self.upsert_run(row_from_record(record, run_dir))
-        self.set_metrics(record.run_id, list(metrics_of_run_dir(run_dir)))
-        return True
+        with self.transaction():
+            self.upsert_run(row_from_record(record, run_dir))
+            self.set_metrics(record.run_id, list(metrics_of_run_dir(run_dir)))
+        return True, None
 
     def delete_all(self) -> None:
         self.conn.execute("DELETE FROM metrics")
@@ -276,6 +371,23 @@ class Store:
         group: str | None = None,
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
+        rows = self.iter_runs(
+            name=name, outcome=outcome, commit=commit, since=since, key=key, group=group
+        )
+        return list(itertools.islice(rows, limit or None))
+
+    def iter_runs(
+        self,
+        *,
+        name: str | None = None,
+        outcome: str | None = None,
+        commit: str | None = None,
+        since: str | None = None,
+        key: str | None = None,
+        group: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """The rows, newest first, read as they are consumed: a reader that stops after N
+        rows reads N rows of the index `runs_newest`, never the whole table."""
         # Each filter given narrows the rows: (condition, its argument).
         given = [
             (condition, value)
@@ -293,17 +405,11 @@ class Store:
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        # Newest first: by the id's UTC second, then, among runs of one second (whose ids sort by
-        # their random part), by creation time; the ids alone carry no UTC offset to get wrong.
-        sql += " ORDER BY substr(id, 1, 15) DESC, created_at DESC, id DESC"
-        if limit and not since:
-            sql += f" LIMIT {int(limit)}"
-        rows = [dict(row) for row in self.conn.execute(sql, args)]
-        if since:  # instants, not text: records carry the UTC offset of the host that ran them
-            after = instant(since)
-            rows = [r for r in rows if _created_after(r.get("created_at"), after)]
-            rows = rows[:limit] if limit else rows
-        return rows
+        after = instant(since) if since else None
+        for row in self.conn.execute(f"{sql} {NEWEST_FIRST}", args):
+            # instants, not text: records carry the UTC offset of the host that ran them
+            if after is None or _created_after(row["created_at"], after):
+                yield dict(row)
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -317,6 +423,24 @@ class Store:
             )
         ]
 
+    def known_names(self) -> set[str]:
+        """Every run id in the store, and the name of every run directory it indexed."""
+        names: set[str] = set()
+        for run_id, run_dir in self.conn.execute("SELECT id, dir FROM runs"):
+            names.add(run_id)
+            names.add(os.path.basename(run_dir))
+        return names
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT INTO store_meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = ?",
+            (key, value, value),
+        )
+
     def all_rows(self) -> Iterator[tuple[Any, ...]]:
         for row in self.conn.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY id"):
             yield tuple(row)
@@ -325,13 +449,57 @@ class Store:
 
 
 def read_record(run_dir: Path) -> dict[str, Any] | None:
-    """record.json as written, or None where there is none (or it is not JSON): what
-    `record_problem` checks before the typed record is made."""
+    """record.json as written, or None where there is none (or it is not a JSON object):
+    what `record_problem` checks before the typed record is made."""
+    return read_record_checked(run_dir)[0]
+
+
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}  # fmt: skip
+
+
+def read_record_checked(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(record.json as written, None); (None, why it cannot be read); (None, None) where
+    there is none."""
     try:
-        record = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return record if isinstance(record, dict) else None
+        raw = (run_dir / "record.json").read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, f"record.json cannot be read ({error.strerror})"
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "record.json is not UTF-8"
+    except json.JSONDecodeError as error:
+        if error.msg == "Extra data":
+            return None, "record.json holds more than one JSON document (written twice?)"
+        return None, f"record.json is not JSON ({error.msg}, line {error.lineno})"
+    except RecursionError:
+        return None, "record.json is nested too deeply to read"
+    if not isinstance(data, dict):
+        return None, f"record.json is {_JSON_TYPES.get(type(data), 'a value')}, not a JSON object"
+    return data, None
+
+
+def unreadable_row(run_dir: Path, problem: str) -> dict[str, Any]:
+    """The row of a run whose record cannot be read: its outcome is unknown (the record is
+    what says how a run ended); its exit status is what `exit_code` holds, if anything."""
+    from proctor.record.rundir import RunDir, is_run_id
+    from proctor.record.status import read_exit_status
+
+    status = read_exit_status(RunDir(run_dir))
+    name = run_dir.name
+    # A run id names the UTC second its run was created: the listing's order and --since.
+    created = None
+    if is_run_id(name):
+        created = f"{name[:4]}-{name[4:6]}-{name[6:8]}T{name[9:11]}:{name[11:13]}:{name[13:15]}"
+        created += "+00:00"
+    return {"id": name, "name": "", "kind": "unknown", "dir": str(run_dir),
+            "created_at": created, "outcome": "unknown",
+            "exit_code": status.code if status else None,
+            "exit_signal": status.signal if status else None, "argv": "[]",
+            "problem": problem}  # fmt: skip
 
 
 def record_problem(record: dict[str, Any]) -> str | None:
@@ -402,19 +570,18 @@ def index_quietly(
     (another run's end, `runs list`, `runs reindex`) indexes it. Returns True if indexed."""
     if not store_path:
         return False
-    import contextlib
     import sys
 
-    marker = run_dir / INDEX_PENDING
-    with contextlib.suppress(OSError):
-        marker.touch()
+    from proctor.store.sync import clear_pending, index_pending, mark_pending, register_pending
+
+    mark_pending(run_dir)
     try:
         with Store(Path(store_path), timeout=timeout) as store:
             store.index_run_dir(run_dir)
-            with contextlib.suppress(OSError):
-                marker.unlink()
-            index_missing(store, run_dir.parent, only_pending=True)
+            clear_pending(run_dir)
+            index_pending(store, run_dir.parent)
     except Exception as error:
+        register_pending(run_dir)
         sys.stderr.write(f"proctor {who}: store update failed (the run stays pending): {error!r}\n")
         return False
     return True
@@ -422,23 +589,11 @@ def index_quietly(
 
 def index_missing(store: Store, runs_dir: Path, *, only_pending: bool = False) -> int:
     """Index the run directories marked pending, and (unless `only_pending`) those the store
-    has no row for. Returns how many were indexed."""
-    import contextlib
+    has no row for (store/sync.py: without a walk when the runs directory has not changed).
+    Returns how many were indexed."""
+    from proctor.store.sync import catch_up, index_pending
 
-    if not runs_dir.is_dir():
-        return 0
-    known = set() if only_pending else {row["id"] for row in store.runs()}
-    count = 0
-    for child in sorted(runs_dir.iterdir()):
-        pending = (child / INDEX_PENDING).exists()
-        if not pending and (only_pending or child.name in known or not child.is_dir()):
-            continue
-        if store.index_run_dir(child):
-            count += 1
-        if pending:
-            with contextlib.suppress(OSError):
-                (child / INDEX_PENDING).unlink()
-    return count
+    return index_pending(store, runs_dir) if only_pending else catch_up(store, runs_dir)
 
 
 def reindex(
@@ -447,28 +602,30 @@ def reindex(
     skipped: list[tuple[Path, str]] | None = None,
     *,
     clear_pending: bool = True,
+    unknown: list[tuple[Path, str]] | None = None,
 ) -> int:
-    """Rebuild every row from the run directories. Returns how many runs were indexed;
-    directories whose record is rejected go to `skipped` with the reason. `clear_pending`:
-    the store is the real one, so runs marked pending are indexed now."""
-    store.delete_all()
-    count = 0
-    if runs_dir.is_dir():
-        for child in sorted(runs_dir.iterdir()):
-            if not child.is_dir():
-                continue
-            record = read_record(child)
-            if record is None:
-                continue
-            problem = record_problem(record)
-            if problem is not None:
-                if skipped is not None:
-                    skipped.append((child, problem))
-                continue
-            if store.index_run_dir(child):
-                count += 1
-                if clear_pending:
-                    (child / INDEX_PENDING).unlink(missing_ok=True)
+    """Rebuild every row from the run directories, in one transaction. Returns how many
+    runs were indexed. Runs whose record cannot be read are indexed as unknown and go to
+    `unknown` with the reason; directories that cannot be a run id either go to `skipped`.
+    `clear_pending`: the store is the real one, so runs marked pending are indexed now."""
+    from proctor.store import sync
+
+    with store.transaction():
+        store.delete_all()
+        count = 0
+        if runs_dir.is_dir():
+            for child in sorted(runs_dir.iterdir()):
+                if not child.is_dir():
+                    continue
+                indexed, problem = store.index_dir(child)
+                if problem is not None:
+                    target = unknown if indexed else skipped
+                    if target is not None:
+                        target.append((child, problem))
+                if indexed:
+                    count += 1
+                    if clear_pending:
+                        sync.clear_pending(child)
     return count
 
 
@@ -508,16 +665,19 @@ def open_for_reading(path: Path, runs_dir: Path) -> tuple[Store, str | None]:
                 return store, None
             store.close()  # an empty index beside run directories: list from them
         except StoreUnreadable as error:
-            warning = (
-                f"{error}; listing from the run directories"
-                " (`proctor runs reindex` rebuilds the store)"
-            )
+            fix = "`proctor runs reindex` rebuilds the store" if error.corrupt else error.hint
+            warning = f"{error}; listing from the run directories ({fix})"
     memory = Store.in_memory()
     reindex(memory, runs_dir, clear_pending=False)
     return memory, warning
 
 
-def rebuild(path: Path, runs_dir: Path, skipped: list[tuple[Path, str]]) -> tuple[int, Path | None]:
+def rebuild(
+    path: Path,
+    runs_dir: Path,
+    skipped: list[tuple[Path, str]],
+    unknown: list[tuple[Path, str]] | None = None,
+) -> tuple[int, Path | None]:
     """Reindex into the store at `path`; an unreadable one is first moved aside, kept as
     `<name>.corrupt-<UTC time>` (its -wal/-shm with it). Returns (runs indexed, where the bad
     store went or None)."""
@@ -535,4 +695,4 @@ def rebuild(path: Path, runs_dir: Path, skipped: list[tuple[Path, str]]) -> tupl
                 os.replace(side, f"{moved}{suffix}")
         store = Store(path)
     with store:
-        return reindex(store, runs_dir, skipped), moved
+        return reindex(store, runs_dir, skipped, unknown=unknown), moved

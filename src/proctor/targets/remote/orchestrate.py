@@ -344,11 +344,12 @@ def index_local(run_dir: Path, store_path: Path | None = None) -> bool:
     import sqlite3
 
     from proctor.spec.config import STORE_NAME
-    from proctor.store.db import INDEX_PENDING, INDEX_WAIT_S, Store
+    from proctor.store.db import INDEX_WAIT_S, Store, StoreUnreadable
+    from proctor.store.sync import clear_pending, mark_pending, register_pending
 
     try:
-        # Bounded: a locked store leaves the run pending for the next indexing (store/db.py).
-        (run_dir / INDEX_PENDING).touch()
+        # Bounded: a locked store leaves the run pending for the next indexing (store/sync.py).
+        mark_pending(run_dir)
         with Store(store_path or run_dir.parent / STORE_NAME, timeout=INDEX_WAIT_S) as store:
             done = store.index_run_dir(run_dir)
             steps = run_dir / "steps"
@@ -356,12 +357,13 @@ def index_local(run_dir: Path, store_path: Path | None = None) -> bool:
                 for child in sorted(steps.iterdir()):
                     if child.is_dir():
                         store.index_run_dir(child)
-            (run_dir / INDEX_PENDING).unlink(missing_ok=True)
+            clear_pending(run_dir)
             return done
-    except (OSError, ProctorError, ValueError, sqlite3.Error) as error:
+    except (OSError, ProctorError, ValueError, sqlite3.Error, StoreUnreadable) as error:
         # The artifacts are local and verified; a store problem must not hide that.
         import sys
 
+        register_pending(run_dir)
         sys.stderr.write(f"proctor: could not index {run_dir} in the store: {error}\n")
         return False
 
