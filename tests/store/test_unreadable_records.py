@@ -78,3 +78,18 @@ def test_reindex_names_them_and_indexes_them_as_unknown(
     assert sorted(Path(u["dir"]).name for u in answer["unknown"]) == sorted(BROKEN)
     assert answer["skipped"] == []
     _check_listing(isolated_runs, broken_runs)
+
+
+def test_runs_show_of_an_unreadable_record_is_unknown_not_ok(
+    isolated_runs: Path, broken_runs: Path
+) -> None:
+    """`runs show` agrees with `runs list`: exit_code 0 beside a record that cannot be read
+    is not a success (before: ok)."""
+    for name, (_, why) in BROKEN.items():
+        shown = proctor("runs", "show", name, "--json")
+        assert shown.returncode == 0, shown.stderr
+        view = json.loads(shown.stdout)
+        assert view["outcome"] == "unknown" and why in view["problem"], view
+        assert view["exit"]["code"] == 0
+    good = proctor("runs", "show", broken_runs.name, "--json")
+    assert json.loads(good.stdout)["outcome"] == "ok"

@@ -65,14 +65,22 @@ def _far(run: RunDir) -> bool:
 
 
 def _view(run: RunDir) -> dict[str, Any]:
+    from proctor.store.db import read_record_checked, record_problem
+
     record = record_of(run)
     state = run_state(run)
+    data, problem = read_record_checked(run.path)
+    problem = problem or (record_problem(data) if data is not None else None)
+    # A record that cannot be read says nothing of how the run went: unknown, as runs list
+    # says, even where exit_code holds 0.
+    outcome = "unknown" if problem else effective_outcome(view_record(record, run.run_id), state)
     return {
         **record,
         "dir": str(run.path),
         "state": state.state,
-        "outcome": effective_outcome(view_record(record, run.run_id), state),
+        "outcome": outcome,
         "exit": state.exit.model_dump() if state.exit else None,
+        "problem": problem,
     }
 
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
@@ -172,6 +180,8 @@ def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, 
             "started_at", "ended_at", "duration_s", "dir", "log")  # fmt: skip
     for k in keys:
         console.print(styled(f"{k:>11}", "bold", f" {view.get(k)}"))
+    if view.get("problem"):
+        console.print(styled(f"{'problem':>11}", "bold", f" {view['problem']}"))
     record = read_view(run.path)
     commit = record.source_commit or (record.source or {}).get("reason")
     dirty = " (dirty)" if record.source_dirty else ""
