@@ -89,3 +89,16 @@ def test_no_gpu_says_memory_not_known_and_clean_run_says_nothing(
     clean = proctor("run", "--", "true")
     assert clean.returncode == 0
     assert "left" not in clean.stderr, clean.stderr
+
+
+def test_a_leftover_with_a_multiline_command_is_said_on_one_line(
+    isolated_runs: Path, tmp_path: Path
+) -> None:
+    """Seen on the H200: a leftover started as `python -c SCRIPT` cut the notice at the
+    script's first newline."""
+    child = "import time\ntime.sleep(300)\n"
+    script = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {child!r}])"
+    result = proctor("run", "--gpu-sample", "0", "--", sys.executable, "-c", script)
+    assert result.returncode == 0, result.stderr
+    [said] = [line for line in result.stderr.splitlines() if "left 1 process(es)" in line]
+    assert "import time time.sleep(300)" in said and said.rstrip().endswith("SIGTERM"), said

@@ -26,7 +26,8 @@ def describe(proc: psutil.Process, gpu_mib: Mapping[int, float] | None) -> dict[
     try:
         name = proc.name()
         words = redact.process_redactor().argv(proc.cmdline())
-        cmdline = " ".join(words)[:CMDLINE_MAX] or None
+        # One line: a `-c` script's newlines would cut the notice the user reads.
+        cmdline = " ".join(" ".join(words).split())[:CMDLINE_MAX] or None
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         pass
     held = None if gpu_mib is None else round(float(gpu_mib.get(proc.pid, 0.0)), 1)
