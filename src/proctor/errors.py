@@ -54,7 +54,8 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ),
     ExitCode.WORKLOAD_FAILED: (
         "workload failed (non-zero exit without a known fault;"
-        " a bench or eval whose requests failed beyond `--max-error-rate`)"
+        " a bench or eval whose requests failed beyond `--max-error-rate`,"
+        " or a bench in which no request succeeded)"
     ),
     ExitCode.TIME_LIMIT: "time limit reached",
     ExitCode.NOT_READY: "server not ready in time",

@@ -34,7 +34,7 @@ def test_an_unexpected_error_is_one_line_a_crash_log_and_exit_70(tmp_path: Path)
         "import proctor.store.db as db\n"
         "def boom(self, **kw):\n"
         "    raise RuntimeError('boom [/x] ' + 'line two\\nof the message')\n"
-        "db.Store.runs = boom\n"
+        "db.Store.runs = db.Store.iter_runs = boom\n"
         "from proctor.cli.main import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
