@@ -13,6 +13,7 @@ import contextlib
 import time
 from pathlib import Path
 
+from proctor.record.exitfile import REASONS
 from proctor.record.rundir import RunDir, write_atomic
 
 
@@ -30,8 +31,6 @@ def now_iso() -> str:
     return iso_at(time.time())
 
 
-#: Why proctor, not the command, decided a run's status: the word after the code.
-REASONS = ("timeout", "stopped")
 
 
 def exit_code_text(

@@ -18,7 +18,6 @@ import contextlib
 import errno
 import json
 import os
-import re
 import secrets
 import tempfile
 import time
@@ -28,6 +27,7 @@ from typing import Any
 
 from proctor import redact
 from proctor.errors import UsageError
+from proctor.record.exitfile import is_run_id as is_run_id  # re-exported: callers name it here
 from proctor.record.owner import create_owned
 
 EXIT_CODE = "exit_code"
@@ -37,16 +37,11 @@ WRAPPER_PID = "wrapper.pid"
 GPU_CSV = "gpu.csv"
 MANIFEST = "manifest.sha256"
 
-_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
 
 
 def new_run_id(now: float | None = None) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
     return f"{stamp}-{secrets.token_hex(3)}"
-
-
-def is_run_id(text: str) -> bool:
-    return bool(_RUN_ID.match(text))
 
 
 def write_atomic(path: Path, text: str, mask: bool = True) -> None:

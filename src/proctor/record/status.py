@@ -11,7 +11,6 @@ pid AND same start time (pids are reused). No status and nothing alive is unknow
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -20,43 +19,15 @@ from typing import Literal
 import psutil
 
 from proctor.record import owner
-from proctor.record.finish import REASONS
+from proctor.record.exitfile import REASONS, read_exit_file
 from proctor.record.rundir import RunDir
-from proctor.record.schema import CommandStatus, ExitStatus, ProcessRef, RecordCore
+from proctor.record.schema import ExitStatus, ProcessRef, RecordCore
 
 State = Literal["running", "finished", "unknown", "starting"]
 
 
-def parse_exit_text(text: str) -> ExitStatus | None:
-    """The `exit_code` file's words (record/finish.py): `CODE [SIGNAME]`, or `CODE REASON
-    [CMDCODE [CMDSIG]]` when proctor decided. A status outside 0-255 is no exit status (no
-    process ends with one), so it reads as none: unknown, never success."""
-    words = text.split()
-    if not words:
-        return None
-    try:
-        code = int(words[0])
-    except ValueError:
-        return None
-    if not 0 <= code <= 255:
-        return None
-    rest = words[1:]
-    if rest and rest[0] in REASONS:
-        command = None
-        if len(rest) > 1:
-            with contextlib.suppress(ValueError):
-                signal_ = rest[2] if len(rest) > 2 else None
-                command = CommandStatus(code=int(rest[1]), signal=signal_)
-        return ExitStatus(code=code, decided_by="proctor", reason=rest[0], command=command)
-    return ExitStatus(code=code, signal=rest[0] if rest else None)
-
-
 def read_exit_status(run: RunDir) -> ExitStatus | None:
-    try:
-        text = run.exit_code_path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):  # garbage: no status
-        return None
-    return parse_exit_text(text)
+    return read_exit_file(run.exit_code_path)
 
 
 def status_from_wait(wait_status: int) -> ExitStatus:

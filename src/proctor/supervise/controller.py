@@ -26,8 +26,7 @@ from proctor import redact
 from proctor.record import owner
 from proctor.record.finish import now_iso
 from proctor.record.recorder import Recorder
-from proctor.record.rundir import RunDir, write_atomic
-from proctor.record.status import RunState
+from proctor.record.rundir import write_atomic
 
 
 class Stopped(KeyboardInterrupt):
@@ -84,18 +83,4 @@ def controlling(recorder: Recorder) -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
-def wait_or_stop(run: RunDir, stop_wait_s: float = 60.0) -> RunState:
-    """Wait for a run this controller started; if the controller is interrupted (Ctrl-C, or
-    `runs stop` of the controller's own run), stop that run first, then re-raise."""
-    from proctor.targets.service import SupervisedRun
-
-    supervised = SupervisedRun(run)
-    try:
-        return supervised.wait()
-    except KeyboardInterrupt:
-        if supervised.stop():
-            supervised.wait(stop_wait_s)
-        raise
-
-
-__all__ = ["Stopped", "command_line", "controller_fields", "controlling", "hold", "wait_or_stop"]
+__all__ = ["Stopped", "command_line", "controller_fields", "controlling", "hold"]

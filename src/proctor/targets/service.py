@@ -267,4 +267,17 @@ __all__ = [
     "state_of",
     "summary_line",
     "unknown_reason",
+    "wait_or_stop",
 ]
+
+
+def wait_or_stop(run: RunDir, stop_wait_s: float = 60.0) -> RunState:
+    """Wait for a run this controller started; if the controller is interrupted (Ctrl-C, or
+    `runs stop` of the controller's own run), stop that run first, then re-raise."""
+    supervised = SupervisedRun(run)
+    try:
+        return supervised.wait()
+    except KeyboardInterrupt:
+        if supervised.stop():
+            supervised.wait(stop_wait_s)
+        raise

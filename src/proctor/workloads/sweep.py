@@ -20,8 +20,9 @@ from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.schema import SweepRecord, parse_as
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
-from proctor.supervise.controller import controller_fields, controlling, wait_or_stop
+from proctor.supervise.controller import controller_fields, controlling
 from proctor.supervise.launch import RunSpec, record_of, start_run
+from proctor.targets.service import wait_or_stop
 from proctor.version import __version__
 
 COLUMNS = (
