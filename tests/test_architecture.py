@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     # The record's typed models (data only), below the results and the store that read them;
     # the rest of `record` writes the store row, so it sits above it. A module named here has
     # this layer instead of its package's.
-    ("record.schema", "record.version", "record.exitfile"),
+    ("record.schema", "record.version", "record.exitfile", "record.runid"),
     ("results",),  # reading numbers out of files: parsers, baselines
     ("store",),  # the SQLite index (rows from the typed records)
     ("record",),  # the evidence in a run directory: schema, status, manifest, finish

@@ -175,7 +175,9 @@ def test_runs_stop_scancels_the_job_and_records_stopped(
     assert "scancel" in rec["reason"]
     assert any(e["event"] == "stop" for e in rec["events"])
     for node in ("n1", "n2"):
-        assert rec["nodes"][node]["exit_code"] == 143 and rec["nodes"][node]["verified"]
+        # scancel's SIGTERM reaches the node's wrapper and its command: 130 (the wrapper
+        # recorded the stop) or 143 (the command's death came first); never 0.
+        assert rec["nodes"][node]["exit_code"] in (130, 143) and rec["nodes"][node]["verified"]
     assert cluster.job_info(rec["slurm"]["job_id"])["JobState"] == "CANCELLED"
     wait_for(
         lambda: (
@@ -237,7 +239,8 @@ def test_killed_node_daemon_is_a_failure_on_that_node(tmp_path: Path, isolated_r
             n2["outcome"] == "failed" and n2["exit_code"] is None and "NODE_FAIL" in n2["problem"]
         )
         assert not (group / "nodes" / "n2" / "exit_code").exists()
-        assert rec["nodes"]["n1"]["exit_code"] == 143  # Slurm stopped the surviving node
+        # Slurm stopped the surviving node: 130 (its wrapper recorded the stop) or 143.
+        assert rec["nodes"]["n1"]["exit_code"] in (130, 143)
         assert cluster.node_states()["n2"].startswith("down")
     finally:
         _kill_orphans(ws / "proctor" / "runs" / group.name / "nodes" / "n2")

@@ -27,8 +27,8 @@ from typing import Any
 
 from proctor import redact
 from proctor.errors import UsageError
-from proctor.record.exitfile import is_run_id as is_run_id  # re-exported: callers name it here
 from proctor.record.owner import create_owned
+from proctor.record.runid import is_run_id as is_run_id  # re-exported: callers name it here
 
 EXIT_CODE = "exit_code"
 RECORD = "record.json"

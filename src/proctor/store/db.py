@@ -485,7 +485,8 @@ def read_record_checked(run_dir: Path) -> tuple[dict[str, Any] | None, str | Non
 def unreadable_row(run_dir: Path, problem: str) -> dict[str, Any]:
     """The row of a run whose record cannot be read: its outcome is unknown (the record is
     what says how a run ended); its exit status is what `exit_code` holds, if anything."""
-    from proctor.record.exitfile import is_run_id, read_exit_file
+    from proctor.record.exitfile import read_exit_file
+    from proctor.record.runid import is_run_id
 
     status = read_exit_file(run_dir / "exit_code")
     name = run_dir.name

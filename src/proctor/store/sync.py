@@ -114,7 +114,7 @@ def newest_run_dir(store_path: Path, runs_dir: Path) -> Path | None:
     the first row of the index `runs_newest` whose directory is in `runs_dir` and exists.
     None where the store cannot say (none, unreadable, locked): the caller walks the run
     directories instead. Never creates a store."""
-    from proctor.record.exitfile import is_run_id
+    from proctor.record.runid import is_run_id
 
     if not store_path.is_file():
         return None
