@@ -399,6 +399,9 @@ class Flow:
         )
 
     def _noted(self, signum: int, frame: FrameType | None) -> None:
+        # Asked to stop during the teardown: it finishes, and the flow still ends stopped
+        # (a server sweep must not go on to its next point).
+        self._stop_asked = True
         # A raw write: a buffered print from a signal handler can fail as a reentrant call.
         with contextlib.suppress(OSError):
             name = signal.Signals(signum).name
@@ -415,6 +418,7 @@ class Flow:
         """Run the steps, then always tear down and end the flow's run directory. The exit
         code is the first failing step's, teardown included."""
         failures: list[int] = []
+        self._stop_asked = False
 
         def note(code: int) -> int:
             if code:
@@ -443,6 +447,9 @@ class Flow:
                 signal.signal(signal.SIGTERM, previous)
                 signal.signal(signal.SIGINT, previous_int)
             code = failures[0] if failures else 0
+            if code == 0 and self._stop_asked:
+                self.log("[flow] interrupted during the teardown: stopped")
+                code = int(ExitCode.INTERRUPTED)
             stopped = code == int(ExitCode.INTERRUPTED)
             self.recorder.finish(
                 code=code,
