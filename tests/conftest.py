@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,14 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"module skipped under PROCTOR_NO_SKIPS=1, so it fails: {reason}"
+
+
+@pytest.fixture
+def nvidia() -> None:
+    """A real NVIDIA GPU that torch can use (the GPU machine); the gpu-marked tests skip
+    without one, and CI deselects them."""
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("no nvidia-smi: not the GPU machine")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")

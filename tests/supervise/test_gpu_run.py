@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -36,15 +35,6 @@ def _smi_used_mib() -> float:
         capture_output=True, text=True, check=True,
     ).stdout
     return float(out.strip().splitlines()[0])
-
-
-@pytest.fixture
-def nvidia() -> None:
-    if shutil.which("nvidia-smi") is None:
-        pytest.skip("no nvidia-smi: not the GPU machine")
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no CUDA device")
 
 
 def test_gpu_csv_matches_nvidia_smi_and_names_the_pid(nvidia: None, isolated_runs: Path) -> None:

@@ -6,7 +6,6 @@ tests/supervise/test_leftovers.py."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -38,15 +37,6 @@ while not os.path.exists(marker) and time.monotonic() < deadline:
 time.sleep(4)  # at least one GPU sample names the child while it holds the memory
 print("parent exits 0, child still holding", flush=True)
 """
-
-
-@pytest.fixture
-def nvidia() -> None:
-    if shutil.which("nvidia-smi") is None:
-        pytest.skip("no nvidia-smi: not the GPU machine")
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no CUDA device")
 
 
 def test_leftover_holding_real_gpu_memory_is_said_and_recorded(
