@@ -134,6 +134,43 @@ def test_time_limit_counts_from_the_command_start(isolated_runs: Path) -> None:
     assert (only_run(isolated_runs) / "exit_code").read_text().startswith("4 timeout ")
 
 
+# Loaded by every Python process of the run (the wrapper included) through PYTHONPATH: the
+# wrapper's "running" record write takes 3 s, as an fsync on a loaded disk can.
+SLOW_RECORD = """
+import time
+from proctor.record import recorder
+
+_update = recorder.Recorder.update
+
+def _slow(self, *args, **fields):
+    if fields.get("outcome") == "running":
+        time.sleep(3)
+    return _update(self, *args, **fields)
+
+recorder.Recorder.update = _slow
+"""
+
+
+def test_time_limit_holds_while_the_wrapper_is_busy_recording(
+    isolated_runs: Path, tmp_path: Path
+) -> None:
+    # The command would finish (and leave its mark) at 1 s, inside the wrapper's 3 s record
+    # write; a limit of 0.2 s must stop it before that, not read it as done in time.
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(SLOW_RECORD, encoding="utf-8")
+    mark = tmp_path / "finished"
+    result = proctor("run", "--timeout", "0.2", "--", "sh", "-c", f"sleep 1; touch {mark}",
+                     env={"PYTHONPATH": f"{inject}:{sys.path[0]}"})  # fmt: skip
+    assert result.returncode == 4, result.stderr
+    time.sleep(1.5)  # long after the command would have marked its end
+    assert not mark.exists()
+    run = only_run(isolated_runs)
+    assert (run / "exit_code").read_text().startswith("4 timeout ")
+    events = [e["event"] for e in json.loads((run / "record.json").read_text())["events"]]
+    assert "timeout" in events
+
+
 def test_a_running_flow_is_a_live_run_that_readers_see_and_stop(
     fake_engine: int,  # noqa: F811 - the fixture
     isolated_runs: Path,

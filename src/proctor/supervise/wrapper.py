@@ -95,6 +95,10 @@ class Wrapper:
         self.reserve = SpaceReserve(self.run.path)
         self.enospc = False
         self.deadline: float | None = None  # the time limit, on the monotonic clock
+        # Set by the deadline guard's thread when it stopped the command at the time limit.
+        self.deadline_fired = False
+        self._reap_lock = threading.Lock()  # the guard never signals a reaped (reusable) pid
+        self._guard: threading.Timer | None = None
 
     # -- record ---------------------------------------------------------------------------
     def update_record(self, **fields: Any) -> None:
@@ -117,16 +121,39 @@ class Wrapper:
 
     # -- process --------------------------------------------------------------------------
     def reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
+        with self._reap_lock:
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    return
+                if pid == 0:
+                    return
+                if self.child is not None and pid == self.child.pid and self.child_status is None:
+                    self.child_status = status
+                    self.child.returncode = os.waitstatus_to_exitcode(status)
+
+    def arm_deadline_guard(self) -> None:
+        """Stop the command at the time limit even while this thread is busy elsewhere.
+
+        The main loop enforces the limit only when it gets round to it; a record write's fsync
+        on a loaded disk can take seconds, and a command that ended meanwhile would read as
+        in time. The guard sends the group's first SIGTERM on time; the main loop then runs
+        the rest of the ladder and records the timeout.
+        """
+        if self.deadline is None or self.child is None:
+            return
+        self._guard = threading.Timer(max(0.0, self.deadline - time.monotonic()), self._on_deadline)
+        self._guard.daemon = True
+        self._guard.start()
+
+    def _on_deadline(self) -> None:
+        with self._reap_lock:
+            if self.child is None or self.child_status is not None:
                 return
-            if pid == 0:
-                return
-            if self.child is not None and pid == self.child.pid and self.child_status is None:
-                self.child_status = status
-                self.child.returncode = os.waitstatus_to_exitcode(status)
+            self.deadline_fired = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.child.pid, signal.SIGTERM)
 
     def start_child(self) -> None:
         argv = self.argv
@@ -190,6 +217,15 @@ class Wrapper:
 
     # -- main loop ------------------------------------------------------------------------
     def wait(self) -> None:
+        try:
+            self._wait()
+        finally:
+            if self._guard is not None:
+                self._guard.cancel()
+        if self.deadline_fired and self.stop_reason is None:
+            self._record_timeout(self.plan.get("timeout_s"))  # the guard's SIGTERM ended it
+
+    def _wait(self) -> None:
         timeout_s = self.plan.get("timeout_s")
         grace = float(self.plan.get("grace_s", 10.0))
         deadline = self.deadline
@@ -203,14 +239,16 @@ class Wrapper:
                 self.stop_reason = "stopped"
                 self.update_record(add_events=[self.event("stop", "stop requested")])
                 self.stop_tree(grace)
-            elif deadline is not None and time.monotonic() >= deadline:
-                self.stop_reason = "timeout"
-                self.update_record(
-                    add_events=[self.event("timeout", f"time limit of {timeout_s}s reached")]
-                )
+            elif deadline is not None and (self.deadline_fired or time.monotonic() >= deadline):
+                self._record_timeout(timeout_s)
                 self.stop_tree(grace)
                 deadline = None
         self.reap()
+
+    def _record_timeout(self, timeout_s: Any) -> None:
+        self.stop_reason = "timeout"
+        reached = self.event("timeout", f"time limit of {timeout_s}s reached")
+        self.update_record(add_events=[reached])
 
     def start_sampler(self) -> None:
         interval = float(self.plan.get("gpu_sample_s") or 0)
@@ -288,6 +326,7 @@ class Wrapper:
             self.finish()
             return 0
         assert self.child is not None
+        self.arm_deadline_guard()
         # After the spawn, so the command itself keeps the default SIGHUP disposition.
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         child = psutil.Process(self.child.pid)
