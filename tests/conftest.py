@@ -24,6 +24,27 @@ def isolated_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
 
 
 
+# ---- two workers (pytest-xdist, `-n 2` in .ci/run) -------------------------------------------
+# Most of the suite waits on other processes (servers starting, drains, polls), so two workers
+# on two cores cut CI's wall time. A session fixture is built once per worker: the tests that
+# share an expensive one go to one worker together (`--dist loadgroup`), so it is built once.
+SHARED_FIXTURE_GROUPS = {
+    "vllm_server": "vllm",
+    "tf_server": "transformers-serve",
+    "report_env": "report-runs",
+    "served": "report-runs",
+    "gsm8k_id": "report-runs",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        group = next((g for f, g in SHARED_FIXTURE_GROUPS.items() if f in names), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 # ---- a skip is a test that did not run ------------------------------------------------------
 # With PROCTOR_NO_SKIPS=1 (set by .ci/run) every skip outside the `gpu` marker is a failure that
 # names the missing part, so a broken install can never turn into a green run of fewer tests.

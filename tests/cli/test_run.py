@@ -144,7 +144,9 @@ def _tree_script(tmp: Path) -> str:
 
 
 def test_timeout_leaves_no_process_of_the_tree_alive(isolated_runs: Path, tmp_path: Path) -> None:
-    result = proctor("run", "--timeout", "1s", "--grace", "1s", "--", "bash", "-c", _tree_script(tmp_path))
+    # 3 s: time for bash to set its traps and start the tree on a loaded machine (the limit is
+    # sent on time, from the command's start).
+    result = proctor("run", "--timeout", "3s", "--grace", "1s", "--", "bash", "-c", _tree_script(tmp_path))
     assert result.returncode == 4, result.stderr
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert len(pids) == 3

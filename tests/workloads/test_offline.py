@@ -213,11 +213,13 @@ def test_bad_input_is_refused_before_any_run_exists(tmp_path: Path, fake: Path) 
 
 
 def test_timeout_stops_the_run_and_keeps_its_figures(tmp_path: Path, fake: Path) -> None:
+    # The limit leaves the fake (a Python start-up, slow on a loaded machine) time to print
+    # its figures before it sleeps; the limit is sent on time (the wrapper's deadline guard).
     t0 = time.monotonic()
-    r = proctor(["offline", "--engine", "vllm", "--timeout", "2s", "--cmd", "--", str(fake)],
+    r = proctor(["offline", "--engine", "vllm", "--timeout", "8s", "--cmd", "--", str(fake)],
                 tmp_path, {"FAKE_MODE": "sleep"})  # fmt: skip
     assert r.returncode == 4, r.stderr
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 50
     doc = metrics_doc(only_run(tmp_path))
     assert doc["status"] == "stopped" and doc["metrics"]["output_throughput"] == 617.25
 
