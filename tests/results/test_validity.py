@@ -37,7 +37,7 @@ def test_a_sound_run_is_valid_and_says_what_was_not_measured() -> None:
     assert v["checks"]["client"] == {"ok": True, "detail": "client headroom not measured"}
     assert v["checks"]["server"]["ok"] and "not measured" in v["checks"]["server"]["detail"]
     assert set(v["checks"]) == {"errors", "warmup", "requests", "window", "rate", "client",
-                                "server", "saturation"}  # fmt: skip
+                                "server", "conformance", "saturation"}  # fmt: skip
 
 
 @pytest.mark.parametrize(("over", "check", "words"), [

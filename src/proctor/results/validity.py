@@ -24,6 +24,10 @@ metrics.json document and says which checks failed. Thresholds (docs/bench.md):
   reconcile tolerance (monitors/reconcile.py). Far more tokens on the server means another
   client loaded it during the bench, so the latencies are not those of the load asked for;
   a disagreement either way means one side miscounts. Not measured without /metrics.
+- conformance: the server ran the workload asked for (metrics.json "conformance", written by
+  workloads/loadgen/conformance.py): with ignore-eos every successful request produced exactly
+  the output length asked for, and the prompt lengths the server counted match the planned
+  ones within the tolerance, where each can be judged. Not measured in older documents.
 - saturation: TTFT did not grow without bound: the least-squares slope of TTFT against request
   start time is at most SATURATION_SLOPE (0.05 s of TTFT per s of run), or the rise the fit
   predicts over the window is at most SATURATION_RISE (50 %) of the mean TTFT.
@@ -207,8 +211,41 @@ def judge_validity(doc: dict[str, Any], trend: dict[str, float] | None, *,
     _rate(doc, v, sent)
     _client(doc, v)
     _server(doc, v)
+    _conformance(doc, v)
     _saturation(trend, v)
     return v
+
+
+def _conformance(doc: dict[str, Any], v: Validity) -> None:
+    section = doc.get("conformance")
+    if not isinstance(section, dict):
+        v.add("conformance", True, "not measured (an older document)")
+        return
+    said: list[str] = []
+    bad: list[str] = []
+    output = section.get("output") if isinstance(section.get("output"), dict) else {}
+    assert isinstance(output, dict)
+    if output.get("judged"):
+        short, long, n = (int(_num(output.get(k)) or 0) for k in ("short", "long", "checked"))
+        if short or long:
+            bad.append(f"with ignore-eos, {short} of {n} requests produced fewer output tokens "
+                       f"than asked and {long} more: the server ran another workload")
+        else:
+            said.append(f"all {n} output lengths as asked")
+    else:
+        said.append(f"output lengths not judged ({output.get('reason', 'no data')})")
+    inp = section.get("input") if isinstance(section.get("input"), dict) else {}
+    assert isinstance(inp, dict)
+    if inp.get("judged"):
+        off, n = int(_num(inp.get("off")) or 0), int(_num(inp.get("checked")) or 0)
+        if off:
+            bad.append(f"the server counted another prompt length than planned for {off} of "
+                       f"{n} requests (beyond the tolerance)")
+        else:
+            said.append(f"all {n} prompt lengths as planned")
+    else:
+        said.append(f"prompt lengths not judged ({inp.get('reason', 'no data')})")
+    v.add("conformance", not bad, "; ".join(bad or said))
 
 
 def _window(doc: dict[str, Any], metrics: dict[str, Any], v: Validity,

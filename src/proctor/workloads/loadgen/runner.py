@@ -30,6 +30,7 @@ from proctor.version import __version__
 from proctor.workloads.loadgen import prefix_counters, repeats
 from proctor.workloads.loadgen.client import PlannedRequest, http_path, make_session, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.conformance import conformance_report, prompts_sha256
 from proctor.workloads.loadgen.dataset import LocalTokenizer
 from proctor.workloads.loadgen.headroom import Probe, Sample, summarize
 from proctor.workloads.loadgen.loop import loop_name, quiet_gc
@@ -69,6 +70,7 @@ class BenchResult:
     per_repeat: list[BenchMetrics] = field(default_factory=list)  # --repeat N > 1
     telemetry: dict[str, Any] = field(default_factory=dict)  # "server", "energy" (telemetry.py)
     client: dict[str, Any] | None = None  # headroom.summarize(): CPU, loop lag, client_bound
+    prompts_hash: str | None = None  # conformance.prompts_sha256 of the measured prompts
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -263,6 +265,9 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
                       dataset=work.info, prefix_cache=prefix,
                       per_repeat=per_repeat if len(per_repeat) > 1 else [], client=client)
     res.telemetry = telemetry.sections(metrics, res.measured)
+    res.prompts_hash = prompts_sha256(
+        r.prompt if r.messages is None else json.dumps(r.messages, sort_keys=True)
+        for measured in work.repeats for r in measured)
     return res
 
 
@@ -317,6 +322,10 @@ def result_document(res: BenchResult) -> dict[str, Any]:
         **({"repeats": _repeats_section(res)} if res.per_repeat else {}),
         "client": res.client,
         "schedule": _schedule(res),
+        "conformance": conformance_report(meas, ignore_eos=res.config.ignore_eos,
+                                          chat=res.config.endpoint == "chat",
+                                          prompt_source=res.prompt_source,
+                                          prompts_hash=res.prompts_hash),
     }
     doc.update(res.telemetry)
     return with_validity(doc, res)
