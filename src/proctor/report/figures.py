@@ -20,7 +20,8 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F
            "#000000")  # fmt: skip
 PHASE_COLOURS = {"start": "#009E73", "ready": "#0072B2", "workload": "#E69F00",
                  "workload end": "#E69F00", "drain": "#CC79A7", "drained": "#CC79A7",
-                 "stop": "#D55E00", "stop (time limit)": "#D55E00", "end": "#555555"}  # fmt: skip
+                 "stop": "#D55E00", "stop (time limit)": "#D55E00", "end": "#555555",
+                 "plateau": "#56B4E9", "drain-out": "#56B4E9"}  # fmt: skip
 KIND_TITLES = {"ttft": "Time to first token (TTFT)", "tpot": "Time per output token (TPOT)",
                "itl": "Inter-token latency (ITL)", "e2el": "End-to-end latency (E2EL)"}  # fmt: skip
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from proctor.workloads.loadgen import repeats
+from proctor.workloads.loadgen.steady import steady_state
 
 if TYPE_CHECKING:
     from proctor.workloads.loadgen.runner import BenchResult
@@ -31,4 +32,19 @@ def extra_lines(res: BenchResult) -> list[str]:
     if res.per_repeat:
         stats = repeats.summarize([m.flat() for m in res.per_repeat])
         out.append(repeats.format_repeats(stats, len(res.per_repeat)))
+    line = steady_line(steady_state(res.measured, res.config.percentiles, 1))
+    if line and not res.per_repeat:
+        out.append(line)
     return out
+
+
+def steady_line(w: dict[str, object]) -> str | None:
+    """One line for the plateau (metrics.json "steady_state"), or None when there is none."""
+    if not w.get("found") or not isinstance(w.get("output_throughput"), float):
+        return None
+    line = (f"Steady state: {w['duration_s']:.1f} s ({_pct(w['fraction_of_run'])} of the run) "
+            f"at >= {w['threshold_in_flight']} of {w['peak_in_flight']} in flight: "
+            f"output {w['output_throughput']:.1f} tok/s")
+    if isinstance(w.get("median_ttft_ms"), float):
+        line += f", TTFT p50 {w['median_ttft_ms']:.2f} ms"
+    return line

@@ -39,6 +39,7 @@ from proctor.workloads.loadgen.metrics import BenchMetrics, compute_metrics
 from proctor.workloads.loadgen.progress import PollingProgress
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.scheduler import Counter, run_requests, schedule_report
+from proctor.workloads.loadgen.steady import steady_state
 from proctor.workloads.loadgen.telemetry import BenchTelemetry
 from proctor.workloads.loadgen.verdict import Verdict, judge
 from proctor.workloads.loadgen.workload import Workload, build_workload
@@ -326,6 +327,7 @@ def result_document(res: BenchResult) -> dict[str, Any]:
                                           chat=res.config.endpoint == "chat",
                                           prompt_source=res.prompt_source,
                                           prompts_hash=res.prompts_hash),
+        "steady_state": steady_state(meas, res.config.percentiles, len(res.per_repeat) or 1),
     }
     doc.update(res.telemetry)
     return with_validity(doc, res)
