@@ -202,6 +202,8 @@ def test_metrics_json_reports_client_headroom_and_schedule(fake: Fake, tmp_path:
                 "client_bound", "reasons", "path", "loop"):
         assert key in client
     assert client["path"] == "fast" and client["loop_lag_samples"] > 0
+    assert client["timing"]["reading_late_p99_ms"] == client["loop_lag_p99_ms"]
+    assert client["timing"]["clock"].startswith("time.perf_counter")
     assert isinstance(client["client_bound"], bool) and isinstance(client["reasons"], list)
     sched = doc["schedule"]
     assert sched["target_rate"] == 50.0 and sched["sent"] == 10

@@ -12,6 +12,12 @@ loop_lag_p50_ms / p99 / max (over the pooled probe samples), client_bound and it
 - the loop-lag p99 was above LAG_BOUND_MS (a late wake-up delays every timestamp taken in it).
 Both bounds are measured in docs/bench.md (Headroom); `path` and `loop` say which HTTP client
 and event loop ran.
+
+Every latency is a difference of two time.perf_counter() readings (CLOCK_MONOTONIC) taken when
+the event loop handled the event, not when the bytes arrived: a reading is late by the time the
+ready event waited for a busy loop, the same wait the probe sees. So "timing" states the clock
+and estimates the lateness of each reading from the probe's lags (an estimate: the probe is
+one more callback on the same loop, and a TTFT is late by the difference of two such waits).
 """
 
 from __future__ import annotations
@@ -104,6 +110,13 @@ def summarize(samples: list[Sample], *, path: str, loop: str) -> dict[str, Any]:
         "path": path,
         "loop": loop,
         "processes": len(samples),
+        "timing": {
+            "clock": "time.perf_counter (CLOCK_MONOTONIC), read when the event loop handled "
+            "each event",
+            "reading_late_p50_ms": round(p50, 3),
+            "reading_late_p99_ms": round(p99, 3),
+            "estimated_from": "event-loop lag probe",
+        },
     }
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from proctor.workloads.loadgen.metrics import describe
@@ -80,7 +80,7 @@ def _wall(t: float) -> str:
     """A perf_counter time (CLOCK_MONOTONIC, shared by the host's processes) as a UTC time, for
     the report's time axis; read on the host that measured, right after the bench."""
     stamp = t + time.time() - time.perf_counter()
-    return datetime.fromtimestamp(stamp, UTC).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def window_report(records: Sequence[RequestRecord], percentiles: Sequence[float]) -> dict[str, Any]:

@@ -1,0 +1,81 @@
+"""The client's timing error against a server whose timings are known: proctor's measured TTFT
+and ITL minus what the emulator was told to take, and what the bench says of its own error.
+
+    .venv/bin/python bench/timing_error.py [--concurrency 1,100,500,1000] [--ttft-ms 50]
+        [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--workers 1]
+
+The emulator (bench/emulator, emu.c when `cc` builds it) waits exactly --ttft-ms before the
+first token and --itl-ms between tokens; its own delay is part of the error measured here, so
+run it on cores of its own (it takes every core but the client's, whose one core is pinned
+with taskset). Per concurrency, in one run: TTFT error mean / p50 / p99 (measured TTFT minus
+--ttft-ms, per request, from requests.jsonl), ITL error mean and ITL standard deviation, and the
+bench's own estimate of how late its readings were (metrics.json "client".timing). Issue 23's
+targets are printed beside them: mean <= 1 ms, p99 <= 5 ms, ITL sd <= 0.5 ms at 1000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "src"))
+
+from emulator import start_emulator  # noqa: E402
+from loadgen_capacity import pinned, plan_cores, proctor_cmd  # noqa: E402
+
+from proctor.workloads.loadgen.metrics import percentile  # noqa: E402
+
+
+def measure(url: str, conc: int, args: argparse.Namespace, cores: list[int] | None) -> str:
+    n = conc * args.requests_per_stream
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [*proctor_cmd(url, out, conc, n, args.isl, args.osl, args.workers), "--save-detailed"]
+        r = subprocess.run(pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT,
+                           timeout=900, check=False)  # fmt: skip
+        if r.returncode != 0:
+            raise SystemExit(f"proctor failed at {conc} ({r.returncode}): {r.stderr[-800:]}")
+        recs = [json.loads(line) for line in (Path(out) / "requests.jsonl").open()]
+        doc = json.loads((Path(out) / "metrics.json").read_text())
+    ok = [x for x in recs if x["success"] and not x["warmup"]]
+    ttft_err = [(x["ttft"] - args.ttft_ms / 1000) * 1000 for x in ok]
+    itls = [g * 1000 for x in ok for g in x["itl"]]
+    timing = (doc.get("client") or {}).get("timing") or {}
+    return (f"{conc:>6} {len(ok):>6} {statistics.fmean(ttft_err):>9.2f} "
+            f"{percentile(ttft_err, 50):>8.2f} {percentile(ttft_err, 99):>8.2f} "
+            f"{statistics.fmean(itls) - args.itl_ms:>9.3f} {statistics.pstdev(itls):>7.3f} "
+            f"{timing.get('reading_late_p50_ms', float('nan')):>9.3f} "
+            f"{timing.get('reading_late_p99_ms', float('nan')):>9.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", default="1,100,500,1000")
+    ap.add_argument("--ttft-ms", type=float, default=50.0)
+    ap.add_argument("--itl-ms", type=float, default=10.0)
+    ap.add_argument("--isl", type=int, default=32)
+    ap.add_argument("--osl", type=int, default=64)
+    ap.add_argument("--requests-per-stream", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=1)
+    a = ap.parse_args()
+    client, emu_cores = plan_cores()
+    with start_emulator(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, procs=len(emu_cores or [0]),
+                        cores=emu_cores) as emu:  # fmt: skip
+        print(f"emulator: {emu.describe()}; TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms; "
+              f"client cores {client}, emulator cores {emu_cores}, workers {a.workers}")
+        print("  conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  late p99"
+              "   (ms; late = the bench's own estimate)")
+        for conc in (int(c) for c in a.concurrency.split(",")):
+            print(measure(emu.base_url, conc, a, client), flush=True)
+    print("targets (issue 23): ttft err mean <= 1, p99 <= 5 at every concurrency; itl sd <= 0.5 "
+          "at 1000")
+
+
+if __name__ == "__main__":
+    main()
