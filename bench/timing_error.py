@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from emulator import start_emulator  # noqa: E402
 from loadgen_capacity import pinned, plan_cores, proctor_cmd  # noqa: E402
-
 from proctor.workloads.loadgen.metrics import percentile  # noqa: E402
 
 
