@@ -102,3 +102,27 @@ def test_a_bench_reports_the_window_within_the_servers_known_speed(isolated_runs
     html = page.read_text(encoding="utf-8")
     assert '"text": "plateau"' in html or '"text":"plateau"' in html
     assert "drain-out" in html
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 50.0), st.floats(0.0, 5.0), st.booleans()), max_size=30))
+def test_any_records_give_a_window_or_a_reason_never_a_crash(
+    spans: list[tuple[float, float, bool]],
+) -> None:
+    """Zero-length requests (a refused connection ends the instant it starts) included: CI
+    found a bench of only such requests crashing the window (its end sorted before its start)."""
+    recs = [RequestRecord(index=i, prompt_len=1, expected_output_len=8, start_time=start,
+                          latency=length, end_time=start + length, success=ok,
+                          output_tokens=8 if ok else 0, ttft=length / 2, itl=[])
+            for i, (start, length, ok) in enumerate(spans)]  # fmt: skip
+    found = plateau(recs)
+    if not any(r.start_time > 0 for r in recs):
+        assert found is None
+        return
+    assert found is not None
+    peak, threshold, opens, closes = found
+    in_flight = [r for r in recs if r.start_time > 0 and r.end_time > r.start_time]
+    assert 0 <= peak <= len(in_flight) and threshold >= 1 and opens <= closes
+    w = window_report(recs, [99])
+    assert w["found"] == (w["duration_s"] > 0)
+    if not w["found"]:
+        assert w["reason"]

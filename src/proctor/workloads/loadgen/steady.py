@@ -38,11 +38,17 @@ def _end(r: RequestRecord) -> float:
 def plateau(records: Sequence[RequestRecord]) -> tuple[int, int, float, float] | None:
     """(peak, threshold, opens, closes) of the in-flight count, or None with no requests."""
     events: list[tuple[float, int]] = []
+    starts = [r.start_time for r in records if r.start_time > 0]
+    if not starts:
+        return None
     for r in records:
-        if r.start_time > 0:
+        # A request that ended the instant it started was never in flight: sorted ends-first,
+        # its own end would come before its start and the count would go negative.
+        if r.start_time > 0 and _end(r) > r.start_time:
             events += [(r.start_time, 1), (_end(r), -1)]
     if not events:
-        return None
+        first = min(starts)
+        return 0, 1, first, first  # nothing held a slot for any time: an empty window
     # Ends first at one instant: a client slot freed and taken again at once is one in flight
     # (exact_peak_concurrency counts starts first, so a zero-length request is seen there).
     events.sort()
