@@ -34,19 +34,54 @@ from tests.infra.engines import engine_info, free_port, start_vllm  # noqa: E402
 
 from proctor.results import parse_string  # noqa: E402
 
-METRICS = ("total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",
-           "mean_itl_ms")  # fmt: skip
+METRICS = (
+    "total_token_throughput",
+    "output_throughput",
+    "mean_tpot_ms",
+    "mean_ttft_ms",
+    "mean_itl_ms",
+)
 
 
-def run_vllm(python: Path, tokenizer: Path, base_url: str, model: str, a: argparse.Namespace,
-             out: Path) -> dict[str, float]:  # fmt: skip
-    cmd = [str(python), str(ROOT / "tests" / "infra" / "vllm_bench_shim.py"), "bench", "serve",
-           "--backend", "vllm", "--base-url", base_url, "--model", model, "--tokenizer",
-           str(tokenizer), "--dataset-name", "random", "--random-input-len", str(a.isl),
-           "--random-output-len", str(a.osl), "--random-range-ratio", "0", "--num-prompts",
-           str(a.num_prompts), "--max-concurrency", str(a.concurrency), "--ignore-eos",
-           "--temperature", "0", "--num-warmups", str(a.concurrency), "--seed", "0",
-           "--disable-tqdm", "--percentile-metrics", "ttft,tpot,itl,e2el"]  # fmt: skip
+def run_vllm(
+    python: Path, tokenizer: Path, base_url: str, model: str, a: argparse.Namespace, out: Path
+) -> dict[str, float]:
+    cmd = [
+        str(python),
+        str(ROOT / "tests" / "infra" / "vllm_bench_shim.py"),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        base_url,
+        "--model",
+        model,
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(a.isl),
+        "--random-output-len",
+        str(a.osl),
+        "--random-range-ratio",
+        "0",
+        "--num-prompts",
+        str(a.num_prompts),
+        "--max-concurrency",
+        str(a.concurrency),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--num-warmups",
+        str(a.concurrency),
+        "--seed",
+        "0",
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     (out / f"vllm-{time.time_ns()}.log").write_text(r.stdout + r.stderr)
@@ -58,11 +93,34 @@ def run_vllm(python: Path, tokenizer: Path, base_url: str, model: str, a: argpar
 
 def run_proctor(base_url: str, model: str, a: argparse.Namespace, out: Path) -> dict[str, float]:
     with tempfile.TemporaryDirectory(dir=out) as d:
-        cmd = [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", base_url,
-               "--model", model, "--output-dir", d, "--isl", str(a.isl), "--osl", str(a.osl),
-               "--range-ratio", "0", "--num-prompts", str(a.num_prompts), "--concurrency",
-               str(a.concurrency), "--num-warmups", str(a.concurrency), "--temperature", "0",
-               "--seed", "0", "--no-progress"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "proctor.workloads.loadgen",
+            "--base-url",
+            base_url,
+            "--model",
+            model,
+            "--output-dir",
+            d,
+            "--isl",
+            str(a.isl),
+            "--osl",
+            str(a.osl),
+            "--range-ratio",
+            "0",
+            "--num-prompts",
+            str(a.num_prompts),
+            "--concurrency",
+            str(a.concurrency),
+            "--num-warmups",
+            str(a.concurrency),
+            "--temperature",
+            "0",
+            "--seed",
+            "0",
+            "--no-progress",
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
         if r.returncode != 0:
             raise SystemExit(f"proctor loadgen failed ({r.returncode}): {r.stderr[-800:]}")
@@ -89,23 +147,30 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     server = start_vllm(free_port(), out / "vllm-server.log", info)
-    print(f"vLLM {info.vllm_version} ready in {server.ready_s:.0f} s at {server.base_url}; "
-          f"ISL {a.isl} OSL {a.osl}, {a.num_prompts} prompts, concurrency {a.concurrency}, "
-          f"{os.cpu_count()} cores", flush=True)
+    print(
+        f"vLLM {info.vllm_version} ready in {server.ready_s:.0f} s at {server.base_url}; "
+        f"ISL {a.isl} OSL {a.osl}, {a.num_prompts} prompts, concurrency {a.concurrency}, "
+        f"{os.cpu_count()} cores",
+        flush=True,
+    )
     runs: dict[str, list[dict[str, float]]] = {"vllm": [], "proctor": []}
     try:
         for i in range(a.repeats):
             for client in ("vllm", "proctor"):
                 t0 = time.perf_counter()
                 if client == "vllm":
-                    v = run_vllm(info.vllm_python, info.model_dir, server.base_url,
-                                 server.model, a, out)  # fmt: skip
+                    v = run_vllm(
+                        info.vllm_python, info.model_dir, server.base_url, server.model, a, out
+                    )
                 else:
                     v = run_proctor(server.base_url, server.model, a, out)
                 runs[client].append(v)
-                print(f"  run {i + 1} {client:<8} total {v['total_token_throughput']:8.2f} tok/s"
-                      f"  mean TPOT {v['mean_tpot_ms']:7.2f} ms  completed {v['completed']:.0f}"
-                      f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+                print(
+                    f"  run {i + 1} {client:<8} total {v['total_token_throughput']:8.2f} tok/s"
+                    f"  mean TPOT {v['mean_tpot_ms']:7.2f} ms  completed {v['completed']:.0f}"
+                    f"  ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
     finally:
         server.stop()
 
@@ -120,8 +185,10 @@ def _stats(xs: list[float]) -> tuple[float, float, float, float]:
 
 
 def report(runs: dict[str, list[dict[str, float]]], started: float, out: Path) -> int:
-    print(f"{'metric':<24} {'vllm: mean +- sd (min-max)':>34} {'proctor: mean +- sd (min-max)':>34}"
-          f" {'ratio':>6} {'pairs: mean +- sd':>18}  noise")
+    print(
+        f"{'metric':<24} {'vllm: mean +- sd (min-max)':>34} {'proctor: mean +- sd (min-max)':>34}"
+        f" {'ratio':>6} {'pairs: mean +- sd':>18}  noise"
+    )
     worst = 0.0
     for name in METRICS:
         v = [r[name] for r in runs["vllm"]]
@@ -131,21 +198,27 @@ def report(runs: dict[str, list[dict[str, float]]], started: float, out: Path) -
         ratio = mp / mv if mv else float("nan")
         pairs = [b / a for a, b in zip(v, p, strict=False) if a]
         pm, ps, _, _ = _stats(pairs) if pairs else (float("nan"), 0.0, 0.0, 0.0)
-        se = (sv ** 2 / len(v) + sp ** 2 / len(p)) ** 0.5
+        se = (sv**2 / len(v) + sp**2 / len(p)) ** 0.5
         noise = "within" if abs(mp - mv) <= 2 * se else "beyond"
         if name in ("total_token_throughput", "mean_tpot_ms"):
             worst = max(worst, abs(ratio - 1))
-        print(f"{name:<24} {f'{mv:.2f} +- {sv:.2f} ({lv:.1f}-{hv:.1f})':>34} "
-              f"{f'{mp:.2f} +- {sp:.2f} ({lp:.1f}-{hp:.1f})':>34} {ratio:>6.3f} "
-              f"{f'{pm:.3f} +- {ps:.3f}':>18}  {noise}")
+        print(
+            f"{name:<24} {f'{mv:.2f} +- {sv:.2f} ({lv:.1f}-{hv:.1f})':>34} "
+            f"{f'{mp:.2f} +- {sp:.2f} ({lp:.1f}-{hp:.1f})':>34} {ratio:>6.3f} "
+            f"{f'{pm:.3f} +- {ps:.3f}':>18}  {noise}"
+        )
     cpu = [r.get("client_cpu_percent") for r in runs["proctor"]]
     if any(c is not None for c in cpu):
-        print(f"\nproctor's own CPU per run (% of one core): "
-              f"{', '.join(f'{c:.0f}' for c in cpu if c is not None)}")
-    print(f"\nlargest disagreement of the means on total tok/s and mean TPOT: {worst:.1%} "
-          f"({'within' if worst <= 0.05 else 'OUTSIDE'} 5%); {len(runs['vllm'])} runs each; "
-          f"noise: the difference of the means against 2 standard errors; took "
-          f"{time.perf_counter() - started:.0f} s; logs in {out}")
+        print(
+            f"\nproctor's own CPU per run (% of one core): "
+            f"{', '.join(f'{c:.0f}' for c in cpu if c is not None)}"
+        )
+    print(
+        f"\nlargest disagreement of the means on total tok/s and mean TPOT: {worst:.1%} "
+        f"({'within' if worst <= 0.05 else 'OUTSIDE'} 5%); {len(runs['vllm'])} runs each; "
+        f"noise: the difference of the means against 2 standard errors; took "
+        f"{time.perf_counter() - started:.0f} s; logs in {out}"
+    )
     return 0 if worst <= 0.05 else 1
 
 

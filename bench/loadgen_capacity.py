@@ -79,41 +79,95 @@ def plan_cores() -> tuple[list[int] | None, list[int] | None]:
     return client, emu
 
 
-def proctor_cmd(url: str, out: str, conc: int, n: int, isl: int, osl: int,
-                workers: int = 1) -> list[str]:
-    return [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", url,
-            "--output-dir", out, "--model", MODEL, "--tokenizer-mode", "approx",
-            "--isl", str(isl), "--osl", str(osl), "--range-ratio", "0",
-            "--concurrency", str(conc), "--num-prompts", str(n), "--num-warmups", str(conc),
-            "--no-progress", "--log-every", "0", "--workers", str(workers)]
+def proctor_cmd(
+    url: str, out: str, conc: int, n: int, isl: int, osl: int, workers: int = 1
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "proctor.workloads.loadgen",
+        "--base-url",
+        url,
+        "--output-dir",
+        out,
+        "--model",
+        MODEL,
+        "--tokenizer-mode",
+        "approx",
+        "--isl",
+        str(isl),
+        "--osl",
+        str(osl),
+        "--range-ratio",
+        "0",
+        "--concurrency",
+        str(conc),
+        "--num-prompts",
+        str(n),
+        "--num-warmups",
+        str(conc),
+        "--no-progress",
+        "--log-every",
+        "0",
+        "--workers",
+        str(workers),
+    ]
 
 
-def run_proctor(emu: Emulator, conc: int, n: int, isl: int, osl: int, cores: list[int] | None,
-                rnd: int, label: str = "proctor", env: dict[str, str] | None = None) -> Row:
+def run_proctor(
+    emu: Emulator,
+    conc: int,
+    n: int,
+    isl: int,
+    osl: int,
+    cores: list[int] | None,
+    rnd: int,
+    label: str = "proctor",
+    env: dict[str, str] | None = None,
+) -> Row:
     with tempfile.TemporaryDirectory() as out:
-        r = subprocess.run(pinned(proctor_cmd(emu.base_url, out, conc, n, isl, osl), cores),
-                           capture_output=True, text=True, cwd=ROOT, timeout=600,
-                           env={**os.environ, **(env or {})}, check=False)
+        r = subprocess.run(
+            pinned(proctor_cmd(emu.base_url, out, conc, n, isl, osl), cores),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=600,
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
         if r.returncode != 0:
             raise SystemExit(f"{label} failed ({r.returncode}): {r.stderr[-800:]}")
         doc = json.loads((Path(out) / "metrics.json").read_text())
     m, c = doc["metrics"], doc.get("client") or {}
-    cpu = (f"{c.get('cpu_percent', 0):.0f}% lag99 {c.get('loop_lag_p99_ms', 0):.0f}ms "
-           f"{c.get('path', '?')}")
+    cpu = (
+        f"{c.get('cpu_percent', 0):.0f}% lag99 {c.get('loop_lag_p99_ms', 0):.0f}ms "
+        f"{c.get('path', '?')}"
+    )
     share = c.get("cpu_percent", 0) / 100
     per_cpu = m["output_throughput"] / share if share > 0 else 0.0
-    return Row(label, conc, rnd, m["output_throughput"], m["request_throughput"],
-               m["mean_ttft_ms"], cpu, per_cpu_s=per_cpu)
+    return Row(
+        label,
+        conc,
+        rnd,
+        m["output_throughput"],
+        m["request_throughput"],
+        m["mean_ttft_ms"],
+        cpu,
+        per_cpu_s=per_cpu,
+    )
 
 
 def vllm_template(python: str, tokenizer: str) -> str:
     shim = ROOT / "tests" / "infra" / "vllm_bench_shim.py"
-    return (f"{shlex.quote(python)} {shlex.quote(str(shim))} bench serve --backend vllm "
-            "--base-url {base_url} --model {model} --tokenizer " + shlex.quote(tokenizer) +
-            " --dataset-name random --random-input-len {isl} --random-output-len {osl} "
-            "--random-range-ratio 0 --num-prompts {num_prompts} --max-concurrency {concurrency} "
-            "--ignore-eos --num-warmups {concurrency} --disable-tqdm --seed 0 "
-            "--percentile-metrics ttft,tpot,itl,e2el")  # fmt: skip
+    return (
+        f"{shlex.quote(python)} {shlex.quote(str(shim))} bench serve --backend vllm "
+        "--base-url {base_url} --model {model} --tokenizer "
+        + shlex.quote(tokenizer)
+        + " --dataset-name random --random-input-len {isl} --random-output-len {osl} "
+        "--random-range-ratio 0 --num-prompts {num_prompts} --max-concurrency {concurrency} "
+        "--ignore-eos --num-warmups {concurrency} --disable-tqdm --seed 0 "
+        "--percentile-metrics ttft,tpot,itl,e2el"
+    )
 
 
 def find_vllm() -> tuple[str, str] | None:
@@ -127,34 +181,68 @@ def find_vllm() -> tuple[str, str] | None:
     return (python, model) if Path(python).exists() and Path(model).is_dir() else None
 
 
-def run_template(template: str, emu: Emulator, conc: int, n: int, isl: int, osl: int,
-                 cores: list[int] | None, rnd: int, label: str) -> Row:
+def run_template(
+    template: str,
+    emu: Emulator,
+    conc: int,
+    n: int,
+    isl: int,
+    osl: int,
+    cores: list[int] | None,
+    rnd: int,
+    label: str,
+) -> Row:
     from proctor.results import parse_string
 
-    cmd = template.format(base_url=emu.base_url, concurrency=conc, num_prompts=n, isl=isl,
-                          osl=osl, model=MODEL)
+    cmd = template.format(
+        base_url=emu.base_url, concurrency=conc, num_prompts=n, isl=isl, osl=osl, model=MODEL
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    r = subprocess.run(pinned(shlex.split(cmd), cores), capture_output=True, text=True,
-                       timeout=900, env=env, check=False)
+    r = subprocess.run(
+        pinned(shlex.split(cmd), cores),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
     if r.returncode != 0:
         raise SystemExit(f"{label} failed ({r.returncode}): {(r.stdout + r.stderr)[-800:]}")
     v = parse_string(r.stdout + "\n" + r.stderr).values()
-    return Row(label, conc, rnd, v["output_throughput"], v["request_throughput"],
-               v.get("mean_ttft_ms", float("nan")))
+    return Row(
+        label,
+        conc,
+        rnd,
+        v["output_throughput"],
+        v["request_throughput"],
+        v.get("mean_ttft_ms", float("nan")),
+    )
 
 
-def py_spy_top(emu: Emulator, conc: int, n: int, isl: int, osl: int,
-               cores: list[int] | None, top: int = 15) -> None:
+def py_spy_top(
+    emu: Emulator, conc: int, n: int, isl: int, osl: int, cores: list[int] | None, top: int = 15
+) -> None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         print("py-spy not found; skipped")
         return
     with tempfile.TemporaryDirectory() as out:
         raw = Path(out) / "raw.txt"
-        cmd = [spy, "record", "-r", "250", "-f", "raw", "-o", str(raw), "--",
-               *proctor_cmd(emu.base_url, out + "/m", conc, n, isl, osl)]
-        subprocess.run(pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT,
-                       timeout=600, check=False)
+        cmd = [
+            spy,
+            "record",
+            "-r",
+            "250",
+            "-f",
+            "raw",
+            "-o",
+            str(raw),
+            "--",
+            *proctor_cmd(emu.base_url, out + "/m", conc, n, isl, osl),
+        ]
+        subprocess.run(
+            pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT, timeout=600, check=False
+        )
         own: collections.Counter[str] = collections.Counter()
         total = 0
         for line in raw.read_text().splitlines():
@@ -193,20 +281,41 @@ def main() -> int:
     client_cores, emu_cores = plan_cores()
     started = time.perf_counter()
     rows: list[Row] = []
-    with start_emulator(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, procs=len(emu_cores or [0]),
-                        cores=emu_cores, force_python=a.python_emulator) as emu:
-        print(f"emulator: {emu.describe()}; TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms; "
-              f"ISL {a.isl} / OSL {a.osl}; clients pinned to core(s) {client_cores}", flush=True)
+    with start_emulator(
+        ttft_ms=a.ttft_ms,
+        itl_ms=a.itl_ms,
+        procs=len(emu_cores or [0]),
+        cores=emu_cores,
+        force_python=a.python_emulator,
+    ) as emu:
+        print(
+            f"emulator: {emu.describe()}; TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms; "
+            f"ISL {a.isl} / OSL {a.osl}; clients pinned to core(s) {client_cores}",
+            flush=True,
+        )
         capacity: dict[int, float] = {}
         for conc in concs:
-            cap = measure_capacity(emu, concurrency=conc, requests=max(conc * per, 4000),
-                                   osl=a.osl, cores=client_cores)
+            cap = measure_capacity(
+                emu, concurrency=conc, requests=max(conc * per, 4000), osl=a.osl, cores=client_cores
+            )
             capacity[conc] = cap.per_busy_emulator
-            rows.append(Row(f"raw ({cap.client})", conc, 0, cap.chunks_s, cap.req_s, cap.ttft_ms,
-                            f"emu {100 * cap.emu_cores_busy:.0f}% of a core"))
-            print(f"  raw c={conc}: {cap.chunks_s:,.0f} chunks/s with the emulator "
-                  f"{100 * cap.emu_cores_busy:.0f}% busy -> capacity "
-                  f"{cap.per_busy_emulator:,.0f} chunks/s", flush=True)
+            rows.append(
+                Row(
+                    f"raw ({cap.client})",
+                    conc,
+                    0,
+                    cap.chunks_s,
+                    cap.req_s,
+                    cap.ttft_ms,
+                    f"emu {100 * cap.emu_cores_busy:.0f}% of a core",
+                )
+            )
+            print(
+                f"  raw c={conc}: {cap.chunks_s:,.0f} chunks/s with the emulator "
+                f"{100 * cap.emu_cores_busy:.0f}% busy -> capacity "
+                f"{cap.per_busy_emulator:,.0f} chunks/s",
+                flush=True,
+            )
         for rnd in range(1, rounds + 1):
             for conc in concs:
                 n = max(conc * per, 2000)
@@ -214,51 +323,72 @@ def main() -> int:
                 if a.ablate:
                     todo.append(("proctor aiohttp", {"PROCTOR_HTTP_CLIENT": "aiohttp"}))
                 for label, env in todo:
-                    rows.append(run_proctor(emu, conc, n, a.isl, a.osl, client_cores, rnd,
-                                            label, env))
+                    rows.append(
+                        run_proctor(emu, conc, n, a.isl, a.osl, client_cores, rnd, label, env)
+                    )
                     print(f"  r{rnd} {label} c={conc}: {rows[-1].chunks_s:,.0f}", flush=True)
                 if vllm:
-                    rows.append(run_template(vllm, emu, conc, n, a.isl, a.osl, client_cores, rnd,
-                                             "vllm"))
+                    rows.append(
+                        run_template(vllm, emu, conc, n, a.isl, a.osl, client_cores, rnd, "vllm")
+                    )
                     print(f"  r{rnd} vllm c={conc}: {rows[-1].chunks_s:,.0f}", flush=True)
                 if a.extra_client:
-                    rows.append(run_template(a.extra_client, emu, conc, n, a.isl, a.osl,
-                                             client_cores, rnd, "extra"))
+                    rows.append(
+                        run_template(
+                            a.extra_client, emu, conc, n, a.isl, a.osl, client_cores, rnd, "extra"
+                        )
+                    )
         if a.py_spy:
             py_spy_top(emu, a.py_spy, max(a.py_spy * per, 2000), a.isl, a.osl, client_cores)
     for r in rows:
         if not r.client.startswith("raw") and r.chunks_s > 0.5 * capacity[r.concurrency]:
             r.flag = "EMU>50%"
     vl = {(r.concurrency, r.round): r.chunks_s for r in rows if r.client == "vllm"}
-    print(f"\n{'client':<22} {'conc':>5} {'rnd':>3} {'chunks/s':>10} {'req/s':>8} "
-          f"{'TTFT ms':>8} {'vs vllm':>7} {'per CPU-s':>10}  headroom / note")
+    print(
+        f"\n{'client':<22} {'conc':>5} {'rnd':>3} {'chunks/s':>10} {'req/s':>8} "
+        f"{'TTFT ms':>8} {'vs vllm':>7} {'per CPU-s':>10}  headroom / note"
+    )
     for r in rows:
         ref = vl.get((r.concurrency, r.round))
-        ratio = f"{r.chunks_s / ref:>7.2f}" if ref and r.client != "vllm" \
-            and not r.client.startswith("raw") else f"{'-':>7}"
+        ratio = (
+            f"{r.chunks_s / ref:>7.2f}"
+            if ref and r.client != "vllm" and not r.client.startswith("raw")
+            else f"{'-':>7}"
+        )
         per = f"{r.per_cpu_s:>10,.0f}" if r.per_cpu_s else f"{'-':>10}"
-        print(f"{r.client:<22} {r.concurrency:>5} {r.round or '-':>3} {r.chunks_s:>10,.0f} "
-              f"{r.req_s:>8,.0f} {r.ttft_ms:>8.1f} {ratio} {per}  {r.cpu} {r.flag}")
+        print(
+            f"{r.client:<22} {r.concurrency:>5} {r.round or '-':>3} {r.chunks_s:>10,.0f} "
+            f"{r.req_s:>8,.0f} {r.ttft_ms:>8.1f} {ratio} {per}  {r.cpu} {r.flag}"
+        )
     print("\nchecks (issue 14, point 2):")
     ok = True
     for conc in concs:
         pro = [r.chunks_s for r in rows if r.client == "proctor" and r.concurrency == conc]
-        ratios = [r.chunks_s / vl[(conc, r.round)] for r in rows
-                  if r.client == "proctor" and r.concurrency == conc and (conc, r.round) in vl]
+        ratios = [
+            r.chunks_s / vl[(conc, r.round)]
+            for r in rows
+            if r.client == "proctor" and r.concurrency == conc and (conc, r.round) in vl
+        ]
         if ratios:
             good = min(ratios) >= 2.0
             ok &= good
-            print(f"  c={conc}: proctor/vLLM {', '.join(f'{x:.2f}' for x in ratios)} "
-                  f"(mean {statistics.fmean(ratios):.2f}) -> {'>= 2x' if good else 'BELOW 2x'}")
+            print(
+                f"  c={conc}: proctor/vLLM {', '.join(f'{x:.2f}' for x in ratios)} "
+                f"(mean {statistics.fmean(ratios):.2f}) -> {'>= 2x' if good else 'BELOW 2x'}"
+            )
         else:
             print(f"  c={conc}: proctor {', '.join(f'{x:,.0f}' for x in pro)} (no vLLM client)")
     best = max((r.chunks_s for r in rows if r.client == "proctor"), default=0.0)
     flagged = [r for r in rows if r.client == "proctor" and r.flag]
-    print(f"  best proctor on one core: {best:,.0f} chunks/s -> "
-          f"{'>= 300k' if best >= 300_000 else 'BELOW 300k'}")
+    print(
+        f"  best proctor on one core: {best:,.0f} chunks/s -> "
+        f"{'>= 300k' if best >= 300_000 else 'BELOW 300k'}"
+    )
     if flagged:
-        print(f"  {len(flagged)} proctor figure(s) flagged EMU>50%: the emulator may have "
-              "limited them")
+        print(
+            f"  {len(flagged)} proctor figure(s) flagged EMU>50%: the emulator may have "
+            "limited them"
+        )
     print(f"took {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -38,37 +38,98 @@ from emulator import start_emulator  # noqa: E402
 from loadgen_capacity import find_vllm, pinned, plan_cores  # noqa: E402
 
 
-def run_proctor(url: str, rate: float, n: int, cores: list[int] | None,
-                workers: int = 1) -> dict:
+def run_proctor(url: str, rate: float, n: int, cores: list[int] | None, workers: int = 1) -> dict:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", url,
-               "--output-dir", out, "--model", "emulator", "--tokenizer-mode", "approx",
-               "--isl", "64", "--osl", "128", "--range-ratio", "0",
-               "--concurrency", str(256 * workers), "--num-prompts", str(n),
-               "--num-warmups", "64", "--request-rate", str(rate),
-               "--percentiles", "50,99", "--no-progress", "--log-every", "0",
-               "--workers", str(workers)]
-        r = subprocess.run(pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT,
-                           timeout=900, check=False)
+        cmd = [
+            sys.executable,
+            "-m",
+            "proctor.workloads.loadgen",
+            "--base-url",
+            url,
+            "--output-dir",
+            out,
+            "--model",
+            "emulator",
+            "--tokenizer-mode",
+            "approx",
+            "--isl",
+            "64",
+            "--osl",
+            "128",
+            "--range-ratio",
+            "0",
+            "--concurrency",
+            str(256 * workers),
+            "--num-prompts",
+            str(n),
+            "--num-warmups",
+            "64",
+            "--request-rate",
+            str(rate),
+            "--percentiles",
+            "50,99",
+            "--no-progress",
+            "--log-every",
+            "0",
+            "--workers",
+            str(workers),
+        ]
+        r = subprocess.run(
+            pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT, timeout=900, check=False
+        )
         if r.returncode != 0:
             raise SystemExit(f"proctor failed ({r.returncode}): {r.stderr[-800:]}")
         return json.loads((Path(out) / "metrics.json").read_text())
 
 
-def run_vllm(python: str, tokenizer: str, url: str, rate: float, n: int,
-             cores: list[int] | None) -> dict[str, float]:
+def run_vllm(
+    python: str, tokenizer: str, url: str, rate: float, n: int, cores: list[int] | None
+) -> dict[str, float]:
     from proctor.results import parse_string
 
     shim = ROOT / "tests" / "infra" / "vllm_bench_shim.py"
-    cmd = [python, str(shim), "bench", "serve", "--backend", "vllm", "--base-url", url,
-           "--model", "emulator", "--tokenizer", tokenizer, "--dataset-name", "random",
-           "--random-input-len", "64", "--random-output-len", "128", "--random-range-ratio", "0",
-           "--num-prompts", str(n), "--max-concurrency", "256", "--request-rate", str(rate),
-           "--ignore-eos", "--num-warmups", "64", "--disable-tqdm", "--seed", "0",
-           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"]
+    cmd = [
+        python,
+        str(shim),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--model",
+        "emulator",
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "128",
+        "--random-range-ratio",
+        "0",
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        "256",
+        "--request-rate",
+        str(rate),
+        "--ignore-eos",
+        "--num-warmups",
+        "64",
+        "--disable-tqdm",
+        "--seed",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    r = subprocess.run(pinned(cmd, cores), capture_output=True, text=True, timeout=900, env=env,
-                       check=False)
+    r = subprocess.run(
+        pinned(cmd, cores), capture_output=True, text=True, timeout=900, env=env, check=False
+    )
     if r.returncode != 0:
         raise SystemExit(f"vllm failed ({r.returncode}): {(r.stdout + r.stderr)[-800:]}")
     return parse_string(r.stdout + "\n" + r.stderr).values()
@@ -77,8 +138,11 @@ def run_vllm(python: str, tokenizer: str, url: str, rate: float, n: int,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rates", default="500,2000,10000")
-    ap.add_argument("--workers-at", default="10000=4",
-                    help="RATE=N,...: N worker processes (one core each) at that rate")
+    ap.add_argument(
+        "--workers-at",
+        default="10000=4",
+        help="RATE=N,...: N worker processes (one core each) at that rate",
+    )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--quick", action="store_true", help="4 s per rate")
     ap.add_argument("--no-vllm", action="store_true")
@@ -87,47 +151,75 @@ def main() -> int:
     a = ap.parse_args()
     seconds = 4.0 if a.quick else a.seconds
     rates = [float(x) for x in a.rates.split(",") if x]
-    found = None if a.no_vllm else (
-        (a.vllm_python, a.tokenizer) if a.vllm_python and a.tokenizer else find_vllm())
-    workers_at = {float(k): int(v) for k, v in
-                  (x.split("=") for x in a.workers_at.split(",") if x)}
+    found = (
+        None
+        if a.no_vllm
+        else ((a.vllm_python, a.tokenizer) if a.vllm_python and a.tokenizer else find_vllm())
+    )
+    workers_at = {float(k): int(v) for k, v in (x.split("=") for x in a.workers_at.split(",") if x)}
     client_cores, emu_cores = plan_cores()
     most = max([workers_at.get(r, 1) for r in rates] + [1])
     all_cores = sorted(os.sched_getaffinity(0))
     if client_cores and len(all_cores) > most + 1:  # one core per worker, the rest the emulator's
-        client_cores, emu_cores = all_cores[1:1 + most], \
-            [c for c in all_cores if c not in all_cores[1:1 + most]][:8]
+        client_cores, emu_cores = (
+            all_cores[1 : 1 + most],
+            [c for c in all_cores if c not in all_cores[1 : 1 + most]][:8],
+        )
     started = time.perf_counter()
     lines = []
     emu_p99: dict[float, float | None] = {}
     with start_emulator(procs=len(emu_cores or [0]), cores=emu_cores) as emu:
-        print(f"emulator: {emu.describe()} (zero TTFT/ITL); client on core(s) {client_cores}",
-              flush=True)
+        print(
+            f"emulator: {emu.describe()} (zero TTFT/ITL); client on core(s) {client_cores}",
+            flush=True,
+        )
         for rate in rates:
             n = int(rate * seconds)
             emu.delay_stats(reset=True)
             w = workers_at.get(rate, 1)
-            doc = run_proctor(emu.base_url, rate, n,
-                              client_cores[:w] if client_cores else None, w)
+            doc = run_proctor(emu.base_url, rate, n, client_cores[:w] if client_cores else None, w)
             s, m, c = doc["schedule"], doc["metrics"], doc["client"]
             d = emu.delay_stats()
-            own = (f"; emulator's own delay p50 {d['p50_us'] / 1000:.2f} / p99 "
-                   f"{d['p99_us'] / 1000:.2f} / max {d['max_us'] / 1000:.1f} ms" if d else "")
+            own = (
+                f"; emulator's own delay p50 {d['p50_us'] / 1000:.2f} / p99 "
+                f"{d['p99_us'] / 1000:.2f} / max {d['max_us'] / 1000:.1f} ms"
+                if d
+                else ""
+            )
             emu_p99[rate] = d["p99_us"] / 1000 if d else None
-            lines.append((rate, "proctor", s["achieved_rate"], s["schedule_delay_p50_ms"],
-                          s["schedule_delay_p99_ms"], m["median_ttft_ms"], m["p99_ttft_ms"],
-                          f"workers {w}, delay max {s['schedule_delay_max_ms']:.2f} ms, "
-                          f"CPU {c['cpu_percent']:.0f}%, lag p99 {c['loop_lag_p99_ms']:.1f} ms"
-                          + own))
+            lines.append(
+                (
+                    rate,
+                    "proctor",
+                    s["achieved_rate"],
+                    s["schedule_delay_p50_ms"],
+                    s["schedule_delay_p99_ms"],
+                    m["median_ttft_ms"],
+                    m["p99_ttft_ms"],
+                    f"workers {w}, delay max {s['schedule_delay_max_ms']:.2f} ms, "
+                    f"CPU {c['cpu_percent']:.0f}%, lag p99 {c['loop_lag_p99_ms']:.1f} ms" + own,
+                )
+            )
             print(f"  proctor {rate:g} req/s: done", flush=True)
             if found:
                 v = run_vllm(*found, emu.base_url, rate, n, client_cores)
-                lines.append((rate, "vllm", v.get("request_throughput", float("nan")), None,
-                              None, v.get("median_ttft_ms", float("nan")),
-                              v.get("p99_ttft_ms", float("nan")), "achieved = completed/duration"))
+                lines.append(
+                    (
+                        rate,
+                        "vllm",
+                        v.get("request_throughput", float("nan")),
+                        None,
+                        None,
+                        v.get("median_ttft_ms", float("nan")),
+                        v.get("p99_ttft_ms", float("nan")),
+                        "achieved = completed/duration",
+                    )
+                )
                 print(f"  vllm {rate:g} req/s: done", flush=True)
-    print(f"\n{'target':>7} {'client':<8} {'achieved':>9} {'delay p50':>9} {'delay p99':>9} "
-          f"{'TTFT p50':>9} {'TTFT p99':>9}  note (ms; TTFT = client-added, emulator TTFT 0)")
+    print(
+        f"\n{'target':>7} {'client':<8} {'achieved':>9} {'delay p50':>9} {'delay p99':>9} "
+        f"{'TTFT p50':>9} {'TTFT p99':>9}  note (ms; TTFT = client-added, emulator TTFT 0)"
+    )
 
     def f(x: float | None) -> str:
         return f"{x:>9.2f}" if x is not None else f"{'-':>9}"
@@ -138,17 +230,23 @@ def main() -> int:
     for rate, who, ach, _, e99, _, t99, _ in lines:
         if who != "proctor":
             continue
-        print(f"  {rate:g} req/s: p99 schedule delay {e99:.3f} ms -> "
-              f"{'<= 1 ms' if e99 <= 1.0 else 'ABOVE 1 ms'}")
+        print(
+            f"  {rate:g} req/s: p99 schedule delay {e99:.3f} ms -> "
+            f"{'<= 1 ms' if e99 <= 1.0 else 'ABOVE 1 ms'}"
+        )
         keep = abs(ach - rate) / rate <= 0.05
         ttft = "<= 5 ms" if t99 <= 5 else "ABOVE 5 ms"
-        print(f"  {rate:g} req/s: achieved {ach:.1f} ({100 * (ach / rate - 1):+.1f}%) -> "
-              f"{'kept' if keep else 'NOT kept'}"
-              + (f"; p99 client-added TTFT {t99:.2f} ms -> {ttft}" if rate == 500 else ""))
+        print(
+            f"  {rate:g} req/s: achieved {ach:.1f} ({100 * (ach / rate - 1):+.1f}%) -> "
+            f"{'kept' if keep else 'NOT kept'}"
+            + (f"; p99 client-added TTFT {t99:.2f} ms -> {ttft}" if rate == 500 else "")
+        )
         own = emu_p99.get(rate)
         if own is not None and own > 1.0:
-            print(f"    the emulator's own delay p99 was {own:.2f} ms (> 1 ms): part of the TTFT "
-                  "tail is the emulator's side (its CPU), not the client's")
+            print(
+                f"    the emulator's own delay p99 was {own:.2f} ms (> 1 ms): part of the TTFT "
+                "tail is the emulator's side (its CPU), not the client's"
+            )
     print(f"took {time.perf_counter() - started:.0f} s")
     return 0
 

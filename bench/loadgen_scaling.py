@@ -44,8 +44,11 @@ def topology(cores: list[int]) -> str:
     sib = set()
     for c in cores:
         try:
-            sib.add(Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
-                    .read_text().strip())
+            sib.add(
+                Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
+                .read_text()
+                .strip()
+            )
         except OSError:
             sib.add(str(c))
     model = ""
@@ -54,9 +57,11 @@ def topology(cores: list[int]) -> str:
             model = line.split(":", 1)[1].strip()
             break
     hyper = "hypervisor" in Path("/proc/cpuinfo").read_text()
-    return (f"{len(cores)} cores allowed, {len(sib)} physical by the kernel's topology "
-            f"(siblings: {' '.join(sorted(sib)[:8])}{' ...' if len(sib) > 8 else ''}); "
-            f"{model}; {'virtual machine' if hyper else 'bare metal'}")
+    return (
+        f"{len(cores)} cores allowed, {len(sib)} physical by the kernel's topology "
+        f"(siblings: {' '.join(sorted(sib)[:8])}{' ...' if len(sib) > 8 else ''}); "
+        f"{model}; {'virtual machine' if hyper else 'bare metal'}"
+    )
 
 
 def physical_first(cores: list[int]) -> list[int]:
@@ -65,8 +70,11 @@ def physical_first(cores: list[int]) -> list[int]:
     seen: dict[str, int] = {}
     for c in cores:
         try:
-            key = Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list"
-                       ).read_text().strip()
+            key = (
+                Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
+                .read_text()
+                .strip()
+            )
         except OSError:
             key = str(c)
         rank[c] = seen.get(key, 0)
@@ -78,8 +86,10 @@ def clocks(cores: list[int]) -> str:
     vals = []
     for c in cores:
         with contextlib.suppress(OSError, ValueError):
-            vals.append(int(Path(f"/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_cur_freq")
-                            .read_text()) / 1000)
+            vals.append(
+                int(Path(f"/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_cur_freq").read_text())
+                / 1000
+            )
     return f"{mean(vals):.0f} MHz" if vals else "clock not exposed"
 
 
@@ -114,13 +124,40 @@ def cpu_row(n: int, cores: list[int], seconds: float = 2.0) -> tuple[float, floa
     return sum(rates), mean(rates), clock
 
 
-def loadgen_cmd(url: str, out: str, conc: int, n: int, workers: int,
-                a: argparse.Namespace) -> list[str]:
-    return [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", url,
-            "--output-dir", out, "--model", "emulator", "--tokenizer-mode", "approx",
-            "--isl", str(a.isl), "--osl", str(a.osl), "--range-ratio", "0",
-            "--concurrency", str(conc), "--num-prompts", str(n), "--num-warmups", str(conc),
-            "--no-progress", "--log-every", "0", "--workers", str(workers), "--save-detailed"]
+def loadgen_cmd(
+    url: str, out: str, conc: int, n: int, workers: int, a: argparse.Namespace
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "proctor.workloads.loadgen",
+        "--base-url",
+        url,
+        "--output-dir",
+        out,
+        "--model",
+        "emulator",
+        "--tokenizer-mode",
+        "approx",
+        "--isl",
+        str(a.isl),
+        "--osl",
+        str(a.osl),
+        "--range-ratio",
+        "0",
+        "--concurrency",
+        str(conc),
+        "--num-prompts",
+        str(n),
+        "--num-warmups",
+        str(conc),
+        "--no-progress",
+        "--log-every",
+        "0",
+        "--workers",
+        str(workers),
+        "--save-detailed",
+    ]
 
 
 def windows(recs: list[dict[str, Any]]) -> list[tuple[float, float, int]]:
@@ -129,15 +166,25 @@ def windows(recs: list[dict[str, Any]]) -> list[tuple[float, float, int]]:
     for r in recs:
         if not r["warmup"]:
             by.setdefault(r["worker"], []).append(r)
-    return [(min(r["start_time"] for r in rs), max(r["end_time"] for r in rs),
-             sum(r["chunks"] for r in rs)) for rs in by.values()]
+    return [
+        (
+            min(r["start_time"] for r in rs),
+            max(r["end_time"] for r in rs),
+            sum(r["chunks"] for r in rs),
+        )
+        for rs in by.values()
+    ]
 
 
 def summarise(wins: list[tuple[float, float, int]]) -> tuple[float, float, float]:
     total = sum(c for _, _, c in wins) / (max(e for _, e, _ in wins) - min(s for s, _, _ in wins))
     per = mean(c / (e - s) for s, e, c in wins)
-    spread = (max(s for s, _, _ in wins) - min(s for s, _, _ in wins)
-              + max(e for _, e, _ in wins) - min(e for _, e, _ in wins)) * 1000
+    spread = (
+        max(s for s, _, _ in wins)
+        - min(s for s, _, _ in wins)
+        + max(e for _, e, _ in wins)
+        - min(e for _, e, _ in wins)
+    ) * 1000
     return total, per, spread
 
 
@@ -145,8 +192,9 @@ def load(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "requests.jsonl").open()]
 
 
-def client_row(url: str, n: int, cores: list[int], a: argparse.Namespace, mode: str
-               ) -> tuple[float, float, float]:
+def client_row(
+    url: str, n: int, cores: list[int], a: argparse.Namespace, mode: str
+) -> tuple[float, float, float]:
     total_req = a.concurrency * a.per
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "apart":
@@ -154,8 +202,14 @@ def client_row(url: str, n: int, cores: list[int], a: argparse.Namespace, mode: 
             for i in range(n):
                 out = Path(tmp) / str(i)
                 cmd = loadgen_cmd(url, str(out), a.concurrency // n, total_req // n, 1, a)
-                procs.append(subprocess.Popen(pinned(cmd, [cores[i]]), cwd=ROOT,
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                procs.append(
+                    subprocess.Popen(
+                        pinned(cmd, [cores[i]]),
+                        cwd=ROOT,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                    )
+                )
                 outs.append(out)
             for p in procs:
                 if p.wait(900) != 0:
@@ -164,8 +218,14 @@ def client_row(url: str, n: int, cores: list[int], a: argparse.Namespace, mode: 
             wins = [w for out in outs for w in windows(load(out))]
         else:
             cmd = loadgen_cmd(url, tmp, a.concurrency, total_req, n, a)
-            r = subprocess.run(pinned(cmd, cores), cwd=ROOT, capture_output=True,
-                               text=True, timeout=900, check=False)
+            r = subprocess.run(
+                pinned(cmd, cores),
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
             if r.returncode != 0:
                 raise SystemExit(f"--workers {n} failed: {r.stderr[-500:]}")
             wins = windows(load(Path(tmp)))
@@ -203,11 +263,16 @@ def main() -> int:
                     else:
                         got = client_row(emu.base_url, n, cores, a, m)
                     rounds[m].setdefault(n, []).append(got)
-                    print(f"  round {r + 1} {m:>7} x{n}: {got[0]:,.0f}/s, per process "
-                          f"{got[1]:,.0f}/s, spread {got[2]:.0f} ms", flush=True)
+                    print(
+                        f"  round {r + 1} {m:>7} x{n}: {got[0]:,.0f}/s, per process "
+                        f"{got[1]:,.0f}/s, spread {got[2]:.0f} ms",
+                        flush=True,
+                    )
     print(f"\nmedians of {a.rounds} round(s)")
-    print(f"{'mode':>8} {'N':>3} {'total/s':>12} {'speedup':>8} {'per-proc/s':>11} "
-          f"{'per vs 1':>8} {'spread ms':>9}  speedups of the rounds")
+    print(
+        f"{'mode':>8} {'N':>3} {'total/s':>12} {'speedup':>8} {'per-proc/s':>11} "
+        f"{'per vs 1':>8} {'spread ms':>9}  speedups of the rounds"
+    )
     for m in modes:
         if counts[0] not in rounds[m]:
             continue
@@ -215,10 +280,14 @@ def main() -> int:
         for n, got in sorted(rounds[m].items()):
             total, per, spread = (median(x[i] for x in got) for i in range(3))
             each = " ".join(f"{x[0] / one[0]:.2f}" for x in got)
-            print(f"{m:>8} {n:>3} {total:>12,.0f} {total / one[0]:>8.2f} {per:>11,.0f} "
-                  f"{per / one[1]:>8.2f} {spread:>9.0f}  {each}")
-    print("\ncpu: loop iterations/s (no I/O); client rows: output chunks/s. speedup = total over "
-          "the first N's; per vs 1 = mean per-process speed over the first N's.")
+            print(
+                f"{m:>8} {n:>3} {total:>12,.0f} {total / one[0]:>8.2f} {per:>11,.0f} "
+                f"{per / one[1]:>8.2f} {spread:>9.0f}  {each}"
+            )
+    print(
+        "\ncpu: loop iterations/s (no I/O); client rows: output chunks/s. speedup = total over "
+        "the first N's; per vs 1 = mean per-process speed over the first N's."
+    )
     return 0
 
 

@@ -55,17 +55,44 @@ def pinned(cmd: list[str], cores: list[int] | None) -> list[str]:
     return ["taskset", "-c", ",".join(map(str, cores)), *cmd]
 
 
-def run_point(url: str, workers: int, conc: int, n: int, isl: int, osl: int,
-              cores: list[int] | None) -> tuple[dict, list[dict]]:
+def run_point(
+    url: str, workers: int, conc: int, n: int, isl: int, osl: int, cores: list[int] | None
+) -> tuple[dict, list[dict]]:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", url,
-               "--output-dir", out, "--model", "emulator", "--tokenizer-mode", "approx",
-               "--isl", str(isl), "--osl", str(osl), "--range-ratio", "0",
-               "--concurrency", str(conc), "--num-prompts", str(n), "--num-warmups", str(conc),
-               "--no-progress", "--log-every", "0", "--workers", str(workers),
-               "--save-detailed"]
-        r = subprocess.run(pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT,
-                           timeout=900, check=False)
+        cmd = [
+            sys.executable,
+            "-m",
+            "proctor.workloads.loadgen",
+            "--base-url",
+            url,
+            "--output-dir",
+            out,
+            "--model",
+            "emulator",
+            "--tokenizer-mode",
+            "approx",
+            "--isl",
+            str(isl),
+            "--osl",
+            str(osl),
+            "--range-ratio",
+            "0",
+            "--concurrency",
+            str(conc),
+            "--num-prompts",
+            str(n),
+            "--num-warmups",
+            str(conc),
+            "--no-progress",
+            "--log-every",
+            "0",
+            "--workers",
+            str(workers),
+            "--save-detailed",
+        ]
+        r = subprocess.run(
+            pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT, timeout=900, check=False
+        )
         if r.returncode != 0:
             raise SystemExit(f"--workers {workers} failed ({r.returncode}): {r.stderr[-800:]}")
         doc = json.loads((Path(out) / "metrics.json").read_text())
@@ -77,8 +104,7 @@ def form(recs: list[dict], n: int, warm: int) -> tuple[frozenset[str], bool]:
     keys = frozenset(k for r in recs for k in r)
     same_keys = all(frozenset(r) == keys for r in recs)
     indices = sorted(r["index"] for r in recs)
-    ok = same_keys and indices == list(range(n + warm)) \
-        and sum(r["warmup"] for r in recs) == warm
+    ok = same_keys and indices == list(range(n + warm)) and sum(r["warmup"] for r in recs) == warm
     return keys, ok
 
 
@@ -109,15 +135,28 @@ def main() -> int:
     client_cores, emu_cores = plan_cores()
     n = a.concurrency * a.per
     started = time.perf_counter()
-    with start_emulator(procs=len(emu_cores or [0]), cores=emu_cores,
-                        force_python=a.python_emulator) as emu:
-        print(f"emulator: {emu.describe()}; clients on cores {client_cores}; "
-              f"concurrency {a.concurrency}, {n} requests, ISL {a.isl} / OSL {a.osl}", flush=True)
-        cap = measure_capacity(emu, concurrency=a.concurrency, requests=n, osl=a.osl,
-                               cores=client_cores, load_procs=max(1, len(client_cores or [0])))
-        print(f"  emulator alone ({cap.client}): {cap.chunks_s:,.0f} chunks/s at "
-              f"{100 * cap.emu_cores_busy:.0f}% of one core -> capacity "
-              f"{cap.per_busy_emulator:,.0f} chunks/s", flush=True)
+    with start_emulator(
+        procs=len(emu_cores or [0]), cores=emu_cores, force_python=a.python_emulator
+    ) as emu:
+        print(
+            f"emulator: {emu.describe()}; clients on cores {client_cores}; "
+            f"concurrency {a.concurrency}, {n} requests, ISL {a.isl} / OSL {a.osl}",
+            flush=True,
+        )
+        cap = measure_capacity(
+            emu,
+            concurrency=a.concurrency,
+            requests=n,
+            osl=a.osl,
+            cores=client_cores,
+            load_procs=max(1, len(client_cores or [0])),
+        )
+        print(
+            f"  emulator alone ({cap.client}): {cap.chunks_s:,.0f} chunks/s at "
+            f"{100 * cap.emu_cores_busy:.0f}% of one core -> capacity "
+            f"{cap.per_busy_emulator:,.0f} chunks/s",
+            flush=True,
+        )
         rows = []
         base_keys = None
         for w in counts:
@@ -127,17 +166,23 @@ def main() -> int:
             rows.append((w, doc, ok and keys == base_keys))
             print(f"  workers {w}: {doc['metrics']['output_throughput']:,.0f} chunks/s", flush=True)
     one = rows[0][1]["metrics"]["output_throughput"]
-    print(f"\n{'workers':>7} {'chunks/s':>10} {'speedup':>7} {'CPU %':>7} {'lag99 ms':>8} "
-          f"{'records':>8}  note")
+    print(
+        f"\n{'workers':>7} {'chunks/s':>10} {'speedup':>7} {'CPU %':>7} {'lag99 ms':>8} "
+        f"{'records':>8}  note"
+    )
     for w, doc, ok in rows:
         m, c = doc["metrics"], doc.get("client") or {}
         flag = "EMU>50%" if m["output_throughput"] > 0.5 * cap.per_busy_emulator else ""
-        print(f"{w:>7} {m['output_throughput']:>10,.0f} {m['output_throughput'] / one:>7.2f} "
-              f"{c.get('cpu_percent', 0):>7.0f} {c.get('loop_lag_p99_ms', 0):>8.1f} "
-              f"{'same' if ok else 'DIFFER':>8}  {c.get('path', '?')}/{c.get('loop', '?')} {flag}")
-    print(f"\nspeedup = chunks/s over 1 worker's; CPU % summed over workers (100 = one core); "
-          f"records: merged requests.jsonl of the same form as 1 worker's.\n"
-          f"took {time.perf_counter() - started:.0f} s")
+        print(
+            f"{w:>7} {m['output_throughput']:>10,.0f} {m['output_throughput'] / one:>7.2f} "
+            f"{c.get('cpu_percent', 0):>7.0f} {c.get('loop_lag_p99_ms', 0):>8.1f} "
+            f"{'same' if ok else 'DIFFER':>8}  {c.get('path', '?')}/{c.get('loop', '?')} {flag}"
+        )
+    print(
+        f"\nspeedup = chunks/s over 1 worker's; CPU % summed over workers (100 = one core); "
+        f"records: merged requests.jsonl of the same form as 1 worker's.\n"
+        f"took {time.perf_counter() - started:.0f} s"
+    )
     return 0 if all(ok for _, _, ok in rows) else 1
 
 

@@ -79,9 +79,23 @@ def cli_list(runs: Path, repeats: int) -> float:
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "proctor.cli.main", "runs", "list", "--json",
-                        "--limit", "0", "--runs-dir", str(runs)],
-                       env=env, check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "proctor.cli.main",
+                "runs",
+                "list",
+                "--json",
+                "--limit",
+                "0",
+                "--runs-dir",
+                str(runs),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples)
 
@@ -92,8 +106,10 @@ def import_cost(repeats: int) -> float:
         " print(time.perf_counter() - t)"
     )
     argv = [sys.executable, "-c", code]
-    out = [float(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
-           for _ in range(repeats)]  # fmt: skip
+    out = [
+        float(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+        for _ in range(repeats)
+    ]
     return statistics.median(out)
 
 
@@ -115,8 +131,10 @@ def main() -> None:
     print(f"  typed rows (now)     {new * 1e3:8.1f} ms  ({new * per:.0f} us/record)")
     print(f"  ratio typed / dict   {new / old:8.2f}x")
     print(f"proctor runs list --json over {args.n} runs, no store file: {listing:.2f} s wall")
-    print(f"record models' import in a fresh interpreter: {import_cost(3) * 1e3:.0f} ms "
-          "(paid once by the wrapper when it writes its store row)")  # fmt: skip
+    print(
+        f"record models' import in a fresh interpreter: {import_cost(3) * 1e3:.0f} ms "
+        "(paid once by the wrapper when it writes its store row)"
+    )
 
 
 if __name__ == "__main__":

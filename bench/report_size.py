@@ -43,18 +43,26 @@ def main() -> int:
         size = out.stat().st_size
         floor = len(plotly_js().encode())
         points = sum(f.points for f in report.figures)
-        empty = write_report(type(report)("run", "x", render_page("x", [], []), [], [], "x"),
-                             Path(tmp) / "empty.html")
+        empty = write_report(
+            type(report)("run", "x", render_page("x", [], []), [], [], "x"),
+            Path(tmp) / "empty.html",
+        )
         anchor = check_page(empty)
         check = check_page(out)
         assert check.ok, (check.console_errors, check.network_requests)
-        print(f"report: built {built:.2f} s, built+written {total:.2f} s, "
-              f"{len(report.figures)} figures, {points} points")
-        print(f"size: {size / 1e6:.2f} MB = {size / floor:.3f} x plotly.min.js "
-              f"({floor / 1e6:.2f} MB); data and page {(size - floor) / 1e3:.0f} kB")
-        print(f"chromium: load {check.load_s:.2f} s, all plots drawn {check.render_s:.2f} s; "
-              f"plotly.js-only page {anchor.render_s:.2f} s "
-              f"(ratio {check.render_s / anchor.render_s:.2f})")
+        print(
+            f"report: built {built:.2f} s, built+written {total:.2f} s, "
+            f"{len(report.figures)} figures, {points} points"
+        )
+        print(
+            f"size: {size / 1e6:.2f} MB = {size / floor:.3f} x plotly.min.js "
+            f"({floor / 1e6:.2f} MB); data and page {(size - floor) / 1e3:.0f} kB"
+        )
+        print(
+            f"chromium: load {check.load_s:.2f} s, all plots drawn {check.render_s:.2f} s; "
+            f"plotly.js-only page {anchor.render_s:.2f} s "
+            f"(ratio {check.render_s / anchor.render_s:.2f})"
+        )
     return 0
 
 

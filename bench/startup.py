@@ -37,8 +37,7 @@ CASES: list[tuple[str, list[str], float | None, bool]] = [
 
 def _time(argv: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   check=True)  # fmt: skip
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return (time.perf_counter() - t0) * 1000
 
 
@@ -52,10 +51,19 @@ def main() -> int:
         sys.exit(f"no console script at {script}: pip install -e . into this interpreter's venv")
     true = shutil.which("true") or "/bin/true"
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PROCTOR_RUNS_DIR": str(Path(tmp) / "runs"), "COLUMNS": "120",
-               "PROCTOR_STATE_DIR": str(Path(tmp) / "state")}  # fmt: skip
-        subprocess.run([str(script), "run", "--", "true"], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        env = {
+            **os.environ,
+            "PROCTOR_RUNS_DIR": str(Path(tmp) / "runs"),
+            "COLUMNS": "120",
+            "PROCTOR_STATE_DIR": str(Path(tmp) / "state"),
+        }
+        subprocess.run(
+            [str(script), "run", "--", "true"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         anchors = {"python -c pass": [sys.executable, "-c", "pass"], "true": [true]}
         commands = {label: [str(script), *argv] for label, argv, _, _ in CASES}
         every = {**anchors, **commands}

@@ -64,11 +64,19 @@ from proctor.store.db import RUN_COLUMNS, Store, row_from_record  # noqa: E402
 
 BASE = 1_767_225_600  # 2026-01-01T00:00:00Z
 TEMPLATE = {
-    "schema": "proctor.run", "schema_version": 2, "kind": "command", "name": "job",
-    "cwd": "/w", "log": "job.log", "proctor_version": "0.2.0", "argv": ["true"],
-    "outcome": "ok", "exit": {"code": 0, "signal": None, "decided_by": "command"},
-    "duration_s": 0.5, "source": {"commit": "abc1234", "dirty": False},
-}  # fmt: skip
+    "schema": "proctor.run",
+    "schema_version": 2,
+    "kind": "command",
+    "name": "job",
+    "cwd": "/w",
+    "log": "job.log",
+    "proctor_version": "0.2.0",
+    "argv": ["true"],
+    "outcome": "ok",
+    "exit": {"code": 0, "signal": None, "decided_by": "command"},
+    "duration_s": 0.5,
+    "source": {"commit": "abc1234", "dirty": False},
+}
 
 
 def make_runs(runs: Path, n: int) -> None:
@@ -141,8 +149,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--src", type=Path, default=ROOT / "src")
-    parser.add_argument("--all-max", type=int, default=10_000,
-                        help="time --limit 0, reindex, no-store listing up to this N")  # fmt: skip
+    parser.add_argument(
+        "--all-max",
+        type=int,
+        default=10_000,
+        help="time --limit 0, reindex, no-store listing up to this N",
+    )
     parser.add_argument("--inproc-only", action="store_true", help="skip the CLI timings")
     args = parser.parse_args()
     path = os.pathsep.join([str(args.src.resolve()), os.environ.get("PYTHONPATH", "")])
@@ -155,8 +167,10 @@ def main() -> None:
         if args.inproc_only:
             cli = [sys.executable, "-c", "pass"]
         start = timed([*cli, "runs", "list", "--runs-dir", str(empty)], env, args.repeats)
-        print(f"src {args.src}; anchors: python -c pass {anchor * 1e3:.0f} ms; "
-              f"runs list, empty runs dir {start * 1e3:.0f} ms (start-up)")  # fmt: skip
+        print(
+            f"src {args.src}; anchors: python -c pass {anchor * 1e3:.0f} ms; "
+            f"runs list, empty runs dir {start * 1e3:.0f} ms (start-up)"
+        )
         for n in args.n:
             runs = Path(tmp) / f"runs{n}"
             t0 = time.perf_counter()
@@ -164,18 +178,27 @@ def main() -> None:
             print(f"\n{n} runs (made in {time.perf_counter() - t0:.0f} s):")
             d = ["--runs-dir", str(runs)]
             r = args.repeats
-            cases = [("runs list (first)", [*cli, "runs", "list", *d], 1),
-                     ("runs list (steady)", [*cli, "runs", "list", *d], r),
-                     ("runs list --json", [*cli, "runs", "list", "--json", *d], r),
-                     ("runs show last", [*cli, "runs", "show", "last", *d], r)]  # fmt: skip
+            cases = [
+                ("runs list (first)", [*cli, "runs", "list", *d], 1),
+                ("runs list (steady)", [*cli, "runs", "list", *d], r),
+                ("runs list --json", [*cli, "runs", "list", "--json", *d], r),
+                ("runs show last", [*cli, "runs", "show", "last", *d], r),
+            ]
             if n <= args.all_max:
-                cases += [("runs list --limit 0 --json",
-                           [*cli, "runs", "list", "--limit", "0", "--json", *d], 1),
-                          ("runs reindex", [*cli, "runs", "reindex", *d], 1)]  # fmt: skip
+                cases += [
+                    (
+                        "runs list --limit 0 --json",
+                        [*cli, "runs", "list", "--limit", "0", "--json", *d],
+                        1,
+                    ),
+                    ("runs reindex", [*cli, "runs", "reindex", *d], 1),
+                ]
             for label, argv, repeats in cases if not args.inproc_only else []:
                 took = timed(argv, env, repeats)
-                print(f"  {label:28} {took * 1e3:8.0f} ms  {took / anchor:6.1f}x python"
-                      f"  over start-up {(took - start) * 1e3:+7.0f} ms")  # fmt: skip
+                print(
+                    f"  {label:28} {took * 1e3:8.0f} ms  {took / anchor:6.1f}x python"
+                    f"  over start-up {(took - start) * 1e3:+7.0f} ms"
+                )
             for name, took in inproc(runs, env, args.repeats).items():
                 label = f"in-process: {'list 50' if name == 'list' else 'last'}"
                 print(f"  {label:28} {took * 1e3:8.1f} ms")
@@ -183,8 +206,10 @@ def main() -> None:
                 for path in runs.glob("proctor.sqlite*"):
                     path.unlink()
                 took = timed([*cli, "runs", "list", *d], env, 1)
-                print(f"  {'runs list, no store':28} {took * 1e3:8.0f} ms  "
-                      f"{took / anchor:6.1f}x python")  # fmt: skip
+                print(
+                    f"  {'runs list, no store':28} {took * 1e3:8.0f} ms  "
+                    f"{took / anchor:6.1f}x python"
+                )
 
 
 if __name__ == "__main__":

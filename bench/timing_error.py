@@ -36,8 +36,9 @@ def measure(url: str, conc: int, args: argparse.Namespace, cores: list[int] | No
     n = conc * args.requests_per_stream
     with tempfile.TemporaryDirectory() as out:
         cmd = [*proctor_cmd(url, out, conc, n, args.isl, args.osl, args.workers), "--save-detailed"]
-        r = subprocess.run(pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT,
-                           timeout=900, check=False)  # fmt: skip
+        r = subprocess.run(
+            pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT, timeout=900, check=False
+        )
         if r.returncode != 0:
             raise SystemExit(f"proctor failed at {conc} ({r.returncode}): {r.stderr[-800:]}")
         recs = [json.loads(line) for line in (Path(out) / "requests.jsonl").open()]
@@ -46,11 +47,13 @@ def measure(url: str, conc: int, args: argparse.Namespace, cores: list[int] | No
     ttft_err = [(x["ttft"] - args.ttft_ms / 1000) * 1000 for x in ok]
     itls = [g * 1000 for x in ok for g in x["itl"]]
     timing = (doc.get("client") or {}).get("timing") or {}
-    return (f"{conc:>6} {len(ok):>6} {statistics.fmean(ttft_err):>9.2f} "
-            f"{percentile(ttft_err, 50):>8.2f} {percentile(ttft_err, 99):>8.2f} "
-            f"{statistics.fmean(itls) - args.itl_ms:>9.3f} {statistics.pstdev(itls):>7.3f} "
-            f"{timing.get('reading_late_p50_ms', float('nan')):>9.3f} "
-            f"{timing.get('reading_late_p99_ms', float('nan')):>9.3f}")
+    return (
+        f"{conc:>6} {len(ok):>6} {statistics.fmean(ttft_err):>9.2f} "
+        f"{percentile(ttft_err, 50):>8.2f} {percentile(ttft_err, 99):>8.2f} "
+        f"{statistics.fmean(itls) - args.itl_ms:>9.3f} {statistics.pstdev(itls):>7.3f} "
+        f"{timing.get('reading_late_p50_ms', float('nan')):>9.3f} "
+        f"{timing.get('reading_late_p99_ms', float('nan')):>9.3f}"
+    )
 
 
 def main() -> None:
@@ -64,16 +67,23 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     a = ap.parse_args()
     client, emu_cores = plan_cores()
-    with start_emulator(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, procs=len(emu_cores or [0]),
-                        cores=emu_cores) as emu:  # fmt: skip
-        print(f"emulator: {emu.describe()}; TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms; "
-              f"client cores {client}, emulator cores {emu_cores}, workers {a.workers}")
-        print("  conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  late p99"
-              "   (ms; late = the bench's own estimate)")
+    with start_emulator(
+        ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, procs=len(emu_cores or [0]), cores=emu_cores
+    ) as emu:
+        print(
+            f"emulator: {emu.describe()}; TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms; "
+            f"client cores {client}, emulator cores {emu_cores}, workers {a.workers}"
+        )
+        print(
+            "  conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  late p99"
+            "   (ms; late = the bench's own estimate)"
+        )
         for conc in (int(c) for c in a.concurrency.split(",")):
             print(measure(emu.base_url, conc, a, client), flush=True)
-    print("targets (issue 23): ttft err mean <= 1, p99 <= 5 at every concurrency; itl sd <= 0.5 "
-          "at 1000")
+    print(
+        "targets (issue 23): ttft err mean <= 1, p99 <= 5 at every concurrency; itl sd <= 0.5 "
+        "at 1000"
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ def isolated_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     yield runs
 
 
-
 # ---- two workers (pytest-xdist, `-n 2` in .ci/run) -------------------------------------------
 # Most of the suite waits on other processes (servers starting, drains, polls), so two workers
 # on two cores cut CI's wall time. A session fixture is built once per worker: the tests that

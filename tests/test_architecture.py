@@ -52,7 +52,9 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "proctor"]
+            found += [
+                (node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "proctor"
+            ]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module == "proctor":
                 # `from proctor import spec` names a package; `import __version__` the top module
@@ -82,7 +84,9 @@ def _violations() -> list[str]:
             if other not in LAYER_OF:
                 bad.append(f"{path.relative_to(SRC)}:{line}: {module}: no layer for {other!r}")
             elif LAYER_OF[other] > LAYER_OF[own]:
-                bad.append(f"{path.relative_to(SRC)}:{line}: {own} imports {module} (a layer above)")
+                bad.append(
+                    f"{path.relative_to(SRC)}:{line}: {own} imports {module} (a layer above)"
+                )
     return bad
 
 

@@ -61,8 +61,9 @@ def test_importing_proctor_loads_nothing_else() -> None:
 
 
 def test_a_run_from_python_is_the_run_the_cli_sees(isolated_runs: Path) -> None:
-    result = proctor.run([sys.executable, "-c", "print('from python'); raise SystemExit(3)"],
-                         name="api-run")  # fmt: skip
+    result = proctor.run(
+        [sys.executable, "-c", "print('from python'); raise SystemExit(3)"], name="api-run"
+    )
     assert (result.exit_code, result.outcome, result.ok) == (3, "failed", False)
     assert result.path.parent == isolated_runs
     assert "from python" in proctor.RunDir(result.path).log_path().read_text()
@@ -85,9 +86,17 @@ def test_a_bench_from_python_writes_the_metrics_the_cli_writes(tmp_path: Path) -
 
     server = FakeServer().start()
     try:
-        config = proctor.BenchConfig(base_url=server.base_url, isl=16, osl=8, concurrency=2,
-                                     num_prompts=4, num_warmups=0, range_ratio=0.0,
-                                     progress=False, log_every_s=0.0)  # fmt: skip
+        config = proctor.BenchConfig(
+            base_url=server.base_url,
+            isl=16,
+            osl=8,
+            concurrency=2,
+            num_prompts=4,
+            num_warmups=0,
+            range_ratio=0.0,
+            progress=False,
+            log_every_s=0.0,
+        )
         result = proctor.bench(config, tmp_path / "out")
     finally:
         server.stop()

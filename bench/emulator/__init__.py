@@ -43,8 +43,13 @@ def build(out_dir: Path) -> tuple[Path | None, str]:
         return None, "no C compiler (cc/gcc) on PATH"
     binary = out_dir / "emu"
     try:
-        r = subprocess.run([cc, "-O2", "-o", str(binary), str(SOURCE)], capture_output=True,
-                           text=True, check=False, timeout=120)
+        r = subprocess.run(
+            [cc, "-O2", "-o", str(binary), str(SOURCE)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, f"{cc} could not run: {e}"
     if r.returncode != 0:
@@ -115,20 +120,37 @@ class Emulator:
 
 
 @contextlib.contextmanager
-def start_emulator(*, ttft_ms: float = 0.0, itl_ms: float = 0.0, procs: int = 1,
-                   cores: list[int] | None = None, model: str = "emulator",
-                   force_python: bool = False) -> Iterator[Emulator]:
+def start_emulator(
+    *,
+    ttft_ms: float = 0.0,
+    itl_ms: float = 0.0,
+    procs: int = 1,
+    cores: list[int] | None = None,
+    model: str = "emulator",
+    force_python: bool = False,
+) -> Iterator[Emulator]:
     with tempfile.TemporaryDirectory(prefix="emu-") as tmp:
         binary, why = (None, "asked for (--python-emulator)") if force_python else build(Path(tmp))
         port = free_port()
-        args = ["--port", str(port), "--procs", str(procs), "--ttft-ms", str(ttft_ms),
-                "--itl-ms", str(itl_ms), "--model", model]
+        args = [
+            "--port",
+            str(port),
+            "--procs",
+            str(procs),
+            "--ttft-ms",
+            str(ttft_ms),
+            "--itl-ms",
+            str(itl_ms),
+            "--model",
+            model,
+        ]
         if binary is not None:
             cmd = [str(binary), "serve", *args]
         else:
             cmd = [sys.executable, str(HERE / "pyemu.py"), *args]
-        proc = subprocess.Popen(_pinned(cmd, cores), stdout=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            _pinned(cmd, cores), stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
         try:
             assert proc.stdout is not None
             line = proc.stdout.readline().strip()
@@ -156,10 +178,19 @@ class Capacity:
 async def _py_load(port: int, conc: int, n: int, osl: int) -> tuple[int, int, float]:
     import json
 
-    body = json.dumps({"model": "m", "prompt": "a b c d", "max_tokens": osl, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()
-    req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    body = json.dumps(
+        {
+            "model": "m",
+            "prompt": "a b c d",
+            "max_tokens": osl,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
+    req = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
     left, chunks, done, ttft = n, 0, 0, 0.0
 
     async def conn() -> None:
@@ -188,16 +219,35 @@ async def _py_load(port: int, conc: int, n: int, osl: int) -> tuple[int, int, fl
     return done, chunks, ttft / max(1, done)
 
 
-def measure_capacity(emu: Emulator, *, concurrency: int, requests: int, osl: int,
-                     cores: list[int] | None, load_procs: int = 1) -> Capacity:
+def measure_capacity(
+    emu: Emulator,
+    *,
+    concurrency: int,
+    requests: int,
+    osl: int,
+    cores: list[int] | None,
+    load_procs: int = 1,
+) -> Capacity:
     """The emulator alone under a raw client that parses nothing."""
     e0, t0 = emu.cpu_seconds(), time.perf_counter()
     if emu.binary is not None:
-        cmd = [str(emu.binary), "load", "--port", str(emu.port), "--concurrency",
-               str(concurrency), "--requests", str(requests), "--osl", str(osl), "--procs",
-               str(load_procs)]
-        r = subprocess.run(_pinned(cmd, cores), capture_output=True, text=True, timeout=600,
-                           check=False)
+        cmd = [
+            str(emu.binary),
+            "load",
+            "--port",
+            str(emu.port),
+            "--concurrency",
+            str(concurrency),
+            "--requests",
+            str(requests),
+            "--osl",
+            str(osl),
+            "--procs",
+            str(load_procs),
+        ]
+        r = subprocess.run(
+            _pinned(cmd, cores), capture_output=True, text=True, timeout=600, check=False
+        )
         if r.returncode != 0:
             raise SystemExit(f"emu load failed ({r.returncode}): {r.stderr[-300:]}")
         done_s, chunks_s, dur_s, ttft_s = r.stdout.split()

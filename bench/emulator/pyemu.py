@@ -29,21 +29,29 @@ class Wire:
     def __init__(self, model: str) -> None:
         self.model = model
         m = json.dumps(model)
-        cmpl = ('data: {"id":"emu","object":"text_completion","model":' + m + ',"choices":'
-                '[{"index":0,"text":" tok","logprobs":null,"finish_reason":null}]}\n\n')
-        chat = ('data: {"id":"emu","object":"chat.completion.chunk","model":' + m + ',"choices":'
-                '[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}\n\n')
+        cmpl = (
+            'data: {"id":"emu","object":"text_completion","model":' + m + ',"choices":'
+            '[{"index":0,"text":" tok","logprobs":null,"finish_reason":null}]}\n\n'
+        )
+        chat = (
+            'data: {"id":"emu","object":"chat.completion.chunk","model":' + m + ',"choices":'
+            '[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}\n\n'
+        )
         self.token = {False: _chunked(cmpl.encode()), True: _chunked(chat.encode())}
-        self.head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                     b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+        self.head = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"
+        )
 
     def tail(self, chat: bool, usage: bool, prompt: int, n: int) -> bytes:
         out = b""
         if usage:
             obj = "chat.completion.chunk" if chat else "text_completion"
-            u = (f'data: {{"id":"emu","object":"{obj}","model":"{self.model}","choices":[],'
-                 f'"usage":{{"prompt_tokens":{prompt},"completion_tokens":{n},'
-                 f'"total_tokens":{prompt + n}}}}}\n\n')
+            u = (
+                f'data: {{"id":"emu","object":"{obj}","model":"{self.model}","choices":[],'
+                f'"usage":{{"prompt_tokens":{prompt},"completion_tokens":{n},'
+                f'"total_tokens":{prompt + n}}}}}\n\n'
+            )
             out += _chunked(u.encode())
         return out + _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
@@ -51,8 +59,9 @@ class Wire:
 class _Stream:
     __slots__ = ("chat", "due", "left", "n", "prompt", "transport", "usage")
 
-    def __init__(self, transport: asyncio.Transport, chat: bool, usage: bool, n: int,
-                 prompt: int, due: float) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, chat: bool, usage: bool, n: int, prompt: int, due: float
+    ) -> None:
         self.transport, self.chat, self.usage = transport, chat, usage
         self.n = self.left = n
         self.prompt, self.due = prompt, due
@@ -107,17 +116,20 @@ class Server:
                     n = int(m.group(1)) if m else 0
                     if len(self.buf) < end + 4 + n:
                         return
-                    body = self.buf[end + 4:end + 4 + n]
-                    self.buf = self.buf[end + 4 + n:]
+                    body = self.buf[end + 4 : end + 4 + n]
+                    self.buf = self.buf[end + 4 + n :]
                     parts = head.split(" ", 2)
                     self.handle(parts[1] if len(parts) > 1 else "/", body)
 
             def handle(self, path: str, body: bytes) -> None:
                 if path.startswith(("/v1/models", "/health")):
-                    out = json.dumps({"object": "list",
-                                      "data": [{"id": srv.wire.model, "object": "model"}]})
-                    self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (len(out), out.encode()))
+                    out = json.dumps(
+                        {"object": "list", "data": [{"id": srv.wire.model, "object": "model"}]}
+                    )
+                    self.t.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(out), out.encode())
+                    )
                     return
                 chat = path.startswith("/v1/chat/completions")
                 if not chat and not path.startswith("/v1/completions"):
@@ -130,12 +142,14 @@ class Server:
                 usage = b"include_usage" in body
                 wire = srv.wire
                 if srv.ttft <= 0 and srv.itl <= 0:
-                    self.t.write(wire.head + wire.token[chat] * n
-                                 + wire.tail(chat, usage, prompt, n))
+                    self.t.write(
+                        wire.head + wire.token[chat] * n + wire.tail(chat, usage, prompt, n)
+                    )
                     return
                 self.t.write(wire.head)
-                srv.streams.append(_Stream(self.t, chat, usage, n, prompt,
-                                           time.monotonic() + srv.ttft))
+                srv.streams.append(
+                    _Stream(self.t, chat, usage, n, prompt, time.monotonic() + srv.ttft)
+                )
 
         return P()
 
@@ -183,8 +197,12 @@ def main() -> int:
     a = ap.parse_args()
     socks = [listener(a.port) for _ in range(max(1, a.procs))]
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_child, args=(k, s, a.ttft_ms / 1000, a.itl_ms / 1000, a.model),
-                         daemon=True) for k, s in enumerate(socks)]
+    procs = [
+        ctx.Process(
+            target=_child, args=(k, s, a.ttft_ms / 1000, a.itl_ms / 1000, a.model), daemon=True
+        )
+        for k, s in enumerate(socks)
+    ]
     for p in procs:
         p.start()
     print(f"ready {len(procs)}", flush=True)

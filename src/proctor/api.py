@@ -62,11 +62,14 @@ def _result(run: RunDir, attached: bool = False, state: RunState | None = None) 
     state = state or run_state(run)
     record = load_record(run.path)
     return RunResult(
-        run_id=run.run_id, path=run.path, attached=attached, state=state.state,
+        run_id=run.run_id,
+        path=run.path,
+        attached=attached,
+        state=state.state,
         outcome=record.outcome if record is not None else None,
         exit_code=state.exit.code if state.exit else None,
         exit_signal=state.exit.signal if state.exit else None,
-    )  # fmt: skip
+    )
 
 
 def plan(
@@ -84,24 +87,34 @@ def plan(
 ) -> RunPlan:
     """What `proctor run` would run, every value with its origin (`proctor plan`)."""
     flags = RunFlags(
-        argv=list(argv), name=name, runs_dir=str(runs_dir) if runs_dir else None,
-        timeout=timeout, grace=grace, gpu_sample=gpu_sample,
-        env=[f"{k}={v}" for k, v in (env or {}).items()], key=key,
+        argv=list(argv),
+        name=name,
+        runs_dir=str(runs_dir) if runs_dir else None,
+        timeout=timeout,
+        grace=grace,
+        gpu_sample=gpu_sample,
+        env=[f"{k}={v}" for k, v in (env or {}).items()],
+        key=key,
         cwd=str(cwd) if cwd else None,
-    )  # fmt: skip
+    )
     return resolve_run_plan(flags, _config(config))
 
 
-def start(run_plan: RunPlan, *, kind: str = "command", extra: Mapping[str, Any] | None = None
-          ) -> RunResult:  # fmt: skip
+def start(
+    run_plan: RunPlan, *, kind: str = "command", extra: Mapping[str, Any] | None = None
+) -> RunResult:
     """Start a supervised run detached (or attach to the live run holding the plan's key)."""
     with deferred_stops():
         started = start_run(run_plan, RunSpec(kind=kind, extra=dict(extra or {})))
     return _result(started.run, started.attached)
 
 
-def find(ref: str, *, runs_dir: str | Path | None = None,
-         config: ProjectConfig | str | Path | None = None) -> RunDir:  # fmt: skip
+def find(
+    ref: str,
+    *,
+    runs_dir: str | Path | None = None,
+    config: ProjectConfig | str | Path | None = None,
+) -> RunDir:
     """A run by id, unique prefix, directory or 'last' (as `proctor runs show`)."""
     where = Path(resolve_runs_dir(str(runs_dir) if runs_dir else None, _config(config)).value)
     return resolve_run(where, ref)
@@ -166,8 +179,12 @@ class FlowResult:
     record: dict[str, Any]
 
 
-def run_flow(options: FlowOptions, *, config: ProjectConfig | str | Path | None = None,
-         say: Callable[[str], None] = print) -> FlowResult:  # fmt: skip
+def run_flow(
+    options: FlowOptions,
+    *,
+    config: ProjectConfig | str | Path | None = None,
+    say: Callable[[str], None] = print,
+) -> FlowResult:
     """`proctor flow`: stop, start, ready, workload, drain, inspect on hang, teardown (always).
     `exit_code` is the CLI's: 0 done, 1 hang, 2 fault, 3 workload failed, 4 timeout, ..."""
     runner = Flow(options, _config(config), say=say)

@@ -29,6 +29,7 @@ import enum
 
 class ExitCode(enum.IntEnum):
     """proctor's exit codes: the one table (docs and --help quote it)."""
+
     OK = 0
     HANG = 1
     FAULT = 2

@@ -130,8 +130,10 @@ class Flow:
         self.recorder = Recorder(run) if run else Recorder.create(self.runs_dir)
         self.dir = self.recorder.run
         if run is not None and not owner.take(run.path):
-            raise UsageError(f"flow {run.run_id} is still running: its controller holds it",
-                             hint=f"proctor runs stop {run.run_id}, or wait for it")  # fmt: skip
+            raise UsageError(
+                f"flow {run.run_id} is still running: its controller holds it",
+                hint=f"proctor runs stop {run.run_id}, or wait for it",
+            )
         self.server: RunDir | None = None
         self.scraper: ServerMetricsScraper | None = None  # the server's /metrics, ready to stop
         if not self.recorder.record:
@@ -232,8 +234,9 @@ class Flow:
         """The server's /metrics into the flow's server_metrics.csv from ready to teardown."""
         host = self.options.server.host
         host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-        self.scraper = ServerMetricsScraper(f"http://{host}:{self.options.server.port}",
-                                            self.dir.path / "server_metrics.csv")  # fmt: skip
+        self.scraper = ServerMetricsScraper(
+            f"http://{host}:{self.options.server.port}", self.dir.path / "server_metrics.csv"
+        )
         self.scraper.start()
         self.scraper.mark("ready")
 
@@ -242,9 +245,19 @@ class Flow:
             return
         self.scraper.stop()
         summary = self.scraper.summary("ready", "stop")
-        self.record["server_metrics"] = {k: summary[k] for k in (
-            "available", "scrapes", "errors", "note", "engine", "generation_tokens", "ttft_ms")
-            if k in summary}  # fmt: skip
+        self.record["server_metrics"] = {
+            k: summary[k]
+            for k in (
+                "available",
+                "scrapes",
+                "errors",
+                "note",
+                "engine",
+                "generation_tokens",
+                "ttft_ms",
+            )
+            if k in summary
+        }
         self.scraper = None
         self.save()
 
@@ -529,8 +542,15 @@ class Flow:
     def _result(self, index: int, listed: FlowWorkload, run: RunDir | None, code: int) -> None:
         """The flow record's one line per workload: what ran, its run, its exit code."""
         rows = [r for r in self.record.setdefault("workload_runs", []) if r.get("index") != index]
-        rows.append({"index": index, "name": listed.label, "kind": listed.kind,
-                     "run_id": run.run_id if run else None, "exit_code": code})  # fmt: skip
+        rows.append(
+            {
+                "index": index,
+                "name": listed.label,
+                "kind": listed.kind,
+                "run_id": run.run_id if run else None,
+                "exit_code": code,
+            }
+        )
         self.record["workload_runs"] = sorted(rows, key=lambda r: int(r["index"]))
         self.save()
 
@@ -623,8 +643,9 @@ def flow_document(path: Path, param: str = "file", *, listed: bool = True) -> Do
     entries = workloads if isinstance(workloads, list) else [workloads] if workloads else []
     values = []
     for i, entry in enumerate(entries):
-        at: tuple[str | int, ...] = ("flow", "workload", i) if isinstance(workloads, list) else (
-            "flow", "workload")  # fmt: skip
+        at: tuple[str | int, ...] = (
+            ("flow", "workload", i) if isinstance(workloads, list) else ("flow", "workload")
+        )
         for kind, options in entry.items():
             values += file_values(str(kind), options, (*at, kind))
     sweep = table.get("sweep")

@@ -276,11 +276,33 @@ class Redactor:
 
 
 # Fields whose values proctor writes itself: identifiers, enums, schema names, times, digests.
-_OWN_FIELDS = frozenset({
-    "schema", "schema_version", "id", "run_id", "kind", "outcome", "status", "state",
-    "decided_by", "signal", "exit_signal", "event", "step", "time", "log", "dir",
-    "proctor_version", "commit", "source_commit", "sha256", "digest", "dirty", "points",
-})  # fmt: skip
+_OWN_FIELDS = frozenset(
+    {
+        "schema",
+        "schema_version",
+        "id",
+        "run_id",
+        "kind",
+        "outcome",
+        "status",
+        "state",
+        "decided_by",
+        "signal",
+        "exit_signal",
+        "event",
+        "step",
+        "time",
+        "log",
+        "dir",
+        "proctor_version",
+        "commit",
+        "source_commit",
+        "sha256",
+        "digest",
+        "dirty",
+        "points",
+    }
+)
 _OWN_SUFFIXES = ("_at", "_id", "_ids", "_run", "_runs", "_sha256", "_commit", "_outcome")
 _RUN_ID_TEXT = r"\d{8}-\d{6}-[0-9a-f]{6}"
 _TIME_TEXT = (
@@ -292,10 +314,34 @@ _OWN_VALUES = re.compile(rf"{_RUN_ID_TEXT}|{_TIME_TEXT}|{_OWN_NAMES}")
 _LINE_FIELDS = frozenset({"origin"})
 # proctor's own words in a line it prints: a secret equal to one of them cannot be hidden there.
 _OWN_WORDS = (
-    "proctor", "proctor.run", "ok", "failed", "timeout", "stopped", "unknown", "running",
-    "starting", "pending", "command", "server", "bench", "eval", "offline", "workload", "slurm",
-    "slurm-node", "flow", "sweep", "remote", "run", "runs", "exit", "local", "ssh", "runpod",
-)  # fmt: skip
+    "proctor",
+    "proctor.run",
+    "ok",
+    "failed",
+    "timeout",
+    "stopped",
+    "unknown",
+    "running",
+    "starting",
+    "pending",
+    "command",
+    "server",
+    "bench",
+    "eval",
+    "offline",
+    "workload",
+    "slurm",
+    "slurm-node",
+    "flow",
+    "sweep",
+    "remote",
+    "run",
+    "runs",
+    "exit",
+    "local",
+    "ssh",
+    "runpod",
+)
 _OWN_TEXT = re.compile(
     rf"{_RUN_ID_TEXT}|{_TIME_TEXT}|{_OWN_NAMES}|\"[^\"\n]*\"(?=[ \t]*:)"
     rf"|(?<![A-Za-z0-9_.-])(?:{'|'.join(re.escape(w) for w in _OWN_WORDS)})(?![A-Za-z0-9_-])",
@@ -304,7 +350,7 @@ _OWN_TEXT = re.compile(
 
 
 def _field_kind(key: Any) -> str:
-    """"own" (never masked), "line" (proctor's words around the user's) or "user"."""
+    """ "own" (never masked), "line" (proctor's words around the user's) or "user"."""
     if not isinstance(key, str):
         return "user"
     if key in _OWN_FIELDS or key.endswith(_OWN_SUFFIXES):

@@ -67,8 +67,11 @@ class RunWatch:
         state = run_state(self.run)
         if state.state in ("running", "starting"):
             return ProcStatus(alive=True)
-        return ProcStatus(alive=False, exit_code=state.exit.code if state.exit else None,
-                          stopped_by=stopped_by_proctor(self.run))
+        return ProcStatus(
+            alive=False,
+            exit_code=state.exit.code if state.exit else None,
+            stopped_by=stopped_by_proctor(self.run),
+        )
 
 
 def stopped_by_proctor(run: RunDir) -> str | None:
@@ -139,13 +142,22 @@ def start_server(
     profiles = profiles_for(config)
     engine, model_profile, argv, env, chat = server_command(request, profiles)
     plan = server_plan(
-        flags or RunFlags(argv=argv), config, argv=argv, name=server_name(request), env=env,
+        flags or RunFlags(argv=argv),
+        config,
+        argv=argv,
+        name=server_name(request),
+        env=env,
         origin=f"profile:{engine.name}/{model_profile}",
-    )  # fmt: skip
+    )
     applied = applied_facts(
-        request, plan.redactor(), engine=engine.name, model_profile=model_profile, argv=argv,
-        plan=plan, chat=chat,
-    )  # fmt: skip
+        request,
+        plan.redactor(),
+        engine=engine.name,
+        model_profile=model_profile,
+        argv=argv,
+        plan=plan,
+        chat=chat,
+    )
     live = _live_keyed(Path(plan.runs_dir.value), plan.key.value)
     if live is not None:
         # Attach before the pre-flight: the port is taken by this very server, not a conflict.
@@ -187,8 +199,11 @@ def start_server_on(
     flags = flags or RunFlags(argv=[])
     if target is None or SERVE not in kind_named(target.kind).capabilities:
         if launch is not None and launch != ServerLaunch():
-            raise UsageError("--nodes, --parallel, --rpc-port and --wait need a target that "
-                             "starts servers itself", hint="--target slurm://...")  # fmt: skip
+            raise UsageError(
+                "--nodes, --parallel, --rpc-port and --wait need a target that "
+                "starts servers itself",
+                hint="--target slurm://...",
+            )
         started, applied = start_server(request, config, flags=flags, on_applied=on_applied)
         return ServedRun(started, applied)
     runs_dir = Path(flags.runs_dir) if flags.runs_dir else None

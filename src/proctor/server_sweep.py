@@ -209,16 +209,18 @@ def run_server_sweep(
     recorder = Recorder.create(runs_root)
     sweep = recorder.run
     store_path = resolve_store_path(config, runs_root).value
-    recorder.start({
-        "name": group,
-        "group": group,
-        "kind": "server-sweep",
-        **controller_fields(Path.cwd(), runs_root, Path(str(store_path))),
-        "grid": {"server": grid.server, "bench": grid.bench},
-        "proctor_version": __version__,
-        "outcome": "running",
-        "points": [],
-    })
+    recorder.start(
+        {
+            "name": group,
+            "group": group,
+            "kind": "server-sweep",
+            **controller_fields(Path.cwd(), runs_root, Path(str(store_path))),
+            "grid": {"server": grid.server, "bench": grid.bench},
+            "proctor_version": __version__,
+            "outcome": "running",
+            "points": [],
+        }
+    )
     say(f"proctor: server sweep {group} -> {sweep.path}")
     earlier = finished_points(runs_root, group)
     rows: list[dict[str, Any]] = []
@@ -232,8 +234,10 @@ def run_server_sweep(
                 key = point_key(params)
                 flow_id = earlier.get(key)
                 if flow_id is not None:
-                    say(f"[server-sweep] point {n}/{len(points)} {key}: done before "
-                        f"(flow {flow_id})")
+                    say(
+                        f"[server-sweep] point {n}/{len(points)} {key}: done before "
+                        f"(flow {flow_id})"
+                    )
                     reused.append(key)
                     code = 0
                 else:

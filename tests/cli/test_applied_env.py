@@ -55,8 +55,20 @@ def _printed_env(stderr: str, prefix: str) -> dict[str, str]:
 def test_serve_start_prints_and_records_the_env_the_server_got(fake_engine: Path) -> None:
     runs = fake_engine
     port = free_port()
-    result = proctor("serve", "start", "--engine", "fake", "--model", "m", "--port", str(port),
-                     "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", f"HF_TOKEN={SECRET}")  # fmt: skip
+    result = proctor(
+        "serve",
+        "start",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--env",
+        "VLLM_CPU_KVCACHE_SPACE=1",
+        "--env",
+        f"HF_TOKEN={SECRET}",
+    )
     assert result.returncode == 0, result.stderr
     [run] = [p for p in runs.iterdir() if p.is_dir()]
     try:  # the server is stopped whatever fails below
@@ -76,9 +88,21 @@ def test_serve_start_prints_and_records_the_env_the_server_got(fake_engine: Path
 
 def test_flow_prints_the_env_the_server_got(fake_engine: Path, tmp_path: Path) -> None:
     port = free_port()
-    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port),
-                     "--poll", "1s", "--env", "VLLM_CPU_KVCACHE_SPACE=1",
-                     "--workload-cmd", "true")  # fmt: skip
+    result = proctor(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--env",
+        "VLLM_CPU_KVCACHE_SPACE=1",
+        "--workload-cmd",
+        "true",
+    )
     assert result.returncode == 0, result.stderr
     printed = _printed_env(result.stderr, "; env ")
     assert printed == {"FROM_CONFIG": "cfg", "VLLM_CPU_KVCACHE_SPACE": "1"}

@@ -42,8 +42,11 @@ def test_an_unexpected_error_is_one_line_a_crash_log_and_exit_70(tmp_path: Path)
     env = {**os.environ, "PROCTOR_STATE_DIR": str(state), "HF_TOKEN": "hf_canary_secret_123"}
     result = subprocess.run(
         [sys.executable, "-c", script, "runs", "list", "--name", "hf_canary_secret_123"],
-        capture_output=True, text=True, env=env, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 70, result.stderr
     line = _one_line(result.stderr)
     assert "internal error" in line and "RuntimeError: boom [/x] line two" in line
@@ -84,9 +87,13 @@ def test_absurd_timeout_is_a_usage_error_before_anything_runs(
 
 
 @pytest.mark.parametrize(
-    "args", [("serve", "ready", "--port", "99999"), ("serve", "stop", "--port", "70000"),
-             ("drain", "--port", "0")],
-)  # fmt: skip
+    "args",
+    [
+        ("serve", "ready", "--port", "99999"),
+        ("serve", "stop", "--port", "70000"),
+        ("drain", "--port", "0"),
+    ],
+)
 def test_ports_out_of_range_are_usage_errors(args: tuple[str, ...]) -> None:
     result = proctor(*args, timeout=30)
     assert result.returncode == 64, result.stderr
@@ -113,22 +120,32 @@ def test_user_text_with_brackets_is_printed_verbatim() -> None:
 
 @pytest.mark.parametrize(
     ("module", "prog"),
-    [("proctor.supervise.wrapper", "proctor wrapper"),
-     ("proctor.targets.slurm.tracker", "proctor slurm tracker"),
-     ("proctor.targets.slurm.node", "proctor node")],
-)  # fmt: skip
+    [
+        ("proctor.supervise.wrapper", "proctor wrapper"),
+        ("proctor.targets.slurm.tracker", "proctor slurm tracker"),
+        ("proctor.targets.slurm.node", "proctor node"),
+    ],
+)
 def test_helper_entry_points_say_one_line_and_exit_64(
     module: str, prog: str, tmp_path: Path
 ) -> None:
-    result = subprocess.run([sys.executable, "-m", module, str(tmp_path / "nowhere")],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", module, str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 64
     assert _one_line(result.stderr).startswith(f"{prog}: no ")
 
 
 def test_step_entry_point_rejects_an_unknown_option_with_64() -> None:
-    result = subprocess.run([sys.executable, "-m", "proctor.targets.remote.step", "--bogus"],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "proctor.targets.remote.step", "--bogus"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 64
     assert (
         _one_line(result.stderr)
@@ -140,8 +157,11 @@ def test_a_record_that_is_not_utf8_reads_as_missing_not_as_a_bug(isolated_runs: 
     proctor("run", "--", "true", check=True)
     run_dir = next(p for p in isolated_runs.iterdir() if p.is_dir())
     (run_dir / "record.json").write_bytes(b"\xff\xfe{garbage")
-    for args in (("runs", "show", run_dir.name), ("runs", "wait", run_dir.name),
-                 ("report", run_dir.name, "-o", str(isolated_runs.parent / "r.html"))):  # fmt: skip
+    for args in (
+        ("runs", "show", run_dir.name),
+        ("runs", "wait", run_dir.name),
+        ("report", run_dir.name, "-o", str(isolated_runs.parent / "r.html")),
+    ):
         result = proctor(*args)
         assert result.returncode not in (1, 70), (args, result.stderr)
         assert "Traceback" not in result.stderr and "internal error" not in result.stderr
@@ -149,10 +169,12 @@ def test_a_record_that_is_not_utf8_reads_as_missing_not_as_a_bug(isolated_runs: 
 
 @pytest.mark.parametrize(
     ("name", "args", "code"),
-    [("metrics.json", ("runs", "reindex"), 0),
-     ("manifest.sha256", ("runs", "verify", "{id}"), 2),
-     ("exit_code", ("runs", "wait", "{id}"), 6)],
-)  # fmt: skip
+    [
+        ("metrics.json", ("runs", "reindex"), 0),
+        ("manifest.sha256", ("runs", "verify", "{id}"), 2),
+        ("exit_code", ("runs", "wait", "{id}"), 6),
+    ],
+)
 def test_evidence_files_of_garbage_bytes_are_evidence_not_bugs(
     name: str, args: tuple[str, ...], code: int, isolated_runs: Path
 ) -> None:
@@ -167,8 +189,9 @@ def test_evidence_files_of_garbage_bytes_are_evidence_not_bugs(
 def test_an_argument_of_non_utf8_bytes_is_a_usage_error(isolated_runs: Path) -> None:
     result = subprocess.run(
         [sys.executable.encode(), b"-m", b"proctor.cli.main", b"run", b"--", b"echo", b"ab\xff"],
-        capture_output=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 64, result.stderr
     line = _one_line(result.stderr.decode())
     assert "argument 4 ('ab\\xff') is not UTF-8 text: byte 0xff at position 2" in line

@@ -16,8 +16,18 @@ from tests.helpers import only_run, proctor
 
 pytestmark = pytest.mark.timeout(180)
 
-SMALL = ["--isl", "8", "--osl", "4", "--concurrency", "2", "--num-prompts", "10",
-         "--num-warmups", "0"]  # fmt: skip
+SMALL = [
+    "--isl",
+    "8",
+    "--osl",
+    "4",
+    "--concurrency",
+    "2",
+    "--num-prompts",
+    "10",
+    "--num-warmups",
+    "0",
+]
 
 
 def bench(url: str, *extra: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -57,12 +67,16 @@ def test_max_error_rate_allows_some(isolated_runs: Path) -> None:
 
 def test_in_process_bench_with_failures_is_exit_3(tmp_path: Path) -> None:
     with FakeServer(mode="http500", fault_every=2) as srv:
-        r = proctor("bench", "--base-url", srv.base_url, "--output-dir", str(tmp_path / "o"), *SMALL)
+        r = proctor(
+            "bench", "--base-url", srv.base_url, "--output-dir", str(tmp_path / "o"), *SMALL
+        )
     assert r.returncode == 3, r.stderr
     assert "5 of 10 requests failed" in r.stdout + r.stderr
 
 
-def test_api_key_is_not_the_attach_key_and_never_written(isolated_runs: Path, tmp_path: Path) -> None:
+def test_api_key_is_not_the_attach_key_and_never_written(
+    isolated_runs: Path, tmp_path: Path
+) -> None:
     secret = "sk-canary-Zq81-never-write-me"
     env = {"OPENAI_API_KEY": secret}
     with FakeServer(api_key=secret, itl=0.1) as srv:  # refuses requests without the key
@@ -88,8 +102,12 @@ def test_api_key_is_not_the_attach_key_and_never_written(isolated_runs: Path, tm
 def test_key_flag_is_the_attach_key(isolated_runs: Path) -> None:
     with FakeServer(itl=0.1) as srv:  # ~10 s: still live when the same key comes again
         args = ["--osl", "50", "--num-prompts", "4", "--key", "nightly", "--detach", "--json"]
-        first = json.loads(proctor("bench", "--base-url", srv.base_url, *SMALL, *args, check=True).stdout)
-        again = json.loads(proctor("bench", "--base-url", srv.base_url, *SMALL, *args, check=True).stdout)
+        first = json.loads(
+            proctor("bench", "--base-url", srv.base_url, *SMALL, *args, check=True).stdout
+        )
+        again = json.loads(
+            proctor("bench", "--base-url", srv.base_url, *SMALL, *args, check=True).stdout
+        )
         assert again["run_id"] == first["run_id"] and again["attached"] is True
         other = proctor("bench", "--base-url", srv.base_url, *SMALL, *args, "--isl", "6")
         assert other.returncode == 64, other.stderr
@@ -102,8 +120,19 @@ def test_key_flag_is_the_attach_key(isolated_runs: Path) -> None:
 
 def test_detached_bench_log_grows_while_it_runs(isolated_runs: Path) -> None:
     with FakeServer(itl=0.05) as srv:  # 10 requests x 20 tokens x 50 ms at concurrency 2: ~5 s
-        r = proctor("bench", "--base-url", srv.base_url, *SMALL, "--osl", "20", "--log-every", "0.5",
-                    "--detach", "--json", check=True)  # fmt: skip
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            *SMALL,
+            "--osl",
+            "20",
+            "--log-every",
+            "0.5",
+            "--detach",
+            "--json",
+            check=True,
+        )
         run = isolated_runs / json.loads(r.stdout)["run_id"]
         log = run / json.loads((run / "record.json").read_text())["log"]
         deadline = time.monotonic() + 30
@@ -118,7 +147,9 @@ def test_detached_bench_log_grows_while_it_runs(isolated_runs: Path) -> None:
     assert "[bench] benchmark: 10/10 done, 0 failed" in final
 
 
-def test_bench_against_a_stopped_server_run_is_refused(fake_engine: int, isolated_runs: Path) -> None:  # noqa: F811
+def test_bench_against_a_stopped_server_run_is_refused(
+    fake_engine: int, isolated_runs: Path
+) -> None:
     server = start(fake_engine)
     assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
     assert proctor("serve", "stop", server).returncode == 0
@@ -130,7 +161,8 @@ def test_bench_against_a_stopped_server_run_is_refused(fake_engine: int, isolate
 
 
 def test_bench_against_a_server_run_serving_another_model_is_refused(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     server = start(fake_engine, "--model", "intruder")  # the process serves another model
     try:
@@ -144,8 +176,20 @@ def test_bench_against_a_server_run_serving_another_model_is_refused(
 
 def test_sweep_point_with_failed_requests_fails_the_sweep(isolated_runs: Path) -> None:
     with FakeServer(mode="http500", fault_every=4) as srv:
-        r = proctor("sweep", "--base-url", srv.base_url, "--concurrency", "2,4", "--isl", "8",
-                    "--osl", "4", "--prompt-multiplier", "2", "--json")  # fmt: skip
+        r = proctor(
+            "sweep",
+            "--base-url",
+            srv.base_url,
+            "--concurrency",
+            "2,4",
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--prompt-multiplier",
+            "2",
+            "--json",
+        )
     assert r.returncode == 3, r.stderr
     summary = json.loads(r.stdout)
     assert len(summary["points"]) == 2  # both measured, both kept

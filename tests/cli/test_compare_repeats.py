@@ -19,15 +19,43 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("fake_engine")]
 
 # A tiny bench is INVALID by the default validity thresholds (100 requests, 10 s): these tests
 # are about noise and identity, so the thresholds are lowered.
-SMALL = ["--isl", "8", "--osl", "4", "--concurrency", "2", "--num-prompts", "6",
-         "--num-warmups", "1", "--repeat", "3", "--min-requests", "0", "--min-window", "0"]
+SMALL = [
+    "--isl",
+    "8",
+    "--osl",
+    "4",
+    "--concurrency",
+    "2",
+    "--num-prompts",
+    "6",
+    "--num-warmups",
+    "1",
+    "--repeat",
+    "3",
+    "--min-requests",
+    "0",
+    "--min-window",
+    "0",
+]
 DATA = REPO / "tests" / "data" / "datasets"
 
 
 def serve(*extra: str) -> str:
     port = free_port()
-    r = proctor("serve", "start", "--engine", "fake", "--model", "m", "--port", str(port),
-                "--json", "--", "--no-access-log", *extra)
+    r = proctor(
+        "serve",
+        "start",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--json",
+        "--",
+        "--no-access-log",
+        *extra,
+    )
     assert r.returncode == 0, r.stderr
     run_id = str(json.loads(r.stdout)["run_id"])
     ready = proctor("serve", "ready", run_id, "--timeout", "60s")
@@ -75,7 +103,8 @@ def test_same_setup_compares_with_the_measured_noise(isolated_runs: Path) -> Non
     same = proctor("results", "compare", a, "last", "--json")
     assert same.returncode == 0, same.stderr
     assert {r["metric"]: r["b"] for r in json.loads(same.stdout)} == {
-        r["metric"]: r["b"] for r in rows}
+        r["metric"]: r["b"] for r in rows
+    }
     unknown = proctor("results", "compare", a, "no-such-run")
     assert unknown.returncode == 64 and "no run 'no-such-run'" in unknown.stderr
     parsed = proctor("results", "parse", a, "--json")
@@ -115,9 +144,11 @@ def test_check_uses_measured_noise_and_refuses_another_dataset(
     base = tmp_path / "base.toml"
 
     def check_against(value: float) -> tuple[int, dict[str, Any]]:
-        base.write_text(f"[meta]\ndataset = \"{doc['dataset']['id']}\"\n"
-                        f"[metrics.output_throughput]\nvalue = {value}\n"
-                        f"stderr = {se}\nn = 3\n")
+        base.write_text(
+            f'[meta]\ndataset = "{doc["dataset"]["id"]}"\n'
+            f"[metrics.output_throughput]\nvalue = {value}\n"
+            f"stderr = {se}\nn = 3\n"
+        )
         r = proctor("check", run, "--baselines", str(base), "--json")
         return r.returncode, json.loads(r.stdout)["verdicts"][0]
 
@@ -130,7 +161,8 @@ def test_check_uses_measured_noise_and_refuses_another_dataset(
     assert (code, verdict["status"]) == (7, "regression")
     assert "beyond the 95% CI" in verdict["message"]
     other = tmp_path / "other.toml"
-    other.write_text("[meta]\ndataset = \"sharegpt:sha256:0123\"\n"
-                     f"[metrics.output_throughput]\nvalue = {mean}\n")
+    other.write_text(
+        f'[meta]\ndataset = "sharegpt:sha256:0123"\n[metrics.output_throughput]\nvalue = {mean}\n'
+    )
     r = proctor("check", run, "--baselines", str(other))
     assert r.returncode == 77 and "dataset" in r.stderr

@@ -18,7 +18,9 @@ def _drain_step(flow: dict[str, object]) -> dict[str, object]:
 
 
 def test_bench_against_a_server_that_hangs_mid_run_is_a_hang_with_inspection(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
 ) -> None:
     """The bench writes a progress line every 0.5 s whether or not a request completes: the
     drain reads its done counts (and the engine's metrics), so the hang is a hang (1), with
@@ -46,8 +48,11 @@ bench = {{ isl = 8, osl = 16, concurrency = 2, num_prompts = 40, num_warmups = 0
     assert [s["step"] for s in flow["steps"]][-2:] == ["inspect", "teardown"]
     assert list((isolated_runs / flow["server_run"] / "inspect").glob("*-pyspy.txt"))
     # The bench did write its heartbeat lines all along: they were not taken for progress.
-    (bench_log,) = [p for p in (isolated_runs / flow["workload_runs"][0]["run_id"]).glob("*.log")
-                    if "[bench] benchmark:" in p.read_text()]  # fmt: skip
+    (bench_log,) = [
+        p
+        for p in (isolated_runs / flow["workload_runs"][0]["run_id"]).glob("*.log")
+        if "[bench] benchmark:" in p.read_text()
+    ]
     beats = re.findall(r"\[bench\] benchmark: (\d+)/40 done", bench_log.read_text())
     assert len(beats) >= 3 and len(set(beats[-3:])) == 1, beats
     flow_log = (isolated_runs / flow["run_id"] / "flow.log").read_text()
@@ -55,46 +60,89 @@ bench = {{ isl = 8, osl = 16, concurrency = 2, num_prompts = 40, num_warmups = 0
 
 
 def test_idle_stats_lines_do_not_keep_a_finished_workload_from_draining(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     """The issue's reproducer: no /metrics, and the fake server prints a stats line every
     second (and an access line for each of proctor's own probes): the workload finished, so
     the flow drains (0), well before its --max (which was exit 4)."""
     port = fake_engine
-    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port),
-                     "--poll", "1s", "--max", "60s", "--workload-cmd", curl(port), "--json",
-                     "--", "--no-metrics", "--log-probes", "--stats-interval", "0.2")  # fmt: skip
+    result = proctor(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--max",
+        "60s",
+        "--workload-cmd",
+        curl(port),
+        "--json",
+        "--",
+        "--no-metrics",
+        "--log-probes",
+        "--stats-interval",
+        "0.2",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     drain = _drain_step(json.loads(result.stdout))
     assert drain["outcome"] == "drained" and drain["exit_code"] == 0, drain
 
 
 def test_hang_with_only_the_server_log_is_found_through_its_stats_lines(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     """No /metrics, no access lines the profile knows: the server's log is the only signal.
     It grows every 0.2 s with stats lines that say nothing is generated, and with proctor's
     own /metrics probes; neither is progress, so a stream stuck after its first token is a
     hang (1), where the log's growth alone hid it (exit 4 at --max)."""
     port = fake_engine
-    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port),
-                     "--poll", "1s", "--stuck-polls", "4", "--max", "60s", "--no-inspect",
-                     "--workload-cmd", curl(port, tokens=500, stream=True), "--json",
-                     "--", "--no-metrics", "--log-probes", "--no-access-log",
-                     "--stats-interval", "0.2", "--hang-after-requests", "0")  # fmt: skip
+    result = proctor(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--stuck-polls",
+        "4",
+        "--max",
+        "60s",
+        "--no-inspect",
+        "--workload-cmd",
+        curl(port, tokens=500, stream=True),
+        "--json",
+        "--",
+        "--no-metrics",
+        "--log-probes",
+        "--no-access-log",
+        "--stats-interval",
+        "0.2",
+        "--hang-after-requests",
+        "0",
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     drain = _drain_step(json.loads(result.stdout))
     assert drain["outcome"] == "hang", drain
 
 
-def test_drain_max_is_kept_between_polls(fake_engine: int, isolated_runs: Path) -> None:  # noqa: F811
+def test_drain_max_is_kept_between_polls(fake_engine: int, isolated_runs: Path) -> None:
     """`drain --max 3s` with a 10 s poll ends at its limit (4), and says so: not "after 10s"."""
     server = start(fake_engine)
     assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
     try:
         client = json.loads(proctor("run", "-d", "--json", "--", "sleep", "60").stdout)["run_id"]
-        result = proctor("drain", server, "--client", client, "--max", "3s", "--poll", "10s",
-                         "--json")  # fmt: skip
+        result = proctor(
+            "drain", server, "--client", client, "--max", "3s", "--poll", "10s", "--json"
+        )
         assert result.returncode == 4, result.stderr
         answer = json.loads(result.stdout)
         assert answer["outcome"] == "timeout" and "within 3.0s" in answer["reason"]
@@ -107,9 +155,20 @@ def test_drain_max_is_kept_between_polls(fake_engine: int, isolated_runs: Path) 
 
 
 def test_bad_client_pattern_is_one_line_and_64(isolated_runs: Path) -> None:
-    for args in (["drain", "--port", "1", "--client-pattern", "("],
-                 ["flow", "--engine", "fake", "--model", "m", "--workload-cmd", "true",
-                  "--client-pattern", "("]):  # fmt: skip
+    for args in (
+        ["drain", "--port", "1", "--client-pattern", "("],
+        [
+            "flow",
+            "--engine",
+            "fake",
+            "--model",
+            "m",
+            "--workload-cmd",
+            "true",
+            "--client-pattern",
+            "(",
+        ],
+    ):
         result = proctor(*args)
         assert result.returncode == 64, result.stderr
         assert "Traceback" not in result.stderr and "--client-pattern" in result.stderr
@@ -117,7 +176,8 @@ def test_bad_client_pattern_is_one_line_and_64(isolated_runs: Path) -> None:
 
 
 def test_a_server_proctor_stopped_during_a_drain_is_stopped_not_died(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     """`runs stop SERVER` while a drain watches it: proctor's own reason (stopped, 130), not
     "server died" (3). The server's supervisor writes the stop before it signals."""

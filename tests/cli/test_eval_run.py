@@ -13,11 +13,28 @@ from tests.infra.engines import EngineServer, gsm8k_data_dir, vllm_server  # noq
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 
-def test_eval_gsm8k_is_a_run_with_its_metrics(vllm_server: EngineServer, isolated_runs: Path) -> None:  # noqa: F811
+def test_eval_gsm8k_is_a_run_with_its_metrics(
+    vllm_server: EngineServer, isolated_runs: Path
+) -> None:
     data = gsm8k_data_dir()
-    result = proctor("eval", "gsm8k", "--base-url", vllm_server.base_url, "--model", vllm_server.model,
-                     "--limit", "5", "--fewshot", "3", "--data", str(data), "--name", "g", "--json",
-                     timeout=600)  # fmt: skip
+    result = proctor(
+        "eval",
+        "gsm8k",
+        "--base-url",
+        vllm_server.base_url,
+        "--model",
+        vllm_server.model,
+        "--limit",
+        "5",
+        "--fewshot",
+        "3",
+        "--data",
+        str(data),
+        "--name",
+        "g",
+        "--json",
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout)
     metrics = out["metrics"]

@@ -43,13 +43,37 @@ def test_flow_and_sweep_directories_carry_the_same_evidence(
     isolated_runs: Path,
 ) -> None:
     port = fake_engine
-    flow = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
-                   "--workload-cmd", curl(port), "--json")  # fmt: skip
+    flow = proctor(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--workload-cmd",
+        curl(port),
+        "--json",
+    )
     assert flow.returncode == 0, flow.stderr
     server = start(port)
     assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
-    sweep = proctor("sweep", "--server", server, "--concurrency", "1,2", "--isl", "8", "--osl", "4",
-                    "--prompt-multiplier", "2", "--json")  # fmt: skip
+    sweep = proctor(
+        "sweep",
+        "--server",
+        server,
+        "--concurrency",
+        "1,2",
+        "--isl",
+        "8",
+        "--osl",
+        "4",
+        "--prompt-multiplier",
+        "2",
+        "--json",
+    )
     assert sweep.returncode == 0, sweep.stderr
     assert proctor("serve", "stop", server).returncode == 0
     records = _records(isolated_runs)
@@ -87,8 +111,20 @@ def test_sigterm_to_a_flow_stops_its_workload_run_too(
     isolated_runs: Path,
 ) -> None:
     port = fake_engine
-    controller = proctor_popen("flow", "--engine", "fake", "--model", "m", "--port", str(port),
-                               "--poll", "1s", "--workload-cmd", "sleep 300", "--json")  # fmt: skip
+    controller = proctor_popen(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--workload-cmd",
+        "sleep 300",
+        "--json",
+    )
     deadline = time.monotonic() + 60
     flow: dict[str, object] = {}
     while time.monotonic() < deadline:
@@ -129,8 +165,19 @@ def test_ctrl_c_of_a_foreground_bench_stops_its_run(
     server = start(fake_engine, "--ttft", "60")
     assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
     before = set(isolated_runs.iterdir())
-    controller = proctor_popen("bench", "--server", server, "--isl", "8", "--osl", "4",
-                               "--concurrency", "2", "--name", "slow")  # fmt: skip
+    controller = proctor_popen(
+        "bench",
+        "--server",
+        server,
+        "--isl",
+        "8",
+        "--osl",
+        "4",
+        "--concurrency",
+        "2",
+        "--name",
+        "slow",
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(
         (p / "wrapper.pid").exists() for p in set(isolated_runs.iterdir()) - before

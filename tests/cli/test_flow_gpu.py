@@ -62,11 +62,27 @@ def test_flow_transformers_serve_on_cuda(gpu_model: Path, isolated_runs: Path) -
     port = "18931"
     workload = f"{sys.executable} -c '{WORKLOAD}' http://127.0.0.1:{port} {gpu_model}"
     result = proctor(
-        "flow", "--engine", "transformers", "--model", str(gpu_model), "--port", port,
-        "--gpu-sample", "1", "--poll", "2s", "--ready-timeout", "5m",
-        "--workload-cmd", workload, "--json", "--", "--device", "cuda",
+        "flow",
+        "--engine",
+        "transformers",
+        "--model",
+        str(gpu_model),
+        "--port",
+        port,
+        "--gpu-sample",
+        "1",
+        "--poll",
+        "2s",
+        "--ready-timeout",
+        "5m",
+        "--workload-cmd",
+        workload,
+        "--json",
+        "--",
+        "--device",
+        "cuda",
         timeout=540,
-    )  # fmt: skip
+    )
     print(result.stderr[-3000:])
     assert result.returncode == 0, result.stderr[-3000:] + log_tails(isolated_runs)
     flow = json.loads(result.stdout)
@@ -79,9 +95,11 @@ def test_flow_transformers_serve_on_cuda(gpu_model: Path, isolated_runs: Path) -
     baseline = float(stop["baseline_mib"]["0"])
     after = float(stop["memory_now_mib"]["0"])
     peak = max(used)
-    print(f"FIGURE baseline={baseline:.0f}MiB peak={peak:.0f}MiB first={used[0]:.0f}MiB "
-          f"last_sample={used[-1]:.0f}MiB after_stop={after:.0f}MiB samples={len(used)} "
-          f"ready_s={steps['ready'].get('elapsed_s')}")
+    print(
+        f"FIGURE baseline={baseline:.0f}MiB peak={peak:.0f}MiB first={used[0]:.0f}MiB "
+        f"last_sample={used[-1]:.0f}MiB after_stop={after:.0f}MiB samples={len(used)} "
+        f"ready_s={steps['ready'].get('elapsed_s')}"
+    )
     assert peak >= baseline + 1000, "memory did not rise while serving"
     assert stop["memory_ok"] is True
     assert after <= baseline + 256

@@ -17,19 +17,48 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 def test_flow_with_real_vllm(isolated_runs: Path, tmp_path: Path) -> None:
     info = engine_info()
     port = free_port()
-    body = json.dumps({"model": info.served_model_name, "prompt": "The capital of France is",
-                       "max_tokens": 16, "stream": True})  # fmt: skip
+    body = json.dumps(
+        {
+            "model": info.served_model_name,
+            "prompt": "The capital of France is",
+            "max_tokens": 16,
+            "stream": True,
+        }
+    )
     workload = tmp_path / "workload.sh"
-    workload.write_text(f"curl -sN --fail http://127.0.0.1:{port}/v1/completions "
-                        f"-H 'Content-Type: application/json' -d '{body}'\n")  # fmt: skip
+    workload.write_text(
+        f"curl -sN --fail http://127.0.0.1:{port}/v1/completions "
+        f"-H 'Content-Type: application/json' -d '{body}'\n"
+    )
     result = proctor(
-        "flow", "--engine", "vllm", "--model", str(info.model_dir), "--python", str(info.vllm_python),
-        "--served-model-name", info.served_model_name, "--port", str(port), "--poll", "2s",
-        "--ready-timeout", "5m", "--env", "VLLM_CPU_KVCACHE_SPACE=1",
-        "--workload-cmd", f"bash {workload}", "--json",
-        "--", "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32",
+        "flow",
+        "--engine",
+        "vllm",
+        "--model",
+        str(info.model_dir),
+        "--python",
+        str(info.vllm_python),
+        "--served-model-name",
+        info.served_model_name,
+        "--port",
+        str(port),
+        "--poll",
+        "2s",
+        "--ready-timeout",
+        "5m",
+        "--env",
+        "VLLM_CPU_KVCACHE_SPACE=1",
+        "--workload-cmd",
+        f"bash {workload}",
+        "--json",
+        "--",
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--dtype",
+        "float32",
         timeout=600,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     flow = json.loads(result.stdout)
     steps = {s["step"]: s for s in flow["steps"]}
@@ -61,18 +90,41 @@ def test_flow_with_real_transformers_serve(isolated_runs: Path, tmp_path: Path) 
     if info.tf_python is None:
         pytest.skip("transformers serve venv not installed (PROCTOR_SKIP_TF_SERVE=1)")
     port = free_port()
-    body = json.dumps({"model": str(info.model_dir), "max_tokens": 8, "stream": True,
-                       "messages": [{"role": "user", "content": "Say hi"}]})  # fmt: skip
+    body = json.dumps(
+        {
+            "model": str(info.model_dir),
+            "max_tokens": 8,
+            "stream": True,
+            "messages": [{"role": "user", "content": "Say hi"}],
+        }
+    )
     workload = tmp_path / "workload.sh"
-    workload.write_text(f"curl -sN --fail http://127.0.0.1:{port}/v1/chat/completions "
-                        f"-H 'Content-Type: application/json' -d '{body}'\n")  # fmt: skip
+    workload.write_text(
+        f"curl -sN --fail http://127.0.0.1:{port}/v1/chat/completions "
+        f"-H 'Content-Type: application/json' -d '{body}'\n"
+    )
     result = proctor(
-        "flow", "--engine", "transformers", "--model", str(info.model_dir),
-        "--python", str(info.tf_python), "--port", str(port), "--poll", "2s",
-        "--ready-timeout", "3m", "--workload-cmd", f"bash {workload}", "--json",
-        "--", "--device", "cpu",
+        "flow",
+        "--engine",
+        "transformers",
+        "--model",
+        str(info.model_dir),
+        "--python",
+        str(info.tf_python),
+        "--port",
+        str(port),
+        "--poll",
+        "2s",
+        "--ready-timeout",
+        "3m",
+        "--workload-cmd",
+        f"bash {workload}",
+        "--json",
+        "--",
+        "--device",
+        "cpu",
         timeout=400,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     flow = json.loads(result.stdout)
     steps = {s["step"]: s for s in flow["steps"]}

@@ -37,26 +37,44 @@ def steps(flow: dict[str, object]) -> list[str]:
 
 
 def test_gsm8k_then_bench_against_one_server(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
 ) -> None:
     port = fake_engine
-    path = flow_file(tmp_path, port, f"""
+    path = flow_file(
+        tmp_path,
+        port,
+        f"""
 [[flow.workload]]
 eval = {{ task = "gsm8k", limit = 3, fewshot = 1, num_concurrent = 2, data = "{GSM8K}" }}
 
 [[flow.workload]]
 name = "bench-small"
 bench = {{ isl = 16, osl = 8, concurrency = 2, num_prompts = 6, num_warmups = 0 }}
-""", extra="stuck_polls = 60  # lm-eval's start-up sends nothing for seconds")
-    result = proctor("flow", "--file", str(path), "--json",
-                     env={"HF_HOME": str(tmp_path / "hf")}, timeout=300)  # fmt: skip
+""",
+        extra="stuck_polls = 60  # lm-eval's start-up sends nothing for seconds",
+    )
+    result = proctor(
+        "flow", "--file", str(path), "--json", env={"HF_HOME": str(tmp_path / "hf")}, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     flow = json.loads(result.stdout)
-    assert steps(flow) == ["stop", "start", "ready", "workload0", "drain0", "workload1",
-                           "drain1", "teardown"]  # fmt: skip
+    assert steps(flow) == [
+        "stop",
+        "start",
+        "ready",
+        "workload0",
+        "drain0",
+        "workload1",
+        "drain1",
+        "teardown",
+    ]
     rows = flow["workload_runs"]
     assert [(r["name"], r["kind"], r["exit_code"]) for r in rows] == [
-        ("gsm8k", "eval", 0), ("bench-small", "bench", 0)]  # fmt: skip
+        ("gsm8k", "eval", 0),
+        ("bench-small", "bench", 0),
+    ]
     server = flow["server_run"]
     for row in rows:
         run = isolated_runs / row["run_id"]
@@ -84,23 +102,39 @@ bench = {{ isl = 16, osl = 8, concurrency = 2, num_prompts = 6, num_warmups = 0 
 
 @pytest.mark.parametrize("go_on", [False, True], ids=["stop", "continue"])
 def test_a_failing_workload_stops_the_list_unless_continue(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path, go_on: bool  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
+    go_on: bool,
 ) -> None:
     port = fake_engine
-    path = flow_file(tmp_path, port, f"""
+    path = flow_file(
+        tmp_path,
+        port,
+        f"""
 [[flow.workload]]
 cmd = ["bash", "-c", "exit 5"]
 
 [[flow.workload]]
 cmd = {json.dumps(["bash", "-c", curl(port)])}
-""", extra=f"continue_on_failure = {str(go_on).lower()}")
+""",
+        extra=f"continue_on_failure = {str(go_on).lower()}",
+    )
     result = proctor("flow", "--file", str(path), "--json")
     assert result.returncode == 3, result.stderr[-3000:]
     flow = json.loads(result.stdout)
     codes = [(r["index"], r["exit_code"]) for r in flow["workload_runs"]]
     if go_on:
-        assert steps(flow) == ["stop", "start", "ready", "workload0", "drain0", "workload1",
-                               "drain1", "teardown"]  # fmt: skip
+        assert steps(flow) == [
+            "stop",
+            "start",
+            "ready",
+            "workload0",
+            "drain0",
+            "workload1",
+            "drain1",
+            "teardown",
+        ]
         assert codes == [(0, 3), (1, 0)]
     else:
         assert steps(flow) == ["stop", "start", "ready", "workload0", "drain0", "teardown"]
@@ -110,16 +144,25 @@ cmd = {json.dumps(["bash", "-c", curl(port)])}
     assert (isolated_runs / flow["run_id"] / "exit_code").read_text() == "3\n"
 
 
-@pytest.mark.parametrize(("kind", "options"), [("bench", "isl = 16, concurency = 2"),
-                                               ("sweep", "concurrency = [1, 2], concurency = 3")])
+@pytest.mark.parametrize(
+    ("kind", "options"),
+    [("bench", "isl = 16, concurency = 2"), ("sweep", "concurrency = [1, 2], concurency = 3")],
+)
 def test_a_bad_workload_option_fails_before_any_server(
-    kind: str, options: str, isolated_runs: Path, tmp_path: Path,
-    fake_engine: int,  # noqa: F811
+    kind: str,
+    options: str,
+    isolated_runs: Path,
+    tmp_path: Path,
+    fake_engine: int,
 ) -> None:
-    path = flow_file(tmp_path, fake_engine, f"""
+    path = flow_file(
+        tmp_path,
+        fake_engine,
+        f"""
 [[flow.workload]]
 {kind} = {{ {options} }}
-""")
+""",
+    )
     result = proctor("flow", "--file", str(path))
     assert result.returncode == 64, result.stderr
     assert f"{kind} workload" in result.stderr and "concurency" in result.stderr
@@ -127,13 +170,19 @@ def test_a_bad_workload_option_fails_before_any_server(
 
 
 def test_workload_cmd_flag_is_a_list_of_one(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
 ) -> None:
     port = fake_engine
-    path = flow_file(tmp_path, port, """
+    path = flow_file(
+        tmp_path,
+        port,
+        """
 [[flow.workload]]
 cmd = ["bash", "-c", "exit 7"]
-""")
+""",
+    )
     result = proctor("flow", "--file", str(path), "--workload-cmd", curl(port), "--json")
     assert result.returncode == 0, result.stderr[-3000:]
     flow = json.loads(result.stdout)
@@ -142,7 +191,9 @@ cmd = ["bash", "-c", "exit 7"]
 
 
 def test_resume_goes_on_with_the_next_workload(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
 ) -> None:
     import signal
 
@@ -151,13 +202,17 @@ def test_resume_goes_on_with_the_next_workload(
     port = fake_engine
     slow = tmp_path / "slow.sh"
     slow.write_text(f"sleep 4\n{curl(port)}\n")
-    path = flow_file(tmp_path, port, f"""
+    path = flow_file(
+        tmp_path,
+        port,
+        f"""
 [[flow.workload]]
 cmd = ["bash", "{slow}"]
 
 [[flow.workload]]
 cmd = {json.dumps(["bash", "-c", curl(port)])}
-""")
+""",
+    )
     controller = proctor_popen("flow", "--file", str(path))
     flow_dir = wait_for_flow_step(isolated_runs, "drain")
     assert flow_dir is not None, "the flow never reached its first drain"
@@ -168,8 +223,12 @@ cmd = {json.dumps(["bash", "-c", curl(port)])}
     flow = json.loads((flow_dir / "record.json").read_text())
     assert [(r["index"], r["exit_code"]) for r in flow["workload_runs"]] == [(0, 0), (1, 0)]
     assert len([s for s in flow["steps"] if s["step"] == "workload"]) == 2  # none started twice
-    servers = [p for p in isolated_runs.iterdir() if (p / "record.json").exists()
-               and json.loads((p / "record.json").read_text()).get("kind") == "server"]  # fmt: skip
+    servers = [
+        p
+        for p in isolated_runs.iterdir()
+        if (p / "record.json").exists()
+        and json.loads((p / "record.json").read_text()).get("kind") == "server"
+    ]
     assert len(servers) == 1
 
 
@@ -185,7 +244,10 @@ sys.exit(int(os.environ.get("FAKE_RC", "0")))
 
 @pytest.mark.parametrize("rc", [0, 3])
 def test_offline_workload_runs_while_the_server_is_up(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path, rc: int  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
+    rc: int,
 ) -> None:
     """[[flow.workload]] offline: `proctor offline` as the workload's run, its own offline run
     recorded and parsed (tokens/s in its metrics.json); a failing one fails the flow (3)."""
@@ -194,12 +256,16 @@ def test_offline_workload_runs_while_the_server_is_up(
     fake = tmp_path / "fake_offline"
     fake.write_text(OFFLINE_FAKE.format(py=sys.executable))
     fake.chmod(0o755)
-    path = flow_file(tmp_path, fake_engine, f"""
+    path = flow_file(
+        tmp_path,
+        fake_engine,
+        f"""
 [[flow.workload]]
 name = "offline-fake"
 env = ["FAKE_RC={rc}"]
 offline = {{ engine = "vllm", cmd = true, min_free_disk = 0, args = ["{fake}"] }}
-""")
+""",
+    )
     result = proctor("flow", "--file", str(path), "--json", timeout=180)
     assert result.returncode == rc, result.stderr[-3000:]
     flow = json.loads(result.stdout)
@@ -208,27 +274,42 @@ offline = {{ engine = "vllm", cmd = true, min_free_disk = 0, args = ["{fake}"] }
     assert row["name"] == "offline-fake" and row["exit_code"] == rc
     workload = isolated_runs / row["run_id"]
     assert json.loads((workload / "record.json").read_text())["group"] == flow["run_id"]
-    offline = [p for p in isolated_runs.iterdir() if (p / "record.json").is_file()
-               and json.loads((p / "record.json").read_text()).get("kind") == "offline"]  # fmt: skip
+    offline = [
+        p
+        for p in isolated_runs.iterdir()
+        if (p / "record.json").is_file()
+        and json.loads((p / "record.json").read_text()).get("kind") == "offline"
+    ]
     assert len(offline) == 1, sorted(p.name for p in isolated_runs.iterdir())
     doc = json.loads((offline[0] / "metrics.json").read_text())
     assert doc["kind"] == "offline" and doc["metrics"]["output_throughput"] == 617.25
     assert (offline[0] / "exit_code").read_text() == f"{rc}\n"
 
 
-@pytest.mark.parametrize(("body", "said"), [
-    ('{ engin = "vllm", cmd = true, args = ["x"] }', "engin"),
-    ('{ engine = "vllm", tp = "two", model = "/m" }', "tp"),
-    ('{ engine = "vllm" }', "model"),
-    ('{ engine = "vllm", model = "/m", args = "--x" }', "args must be a list"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ('{ engin = "vllm", cmd = true, args = ["x"] }', "engin"),
+        ('{ engine = "vllm", tp = "two", model = "/m" }', "tp"),
+        ('{ engine = "vllm" }', "model"),
+        ('{ engine = "vllm", model = "/m", args = "--x" }', "args must be a list"),
+    ],
+)
 def test_a_bad_offline_option_fails_before_any_server(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path, body: str, said: str  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
+    body: str,
+    said: str,
 ) -> None:
-    path = flow_file(tmp_path, fake_engine, f"""
+    path = flow_file(
+        tmp_path,
+        fake_engine,
+        f"""
 [[flow.workload]]
 offline = {body}
-""")
+""",
+    )
     result = proctor("flow", "--file", str(path))
     assert result.returncode == 64, result.stderr
     assert "offline" in result.stderr and said in result.stderr
@@ -255,24 +336,33 @@ def test_flags_a_flow_checks_are_the_commands_own(kind: str) -> None:
     for p in command.params:
         if isinstance(p, click.Option) and p.is_flag:
             flag = p.opts[0][2:]
-            assert flag in ("json", "detach") or {"offline": OFFLINE_FLAGS,
-                                                    "sweep": SWEEP_FLAGS}[kind][flag] is None
+            assert (
+                flag in ("json", "detach")
+                or {"offline": OFFLINE_FLAGS, "sweep": SWEEP_FLAGS}[kind][flag] is None
+            )
     mine = {"offline": OFFLINE_FLAGS, "sweep": SWEEP_FLAGS}[kind]
     assert set(mine) == given - {"json", "detach", "target"}
 
 
 def test_sweep_workload_sends_its_dataset_at_every_point(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
 ) -> None:
     import hashlib
 
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"p {i}", "output_len": 3}) + "\n"
-                               for i in range(12)))  # fmt: skip
-    path = flow_file(tmp_path, fake_engine, f"""
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"p {i}", "output_len": 3}) + "\n" for i in range(12))
+    )
+    path = flow_file(
+        tmp_path,
+        fake_engine,
+        f"""
 [[flow.workload]]
 sweep = {{ concurrency = [1, 2], osl = 4, num_prompts = 4, dataset = "jsonl:{prompts}" }}
-""")
+""",
+    )
     result = proctor("flow", "--file", str(path), "--json", timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     sha = hashlib.sha256(prompts.read_bytes()).hexdigest()

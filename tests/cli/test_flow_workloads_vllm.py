@@ -37,8 +37,9 @@ eval = {{ task = "gsm8k", limit = 4, fewshot = 1, num_concurrent = 2, data = "{G
 [[flow.workload]]
 bench = {{ isl = 32, osl = 16, concurrency = 2, num_prompts = 8, num_warmups = 1 }}
 """)
-    result = proctor("flow", "--file", str(path), "--json",
-                     env={"HF_HOME": str(tmp_path / "hf")}, timeout=900)  # fmt: skip
+    result = proctor(
+        "flow", "--file", str(path), "--json", env={"HF_HOME": str(tmp_path / "hf")}, timeout=900
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     flow = json.loads(result.stdout)
     rows = flow["workload_runs"]
@@ -47,8 +48,10 @@ bench = {{ isl = 32, osl = 16, concurrency = 2, num_prompts = 8, num_warmups = 1
     bench = json.loads((isolated_runs / rows[1]["run_id"] / "metrics.json").read_text())
     assert gsm["metrics"]["n_samples"] == 4
     assert bench["metrics"]["completed"] == 8 and bench["metrics"]["failed"] == 0
-    print(f"FIGURE gsm8k flexible {gsm['metrics']['exact_match_flexible_extract']}, "
-          f"bench output {bench['metrics']['output_throughput']:.1f} tok/s")
+    print(
+        f"FIGURE gsm8k flexible {gsm['metrics']['exact_match_flexible_extract']}, "
+        f"bench output {bench['metrics']['output_throughput']:.1f} tok/s"
+    )
     report = proctor("report", flow["run_id"], "--json")
     assert report.returncode == 0, report.stderr
     shown = json.loads(report.stdout)

@@ -46,8 +46,9 @@ class Scan:
     def __init__(self) -> None:
         self.printed: list[tuple[str, str]] = []
 
-    def __call__(self, *args: str, env: dict[str, str] | None = None,
-                 timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         result = proctor(*args, env=env, timeout=timeout)
         # Named by the command and its number, not its words (which hold canaries).
         label = f"output {len(self.printed) // 2} of proctor {args[0]} {args[1]}"
@@ -76,13 +77,17 @@ def test_no_canary_in_any_artifact_or_output(project: Path, isolated_runs: Path)
         "true",
         f"http://alice:{C['command word URL password']}@127.0.0.1:9/x",
         f"--repo=https://{C['command word https token']}@example.invalid/r.git",
-        "-H", f"Authorization: Bearer {C['-H Authorization: Bearer']}",
-        "--header", f"X-Api-Key: {C['--header X-Api-Key']}",
+        "-H",
+        f"Authorization: Bearer {C['-H Authorization: Bearer']}",
+        "--header",
+        f"X-Api-Key: {C['--header X-Api-Key']}",
         f"Authorization=Bearer {C['Authorization=Bearer word']}",
         f"DB_PASSWORD={C['NAME=VALUE word']}",
         f"MY_PRIVATE_VAR={C['[run] secret_names word']}",
-        "--api-key", C["--api-key flag of the command"],
-        "--hub", C["HF_TOKEN by value"],
+        "--api-key",
+        C["--api-key flag of the command"],
+        "--hub",
+        C["HF_TOKEN by value"],
     ]
     env_flag = ["--env", f"MY_TOKEN={C['--env secret']}"]
     dry = run("run", *env_flag, "--dry-run", "--", *command, env=env)
@@ -98,42 +103,114 @@ def test_no_canary_in_any_artifact_or_output(project: Path, isolated_runs: Path)
 
     # bench against the fake server, with credentials in its URL and OPENAI_API_KEY set.
     port = free_port()
-    server = run("serve", "start", "--engine", "fake", "--model", "m", "--port", str(port), "--json")
+    server = run(
+        "serve", "start", "--engine", "fake", "--model", "m", "--port", str(port), "--json"
+    )
     assert server.returncode == 0, server.stderr
     server_id = json.loads(server.stdout)["run_id"]
     try:
         assert run("serve", "ready", server_id, "--timeout", "30s").returncode == 0
-        url = (f"http://{C['bench --base-url user']}:{C['bench --base-url password']}"
-               f"@127.0.0.1:{port}")  # fmt: skip
+        url = (
+            f"http://{C['bench --base-url user']}:{C['bench --base-url password']}@127.0.0.1:{port}"
+        )
         # aiohttp refuses URL credentials together with an API key header: one bench each.
-        bench = run("bench", "--base-url", url, "--model", "m", "--isl", "8", "--osl", "4",
-                    "--concurrency", "2", "--prompt-multiplier", "2",
-                    env={"HF_TOKEN": env["HF_TOKEN"], "OPENAI_API_KEY": ""})  # fmt: skip
+        bench = run(
+            "bench",
+            "--base-url",
+            url,
+            "--model",
+            "m",
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--concurrency",
+            "2",
+            "--prompt-multiplier",
+            "2",
+            env={"HF_TOKEN": env["HF_TOKEN"], "OPENAI_API_KEY": ""},
+        )
         assert bench.returncode == 0, bench.stderr
-        bench_json = run("bench", "--port", str(port), "--model", "m", "--isl", "8", "--osl", "4",
-                         "--concurrency", "2", "--prompt-multiplier", "2", "--json",
-                         "--name", "b2", env=env)  # fmt: skip
+        bench_json = run(
+            "bench",
+            "--port",
+            str(port),
+            "--model",
+            "m",
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--concurrency",
+            "2",
+            "--prompt-multiplier",
+            "2",
+            "--json",
+            "--name",
+            "b2",
+            env=env,
+        )
         assert bench_json.returncode == 0, bench_json.stderr
         sweep_url = f"http://u:{C['sweep --base-url password']}@127.0.0.1:{port}"
-        sweep = run("sweep", "--base-url", sweep_url, "--model", "m", "--concurrency", "1,2",
-                    "--isl", "8", "--osl", "4", "--prompt-multiplier", "1")  # fmt: skip
+        sweep = run(
+            "sweep",
+            "--base-url",
+            sweep_url,
+            "--model",
+            "m",
+            "--concurrency",
+            "1,2",
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--prompt-multiplier",
+            "1",
+        )
         assert sweep.returncode == 0, sweep.stderr
     finally:
         run("serve", "stop", server_id)
 
     # An error message that names the URL: the server is gone.
-    dead = run("bench", "--base-url", f"http://u:{C['unreachable bench URL password']}@127.0.0.1:{port}",
-               "--model", "m", "--isl", "8", "--osl", "4", "--concurrency", "1")  # fmt: skip
+    dead = run(
+        "bench",
+        "--base-url",
+        f"http://u:{C['unreachable bench URL password']}@127.0.0.1:{port}",
+        "--model",
+        "m",
+        "--isl",
+        "8",
+        "--osl",
+        "4",
+        "--concurrency",
+        "1",
+    )
     assert dead.returncode == 69, dead.stderr
 
     # flow whose workload carries a bearer token and URL credentials, and whose server is
     # started with an API key of its own; its human output is scanned too.
     port = free_port()
-    workload = (f"curl -s -H 'Authorization: Bearer {C['flow --workload-cmd bearer']}' "
-                f"http://u:{C['flow --workload-cmd URL password']}@127.0.0.1:{port}/v1/models")  # fmt: skip
-    flow = run("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
-               "--workload-cmd", workload, "--", "--api-key",
-               C["engine --api-key (flow server)"], env=env)  # fmt: skip
+    workload = (
+        f"curl -s -H 'Authorization: Bearer {C['flow --workload-cmd bearer']}' "
+        f"http://u:{C['flow --workload-cmd URL password']}@127.0.0.1:{port}/v1/models"
+    )
+    flow = run(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--workload-cmd",
+        workload,
+        "--",
+        "--api-key",
+        C["engine --api-key (flow server)"],
+        env=env,
+    )
     assert flow.returncode == 0, flow.stderr
 
     # Every reader.
@@ -146,8 +223,11 @@ def test_no_canary_in_any_artifact_or_output(project: Path, isolated_runs: Path)
         assert run("runs", "show", run_id, "--json").returncode == 0
         run("runs", "verify", run_id)
         run("results", "parse", str(isolated_runs / run_id), "--json")
-    benches = [i for i in ids
-               if json.loads((isolated_runs / i / "record.json").read_text()).get("kind") == "bench"]
+    benches = [
+        i
+        for i in ids
+        if json.loads((isolated_runs / i / "record.json").read_text()).get("kind") == "bench"
+    ]
     assert len(benches) == 5, benches  # two benches, two sweep points, one unreachable
     report = run("report", *benches[:2], "--compare")
     assert report.returncode == 0, report.stderr
@@ -176,9 +256,22 @@ def test_a_flow_whose_workload_held_a_secret_is_not_resumed_with_the_mask(
 
     port = free_port()
     workload = f"curl -s -H 'Authorization: Bearer {C['flow --workload-cmd bearer']}' http://127.0.0.1:{port}/v1/models"
-    controller = proctor_popen("flow", "--engine", "fake", "--model", "m", "--port", str(port),
-                               "--poll", "1s", "--workload-cmd", workload, "--",
-                               "--startup-delay", "20")  # fmt: skip
+    controller = proctor_popen(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--workload-cmd",
+        workload,
+        "--",
+        "--startup-delay",
+        "20",
+    )
     flow_dir = server_run = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and server_run is None:

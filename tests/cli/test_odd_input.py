@@ -59,11 +59,15 @@ def test_every_float_option_of_every_command_refuses_nan() -> None:
     walk(finite_floats(typer.main.get_command(app)), "proctor")
     assert len(floats) >= 20, floats  # bench, sweep, serve, offline, eval, slurm, run ...
     for args, said in (
-        (["bench", "--max-error-rate", "nan", "--base-url", "http://127.0.0.1:9"],
-         "--max-error-rate nan"),
-        (["serve", "start", "--min-free-disk", "inf", "--engine", "x", "--model", "m"],
-         "--min-free-disk inf"),
-    ):  # fmt: skip
+        (
+            ["bench", "--max-error-rate", "nan", "--base-url", "http://127.0.0.1:9"],
+            "--max-error-rate nan",
+        ),
+        (
+            ["serve", "start", "--min-free-disk", "inf", "--engine", "x", "--model", "m"],
+            "--min-free-disk inf",
+        ),
+    ):
         result = proctor(*args)
         assert result.returncode == 64, result.stderr
         assert f"{said}: not a finite number" in _one_line(result.stderr)
@@ -154,9 +158,11 @@ def test_env_flag_says_the_same() -> None:
 def test_runs_dir_that_is_a_symlink_loop(tmp_path: Path) -> None:
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
-    for args in (["run", "--runs-dir", str(loop), "--", "true"],
-                 ["run", "--runs-dir", str(loop / "sub"), "--", "true"],
-                 ["runs", "list", "--runs-dir", str(loop)]):  # fmt: skip
+    for args in (
+        ["run", "--runs-dir", str(loop), "--", "true"],
+        ["run", "--runs-dir", str(loop / "sub"), "--", "true"],
+        ["runs", "list", "--runs-dir", str(loop)],
+    ):
         result = proctor(*args)
         assert result.returncode == 64, result.stderr
         assert "a symbolic link loop" in _one_line(result.stderr)
@@ -164,8 +170,10 @@ def test_runs_dir_that_is_a_symlink_loop(tmp_path: Path) -> None:
 
 def test_runs_dir_with_a_component_over_255_bytes(tmp_path: Path) -> None:
     long = tmp_path / ("a" * 300)
-    for args in (["run", "--runs-dir", str(long), "--", "true"],
-                 ["runs", "list", "--runs-dir", str(long)]):  # fmt: skip
+    for args in (
+        ["run", "--runs-dir", str(long), "--", "true"],
+        ["runs", "list", "--runs-dir", str(long)],
+    ):
         result = proctor(*args)
         assert result.returncode == 64, result.stderr
         assert "file name too long" in _one_line(result.stderr)
@@ -184,8 +192,14 @@ def test_running_from_a_deleted_directory(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for args in (["run", "--", "true"], ["runs", "list"]):
         gone.mkdir()
-        result = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
-                                text=True, env=env, cwd=tmp_path, timeout=120)  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-c", script, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert result.returncode == 64, result.stderr
         assert "current directory" in _one_line(result.stderr)
 
@@ -236,8 +250,11 @@ def test_store_path_inside_the_repository_is_not_untracked(tmp_path: Path) -> No
     result = proctor("run", "--", "true", cwd=repo, env=env)
     assert result.returncode == 0, result.stderr
     assert (repo / "state" / "index.sqlite").exists()
-    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
-                             "--untracked-files=all"], capture_output=True, text=True)  # fmt: skip
+    status = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+    )
     assert status.stdout == "", status.stdout
     # A store directory that also holds the user's files is left alone (no .gitignore there).
     (repo / "data").mkdir()
@@ -251,8 +268,18 @@ def test_a_sweeps_summary_line_names_no_log_it_does_not_have(isolated_runs: Path
     from tests.fixtures.fake_openai_server import FakeServer
 
     with FakeServer() as srv:
-        result = proctor("sweep", "--base-url", srv.base_url, "--concurrency", "1", "--osl", "4",
-                         "--num-prompts", "2", "--json")  # fmt: skip
+        result = proctor(
+            "sweep",
+            "--base-url",
+            srv.base_url,
+            "--concurrency",
+            "1",
+            "--osl",
+            "4",
+            "--num-prompts",
+            "2",
+            "--json",
+        )
     assert result.returncode == 0, result.stderr
     sweep_id = json.loads(result.stdout)["sweep"]
     for command in ("wait", "attach"):

@@ -124,11 +124,13 @@ def test_no_secret_form_escapes_into_any_file_name_or_output(
         f"-HAuthorization:Bearer {C['curl joined -HAuthorization:Bearer']}",
         f"-HAuthorization:{C['curl joined -HAuthorization:']}",
         f'{{"api_key": "{C["JSON argument api_key"]}"}}',
-        "-u", f"admin:{C['curl -u admin:X']}",
-        "--db-pass", C["--db-pass X"],
+        "-u",
+        f"admin:{C['curl -u admin:X']}",
+        "--db-pass",
+        C["--db-pass X"],
         f"GITHUB_PAT={C['GITHUB_PAT=X']}",
         f"user:{C['bare user:X@host']}@db.example.com",
-    ]  # fmt: skip
+    ]
     run("run", "--", "true", *words)
     run("run", "--dry-run", "--json", "--", "true", *words)
     run("run", "--", str(mysql), f"-p{C['mysql -pX']}")

@@ -28,7 +28,9 @@ def test_exit_status_passes_through(isolated_runs: Path) -> None:
     assert record["exit"] == {"code": 3, "signal": None, "decided_by": "command"}
 
 
-@pytest.mark.parametrize(("sig", "name"), [(signal.SIGKILL, "SIGKILL"), (signal.SIGTERM, "SIGTERM")])
+@pytest.mark.parametrize(
+    ("sig", "name"), [(signal.SIGKILL, "SIGKILL"), (signal.SIGTERM, "SIGTERM")]
+)
 def test_signal_death_is_recorded_as_such(isolated_runs: Path, sig: int, name: str) -> None:
     result = proctor("run", "--", "bash", "-c", f"kill -{int(sig)} $$")
     assert result.returncode == 128 + sig
@@ -115,8 +117,15 @@ def test_exit_code_survives_sigkill_of_the_controller(isolated_runs: Path, go: P
 
 
 def test_detached_run_and_runs_commands(isolated_runs: Path, go: Path) -> None:
-    started = proctor("run", "--detach", "--json", "--", "bash", "-c",
-                      f"echo started; {_wait_until_go(go)}; exit 5")  # fmt: skip
+    started = proctor(
+        "run",
+        "--detach",
+        "--json",
+        "--",
+        "bash",
+        "-c",
+        f"echo started; {_wait_until_go(go)}; exit 5",
+    )
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout)
     run_id = info["run_id"]
@@ -146,7 +155,9 @@ def _tree_script(tmp: Path) -> str:
 def test_timeout_leaves_no_process_of_the_tree_alive(isolated_runs: Path, tmp_path: Path) -> None:
     # 3 s: time for bash to set its traps and start the tree on a loaded machine (the limit is
     # sent on time, from the command's start).
-    result = proctor("run", "--timeout", "3s", "--grace", "1s", "--", "bash", "-c", _tree_script(tmp_path))
+    result = proctor(
+        "run", "--timeout", "3s", "--grace", "1s", "--", "bash", "-c", _tree_script(tmp_path)
+    )
     assert result.returncode == 4, result.stderr
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert len(pids) == 3
@@ -162,7 +173,9 @@ def test_timeout_leaves_no_process_of_the_tree_alive(isolated_runs: Path, tmp_pa
 def test_runs_stop_stops_the_whole_tree(isolated_runs: Path, tmp_path: Path) -> None:
     started = proctor("run", "-d", "--grace", "1s", "--", "bash", "-c", _tree_script(tmp_path))
     run_id = started.stdout.strip()
-    _wait_for(lambda: (tmp_path / "pids").exists() and len((tmp_path / "pids").read_text().split()) == 3)
+    _wait_for(
+        lambda: (tmp_path / "pids").exists() and len((tmp_path / "pids").read_text().split()) == 3
+    )
     stopped = proctor("runs", "stop", run_id, "--json")
     assert stopped.returncode == 0, stopped.stderr
     assert json.loads(stopped.stdout)["outcome"] == "stopped"
@@ -175,14 +188,22 @@ def test_runs_stop_stops_the_whole_tree(isolated_runs: Path, tmp_path: Path) -> 
 def test_runs_stop_after_sigkill_of_the_wrapper_stops_what_it_started(
     isolated_runs: Path, tmp_path: Path
 ) -> None:
-    started = proctor("run", "-d", "--json", "--grace", "1s", "--", "bash", "-c", _tree_script(tmp_path))
+    started = proctor(
+        "run", "-d", "--json", "--grace", "1s", "--", "bash", "-c", _tree_script(tmp_path)
+    )
     run = isolated_runs / json.loads(started.stdout)["run_id"]
-    _wait_for(lambda: (tmp_path / "pids").exists() and len((tmp_path / "pids").read_text().split()) == 3)
+    _wait_for(
+        lambda: (tmp_path / "pids").exists() and len((tmp_path / "pids").read_text().split()) == 3
+    )
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     wrapper = json.loads((run / "wrapper.pid").read_text())["pid"]
     os.kill(wrapper, signal.SIGKILL)
-    _wait_for(lambda: not psutil.pid_exists(wrapper) or
-              psutil.Process(wrapper).status() == psutil.STATUS_ZOMBIE)
+    _wait_for(
+        lambda: (
+            not psutil.pid_exists(wrapper)
+            or psutil.Process(wrapper).status() == psutil.STATUS_ZOMBIE
+        )
+    )
     assert all(psutil.pid_exists(pid) for pid in pids)  # orphans now
     stopped = proctor("runs", "stop", run.name, "--json")
     assert stopped.returncode == 0, stopped.stderr
@@ -223,8 +244,13 @@ def test_ctrl_c_in_the_start_window_still_stops_the_run(isolated_runs: Path) -> 
     run = only_run(isolated_runs)
     _wait_for(lambda: (run / "exit_code").exists(), 30)
     wrapper = json.loads((run / "wrapper.pid").read_text())
-    _wait_for(lambda: not psutil.pid_exists(wrapper["pid"]) or
-              psutil.Process(wrapper["pid"]).status() == psutil.STATUS_ZOMBIE, 30)
+    _wait_for(
+        lambda: (
+            not psutil.pid_exists(wrapper["pid"])
+            or psutil.Process(wrapper["pid"]).status() == psutil.STATUS_ZOMBIE
+        ),
+        30,
+    )
     record = json.loads((run / "record.json").read_text())
     assert record["outcome"] == "stopped", record
     assert not psutil.pid_exists(record["process"]["pid"])
@@ -305,7 +331,9 @@ def test_dry_run_prints_origins_and_runs_nothing(isolated_runs: Path, tmp_path: 
         (["run", "--", "./missing.sh"], 69, "not found"),
     ],
 )
-def test_bad_input_is_one_clear_line(isolated_runs: Path, args: list[str], code: int, words: str) -> None:
+def test_bad_input_is_one_clear_line(
+    isolated_runs: Path, args: list[str], code: int, words: str
+) -> None:
     result = proctor(*args)
     assert result.returncode == code, (result.stdout, result.stderr)
     assert words in result.stderr
@@ -329,7 +357,9 @@ def test_missing_exit_code_reads_as_unknown(isolated_runs: Path) -> None:
     child = json.loads((run / "record.json").read_text())["process"]["pid"]
     os.kill(wrapper, signal.SIGKILL)
     os.kill(child, signal.SIGKILL)
-    _wait_for(lambda: not psutil.pid_exists(wrapper) or psutil.Process(wrapper).status() == "zombie")
+    _wait_for(
+        lambda: not psutil.pid_exists(wrapper) or psutil.Process(wrapper).status() == "zombie"
+    )
     waited = proctor("runs", "wait", run_id)
     assert waited.returncode == 6
     assert "unknown" in waited.stderr
@@ -377,7 +407,6 @@ def test_a_180kb_command_line_runs(isolated_runs: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == [str(len(words)), str(sum(map(len, words)))]
     assert "Traceback" not in result.stderr
-
 
 
 def test_json_in_the_foreground_keeps_stdout_json_only(isolated_runs: Path) -> None:

@@ -26,8 +26,13 @@ def test_a_time_limit_is_never_read_as_success_even_when_the_command_exits_0(
     run = only_run(isolated_runs)
     assert (run / "exit_code").read_text() == "4 timeout 0\n"
     record = json.loads((run / "record.json").read_text())
-    assert record["exit"] == {"code": 4, "signal": None, "decided_by": "proctor",
-                              "reason": "timeout", "command": {"code": 0, "signal": None}}
+    assert record["exit"] == {
+        "code": 4,
+        "signal": None,
+        "decided_by": "proctor",
+        "reason": "timeout",
+        "command": {"code": 0, "signal": None},
+    }
     assert proctor("runs", "wait", run.name).returncode == 4
     assert proctor("runs", "attach", run.name).returncode == 4
     shown = json.loads(proctor("runs", "show", run.name, "--json").stdout)
@@ -95,8 +100,9 @@ time.sleep(300)
 def _half_started(runs: Path, how: str) -> tuple[subprocess.Popen[str], str]:
     """A run directory holding only plan.json, as a controller interrupted while starting a
     run leaves it: its owner either alive ("hold") or killed ("die")."""
-    proc = subprocess.Popen([sys.executable, "-c", _HALF_STARTED, str(runs), how],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HALF_STARTED, str(runs), how], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
 
@@ -104,8 +110,10 @@ def _half_started(runs: Path, how: str) -> tuple[subprocess.Popen[str], str]:
 def test_a_run_directory_nobody_holds_is_unknown_not_starting(isolated_runs: Path) -> None:
     proc, run_id = _half_started(isolated_runs, "die")
     proc.wait(timeout=60)
-    assert sorted(p.name for p in (isolated_runs / run_id).iterdir()) == [".owner.lock",
-                                                                          "plan.json"]
+    assert sorted(p.name for p in (isolated_runs / run_id).iterdir()) == [
+        ".owner.lock",
+        "plan.json",
+    ]
     shown = json.loads(proctor("runs", "show", run_id, "--json").stdout)
     assert shown["state"] == "unknown"
     assert proctor("runs", "wait", run_id, timeout=60).returncode == 6
@@ -160,8 +168,16 @@ def test_time_limit_holds_while_the_wrapper_is_busy_recording(
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(SLOW_RECORD, encoding="utf-8")
     mark = tmp_path / "finished"
-    result = proctor("run", "--timeout", "0.2", "--", "sh", "-c", f"sleep 1; touch {mark}",
-                     env={"PYTHONPATH": f"{inject}:{sys.path[0]}"})  # fmt: skip
+    result = proctor(
+        "run",
+        "--timeout",
+        "0.2",
+        "--",
+        "sh",
+        "-c",
+        f"sleep 1; touch {mark}",
+        env={"PYTHONPATH": f"{inject}:{sys.path[0]}"},
+    )
     assert result.returncode == 4, result.stderr
     time.sleep(1.5)  # long after the command would have marked its end
     assert not mark.exists()
@@ -172,14 +188,27 @@ def test_time_limit_holds_while_the_wrapper_is_busy_recording(
 
 
 def test_a_running_flow_is_a_live_run_that_readers_see_and_stop(
-    fake_engine: int,  # noqa: F811 - the fixture
+    fake_engine: int,
     isolated_runs: Path,
     tmp_path: Path,
 ) -> None:
     work = git_project(tmp_path / "work")  # the flow runs in a git checkout
     port = fake_engine
-    controller = proctor_popen("flow", "--engine", "fake", "--model", "m", "--port", str(port),
-                               "--poll", "1s", "--stuck-polls", "1000", "--workload-cmd", "sleep 300")  # fmt: skip
+    controller = proctor_popen(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--stuck-polls",
+        "1000",
+        "--workload-cmd",
+        "sleep 300",
+    )
     try:
         flow_dir: Path | None = None
         deadline = time.monotonic() + 120

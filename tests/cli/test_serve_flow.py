@@ -48,16 +48,45 @@ def script(tmp_path: Path, *lines: str) -> str:
     return f"bash {path}"
 
 
-def fake_flow(port: int, poll: str, workload: str, *engine_args: str,
-              ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def fake_flow(
+    port: int,
+    poll: str,
+    workload: str,
+    *engine_args: str,
+) -> subprocess.CompletedProcess[str]:
     """`proctor flow --json` of the fake engine on `port` with one workload command."""
-    return proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", poll,
-                   "--workload-cmd", workload, "--json", "--", *engine_args)  # fmt: skip
+    return proctor(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        poll,
+        "--workload-cmd",
+        workload,
+        "--json",
+        "--",
+        *engine_args,
+    )
 
 
 def start(port: int, *extra: str) -> str:
-    result = proctor("serve", "start", "--engine", "fake", "--model", "m", "--port", str(port),
-                     "--json", "--", *extra)  # fmt: skip
+    result = proctor(
+        "serve",
+        "start",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--json",
+        "--",
+        *extra,
+    )
     assert result.returncode == 0, result.stderr
     return str(json.loads(result.stdout)["run_id"])
 
@@ -67,7 +96,14 @@ def test_flow_happy_path_leaves_nothing_running(fake_engine: int, isolated_runs:
     result = fake_flow(port, "1s", curl(port), "--spawn-mp-helper")
     assert result.returncode == 0, result.stderr
     flow = json.loads(result.stdout)
-    assert [s["step"] for s in flow["steps"]] == ["stop", "start", "ready", "workload", "drain", "teardown"]
+    assert [s["step"] for s in flow["steps"]] == [
+        "stop",
+        "start",
+        "ready",
+        "workload",
+        "drain",
+        "teardown",
+    ]
     server = isolated_runs / flow["server_run"]
     record = json.loads((server / "record.json").read_text())
     assert record["group"] == flow["run_id"] and record["kind"] == "server"
@@ -78,7 +114,13 @@ def test_flow_happy_path_leaves_nothing_running(fake_engine: int, isolated_runs:
 
 
 def test_crash_at_startup_is_a_fault_with_the_line(fake_engine: int) -> None:
-    run_id = start(fake_engine, "--startup-delay", "0.5", "--crash-at-startup", "torch.OutOfMemoryError: CUDA out of memory")
+    run_id = start(
+        fake_engine,
+        "--startup-delay",
+        "0.5",
+        "--crash-at-startup",
+        "torch.OutOfMemoryError: CUDA out of memory",
+    )
     result = proctor("serve", "ready", run_id, "--timeout", "30s")
     assert result.returncode == 2, result.stderr
     assert "CUDA out of memory" in result.stderr
@@ -99,10 +141,13 @@ def test_not_ready_in_time_is_exit_5(fake_engine: int) -> None:
     assert proctor("serve", "stop", run_id).returncode == 0
 
 
-def test_fault_while_serving_is_caught_within_a_second_with_poll_10s(fake_engine: int, tmp_path: Path) -> None:
+def test_fault_while_serving_is_caught_within_a_second_with_poll_10s(
+    fake_engine: int, tmp_path: Path
+) -> None:
     port = fake_engine
-    result = fake_flow(port, "10s", script(tmp_path, curl(port), "sleep 60"),
-                       "--fault-after-requests", "1")
+    result = fake_flow(
+        port, "10s", script(tmp_path, curl(port), "sleep 60"), "--fault-after-requests", "1"
+    )
     assert result.returncode == 2, result.stderr
     flow = json.loads(result.stdout)
     drain = next(s for s in flow["steps"] if s["step"] == "drain")
@@ -115,9 +160,27 @@ def test_fault_while_serving_is_caught_within_a_second_with_poll_10s(fake_engine
 
 def test_hang_mid_stream_is_exit_1_and_inspected(fake_engine: int, isolated_runs: Path) -> None:
     port = fake_engine
-    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
-                     "--stuck-polls", "3", "--workload-cmd", curl(port, tokens=500, stream=True),
-                     "--json", "--", "--hang-after-requests", "0", "--itl", "0.01")  # fmt: skip
+    result = proctor(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--stuck-polls",
+        "3",
+        "--workload-cmd",
+        curl(port, tokens=500, stream=True),
+        "--json",
+        "--",
+        "--hang-after-requests",
+        "0",
+        "--itl",
+        "0.01",
+    )
     assert result.returncode == 1, result.stderr
     flow = json.loads(result.stdout)
     steps = [s["step"] for s in flow["steps"]]
@@ -145,10 +208,13 @@ def test_inspect_of_a_local_server_writes_stacks_and_kills_nothing(
     assert gone.returncode == 64 and "no live process" in gone.stderr, gone.stderr
 
 
-def test_silent_server_death_while_serving_is_3_not_drained(fake_engine: int, tmp_path: Path) -> None:
+def test_silent_server_death_while_serving_is_3_not_drained(
+    fake_engine: int, tmp_path: Path
+) -> None:
     port = fake_engine
-    result = fake_flow(port, "1s", script(tmp_path, curl(port), "sleep 30"),
-                       "--die-after-requests", "1")
+    result = fake_flow(
+        port, "1s", script(tmp_path, curl(port), "sleep 30"), "--die-after-requests", "1"
+    )
     assert result.returncode == 3, result.stderr
 
 
@@ -166,36 +232,50 @@ def test_stale_fault_line_in_a_reused_log_is_not_a_fault(fake_engine: int, tmp_p
 
 
 def test_offline_job_still_running_after_a_quiet_poll_is_not_drained(isolated_runs: Path) -> None:
-    job = proctor("run", "-d", "--json", "--", "bash", "-c", "echo loading; sleep 4; echo done; exit 0")
+    job = proctor(
+        "run", "-d", "--json", "--", "bash", "-c", "echo loading; sleep 4; echo done; exit 0"
+    )
     job_id = json.loads(job.stdout)["run_id"]
     result = proctor("drain", "--offline", job_id, "--poll", "1s", "--stuck-polls", "10")
     assert result.returncode == 0, result.stderr
     # Counted from the job's own start (a CLI's start-up under load is no part of it).
     started = json.loads((isolated_runs / job_id / "record.json").read_text())["started_at"]
     assert time.time() - _epoch(started) >= 4, "reported drained while the offline job still ran"
-    failed = json.loads(proctor("run", "-d", "--json", "--", "bash", "-c", "sleep 1; exit 9").stdout)
+    failed = json.loads(
+        proctor("run", "-d", "--json", "--", "bash", "-c", "sleep 1; exit 9").stdout
+    )
     result = proctor("drain", "--offline", failed["run_id"], "--poll", "1s")
     assert result.returncode == 3, result.stderr
 
 
-def test_port_in_use_is_refused_before_anything_starts(fake_engine: int, isolated_runs: Path) -> None:
+def test_port_in_use_is_refused_before_anything_starts(
+    fake_engine: int, isolated_runs: Path
+) -> None:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", fake_engine))
         sock.listen()
-        result = proctor("serve", "start", "--engine", "fake", "--model", "m", "--port", str(fake_engine))
+        result = proctor(
+            "serve", "start", "--engine", "fake", "--model", "m", "--port", str(fake_engine)
+        )
     assert result.returncode == 69
     assert "already in use" in result.stderr
-    assert not isolated_runs.exists() or not [p for p in isolated_runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert not isolated_runs.exists() or not [
+        p for p in isolated_runs.iterdir() if p.is_dir() and not p.name.startswith(".")
+    ]
 
 
-def test_stop_kills_sigterm_ignorer_and_escaped_grandchild(fake_engine: int, isolated_runs: Path) -> None:
+def test_stop_kills_sigterm_ignorer_and_escaped_grandchild(
+    fake_engine: int, isolated_runs: Path
+) -> None:
     port = fake_engine
     run_id = start(port, "--ignore-sigterm", "--spawn-grandchild")
     assert proctor("serve", "ready", run_id, "--timeout", "30s").returncode == 0
     run = isolated_runs / run_id
     server_pid = json.loads((run / "record.json").read_text())["process"]["pid"]
-    tree = psutil.Process(json.loads((run / "wrapper.pid").read_text())["pid"]).children(recursive=True)
+    tree = psutil.Process(json.loads((run / "wrapper.pid").read_text())["pid"]).children(
+        recursive=True
+    )
     escaped = [p for p in tree if p.pid != server_pid]
     assert escaped, "the fake server did not spawn its grandchild"
     assert any(p.pid == p.pgid() if hasattr(p, "pgid") else True for p in escaped)
@@ -206,13 +286,25 @@ def test_stop_kills_sigterm_ignorer_and_escaped_grandchild(fake_engine: int, iso
     again = json.loads(proctor("serve", "stop", run_id, "--json", check=True).stdout)
     assert again[0]["was_running"] is False
     record = json.loads((run / "record.json").read_text())
-    assert record["exit"]["command"]["signal"] == "SIGKILL"  # the server's own, after the stop's 130
+    assert (
+        record["exit"]["command"]["signal"] == "SIGKILL"
+    )  # the server's own, after the stop's 130
 
 
 def test_serve_start_prints_the_profile_it_applied(isolated_runs: Path, tmp_path: Path) -> None:
     """A required model-family setting that was not applied must be impossible to miss."""
-    result = proctor("serve", "start", "--engine", "atom", "--model", "/data/DeepSeek-V4-Pro",
-                     "--python", sys.executable, "--port", str(free_port()))  # fmt: skip
+    result = proctor(
+        "serve",
+        "start",
+        "--engine",
+        "atom",
+        "--model",
+        "/data/DeepSeek-V4-Pro",
+        "--python",
+        sys.executable,
+        "--port",
+        str(free_port()),
+    )
     # ATOM is not installed here: the start itself fails fast, but after saying what it applied?
     assert "AITER_BF16_FP8_MOE_BOUND=0" in result.stderr or result.returncode == 69, result.stderr
 
@@ -226,9 +318,25 @@ def test_bench_against_a_server_run_is_a_run_with_metrics_in_the_store(
     assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
     # A tiny bench: validity thresholds off, so check judges the baseline (an INVALID bench
     # would be refused with exit 6 before any baseline is looked at).
-    result = proctor("bench", "--server", server, "--isl", "16", "--osl", "8", "--concurrency", "4",
-                     "--prompt-multiplier", "2", "--name", "b", "--min-requests", "0",
-                     "--min-window", "0")  # fmt: skip
+    result = proctor(
+        "bench",
+        "--server",
+        server,
+        "--isl",
+        "16",
+        "--osl",
+        "8",
+        "--concurrency",
+        "4",
+        "--prompt-multiplier",
+        "2",
+        "--name",
+        "b",
+        "--min-requests",
+        "0",
+        "--min-window",
+        "0",
+    )
     assert result.returncode == 0, result.stderr
     assert "Serving Benchmark Result" in result.stdout
     bench_dir = next(p for p in isolated_runs.iterdir() if (p / "b.log").exists())
@@ -245,16 +353,34 @@ def test_bench_against_a_server_run_is_a_run_with_metrics_in_the_store(
     assert proctor("serve", "stop", server).returncode == 0
 
 
-def test_sweep_keeps_measured_points_when_a_later_one_fails(fake_engine: int, isolated_runs: Path) -> None:
+def test_sweep_keeps_measured_points_when_a_later_one_fails(
+    fake_engine: int, isolated_runs: Path
+) -> None:
     server = start(fake_engine, "--die-after-requests", "14")
     assert proctor("serve", "ready", server, "--timeout", "30s").returncode == 0
     # 2 x (2 warmups + 4 measured) = 12 requests succeed; the second point kills the server.
-    result = proctor("sweep", "--server", server, "--concurrency", "2,4", "--isl", "8", "--osl", "4",
-                     "--prompt-multiplier", "2", "--json")  # fmt: skip
+    result = proctor(
+        "sweep",
+        "--server",
+        server,
+        "--concurrency",
+        "2,4",
+        "--isl",
+        "8",
+        "--osl",
+        "4",
+        "--prompt-multiplier",
+        "2",
+        "--json",
+    )
     assert result.returncode != 0
     summary = json.loads(result.stdout)
     first, second = summary["points"]
-    assert first["concurrency"] == 2 and first["exit_code"] == 0 and first["total_token_throughput"] > 0
+    assert (
+        first["concurrency"] == 2
+        and first["exit_code"] == 0
+        and first["total_token_throughput"] > 0
+    )
     assert second["exit_code"] != 0
     sweep_dir = isolated_runs / summary["sweep"]
     assert (sweep_dir / "summary.csv").read_text().count("\n") == 3
@@ -275,16 +401,31 @@ def test_resume_after_a_dead_controller_starts_no_second_server(
 
     port = fake_engine
     workload = script(tmp_path, "sleep 4", curl(port))
-    controller = proctor_popen("flow", "--engine", "fake", "--model", "m", "--port", str(port),
-                               "--poll", "1s", "--workload-cmd", workload)  # fmt: skip
+    controller = proctor_popen(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--workload-cmd",
+        workload,
+    )
     flow_dir = wait_for_flow_step(isolated_runs, "drain")
     assert flow_dir is not None, "the flow never reached its drain step"
     controller.send_signal(signal.SIGKILL)
     controller.wait(timeout=10)
     resumed = proctor("flow", "--resume", flow_dir.name, "--json")
     assert resumed.returncode == 0, resumed.stderr
-    servers = [p for p in isolated_runs.iterdir() if (p / "record.json").exists()
-               and json.loads((p / "record.json").read_text()).get("kind") == "server"]  # fmt: skip
+    servers = [
+        p
+        for p in isolated_runs.iterdir()
+        if (p / "record.json").exists()
+        and json.loads((p / "record.json").read_text()).get("kind") == "server"
+    ]
     assert len(servers) == 1
     record = json.loads((flow_dir / "record.json").read_text())
     assert record["exit_code"] == 0 and record["steps"][-1]["step"] == "teardown"
@@ -293,7 +434,9 @@ def test_resume_after_a_dead_controller_starts_no_second_server(
     assert again.returncode == 64  # already ended
 
 
-def test_flow_from_a_file_with_flags_winning(fake_engine: int, isolated_runs: Path, tmp_path: Path) -> None:
+def test_flow_from_a_file_with_flags_winning(
+    fake_engine: int, isolated_runs: Path, tmp_path: Path
+) -> None:
     port = fake_engine
     flow_file = tmp_path / "flow.toml"
     flow_file.write_text(
@@ -312,14 +455,41 @@ def test_drain_a_server_proctor_did_not_start(fake_engine: int, tmp_path: Path) 
     port = fake_engine
     log = tmp_path / "foreign.log"
     with log.open("w") as out:
-        server = subprocess.Popen([sys.executable, str(FAKE), "--port", str(port), "--model", "m",
-                                   "--fault-after-requests", "1"], stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                str(FAKE),
+                "--port",
+                str(port),
+                "--model",
+                "m",
+                "--fault-after-requests",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        ready = proctor("serve", "ready", "--port", str(port), "--engine", "fake", "--timeout", "30s")
+        ready = proctor(
+            "serve", "ready", "--port", str(port), "--engine", "fake", "--timeout", "30s"
+        )
         assert ready.returncode == 0, ready.stderr
-        client = json.loads(proctor("run", "-d", "--json", "--", "bash", "-c", f"sleep 3; {curl(port)}; sleep 20").stdout)
-        result = proctor("drain", "--port", str(port), "--engine", "fake", "--poll", "10s",
-                         "--client", client["run_id"])  # fmt: skip
+        client = json.loads(
+            proctor(
+                "run", "-d", "--json", "--", "bash", "-c", f"sleep 3; {curl(port)}; sleep 20"
+            ).stdout
+        )
+        result = proctor(
+            "drain",
+            "--port",
+            str(port),
+            "--engine",
+            "fake",
+            "--poll",
+            "10s",
+            "--client",
+            client["run_id"],
+        )
         assert result.returncode == 2, result.stderr
         assert "Memory access fault" in result.stderr
         assert server.poll() is None, "drain must never kill a server it did not start"

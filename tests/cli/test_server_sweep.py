@@ -12,21 +12,42 @@ from tests.helpers import proctor
 
 
 def grid(port: int, group: str, *axes: str, extra: tuple[str, ...] = ()) -> list[str]:
-    args = ["sweep", "--engine", "fake", "--model", "m", "--port", str(port), "--group", group,
-            "--concurrency", "4", "--isl", "8", "--osl", "4", "--num-prompts", "12", "--poll",
-            "1s", "--json"]  # fmt: skip
+    args = [
+        "sweep",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--group",
+        group,
+        "--concurrency",
+        "4",
+        "--isl",
+        "8",
+        "--osl",
+        "4",
+        "--num-prompts",
+        "12",
+        "--poll",
+        "1s",
+        "--json",
+    ]
     for axis in axes:
         args += ["--server-grid", axis]
     return [*args, "--", "--ttft", "0.05", *extra]
 
 
 def test_server_grid_is_a_flow_per_point_with_a_pareto_front(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     # A 10 ms gap between tokens: with none, a loaded client reads a whole stream at once, its
     # TPOT is 0 and the row has no tokens/s per user to put on the front.
-    result = proctor(*grid(fake_engine, "mns", "max-num-seqs=1,4", extra=("--itl", "0.01")),
-                     timeout=300)  # fmt: skip
+    result = proctor(
+        *grid(fake_engine, "mns", "max-num-seqs=1,4", extra=("--itl", "0.01")), timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     rows = summary["rows"]
@@ -44,7 +65,9 @@ def test_server_grid_is_a_flow_per_point_with_a_pareto_front(
         assert flow["kind"] == "flow" and flow["sweep"]["group"] == "mns"
         assert [s["step"] for s in flow["steps"]][-1] == "teardown"
         server = json.loads((isolated_runs / flow["server_run"] / "record.json").read_text())
-        assert f"--max-num-seqs {flow['sweep']['params']['max-num-seqs']}" in " ".join(server["argv"])
+        assert f"--max-num-seqs {flow['sweep']['params']['max-num-seqs']}" in " ".join(
+            server["argv"]
+        )
     home = isolated_runs / summary["sweep"]
     assert (home / "exit_code").read_text() == "0\n"
     # The sweep's record got its rows, and what it ran, through its recorder.
@@ -61,15 +84,18 @@ def test_server_grid_is_a_flow_per_point_with_a_pareto_front(
     assert report.returncode == 0, report.stderr
     shown = json.loads(report.stdout)
     assert shown["kind"] == "server-sweep"
-    assert {f["id"] for f in shown["figures"]} == {"server-sweep-throughput-latency",
-                                                  "server-sweep-pareto"}  # fmt: skip
+    assert {f["id"] for f in shown["figures"]} == {
+        "server-sweep-throughput-latency",
+        "server-sweep-pareto",
+    }
     assert all(f["points"] >= 1 for f in shown["figures"])
     html = Path(shown["path"]).read_text()
     assert "max-num-seqs=1" in html and "Pareto" in html
 
 
 def test_a_second_run_of_the_group_skips_finished_points_and_retries_failed_ones(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     args = grid(fake_engine, "resume", "mode=normal,http500")
     first = proctor(*args, timeout=300)
@@ -85,29 +111,72 @@ def test_a_second_run_of_the_group_skips_finished_points_and_retries_failed_ones
     assert two["reused"] == ["mode=normal"] and two["ran"] == ["mode=http500"]
     again = next(r for r in two["rows"] if r["server"] == {"mode": "normal"})
     assert again["flow_run"] == good["flow_run"]  # not run again: its flow is reused
-    bad = [r["flow_run"] for s in (one, two) for r in s["rows"] if r["server"] == {"mode": "http500"}]
+    bad = [
+        r["flow_run"] for s in (one, two) for r in s["rows"] if r["server"] == {"mode": "http500"}
+    ]
     assert len(set(bad)) == 2  # retried: a new flow
 
 
 def test_slo_search_bisects_to_the_highest_concurrency_that_meets_it(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     # TTFT = 10 ms + 50 ms per request already running: c=3 gives ~110 ms, c=4 ~160 ms.
     server = start(fake_engine, "--ttft", "0.01", "--ttft-per-running", "0.05")
     try:
-        result = proctor("sweep", "--slo", "p99_ttft_ms<=135", "--search", "concurrency",
-                         "--lo", "1", "--hi", "8", "--port", str(fake_engine), "--isl", "8",
-                         "--osl", "4", "--prompt-multiplier", "4", timeout=300)  # fmt: skip
+        result = proctor(
+            "sweep",
+            "--slo",
+            "p99_ttft_ms<=135",
+            "--search",
+            "concurrency",
+            "--lo",
+            "1",
+            "--hi",
+            "8",
+            "--port",
+            str(fake_engine),
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--prompt-multiplier",
+            "4",
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stdout.strip() == "concurrency: 3"
         probes = [line for line in result.stderr.splitlines() if line.startswith("[slo] probe")]
         assert [p.split(":")[1].strip() for p in probes] == [
-            "concurrency 1", "concurrency 8", "concurrency 4", "concurrency 2", "concurrency 3"]
+            "concurrency 1",
+            "concurrency 8",
+            "concurrency 4",
+            "concurrency 2",
+            "concurrency 3",
+        ]
         assert "meets the SLO" in probes[0] and "misses the SLO" in probes[1]
 
-        missed = proctor("sweep", "--slo", "p99_ttft_ms<=1", "--search", "concurrency",
-                         "--lo", "1", "--hi", "8", "--port", str(fake_engine), "--isl", "8",
-                         "--osl", "4", "--prompt-multiplier", "4", "--json", timeout=300)  # fmt: skip
+        missed = proctor(
+            "sweep",
+            "--slo",
+            "p99_ttft_ms<=1",
+            "--search",
+            "concurrency",
+            "--lo",
+            "1",
+            "--hi",
+            "8",
+            "--port",
+            str(fake_engine),
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--prompt-multiplier",
+            "4",
+            "--json",
+            timeout=300,
+        )
         assert missed.returncode == 3, missed.stderr[-3000:]
         out = json.loads(missed.stdout)
         assert out["answer"] is None and len(out["probes"]) == 1
@@ -117,7 +186,9 @@ def test_slo_search_bisects_to_the_highest_concurrency_that_meets_it(
 
 
 def test_a_flow_file_with_a_sweep_table_is_a_server_sweep(
-    fake_engine: int, isolated_runs: Path, tmp_path: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "grid.toml"
     path.write_text(f"""
@@ -139,14 +210,19 @@ bench = {{ concurrency = [2], request_rate = ["inf", 50], isl = 8, osl = 4, num_
         assert summary["group"] == "grid"  # the file's name when the table names none
         rows = summary["rows"]
         assert [(r["server"]["itl"], r["bench"]["request_rate"]) for r in rows] == [
-            (0.001, "inf"), (0.001, 50), (0.02, "inf"), (0.02, 50)]  # fmt: skip
+            (0.001, "inf"),
+            (0.001, 50),
+            (0.02, "inf"),
+            (0.02, 50),
+        ]
         # A longer gap between tokens: a slower median TPOT for each user.
         assert rows[2]["metrics"]["median_tpot_ms"] > rows[0]["metrics"]["median_tpot_ms"]
     assert summary["reused"] == ["itl=0.001", "itl=0.02"]  # the second command reused both
 
 
 def test_ctrl_c_tears_the_point_down_and_runs_no_later_point(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     import signal
     import time
@@ -158,17 +234,30 @@ def test_ctrl_c_tears_the_point_down_and_runs_no_later_point(
     deadline = time.monotonic() + 60
     flows: list[dict[str, object]] = []
     while time.monotonic() < deadline:
-        flows = [json.loads(r.read_text()) for r in isolated_runs.glob("*/record.json")
-                 if '"kind": "flow"' in r.read_text()] if isolated_runs.exists() else []  # fmt: skip
+        flows = (
+            [
+                json.loads(r.read_text())
+                for r in isolated_runs.glob("*/record.json")
+                if '"kind": "flow"' in r.read_text()
+            ]
+            if isolated_runs.exists()
+            else []
+        )
         if any(s["step"] == "drain" for f in flows for s in f["steps"]):  # type: ignore[attr-defined]
             break
         time.sleep(0.1)
     sweep.send_signal(signal.SIGINT)
     _, err = sweep.communicate(timeout=120)
     assert sweep.returncode == 130, err[-3000:]
-    flows = [json.loads(r.read_text()) for r in isolated_runs.glob("*/record.json")
-             if '"kind": "flow"' in r.read_text()]  # fmt: skip
+    flows = [
+        json.loads(r.read_text())
+        for r in isolated_runs.glob("*/record.json")
+        if '"kind": "flow"' in r.read_text()
+    ]
     assert len(flows) == 1 and flows[0]["exit_code"] == 130
-    home = [json.loads(r.read_text()) for r in isolated_runs.glob("*/record.json")
-            if '"kind": "server-sweep"' in r.read_text()]  # fmt: skip
+    home = [
+        json.loads(r.read_text())
+        for r in isolated_runs.glob("*/record.json")
+        if '"kind": "server-sweep"' in r.read_text()
+    ]
     assert home[0]["outcome"] == "stopped"

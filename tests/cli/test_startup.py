@@ -25,15 +25,17 @@ entry()
 
 def _console(*args: str, columns: str = "120") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": columns}
-    return subprocess.run([sys.executable, "-c", SCRIPT, *args], capture_output=True, text=True,
-                          env=env, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def _rendered(prog: str) -> str:
     """The full CLI's root help, rendered in a fresh process (mounting changes main.app)."""
     code = f"from proctor.cli.entry import render_root_help as r; print(r({prog!r}), end='')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     return out.stdout
 
 

@@ -18,16 +18,31 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
 
 
 def sweep(cwd: Path, url: str, *extra: str) -> tuple[int, str, str]:
-    r = proctor("sweep", "--base-url", url, "--concurrency", "1,2", "--osl", "4",
-                "--num-prompts", "4", "--json", *extra, cwd=cwd)  # fmt: skip
+    r = proctor(
+        "sweep",
+        "--base-url",
+        url,
+        "--concurrency",
+        "1,2",
+        "--osl",
+        "4",
+        "--num-prompts",
+        "4",
+        "--json",
+        *extra,
+        cwd=cwd,
+    )
     return r.returncode, r.stdout, r.stderr
 
 
 def test_every_point_sends_the_jsonl_file_and_records_it(isolated_runs: Path) -> None:
     work = Path.cwd()
     prompts = work / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"hello number {i}", "output_len": 3}) + "\n"
-                               for i in range(12)))  # fmt: skip
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"hello number {i}", "output_len": 3}) + "\n" for i in range(12)
+        )
+    )
     with FakeServer() as srv:
         # A relative path: every point (a run of its own) reads this same file.
         code, out, err = sweep(work, srv.base_url, "--dataset", "jsonl:p.jsonl")
@@ -44,25 +59,38 @@ def test_every_point_sends_the_jsonl_file_and_records_it(isolated_runs: Path) ->
 
 def test_multi_turn_sweep_records_turns(isolated_runs: Path) -> None:
     with FakeServer() as srv:
-        code, out, err = sweep(Path.cwd(), srv.base_url, "--dataset",
-                               f"multi-turn:{DATA / 'conversations.jsonl'}")  # fmt: skip
+        code, out, err = sweep(
+            Path.cwd(), srv.base_url, "--dataset", f"multi-turn:{DATA / 'conversations.jsonl'}"
+        )
     assert code == 0, err
     for point in json.loads(out)["points"]:
         doc = json.loads((isolated_runs / point["run_id"] / "metrics.json").read_text())
         assert doc["dataset"]["kind"] == "multi-turn" and doc["dataset"]["per_turn"]
 
 
-@pytest.mark.parametrize(("args", "said"), [
-    (["--dataset", "multi-turn:{data}/conversations.jsonl", "--workers", "2",
-      "--concurrency", "2,4"],
-     "takes neither --workers nor a finite --request-rate"),
-    (["--dataset", "jsonl:missing.jsonl"], "cannot read dataset missing.jsonl"),
-    (["--dataset", "jsonl:bad.jsonl"], "bad.jsonl:2: prompt must be a non-empty string"),
-    (["--dataset", "parquet:x"], "must be one of: random, jsonl:PATH"),
-    (["--dataset", "shared-prefix:x"], "dataset shared-prefix takes no file"),
-])  # fmt: skip
-def test_bad_dataset_is_refused_before_any_point(isolated_runs: Path, args: list[str],
-                                                 said: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            [
+                "--dataset",
+                "multi-turn:{data}/conversations.jsonl",
+                "--workers",
+                "2",
+                "--concurrency",
+                "2,4",
+            ],
+            "takes neither --workers nor a finite --request-rate",
+        ),
+        (["--dataset", "jsonl:missing.jsonl"], "cannot read dataset missing.jsonl"),
+        (["--dataset", "jsonl:bad.jsonl"], "bad.jsonl:2: prompt must be a non-empty string"),
+        (["--dataset", "parquet:x"], "must be one of: random, jsonl:PATH"),
+        (["--dataset", "shared-prefix:x"], "dataset shared-prefix takes no file"),
+    ],
+)
+def test_bad_dataset_is_refused_before_any_point(
+    isolated_runs: Path, args: list[str], said: str
+) -> None:
     work = Path.cwd()
     (work / "bad.jsonl").write_text('{"prompt": "ok"}\n{"prompt": ""}\n')
     args = [a.replace("{data}", str(DATA)) for a in args]
@@ -70,5 +98,6 @@ def test_bad_dataset_is_refused_before_any_point(isolated_runs: Path, args: list
     code, _, err = sweep(work, "http://127.0.0.1:9", *args)
     assert code == 64, err
     assert said in err
-    assert not isolated_runs.exists() or not [p for p in isolated_runs.iterdir()
-                                              if not p.name.startswith(".")]  # fmt: skip
+    assert not isolated_runs.exists() or not [
+        p for p in isolated_runs.iterdir() if not p.name.startswith(".")
+    ]

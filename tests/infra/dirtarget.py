@@ -53,19 +53,33 @@ class LocalShell:
         env["HOME"] = str(self.home)
         return env
 
-    def run(self, command: str, stdin: bytes | None = None,
-            timeout: float | None = 120.0) -> tuple[int, bytes, bytes]:  # fmt: skip
+    def run(
+        self, command: str, stdin: bytes | None = None, timeout: float | None = 120.0
+    ) -> tuple[int, bytes, bytes]:
         self.home.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(["bash", "-c", command], input=stdin or b"", capture_output=True,
-                              timeout=timeout, env=self._env(), cwd=self.home, check=False)  # fmt: skip
+        proc = subprocess.run(
+            ["bash", "-c", command],
+            input=stdin or b"",
+            capture_output=True,
+            timeout=timeout,
+            env=self._env(),
+            cwd=self.home,
+            check=False,
+        )
         return proc.returncode, proc.stdout, proc.stderr
 
-    def stream(self, command: str, sink: Callable[[bytes], None],
-               stdin: bytes = b"") -> tuple[int, bytes]:  # fmt: skip
+    def stream(
+        self, command: str, sink: Callable[[bytes], None], stdin: bytes = b""
+    ) -> tuple[int, bytes]:
         self.home.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=self._env(), cwd=self.home)  # fmt: skip
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self._env(),
+            cwd=self.home,
+        )
         assert proc.stdin and proc.stdout and proc.stderr
         errors: list[bytes] = []
         reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
@@ -129,10 +143,18 @@ def _from_record(remote: dict[str, Any]) -> Target:
     return agent_target_from_record(remote, lambda opts, extra: DirTarget(opts, info_extra=extra))
 
 
-register_target(TargetKind(
-    kind="dir", schemes=("dir",), options=DirOptions, capabilities=DirTarget.capabilities,
-    syntax="dir://NAME (tests)", overrides=SSH_FLAGS, parse=_parse, build=_build,
-    from_record=_from_record,
-))  # fmt: skip
+register_target(
+    TargetKind(
+        kind="dir",
+        schemes=("dir",),
+        options=DirOptions,
+        capabilities=DirTarget.capabilities,
+        syntax="dir://NAME (tests)",
+        overrides=SSH_FLAGS,
+        parse=_parse,
+        build=_build,
+        from_record=_from_record,
+    )
+)
 
 __all__ = ["MODULE", "DirOptions", "DirTarget", "LocalShell"]

@@ -34,9 +34,16 @@ from tests.infra import Lifecycle, started
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol")
 FINISHED = {
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-}  # fmt: skip
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 def unavailable_reason() -> str | None:
@@ -149,10 +156,17 @@ class SlurmCluster(Lifecycle):
         m = self.base / "munge"
         self._spawn(
             "munged",
-            [_binary("munged"), "-F", "--force", f"--socket={self.munge_socket}",
-             f"--key-file={m / 'munge.key'}", f"--pid-file={m / 'munged.pid'}",
-             f"--seed-file={m / 'munged.seed'}", f"--log-file={self.log_dir / 'munged.log'}"],
-        )  # fmt: skip
+            [
+                _binary("munged"),
+                "-F",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={m / 'munge.key'}",
+                f"--pid-file={m / 'munged.pid'}",
+                f"--seed-file={m / 'munged.seed'}",
+                f"--log-file={self.log_dir / 'munged.log'}",
+            ],
+        )
         deadline = time.monotonic() + 60  # a bound on a hang only: start-up is slow under load
         while not self.munge_socket.exists():
             if _gone(self._procs["munged"]) or time.monotonic() > deadline:

@@ -86,8 +86,18 @@ def _machine_lock() -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-_ROUTE_TYPES = {"unicast", "local", "broadcast", "multicast", "throw", "unreachable", "prohibit",
-                "blackhole", "nat", "anycast"}  # fmt: skip
+_ROUTE_TYPES = {
+    "unicast",
+    "local",
+    "broadcast",
+    "multicast",
+    "throw",
+    "unreachable",
+    "prohibit",
+    "blackhole",
+    "nat",
+    "anycast",
+}
 
 
 def _taken_networks() -> list[ipaddress.IPv4Network]:
@@ -170,7 +180,10 @@ class SshHost:
     def __post_init__(self) -> None:
         self.netns = f"{NS_PREFIX}{self.index}"
         self.address, self.gateway = f"{self.subnet}.2", f"{self.subnet}.1"
-        self.veth_root, self.veth_host = f"{VETH_PREFIX}{self.index}r", f"{VETH_PREFIX}{self.index}h"
+        self.veth_root, self.veth_host = (
+            f"{VETH_PREFIX}{self.index}r",
+            f"{VETH_PREFIX}{self.index}h",
+        )
 
     @property
     def hostname(self) -> str:
@@ -191,12 +204,17 @@ class SshHost:
     def ssh_argv(self, *command: str, config: Path | None = None) -> list[str]:
         """An OpenSSH client command line for this host (BatchMode, pinned known_hosts)."""
         opts = [
-            "-o", "BatchMode=yes",
-            "-o", f"UserKnownHostsFile={self.known_hosts}",
-            "-o", "StrictHostKeyChecking=yes",
-            "-o", "ConnectTimeout=5",
-            "-i", str(self.client_key),
-        ]  # fmt: skip
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "ConnectTimeout=5",
+            "-i",
+            str(self.client_key),
+        ]
         if config is not None:
             opts = ["-F", str(config), *opts]
         return ["ssh", *opts, f"{self.user}@{self.address}", *command]
@@ -221,8 +239,18 @@ class SshHostLab(Lifecycle):
         if reason:
             raise RuntimeError(f"SSH test hosts unavailable: {reason}")
         (self.base / "client").mkdir(parents=True, exist_ok=True, mode=0o700)
-        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "proctor-test-client",
-             "-f", str(self.client_key))  # fmt: skip
+        _run(
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "proctor-test-client",
+            "-f",
+            str(self.client_key),
+        )
         try:
             with _machine_lock():
                 used = _used_indices()
@@ -245,8 +273,18 @@ class SshHostLab(Lifecycle):
         d = self.base / name
         (d / "workspace").mkdir(parents=True, exist_ok=True)
         d.chmod(0o700)
-        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name,
-             "-f", str(d / "ssh_host_ed25519_key"))  # fmt: skip
+        _run(
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            name,
+            "-f",
+            str(d / "ssh_host_ed25519_key"),
+        )
         return SshHost(
             index=index,
             subnet=subnet,
@@ -272,8 +310,18 @@ class SshHostLab(Lifecycle):
         # A permanent neighbour entry makes a later cut look like a pulled cable
         # (connects time out) instead of an ARP failure (connects fail at once).
         mac = _ns(h.netns, "cat", f"/sys/class/net/{h.veth_host}/address").stdout.strip()
-        _run("ip", "neigh", "replace", h.address, "lladdr", mac, "dev", h.veth_root,
-             "nud", "permanent")  # fmt: skip
+        _run(
+            "ip",
+            "neigh",
+            "replace",
+            h.address,
+            "lladdr",
+            mac,
+            "dev",
+            h.veth_root,
+            "nud",
+            "permanent",
+        )
 
     def _start_sshd(self, h: SshHost) -> None:
         conf = h.dir / "sshd_config"
@@ -308,13 +356,25 @@ class SshHostLab(Lifecycle):
         log = (h.dir / "sshd.log").open("ab")
         with log:
             h.sshd = subprocess.Popen(
-                ["ip", "netns", "exec", h.netns, "unshare", "--uts", "sh", "-c",
-                 'hostname "$0" && exec "$1" -D -e -f "$2"', h.name, SSHD, str(conf)],
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    h.netns,
+                    "unshare",
+                    "--uts",
+                    "sh",
+                    "-c",
+                    'hostname "$0" && exec "$1" -D -e -f "$2"',
+                    h.name,
+                    SSHD,
+                    str(conf),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
-            )  # fmt: skip
+            )
 
     def _wait_listening(self, h: SshHost, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

@@ -39,7 +39,7 @@ def _stream_completion(server: EngineServer, path: str, body: dict[str, object])
     return payloads
 
 
-def test_vllm_lists_model_and_streams(vllm_server: EngineServer) -> None:  # noqa: F811
+def test_vllm_lists_model_and_streams(vllm_server: EngineServer) -> None:
     models = httpx.get(f"{vllm_server.base_url}/v1/models", timeout=10).json()
     assert [m["id"] for m in models["data"]] == ["smollm2"]
 
@@ -64,7 +64,7 @@ def test_vllm_lists_model_and_streams(vllm_server: EngineServer) -> None:  # noq
     assert usage["prompt_tokens"] >= 5
 
 
-def test_vllm_tokenize_and_metrics(vllm_server: EngineServer) -> None:  # noqa: F811
+def test_vllm_tokenize_and_metrics(vllm_server: EngineServer) -> None:
     tok = httpx.post(
         f"{vllm_server.base_url}/tokenize",
         json={"model": "smollm2", "prompt": "hello world hello world"},
@@ -75,7 +75,7 @@ def test_vllm_tokenize_and_metrics(vllm_server: EngineServer) -> None:  # noqa: 
     assert "vllm:num_requests_running" in metrics
 
 
-def test_vllm_chat_completion(vllm_server: EngineServer) -> None:  # noqa: F811
+def test_vllm_chat_completion(vllm_server: EngineServer) -> None:
     reply = httpx.post(
         f"{vllm_server.base_url}/v1/chat/completions",
         json={
@@ -114,7 +114,7 @@ print("PROBE " + json.dumps({"code": code, "libs": sorted(libs),
 """
 
 
-def test_vllm_bench_shim_prints_result_block(vllm_server: EngineServer, tmp_path: Path) -> None:  # noqa: F811
+def test_vllm_bench_shim_prints_result_block(vllm_server: EngineServer, tmp_path: Path) -> None:
     """vLLM's own client runs through the shim and loads only kernels the CPU can run.
 
     On a CPU without AVX-512 the shim must load `_C_AVX2`, never the AVX-512 `_C` (it died of
@@ -154,7 +154,7 @@ def test_vllm_wrong_model_path_exits_fast(tmp_path: Path) -> None:
         start_vllm(free_port(), tmp_path / "bad.log", info=bad, timeout_s=120)
 
 
-def test_transformers_serve_completion(tf_server: EngineServer) -> None:  # noqa: F811
+def test_transformers_serve_completion(tf_server: EngineServer) -> None:
     reply = httpx.post(
         f"{tf_server.base_url}/v1/chat/completions",
         json={

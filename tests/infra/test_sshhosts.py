@@ -143,8 +143,9 @@ def test_hosts_avoid_networks_already_on_the_machine(tmp_path: Path) -> None:
 
     link = f"pxd{os.getpid() % 100000}"
     foreign = [ipaddress.ip_network("10.231.1.0/24"), ipaddress.ip_network("10.231.2.0/24")]
-    subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", f"{link}p"],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["ip", "link", "add", link, "type", "veth", "peer", "name", f"{link}p"], check=True
+    )
     try:
         for net in foreign:
             subprocess.run(["ip", "addr", "add", f"{net[1]}/24", "dev", link], check=True)
@@ -155,16 +156,29 @@ def test_hosts_avoid_networks_already_on_the_machine(tmp_path: Path) -> None:
                 mine = ipaddress.ip_network(f"{h.subnet}.0/24")
                 assert not any(mine.overlaps(net) for net in foreign), h.subnet
                 assert not mine.overlaps(ipaddress.ip_network("10.233.0.0/16")), h.subnet
-            res = subprocess.run(lab.hosts[0].ssh_argv("hostname"), capture_output=True,
-                                 text=True, timeout=30, check=False)  # fmt: skip
+            res = subprocess.run(
+                lab.hosts[0].ssh_argv("hostname"),
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
             assert (res.returncode, res.stdout.strip()) == (0, "host0"), res.stderr
         finally:
             lab.teardown()
-        addrs = subprocess.run(["ip", "-o", "-4", "addr", "show", "dev", link],
-                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        addrs = subprocess.run(
+            ["ip", "-o", "-4", "addr", "show", "dev", link],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert "10.231.1.1/24" in addrs and "10.231.2.1/24" in addrs
-        routes = subprocess.run(["ip", "-4", "route", "show", "table", "all"],
-                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        routes = subprocess.run(
+            ["ip", "-4", "route", "show", "table", "all"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert "blackhole 10.233.0.0/16" in routes
         assert not any(f"{h.subnet}.0/24" in routes for h in lab.hosts)
     finally:

@@ -46,8 +46,9 @@ def test_serve_ready_prints_a_bounded_tail_of_a_server_that_printed_a_huge_line(
         f'launchers = [{{ command = ["{sys.executable}", "{server}"], model_arg = "--model" }}]\n'
         'ready_endpoints = ["/health"]\nmetrics_path = ""\ntp_arg = ""\n'
     )
-    started = proctor("serve", "start", "--engine", "huge", "--model", "m", "--port",
-                      str(free_port()), "--json")  # fmt: skip
+    started = proctor(
+        "serve", "start", "--engine", "huge", "--model", "m", "--port", str(free_port()), "--json"
+    )
     assert started.returncode == 0, started.stderr
     run_id = json.loads(started.stdout)["run_id"]
     result = proctor("serve", "ready", run_id, "--timeout", "60s")

@@ -29,8 +29,21 @@ def write_gpu_csv(path: Path, rows: list[tuple[float, int, float | None]]) -> No
         w.writerow(CSV_COLUMNS)
         for t, index, watts in rows:
             when = dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="milliseconds")
-            w.writerow([when, index, f"GPU-{index}", "Fake", "1.0", "2.0", "50", "",
-                        "" if watts is None else f"{watts:.1f}", "1980", "40"])  # fmt: skip
+            w.writerow(
+                [
+                    when,
+                    index,
+                    f"GPU-{index}",
+                    "Fake",
+                    "1.0",
+                    "2.0",
+                    "50",
+                    "",
+                    "" if watts is None else f"{watts:.1f}",
+                    "1980",
+                    "40",
+                ]
+            )
 
 
 def test_net_energy_per_token_two_gpus(tmp_path: Path) -> None:
@@ -54,8 +67,10 @@ def test_no_power_column_says_why(tmp_path: Path) -> None:
     path = tmp_path / "gpu.csv"
     write_gpu_csv(path, [(T0 + t, 0, None) for t in range(5)])
     e = energy_summary(path, T0, T0 + 4, 100, idle_before=T0)
-    assert e == {"available": False, "reason": "no GPU power readings (no GPU, or its driver "
-                                               "does not report power)"}  # fmt: skip
+    assert e == {
+        "available": False,
+        "reason": "no GPU power readings (no GPU, or its driver does not report power)",
+    }
     missing = energy_summary(tmp_path / "absent.csv", T0, T0 + 4, 100, idle_before=T0)
     assert missing["available"] is False
 
@@ -82,10 +97,30 @@ def test_bench_energy_per_token_through_the_gpu_backend(tmp_path: Path) -> None:
     env = {"PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
     out = tmp_path / "o"
     with FakeServer(itl=0.005) as srv:
-        r = proctor("bench", "--base-url", srv.base_url, "--output-dir", str(out), "--isl", "8",
-                    "--osl", "16", "--concurrency", "4", "--num-prompts", "40", "--num-warmups",
-                    "4", "--tokenizer-mode", "approx", "--gpu-sample", "0.2",
-                    "--idle-power-w", "50", env=env)  # fmt: skip
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            "--output-dir",
+            str(out),
+            "--isl",
+            "8",
+            "--osl",
+            "16",
+            "--concurrency",
+            "4",
+            "--num-prompts",
+            "40",
+            "--num-warmups",
+            "4",
+            "--tokenizer-mode",
+            "approx",
+            "--gpu-sample",
+            "0.2",
+            "--idle-power-w",
+            "50",
+            env=env,
+        )
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "metrics.json").read_text())
     energy = doc["energy"]

@@ -50,25 +50,47 @@ def test_nvml_power_clock_temperature_rise_under_cuda_load(tmp_path: Path) -> No
     clocks = [float(r["sm_clock_mhz"]) for r in rows if r["sm_clock_mhz"]]
     temps = [float(r["temperature_c"]) for r in rows if r["temperature_c"]]
     util = [float(r["utilization_pct"]) for r in rows if r["utilization_pct"]]
-    print(f"FIGURE nvml idle_w={power[0]:.1f} peak_w={max(power):.1f} "
-          f"sm_clock_max={max(clocks):.0f}MHz temp_max={max(temps):.0f}C util_max={max(util):.0f}%")
+    print(
+        f"FIGURE nvml idle_w={power[0]:.1f} peak_w={max(power):.1f} "
+        f"sm_clock_max={max(clocks):.0f}MHz temp_max={max(temps):.0f}C util_max={max(util):.0f}%"
+    )
     assert power and min(power) > 0 and max(power) > power[0] + 50  # the load drew power
     assert clocks and max(clocks) > 0 and temps and max(temps) > 0 and max(util) >= 50
 
 
-def test_bench_energy_per_token_on_transformers_serve(gpu_model: Path,  # noqa: F811
-                                                      isolated_runs: Path) -> None:  # fmt: skip
+def test_bench_energy_per_token_on_transformers_serve(
+    gpu_model: Path,
+    isolated_runs: Path,
+) -> None:
     port = "18932"
-    bench = (f"{sys.executable} -m proctor.workloads.loadgen --base-url http://127.0.0.1:{port} "
-             f"--model {gpu_model} --no-ignore-eos --isl 64 --osl 64 --concurrency 4 "
-             "--num-prompts 32 --num-warmups 4 --tokenizer-mode approx --gpu-sample 0.25 "
-             "--min-requests 16 --min-window 5 --no-progress")
+    bench = (
+        f"{sys.executable} -m proctor.workloads.loadgen --base-url http://127.0.0.1:{port} "
+        f"--model {gpu_model} --no-ignore-eos --isl 64 --osl 64 --concurrency 4 "
+        "--num-prompts 32 --num-warmups 4 --tokenizer-mode approx --gpu-sample 0.25 "
+        "--min-requests 16 --min-window 5 --no-progress"
+    )
     result = proctor(
-        "flow", "--engine", "transformers", "--model", str(gpu_model), "--port", port,
-        "--gpu-sample", "1", "--poll", "2s", "--ready-timeout", "5m",
-        "--workload-cmd", bench, "--json", "--", "--device", "cuda",
+        "flow",
+        "--engine",
+        "transformers",
+        "--model",
+        str(gpu_model),
+        "--port",
+        port,
+        "--gpu-sample",
+        "1",
+        "--poll",
+        "2s",
+        "--ready-timeout",
+        "5m",
+        "--workload-cmd",
+        bench,
+        "--json",
+        "--",
+        "--device",
+        "cuda",
         timeout=840,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:] + log_tails(isolated_runs)
     flow = json.loads(result.stdout)
     workload = {s["step"]: s for s in flow["steps"]}["workload"]["run_id"]

@@ -147,9 +147,15 @@ def test_nvidia_smi_fallback_parses_real_tool_output(
     ]
     assert samples[0].processes == ((4242, 2228.0),)
     assert (samples[0].power_w, samples[0].sm_clock_mhz, samples[0].temperature_c) == (
-        118.52, 1980.0, 34.0)
+        118.52,
+        1980.0,
+        34.0,
+    )
     assert (samples[1].power_w, samples[1].sm_clock_mhz, samples[1].temperature_c) == (
-        None, None, None)
+        None,
+        None,
+        None,
+    )
     assert backend.driver() == "570.1"
     assert gpu_holders([0], backend=backend) == [(4242, 2228.0)]
     assert gpu_holders([1], backend=backend) == []

@@ -173,9 +173,12 @@ def test_parse_metrics_sums_labels_and_accepts_total_suffix() -> None:
 
 def test_signal_priority_metrics_then_markers_then_growth() -> None:
     src, sig = choose_signals(
-        metrics={"a": 1}, progress_metrics=["a"], markers=None, server_activity=10,
+        metrics={"a": 1},
+        progress_metrics=["a"],
+        markers=None,
+        server_activity=10,
         client_logs={"c": 3},
-    )  # fmt: skip
+    )
     assert src == "metrics" and sig == {"metric:a": 1.0}
     # The engine's markers: a client's log growth does not count beside them.
     src, sig = choose_signals(
@@ -190,11 +193,23 @@ def test_signal_priority_metrics_then_markers_then_growth() -> None:
 
 
 def test_bench_done_counts_are_progress_with_or_without_the_engine() -> None:
-    src, sig = choose_signals(metrics={"a": 1}, progress_metrics=["a"], markers=None,
-                              server_activity=10, client_logs={}, bench_answered=7)  # fmt: skip
+    src, sig = choose_signals(
+        metrics={"a": 1},
+        progress_metrics=["a"],
+        markers=None,
+        server_activity=10,
+        client_logs={},
+        bench_answered=7,
+    )
     assert src == "metrics+bench" and sig == {"metric:a": 1.0, "bench:answered": 7.0}
-    src, sig = choose_signals(metrics=None, progress_metrics=[], markers=None,
-                              server_activity=None, client_logs={}, bench_answered=0)  # fmt: skip
+    src, sig = choose_signals(
+        metrics=None,
+        progress_metrics=[],
+        markers=None,
+        server_activity=None,
+        client_logs={},
+        bench_answered=0,
+    )
     assert src == "bench" and sig == {"bench:answered": 0.0}
 
 
@@ -212,23 +227,32 @@ def test_bench_heartbeat_lines_without_new_answers_are_no_progress() -> None:
 
 def test_idle_stats_lines_and_probes_are_not_server_activity() -> None:
     activity = ServerActivity("s.log")
-    activity.feed("s.log", (
-        b"INFO 12-04 15:54:07 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
-        b"Avg generation throughput: 0.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n"
-        b'INFO:     127.0.0.1:5 - "GET /metrics HTTP/1.1" 200 OK\n'
-        b'INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK\n'
-    ))  # fmt: skip
+    activity.feed(
+        "s.log",
+        (
+            b"INFO 12-04 15:54:07 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+            b"Avg generation throughput: 0.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n"
+            b'INFO:     127.0.0.1:5 - "GET /metrics HTTP/1.1" 200 OK\n'
+            b'INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK\n'
+        ),
+    )
     assert activity.lines == 0
     activity.feed("other.log", b"anything\n")
-    activity.feed("s.log", b"Avg prompt throughput: 5.0 tokens/s, Avg generation throughput: "
-                           b"31.0 tokens/s\n" b'"POST /v1/completions HTTP/1.1" 200\n')  # fmt: skip
+    activity.feed(
+        "s.log",
+        b"Avg prompt throughput: 5.0 tokens/s, Avg generation throughput: "
+        b"31.0 tokens/s\n"
+        b'"POST /v1/completions HTTP/1.1" 200\n',
+    )
     assert activity.lines == 2
 
 
 def test_clients_gone_with_no_engine_signal_is_drained_whatever_the_log_does() -> None:
     m = DrainMachine(cfg(), 0)
     grow = [{"server-log:lines": n} for n in (5, 6)]
-    assert m.observe(DrainObservation(now=10, server=ALIVE, progress=grow[0], clients_alive=1)) is None
+    assert (
+        m.observe(DrainObservation(now=10, server=ALIVE, progress=grow[0], clients_alive=1)) is None
+    )
     out = m.observe(DrainObservation(now=20, server=ALIVE, progress=grow[1], clients_alive=0))
     assert out is DrainOutcome.DRAINED
 
@@ -237,11 +261,13 @@ def test_client_log_growth_never_hides_a_hang_the_engine_reports() -> None:
     m = DrainMachine(cfg(stuck_polls=3), 0)
     # The engine's counter frozen, the bench's heartbeats without new answers: no progress.
     frozen = {"metric:gen": 50.0, "bench:answered": 8.0}
-    outs = [m.observe(DrainObservation(now=t, server=ALIVE, clients_alive=1, running=4,
-                                       progress=frozen)) for t in (10, 20, 30, 40)]  # fmt: skip
+    outs = [
+        m.observe(
+            DrainObservation(now=t, server=ALIVE, clients_alive=1, running=4, progress=frozen)
+        )
+        for t in (10, 20, 30, 40)
+    ]
     assert outs == [None, None, None, DrainOutcome.HANG]
-
-
 
 
 def test_a_death_proctor_caused_itself_is_its_stop_not_a_death() -> None:

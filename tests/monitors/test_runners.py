@@ -100,15 +100,26 @@ def test_ready_seen_within_a_second_of_endpoint_answering(tmp_path: Path, cleanu
     assert result.elapsed_s > 1.4
     # Measured from the moment it listened (Python's start-up is slow under load): seconds,
     # not the 30 s poll. The system-wide monotonic clock is the same in both processes.
-    listened = float(next(line for line in log.read_text().splitlines()
-                          if line.startswith("listening at")).split()[-1])  # fmt: skip
+    listened = float(
+        next(
+            line for line in log.read_text().splitlines() if line.startswith("listening at")
+        ).split()[-1]
+    )
     assert seen - listened < 5, f"ready seen {seen - listened:.1f}s after it listened"
 
 
 def test_startup_fault_exit_2_with_matching_line_and_tail(tmp_path: Path, cleanup: Procs) -> None:
     t0 = time.monotonic()
-    result, log = ready_inline(tmp_path, cleanup, 60, "0.2:loading", "0.3:InductorError: boom",
-                               fault_patterns=["InductorError"], timeout_s=30, poll_s=30)  # fmt: skip
+    result, log = ready_inline(
+        tmp_path,
+        cleanup,
+        60,
+        "0.2:loading",
+        "0.3:InductorError: boom",
+        fault_patterns=["InductorError"],
+        timeout_s=30,
+        poll_s=30,
+    )
     assert result.outcome is ReadyOutcome.FAULT and result.exit_code == 2
     assert result.faults[0].line == "InductorError: boom"
     assert "loading" in result.tails[str(log)]
@@ -117,8 +128,9 @@ def test_startup_fault_exit_2_with_matching_line_and_tail(tmp_path: Path, cleanu
 
 
 def test_server_exit_without_pattern_is_3_not_a_timeout(tmp_path: Path, cleanup: Procs) -> None:
-    result, log = ready_inline(tmp_path, cleanup, 60, "0.2:something odd", "0.1:EXIT9",
-                               timeout_s=30, poll_s=30)  # fmt: skip
+    result, log = ready_inline(
+        tmp_path, cleanup, 60, "0.2:something odd", "0.1:EXIT9", timeout_s=30, poll_s=30
+    )
     assert result.outcome is ReadyOutcome.EXITED and result.exit_code == 3
     assert result.exit_status == 9
     assert result.elapsed_s < 15  # seen on a fast tick, not the 30 s poll (slack for load)
@@ -188,8 +200,11 @@ class Loaded:
 
     def watches(self) -> dict[str, Any]:
         """What drain watches: the server, its log, the client."""
-        return {"server": PopenWatch(self.server), "server_log": self.log,
-                "clients": [PopenWatch(self.client)]}  # fmt: skip
+        return {
+            "server": PopenWatch(self.server),
+            "server_log": self.log,
+            "clients": [PopenWatch(self.client)],
+        }
 
 
 def under_load(tmp: Path, cleanup: Procs, requests: int, *fake_args: str) -> Loaded:
@@ -252,8 +267,15 @@ def test_drain_server_death_without_pattern_is_3(tmp_path: Path, cleanup: Procs)
 
 @pytestmark_fake
 def test_drain_fault_line_within_a_second(tmp_path: Path, cleanup: Procs) -> None:
-    load = under_load(tmp_path, cleanup, 3, "--fault-after-requests", "1",
-                      "--fault-line", "Memory access fault by GPU node-1")  # fmt: skip
+    load = under_load(
+        tmp_path,
+        cleanup,
+        3,
+        "--fault-after-requests",
+        "1",
+        "--fault-line",
+        "Memory access fault by GPU node-1",
+    )
     result = drain_for_engine(
         load_profiles().engine("atom"),
         DrainConfig(max_s=60, poll_s=30, stuck_polls=6, startup_max_s=10),

@@ -43,8 +43,22 @@ vllm:time_to_first_token_seconds_sum{engine="0",model_name="smollm2"} 3.0
 vllm:time_to_first_token_seconds_count{engine="0",model_name="smollm2"} 10.0
 """
 
-SMALL = ["--isl", "8", "--osl", "16", "--concurrency", "4", "--num-prompts", "40",
-         "--num-warmups", "4", "--tokenizer-mode", "approx", "--gpu-sample", "0"]  # fmt: skip
+SMALL = [
+    "--isl",
+    "8",
+    "--osl",
+    "16",
+    "--concurrency",
+    "4",
+    "--num-prompts",
+    "40",
+    "--num-warmups",
+    "4",
+    "--tokenizer-mode",
+    "approx",
+    "--gpu-sample",
+    "0",
+]
 
 
 def test_parse_keeps_engine_series_only_and_histograms_work() -> None:
@@ -71,8 +85,9 @@ def test_fast_reader_agrees_with_prometheus_client_and_falls_back_to_it() -> Non
     assert fast is not None and fast == {
         (s.name, ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))): s.value
         for f in prom.text_string_to_metric_families("\n".join(lines) + "\n")
-        for s in f.samples if not s.name.endswith("_created")
-    }  # fmt: skip
+        for s in f.samples
+        if not s.name.endswith("_created")
+    }
     escaped = 'vllm:num_requests_running{model_name="a\\"b"} 2.0\n'  # an escaped quote
     assert prom._fast(escaped.splitlines()) is None
     assert parse_exposition(escaped) == {("vllm:num_requests_running", 'model_name="a"b"'): 2.0}
@@ -85,8 +100,11 @@ def test_bench_writes_server_series_and_agrees_with_client(isolated_runs: Path) 
     run = only_run(isolated_runs)
     rows = list(csv.DictReader((run / "server_metrics.csv").open()))
     names = {row["name"] for row in rows}
-    assert {"vllm:num_requests_running", "vllm:generation_tokens_total",
-            "vllm:time_to_first_token_seconds_count"} <= names  # fmt: skip
+    assert {
+        "vllm:num_requests_running",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_count",
+    } <= names
     assert all(float(row["t"]) > 1.6e9 for row in rows)  # unix seconds
     doc = json.loads((run / "metrics.json").read_text())
     server = doc["server"]
@@ -96,14 +114,18 @@ def test_bench_writes_server_series_and_agrees_with_client(isolated_runs: Path) 
     assert server["ttft_ms"]["count"] == 40 and server["e2el_ms"]["count"] == 40
     assert server["reconcile"]["ok"] is True
     assert server["reconcile"]["tokens"]["client"] == client_tokens
-    assert f"Server metrics (vllm, {server['scrapes']} scrapes): {client_tokens} generated" in r.stdout
+    assert (
+        f"Server metrics (vllm, {server['scrapes']} scrapes): {client_tokens} generated" in r.stdout
+    )
     assert "Server/client disagree" not in r.stdout
     assert "server_metrics.csv" in (run / "manifest.sha256").read_text()
 
 
 def test_server_that_counts_differently_is_reported(tmp_path: Path) -> None:
     with FakeServer(itl=0.002, metrics_token_scale=2.0) as srv:
-        r = proctor("bench", "--base-url", srv.base_url, "--output-dir", str(tmp_path / "o"), *SMALL)
+        r = proctor(
+            "bench", "--base-url", srv.base_url, "--output-dir", str(tmp_path / "o"), *SMALL
+        )
     assert r.returncode == 0, r.stderr  # a disagreement is evidence, not a failed bench
     doc = json.loads((tmp_path / "o" / "metrics.json").read_text())
     rec = doc["server"]["reconcile"]
@@ -126,8 +148,9 @@ def test_server_without_metrics_is_a_note_not_an_error(isolated_runs: Path) -> N
 
 def test_hanging_metrics_costs_the_bench_a_few_seconds_at_most(tmp_path: Path) -> None:
     with FakeServer(itl=0.002, metrics_hang=True) as srv:
-        r = proctor("bench", "--base-url", srv.base_url, "--output-dir", str(tmp_path / "o"),
-                    *SMALL)  # fmt: skip
+        r = proctor(
+            "bench", "--base-url", srv.base_url, "--output-dir", str(tmp_path / "o"), *SMALL
+        )
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert doc["server"]["available"] is False
@@ -140,8 +163,9 @@ def test_hanging_metrics_costs_the_bench_a_few_seconds_at_most(tmp_path: Path) -
 
 
 def test_unreachable_metrics_is_a_note_never_an_exception(tmp_path: Path) -> None:
-    scraper = ServerMetricsScraper("http://127.0.0.1:9", tmp_path / "s.csv", interval_s=0.05,
-                                   timeout_s=0.5)  # fmt: skip
+    scraper = ServerMetricsScraper(
+        "http://127.0.0.1:9", tmp_path / "s.csv", interval_s=0.05, timeout_s=0.5
+    )
     scraper.start()
     assert scraper.mark("start", window=True) is None
     scraper.stop()
@@ -161,14 +185,33 @@ def test_store_holds_validity_and_server_run_is_in_store(isolated_runs: Path) ->
     assert metrics["valid"] == 0  # 40 requests in well under 10 s: INVALID by default
 
 
-def test_flow_scrapes_its_server_from_ready_to_teardown(fake_engine: int,  # noqa: F811
-                                                        isolated_runs: Path) -> None:  # fmt: skip
+def test_flow_scrapes_its_server_from_ready_to_teardown(
+    fake_engine: int,
+    isolated_runs: Path,
+) -> None:
     port = fake_engine
     body = json.dumps({"model": "m", "prompt": "a b c", "max_tokens": 40, "stream": True})
-    work = (f"bash -c 'for i in 1 2 3; do curl -sN http://127.0.0.1:{port}/v1/completions "
-            f"-d '\"'\"'{body}'\"'\"' >/dev/null; sleep 0.5; done'")
-    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll",
-                     "1s", "--workload-cmd", work, "--json", "--", "--itl", "0.01")  # fmt: skip
+    work = (
+        f"bash -c 'for i in 1 2 3; do curl -sN http://127.0.0.1:{port}/v1/completions "
+        f"-d '\"'\"'{body}'\"'\"' >/dev/null; sleep 0.5; done'"
+    )
+    result = proctor(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--workload-cmd",
+        work,
+        "--json",
+        "--",
+        "--itl",
+        "0.01",
+    )
     assert result.returncode == 0, result.stderr
     flow = json.loads(result.stdout)
     flow_dir = isolated_runs / flow["run_id"]

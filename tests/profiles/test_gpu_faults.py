@@ -83,9 +83,23 @@ def test_a_gpu_fault_no_engine_pattern_names_fails_the_flow(tmp_path: Path) -> N
     workload = tmp_path / "workload.sh"
     body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 5})
     workload.write_text(f"curl -sN http://127.0.0.1:{port}/v1/completions -d '{body}'\nsleep 60\n")
-    result = proctor("flow", "--engine", "fake", "--model", "m", "--port", str(port),
-                     "--workload-cmd", f"bash {workload}", "--json", "--",
-                     "--fault-after-requests", "1", "--fault-line", line)  # fmt: skip
+    result = proctor(
+        "flow",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--workload-cmd",
+        f"bash {workload}",
+        "--json",
+        "--",
+        "--fault-after-requests",
+        "1",
+        "--fault-line",
+        line,
+    )
     assert result.returncode == 2, result.stderr
     drain = next(s for s in json.loads(result.stdout)["steps"] if s["step"] == "drain")
     assert "illegal memory access" in drain["message"]

@@ -60,11 +60,15 @@ UNREADABLE: dict[str, tuple[Any, str]] = {
     "newer proctor": (NEWER, f"unknown record schema version {SCHEMA_VERSION + 1}"),
     "version not a number": ({**V1_COMMAND, "schema_version": "two"}, "is not a whole number"),
     "version as text": ({**V1_COMMAND, "schema_version": "2"}, 'schema_version "2" is not a whole'),
-    "a NaN duration": ({**V1_COMMAND, "duration_s": math.nan},
-                       "duration_s: Input should be a finite number"),
-    "rejected by its model": ({**V1_COMMAND, "exit": {"code": "zero"}},
-                              "rejected as a CommandRecord: exit.code"),
-}  # fmt: skip
+    "a NaN duration": (
+        {**V1_COMMAND, "duration_s": math.nan},
+        "duration_s: Input should be a finite number",
+    ),
+    "rejected by its model": (
+        {**V1_COMMAND, "exit": {"code": "zero"}},
+        "rejected as a CommandRecord: exit.code",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(UNREADABLE))
@@ -95,15 +99,26 @@ def test_no_record_is_none_or_an_error_when_strict(tmp_path: Path) -> None:
 def test_the_view_keeps_every_fact_that_reads(tmp_path: Path) -> None:
     # Half-written (no end fields) and hand-edited (an outcome no proctor writes): the kind's
     # model without the rejected field, the rest as recorded.
-    body = {**V1_COMMAND, "outcome": "exploded", "ended_at": None, "duration_s": None,
-            "exit": None, "extra_fact": {"a": 1}}  # fmt: skip
+    body = {
+        **V1_COMMAND,
+        "outcome": "exploded",
+        "ended_at": None,
+        "duration_s": None,
+        "exit": None,
+        "extra_fact": {"a": 1},
+    }
     view = read_view(_write(tmp_path, body))
     assert type(view) is CommandRecord and view.name == "echo-hi"
     assert view.recorded_outcome == "unknown" and view.fact("extra_fact") == {"a": 1}
     assert view.exit is None and view.ended_at is None
     # A node record with a partial host still reads, as the core without it.
-    node = read_view(_write(tmp_path, {"run_id": "g.n1", "kind": "slurm-node", "host": {"x": 1},
-                                       "outcome": "ok"}, "node"))  # fmt: skip
+    node = read_view(
+        _write(
+            tmp_path,
+            {"run_id": "g.n1", "kind": "slurm-node", "host": {"x": 1}, "outcome": "ok"},
+            "node",
+        )
+    )
     assert type(node) is SlurmNodeRecord and node.host is None and node.outcome == "ok"
     # Nothing readable at all: an empty core named after the directory.
     empty = read_view(_write(tmp_path, "garbage", "20260101-000000-bbbbbb"))
@@ -134,8 +149,13 @@ def test_a_flow_record_types_its_workloads(tmp_path: Path) -> None:
 def test_a_section_is_a_table_the_record_states_as_a_copy(tmp_path: Path) -> None:
     # What a writer merges facts into: the model's table or one carried beyond the model; None
     # where the record states none (a model default is not a fact) or states no table.
-    body = {**V1_COMMAND, "kind": "server", "schema_version": 2, "slurm": {"job_id": 7},
-            "extra_fact": "text"}  # fmt: skip
+    body = {
+        **V1_COMMAND,
+        "kind": "server",
+        "schema_version": 2,
+        "slurm": {"job_id": 7},
+        "extra_fact": "text",
+    }
     view = read_view(_write(tmp_path, body))
     slurm = view.section("slurm")
     assert slurm == {"job_id": 7}

@@ -20,8 +20,15 @@ def test_a_recorded_run_ends_with_every_piece_of_evidence(tmp_path: Path) -> Non
     runs = tmp_path / "runs"
     store = runs / "proctor.sqlite"
     rec = Recorder.create(runs)
-    rec.start({"kind": "sweep", "name": "s", "argv": ["bench"], "concurrencies": [1],
-               "outcome": "running"})  # fmt: skip
+    rec.start(
+        {
+            "kind": "sweep",
+            "name": "s",
+            "argv": ["bench"],
+            "concurrencies": [1],
+            "outcome": "running",
+        }
+    )
     (rec.run.path / "summary.txt").write_text("one point\n")
     rec.update(add_events=[event("point", "c=1")], points=[{"concurrency": 1}])
     rec.finish(code=0, outcome="ok", store_path=store, who="test")
@@ -45,8 +52,13 @@ def test_an_unknown_status_writes_no_exit_code(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     rec = Recorder.create(runs)
     rec.start({"kind": "flow", "steps": [], "outcome": "running"})
-    rec.finish(code=None, outcome="unknown", store_path=runs / "proctor.sqlite", who="test",
-               error="controller died")  # fmt: skip
+    rec.finish(
+        code=None,
+        outcome="unknown",
+        store_path=runs / "proctor.sqlite",
+        who="test",
+        error="controller died",
+    )
     assert not (rec.run.path / "exit_code").exists()
     assert (rec.run.path / "manifest.sha256").exists()
     listed = proctor("runs", "list", "--json", "--limit", "0", "--runs-dir", str(runs))
@@ -96,9 +108,15 @@ def test_writers_read_the_record_they_merge_into_through_its_typed_model() -> No
     record"): the recorder itself, the node side (no pydantic there), and the readers that
     pass the record on as written (runs show --json, a far flow's record, the orphan stop's
     base for the recorder)."""
-    allowed = {"record/recorder.py", "supervise/launch.py", "supervise/orphans.py",
-               "targets/slurm/node.py", "targets/slurm/nodeinspect.py",
-               "targets/remote/commands.py", "targets/remote/workflow.py"}  # fmt: skip
+    allowed = {
+        "record/recorder.py",
+        "supervise/launch.py",
+        "supervise/orphans.py",
+        "targets/slurm/node.py",
+        "targets/slurm/nodeinspect.py",
+        "targets/remote/commands.py",
+        "targets/remote/workflow.py",
+    }
     raw: set[str] = set()
     for path in sorted((REPO / "src/proctor").rglob("*.py")):
         text = path.read_text()

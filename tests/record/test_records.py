@@ -25,29 +25,69 @@ from tests.helpers import REPO, proctor
 
 # Records as proctor wrote them at schema version 1 (trimmed to what each kind held).
 V1_COMMAND = {
-    "schema": "proctor.run", "schema_version": 1, "run_id": "20250101-000000-aaaaaa",
-    "name": "echo-hi", "kind": "command", "argv": ["echo", "hi"], "cwd": "/tmp", "log": "echo-hi.log",
-    "proctor_version": "0.1.0", "created_at": "2025-01-01T00:00:00+00:00", "outcome": "ok",
-    "exit": {"code": 0, "signal": None, "decided_by": "command"}, "target": {"kind": "local"},
-}  # fmt: skip
+    "schema": "proctor.run",
+    "schema_version": 1,
+    "run_id": "20250101-000000-aaaaaa",
+    "name": "echo-hi",
+    "kind": "command",
+    "argv": ["echo", "hi"],
+    "cwd": "/tmp",
+    "log": "echo-hi.log",
+    "proctor_version": "0.1.0",
+    "created_at": "2025-01-01T00:00:00+00:00",
+    "outcome": "ok",
+    "exit": {"code": 0, "signal": None, "decided_by": "command"},
+    "target": {"kind": "local"},
+}
 V1_FLOW = {
-    "schema": "proctor.flow", "schema_version": 1, "run_id": "20250101-000001-bbbbbb",
-    "name": "flow-fake-p8000", "kind": "flow", "argv": [], "cwd": "/tmp", "log": "flow.log",
-    "proctor_version": "0.1.0", "created_at": "2025-01-01T00:00:01+00:00", "outcome": "ok",
-    "options": {"workload_argv": ["true"]}, "exit_code": 0,
-    "exit": {"code": 0, "signal": None, "decided_by": "proctor"}, "server_run": "20250101-000002-cccccc",
-    "steps": [{"step": "stop", "started_at": "2025-01-01T00:00:01+00:00", "exit_code": 0,
-               "message": "nothing to stop"}],
-}  # fmt: skip
+    "schema": "proctor.flow",
+    "schema_version": 1,
+    "run_id": "20250101-000001-bbbbbb",
+    "name": "flow-fake-p8000",
+    "kind": "flow",
+    "argv": [],
+    "cwd": "/tmp",
+    "log": "flow.log",
+    "proctor_version": "0.1.0",
+    "created_at": "2025-01-01T00:00:01+00:00",
+    "outcome": "ok",
+    "options": {"workload_argv": ["true"]},
+    "exit_code": 0,
+    "exit": {"code": 0, "signal": None, "decided_by": "proctor"},
+    "server_run": "20250101-000002-cccccc",
+    "steps": [
+        {
+            "step": "stop",
+            "started_at": "2025-01-01T00:00:01+00:00",
+            "exit_code": 0,
+            "message": "nothing to stop",
+        }
+    ],
+}
 V1_SWEEP = {
-    "schema": "proctor.sweep", "schema_version": 1, "run_id": "20250101-000003-dddddd",
-    "name": "sweep", "kind": "sweep", "argv": ["bench"], "concurrencies": [1, 2],
-    "proctor_version": "0.1.0", "created_at": "2025-01-01T00:00:03+00:00", "outcome": "failed",
-    "points": [], "exit_code": 6, "exit": {"code": 6, "signal": None, "decided_by": "proctor"},
-}  # fmt: skip
+    "schema": "proctor.sweep",
+    "schema_version": 1,
+    "run_id": "20250101-000003-dddddd",
+    "name": "sweep",
+    "kind": "sweep",
+    "argv": ["bench"],
+    "concurrencies": [1, 2],
+    "proctor_version": "0.1.0",
+    "created_at": "2025-01-01T00:00:03+00:00",
+    "outcome": "failed",
+    "points": [],
+    "exit_code": 6,
+    "exit": {"code": 6, "signal": None, "decided_by": "proctor"},
+}
 # A remote placeholder of version 1 had no version at all.
-V1_REMOTE = {"run_id": "20250101-000004-eeeeee", "kind": "remote", "outcome": "running",
-             "target": {"kind": "ssh"}, "remote_dir": "/ws/runs/x", "source": None}  # fmt: skip
+V1_REMOTE = {
+    "run_id": "20250101-000004-eeeeee",
+    "kind": "remote",
+    "outcome": "running",
+    "target": {"kind": "ssh"},
+    "remote_dir": "/ws/runs/x",
+    "source": None,
+}
 
 
 def test_the_committed_schema_is_generated_from_the_models() -> None:
@@ -57,15 +97,21 @@ def test_the_committed_schema_is_generated_from_the_models() -> None:
         kind
         for model in committed["$defs"].values()
         if "kind" in model.get("properties", {})
-        for kind in model["properties"]["kind"].get("enum", [model["properties"]["kind"].get("const")])
+        for kind in model["properties"]["kind"].get(
+            "enum", [model["properties"]["kind"].get("const")]
+        )
     }
     assert {"command", "server", "bench", "flow", "sweep", "slurm", "slurm-node", "remote"} <= kinds
 
 
 @pytest.mark.parametrize(
     ("data", "model"),
-    [(V1_COMMAND, CommandRecord), (V1_FLOW, FlowRecord), (V1_SWEEP, SweepRecord),
-     (V1_REMOTE, RemoteRecord)],
+    [
+        (V1_COMMAND, CommandRecord),
+        (V1_FLOW, FlowRecord),
+        (V1_SWEEP, SweepRecord),
+        (V1_REMOTE, RemoteRecord),
+    ],
 )
 def test_version_1_records_read_as_their_kind(data: dict[str, object], model: type) -> None:
     record = parse_record(dict(data))
@@ -93,7 +139,9 @@ def test_version_1_run_directories_stay_listed(tmp_path: Path) -> None:
         (runs / str(data["run_id"]) / "exit_code").write_text(f"{code}\n")
     store = runs / "proctor.sqlite"
     with Store(store) as db:
-        assert all(db.index_run_dir(runs / str(d["run_id"])) for d in (V1_COMMAND, V1_FLOW, V1_SWEEP))
+        assert all(
+            db.index_run_dir(runs / str(d["run_id"])) for d in (V1_COMMAND, V1_FLOW, V1_SWEEP)
+        )
     listed = proctor("runs", "list", "--json", "--limit", "0", "--runs-dir", str(runs))
     assert listed.returncode == 0, listed.stderr
     rows = {row["id"]: row for row in json.loads(listed.stdout)}

@@ -25,8 +25,12 @@ def served(report_env: runs.Env) -> Iterator[dict[str, str]]:
     """Run ids: a bench (fast server), the same bench against a slower server, a sweep."""
     with runs.fake_server("--ttft", "0.01", "--itl", "0.002") as fast:
         ids = {"bench": runs.bench_run(report_env, fast, "bench-c4", 4, 40)}
-        ids.update({f"sweep{i}": rid for i, rid in enumerate(
-            runs.sweep_runs(report_env, fast, "sweep-a", [1, 2, 4], 12))})
+        ids.update(
+            {
+                f"sweep{i}": rid
+                for i, rid in enumerate(runs.sweep_runs(report_env, fast, "sweep-a", [1, 2, 4], 12))
+            }
+        )
     with runs.fake_server("--ttft", "0.06", "--itl", "0.006") as slow:
         ids["slow"] = runs.bench_run(report_env, slow, "bench-c4-slow", 4, 40)
     yield ids
@@ -45,7 +49,9 @@ def chromium() -> str:
     found = find_chromium()
     if found is None:
         if os.environ.get("PROCTOR_REQUIRE_BROWSER") == "1":
-            pytest.fail("PROCTOR_REQUIRE_BROWSER=1 but no chromium on PATH (.ci/install-browser.sh)")
+            pytest.fail(
+                "PROCTOR_REQUIRE_BROWSER=1 but no chromium on PATH (.ci/install-browser.sh)"
+            )
         pytest.skip("no chromium on PATH (run .ci/install-browser.sh)")
     return found
 

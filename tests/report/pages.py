@@ -31,9 +31,25 @@ else:
     sys.exit(2)
 """
 
-BENCH = ("--isl", "8", "--osl", "8", "--concurrency", "4", "--num-prompts", "24",
-         "--num-warmups", "2", "--tokenizer-mode", "approx", "--gpu-sample", "0.2",
-         "--idle-power-w", "100", "--save-detailed")  # fmt: skip
+BENCH = (
+    "--isl",
+    "8",
+    "--osl",
+    "8",
+    "--concurrency",
+    "4",
+    "--num-prompts",
+    "24",
+    "--num-warmups",
+    "2",
+    "--tokenizer-mode",
+    "approx",
+    "--gpu-sample",
+    "0.2",
+    "--idle-power-w",
+    "100",
+    "--save-detailed",
+)
 
 KINDS = ("command", "bench", "compare", "sweep", "flow", "server-sweep")
 
@@ -118,11 +134,37 @@ bench = {{ isl = 8, osl = 8, concurrency = 2, num_prompts = 8, num_warmups = 0 }
         store.root, store.runs_dir, store.work, {**store.env, "PATH": os.environ["PATH"]}, ids
     )
     ids["flow"] = json.loads(cli(cpu, "flow", "--file", str(flow)))["run_id"]
-    summary = json.loads(cli(store, "sweep", "--engine", "fake", "--model", "m", "--port",
-                             str(free_port()), "--group", "mns", "--concurrency", "4", "--isl",
-                             "8", "--osl", "4", "--num-prompts", "8", "--poll", "1s",
-                             "--server-grid", "max-num-seqs=1,4", "--", "--ttft", "0.02",
-                             "--itl", "0.01"))  # fmt: skip
+    summary = json.loads(
+        cli(
+            store,
+            "sweep",
+            "--engine",
+            "fake",
+            "--model",
+            "m",
+            "--port",
+            str(free_port()),
+            "--group",
+            "mns",
+            "--concurrency",
+            "4",
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--num-prompts",
+            "8",
+            "--poll",
+            "1s",
+            "--server-grid",
+            "max-num-seqs=1,4",
+            "--",
+            "--ttft",
+            "0.02",
+            "--itl",
+            "0.01",
+        )
+    )
     ids["server-sweep"] = summary["sweep"]
     return store
 

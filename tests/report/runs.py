@@ -31,9 +31,11 @@ BUSY_MIB = 9000
 #: Shell: wait (60 s at most) for the wrapper's first GPU sample on disk, the baseline a report
 #: compares the end with, before the stand-in GPU's memory goes up (the wrapper takes it before
 #: the command starts; this keeps the timeline's first rows at the baseline too).
-AFTER_FIRST_SAMPLE = ('i=0; until [ -f "$PROCTOR_RUN_DIR/gpu.csv" ] && '
-                      '[ "$(wc -l < "$PROCTOR_RUN_DIR/gpu.csv")" -ge 2 ]; do i=$((i+1)); '
-                      '[ "$i" -gt 1200 ] && break; sleep 0.05; done')
+AFTER_FIRST_SAMPLE = (
+    'i=0; until [ -f "$PROCTOR_RUN_DIR/gpu.csv" ] && '
+    '[ "$(wc -l < "$PROCTOR_RUN_DIR/gpu.csv")" -ge 2 ]; do i=$((i+1)); '
+    '[ "$i" -gt 1200 ] && break; sleep 0.05; done'
+)
 
 FAKE_SMI = """#!{py}
 import os, sys
@@ -69,29 +71,46 @@ def make_env(root: Path) -> Env:
     state = root / "gpu-state"
     state.write_text(f"{BASE_MIB}\n")
     runs = root / "runs"
-    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
-           "PROCTOR_RUNS_DIR": str(runs), "FAKE_GPU_STATE": str(state), "COLUMNS": "200"}
+    env = {
+        **os.environ,
+        "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
+        "PROCTOR_RUNS_DIR": str(runs),
+        "FAKE_GPU_STATE": str(state),
+        "COLUMNS": "200",
+    }
     return Env(runs, env, state)
 
 
 # `report` is a top-level command the lead mounts in cli/groups.py; until then, mount it here.
-CLI = ("import sys; from proctor.cli import main as m, groups as g, report as r\n"
-       "if ('report', None) not in g.GROUPS: r.register(m.app)\n"
-       "sys.exit(m.main(sys.argv[1:]))")
+CLI = (
+    "import sys; from proctor.cli import main as m, groups as g, report as r\n"
+    "if ('report', None) not in g.GROUPS: r.register(m.app)\n"
+    "sys.exit(m.main(sys.argv[1:]))"
+)
 
 
 def proctor(env: Env, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess, with `report` mounted."""
-    return subprocess.run([sys.executable, "-c", CLI, *args], env=env.env,
-                          capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *args],
+        env=env.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+    )
 
 
 @contextmanager
 def fake_server(*args: str) -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", str(port),
-                             "--no-access-log", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE_SERVER), "--port", str(port), "--no-access-log", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + 30
@@ -108,9 +127,11 @@ def fake_server(*args: str) -> Iterator[str]:
 def workload(env: Env, argv: list[str]) -> list[str]:
     """A shell command: GPU memory up, the workload into $PROCTOR_RUN_DIR, memory back down."""
     quoted = " ".join(_sh(a) for a in argv)
-    script = (f'{AFTER_FIRST_SAMPLE}; echo {BUSY_MIB} > "$FAKE_GPU_STATE"; sleep 0.6; {quoted} --output-dir '
-              f'"$PROCTOR_RUN_DIR"; rc=$?; sleep 0.4; echo {BASE_MIB} > "$FAKE_GPU_STATE"; '
-              "sleep 0.6; exit $rc")
+    script = (
+        f'{AFTER_FIRST_SAMPLE}; echo {BUSY_MIB} > "$FAKE_GPU_STATE"; sleep 0.6; {quoted} --output-dir '
+        f'"$PROCTOR_RUN_DIR"; rc=$?; sleep 0.4; echo {BASE_MIB} > "$FAKE_GPU_STATE"; '
+        "sleep 0.6; exit $rc"
+    )
     return ["sh", "-c", script]
 
 
@@ -119,10 +140,27 @@ def _sh(word: str) -> str:
 
 
 def bench_argv(url: str, concurrency: int, prompts: int, osl: int = 8) -> list[str]:
-    return [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", url, "--isl", "16",
-            "--osl", str(osl), "--concurrency", str(concurrency), "--num-prompts", str(prompts),
-            "--num-warmups", "2", "--percentiles", "50,90,99", "--save-detailed",
-            "--no-progress"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "proctor.workloads.loadgen",
+        "--base-url",
+        url,
+        "--isl",
+        "16",
+        "--osl",
+        str(osl),
+        "--concurrency",
+        str(concurrency),
+        "--num-prompts",
+        str(prompts),
+        "--num-warmups",
+        "2",
+        "--percentiles",
+        "50,90,99",
+        "--save-detailed",
+        "--no-progress",
+    ]
 
 
 def run_id_of(result: subprocess.CompletedProcess[str]) -> str:
@@ -133,8 +171,16 @@ def run_id_of(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def bench_run(env: Env, url: str, name: str, concurrency: int, prompts: int) -> str:
-    r = proctor(env, "run", "--name", name, "--gpu-sample", "0.2", "--",
-                *workload(env, bench_argv(url, concurrency, prompts)))
+    r = proctor(
+        env,
+        "run",
+        "--name",
+        name,
+        "--gpu-sample",
+        "0.2",
+        "--",
+        *workload(env, bench_argv(url, concurrency, prompts)),
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return run_id_of(r)
 
@@ -144,9 +190,25 @@ def bench_with_repeats(env: Env, repeats: int) -> str:
     from tests.fixtures.fake_openai_server import FakeServer
 
     with FakeServer() as srv:
-        r = proctor(env, "bench", "--base-url", srv.base_url, "--isl", "8", "--osl", "4",
-                    "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "1",
-                    "--repeat", str(repeats), "--json")  # fmt: skip
+        r = proctor(
+            env,
+            "bench",
+            "--base-url",
+            srv.base_url,
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "6",
+            "--num-warmups",
+            "1",
+            "--repeat",
+            str(repeats),
+            "--json",
+        )
     assert r.returncode == 0, r.stderr[-2000:]
     return str(json.loads(r.stdout)["run_id"])
 
@@ -164,8 +226,12 @@ def sweep_runs(env: Env, url: str, group: str, levels: list[int], prompts: int) 
     os.environ.update(env.env)  # the wrapper inherits this process's environment
     try:
         for c in levels:
-            flags = RunFlags(argv=workload(env, bench_argv(url, c, prompts)),
-                             name=f"{group}-c{c}", gpu_sample=0.2, cwd=str(REPO))
+            flags = RunFlags(
+                argv=workload(env, bench_argv(url, c, prompts)),
+                name=f"{group}-c{c}",
+                gpu_sample=0.2,
+                cwd=str(REPO),
+            )
             plan = resolve_run_plan(flags, load_config(), env.env)
             started = start_run(plan, RunSpec(kind="bench", group=group))
             state = wait_run(started.run, timeout=180)
@@ -197,11 +263,24 @@ def answer_key_url(data: Path) -> Iterator[str]:
 
 
 def gsm8k_run(env: Env, url: str, data: Path, name: str = "gsm8k-l5") -> str:
-    argv = [sys.executable, "-m", "proctor.workloads.gsm8k", "--base-url", url, "--model", "m1",
-            "--fewshot", "3", "--limit", "5", "--num-concurrent", "2", "--data", str(data)]
-    with_hf = Env(env.runs_dir, {**env.env, "HF_HOME": str(env.runs_dir.parent / "hf")},
-                  env.state)
-    r = proctor(with_hf, "run", "--name", name, "--gpu-sample", "0.2", "--",
-                *workload(env, argv))
+    argv = [
+        sys.executable,
+        "-m",
+        "proctor.workloads.gsm8k",
+        "--base-url",
+        url,
+        "--model",
+        "m1",
+        "--fewshot",
+        "3",
+        "--limit",
+        "5",
+        "--num-concurrent",
+        "2",
+        "--data",
+        str(data),
+    ]
+    with_hf = Env(env.runs_dir, {**env.env, "HF_HOME": str(env.runs_dir.parent / "hf")}, env.state)
+    r = proctor(with_hf, "run", "--name", name, "--gpu-sample", "0.2", "--", *workload(env, argv))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     return run_id_of(r)

@@ -46,15 +46,17 @@ def assert_clean(check: BrowserCheck, info: dict[str, Any], figures: set[str]) -
     assert check.screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_run_report(report_env: runs.Env, served: dict[str, str], chromium: str,
-                          tmp_path: Path, artifacts: Path) -> None:
+def test_bench_run_report(
+    report_env: runs.Env, served: dict[str, str], chromium: str, tmp_path: Path, artifacts: Path
+) -> None:
     out = tmp_path / "bench.html"
     info = report(report_env, out, served["bench"])
     assert info["kind"] == "run" and info["runs"] == [served["bench"]]
     check = check_page(out, screenshot=tmp_path / "bench.png", chromium=chromium)
     keep(tmp_path / "bench.png", artifacts)
-    assert_clean(check, info, {"gpu-memory", "latency-ttft", "latency-tpot", "latency-itl",
-                               "latency-e2el"})
+    assert_clean(
+        check, info, {"gpu-memory", "latency-ttft", "latency-tpot", "latency-itl", "latency-e2el"}
+    )
     html = out.read_text()
     assert "<script src" not in html and "http://" not in html.split("<script>")[0]
     for check_name in ("result known", "logs verified", "machine state verified"):
@@ -68,8 +70,9 @@ def test_bench_run_report(report_env: runs.Env, served: dict[str, str], chromium
     assert max(ys) == runs.BUSY_MIB and ys[-1] == runs.BASE_MIB
 
 
-def test_sweep_report(report_env: runs.Env, served: dict[str, str], chromium: str,
-                      tmp_path: Path, artifacts: Path) -> None:
+def test_sweep_report(
+    report_env: runs.Env, served: dict[str, str], chromium: str, tmp_path: Path, artifacts: Path
+) -> None:
     out = tmp_path / "sweep.html"
     info = report(report_env, out, "sweep-a")
     assert info["kind"] == "sweep"
@@ -81,11 +84,13 @@ def test_sweep_report(report_env: runs.Env, served: dict[str, str], chromium: st
     assert tput["data"][0]["x"] == [1, 2, 4]
 
 
-def test_gsm8k_eval_report(report_env: runs.Env, gsm8k_id: str, chromium: str,
-                           tmp_path: Path, artifacts: Path) -> None:
+def test_gsm8k_eval_report(
+    report_env: runs.Env, gsm8k_id: str, chromium: str, tmp_path: Path, artifacts: Path
+) -> None:
     baseline = tmp_path / "models_accuracy.json"
-    baseline.write_text(json.dumps([{"model_name": "m1", "accuracy_threshold": 0.7,
-                                     "accuracy_baseline": 0.75}]))
+    baseline.write_text(
+        json.dumps([{"model_name": "m1", "accuracy_threshold": 0.7, "accuracy_baseline": 0.75}])
+    )
     out = tmp_path / "gsm8k.html"
     info = report(report_env, out, gsm8k_id, "--baseline", str(baseline))
     check = check_page(out, screenshot=tmp_path / "gsm8k.png", chromium=chromium)
@@ -99,9 +104,9 @@ def test_gsm8k_eval_report(report_env: runs.Env, gsm8k_id: str, chromium: str,
     assert [s["y0"] for s in fig["layout"]["shapes"]] == [0.7, 0.75]
 
 
-def test_comparison_report_marks_regressions(report_env: runs.Env, served: dict[str, str],
-                                             chromium: str, tmp_path: Path,
-                                             artifacts: Path) -> None:
+def test_comparison_report_marks_regressions(
+    report_env: runs.Env, served: dict[str, str], chromium: str, tmp_path: Path, artifacts: Path
+) -> None:
     out = tmp_path / "compare.html"
     info = report(report_env, out, "--compare", served["bench"], served["slow"])
     assert info["kind"] == "compare"
@@ -129,8 +134,9 @@ class _Hits:
         self.paths: list[str] = []
 
 
-def test_checker_sees_requests_console_errors_and_empty_plots(chromium: str,
-                                                              tmp_path: Path) -> None:
+def test_checker_sees_requests_console_errors_and_empty_plots(
+    chromium: str, tmp_path: Path
+) -> None:
     hits = _Hits()
 
     class Handler(BaseHTTPRequestHandler):
@@ -167,12 +173,19 @@ def test_checker_sees_requests_console_errors_and_empty_plots(chromium: str,
 
 
 def test_no_chromium_is_unavailable(tmp_path: Path) -> None:
-    code = ("import sys; from pathlib import Path; from proctor.report import check_page\n"
-            "from proctor.errors import TargetUnavailable\n"
-            "try:\n    check_page(Path('x.html'))\nexcept TargetUnavailable as e:\n"
-            "    print(e.exit_code, e.one_line()); sys.exit(0)\nsys.exit(1)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={"PATH": str(tmp_path)}, timeout=60)
+    code = (
+        "import sys; from pathlib import Path; from proctor.report import check_page\n"
+        "from proctor.errors import TargetUnavailable\n"
+        "try:\n    check_page(Path('x.html'))\nexcept TargetUnavailable as e:\n"
+        "    print(e.exit_code, e.one_line()); sys.exit(0)\nsys.exit(1)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(tmp_path)},
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("69 no chromium found on PATH")
 

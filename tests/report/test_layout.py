@@ -34,9 +34,9 @@ def written(store: pages.Store, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 
 @pytest.mark.parametrize("kind", pages.KINDS)
-def test_page_reads_without_overlap_or_sideways_scroll(kind: str, written: dict[str, Path],
-                                                      chromium: str, tmp_path: Path,
-                                                      artifacts: Path) -> None:  # fmt: skip
+def test_page_reads_without_overlap_or_sideways_scroll(
+    kind: str, written: dict[str, Path], chromium: str, tmp_path: Path, artifacts: Path
+) -> None:
     for width in WIDTHS:
         shot = tmp_path / f"{kind}-{width}.png"
         check = check_page(written[kind], screenshot=shot, chromium=chromium, width=width)
@@ -88,8 +88,9 @@ def test_the_verdict_reads_as_it_is(written: dict[str, Path], chromium: str) -> 
     assert workload[1:5] == ["bench-small", "bench", workload[3], "INVALID"], workload
 
 
-def test_a_headline_card_comes_first(written: dict[str, Path], chromium: str,
-                                     store: pages.Store) -> None:  # fmt: skip
+def test_a_headline_card_comes_first(
+    written: dict[str, Path], chromium: str, store: pages.Store
+) -> None:
     """Under the title, before any table or plot: the verdict and why, output tok/s, TTFT and
     TPOT p50/p99, errors, energy per token, as metrics.json has them."""
     import json

@@ -30,8 +30,15 @@ def _run(env: runs.Env, *argv: str, name: str = "cmd") -> str:
 
 
 def test_text_is_escaped_and_secrets_stay_out(env: runs.Env) -> None:
-    rid = _run(env, "-e", "HF_TOKEN=hf_s3cretvalue42", "--", "sh", "-c",
-               "echo '<script>alert(1)</script>' \"$HF_TOKEN\"; exit 3")
+    rid = _run(
+        env,
+        "-e",
+        "HF_TOKEN=hf_s3cretvalue42",
+        "--",
+        "sh",
+        "-c",
+        "echo '<script>alert(1)</script>' \"$HF_TOKEN\"; exit 3",
+    )
     html = build_report(env.runs_dir, [rid]).html
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -43,8 +50,7 @@ def test_tampered_log_and_unknown_result_fail_their_checks(env: runs.Env) -> Non
     rid = _run(env, "--", "sh", "-c", "echo hello")
     run = RunDir(env.runs_dir / rid)
     statuses = {c.name: c.status for c in load_run(run).checks}
-    assert statuses == {"result known": "ok", "logs verified": "ok",
-                      "machine state verified": "ok"}
+    assert statuses == {"result known": "ok", "logs verified": "ok", "machine state verified": "ok"}
     run.log_path().write_text("hello, edited\n")
     (run.path / "exit_code").unlink()
     view = load_run(run)
@@ -60,7 +66,9 @@ def test_tampered_log_and_unknown_result_fail_their_checks(env: runs.Env) -> Non
 
 def test_gpu_memory_not_released_fails_machine_check(env: runs.Env) -> None:
     # The stand-in GPU stays at 9000 MiB after the command: a leak the report must call out.
-    rid = _run(env, "--", "sh", "-c", f'{runs.AFTER_FIRST_SAMPLE}; echo 9000 > "{env.state}"; sleep 0.6')
+    rid = _run(
+        env, "--", "sh", "-c", f'{runs.AFTER_FIRST_SAMPLE}; echo 9000 > "{env.state}"; sleep 0.6'
+    )
     check = {c.name: c for c in load_run(RunDir(env.runs_dir / rid)).checks}
     assert check["machine state verified"].status == "fail"
     assert "GPU 0 holds 8488 MiB more than at start" in check["machine state verified"].detail
@@ -144,36 +152,67 @@ def test_cdf_thinning_keeps_shape_and_tail() -> None:
 
 def test_gpu_csv_skips_bad_rows(tmp_path: Path) -> None:
     csv = tmp_path / "gpu.csv"
-    csv.write_text("time,index,uuid,name,memory_used_mib,memory_total_mib,utilization_pct,"
-                   "processes\n2026-01-01T00:00:00+00:00,0,u,H200,100.0,1000.0,1,\n"
-                   "garbage,0,u,H200,x,1000.0,1,\n2026-01-01T00:00:03+00:00,0,u,H200,700.0,"
-                   "1000.0,1,\n")  # fmt: skip
+    csv.write_text(
+        "time,index,uuid,name,memory_used_mib,memory_total_mib,utilization_pct,"
+        "processes\n2026-01-01T00:00:00+00:00,0,u,H200,100.0,1000.0,1,\n"
+        "garbage,0,u,H200,x,1000.0,1,\n2026-01-01T00:00:03+00:00,0,u,H200,700.0,"
+        "1000.0,1,\n"
+    )
     series = read_gpu_csv(csv)
     assert series.bad_rows == 1 and [t.used_mib for t in series.traces] == [[100.0, 700.0]]
     assert series.traces[0].peak_mib == 700.0 and series.traces[0].total_mib == 1000.0
 
 
 def test_metrics_of_gsm8k_and_bench_documents() -> None:
-    gsm = metrics_of_doc({"kind": "gsm8k", "metrics": {
-        "exact_match_flexible_extract": 0.8, "exact_match_flexible_extract_stderr": 0.2,
-        "exact_match_strict_match": 0.4, "exact_match_strict_match_stderr": None,
-        "n_samples": 5}})  # fmt: skip
+    gsm = metrics_of_doc(
+        {
+            "kind": "gsm8k",
+            "metrics": {
+                "exact_match_flexible_extract": 0.8,
+                "exact_match_flexible_extract_stderr": 0.2,
+                "exact_match_strict_match": 0.4,
+                "exact_match_strict_match_stderr": None,
+                "n_samples": 5,
+            },
+        }
+    )
     assert gsm["gsm8k_exact_match_flexible"].stderr == 0.2
     assert gsm["gsm8k_exact_match_strict"].stderr is None
     assert gsm["gsm8k_exact_match_flexible"].direction == "higher"
-    bench = metrics_of_doc({"schema": "proctor.bench.metrics", "metrics": {
-        "completed": 100, "mean_ttft_ms": 50.0, "std_ttft_ms": 10.0, "p99_ttft_ms": 80.0}})
+    bench = metrics_of_doc(
+        {
+            "schema": "proctor.bench.metrics",
+            "metrics": {
+                "completed": 100,
+                "mean_ttft_ms": 50.0,
+                "std_ttft_ms": 10.0,
+                "p99_ttft_ms": 80.0,
+            },
+        }
+    )
     assert math.isclose(bench["mean_ttft_ms"].stderr or 0, 1.0)
     assert bench["p99_ttft_ms"].stderr is None
 
 
-@pytest.mark.parametrize(("direction", "change", "verdict"), [
-    ("lower", 0.09, "worse (within tolerance)"), ("lower", 0.11, "regression"),
-    ("higher", -0.04, "worse (within tolerance)"), ("higher", -0.06, "regression"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("direction", "change", "verdict"),
+    [
+        ("lower", 0.09, "worse (within tolerance)"),
+        ("lower", 0.11, "regression"),
+        ("higher", -0.04, "worse (within tolerance)"),
+        ("higher", -0.06, "regression"),
+    ],
+)
 def test_judge_uses_default_tolerances(direction: str, change: float, verdict: str) -> None:
-    row = CompareRow(metric="m", a=1.0, b=1.0 + change, change=change, delta=change,
-                     direction=direction, assessment="worse")  # type: ignore[arg-type]
+    row = CompareRow(
+        metric="m",
+        a=1.0,
+        b=1.0 + change,
+        change=change,
+        delta=change,
+        direction=direction,
+        assessment="worse",
+    )  # type: ignore[arg-type]
     assert judge(row).verdict == verdict and judge(row).regression == (verdict == "regression")
 
 
@@ -191,8 +230,10 @@ def _bench_dir(runs_dir: Path, rid: str, cost: dict | None) -> None:
     run = runs_dir / rid
     run.mkdir(parents=True)
     (run / "record.json").write_text(json.dumps({"run_id": rid, "name": "b", "kind": "bench"}))
-    doc = {"schema": "proctor.bench.metrics",
-           "metrics": {"duration": 36.0, "total_output_tokens": 20000, "completed": 10}}
+    doc = {
+        "schema": "proctor.bench.metrics",
+        "metrics": {"duration": 36.0, "total_output_tokens": 20000, "completed": 10},
+    }
     (run / "metrics.json").write_text(json.dumps(doc))
     if cost is not None:
         (run / COST_FILE).write_text(json.dumps(cost))
@@ -231,13 +272,13 @@ def test_a_bench_with_repeats_shows_mean_and_ci_beside_its_metrics(tmp_path: Pat
     doc = json.loads((env.runs_dir / run_id / "metrics.json").read_text())
     assert doc["repeats"]["n"] == 3
     assert "mean ± 95% CI (3 repeats)" in page
-    for key, name in (("output_throughput", "output_throughput"),
-                      ("mean_ttft_ms", "mean_ttft_ms")):  # fmt: skip
+    for key, name in (("output_throughput", "output_throughput"), ("mean_ttft_ms", "mean_ttft_ms")):
         stat = doc["repeats"]["stats"][key]
         cell = f"{stat['mean']:,.2f} ± {stat['ci95_half']:,.2f} (n=3)"
         # In the metric's own row of the metrics table.
-        assert re.search(rf"<td>{name}</td><td[^>]*>[^<]*</td><td[^>]*>{re.escape(cell)}</td>",
-                         page), (name, cell)  # fmt: skip
+        assert re.search(
+            rf"<td>{name}</td><td[^>]*>[^<]*</td><td[^>]*>{re.escape(cell)}</td>", page
+        ), (name, cell)
 
 
 def test_a_bench_without_repeats_has_no_repeats_column(tmp_path: Path) -> None:

@@ -31,15 +31,39 @@ def test_bench_report_has_timeline_validity_server_and_energy(tmp_path: Path) ->
     tools.mkdir()
     (tools / "nvidia-smi").write_text(FAKE_SMI.format(py=sys.executable))
     (tools / "nvidia-smi").chmod(0o755)
-    env = runs.Env(tmp_path / "runs", {**os.environ, "COLUMNS": "200",
-                                       "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
-                                       "PROCTOR_RUNS_DIR": str(tmp_path / "runs")},
-                   tmp_path / "state")  # fmt: skip
+    env = runs.Env(
+        tmp_path / "runs",
+        {
+            **os.environ,
+            "COLUMNS": "200",
+            "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
+            "PROCTOR_RUNS_DIR": str(tmp_path / "runs"),
+        },
+        tmp_path / "state",
+    )
     with runs.fake_server("--itl", "0.005", "--max-running", "2") as url:
-        r = runs.proctor(env, "bench", "--base-url", url, "--isl", "8", "--osl", "16",
-                         "--concurrency", "6", "--num-prompts", "60", "--num-warmups", "2",
-                         "--tokenizer-mode", "approx", "--gpu-sample", "0.2",
-                         "--idle-power-w", "100")  # fmt: skip
+        r = runs.proctor(
+            env,
+            "bench",
+            "--base-url",
+            url,
+            "--isl",
+            "8",
+            "--osl",
+            "16",
+            "--concurrency",
+            "6",
+            "--num-prompts",
+            "60",
+            "--num-warmups",
+            "2",
+            "--tokenizer-mode",
+            "approx",
+            "--gpu-sample",
+            "0.2",
+            "--idle-power-w",
+            "100",
+        )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     out = tmp_path / "report.html"
     rep = runs.proctor(env, "report", "last", "-o", str(out), "--json")
@@ -47,8 +71,15 @@ def test_bench_report_has_timeline_validity_server_and_energy(tmp_path: Path) ->
     figures = {f["id"]: f for f in json.loads(rep.stdout)["figures"]}
     assert figures["timeline"]["points"] > 0
     html = out.read_text()
-    for words in ("Server and GPU over time", "server: running requests",
-                  "server: waiting requests", "GPU 0 power (W)", "<h2>Validity</h2>",
-                  "Server against client", "generated tokens", "energy per output token",
-                  "given (--idle-power-w)"):  # fmt: skip
+    for words in (
+        "Server and GPU over time",
+        "server: running requests",
+        "server: waiting requests",
+        "GPU 0 power (W)",
+        "<h2>Validity</h2>",
+        "Server against client",
+        "generated tokens",
+        "energy per output token",
+        "given (--idle-power-w)",
+    ):
         assert words in html, words

@@ -46,13 +46,19 @@ def test_default_tolerances(name: str, value: float, base: float, status: str) -
 
 def test_within_noise_needs_a_stderr() -> None:
     spec = MetricBaseline(value=1000.0, stderr=80.0)
-    assert check_metric("output_throughput", m("output_throughput", 930.0), spec).status \
-        == "within_noise"  # -7%, but inside one stderr
-    assert check_metric("output_throughput", m("output_throughput", 910.0), spec).status \
-        == "regression"
-    # the result's own stderr widens the band (combined in quadrature: sqrt(80² + 60²) = 100)
-    assert check_metric("output_throughput", m("output_throughput", 910.0, 60.0), spec).status \
+    assert (
+        check_metric("output_throughput", m("output_throughput", 930.0), spec).status
         == "within_noise"
+    )  # -7%, but inside one stderr
+    assert (
+        check_metric("output_throughput", m("output_throughput", 910.0), spec).status
+        == "regression"
+    )
+    # the result's own stderr widens the band (combined in quadrature: sqrt(80² + 60²) = 100)
+    assert (
+        check_metric("output_throughput", m("output_throughput", 910.0, 60.0), spec).status
+        == "within_noise"
+    )
 
 
 def test_explicit_direction_and_tolerance() -> None:
@@ -114,8 +120,9 @@ ATOM = AccuracyEntry(model_name="M", accuracy_threshold=0.93, accuracy_baseline=
     ],
 )
 def test_accuracy_verdicts(value: float, stderr: float, status: str) -> None:
-    (v,) = check({"gsm8k_exact_match_flexible": m("gsm8k_exact_match_flexible", value, stderr)},
-                 [ATOM])
+    (v,) = check(
+        {"gsm8k_exact_match_flexible": m("gsm8k_exact_match_flexible", value, stderr)}, [ATOM]
+    )
     assert v.status == status, v.message
 
 
@@ -136,11 +143,18 @@ def test_atom_file_against_lm_eval_result() -> None:
 def test_mtp_acceptance_percent_or_fraction() -> None:
     entry = AccuracyEntry(model_name="M", accuracy_threshold=0.5, mtp_accept_threshold=0.7)
     acc = m("gsm8k_exact_match_flexible", 0.9, 0.01)
-    ok = check({"gsm8k_exact_match_flexible": acc,
-                "spec_acceptance_rate": m("spec_acceptance_rate", 73.47)}, [entry])
+    ok = check(
+        {
+            "gsm8k_exact_match_flexible": acc,
+            "spec_acceptance_rate": m("spec_acceptance_rate", 73.47),
+        },
+        [entry],
+    )
     assert [v.status for v in ok] == ["pass", "pass"]
-    low = check({"gsm8k_exact_match_flexible": acc,
-                 "mtp_acceptance_rate": m("mtp_acceptance_rate", 0.65)}, [entry])
+    low = check(
+        {"gsm8k_exact_match_flexible": acc, "mtp_acceptance_rate": m("mtp_acceptance_rate", 0.65)},
+        [entry],
+    )
     assert low[1].status == "regression"
 
 
@@ -153,14 +167,18 @@ def test_entry_selection_errors() -> None:
 
 
 def test_compare_rows() -> None:
-    a = {"total_token_throughput": m("total_token_throughput", 1000.0),
-         "mean_ttft_ms": m("mean_ttft_ms", 100.0),
-         "gsm8k_exact_match_flexible": m("gsm8k_exact_match_flexible", 0.95, 0.006),
-         "only_here": m("total_input_tokens", 5)}
-    b = {"total_token_throughput": m("total_token_throughput", 900.0),
-         "mean_ttft_ms": m("mean_ttft_ms", 90.0),
-         "gsm8k_exact_match_flexible": m("gsm8k_exact_match_flexible", 0.945, 0.006),
-         "request_goodput": m("request_goodput", 2.0)}
+    a = {
+        "total_token_throughput": m("total_token_throughput", 1000.0),
+        "mean_ttft_ms": m("mean_ttft_ms", 100.0),
+        "gsm8k_exact_match_flexible": m("gsm8k_exact_match_flexible", 0.95, 0.006),
+        "only_here": m("total_input_tokens", 5),
+    }
+    b = {
+        "total_token_throughput": m("total_token_throughput", 900.0),
+        "mean_ttft_ms": m("mean_ttft_ms", 90.0),
+        "gsm8k_exact_match_flexible": m("gsm8k_exact_match_flexible", 0.945, 0.006),
+        "request_goodput": m("request_goodput", 2.0),
+    }
     rows = {r.metric: r for r in compare(a, b)}
     assert rows["total_token_throughput"].assessment == "worse"
     assert rows["total_token_throughput"].change == pytest.approx(-0.1)
@@ -184,7 +202,7 @@ def test_compare_with_repeats_on_both_sides_uses_the_95pct_interval() -> None:
     inside = {"output_throughput": rep("output_throughput", 965.0, 10.0, 3)}
     beyond = {"output_throughput": rep("output_throughput", 955.0, 10.0, 3)}
     row = compare(a, inside)[0]
-    assert row.method == "ci95" and row.noise == pytest.approx(2.776 * 200 ** 0.5)
+    assert row.method == "ci95" and row.noise == pytest.approx(2.776 * 200**0.5)
     # 3.5% worse: one stderr (14.1) would call it worse; the interval says noise.
     assert row.assessment == "within_noise"
     assert compare(a, beyond)[0].assessment == "worse"

@@ -36,8 +36,12 @@ def test_vllm_printed_block_matches_its_own_result_json() -> None:
         assert name in j, name
         assert value == pytest.approx(j[name], abs=0.0051), name
     # std_* and the per-request arrays exist only in the JSON; arrays are not metrics.
-    assert {n for n in j if n not in p} == {"std_ttft_ms", "std_tpot_ms", "std_itl_ms",
-                                            "std_e2el_ms"}  # fmt: skip
+    assert {n for n in j if n not in p} == {
+        "std_ttft_ms",
+        "std_tpot_ms",
+        "std_itl_ms",
+        "std_e2el_ms",
+    }
     assert "latencies" not in j and "queue_times" not in j
 
 
@@ -56,8 +60,11 @@ def test_lm_eval_results_json_and_printed_table_agree() -> None:
     table = parse_path(LM_EVAL_TABLE)
     assert js.kind == "lm-eval" and table.kind == "lm-eval-table"
     assert js.meta["model_name"] == "smollm2" and js.meta["n_shot"] == {"gsm8k": 3}
-    assert js.values() == {"gsm8k_exact_match_flexible": 0.0, "gsm8k_exact_match_strict": 0.0,
-                           "gsm8k_n_samples": 5.0}  # fmt: skip
+    assert js.values() == {
+        "gsm8k_exact_match_flexible": 0.0,
+        "gsm8k_exact_match_strict": 0.0,
+        "gsm8k_n_samples": 5.0,
+    }
     assert js.metrics["gsm8k_exact_match_flexible"].stderr == 0.0
     for name in ("gsm8k_exact_match_flexible", "gsm8k_exact_match_strict"):
         assert table.metrics[name].value == js.metrics[name].value
@@ -68,14 +75,22 @@ def test_lm_eval_results_json_and_printed_table_agree() -> None:
 def test_proctor_gsm8k_metrics_json_as_written_by_the_workload(tmp_path: Path) -> None:
     # The document run_gsm8k writes, from the real lm-eval results.
     result = read_results(LM_EVAL_JSON)
-    doc = {"schema": GSM8K_SCHEMA, "kind": "gsm8k", "status": "ok",
-           "config": {"model": "smollm2", "num_fewshot": 3, "limit": 5},
-           "metrics": result.to_metrics(), "lm_eval_version": result.lm_eval_version}  # fmt: skip
+    doc = {
+        "schema": GSM8K_SCHEMA,
+        "kind": "gsm8k",
+        "status": "ok",
+        "config": {"model": "smollm2", "num_fewshot": 3, "limit": 5},
+        "metrics": result.to_metrics(),
+        "lm_eval_version": result.lm_eval_version,
+    }
     (tmp_path / "metrics.json").write_text(json.dumps(doc))
     parsed = parse_path(tmp_path)  # a run directory
     assert parsed.kind == "gsm8k" and parsed.meta["model"] == "smollm2"
-    assert parsed.values() == {"gsm8k_exact_match_flexible": 0.0, "gsm8k_exact_match_strict": 0.0,
-                               "gsm8k_n_samples": 5.0}  # fmt: skip
+    assert parsed.values() == {
+        "gsm8k_exact_match_flexible": 0.0,
+        "gsm8k_exact_match_strict": 0.0,
+        "gsm8k_n_samples": 5.0,
+    }
     assert parsed.metrics["gsm8k_exact_match_flexible"].stderr == 0.0
     # The accuracy baseline check sees the metric name it needs: 0.0 < 0.3 is a regression.
     entries = tmp_path / "models_accuracy.json"
@@ -86,8 +101,17 @@ def test_proctor_gsm8k_metrics_json_as_written_by_the_workload(tmp_path: Path) -
 
 def test_failed_gsm8k_metrics_json_has_no_metrics(tmp_path: Path) -> None:
     path = tmp_path / "metrics.json"
-    path.write_text(json.dumps({"schema": GSM8K_SCHEMA, "kind": "gsm8k", "status": "failed",
-                                "error": "lm-eval exited with status 1", "metrics": {}}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "schema": GSM8K_SCHEMA,
+                "kind": "gsm8k",
+                "status": "failed",
+                "error": "lm-eval exited with status 1",
+                "metrics": {},
+            }
+        )
+    )
     parsed = parse_path(path)
     assert parsed.kind == "gsm8k" and parsed.metrics == {} and parsed.meta["status"] == "failed"
 
@@ -95,13 +119,17 @@ def test_failed_gsm8k_metrics_json_has_no_metrics(tmp_path: Path) -> None:
 def test_offline_metrics_json_from_a_real_offline_run(tmp_path: Path) -> None:
     # run_offline on a real process that prints vLLM's `bench throughput` line.
     line = "Throughput: 3.00 requests/s, 900.00 total tokens/s, 300.00 output tokens/s"
-    result = run_offline([sys.executable, "-c", f"print({line!r})"], tmp_path, engine="vllm",
-                         echo=False)  # fmt: skip
+    result = run_offline(
+        [sys.executable, "-c", f"print({line!r})"], tmp_path, engine="vllm", echo=False
+    )
     assert result.status == "ok"
     parsed = parse_path(tmp_path)
     assert parsed.kind == "offline" and parsed.meta["engine"] == "vllm"
-    assert parsed.values() == {"request_throughput": 3.0, "total_token_throughput": 900.0,
-                               "output_throughput": 300.0}  # fmt: skip
+    assert parsed.values() == {
+        "request_throughput": 3.0,
+        "total_token_throughput": 900.0,
+        "output_throughput": 300.0,
+    }
     assert parsed.metrics["output_throughput"].unit == "tok/s"
 
 
@@ -111,8 +139,13 @@ def test_a_server_log_is_not_a_result() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proctor.cli.main", *args], text=True,
-                          capture_output=True, timeout=60, env={**os.environ})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "proctor.cli.main", *args],
+        text=True,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ},
+    )
 
 
 def test_cli_parse_of_captured_files() -> None:

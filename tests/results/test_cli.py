@@ -42,15 +42,27 @@ def test_parse_table() -> None:
 
 
 def test_check_regression_exits_7() -> None:
-    code, out = run("results", "check", str(SAMPLES / "vllm_result.json"),
-                    "--baselines", str(SAMPLES / "perf_baseline.toml"))
+    code, out = run(
+        "results",
+        "check",
+        str(SAMPLES / "vllm_result.json"),
+        "--baselines",
+        str(SAMPLES / "perf_baseline.toml"),
+    )
     assert code == 7 and "regression in p99_ttft_ms" in out
 
 
 def test_check_within_noise_exits_0_and_json() -> None:
-    code, out = run("results", "check", str(SAMPLES / "lmeval_results.json"),
-                    "--baselines", str(SAMPLES / "models_accuracy.json"),
-                    "--model", "Kimi-K2.5-MXFP4", "--json")
+    code, out = run(
+        "results",
+        "check",
+        str(SAMPLES / "lmeval_results.json"),
+        "--baselines",
+        str(SAMPLES / "models_accuracy.json"),
+        "--model",
+        "Kimi-K2.5-MXFP4",
+        "--json",
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc["status"] == "pass" and doc["verdicts"][0]["metric"] == "gsm8k_exact_match_flexible"
@@ -58,8 +70,13 @@ def test_check_within_noise_exits_0_and_json() -> None:
 
 def test_check_missing_metric_exits_6() -> None:
     # the DeepSeek entry asks for an MTP acceptance rate the lm-eval result does not have
-    code, out = run("results", "check", str(SAMPLES / "lmeval_results.json"),
-                    "--baselines", str(SAMPLES / "models_accuracy.json"))
+    code, out = run(
+        "results",
+        "check",
+        str(SAMPLES / "lmeval_results.json"),
+        "--baselines",
+        str(SAMPLES / "models_accuracy.json"),
+    )
     assert code == 6 and "mtp_acceptance_rate" in out
 
 
@@ -71,8 +88,13 @@ def test_check_bad_baseline_exits_64(tmp_path: Path) -> None:
 
 
 def test_compare_json() -> None:
-    code, out = run("results", "compare", str(SAMPLES / "atom_benchmark.log"),
-                    str(SAMPLES / "vllm_bench_serve.log"), "--json")
+    code, out = run(
+        "results",
+        "compare",
+        str(SAMPLES / "atom_benchmark.log"),
+        str(SAMPLES / "vllm_bench_serve.log"),
+        "--json",
+    )
     assert code == 0
     rows = {r["metric"]: r for r in json.loads(out)}
     assert rows["total_token_throughput"]["assessment"] == "better"
@@ -81,9 +103,24 @@ def test_compare_json() -> None:
 
 def test_bench_command_writes_run_and_reads_back(tmp_path: Path) -> None:
     with FakeServer(itl=0.001) as srv:
-        code, out = run("bench", "--base-url", srv.base_url, "--output-dir", str(tmp_path),
-                        "--isl", "8", "--osl", "4", "--concurrency", "2", "--num-prompts", "6",
-                        "--num-warmups", "0", "--json")
+        code, out = run(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            "--output-dir",
+            str(tmp_path),
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "6",
+            "--num-warmups",
+            "0",
+            "--json",
+        )
     assert code == 0
     assert json.loads(out)["metrics"]["completed"] == 6
     code, out = run("results", "parse", str(tmp_path), "--json")
@@ -94,7 +131,21 @@ def test_bench_command_bad_flag_and_all_failed(tmp_path: Path) -> None:
     code, out = run("bench", "--output-dir", str(tmp_path), "--concurrency", "0")
     assert code == 64 and "concurrency" in out
     with FakeServer(mode="http500") as srv:
-        code, out = run("bench", "--base-url", srv.base_url, "--output-dir", str(tmp_path),
-                        "--isl", "8", "--osl", "4", "--concurrency", "2", "--num-prompts", "4",
-                        "--num-warmups", "0")
+        code, out = run(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            "--output-dir",
+            str(tmp_path),
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "4",
+            "--num-warmups",
+            "0",
+        )
     assert code == 3 and "Serving Benchmark Result" in out

@@ -12,8 +12,10 @@ from proctor.results.cost import COST_FILE, cost_of, format_cost
 from proctor.results.parsers import parse_path
 from proctor.store.db import Store
 
-DOC = {"schema": "proctor.bench.metrics",
-       "metrics": {"duration": 36.0, "total_output_tokens": 20_000, "output_throughput": 555.6}}
+DOC = {
+    "schema": "proctor.bench.metrics",
+    "metrics": {"duration": 36.0, "total_output_tokens": 20_000, "output_throughput": 555.6},
+}
 
 
 def test_price_times_window_over_output_tokens() -> None:
@@ -27,11 +29,14 @@ def test_price_times_window_over_output_tokens() -> None:
     assert line.startswith("Cost: $1.2500 per million output tokens ($2.5/hr, 20000 tokens")
 
 
-@pytest.mark.parametrize(("price", "doc", "why"), [
-    (None, DOC, "price is unknown"),
-    (2.5, {"metrics": {"duration": 0, "total_output_tokens": 10}}, "no measured window"),
-    (2.5, {"metrics": {"duration": 5.0, "total_output_tokens": 0}}, "no output tokens"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("price", "doc", "why"),
+    [
+        (None, DOC, "price is unknown"),
+        (2.5, {"metrics": {"duration": 0, "total_output_tokens": 10}}, "no measured window"),
+        (2.5, {"metrics": {"duration": 5.0, "total_output_tokens": 0}}, "no output tokens"),
+    ],
+)
 def test_unknown_is_not_measured_never_zero(price: float | None, doc: dict, why: str) -> None:
     cost = cost_of(doc, price, 10.0)
     assert cost["available"] is False and why in cost["reason"]
@@ -43,8 +48,9 @@ def _run(tmp_path: Path, cost: dict) -> Path:
     run = tmp_path / "20261203-000000-bench-abcd"
     run.mkdir()
     (run / "metrics.json").write_text(json.dumps(DOC))
-    (run / "record.json").write_text(json.dumps({"run_id": run.name, "kind": "bench",
-                                                 "schema_version": 1}))  # fmt: skip
+    (run / "record.json").write_text(
+        json.dumps({"run_id": run.name, "kind": "bench", "schema_version": 1})
+    )
     (run / COST_FILE).write_text(json.dumps(cost))
     return run
 
@@ -68,5 +74,7 @@ def test_no_price_indexes_no_cost_metric(tmp_path: Path) -> None:
     with Store(tmp_path / "proctor.sqlite") as store:
         store.index_run_dir(run)
         names = {m["name"] for m in store.metrics(run.name)}
-    assert "output_throughput" in names and not names & {"usd_per_million_output_tokens",
-                                                         "run_cost_usd"}  # fmt: skip
+    assert "output_throughput" in names and not names & {
+        "usd_per_million_output_tokens",
+        "run_cost_usd",
+    }

@@ -74,8 +74,9 @@ def test_lm_eval_results() -> None:
 def test_lm_eval_output_dir_layout(tmp_path: Path) -> None:
     d = tmp_path / "out" / "__models__DeepSeek-R1-0528"
     d.mkdir(parents=True)
-    (d / "results_2026-12-01T10-00-00.json").write_text((SAMPLES / "lmeval_results.json")
-                                                         .read_text())
+    (d / "results_2026-12-01T10-00-00.json").write_text(
+        (SAMPLES / "lmeval_results.json").read_text()
+    )
     assert parse_path(tmp_path / "out").kind == "lm-eval"
 
 
@@ -88,19 +89,45 @@ def test_sglang_jsonl_last_line() -> None:
 
 
 def test_summary_round_trip_through_parser() -> None:
-    recs = [RequestRecord(index=i, prompt_len=100 + i, expected_output_len=10, start_time=1.0 + i,
-                          queued_at=1.0, ttft=0.1 * (i + 1), itl=[0.01] * 9, latency=0.5 + i,
-                          end_time=1.5 + 2 * i, output_tokens=10, success=True)
-            for i in range(5)]
-    m = compute_metrics(recs, 6.0, percentiles=[50, 99.9], goodput_slos_ms={"ttft": 250},
-                        max_concurrency=5)
+    recs = [
+        RequestRecord(
+            index=i,
+            prompt_len=100 + i,
+            expected_output_len=10,
+            start_time=1.0 + i,
+            queued_at=1.0,
+            ttft=0.1 * (i + 1),
+            itl=[0.01] * 9,
+            latency=0.5 + i,
+            end_time=1.5 + 2 * i,
+            output_tokens=10,
+            success=True,
+        )
+        for i in range(5)
+    ]
+    m = compute_metrics(
+        recs, 6.0, percentiles=[50, 99.9], goodput_slos_ms={"ttft": 250}, max_concurrency=5
+    )
     text = "some log line\n" + format_summary(m) + "\ntrailing\n"
     back = parse_string(text).values()
     flat = m.flat()
-    for key in ("completed", "failed", "total_input_tokens", "total_output_tokens",
-                "request_throughput", "request_goodput", "output_throughput",
-                "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p50_ttft_ms",
-                "p99.9_tpot_ms", "mean_itl_ms", "p99.9_e2el_ms", "max_concurrency"):
+    for key in (
+        "completed",
+        "failed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "request_goodput",
+        "output_throughput",
+        "total_token_throughput",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p50_ttft_ms",
+        "p99.9_tpot_ms",
+        "mean_itl_ms",
+        "p99.9_e2el_ms",
+        "max_concurrency",
+    ):
         expected = flat[key]
         assert isinstance(expected, (int, float))
         assert back[key] == pytest.approx(expected, abs=0.006), key
@@ -108,8 +135,12 @@ def test_summary_round_trip_through_parser() -> None:
 
 
 def test_proctor_metrics_json(tmp_path: Path) -> None:
-    doc = {"schema": "proctor.bench.metrics", "schema_version": 1, "model": "m",
-           "metrics": {"completed": 3, "mean_ttft_ms": 1.5, "request_goodput": None}}
+    doc = {
+        "schema": "proctor.bench.metrics",
+        "schema_version": 1,
+        "model": "m",
+        "metrics": {"completed": 3, "mean_ttft_ms": 1.5, "request_goodput": None},
+    }
     (tmp_path / "metrics.json").write_text(json.dumps(doc))
     r = parse_path(tmp_path)
     assert r.kind == "proctor-metrics" and r.values() == {"completed": 3, "mean_ttft_ms": 1.5}

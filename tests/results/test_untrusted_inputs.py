@@ -52,8 +52,11 @@ def test_nan_and_inf_in_a_summary_block_are_no_pass(tmp_path: Path) -> None:
     assert parsed.returncode == 0
     doc = json.loads(parsed.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert "output_throughput" not in doc["metrics"] and doc["metrics"]["completed"]["value"] == 100
-    assert doc["meta"]["not_numbers"] == {"output_throughput": "nan",
-                                          "total_token_throughput": "inf", "mean_ttft_ms": "nan"}
+    assert doc["meta"]["not_numbers"] == {
+        "output_throughput": "nan",
+        "total_token_throughput": "inf",
+        "mean_ttft_ms": "nan",
+    }
 
 
 @pytest.mark.parametrize(
@@ -65,17 +68,22 @@ def test_nan_and_inf_in_a_summary_block_are_no_pass(tmp_path: Path) -> None:
         ('{"metrics": {"output_throughput": {"value": true}}}', "b.json", "value"),
         ('{"metrics": {"output_throughput": {"value": "100"}}}', "b.json", "value"),
         ('{"metrics": {"output_throughput": NaN}}', "b.json", "value"),
-        ('{"metrics": {"output_throughput": 100, "output_throughput": 5}}', "b.json",
-         "output_throughput named twice"),
+        (
+            '{"metrics": {"output_throughput": 100, "output_throughput": 5}}',
+            "b.json",
+            "output_throughput named twice",
+        ),
         ('{"metrics": {}}', "b.json", "names no metric"),
         ("[]", "b.json", "no model entry"),
         ('[{"model_name": "m", "accuracy_threshold": 93}]', "b.json", "accuracy_threshold"),
     ],
 )
-def test_a_baseline_that_cannot_judge_is_refused(tmp_path: Path, text: str, name: str,
-                                                 says: str) -> None:
-    res = proctor("results", "check", str(_log(tmp_path)), "--baselines",
-                  str(_baseline(tmp_path, text, name)))
+def test_a_baseline_that_cannot_judge_is_refused(
+    tmp_path: Path, text: str, name: str, says: str
+) -> None:
+    res = proctor(
+        "results", "check", str(_log(tmp_path)), "--baselines", str(_baseline(tmp_path, text, name))
+    )
     assert res.returncode == 64, res.stdout + res.stderr
     assert says in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
@@ -84,8 +92,7 @@ def test_a_baseline_that_cannot_judge_is_refused(tmp_path: Path, text: str, name
 def _run_printing_block(tmp_path: Path, status: int) -> tuple[Path, dict[str, str]]:
     runs = tmp_path / "runs"
     env = {"PROCTOR_RUNS_DIR": str(runs)}
-    code = (f"import sys; sys.stdout.write(open({str(_log(tmp_path))!r}).read()); "
-            f"sys.exit({status})")
+    code = f"import sys; sys.stdout.write(open({str(_log(tmp_path))!r}).read()); sys.exit({status})"
     res = proctor("run", "--gpu-sample", "0", "--", sys.executable, "-c", code, env=env)
     assert res.returncode == status, res.stdout + res.stderr
     return only_run(runs), env
@@ -113,8 +120,10 @@ def test_check_of_a_failed_run_is_no_verdict(tmp_path: Path) -> None:
 def test_a_run_directory_without_a_result_says_so(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     env = {"PROCTOR_RUNS_DIR": str(runs)}
-    assert proctor("run", "--gpu-sample", "0", "--name", "quiet", "--", "true",
-                   env=env).returncode == 0
+    assert (
+        proctor("run", "--gpu-sample", "0", "--name", "quiet", "--", "true", env=env).returncode
+        == 0
+    )
     run_dir = only_run(runs)
     (run_dir / "quiet.log").unlink()  # nothing but proctor's own files left
     res = proctor("check", run_dir.name, "--baselines", str(_baseline(tmp_path)), env=env)
@@ -126,8 +135,11 @@ def test_an_integer_past_the_float_range_is_no_crash(tmp_path: Path) -> None:
     serving = tmp_path / "vllm.json"
     serving.write_text('{"output_throughput": ' + "9" * 400 + ', "request_throughput": 1}')
     lm_eval = tmp_path / "lm.json"
-    lm_eval.write_text('{"results": {"gsm8k": {"exact_match,flexible-extract": ' + "9" * 400
-                       + ', "exact_match_stderr,flexible-extract": "N/A"}}}')
+    lm_eval.write_text(
+        '{"results": {"gsm8k": {"exact_match,flexible-extract": '
+        + "9" * 400
+        + ', "exact_match_stderr,flexible-extract": "N/A"}}}'
+    )
     for path in (serving, lm_eval):
         res = proctor("results", "parse", str(path), "--json")
         assert res.returncode == 0, res.stderr
@@ -153,10 +165,12 @@ def test_a_baseline_that_never_ends_is_refused(tmp_path: Path) -> None:
 
 def test_a_model_named_with_model_gets_no_other_models_threshold(tmp_path: Path) -> None:
     lm_eval = Path(__file__).parent / "samples" / "lmeval_results.json"
-    one = _baseline(tmp_path, json.dumps([{"model_name": "DeepSeek-R1",
-                                           "accuracy_threshold": 0.5}]), "acc.json")
-    res = proctor("results", "check", str(lm_eval), "--baselines", str(one),
-                  "--model", "Llama-3-70B")
+    one = _baseline(
+        tmp_path, json.dumps([{"model_name": "DeepSeek-R1", "accuracy_threshold": 0.5}]), "acc.json"
+    )
+    res = proctor(
+        "results", "check", str(lm_eval), "--baselines", str(one), "--model", "Llama-3-70B"
+    )
     assert res.returncode == 64, res.stdout + res.stderr
     assert "no baseline entry for model 'Llama-3-70B'" in res.stderr
     # Without --model, the only entry is the one (docs/bench.md), as before.
@@ -166,10 +180,16 @@ def test_a_model_named_with_model_gets_no_other_models_threshold(tmp_path: Path)
 def test_an_acceptance_rate_under_one_percent_is_no_pass(tmp_path: Path) -> None:
     # vLLM prints `Acceptance rate (%)`: 0.80 is 0.8 %, read as 80 % (a pass at 0.7) before.
     log = tmp_path / "spec.log"
-    log.write_text(BLOCK.format(out="100.0", total="200.0", ttft="50").replace(
-        "Mean TTFT", "Acceptance rate (%):                     0.80\nMean TTFT"))
-    acc = _baseline(tmp_path, json.dumps([{"model_name": "m", "accuracy_threshold": 0.1,
-                                           "mtp_accept_threshold": 0.7}]), "acc.json")
+    log.write_text(
+        BLOCK.format(out="100.0", total="200.0", ttft="50").replace(
+            "Mean TTFT", "Acceptance rate (%):                     0.80\nMean TTFT"
+        )
+    )
+    acc = _baseline(
+        tmp_path,
+        json.dumps([{"model_name": "m", "accuracy_threshold": 0.1, "mtp_accept_threshold": 0.7}]),
+        "acc.json",
+    )
     res = proctor("results", "check", str(log), "--baselines", str(acc), "--json")
     parsed = proctor("results", "parse", str(log), "--json")
     assert json.loads(parsed.stdout)["metrics"]["spec_acceptance_rate"]["unit"] == "%"

@@ -31,8 +31,14 @@ LAWS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 
 @st.composite
-def records(draw: st.DrawFn, *, rate: float | None = None, on_time: bool = False,
-            min_size: int = 1, max_size: int = 60) -> list[RequestRecord]:  # fmt: skip
+def records(
+    draw: st.DrawFn,
+    *,
+    rate: float | None = None,
+    on_time: bool = False,
+    min_size: int = 1,
+    max_size: int = 60,
+) -> list[RequestRecord]:
     n = draw(st.integers(min_size, max_size))
     due = sorted(draw(st.lists(st.floats(0, 30), min_size=n, max_size=n)))
     limit = delay_limit_ms(rate) / 1000 if rate else 5.0
@@ -64,8 +70,10 @@ def records(draw: st.DrawFn, *, rate: float | None = None, on_time: bool = False
 def document(recs: list[RequestRecord], **cfg: Any) -> dict[str, Any]:
     config = BenchConfig(**{"min_requests": 0, "min_window_s": 0.0, "num_warmups": 2, **cfg})
     span = max(r.end_time for r in recs) - min(r.queued_at for r in recs)
-    warm = [RequestRecord(index=-1 - i, prompt_len=1, expected_output_len=1, warmup=True,
-                          success=True) for i in range(2)]  # fmt: skip
+    warm = [
+        RequestRecord(index=-1 - i, prompt_len=1, expected_output_len=1, warmup=True, success=True)
+        for i in range(2)
+    ]
     metrics = compute_metrics(
         recs, span, max_concurrency=config.concurrency, request_rate=config.rate_or_none
     )
@@ -95,7 +103,8 @@ def test_a_client_on_time_is_never_invalid_for_rate(data: st.DataObject, rate: f
 @LAWS
 @given(recs=records(), rate=st.floats(0.1, 1000), late_s=st.floats(0.06, 30))
 def test_a_client_late_for_most_requests_is_invalid_for_rate(
-        recs: list[RequestRecord], rate: float, late_s: float) -> None:  # fmt: skip
+    recs: list[RequestRecord], rate: float, late_s: float
+) -> None:
     for r in recs:
         r.start_time = r.queued_at + late_s  # every request left late_s behind its time
     doc = document(recs, request_rate=rate, max_error_rate=1.0)
@@ -103,9 +112,12 @@ def test_a_client_late_for_most_requests_is_invalid_for_rate(
 
 
 def _base(duration: float, per_repeat: list[float] | None) -> dict[str, Any]:
-    doc: dict[str, Any] = {"verdict": {"ok": True}, "warmup": {"count": 1, "failed": 0},
-                           "metrics": {"completed": 200, "failed": 0, "duration": duration},
-                           "config": {"request_rate": "inf"}}  # fmt: skip
+    doc: dict[str, Any] = {
+        "verdict": {"ok": True},
+        "warmup": {"count": 1, "failed": 0},
+        "metrics": {"completed": 200, "failed": 0, "duration": duration},
+        "config": {"request_rate": "inf"},
+    }
     if per_repeat is not None:
         doc["repeats"] = {"per_repeat": [{"duration": d} for d in per_repeat]}
     return doc
@@ -119,7 +131,8 @@ def _base(duration: float, per_repeat: list[float] | None) -> dict[str, Any]:
     repeats=st.none() | st.lists(st.floats(0, 50), min_size=2, max_size=5),
 )
 def test_a_longer_window_never_turns_valid_into_invalid(
-        window: float, more: float, need: float, repeats: list[float] | None) -> None:  # fmt: skip
+    window: float, more: float, need: float, repeats: list[float] | None
+) -> None:
     def verdict(d: float, per: list[float] | None) -> str:
         return judge_validity(_base(d, per), None, min_requests=0, min_window_s=need).verdict
 
@@ -150,8 +163,10 @@ def test_the_error_limit_is_the_decimal_written(total: int, data: st.DataObject)
     exact = failed * 10**places <= round(limit * 10**places) * total
     assert judge(recs, limit).ok is exact
     if failed:  # more failures never pass what fewer failed
-        worse = [RequestRecord(index=i, prompt_len=1, expected_output_len=1, success=i >= failed + 1)
-                 for i in range(total)]  # fmt: skip
+        worse = [
+            RequestRecord(index=i, prompt_len=1, expected_output_len=1, success=i >= failed + 1)
+            for i in range(total)
+        ]
         if not judge(recs, limit).ok:
             assert not judge(worse, limit).ok
 

@@ -24,8 +24,11 @@ def pod_cli(
         env["RUNPOD_API_KEY"] = key
     return subprocess.run(
         [sys.executable, "-m", "proctor.cli.pod", *args, "--api-url", emulator.base_url],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -52,9 +55,12 @@ def test_stop_verified(emulator: RunpodEmulator, canary_key: str, home: Path) ->
     done = pod_cli(emulator, "stop", pod_id, "--json", key=canary_key, home=home)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["pods"][0] == {
-        "pod_id": pod_id, "action": "stopped", "desired_status": "EXITED", "verified": True,
+        "pod_id": pod_id,
+        "action": "stopped",
+        "desired_status": "EXITED",
+        "verified": True,
         "error": None,
-    }  # fmt: skip
+    }
     assert emulator.pods[pod_id]["desiredStatus"] == "EXITED"
 
 

@@ -23,8 +23,12 @@ H200 = "NVIDIA H200"
 
 def body(**extra: object) -> PodCreateInput:
     fields: dict[str, object] = {
-        "name": "t", "imageName": "img:1", "gpuTypeIds": [H200], "gpuCount": 1, "ports": ["22/tcp"],
-    }  # fmt: skip
+        "name": "t",
+        "imageName": "img:1",
+        "gpuTypeIds": [H200],
+        "gpuCount": 1,
+        "ports": ["22/tcp"],
+    }
     fields.update(extra)
     return PodCreateInput.model_validate(fields)
 

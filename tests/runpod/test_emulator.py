@@ -53,8 +53,9 @@ def test_ssh_mapping_appears_after_polls_and_hook_is_used(canary_key: str) -> No
         httpx.Client() as http,
     ):
         pod = http.post(emu.base_url + "/pods", json={"imageName": "i"}, headers=auth).json()
-        views = [http.get(f"{emu.base_url}/pods/{pod['id']}", headers=auth).json()
-                 for _ in range(3)]  # fmt: skip
+        views = [
+            http.get(f"{emu.base_url}/pods/{pod['id']}", headers=auth).json() for _ in range(3)
+        ]
     assert [v["portMappings"] for v in views] == [{}, {}, {"22": 2222}]
     assert views[-1]["publicIp"] == "10.200.0.2" and seen == [pod["id"]]
     assert emu.violations == []

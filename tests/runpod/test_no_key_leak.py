@@ -29,8 +29,9 @@ def test_key_in_no_artifact(tmp_path: Path, emulator: RunpodEmulator, canary_key
     client = RunpodClient(canary_key, emulator.base_url)
     volume = resolve_volume(client, project="mxx").volume
     spec = PodSpec(gpu_type="NVIDIA H200", image="img", env={"NOTE": "x"})
-    got = acquire(client, spec, run_id="leak", volume=volume, deadline=time.time() + 20,
-                  backoff=FAST)  # fmt: skip
+    got = acquire(
+        client, spec, run_id="leak", volume=volume, deadline=time.time() + 20, backoff=FAST
+    )
     budget = Budget(started_at=time.time(), max_time_s=3600)
     argv = watchdog_argv(budget, got[0].pod.costPerHr, script="/workspace/.proctor/watchdog.py")
     (run_dir / "watchdog.py").write_text(watchdog_source())
@@ -56,8 +57,11 @@ def test_key_in_no_artifact(tmp_path: Path, emulator: RunpodEmulator, canary_key
     for args in (["list", "--json"], ["status", got[0].pod.id], ["terminate", got[0].pod.id]):
         done = subprocess.run(
             [sys.executable, "-m", "proctor.cli.pod", *args, "--api-url", emulator.base_url],
-            env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         (run_dir / f"cli-{args[0]}.log").write_text(done.stdout + done.stderr)
     client.close()
 

@@ -27,15 +27,15 @@ def test_a_timeout_that_is_no_duration_is_refused_before_any_request(
     pod_id = emulator.add_pod({"gpuTypeIds": [H200]})
     emulator.stop_mode = "ignore"  # a stop that never takes: a nan deadline waited forever
     extra = ["--allow-terminate"] if command == "terminate" else []
-    done = pod_cli(emulator, command, pod_id, "--timeout", value, *extra, key=canary_key,
-                   home=home)
+    done = pod_cli(emulator, command, pod_id, "--timeout", value, *extra, key=canary_key, home=home)
     assert done.returncode == 64, done.stdout + done.stderr
     assert f"invalid --timeout '{value}'" in done.stderr
     assert emulator.calls("POST") == [] and emulator.calls("DELETE") == []
 
 
-def test_a_duration_with_a_unit_is_read(emulator: RunpodEmulator, canary_key: str,
-                                        home: Path) -> None:
+def test_a_duration_with_a_unit_is_read(
+    emulator: RunpodEmulator, canary_key: str, home: Path
+) -> None:
     pod_id = emulator.add_pod({"gpuTypeIds": [H200]})
     done = pod_cli(emulator, "stop", pod_id, "--timeout", "1m", key=canary_key, home=home)
     assert done.returncode == 0, done.stderr

@@ -60,8 +60,10 @@ def test_no_volume_needs_allow_create(emulator: RunpodEmulator, client: RunpodCl
     choice = resolve_volume(client, project="mxx", data_center="EU-RO-1", allow_create_volume=True)
     assert choice.created and choice.volume.name == "mxx"
     assert emulator.calls("POST", "/networkvolumes")[0].body == {
-        "name": "mxx", "size": 100, "dataCenterId": "EU-RO-1",
-    }  # fmt: skip
+        "name": "mxx",
+        "size": 100,
+        "dataCenterId": "EU-RO-1",
+    }
 
 
 def test_other_volume_needs_allow_other(emulator: RunpodEmulator, client: RunpodClient) -> None:
@@ -94,8 +96,15 @@ def test_create_wait_stop_verified(emulator: RunpodEmulator, client: RunpodClien
     vid = emulator.add_volume("mxx", "EU-RO-1")
     volume = resolve_volume(client, project="mxx").volume
     seen: list[str] = []
-    got = acquire(client, SPEC, run_id="r1", volume=volume, deadline=soon(), backoff=FAST,
-                  on_pod=lambda p: seen.append(p.id))  # fmt: skip
+    got = acquire(
+        client,
+        SPEC,
+        run_id="r1",
+        volume=volume,
+        deadline=soon(),
+        backoff=FAST,
+        on_pod=lambda p: seen.append(p.id),
+    )
     assert len(got) == 1 and seen == [got[0].pod.id]
     a = got[0]
     assert a.ssh.port == emulator.pods[a.pod.id]["portMappings"]["22"]
@@ -150,8 +159,15 @@ def test_fallback_gpu_needs_allow_substitution(
         acquire(client, spec, run_id="r", volume=None, deadline=soon(), backoff=FAST)
     assert e.value.flag == "--allow-gpu-substitution"
     assert all(r.body["gpuTypeIds"] == [H200] for r in emulator.calls("POST", "/pods"))
-    got = acquire(client, spec, run_id="r", volume=None, deadline=soon(), backoff=FAST,
-                  grants=Grants(allow_gpu_substitution=True))  # fmt: skip
+    got = acquire(
+        client,
+        spec,
+        run_id="r",
+        volume=None,
+        deadline=soon(),
+        backoff=FAST,
+        grants=Grants(allow_gpu_substitution=True),
+    )
     assert got[0].pod.gpu_type_id == "NVIDIA B200"
 
 
@@ -170,8 +186,9 @@ def test_reuse_starts_a_stopped_pod_and_checks_gpus(
     emulator: RunpodEmulator, client: RunpodClient
 ) -> None:
     pod_id = emulator.add_pod({"gpuTypeIds": [H200], "gpuCount": 2, "name": "old"}, "EXITED")
-    got = acquire(client, SPEC, run_id="r", volume=None, deadline=soon(), backoff=FAST,
-                  reuse_ids=[pod_id])  # fmt: skip
+    got = acquire(
+        client, SPEC, run_id="r", volume=None, deadline=soon(), backoff=FAST, reuse_ids=[pod_id]
+    )
     assert [a.pod.id for a in got] == [pod_id] and not got[0].created
     assert emulator.calls("POST", "/pods") == []
     assert len(emulator.calls("POST", "/pods/{podId}/start")) == 1
@@ -182,8 +199,9 @@ def test_reuse_bigger_pod_needs_allow_more_capacity(
 ) -> None:
     pod_id = emulator.add_pod({"gpuTypeIds": [H200], "gpuCount": 8}, "EXITED")
     with pytest.raises(NotAuthorised) as e:
-        acquire(client, SPEC, run_id="r", volume=None, deadline=soon(), backoff=FAST,
-                reuse_ids=[pod_id])  # fmt: skip
+        acquire(
+            client, SPEC, run_id="r", volume=None, deadline=soon(), backoff=FAST, reuse_ids=[pod_id]
+        )
     assert e.value.flag == "--allow-more-capacity"
     assert emulator.pods[pod_id]["desiredStatus"] == "EXITED"  # we started it, so we stopped it
 
@@ -193,8 +211,9 @@ def test_reuse_other_gpu_needs_allow_substitution(
 ) -> None:
     pod_id = emulator.add_pod({"gpuTypeIds": ["NVIDIA A40"], "gpuCount": 2})
     with pytest.raises(NotAuthorised) as e:
-        acquire(client, SPEC, run_id="r", volume=None, deadline=soon(), backoff=FAST,
-                reuse_ids=[pod_id])  # fmt: skip
+        acquire(
+            client, SPEC, run_id="r", volume=None, deadline=soon(), backoff=FAST, reuse_ids=[pod_id]
+        )
     assert e.value.flag == "--allow-gpu-substitution"
     assert emulator.pods[pod_id]["desiredStatus"] == "RUNNING"  # it ran before us: left as found
 

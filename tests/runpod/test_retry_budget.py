@@ -50,9 +50,13 @@ def test_new_evidence_keeps_retrying_with_backoff() -> None:
     calls, attempt = failing(["a", "a", "a"])
     evidence = iter(range(10))
     result = retry(
-        attempt, deadline=clock() + 1000, evidence=lambda: next(evidence),
-        backoff=Backoff(initial=1, factor=2, maximum=3), clock=clock, sleep=clock.sleep,
-    )  # fmt: skip
+        attempt,
+        deadline=clock() + 1000,
+        evidence=lambda: next(evidence),
+        backoff=Backoff(initial=1, factor=2, maximum=3),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert result == "ok" and calls[0] == 4 and clock.sleeps == [1, 2, 3]
 
 
@@ -60,8 +64,9 @@ def test_different_errors_retry_until_the_deadline() -> None:
     clock = FakeClock()
     calls, attempt = failing([f"e{i}" for i in range(100)])
     with pytest.raises(TargetUnavailable) as e:
-        retry(attempt, deadline=clock() + 10, backoff=Backoff(2, 1, 2),
-              clock=clock, sleep=clock.sleep)  # fmt: skip
+        retry(
+            attempt, deadline=clock() + 10, backoff=Backoff(2, 1, 2), clock=clock, sleep=clock.sleep
+        )
     assert "budget spent" in e.value.message
     assert clock.now <= 1010 and calls[0] == 6
 
@@ -79,8 +84,16 @@ def test_other_errors_are_not_retried() -> None:
 
 def test_poll_gives_none_at_deadline_without_overshooting() -> None:
     clock = FakeClock()
-    assert poll(lambda: None, deadline=clock() + 5, backoff=Backoff(2, 2, 10), clock=clock,
-                sleep=clock.sleep) is None  # fmt: skip
+    assert (
+        poll(
+            lambda: None,
+            deadline=clock() + 5,
+            backoff=Backoff(2, 2, 10),
+            clock=clock,
+            sleep=clock.sleep,
+        )
+        is None
+    )
     assert clock.now == 1005
 
 

@@ -24,12 +24,19 @@ def start_watchdog(
 ) -> subprocess.Popen[str]:
     script = tmp_path / "watchdog.py"
     script.write_text(watchdog_source())  # what the controller uploads
-    env = {"PATH": os.environ["PATH"], "RUNPOD_POD_ID": pod_id, "RUNPOD_API_KEY": key,
-           "PROCTOR_RUNPOD_API_URL": emulator.base_url}  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "RUNPOD_POD_ID": pod_id,
+        "RUNPOD_API_KEY": key,
+        "PROCTOR_RUNPOD_API_URL": emulator.base_url,
+    }
     return subprocess.Popen(
         [PYTHON, str(script), "--poll", "0.1", "--retry", "0.1", *args],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_time_budget_stops_the_pod(
@@ -38,8 +45,9 @@ def test_time_budget_stops_the_pod(
     pod_id = emulator.add_pod({"gpuTypeIds": ["NVIDIA H200"]})
     state = tmp_path / "watchdog.json"
     started = time.time()
-    argv = watchdog_argv(Budget(started_at=started, max_time_s=1.0), None,
-                         script="unused", state_file=str(state))[2:]  # fmt: skip
+    argv = watchdog_argv(
+        Budget(started_at=started, max_time_s=1.0), None, script="unused", state_file=str(state)
+    )[2:]
     proc = start_watchdog(tmp_path, emulator, pod_id, canary_key, argv)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
@@ -69,8 +77,9 @@ def test_failing_stop_is_retried_then_reported(
 ) -> None:
     pod_id = emulator.add_pod({"gpuTypeIds": ["NVIDIA H200"]})
     emulator.stop_mode = "fail"
-    proc = start_watchdog(tmp_path, emulator, pod_id, canary_key,
-                          ["--deadline", str(time.time()), "--attempts", "3"])  # fmt: skip
+    proc = start_watchdog(
+        tmp_path, emulator, pod_id, canary_key, ["--deadline", str(time.time()), "--attempts", "3"]
+    )
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3 and "HTTP 500" in out
     assert len(emulator.calls("POST", "/pods/{podId}/stop")) == 3
@@ -82,6 +91,11 @@ def test_missing_env_exits_2(tmp_path: Path, env_missing: str) -> None:
     script.write_text(watchdog_source())
     env = {"PATH": os.environ["PATH"], "RUNPOD_POD_ID": "p", "RUNPOD_API_KEY": "k"}
     del env[env_missing]
-    done = subprocess.run([PYTHON, str(script), "--deadline", "1"], env=env,
-                          capture_output=True, text=True, timeout=20)  # fmt: skip
+    done = subprocess.run(
+        [PYTHON, str(script), "--deadline", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert done.returncode == 2 and "must be set" in done.stderr

@@ -46,8 +46,12 @@ def test_proctor_plan_shows_the_same_precedence(tmp_path: Path, layer: str) -> N
         (tmp_path / "proctor.toml").write_text("[run]\n")
     options = _plan(tmp_path, *args, env=env)
     value, origin = options["runs_dir"]
-    expected = {"flag": ("flag-runs", "flag"), "env": ("env-runs", "env:PROCTOR_RUNS_DIR"),
-                "toml": ("toml-runs", "config:"), "default": ("logs", "default")}[layer]  # fmt: skip
+    expected = {
+        "flag": ("flag-runs", "flag"),
+        "env": ("env-runs", "env:PROCTOR_RUNS_DIR"),
+        "toml": ("toml-runs", "config:"),
+        "default": ("logs", "default"),
+    }[layer]
     assert Path(str(value)).name == expected[0]
     assert str(origin).startswith(expected[1])
     timeout = options["timeout_s"]

@@ -17,7 +17,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-FLOW = '''
+FLOW = """
 [flow]
 engine = "vllm"
 model = "/models/x y"
@@ -38,7 +38,7 @@ env = ["A=1"]
 [flow.sweep]
 server = { max_num_seqs = [64, 128], "odd-key.x" = [1] }
 bench = {}
-'''
+"""
 
 
 def test_a_flow_file_reads_back_as_the_same_table(tmp_path: Path) -> None:

@@ -17,8 +17,10 @@ def _two_runs(tmp_path: Path) -> tuple[dict[str, str], list[Path]]:
     runs = tmp_path / "runs"
     env = {"PROCTOR_RUNS_DIR": str(runs)}
     for name in ("first", "second"):
-        assert proctor("run", "--gpu-sample", "0", "--name", name, "--", "true",
-                       env=env).returncode == 0
+        assert (
+            proctor("run", "--gpu-sample", "0", "--name", name, "--", "true", env=env).returncode
+            == 0
+        )
     dirs = sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
     return env, dirs
 
@@ -33,8 +35,9 @@ def _two_runs(tmp_path: Path) -> tuple[dict[str, str], list[Path]]:
         (("--limit", "-1"), "invalid --limit -1"),
     ],
 )
-def test_a_filter_it_cannot_read_is_refused(tmp_path: Path, args: tuple[str, ...],
-                                            says: str) -> None:
+def test_a_filter_it_cannot_read_is_refused(
+    tmp_path: Path, args: tuple[str, ...], says: str
+) -> None:
     env, _ = _two_runs(tmp_path)
     res = proctor("runs", "list", *args, env=env)
     assert res.returncode == 64, res.stdout + res.stderr

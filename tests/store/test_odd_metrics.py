@@ -18,7 +18,7 @@ def test_reindex_leaves_out_what_is_not_a_number(tmp_path: Path) -> None:
     run = only_run(runs)
     (run / "metrics.json").write_text(
         '{"schema": "proctor.bench.metrics", "metrics": {"output_throughput": NaN, '
-        '"mean_ttft_ms": Infinity, "completed": ' + "9" * 400 + ', '
+        '"mean_ttft_ms": Infinity, "completed": ' + "9" * 400 + ", "
         '"failed": {"value": 2, "unit": 7}, "duration": 12.5}}'
     )
     res = proctor("runs", "reindex", "--json", env=env)

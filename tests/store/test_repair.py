@@ -85,8 +85,12 @@ def test_reindex_names_unknown_schema_versions_and_run_ids_that_are_not_plain_na
     assert "slash: run id 'a/b' is not a plain name" in result.stderr
     listed = json.loads(proctor("runs", "list", "--json", check=True).stdout)
     outcomes = {row["id"]: row["outcome"] for row in listed}
-    assert outcomes == {record["run_id"]: "ok", "future": "unknown", "escape": "unknown",
-                        "slash": "unknown"}  # fmt: skip
+    assert outcomes == {
+        record["run_id"]: "ok",
+        "future": "unknown",
+        "escape": "unknown",
+        "slash": "unknown",
+    }
     assert all(row["dir"] == str(isolated_runs / row["id"]) for row in listed)
 
 

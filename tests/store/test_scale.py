@@ -20,8 +20,10 @@ def _plan(store: Store, sql: str, args: tuple[object, ...] = ()) -> str:
 
 def test_the_listing_query_reads_the_index_without_sorting(tmp_path: Path) -> None:
     with Store(tmp_path / "s.sqlite") as store:
-        for sql, args in ((f"SELECT * FROM runs {NEWEST_FIRST}", ()),
-                          (f"SELECT * FROM runs WHERE name LIKE ? {NEWEST_FIRST}", ("%x%",))):  # fmt: skip
+        for sql, args in (
+            (f"SELECT * FROM runs {NEWEST_FIRST}", ()),
+            (f"SELECT * FROM runs WHERE name LIKE ? {NEWEST_FIRST}", ("%x%",)),
+        ):
             plan = _plan(store, sql, args)
             assert "USING INDEX runs_newest" in plan and "TEMP B-TREE" not in plan, plan
 
@@ -59,13 +61,15 @@ def test_a_pending_run_is_found_from_the_register_without_a_scan(isolated_runs: 
     two = max(p for p in isolated_runs.iterdir() if p.is_dir() and p.name[0].isdigit())
     with Store(store_path) as store:
         catch_up(store, isolated_runs)
-        store.conn.execute("UPDATE runs SET outcome = 'running', exit_code = NULL WHERE dir = ?",
-                           (str(two),))  # fmt: skip
+        store.conn.execute(
+            "UPDATE runs SET outcome = 'running', exit_code = NULL WHERE dir = ?", (str(two),)
+        )
     register_pending(two)  # as a wrapper that found the store locked
     listed = json.loads(proctor("runs", "list", "--json", check=True).stdout)
     assert [(r["name"], r["outcome"], r["exit_code"]) for r in listed] == [
-        ("two", "ok", 0), ("one", "ok", 0)
-    ]  # fmt: skip
+        ("two", "ok", 0),
+        ("one", "ok", 0),
+    ]
     assert not (two / ".index-pending").exists()
     assert not list((isolated_runs / PENDING_DIR).iterdir())
 

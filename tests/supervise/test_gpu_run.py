@@ -32,15 +32,18 @@ print("RELEASING", flush=True)
 def _smi_used_mib() -> float:
     out = subprocess.run(
         ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return float(out.strip().splitlines()[0])
 
 
 def test_gpu_csv_matches_nvidia_smi_and_names_the_pid(nvidia: None, isolated_runs: Path) -> None:
     idle = _smi_used_mib()
-    controller = proctor_popen("run", "--gpu-sample", "1", "--name", "hold", "--", sys.executable,
-                               "-c", PROGRAM)  # fmt: skip
+    controller = proctor_popen(
+        "run", "--gpu-sample", "1", "--name", "hold", "--", sys.executable, "-c", PROGRAM
+    )
     deadline = time.monotonic() + 120
     log = None
     while time.monotonic() < deadline:
@@ -64,8 +67,10 @@ def test_gpu_csv_matches_nvidia_smi_and_names_the_pid(nvidia: None, isolated_run
     smi = sorted(smi_holding)[1]
     best = min(holding, key=lambda r: abs(float(r["memory_used_mib"]) - smi))
     used = float(best["memory_used_mib"])
-    print(f"FIGURE idle_smi={idle:.0f}MiB holding_smi={smi:.0f}MiB gpu_csv={used:.0f}MiB "
-          f"diff={(used - smi) / smi * 100:+.2f}% hold={HOLD_GIB}GiB")
+    print(
+        f"FIGURE idle_smi={idle:.0f}MiB holding_smi={smi:.0f}MiB gpu_csv={used:.0f}MiB "
+        f"diff={(used - smi) / smi * 100:+.2f}% hold={HOLD_GIB}GiB"
+    )
     assert abs(used - smi) <= 0.01 * smi
     proc_mib = dict(
         (int(p.split(":")[0]), float(p.split(":")[1])) for p in best["processes"].split(";") if p
@@ -76,5 +81,7 @@ def test_gpu_csv_matches_nvidia_smi_and_names_the_pid(nvidia: None, isolated_run
     assert abs(float(last["memory_used_mib"]) - idle) <= max(0.01 * smi, 64), (last, idle)
     peaks = {p["index"]: p for p in record["gpu_peaks"]}
     assert peaks[0]["memory_used_mib"] >= HOLD_GIB * 1024
-    print(f"FIGURE final_csv={float(last['memory_used_mib']):.0f}MiB peak={peaks[0]['memory_used_mib']:.0f}MiB "
-          f"samples={record['gpu_sampling']['samples']}")
+    print(
+        f"FIGURE final_csv={float(last['memory_used_mib']):.0f}MiB peak={peaks[0]['memory_used_mib']:.0f}MiB "
+        f"samples={record['gpu_sampling']['samples']}"
+    )

@@ -52,8 +52,9 @@ def test_leftover_holding_gpu_memory_is_printed_and_recorded(
     # The command starts a child that outlives it (`sleep 300`), names it as the GPU's
     # compute app, and exits 0 at once.
     script = f'sleep 300 & echo "$!" > {app}; exit 0'
-    result = proctor("run", "--gpu-sample", "0.5", "--name", "leaves", "--", "sh", "-c", script,
-                     env=env)  # fmt: skip
+    result = proctor(
+        "run", "--gpu-sample", "0.5", "--name", "leaves", "--", "sh", "-c", script, env=env
+    )
     assert result.returncode == 0, result.stderr
     pid = int(app.read_text().strip())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -72,8 +73,10 @@ def test_leftover_holding_gpu_memory_is_printed_and_recorded(
     assert left["cmdline"] == "sleep 300"
     assert left["gpu_memory_mib"] == 6144.0
     assert left["signal"] == "SIGTERM" and left["survived"] is False
-    assert any(e.get("event") == "leftovers" or e.get("name") == "leftovers"
-               for e in record.get("events", []))  # fmt: skip
+    assert any(
+        e.get("event") == "leftovers" or e.get("name") == "leftovers"
+        for e in record.get("events", [])
+    )
 
     shown = proctor("runs", "show", run.name)
     assert shown.returncode == 0, shown.stderr

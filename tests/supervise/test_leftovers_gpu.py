@@ -43,8 +43,20 @@ def test_leftover_holding_real_gpu_memory_is_said_and_recorded(
     nvidia: None, isolated_runs: Path, tmp_path: Path
 ) -> None:
     marker = tmp_path / "held"
-    result = proctor("run", "--gpu-sample", "1", "--name", "leaves-gpu", "--", sys.executable,
-                     "-c", PARENT, str(marker), CHILD, timeout=300)  # fmt: skip
+    result = proctor(
+        "run",
+        "--gpu-sample",
+        "1",
+        "--name",
+        "leaves-gpu",
+        "--",
+        sys.executable,
+        "-c",
+        PARENT,
+        str(marker),
+        CHILD,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert marker.exists(), "the child never held its memory"
     pid = int(Path(str(marker) + ".pid").read_text())

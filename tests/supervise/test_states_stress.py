@@ -39,7 +39,9 @@ COMMANDS = (["true"], ["sh", "-c", "echo out; echo err >&2"], ["sleep", "0.05"],
 @pytest.fixture
 def cpu_hogs() -> Iterator[None]:
     """One busy process per core for the length of the test, bounded, and killed after it."""
-    code = f"import time\nend = time.monotonic() + {HOG_LIMIT_S}\nwhile time.monotonic() < end: pass\n"
+    code = (
+        f"import time\nend = time.monotonic() + {HOG_LIMIT_S}\nwhile time.monotonic() < end: pass\n"
+    )
     hogs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 2)]
     try:
         yield
@@ -75,8 +77,9 @@ class Poller(threading.Thread):
 
 def _one(runs: Path, i: int) -> tuple[str, str, int | None]:
     """Start one run and read its end as proctor run (follow) or runs wait (wait) does."""
-    flags = RunFlags(argv=COMMANDS[i % len(COMMANDS)], runs_dir=str(runs), detach=True,
-                     gpu_sample=0)  # fmt: skip
+    flags = RunFlags(
+        argv=COMMANDS[i % len(COMMANDS)], runs_dir=str(runs), detach=True, gpu_sample=0
+    )
     started = start_run(resolve_run_plan(flags, ProjectConfig(), environ={}))
     supervised = SupervisedRun(started.run)
     with open(os.devnull, "wb") as devnull:

@@ -53,8 +53,9 @@ def test_a_stopped_run_is_told_before_what_it_started_outside_its_group_dies(
     script = tmp_path / "cmd.py"
     script.write_text(COMMAND)
     out = tmp_path / "seen.json"
-    run_id = json.loads(proctor("run", "-d", "--json", "--", sys.executable, str(script),
-                                str(out)).stdout)["run_id"]  # fmt: skip
+    run_id = json.loads(
+        proctor("run", "-d", "--json", "--", sys.executable, str(script), str(out)).stdout
+    )["run_id"]
     assert _wait_for(Path(f"{out}.ready")), "the command never started its child"
     stopped = proctor("runs", "stop", run_id)
     assert stopped.returncode == 0, stopped.stderr
@@ -66,18 +67,38 @@ def test_a_stopped_run_is_told_before_what_it_started_outside_its_group_dies(
 
 
 def test_a_flow_under_a_stopped_run_ends_stopped_not_server_died(
-    fake_engine: int, isolated_runs: Path  # noqa: F811
+    fake_engine: int,
+    isolated_runs: Path,
 ) -> None:
     """The pod's shape, on this machine: a flow run by a supervised job (as the far step runs
     it), the job stopped (as a budget stop does). The flow tears its server down itself and
     ends 130 (interrupted); its drain never reports the server's death (3)."""
     port = fake_engine
     workload = f"bash -c 'while :; do curl -s http://127.0.0.1:{port}/health; sleep 0.2; done'"
-    job = json.loads(proctor(
-        "run", "-d", "--json", "--", sys.executable, "-m", "proctor.cli.main", "flow",
-        "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
-        "--stuck-polls", "600", "--workload-cmd", workload,
-    ).stdout)["run_id"]  # fmt: skip
+    job = json.loads(
+        proctor(
+            "run",
+            "-d",
+            "--json",
+            "--",
+            sys.executable,
+            "-m",
+            "proctor.cli.main",
+            "flow",
+            "--engine",
+            "fake",
+            "--model",
+            "m",
+            "--port",
+            str(port),
+            "--poll",
+            "1s",
+            "--stuck-polls",
+            "600",
+            "--workload-cmd",
+            workload,
+        ).stdout
+    )["run_id"]
     deadline = time.monotonic() + 120
     flow_dir = None
     while time.monotonic() < deadline and flow_dir is None:

@@ -36,7 +36,7 @@ def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
 #: A workload for the fake engine: one completion on port $1, then `sleep $2`.
 WORKLOAD_SH = (
     'curl -sS "http://127.0.0.1:$1/v1/completions" '
-    "-d '{\"model\": \"m\", \"prompt\": \"hi\", \"max_tokens\": 5}'\n"
+    '-d \'{"model": "m", "prompt": "hi", "max_tokens": 5}\'\n'
     'echo "workload done"\nsleep "${2:-0}"\n'
 )
 
@@ -57,12 +57,17 @@ def lone_lab(ssh_hosts_factory: Callable[[int], SshHostLab]) -> SshHostLab:
 
 def ssh_flags(host: SshHost) -> list[str]:
     return [
-        "--target", f"ssh://{host.user}@{host.address}:{host.port}",
-        "--identity-file", str(host.client_key),
-        "--known-hosts", str(host.known_hosts),
-        "--workspace", str(host.workspace),
-        "--remote-python", TEST_PYTHON,
-    ]  # fmt: skip
+        "--target",
+        f"ssh://{host.user}@{host.address}:{host.port}",
+        "--identity-file",
+        str(host.client_key),
+        "--known-hosts",
+        str(host.known_hosts),
+        "--workspace",
+        str(host.workspace),
+        "--remote-python",
+        TEST_PYTHON,
+    ]
 
 
 @dataclass
@@ -84,16 +89,20 @@ class FarPlace:
 
 
 @pytest.fixture(params=["ssh", "dir"])
-def far_place(request: pytest.FixtureRequest, tmp_path: Path,
-              monkeypatch: pytest.MonkeyPatch) -> FarPlace:  # fmt: skip
+def far_place(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> FarPlace:
     """The same test on ssh:// and on the test-only dir:// target (registered through
     PROCTOR_TARGETS, with no change in the CLI)."""
     if request.param == "ssh":
         host = request.getfixturevalue("ssh_hosts").hosts[0]
-        toml = (f'identity_file = "{host.client_key}"\nknown_hosts = "{host.known_hosts}"\n'
-                f'workspace = "{host.workspace}"\n')  # fmt: skip
-        return FarPlace("ssh", f"ssh://{host.user}@{host.address}:{host.port}", host.workspace,
-                        toml, host)  # fmt: skip
+        toml = (
+            f'identity_file = "{host.client_key}"\nknown_hosts = "{host.known_hosts}"\n'
+            f'workspace = "{host.workspace}"\n'
+        )
+        return FarPlace(
+            "ssh", f"ssh://{host.user}@{host.address}:{host.port}", host.workspace, toml, host
+        )
     workspace = tmp_path / "far-dir"
     monkeypatch.setenv("PROCTOR_TARGETS", "tests.infra.dirtarget")
     path = os.environ.get("PYTHONPATH")

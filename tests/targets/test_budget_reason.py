@@ -24,8 +24,9 @@ class _StoppedThenLost:
     def __init__(self) -> None:
         self.limit_reached: str | None = None
 
-    def follow(self, run_id: str, out: Any, *, offset: int = 0,
-               until_done: bool = True) -> base.RunStatus:  # fmt: skip
+    def follow(
+        self, run_id: str, out: Any, *, offset: int = 0, until_done: bool = True
+    ) -> base.RunStatus:
         self.limit_reached = REASON
         raise TargetUnavailable("connection lost while waiting for the stopped job")
 

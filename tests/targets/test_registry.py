@@ -30,10 +30,16 @@ def _config(**tables: dict[str, object]) -> ProjectConfig:
 
 @pytest.mark.parametrize(
     ("url", "kind"),
-    [("local", "local"), ("ssh://me@gpu1:2222", "ssh"), ("runpod", "runpod"),
-     ("runpod:abc,def?keep", "runpod"), ("runpod?max-cost=2.5", "runpod"),
-     ("slurm://login", "slurm"), ("slurm", "slurm")],
-)  # fmt: skip
+    [
+        ("local", "local"),
+        ("ssh://me@gpu1:2222", "ssh"),
+        ("runpod", "runpod"),
+        ("runpod:abc,def?keep", "runpod"),
+        ("runpod?max-cost=2.5", "runpod"),
+        ("slurm://login", "slurm"),
+        ("slurm", "slurm"),
+    ],
+)
 def test_every_builtin_url_parses_to_its_kind(url: str, kind: str) -> None:
     spec = target_options(url, ProjectConfig())
     assert spec.kind == kind and spec.url == url
@@ -70,8 +76,10 @@ def test_unknown_or_malformed_targets_are_usage_errors() -> None:
 
 def test_built_targets_declare_the_capabilities_of_their_kind(tmp_path: Path) -> None:
     ctx = TargetContext(ProjectConfig(), runs_dir=tmp_path)
-    built: list[Target] = [open_target(target_options("local"), ctx),
-                           open_target(target_options("ssh://me@127.0.0.1:9"), ctx)]  # fmt: skip
+    built: list[Target] = [
+        open_target(target_options("local"), ctx),
+        open_target(target_options("ssh://me@127.0.0.1:9"), ctx),
+    ]
     try:
         for target in built:
             assert isinstance(target, Target)
@@ -96,8 +104,17 @@ def test_cli_unknown_target_and_workflow_on_a_kind_without_the_agent(isolated_ru
     # Flags of another kind are refused before anything starts.
     nodes = proctor("serve", "start", "--engine", "fake", "--model", "m", "--nodes", "2")
     assert nodes.returncode == 64 and "do not apply to a local target" in nodes.stderr
-    dry = proctor("run", "--target", "ssh://me@127.0.0.1:9", "--dry-run", "--env", "API_KEY=s3cr3t",
-                  "--", "echo", "hi")  # fmt: skip
+    dry = proctor(
+        "run",
+        "--target",
+        "ssh://me@127.0.0.1:9",
+        "--dry-run",
+        "--env",
+        "API_KEY=s3cr3t",
+        "--",
+        "echo",
+        "hi",
+    )
     assert dry.returncode == 0, dry.stderr
     view = json.loads(dry.stdout)
     assert view["target"]["kind"] == "ssh" and view["job"]["argv"] == ["echo", "hi"]
@@ -106,16 +123,30 @@ def test_cli_unknown_target_and_workflow_on_a_kind_without_the_agent(isolated_ru
 
 def test_the_agent_refuses_a_malformed_request_naming_the_field() -> None:
     agent = [sys.executable, "-m", "proctor.targets.remote.agent", "start"]
-    proc = subprocess.run(agent, input=json.dumps({"runs_dir": "/x", "checkout": "/y"}),
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        agent,
+        input=json.dumps({"runs_dir": "/x", "checkout": "/y"}),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 64 and answer["type"] == "UsageError"
     assert "job" in answer["error"], answer
 
 
 def test_target_help_names_slurm_where_it_applies() -> None:
-    for command in (["bench"], ["eval", "gsm8k"], ["sweep"], ["flow"], ["serve", "start"],
-                    ["serve", "ready"], ["serve", "stop"], ["drain"], ["inspect"]):  # fmt: skip
+    for command in (
+        ["bench"],
+        ["eval", "gsm8k"],
+        ["sweep"],
+        ["flow"],
+        ["serve", "start"],
+        ["serve", "ready"],
+        ["serve", "stop"],
+        ["drain"],
+        ["inspect"],
+    ):
         text = " ".join(proctor(*command, "--help", env={"COLUMNS": "200"}).stdout.split())
         assert "slurm://[user@]login-host" in text, (command, text)
     start = " ".join(proctor("serve", "start", "--help", env={"COLUMNS": "200"}).stdout.split())

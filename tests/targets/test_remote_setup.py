@@ -33,9 +33,15 @@ echo "setup ran in $(pwd)" >> "$SETUP_COUNT"
 
 
 def _options(host: SshHost, **extra: object) -> SshOptions:
-    return SshOptions(host=host.address, user=host.user, port=host.port,
-                      identity_file=str(host.client_key), known_hosts=str(host.known_hosts),
-                      workspace=str(host.workspace), **extra)  # type: ignore[arg-type]  # fmt: skip
+    return SshOptions(
+        host=host.address,
+        user=host.user,
+        port=host.port,
+        identity_file=str(host.client_key),
+        known_hosts=str(host.known_hosts),
+        workspace=str(host.workspace),
+        **extra,
+    )  # type: ignore[arg-type]
 
 
 def test_setup_runs_once_per_workspace_and_env_sh_is_sourced(
@@ -86,8 +92,14 @@ def test_far_venv_is_created_reported_and_reused(ssh_hosts: SshHostLab) -> None:
     assert first.found["base_python"] == BASE_PYTHON
     # The venv's own python imports the installed proctor, with nothing on PYTHONPATH.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", "import proctor; print(proctor.__file__)"],
-                         capture_output=True, text=True, env=env, cwd="/", check=True)  # fmt: skip
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import proctor; print(proctor.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        check=True,
+    )
     assert out.stdout.strip().startswith(str(venv))
     assert (venv / "bin" / "proctor").is_file()
 
@@ -111,8 +123,15 @@ def test_unreachable_host_gives_up_on_the_same_error_reported_once(project: Path
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.monotonic()
-    result = proctor("run", "--target", f"ssh://root@127.0.0.1:{port}", "--insecure-accept-host-key",
-                     "--", "true", cwd=project)  # fmt: skip
+    result = proctor(
+        "run",
+        "--target",
+        f"ssh://root@127.0.0.1:{port}",
+        "--insecure-accept-host-key",
+        "--",
+        "true",
+        cwd=project,
+    )
     elapsed = time.monotonic() - t0
     assert result.returncode == 69, result.stderr
     assert "2 attempt(s)" in result.stderr and "the same error twice" in result.stderr
@@ -122,9 +141,14 @@ def test_unreachable_host_gives_up_on_the_same_error_reported_once(project: Path
 
 def _ssh_links(pid: int, host: SshHost) -> set[tuple[str, int]]:
     """The local ends of `pid`'s established TCP connections to the host's SSH port."""
-    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections("tcp")
-            if c.raddr and c.raddr.ip == host.address and c.raddr.port == host.port
-            and c.status == psutil.CONN_ESTABLISHED}  # fmt: skip
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(pid).net_connections("tcp")
+        if c.raddr
+        and c.raddr.ip == host.address
+        and c.raddr.port == host.port
+        and c.status == psutil.CONN_ESTABLISHED
+    }
 
 
 @pytest.mark.slow
@@ -133,9 +157,24 @@ def test_host_cut_then_restored_is_reconnected(
 ) -> None:
     host = lone_lab.hosts[0]
     ctl = subprocess.Popen(
-        [sys.executable, "-m", "proctor.cli.main", "run", *ssh_flags(host), "--json", "--",
-         "sh", "job.sh", "rc", "24", "0"],
-        cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "proctor.cli.main",
+            "run",
+            *ssh_flags(host),
+            "--json",
+            "--",
+            "sh",
+            "job.sh",
+            "rc",
+            "24",
+            "0",
+        ],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 60
     far_log = None

@@ -48,11 +48,29 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _flow(place: FarPlace, repo: Path, port: int, *extra: str, sleep: int = 0) -> tuple[int, dict[str, Any]]:
-    result = proctor("flow", "--target", place.url, "--engine", "fake", "--model", "m",
-                     "--port", str(port), "--poll", "1s", "--workload-cmd",
-                     f"bash workload.sh {port} {sleep}", "--json", "--", *extra,
-                     cwd=repo, timeout=180)  # fmt: skip
+def _flow(
+    place: FarPlace, repo: Path, port: int, *extra: str, sleep: int = 0
+) -> tuple[int, dict[str, Any]]:
+    result = proctor(
+        "flow",
+        "--target",
+        place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--workload-cmd",
+        f"bash workload.sh {port} {sleep}",
+        "--json",
+        "--",
+        *extra,
+        cwd=repo,
+        timeout=180,
+    )
     assert result.stdout.strip(), result.stderr
     return result.returncode, json.loads(result.stdout)
 
@@ -100,8 +118,9 @@ def test_remote_flow_fetches_and_verifies_every_step(
 def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
-    code, data = _flow(far_place, repo, far_place.port(8012), "--fault-after-requests", "1",
-                       sleep=60)  # fmt: skip
+    code, data = _flow(
+        far_place, repo, far_place.port(8012), "--fault-after-requests", "1", sleep=60
+    )
     assert code == 2, data["completion"]
     flow = data["flow"]
     steps = {s["step"]: s for s in flow["steps"]}
@@ -117,8 +136,20 @@ def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
 
 def _serve_start(place: FarPlace, repo: Path, port: int) -> str:
     """`serve start --target` of the fake engine; the server's run id."""
-    started = proctor("serve", "start", "--target", place.url, "--engine", "fake", "--model", "m",
-                      "--port", str(place.port(port)), cwd=repo, timeout=120)  # fmt: skip
+    started = proctor(
+        "serve",
+        "start",
+        "--target",
+        place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(place.port(port)),
+        cwd=repo,
+        timeout=120,
+    )
     assert started.returncode == 0, started.stderr
     return started.stdout.strip().splitlines()[-1]
 
@@ -132,8 +163,9 @@ def test_serve_start_ready_stop_step_by_step_on_the_target(
     assert far.is_dir() and json.loads((far / "record.json").read_text())["kind"] == "server"
     local = isolated_runs / server_id
     assert (local / ".remote.json").is_file()  # `runs attach|logs|stop ID` can reconnect
-    ready = proctor("serve", "ready", server_id, "--target", url, "--timeout", "60s",
-                    cwd=repo, timeout=120)  # fmt: skip
+    ready = proctor(
+        "serve", "ready", server_id, "--target", url, "--timeout", "60s", cwd=repo, timeout=120
+    )
     assert ready.returncode == 0, ready.stderr
     stopped = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
     assert stopped.returncode == 0, stopped.stderr
@@ -157,13 +189,28 @@ def test_bench_and_sweep_against_a_server_on_the_target(
     url = far_place.url
     server_id = _serve_start(far_place, repo, 8014)
     try:
-        ready = proctor("serve", "ready", server_id, "--target", url, "--timeout", "60s",
-                        cwd=repo, timeout=120)  # fmt: skip
+        ready = proctor(
+            "serve", "ready", server_id, "--target", url, "--timeout", "60s", cwd=repo, timeout=120
+        )
         assert ready.returncode == 0, ready.stderr
         # bench: the far bench run comes back as its own local run, verified and indexed.
-        bench = proctor("bench", "--target", url, "--server", server_id, *SMALL,
-                        "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "0",
-                        "--json", cwd=repo, timeout=180)  # fmt: skip
+        bench = proctor(
+            "bench",
+            "--target",
+            url,
+            "--server",
+            server_id,
+            *SMALL,
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "6",
+            "--num-warmups",
+            "0",
+            "--json",
+            cwd=repo,
+            timeout=180,
+        )
         assert bench.returncode == 0, bench.stderr
         data = json.loads(bench.stdout)
         assert data["answer"]["verdict"]["ok"] is True, data["answer"]
@@ -174,8 +221,19 @@ def test_bench_and_sweep_against_a_server_on_the_target(
         assert record["server_run"] == server_id
         assert proctor("runs", "verify", bench_id).returncode == 0
         # sweep: the sweep and each point come back as local runs, verified.
-        sweep = proctor("sweep", "--target", url, "--server", server_id, "--concurrency", "1,2",
-                        *SMALL, "--json", cwd=repo, timeout=180)  # fmt: skip
+        sweep = proctor(
+            "sweep",
+            "--target",
+            url,
+            "--server",
+            server_id,
+            "--concurrency",
+            "1,2",
+            *SMALL,
+            "--json",
+            cwd=repo,
+            timeout=180,
+        )
         assert sweep.returncode == 0, sweep.stderr
         data = json.loads(sweep.stdout)
         summary = data["answer"]
@@ -198,8 +256,11 @@ def _prompts_outside(repo: Path, word: str) -> tuple[Path, str]:
     data = repo.parent / "data"
     data.mkdir()
     prompts = data / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"{word} prompt {i}", "output_len": 3})
-                               + "\n" for i in range(10)))  # fmt: skip
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"{word} prompt {i}", "output_len": 3}) + "\n" for i in range(10)
+        )
+    )
     return prompts, hashlib.sha256(prompts.read_bytes()).hexdigest()
 
 
@@ -211,17 +272,42 @@ def test_a_dataset_file_is_shipped_with_bench_and_sweep(
 
     url = far_place.url
     prompts, sha = _prompts_outside(repo, "shipped")
-    missing = proctor("bench", "--target", url, "--base-url", "http://127.0.0.1:9",
-                      "--dataset", "jsonl:../data/nope.jsonl", cwd=repo, timeout=60)  # fmt: skip
+    missing = proctor(
+        "bench",
+        "--target",
+        url,
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--dataset",
+        "jsonl:../data/nope.jsonl",
+        cwd=repo,
+        timeout=60,
+    )
     assert missing.returncode == 64, missing.stderr
     assert "cannot read dataset ../data/nope.jsonl" in missing.stderr
     assert not (far_place.workspace / "proctor").exists()  # nothing was prepared there
     server_id = _serve_start(far_place, repo, 8015)
     try:
-        bench = proctor("bench", "--target", url, "--server", server_id, "--osl", "4",
-                        "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "0",
-                        "--dataset", "jsonl:../data/p.jsonl", "--json", cwd=repo,
-                        timeout=180)  # fmt: skip
+        bench = proctor(
+            "bench",
+            "--target",
+            url,
+            "--server",
+            server_id,
+            "--osl",
+            "4",
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "6",
+            "--num-warmups",
+            "0",
+            "--dataset",
+            "jsonl:../data/p.jsonl",
+            "--json",
+            cwd=repo,
+            timeout=180,
+        )
         assert bench.returncode == 0, bench.stderr
         answer = json.loads(bench.stdout)["answer"]
         far_copy = f"{far_place.workspace}/proctor/data/{sha}/p.jsonl"
@@ -229,9 +315,24 @@ def test_a_dataset_file_is_shipped_with_bench_and_sweep(
         assert Path(far_copy).read_bytes() == prompts.read_bytes()
         fetched = json.loads((isolated_runs / answer["run_id"] / "metrics.json").read_text())
         assert fetched["dataset"]["sha256"] == sha
-        sweep = proctor("sweep", "--target", url, "--server", server_id, "--concurrency", "1,2",
-                        "--osl", "4", "--num-prompts", "4", "--dataset", "jsonl:../data/p.jsonl",
-                        "--json", cwd=repo, timeout=180)  # fmt: skip
+        sweep = proctor(
+            "sweep",
+            "--target",
+            url,
+            "--server",
+            server_id,
+            "--concurrency",
+            "1,2",
+            "--osl",
+            "4",
+            "--num-prompts",
+            "4",
+            "--dataset",
+            "jsonl:../data/p.jsonl",
+            "--json",
+            cwd=repo,
+            timeout=180,
+        )
         assert sweep.returncode == 0, sweep.stderr
         summary = json.loads(sweep.stdout)["answer"]
         for point in summary["points"]:
@@ -262,27 +363,80 @@ def test_a_flow_ships_the_files_its_workloads_name(
     flows.mkdir()
     (flows / "missing.toml").write_text(FLOW_BENCH.replace("p.jsonl", "nope.jsonl"))
     (flows / "bench.toml").write_text(FLOW_BENCH)
-    missing = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
-                      "--file", str(flows / "missing.toml"), cwd=repo, timeout=60)  # fmt: skip
+    missing = proctor(
+        "flow",
+        "--target",
+        far_place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--file",
+        str(flows / "missing.toml"),
+        cwd=repo,
+        timeout=60,
+    )
     assert missing.returncode == 64, missing.stderr
     assert "cannot read dataset ../data/nope.jsonl" in missing.stderr
-    (flows / "eval.toml").write_text('[[flow.workload]]\neval = { task = "gsm8k", data = "../nogsm" }\n')
-    no_data = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
-                      "--file", str(flows / "eval.toml"), cwd=repo, timeout=60)  # fmt: skip
+    (flows / "eval.toml").write_text(
+        '[[flow.workload]]\neval = { task = "gsm8k", data = "../nogsm" }\n'
+    )
+    no_data = proctor(
+        "flow",
+        "--target",
+        far_place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--file",
+        str(flows / "eval.toml"),
+        cwd=repo,
+        timeout=60,
+    )
     assert no_data.returncode == 64, no_data.stderr
     assert "cannot read GSM8K data ../nogsm/train.jsonl" in no_data.stderr
     # A server sweep's flow file: its [sweep] bench dataset is read here too.
-    (flows / "grid.toml").write_text('[sweep]\nserver = { max_num_seqs = [4] }\n'
-                                     'bench = { concurrency = [1], dataset = "jsonl:../none.jsonl" }\n')
-    grid = proctor("sweep", "--target", far_place.url, "--engine", "fake", "--model", "m",
-                   "--group", "g", "--file", str(flows / "grid.toml"), cwd=repo, timeout=60)  # fmt: skip
+    (flows / "grid.toml").write_text(
+        "[sweep]\nserver = { max_num_seqs = [4] }\n"
+        'bench = { concurrency = [1], dataset = "jsonl:../none.jsonl" }\n'
+    )
+    grid = proctor(
+        "sweep",
+        "--target",
+        far_place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--group",
+        "g",
+        "--file",
+        str(flows / "grid.toml"),
+        cwd=repo,
+        timeout=60,
+    )
     assert grid.returncode == 64, grid.stderr
     assert "cannot read dataset ../none.jsonl" in grid.stderr
     assert not (far_place.workspace / "proctor").exists()  # nothing was prepared there
-    result = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
-                     "--port", str(far_place.port(8016)), "--poll", "1s",
-                     "--file", str(flows / "bench.toml"), "--json", cwd=repo,
-                     timeout=180)  # fmt: skip
+    result = proctor(
+        "flow",
+        "--target",
+        far_place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(far_place.port(8016)),
+        "--poll",
+        "1s",
+        "--file",
+        str(flows / "bench.toml"),
+        "--json",
+        cwd=repo,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     job = Path(json.loads(result.stdout)["completion"]["local_dir"])
     docs = [json.loads(p.read_text()) for p in job.glob("steps/*/metrics.json")]
@@ -312,21 +466,46 @@ def test_eval_gsm8k_scores_the_shipped_data(
     gsm8k.mkdir()
     for name in ("train.jsonl", "test.jsonl"):
         shutil.copyfile(GSM8K_DATA / name, gsm8k / name)
-    files = {n: hashlib.sha256((gsm8k / n).read_bytes()).hexdigest()
-             for n in ("train.jsonl", "test.jsonl")}  # fmt: skip
+    files = {
+        n: hashlib.sha256((gsm8k / n).read_bytes()).hexdigest()
+        for n in ("train.jsonl", "test.jsonl")
+    }
     text = "".join(f"{files[n]}  {n}\n" for n in sorted(files))
     digest = hashlib.sha256(text.encode()).hexdigest()
     env = {"HF_HOME": str(tmp_path / "hf")}
     args = ["--model", "m1", "--fewshot", "3", "--limit", "5", "--num-concurrent", "2", "--json"]
-    missing = proctor("eval", "gsm8k", "--target", far_place.url, "--base-url",
-                      "http://127.0.0.1:9", "--data", "../nope", *args, cwd=repo, env=env,
-                      timeout=60)  # fmt: skip
+    missing = proctor(
+        "eval",
+        "gsm8k",
+        "--target",
+        far_place.url,
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--data",
+        "../nope",
+        *args,
+        cwd=repo,
+        env=env,
+        timeout=60,
+    )
     assert missing.returncode == 64, missing.stderr
     assert "cannot read GSM8K data ../nope/train.jsonl" in missing.stderr
     assert not (far_place.workspace / "proctor").exists()
     with answer_key_server(gsm8k) as server:
-        ran = proctor("eval", "gsm8k", "--target", far_place.url, "--base-url", server.base_url,
-                      "--data", "../gsm8k", *args, cwd=repo, env=env, timeout=240)  # fmt: skip
+        ran = proctor(
+            "eval",
+            "gsm8k",
+            "--target",
+            far_place.url,
+            "--base-url",
+            server.base_url,
+            "--data",
+            "../gsm8k",
+            *args,
+            cwd=repo,
+            env=env,
+            timeout=240,
+        )
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     answer = json.loads(ran.stdout)["answer"]
     far_copy = f"{far_place.workspace}/proctor/data/{digest}/gsm8k"
@@ -342,8 +521,20 @@ def test_runs_commands_reach_a_detached_far_run_through_its_record(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
     (repo / "job.sh").write_text('echo "start $1"; sleep "$2"; echo "done $1"; exit "$3"\n')
-    short = proctor("run", "--target", far_place.url, "--detach", "--", "sh", "job.sh", "a", "1",
-                    "3", cwd=repo, timeout=120)  # fmt: skip
+    short = proctor(
+        "run",
+        "--target",
+        far_place.url,
+        "--detach",
+        "--",
+        "sh",
+        "job.sh",
+        "a",
+        "1",
+        "3",
+        cwd=repo,
+        timeout=120,
+    )
     assert short.returncode == 0, short.stderr
     run_id = short.stdout.strip().splitlines()[-1]
     # wait: reconnects from the record, fetches, verifies; exits with the far status.
@@ -354,8 +545,20 @@ def test_runs_commands_reach_a_detached_far_run_through_its_record(
     assert "start a" in logs.stdout and "done a" in logs.stdout
     assert proctor("runs", "verify", run_id).returncode == 0
     # stop: the far run is stopped there; attach then fetches it, outcome stopped.
-    long = proctor("run", "--target", far_place.url, "--detach", "--", "sh", "job.sh", "b", "300",
-                   "0", cwd=repo, timeout=120)  # fmt: skip
+    long = proctor(
+        "run",
+        "--target",
+        far_place.url,
+        "--detach",
+        "--",
+        "sh",
+        "job.sh",
+        "b",
+        "300",
+        "0",
+        cwd=repo,
+        timeout=120,
+    )
     assert long.returncode == 0, long.stderr
     long_id = long.stdout.strip().splitlines()[-1]
     stop = proctor("runs", "stop", long_id, "--json", timeout=60)
@@ -376,18 +579,35 @@ def test_the_far_request_holds_a_secret_that_no_file_keeps(
     request's --env values never land in a record, a log or a process listing proctor wrote."""
     canary = "hf_CANARY_7c1d9e"
     port = far_place.port(8015)
-    result = proctor("flow", "--target", far_place.url, "--engine", "fake", "--model", "m",
-                     "--port", str(port), "--poll", "1s", "--env", f"HF_TOKEN={canary}",
-                     "--workload-cmd", f"bash workload.sh {port} 0", "--json",
-                     cwd=repo, timeout=180)  # fmt: skip
+    result = proctor(
+        "flow",
+        "--target",
+        far_place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--env",
+        f"HF_TOKEN={canary}",
+        "--workload-cmd",
+        f"bash workload.sh {port} 0",
+        "--json",
+        cwd=repo,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
     assert canary not in result.stdout + result.stderr
     data = json.loads(result.stdout)
     job = Path(data["completion"]["local_dir"])
     far_job = json.loads((job / "record.json").read_text())
-    assert far_job["request"] == {"command": ["flow"],
-                                  "options": ["engine", "env", "model", "poll", "port",
-                                              "workload_cmd"]}  # fmt: skip
+    assert far_job["request"] == {
+        "command": ["flow"],
+        "options": ["engine", "env", "model", "poll", "port", "workload_cmd"],
+    }
     for root in (isolated_runs, far_place.workspace / "proctor" / "runs"):
         for path in root.rglob("*"):
             if path.is_file():

@@ -33,17 +33,40 @@ def pods(ssh_hosts: SshHostLab) -> Iterator[RunpodEmulator]:
     yield from running(RunpodEmulator(api_key=KEY, on_create=on_create))
 
 
-def _run(emulator: RunpodEmulator, lab: SshHostLab, project: Path, *extra: str,
-         argv: tuple[str, ...] = ("sh", "job.sh", "pod", "2", "0")) -> Any:  # fmt: skip
+def _run(
+    emulator: RunpodEmulator,
+    lab: SshHostLab,
+    project: Path,
+    *extra: str,
+    argv: tuple[str, ...] = ("sh", "job.sh", "pod", "2", "0"),
+) -> Any:
     host = lab.hosts[0]
     return proctor(
-        "run", "--target", "runpod", "--api-url", emulator.base_url, "--gpu-type", H200,
-        "--image", "runpod/pytorch", "--identity-file", str(host.client_key),
-        "--known-hosts", str(host.known_hosts),
-        "--workspace", str(host.workspace), "--remote-python", TEST_PYTHON,
-        "--json", *extra, "--", *argv,
-        env={"RUNPOD_API_KEY": KEY}, cwd=project, timeout=150,
-    )  # fmt: skip
+        "run",
+        "--target",
+        "runpod",
+        "--api-url",
+        emulator.base_url,
+        "--gpu-type",
+        H200,
+        "--image",
+        "runpod/pytorch",
+        "--identity-file",
+        str(host.client_key),
+        "--known-hosts",
+        str(host.known_hosts),
+        "--workspace",
+        str(host.workspace),
+        "--remote-python",
+        TEST_PYTHON,
+        "--json",
+        *extra,
+        "--",
+        *argv,
+        env={"RUNPOD_API_KEY": KEY},
+        cwd=project,
+        timeout=150,
+    )
 
 
 def _no_key_anywhere(*roots: Path) -> None:
@@ -53,8 +76,9 @@ def _no_key_anywhere(*roots: Path) -> None:
                 assert KEY.encode() not in path.read_bytes(), path
 
 
-def test_create_run_stop_verified(pods: RunpodEmulator, ssh_hosts: SshHostLab, project: Path,
-                                  isolated_runs: Path) -> None:  # fmt: skip
+def test_create_run_stop_verified(
+    pods: RunpodEmulator, ssh_hosts: SshHostLab, project: Path, isolated_runs: Path
+) -> None:
     result = _run(pods, ssh_hosts, project)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -90,8 +114,9 @@ def test_terminate_without_flag_is_77_and_sends_nothing(
     assert pods.calls("DELETE") == [] and pods.calls("POST", "/pods") == []
 
 
-def test_failing_stop_is_reported(pods: RunpodEmulator, ssh_hosts: SshHostLab,
-                                  project: Path) -> None:  # fmt: skip
+def test_failing_stop_is_reported(
+    pods: RunpodEmulator, ssh_hosts: SshHostLab, project: Path
+) -> None:
     pods.stop_mode = "fail"
     result = _run(pods, ssh_hosts, project)
     assert result.returncode == 69, result.stderr
@@ -102,8 +127,9 @@ def test_failing_stop_is_reported(pods: RunpodEmulator, ssh_hosts: SshHostLab,
 
 
 @pytest.mark.slow
-def test_two_pods_one_group_report(pods: RunpodEmulator, ssh_hosts: SshHostLab, project: Path,
-                                   isolated_runs: Path) -> None:  # fmt: skip
+def test_two_pods_one_group_report(
+    pods: RunpodEmulator, ssh_hosts: SshHostLab, project: Path, isolated_runs: Path
+) -> None:
     result = _run(pods, ssh_hosts, project, "--pods", "2")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -117,15 +143,17 @@ def test_two_pods_one_group_report(pods: RunpodEmulator, ssh_hosts: SshHostLab, 
 
 
 @pytest.mark.slow
-def test_budget_watchdog_stops_the_pod(pods: RunpodEmulator, ssh_hosts: SshHostLab,
-                                       project: Path) -> None:  # fmt: skip
+def test_budget_watchdog_stops_the_pod(
+    pods: RunpodEmulator, ssh_hosts: SshHostLab, project: Path
+) -> None:
     host = ssh_hosts.hosts[0]
     # The pod's own environment: Runpod injects a pod-scoped key; here env.sh plays that part.
     (host.workspace / "env.sh").write_text(
         f"export RUNPOD_API_KEY={KEY}\nexport PROCTOR_RUNPOD_API_URL={pods.base_url}\n"
     )
-    result = _run(pods, ssh_hosts, project, "--max-time", "4s",
-                  argv=("sh", "job.sh", "long", "40", "0"))  # fmt: skip
+    result = _run(
+        pods, ssh_hosts, project, "--max-time", "4s", argv=("sh", "job.sh", "long", "40", "0")
+    )
     assert result.returncode == 4, result.stderr
     stops = pods.calls("POST", "/pods/{podId}/stop")
     assert len(stops) >= 1

@@ -68,7 +68,7 @@ image = "runpod/pytorch"
     # A long workload that keeps making progress (so drain sees no hang): a request a second.
     loop = (
         'for i in $(seq "$2"); do curl -sS "http://127.0.0.1:$1/v1/completions" '
-        "-d '{\"model\": \"m\", \"prompt\": \"hi\", \"max_tokens\": 5}'; sleep 1; done\n"
+        '-d \'{"model": "m", "prompt": "hi", "max_tokens": 5}\'; sleep 1; done\n'
     )
     files = {"proctor.toml": toml, "workload.sh": WORKLOAD_SH, "loop.sh": loop}
     return git_project(tmp_path / "project", files, "project")
@@ -80,15 +80,30 @@ def repo(tmp_path: Path, host: SshHost) -> Path:
     return _project(tmp_path, host)
 
 
-def _flow(emulator: RunpodEmulator, repo: Path, target: str, *, loop: int = 0,
-          as_json: bool = True) -> Any:  # fmt: skip
+def _flow(
+    emulator: RunpodEmulator, repo: Path, target: str, *, loop: int = 0, as_json: bool = True
+) -> Any:
     port = _free_port()
     workload = f"bash loop.sh {port} {loop}" if loop else f"bash workload.sh {port} 0"
-    return proctor("flow", "--target", target, "--engine", "fake", "--model", "m",
-                   "--port", str(port), "--poll", "1s", "--workload-cmd", workload,
-                   *(["--json"] if as_json else []),
-                   env={"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": emulator.base_url},
-                   cwd=repo, timeout=240)  # fmt: skip
+    return proctor(
+        "flow",
+        "--target",
+        target,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--workload-cmd",
+        workload,
+        *(["--json"] if as_json else []),
+        env={"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": emulator.base_url},
+        cwd=repo,
+        timeout=240,
+    )
 
 
 def _no_key_anywhere(*roots: Path) -> None:
@@ -177,8 +192,21 @@ def test_serve_step_by_step_keeps_the_pod_until_serve_stop(
     pods: RunpodEmulator, host: SshHost, repo: Path, isolated_runs: Path
 ) -> None:
     env = {"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": pods.base_url}
-    started = proctor("serve", "start", "--target", "runpod", "--engine", "fake", "--model", "m",
-                      "--port", str(_free_port()), env=env, cwd=repo, timeout=180)  # fmt: skip
+    started = proctor(
+        "serve",
+        "start",
+        "--target",
+        "runpod",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(_free_port()),
+        env=env,
+        cwd=repo,
+        timeout=180,
+    )
     assert started.returncode == 0, started.stderr
     server_id = started.stdout.strip().splitlines()[-1]
     (pod_id,) = pods.pods
@@ -186,25 +214,41 @@ def test_serve_step_by_step_keeps_the_pod_until_serve_stop(
     assert pods.pods[pod_id]["desiredStatus"] == "RUNNING"
     assert "kept running" in started.stderr and pods.calls("POST", "/pods/{podId}/stop") == []
     target = f"runpod:{pod_id}"
-    ready = proctor("serve", "ready", server_id, "--target", target, "--timeout", "60s",
-                    env=env, cwd=repo, timeout=180)  # fmt: skip
+    ready = proctor(
+        "serve",
+        "ready",
+        server_id,
+        "--target",
+        target,
+        "--timeout",
+        "60s",
+        env=env,
+        cwd=repo,
+        timeout=180,
+    )
     assert ready.returncode == 0, ready.stderr
     assert pods.pods[pod_id]["desiredStatus"] == "RUNNING"
-    stopped = proctor("serve", "stop", server_id, "--target", target, env=env, cwd=repo,
-                      timeout=180)  # fmt: skip
+    stopped = proctor(
+        "serve", "stop", server_id, "--target", target, env=env, cwd=repo, timeout=180
+    )
     assert stopped.returncode == 0, stopped.stderr
     assert pods.pods[pod_id]["desiredStatus"] == "EXITED"
     assert json.loads((isolated_runs / server_id / "record.json").read_text())["outcome"] == (
-        "stopped")
+        "stopped"
+    )
     assert len(pods.calls("POST", "/pods")) == 1
     _no_key_anywhere(isolated_runs, host.workspace)
 
 
 @pytest.mark.parametrize(
     ("text", "reuse", "keep", "max_cost"),
-    [("runpod", [], False, None), ("runpod:abc", ["abc"], False, None),
-     ("runpod://a,b?keep", ["a", "b"], True, None), ("runpod?max-cost=1.5", [], False, 1.5)],
-)  # fmt: skip
+    [
+        ("runpod", [], False, None),
+        ("runpod:abc", ["abc"], False, None),
+        ("runpod://a,b?keep", ["a", "b"], True, None),
+        ("runpod?max-cost=1.5", [], False, 1.5),
+    ],
+)
 def test_target_string(text: str, reuse: list[str], keep: bool, max_cost: float | None) -> None:
     choice = parse_runpod_target(text)
     assert (choice.reuse, choice.keep, choice.max_cost) == (reuse, keep, max_cost)
@@ -226,16 +270,33 @@ bench = { isl = 8, osl = 4, prompt_multiplier = 2, concurrency = 2, num_prompts 
 
 def _bench_flow(emulator: RunpodEmulator, repo: Path, *, as_json: bool) -> Any:
     (repo / "flow.toml").write_text(BENCH_FLOW)
-    return proctor("flow", "--target", "runpod", "--engine", "fake", "--model", "m",
-                   "--port", str(_free_port()), "--poll", "1s", "--file", "flow.toml",
-                   *(["--json"] if as_json else []),
-                   env={"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": emulator.base_url},
-                   cwd=repo, timeout=240)  # fmt: skip
+    return proctor(
+        "flow",
+        "--target",
+        "runpod",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(_free_port()),
+        "--poll",
+        "1s",
+        "--file",
+        "flow.toml",
+        *(["--json"] if as_json else []),
+        env={"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": emulator.base_url},
+        cwd=repo,
+        timeout=240,
+    )
 
 
 def _bench_steps(runs: Path) -> list[Path]:
-    return [p.parent for p in runs.glob("*/steps/*/metrics.json")
-            if json.loads(p.read_text()).get("schema") == "proctor.bench.metrics"]  # fmt: skip
+    return [
+        p.parent
+        for p in runs.glob("*/steps/*/metrics.json")
+        if json.loads(p.read_text()).get("schema") == "proctor.bench.metrics"
+    ]
 
 
 def test_bench_on_a_priced_pod_costs_usd_per_million_output_tokens(
@@ -260,8 +321,10 @@ def test_bench_on_a_priced_pod_costs_usd_per_million_output_tokens(
     assert proctor("runs", "verify", bench.parent.parent.name).returncode == 0
     # In the store, `runs compare` and the report.
     with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
-        row = db.execute("SELECT value, unit FROM metrics WHERE run_id = ? AND name = ?",
-                         (bench.name, "usd_per_million_output_tokens")).fetchone()  # fmt: skip
+        row = db.execute(
+            "SELECT value, unit FROM metrics WHERE run_id = ? AND name = ?",
+            (bench.name, "usd_per_million_output_tokens"),
+        ).fetchone()
     assert row is not None and row[0] == pytest.approx(expected, rel=1e-4) and row[1] == "USD/Mtok"
     compared = proctor("runs", "compare", str(bench), str(bench), "--json")
     assert compared.returncode == 0, compared.stderr
@@ -296,6 +359,7 @@ def test_bench_on_a_pod_without_a_price_says_not_measured_never_zero(
     cost = json.loads((bench / ".cost.json").read_text())
     assert cost["available"] is False and cost.get("usd_per_million_output_tokens") is None
     with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
-        names = {n for (n,) in db.execute("SELECT name FROM metrics WHERE run_id = ?",
-                                          (bench.name,))}  # fmt: skip
+        names = {
+            n for (n,) in db.execute("SELECT name FROM metrics WHERE run_id = ?", (bench.name,))
+        }
     assert "output_throughput" in names and "usd_per_million_output_tokens" not in names

@@ -23,8 +23,15 @@ from proctor.targets.local import LocalTarget
 from proctor.targets.service import SupervisedRun, exit_for_state
 from tests.helpers import REPO
 
-TAIL = {"Interrupts", "_Interrupts", "guard_start", "exit_for_state", "summary_line",
-        "start_held", "SupervisedRun"}  # fmt: skip
+TAIL = {
+    "Interrupts",
+    "_Interrupts",
+    "guard_start",
+    "exit_for_state",
+    "summary_line",
+    "start_held",
+    "SupervisedRun",
+}
 
 
 def test_no_cli_module_holds_or_borrows_the_follow_tail() -> None:
@@ -51,14 +58,17 @@ class CountingTarget(LocalTarget):
         self.calls.append("status")
         return super().status(run_id)
 
-    def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
-               until_done: bool = True) -> RunStatus:  # fmt: skip
+    def follow(
+        self, run_id: str, out: IO[bytes], *, offset: int = 0, until_done: bool = True
+    ) -> RunStatus:
         self.calls.append("follow")
         return super().follow(run_id, out, offset=offset, until_done=until_done)
 
 
 def _start(tmp_path: Path, *argv: str):  # type: ignore[no-untyped-def]
-    flags = RunFlags(argv=list(argv), runs_dir=str(tmp_path / "runs"), gpu_sample=0, cwd=str(tmp_path))
+    flags = RunFlags(
+        argv=list(argv), runs_dir=str(tmp_path / "runs"), gpu_sample=0, cwd=str(tmp_path)
+    )
     return start_run(resolve_run_plan(flags, ProjectConfig(), environ={})).run
 
 

@@ -24,8 +24,22 @@ from tests.infra.slurmcluster import SlurmCluster, free_port
 pytestmark = pytest.mark.slurm
 
 TARGET = "slurm://local"
-SMALL = ["--isl", "8", "--osl", "4", "--num-prompts", "6", "--num-warmups", "0",
-         "--concurrency", "2", "--min-requests", "1", "--min-window", "0"]  # fmt: skip
+SMALL = [
+    "--isl",
+    "8",
+    "--osl",
+    "4",
+    "--num-prompts",
+    "6",
+    "--num-warmups",
+    "0",
+    "--concurrency",
+    "2",
+    "--min-requests",
+    "1",
+    "--min-window",
+    "0",
+]
 
 
 @pytest.fixture
@@ -50,9 +64,26 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
 ) -> None:
     env = {"SLURM_CONF": str(cluster.conf)}
     port = free_port()
-    started = proctor("serve", "start", "--target", TARGET, "--engine", "fake", "--model", "m",
-                      "--port", str(port), "--nodes", "1", "--wait", "60s", "--json",
-                      cwd=work, env=env, timeout=120)  # fmt: skip
+    started = proctor(
+        "serve",
+        "start",
+        "--target",
+        TARGET,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--nodes",
+        "1",
+        "--wait",
+        "60s",
+        "--json",
+        cwd=work,
+        env=env,
+        timeout=120,
+    )
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout)
     run_id, group = info["run_id"], Path(info["dir"])
@@ -61,14 +92,34 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
     rec = record(group)
     assert rec["kind"] == "server" and rec["target"]["kind"] == "slurm"
     try:
-        ready = proctor("serve", "ready", run_id, "--target", TARGET, "--timeout", "60s",
-                        cwd=work, env=env, timeout=120)  # fmt: skip
+        ready = proctor(
+            "serve",
+            "ready",
+            run_id,
+            "--target",
+            TARGET,
+            "--timeout",
+            "60s",
+            cwd=work,
+            env=env,
+            timeout=120,
+        )
         assert ready.returncode == 0, ready.stderr
 
         # bench: one Slurm job on the node against the Slurm-started server (its URL and
         # model from the server's local record).
-        bench = proctor("bench", "--target", TARGET, "--server", run_id, *SMALL, "--json",
-                        cwd=work, env=env, timeout=180)  # fmt: skip
+        bench = proctor(
+            "bench",
+            "--target",
+            TARGET,
+            "--server",
+            run_id,
+            *SMALL,
+            "--json",
+            cwd=work,
+            env=env,
+            timeout=180,
+        )
         assert bench.returncode == 0, bench.stdout + bench.stderr
         data = json.loads(bench.stdout)
         completion = data["completion"]
@@ -88,24 +139,67 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
         assert kinds.get(bench_id) == "bench", kinds
 
         # sweep: the sweep and its points inside one job, each verified.
-        sweep = proctor("sweep", "--target", TARGET, "--server", run_id, "--concurrency", "1,2",
-                        "--isl", "8", "--osl", "4", "--num-prompts", "4", "--json", cwd=work,
-                        env=env, timeout=180)  # fmt: skip
+        sweep = proctor(
+            "sweep",
+            "--target",
+            TARGET,
+            "--server",
+            run_id,
+            "--concurrency",
+            "1,2",
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--num-prompts",
+            "4",
+            "--json",
+            cwd=work,
+            env=env,
+            timeout=180,
+        )
         assert sweep.returncode == 0, sweep.stdout + sweep.stderr
         swept = json.loads(sweep.stdout)
         assert [p["exit_code"] for p in swept["answer"]["points"]] == [0, 0]
         inside = {c["run_id"] for c in swept["children"] if c["verified"]}
-        assert {swept["answer"]["sweep"], *(p["run_id"] for p in swept["answer"]["points"])} <= inside
+        assert {
+            swept["answer"]["sweep"],
+            *(p["run_id"] for p in swept["answer"]["points"]),
+        } <= inside
 
         # drain: the bench job was this server's client (a local run: the group's record).
-        drain = proctor("drain", run_id, "--target", TARGET, "--client", job_dir.name,
-                        "--poll", "1s", "--max", "60s", "--startup-max", "30s", cwd=work,
-                        env=env, timeout=120)  # fmt: skip
+        drain = proctor(
+            "drain",
+            run_id,
+            "--target",
+            TARGET,
+            "--client",
+            job_dir.name,
+            "--poll",
+            "1s",
+            "--max",
+            "60s",
+            "--startup-max",
+            "30s",
+            cwd=work,
+            env=env,
+            timeout=120,
+        )
         assert drain.returncode == 0, drain.stdout + drain.stderr
         # inspect: the engine's processes are on the node, so the stacks are taken there (an
         # overlapping srun step in the live job) and land in the local group run, per node.
-        inspect = proctor("inspect", run_id, "--target", TARGET, "--timeout", "30s", "--json",
-                          cwd=work, env=env, timeout=150)  # fmt: skip
+        inspect = proctor(
+            "inspect",
+            run_id,
+            "--target",
+            TARGET,
+            "--timeout",
+            "30s",
+            "--json",
+            cwd=work,
+            env=env,
+            timeout=150,
+        )
         assert inspect.returncode == 0, inspect.stdout + inspect.stderr
         rows = json.loads(inspect.stdout)
         remote = Path(json.loads((group / "slurm.json").read_text())["remote_run_dir"])
@@ -126,8 +220,9 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
         assert pid.returncode == 64 and "no pid of 1" in pid.stderr, pid.stderr
 
     finally:
-        stop = proctor("serve", "stop", run_id, "--target", TARGET, "--json", cwd=work, env=env,
-                       timeout=150)  # fmt: skip
+        stop = proctor(
+            "serve", "stop", run_id, "--target", TARGET, "--json", cwd=work, env=env, timeout=150
+        )
     assert stop.returncode == 0, stop.stderr
     assert json.loads(stop.stdout)[0]["was_running"] is True
     rec = record(group)
@@ -140,8 +235,19 @@ def test_failing_bench_on_slurm_returns_its_own_exit_code(
 ) -> None:
     env = {"SLURM_CONF": str(cluster.conf)}
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    bench = proctor("bench", "--target", TARGET, "--base-url", dead, "--model", "m", *SMALL,
-                    cwd=work, env=env, timeout=180)  # fmt: skip
+    bench = proctor(
+        "bench",
+        "--target",
+        TARGET,
+        "--base-url",
+        dead,
+        "--model",
+        "m",
+        *SMALL,
+        cwd=work,
+        env=env,
+        timeout=180,
+    )
     assert bench.returncode == 69, bench.stdout + bench.stderr
     (job_dir,) = [p for p in isolated_runs.iterdir() if (p / "slurm.json").is_file()]
     assert (job_dir / "exit_code").read_text().strip() == "69"
@@ -149,8 +255,11 @@ def test_failing_bench_on_slurm_returns_its_own_exit_code(
     # A local run named with --target slurm: refused, naming the kind it ran on.
     local = proctor("run", "--name", "plain", "--", sys.executable, "-c", "pass", cwd=work)
     assert local.returncode == 0, local.stderr
-    plain = [p for p in isolated_runs.iterdir() if p.name != job_dir.name and p.is_dir()
-             and (p / "record.json").is_file()]  # fmt: skip
+    plain = [
+        p
+        for p in isolated_runs.iterdir()
+        if p.name != job_dir.name and p.is_dir() and (p / "record.json").is_file()
+    ]
     (plain_dir,) = [p for p in plain if record(p).get("kind") != "slurm"]
     stop = proctor("serve", "stop", plain_dir.name, "--target", TARGET, cwd=work, env=env)
     assert stop.returncode == 64, stop.stderr
@@ -160,9 +269,27 @@ def test_failing_bench_on_slurm_returns_its_own_exit_code(
     assert mine.returncode == 64 and "name the run" in mine.stderr, mine.stderr
 
     # A partition the cluster does not have: a clear error, nothing left queued.
-    bad = proctor("serve", "start", "--target", TARGET, "--partition", "nosuchpart", "-N", "1",
-                  "--engine", "fake", "--model", "m", "--port", str(free_port()), "--wait", "30s",
-                  cwd=work, env=env, timeout=120)  # fmt: skip
+    bad = proctor(
+        "serve",
+        "start",
+        "--target",
+        TARGET,
+        "--partition",
+        "nosuchpart",
+        "-N",
+        "1",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(free_port()),
+        "--wait",
+        "30s",
+        cwd=work,
+        env=env,
+        timeout=120,
+    )
     assert bad.returncode == 64, bad.stderr
     assert "invalid partition" in bad.stderr.lower() and "sinfo" in bad.stderr, bad.stderr
     assert not cluster.run("squeue", "-h").stdout.strip()
@@ -177,8 +304,20 @@ def test_detached_bench_on_slurm_is_waited_for_with_its_exit_code(
 
     env = {"SLURM_CONF": str(cluster.conf)}
     with FakeServer() as srv:
-        started = proctor("bench", "--target", TARGET, "--base-url", srv.base_url, "--model",
-                          "m", *SMALL, "--detach", cwd=work, env=env, timeout=120)  # fmt: skip
+        started = proctor(
+            "bench",
+            "--target",
+            TARGET,
+            "--base-url",
+            srv.base_url,
+            "--model",
+            "m",
+            *SMALL,
+            "--detach",
+            cwd=work,
+            env=env,
+            timeout=120,
+        )
         assert started.returncode == 0, started.stdout + started.stderr
         run_id = started.stdout.strip()
         job_dir = isolated_runs / run_id
@@ -202,8 +341,21 @@ def test_detached_bench_on_slurm_is_waited_for_with_its_exit_code(
 
     # A bench that fails (nothing listens): `runs attach` follows it and returns its own 69.
     dead = f"http://127.0.0.1:{free_port()}"
-    failing = proctor("bench", "--target", TARGET, "--base-url", dead, "--model", "m", *SMALL,
-                      "--detach", "--json", cwd=work, env=env, timeout=120)  # fmt: skip
+    failing = proctor(
+        "bench",
+        "--target",
+        TARGET,
+        "--base-url",
+        dead,
+        "--model",
+        "m",
+        *SMALL,
+        "--detach",
+        "--json",
+        cwd=work,
+        env=env,
+        timeout=120,
+    )
     assert failing.returncode == 0, failing.stdout + failing.stderr
     completion = json.loads(failing.stdout)["completion"]
     assert completion["detached"] and completion["target"]["kind"] == "slurm"
@@ -219,10 +371,28 @@ def test_eval_gsm8k_on_slurm_scores_known_answers(
     subset, against a loopback server answering from the answer key (known scores)."""
     env = {"SLURM_CONF": str(cluster.conf), "HF_HOME": str(tmp_path / "hf")}
     with answer_key_server(gsm8k_data_dir()) as server:
-        ran = proctor("eval", "gsm8k", "--target", TARGET, "--base-url", server.base_url,
-                      "--model", "m1", "--fewshot", "3", "--limit", "5", "--num-concurrent", "2",
-                      "--data", str(gsm8k_data_dir()), "--json", cwd=work, env=env,
-                      timeout=240)  # fmt: skip
+        ran = proctor(
+            "eval",
+            "gsm8k",
+            "--target",
+            TARGET,
+            "--base-url",
+            server.base_url,
+            "--model",
+            "m1",
+            "--fewshot",
+            "3",
+            "--limit",
+            "5",
+            "--num-concurrent",
+            "2",
+            "--data",
+            str(gsm8k_data_dir()),
+            "--json",
+            cwd=work,
+            env=env,
+            timeout=240,
+        )
         assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
         assert len(server.requests) == 5
     data = json.loads(ran.stdout)
@@ -238,12 +408,16 @@ def test_eval_gsm8k_on_slurm_scores_known_answers(
     # The node scored the copy shipped into the shared workspace, not the repo's folder.
     shipped = data["answer"]["data"]
     assert shipped["path"].startswith(f"{tmp_path / 'ws'}/proctor/data/{shipped['sha256']}/")
-    assert shipped["files"]["test.jsonl"] == hashlib.sha256(
-        (gsm8k_data_dir() / "test.jsonl").read_bytes()).hexdigest()
+    assert (
+        shipped["files"]["test.jsonl"]
+        == hashlib.sha256((gsm8k_data_dir() / "test.jsonl").read_bytes()).hexdigest()
+    )
     assert math.isclose(metrics["exact_match_flexible_extract"], 0.8)
     assert math.isclose(metrics["exact_match_strict_match"], 0.4)
     (eval_dir,) = Path(completion["local_dir"]).glob(f"**/steps/{eval_id}")
-    assert record(eval_dir)["kind"] == "eval" and list((eval_dir / "lm_eval").rglob("results_*.json"))
+    assert record(eval_dir)["kind"] == "eval" and list(
+        (eval_dir / "lm_eval").rglob("results_*.json")
+    )
     with sqlite3.connect(isolated_runs / "proctor.sqlite") as db:
         kinds = dict(db.execute("SELECT id, kind FROM runs").fetchall())
     assert kinds.get(eval_id) == "eval", kinds
@@ -262,13 +436,29 @@ def test_bench_on_slurm_reads_the_shipped_dataset(
     data = tmp_path / "data"
     data.mkdir()
     prompts = data / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"slurm prompt {i}", "output_len": 3})
-                               + "\n" for i in range(10)))  # fmt: skip
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"slurm prompt {i}", "output_len": 3}) + "\n" for i in range(10)
+        )
+    )
     sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
     with FakeServer() as srv:
-        bench = proctor("bench", "--target", TARGET, "--base-url", srv.base_url, "--model", "m",
-                        *SMALL, "--dataset", "jsonl:../data/p.jsonl", "--json",
-                        cwd=work, env=env, timeout=180)  # fmt: skip
+        bench = proctor(
+            "bench",
+            "--target",
+            TARGET,
+            "--base-url",
+            srv.base_url,
+            "--model",
+            "m",
+            *SMALL,
+            "--dataset",
+            "jsonl:../data/p.jsonl",
+            "--json",
+            cwd=work,
+            env=env,
+            timeout=180,
+        )
     assert bench.returncode == 0, bench.stdout + bench.stderr
     answer = json.loads(bench.stdout)["answer"]
     far_copy = f"{tmp_path / 'ws'}/proctor/data/{sha}/p.jsonl"

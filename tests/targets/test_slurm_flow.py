@@ -45,11 +45,26 @@ def test_flow_on_a_slurm_node_runs_every_step_and_comes_back_verified(
     (work / "client.py").write_text(CLIENT)
     port = free_port()
     result = proctor(
-        "flow", "--target", "slurm://local", "--engine", "fake", "--model", "m",
-        "--port", str(port), "--poll", "1s", "--env", "HF_TOKEN=hf_slurm_CANARY",
-        "--workload-cmd", f"{sys.executable} client.py http://127.0.0.1:{port}", "--json",
-        cwd=work, env={"SLURM_CONF": str(cluster.conf)}, timeout=240,
-    )  # fmt: skip
+        "flow",
+        "--target",
+        "slurm://local",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--env",
+        "HF_TOKEN=hf_slurm_CANARY",
+        "--workload-cmd",
+        f"{sys.executable} client.py http://127.0.0.1:{port}",
+        "--json",
+        cwd=work,
+        env={"SLURM_CONF": str(cluster.conf)},
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     completion = data["completion"]
@@ -85,17 +100,34 @@ def test_a_flow_file_and_its_dataset_travel_to_the_slurm_workspace(
     )
     (tmp_path / "data").mkdir()
     prompts = tmp_path / "data" / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"slurm flow {i}", "output_len": 3})
-                               + "\n" for i in range(8)))  # fmt: skip
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"slurm flow {i}", "output_len": 3}) + "\n" for i in range(8))
+    )
     sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
     flow_file = tmp_path / "bench-flow.toml"
-    flow_file.write_text('[[flow.workload]]\nbench = { osl = 4, concurrency = 2, num_prompts = 4, '
-                         'num_warmups = 0, dataset = "jsonl:../data/p.jsonl" }\n')  # fmt: skip
+    flow_file.write_text(
+        "[[flow.workload]]\nbench = { osl = 4, concurrency = 2, num_prompts = 4, "
+        'num_warmups = 0, dataset = "jsonl:../data/p.jsonl" }\n'
+    )
     result = proctor(
-        "flow", "--target", "slurm://local", "--engine", "fake", "--model", "m",
-        "--port", str(free_port()), "--poll", "1s", "--file", str(flow_file), "--json",
-        cwd=work, env={"SLURM_CONF": str(cluster.conf)}, timeout=240,
-    )  # fmt: skip
+        "flow",
+        "--target",
+        "slurm://local",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(free_port()),
+        "--poll",
+        "1s",
+        "--file",
+        str(flow_file),
+        "--json",
+        cwd=work,
+        env={"SLURM_CONF": str(cluster.conf)},
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     group = Path(json.loads(result.stdout)["completion"]["local_dir"])
     docs = [json.loads(p.read_text()) for p in group.glob("**/steps/*/metrics.json")]

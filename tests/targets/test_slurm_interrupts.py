@@ -66,19 +66,45 @@ def wait_for(ok: object, timeout: float, what: str) -> None:
 def start(cluster: SlurmCluster, work: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "proctor.cli.main", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=work,
         env={**os.environ, "SLURM_CONF": str(cluster.conf), "COLUMNS": "200"},
-    )  # fmt: skip
+    )
 
 
-def slow_bench_on_slurm(cluster: SlurmCluster, work: Path, slow: FakeProcess,
-                        *extra: str) -> subprocess.Popen[str]:  # fmt: skip
+def slow_bench_on_slurm(
+    cluster: SlurmCluster, work: Path, slow: FakeProcess, *extra: str
+) -> subprocess.Popen[str]:
     """`bench --target slurm` against a server slow enough (~10 s) to act on the job meanwhile."""
     slow.wait_for("Application startup complete.")
-    return start(cluster, work, "bench", "--target", TARGET, "--base-url", slow.base_url,
-                 "--model", "fake-model", "--isl", "8", "--osl", "200", "--num-prompts",
-                 "20", "--num-warmups", "0", "--concurrency", "2", "--min-requests", "1",
-                 "--min-window", "0", *extra)  # fmt: skip
+    return start(
+        cluster,
+        work,
+        "bench",
+        "--target",
+        TARGET,
+        "--base-url",
+        slow.base_url,
+        "--model",
+        "fake-model",
+        "--isl",
+        "8",
+        "--osl",
+        "200",
+        "--num-prompts",
+        "20",
+        "--num-warmups",
+        "0",
+        "--concurrency",
+        "2",
+        "--min-requests",
+        "1",
+        "--min-window",
+        "0",
+        *extra,
+    )
 
 
 def test_ctrl_c_while_serve_start_waits_for_a_pending_job_cancels_it(
@@ -86,9 +112,25 @@ def test_ctrl_c_while_serve_start_waits_for_a_pending_job_cancels_it(
 ) -> None:
     # The node's CPUs are taken: the server's job pends.
     blocker = cluster.sbatch("--wrap", "sleep 300", "-c", str(cluster.cpus_per_node))
-    wait_for(lambda: ("RUNNING" in {s for _, s, _ in queue(cluster)}), 30, "running blocker")
-    serve = start(cluster, work, "serve", "start", "--target", TARGET, "--engine", "fake",
-                  "--model", "m", "--port", str(free_port()), "--nodes", "1", "--wait", "120s")
+    wait_for(lambda: "RUNNING" in {s for _, s, _ in queue(cluster)}, 30, "running blocker")
+    serve = start(
+        cluster,
+        work,
+        "serve",
+        "start",
+        "--target",
+        TARGET,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(free_port()),
+        "--nodes",
+        "1",
+        "--wait",
+        "120s",
+    )
     wait_for(lambda: any(s == "PENDING" for _, s, _ in queue(cluster)), 60, "pending server")
     serve.send_signal(signal.SIGINT)
     _, err = serve.communicate(timeout=90)
@@ -131,7 +173,7 @@ def test_a_bench_job_cancelled_outside_is_recorded_so_with_its_step_s_exit(
         bench = slow_bench_on_slurm(cluster, work, slow, "--json")
         wait_for(lambda: any(s == "RUNNING" for _, s, _ in queue(cluster)), 90, "bench job")
         wait_for(lambda: slow.running() == 2, 90, "the bench on the node sending")
-        (job_id, _, _), = queue(cluster)
+        ((job_id, _, _),) = queue(cluster)
         cluster.run("scancel", job_id)
         out, err = bench.communicate(timeout=120)
     finally:
@@ -180,16 +222,43 @@ def test_serve_ready_on_a_server_cancelled_outside_says_so_at_once(
     cluster: SlurmCluster, work: Path, isolated_runs: Path
 ) -> None:
     env = {"SLURM_CONF": str(cluster.conf)}
-    started = proctor("serve", "start", "--target", TARGET, "--engine", "fake", "--model", "m",
-                      "--port", str(free_port()), "--nodes", "1", "--wait", "60s", "--json",
-                      cwd=work, env=env, timeout=120)  # fmt: skip
+    started = proctor(
+        "serve",
+        "start",
+        "--target",
+        TARGET,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(free_port()),
+        "--nodes",
+        "1",
+        "--wait",
+        "60s",
+        "--json",
+        cwd=work,
+        env=env,
+        timeout=120,
+    )
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout)
     cluster.run("scancel", str(info["job_id"]))
     wait_for(lambda: not queue(cluster), 60, "cancelled job")
     t0 = time.monotonic()
-    ready = proctor("serve", "ready", info["run_id"], "--target", TARGET, "--timeout", "120s",
-                    cwd=work, env=env, timeout=150)  # fmt: skip
+    ready = proctor(
+        "serve",
+        "ready",
+        info["run_id"],
+        "--target",
+        TARGET,
+        "--timeout",
+        "120s",
+        cwd=work,
+        env=env,
+        timeout=150,
+    )
     assert time.monotonic() - t0 < 30, "ready waited for its timeout"
     assert ready.returncode == 3 and "server exited" in ready.stderr, ready.stderr
     rec = record(Path(info["dir"]))
@@ -199,9 +268,22 @@ def test_serve_ready_on_a_server_cancelled_outside_says_so_at_once(
 def test_a_bad_bench_flag_is_refused_before_a_job_is_submitted(
     cluster: SlurmCluster, work: Path, isolated_runs: Path
 ) -> None:
-    bad = proctor("bench", "--target", TARGET, "--workers", "2", "--concurrency", "1",
-                  "--base-url", "http://127.0.0.1:9", "--model", "m", cwd=work,
-                  env={"SLURM_CONF": str(cluster.conf)}, timeout=60)  # fmt: skip
+    bad = proctor(
+        "bench",
+        "--target",
+        TARGET,
+        "--workers",
+        "2",
+        "--concurrency",
+        "1",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        cwd=work,
+        env={"SLURM_CONF": str(cluster.conf)},
+        timeout=60,
+    )
     assert bad.returncode == 64, bad.stdout + bad.stderr
     assert "workers must not exceed concurrency" in bad.stderr, bad.stderr
     assert not queue(cluster) and not isolated_runs.exists()  # nothing was submitted

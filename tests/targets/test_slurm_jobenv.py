@@ -24,28 +24,49 @@ def _job_env(tmp_path: Path, values: dict[str, str]) -> Path:
 
 def test_secret_variables_move_into_the_file_and_given_values_win(tmp_path: Path) -> None:
     path = _job_env(tmp_path, {"PROCTOR_WRAPPER_ARGV": "[]", "API_TOKEN": "from-env-flag"})
-    environ = {"HF_TOKEN": "hf-value", "API_TOKEN": "exported", "MY_PRIVATE_VAR": "private",
-               "MAX_TOKENS": "128", "PATH": "/usr/bin"}  # fmt: skip
+    environ = {
+        "HF_TOKEN": "hf-value",
+        "API_TOKEN": "exported",
+        "MY_PRIVATE_VAR": "private",
+        "MAX_TOKENS": "128",
+        "PATH": "/usr/bin",
+    }
     moved = move_secrets(environ, str(path), ["MY_PRIVATE_VAR"])
     assert moved == ["API_TOKEN", "HF_TOKEN", "MY_PRIVATE_VAR"]
     assert environ == {"MAX_TOKENS": "128", "PATH": "/usr/bin"}
     assert json.loads(path.read_text()) == {
-        "PROCTOR_WRAPPER_ARGV": "[]", "API_TOKEN": "from-env-flag", "HF_TOKEN": "hf-value",
+        "PROCTOR_WRAPPER_ARGV": "[]",
+        "API_TOKEN": "from-env-flag",
+        "HF_TOKEN": "hf-value",
         "MY_PRIVATE_VAR": "private",
-    }  # fmt: skip
+    }
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # none left behind
 
 
 def test_the_runner_execs_without_the_secrets_and_with_the_given_env(tmp_path: Path) -> None:
     path = _job_env(tmp_path, {"PROCTOR_WRAPPER_ARGV": "[]"})
-    request = {"argv": [sys.executable, "-c", _PRINT_ENV], "env": {"PROCTOR_JOB_ENV": str(path)},
-               "job_env": str(path), "secret_names": ["MY_PRIVATE_VAR"]}  # fmt: skip
-    env = {**os.environ, "HF_TOKEN": "hf-runner-value", "MY_PRIVATE_VAR": "p-value",
-           "PLAIN_SETTING": "kept"}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "proctor.targets.slurm.jobenv"],
-                          input=json.dumps(request), capture_output=True, text=True, env=env,
-                          timeout=60, check=False)  # fmt: skip
+    request = {
+        "argv": [sys.executable, "-c", _PRINT_ENV],
+        "env": {"PROCTOR_JOB_ENV": str(path)},
+        "job_env": str(path),
+        "secret_names": ["MY_PRIVATE_VAR"],
+    }
+    env = {
+        **os.environ,
+        "HF_TOKEN": "hf-runner-value",
+        "MY_PRIVATE_VAR": "p-value",
+        "PLAIN_SETTING": "kept",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "proctor.targets.slurm.jobenv"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
     assert "HF_TOKEN" not in seen and "MY_PRIVATE_VAR" not in seen
@@ -58,9 +79,14 @@ def test_the_runner_refuses_to_submit_when_the_file_is_missing(tmp_path: Path) -
     marker = tmp_path / "ran"
     missing = tmp_path / "gone.json"
     request = {"argv": ["touch", str(marker)], "env": {}, "job_env": str(missing)}
-    proc = subprocess.run([sys.executable, "-m", "proctor.targets.slurm.jobenv"],
-                          input=json.dumps(request), capture_output=True, text=True,
-                          env={**os.environ, "HF_TOKEN": "x-value"}, timeout=60,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "proctor.targets.slurm.jobenv"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_TOKEN": "x-value"},
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 1 and str(missing) in proc.stderr
     assert not marker.exists() and not missing.exists()

@@ -74,8 +74,13 @@ def test_batch_script_finds_the_head_and_writes_head_json(tmp_path: Path) -> Non
 def test_apply_role_picks_worker_argv_and_fills_node_values(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    plan: dict[str, Any] = {"multinode": {"head": ["srv", "--masked"], "worker": ["srv", "{node_rank}@{head_address}"],
-                          "env_names": ["MASTER"]}}  # fmt: skip
+    plan: dict[str, Any] = {
+        "multinode": {
+            "head": ["srv", "--masked"],
+            "worker": ["srv", "{node_rank}@{head_address}"],
+            "env_names": ["MASTER"],
+        }
+    }
     monkeypatch.setenv("SLURM_NODEID", "3")
     monkeypatch.setenv("PROCTOR_HEAD_ADDR", "10.0.0.9")
     monkeypatch.setenv("PROCTOR_HEAD_NODE", "n1")
@@ -104,9 +109,14 @@ def test_ssh_login_options_record_paths_and_config_defaults(tmp_path: Path) -> N
     options = resolve_slurm_options(SlurmFlags(known_hosts=str(tmp_path / "kh")), config)
     assert options.nodes == 4 and options.python == "python3"
     assert options.ssh == {
-        "host": "login", "user": "bob", "port": 2200, "identity_file": "~/.ssh/k",
-        "known_hosts": str(tmp_path / "kh"), "insecure_accept_host_key": False, "jump": None,
+        "host": "login",
+        "user": "bob",
+        "port": 2200,
+        "identity_file": "~/.ssh/k",
+        "known_hosts": str(tmp_path / "kh"),
+        "insecure_accept_host_key": False,
+        "jump": None,
         "env_sh": None,
-    }  # fmt: skip
+    }
     local = resolve_slurm_options(SlurmFlags(target="slurm://local"), ProjectConfig())
     assert local.ssh == {}

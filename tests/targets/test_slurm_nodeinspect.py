@@ -43,9 +43,21 @@ def engine(tmp_path: Path) -> Iterator[psutil.Process]:
 
 def node_inspect(run: Path, out: Path, *patterns: str) -> dict[str, object]:
     env = {**os.environ, "SLURMD_NODENAME": "nx"}
-    done = subprocess.run([sys.executable, "-m", "proctor.targets.slurm.nodeinspect", str(run),
-                           str(out), "30", *patterns], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proctor.targets.slurm.nodeinspect",
+            str(run),
+            str(out),
+            "30",
+            *patterns,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     answer: dict[str, object] = json.loads((out / "nx.json").read_text())
     return answer

@@ -93,8 +93,14 @@ SACCT = """\
 
 def test_scontrol_one_line_output_is_read_as_key_values() -> None:
     line = "JobId=12 JobState=NODE_FAIL Reason=None Command=sh -c x=1 ExitCode=0:9\n"
-    assert parse_kv(line) == {"JobId": "12", "JobState": "NODE_FAIL", "Reason": "None",
-                              "Command": "sh", "x": "1", "ExitCode": "0:9"}  # fmt: skip
+    assert parse_kv(line) == {
+        "JobId": "12",
+        "JobState": "NODE_FAIL",
+        "Reason": "None",
+        "Command": "sh",
+        "x": "1",
+        "ExitCode": "0:9",
+    }
     assert parse_kv("") == {}
 
 

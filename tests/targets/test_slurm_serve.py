@@ -76,10 +76,27 @@ def test_two_node_server_ready_drain_stop(
     port, rpc = free_port(), free_port()
     ws = tmp_path / "ws"
     started = cli(
-        cluster, "slurm", "serve", "--target", "slurm://local", "--workspace", str(ws),
-        "--engine", "fake", "--model", "m", "--nodes", "2", "--port", str(port),
-        "--rpc-port", str(rpc), "--wait", "60s", "--json",
-    )  # fmt: skip
+        cluster,
+        "slurm",
+        "serve",
+        "--target",
+        "slurm://local",
+        "--workspace",
+        str(ws),
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--nodes",
+        "2",
+        "--port",
+        str(port),
+        "--rpc-port",
+        str(rpc),
+        "--wait",
+        "60s",
+        "--json",
+    )
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout)
     run_id, group = info["run_id"], Path(info["dir"])
@@ -99,15 +116,33 @@ def test_two_node_server_ready_drain_stop(
         time.sleep(0.1)
 
     client = cli(
-        cluster, "run", "--detach", "--json", "--name", "client", "--",
-        sys.executable, "-c", CLIENT, f"http://127.0.0.1:{port}",
-    )  # fmt: skip
+        cluster,
+        "run",
+        "--detach",
+        "--json",
+        "--name",
+        "client",
+        "--",
+        sys.executable,
+        "-c",
+        CLIENT,
+        f"http://127.0.0.1:{port}",
+    )
     assert client.returncode == 0, client.stderr
     client_id = json.loads(client.stdout)["run_id"]
     drain = cli(
-        cluster, "drain", run_id, "--client", client_id, "--poll", "1s", "--max", "90s",
-        "--json", timeout=150,
-    )  # fmt: skip
+        cluster,
+        "drain",
+        run_id,
+        "--client",
+        client_id,
+        "--poll",
+        "1s",
+        "--max",
+        "90s",
+        "--json",
+        timeout=150,
+    )
     assert drain.returncode == 0, drain.stdout + drain.stderr
     assert "client done" in (isolated_runs / client_id / "client.log").read_text()
 
@@ -120,15 +155,17 @@ def test_two_node_server_ready_drain_stop(
     rows = json.loads(inspect.stdout)
     for node, marker in (("n1", "--stats-interval"), ("n2", "rank1-of-2@127.0.0.1")):
         engine = record(remote_nodes / node)["process"]["pid"]
-        (spy,) = [r for r in rows if r["node"] == node and r["tool"] == "py-spy"
-                  and r["pid"] == engine]  # fmt: skip
+        (spy,) = [
+            r for r in rows if r["node"] == node and r["tool"] == "py-spy" and r["pid"] == engine
+        ]
         dump = group / "inspect" / node / f"{engine}-pyspy.txt"
         assert spy["path"] == str(dump) and spy["error"] is None, spy
         assert marker in dump.read_text(), dump.read_text()
     # --pid: only those pids, on the node where each is a process of the run.
     worker = record(remote_nodes / "n2")["process"]["pid"]
-    only = cli(cluster, "inspect", run_id, "--pid", str(worker), "--timeout", "30s", "--json",
-               timeout=150)  # fmt: skip
+    only = cli(
+        cluster, "inspect", run_id, "--pid", str(worker), "--timeout", "30s", "--json", timeout=150
+    )
     assert only.returncode == 0, only.stdout + only.stderr
     found = [r for r in json.loads(only.stdout) if r["pid"] is not None]
     assert found and {(r["node"], r["pid"]) for r in found} == {("n2", worker)}, found
@@ -173,9 +210,20 @@ def test_engine_without_multinode_launch_is_refused(
     cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
 ) -> None:
     result = cli(
-        cluster, "slurm", "serve", "--target", "slurm://local", "--workspace",
-        str(tmp_path / "ws"), "--engine", "transformers", "--model", "m", "--nodes", "2",
-    )  # fmt: skip
+        cluster,
+        "slurm",
+        "serve",
+        "--target",
+        "slurm://local",
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--engine",
+        "transformers",
+        "--model",
+        "m",
+        "--nodes",
+        "2",
+    )
     assert result.returncode == 64, result.stderr
     assert "no multi-node launch" in result.stderr
     assert not cluster.run("squeue", "-h").stdout.strip()  # nothing was submitted

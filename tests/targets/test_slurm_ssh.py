@@ -26,10 +26,23 @@ def test_run_target_slurm_local_passes_the_node_status_through(
 ) -> None:
     env = {"SLURM_CONF": str(cluster.conf)}
     result = proctor(
-        "run", "--target", "slurm://local", "--workspace", str(tmp_path / "ws"), "--nodes", "2",
-        "--time", "5m", "--", "sh", "-c", 'echo "on $SLURMD_NODENAME"; exit 3',
-        cwd=Path.cwd(), env=env, timeout=150,
-    )  # fmt: skip
+        "run",
+        "--target",
+        "slurm://local",
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--nodes",
+        "2",
+        "--time",
+        "5m",
+        "--",
+        "sh",
+        "-c",
+        'echo "on $SLURMD_NODENAME"; exit 3',
+        cwd=Path.cwd(),
+        env=env,
+        timeout=150,
+    )
     assert result.returncode == 3, result.stderr
     assert "[n1] on n1" in result.stdout and "[n2] on n2" in result.stdout
     rec = record(only_run(isolated_runs))
@@ -62,16 +75,34 @@ def test_run_over_ssh_login_host_ships_source_and_fetches_nodes(
     (ws / "env.sh").write_text(f"export SLURM_CONF={login_conf}\nexport HF_TOKEN={FAR_SECRET}\n")
     far_hash = hashlib.sha256(FAR_SECRET.encode()).hexdigest()
     result = proctor(
-        "run", "--target", f"slurm://{host.user}@{host.address}:{host.port}",
-        "--identity-file", str(host.client_key), "--known-hosts", str(host.known_hosts),
-        "--workspace", str(ws), "--remote-python", TEST_PYTHON,
-        "--nodes", "2", "--name", "job", "--env", f"API_TOKEN={SECRET}", "--json",
-        "--", "sh", "-c", 'sh job.sh "$SLURMD_NODENAME" 2 0 && test -n "$API_TOKEN" && '
+        "run",
+        "--target",
+        f"slurm://{host.user}@{host.address}:{host.port}",
+        "--identity-file",
+        str(host.client_key),
+        "--known-hosts",
+        str(host.known_hosts),
+        "--workspace",
+        str(ws),
+        "--remote-python",
+        TEST_PYTHON,
+        "--nodes",
+        "2",
+        "--name",
+        "job",
+        "--env",
+        f"API_TOKEN={SECRET}",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        'sh job.sh "$SLURMD_NODENAME" 2 0 && test -n "$API_TOKEN" && '
         f'test "$(printf %s "$HF_TOKEN" | sha256sum | cut -c1-64)" = {far_hash}',
-        cwd=project, timeout=150,
+        cwd=project,
+        timeout=150,
         # The controller side has no Slurm: all over SSH. Its own exported secrets stay here.
         env={"SLURM_CONF": "/nonexistent", "RUNPOD_API_KEY": LOCAL_SECRET},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout[result.stdout.index("{\n") :])
     assert out["outcome"] == "ok"
@@ -99,17 +130,22 @@ def test_run_over_ssh_login_host_ships_source_and_fetches_nodes(
 
 
 def test_inspect_server_over_ssh_login_host(
-    cluster: SlurmCluster, lone_lab: SshHostLab, project: Path, tmp_path: Path,
+    cluster: SlurmCluster,
+    lone_lab: SshHostLab,
+    project: Path,
+    tmp_path: Path,
     isolated_runs: Path,
-) -> None:  # fmt: skip
+) -> None:
     """`proctor inspect RUN` of a server started through an SSH login host: the overlapping
     step, proctor's shipped package on the nodes and the answers all go over the login."""
     host = lone_lab.hosts[0]
     # srun (unlike sbatch) talks to the nodes' slurmd itself, and they call it back: from the
     # login host's namespace, the nodes too are at the gateway.
-    conf = cluster.conf.read_text().replace(
-        "SlurmctldHost=localhost", f"SlurmctldHost=localhost({host.gateway})"
-    ).replace("NodeAddr=127.0.0.1", f"NodeAddr={host.gateway}")
+    conf = (
+        cluster.conf.read_text()
+        .replace("SlurmctldHost=localhost", f"SlurmctldHost=localhost({host.gateway})")
+        .replace("NodeAddr=127.0.0.1", f"NodeAddr={host.gateway}")
+    )
     login_conf = tmp_path / "login-slurm.conf"
     login_conf.write_text(conf)
     ws = tmp_path / "shared-ws"
@@ -122,17 +158,32 @@ def test_inspect_server_over_ssh_login_host(
     )
     env = {"SLURM_CONF": "/nonexistent"}  # the controller side has no Slurm: all over SSH
     started = proctor(
-        "serve", "start", "--target", f"slurm://{host.user}@{host.address}:{host.port}",
-        "--engine", "fake", "--model", "m", "--port", str(free_port()), "--nodes", "1",
-        "--wait", "60s", "--json",
-        cwd=project, env=env, timeout=150,
-    )  # fmt: skip
+        "serve",
+        "start",
+        "--target",
+        f"slurm://{host.user}@{host.address}:{host.port}",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(free_port()),
+        "--nodes",
+        "1",
+        "--wait",
+        "60s",
+        "--json",
+        cwd=project,
+        env=env,
+        timeout=150,
+    )
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout)
     run_id, group = info["run_id"], Path(info["dir"])
     try:
-        inspect = proctor("inspect", run_id, "--timeout", "30s", "--json", cwd=project, env=env,
-                          timeout=150)  # fmt: skip
+        inspect = proctor(
+            "inspect", run_id, "--timeout", "30s", "--json", cwd=project, env=env, timeout=150
+        )
         assert inspect.returncode == 0, inspect.stdout + inspect.stderr
         rows = json.loads(inspect.stdout)
         remote = Path(json.loads((group / "slurm.json").read_text())["remote_run_dir"])

@@ -31,16 +31,24 @@ def submit(
     cluster: SlurmCluster, ws: Path, *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     return proctor(
-        "slurm", "run", "--target", "slurm://local", "--workspace", str(ws), *args,
-        cwd=cwd, env=slurm_env(cluster),
-    )  # fmt: skip
+        "slurm",
+        "run",
+        "--target",
+        "slurm://local",
+        "--workspace",
+        str(ws),
+        *args,
+        cwd=cwd,
+        env=slurm_env(cluster),
+    )
 
 
 def start_on_two_nodes(cluster: SlurmCluster, ws: Path, name: str, script: str) -> Path:
     """Submit `sh -c script` detached on both nodes; its group run directory, once both nodes
     printed "started"."""
-    started = submit(cluster, ws, "-N", "2", "--detach", "--json", "--name", name, "--",
-                     "sh", "-c", script)  # fmt: skip
+    started = submit(
+        cluster, ws, "-N", "2", "--detach", "--json", "--name", name, "--", "sh", "-c", script
+    )
     assert started.returncode == 0, started.stderr
     group = Path(json.loads(started.stdout)["dir"])
     wait_for(lambda: (group / f"{name}.log").read_text().count("started") == 2, 90, "both nodes")
@@ -67,9 +75,19 @@ def test_two_node_run_ships_source_and_fetches_verified_node_records(
     cluster: SlurmCluster, repo: Path, tmp_path: Path, isolated_runs: Path
 ) -> None:
     ws = tmp_path / "ws"
-    result = submit(cluster, ws, "--nodes", "2", "--name", "work",
-                    "--env", "API_TOKEN=s3cr3t-token-value", "--", "./work.sh",
-                    cwd=repo / "tools")  # fmt: skip
+    result = submit(
+        cluster,
+        ws,
+        "--nodes",
+        "2",
+        "--name",
+        "work",
+        "--env",
+        "API_TOKEN=s3cr3t-token-value",
+        "--",
+        "./work.sh",
+        cwd=repo / "tools",
+    )
     assert result.returncode == 0, result.stderr
     group = only_run(isolated_runs)
     rec = record(group)
@@ -122,12 +140,26 @@ def test_secrets_exported_in_the_shell_reach_the_job_but_not_slurms_saved_enviro
     aws = f"aws-exported-{os.getpid()}-{tmp_path.name}-value"
     overridden = f"overridden-{os.getpid()}-{tmp_path.name}-value"
     exported = {"HF_TOKEN": token, "AWS_SECRET_ACCESS_KEY": aws, "API_TOKEN": overridden}
-    script = " ".join(f'printf "sha-of-{name} %s\\n" "$(printf %s "${name}" | sha256sum)";'
-                      for name in exported)  # fmt: skip
-    result = proctor("slurm", "run", "--target", "slurm://local", "--workspace", str(ws),
-                     "--name", "secrets", "--env", "API_TOKEN=given-by-env-flag",
-                     "--", "sh", "-c", script,
-                     env={**slurm_env(cluster), **exported})  # fmt: skip
+    script = " ".join(
+        f'printf "sha-of-{name} %s\\n" "$(printf %s "${name}" | sha256sum)";' for name in exported
+    )
+    result = proctor(
+        "slurm",
+        "run",
+        "--target",
+        "slurm://local",
+        "--workspace",
+        str(ws),
+        "--name",
+        "secrets",
+        "--env",
+        "API_TOKEN=given-by-env-flag",
+        "--",
+        "sh",
+        "-c",
+        script,
+        env={**slurm_env(cluster), **exported},
+    )
     assert result.returncode == 0, result.stderr
     group = only_run(isolated_runs)
     log = (group / "secrets.log").read_text()
@@ -143,8 +175,17 @@ def test_secrets_exported_in_the_shell_reach_the_job_but_not_slurms_saved_enviro
 def test_one_failing_node_fails_the_run_with_its_status(
     cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
 ) -> None:
-    result = submit(cluster, tmp_path / "ws", "-N", "2", "--json", "--", "sh", "-c",
-                    'echo "on $SLURMD_NODENAME"; test "$SLURMD_NODENAME" = n1 || exit 3')  # fmt: skip
+    result = submit(
+        cluster,
+        tmp_path / "ws",
+        "-N",
+        "2",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        'echo "on $SLURMD_NODENAME"; test "$SLURMD_NODENAME" = n1 || exit 3',
+    )
     assert result.returncode == 3, result.stderr
     out = json.loads(result.stdout[result.stdout.index("{\n") :])
     assert out["outcome"] == "failed" and out["exit"]["code"] == 3
@@ -274,8 +315,9 @@ def test_job_past_its_slurm_time_limit_is_a_timeout_with_slurms_reason(
     cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
 ) -> None:
     # Slurm's minimum limit is one minute and it checks every 30 s: this takes ~90 s.
-    result = submit(cluster, tmp_path / "ws", "-N", "2", "--time", "1", "--name", "t", "--",
-                    "sleep", "300")  # fmt: skip
+    result = submit(
+        cluster, tmp_path / "ws", "-N", "2", "--time", "1", "--name", "t", "--", "sleep", "300"
+    )
     assert result.returncode == 4, result.stderr
     rec = record(only_run(isolated_runs))
     assert rec["outcome"] == "timeout" and rec["slurm"]["state"] == "TIMEOUT"

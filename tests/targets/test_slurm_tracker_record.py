@@ -22,16 +22,31 @@ def _group(tmp_path: Path, body: dict[str, Any]) -> tuple[Tracker, Path]:
     group.mkdir(parents=True)
     remote.mkdir(parents=True)
     (group / "record.json").write_text(json.dumps(body, indent=2))
-    meta = {"job_id": 42, "target": "slurm://local", "remote_run_dir": str(remote),
-            "log": "g.log", "multinode": True}  # fmt: skip
+    meta = {
+        "job_id": 42,
+        "target": "slurm://local",
+        "remote_run_dir": str(remote),
+        "log": "g.log",
+        "multinode": True,
+    }
     (group / "slurm.json").write_text(json.dumps(meta))
     return Tracker(group), remote
 
 
 def _launched(kind: str, **extra: Any) -> dict[str, Any]:
-    return {"schema": "proctor.run", "schema_version": 2, "run_id": RUN_ID, "kind": kind,
-            "name": "g", "cwd": "/w", "log": "g.log", "proctor_version": "0",
-            "created_at": "2026-01-01T00:00:00Z", "outcome": "starting", **extra}  # fmt: skip
+    return {
+        "schema": "proctor.run",
+        "schema_version": 2,
+        "run_id": RUN_ID,
+        "kind": kind,
+        "name": "g",
+        "cwd": "/w",
+        "log": "g.log",
+        "proctor_version": "0",
+        "created_at": "2026-01-01T00:00:00Z",
+        "outcome": "starting",
+        **extra,
+    }
 
 
 def test_state_changes_merge_into_the_slurm_table_and_keep_every_other_fact(
@@ -42,8 +57,13 @@ def test_state_changes_merge_into_the_slurm_table_and_keep_every_other_fact(
     tracker.note_state("PENDING", "Priority", None)
     tracker.note_state("RUNNING", "None", "n[1-2]")
     written = record(tracker.run.path)
-    assert written["slurm"] == {**requested, "job_id": 42, "state": "RUNNING", "reason": "None",
-                                "node_list": "n[1-2]"}  # fmt: skip
+    assert written["slurm"] == {
+        **requested,
+        "job_id": 42,
+        "state": "RUNNING",
+        "reason": "None",
+        "node_list": "n[1-2]",
+    }
     assert written["source_sync"] == {"a": 1} and written["outcome"] == "running"
     assert [e["event"] for e in written["events"]] == ["slurm_pending", "slurm_running"]
     typed = load_record(tracker.run.path, strict=True)
@@ -56,15 +76,13 @@ def test_a_slurm_fact_that_is_not_a_table_does_not_stop_the_tracker(tmp_path: Pa
     tracker, _ = _group(tmp_path, _launched("slurm", slurm="garbled"))
     tracker.note_state("RUNNING", None, "n1")
     written = record(tracker.run.path)
-    assert written["slurm"] == {"job_id": 42, "state": "RUNNING", "reason": None,
-                                "node_list": "n1"}  # fmt: skip
+    assert written["slurm"] == {"job_id": 42, "state": "RUNNING", "reason": None, "node_list": "n1"}
     assert written["name"] == "g" and written["outcome"] == "running"
 
 
 def test_the_head_node_is_recorded_in_the_slurm_and_server_tables(tmp_path: Path) -> None:
     server = {"engine": "vllm", "port": 8000, "host": None}
-    tracker, remote = _group(tmp_path, _launched("server", server=server,
-                                                 slurm={"job_id": 42}))  # fmt: skip
+    tracker, remote = _group(tmp_path, _launched("server", server=server, slurm={"job_id": 42}))
     tracker.note_head()
     assert "head" not in record(tracker.run.path)["slurm"]  # no head.json yet
     (remote / "head.json").write_text(json.dumps({"node": "n1", "address": "10.0.0.1"}))

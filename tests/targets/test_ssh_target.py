@@ -27,11 +27,18 @@ __all__ = ["ssh_hosts", "ssh_hosts_factory"]
 
 
 def _target(host: SshHost) -> SshTarget:
-    return SshTarget(SshOptions(
-        host=host.address, user=host.user, port=host.port, identity_file=str(host.client_key),
-        known_hosts=str(host.known_hosts), workspace=str(host.workspace),
-        remote_python=TEST_PYTHON, reconnect_s=30,
-    ))  # fmt: skip
+    return SshTarget(
+        SshOptions(
+            host=host.address,
+            user=host.user,
+            port=host.port,
+            identity_file=str(host.client_key),
+            known_hosts=str(host.known_hosts),
+            workspace=str(host.workspace),
+            remote_python=TEST_PYTHON,
+            reconnect_s=30,
+        )
+    )
 
 
 def _wait(predicate: object, timeout: float = 30.0) -> bool:
@@ -49,8 +56,18 @@ def test_round_trip_survives_cut_and_killed_controller(
 ) -> None:
     host = lone_lab.hosts[0]
     os.chdir(project)
-    ctl = proctor_popen("run", *ssh_flags(host), "--env", "API_TOKEN=tok-SECRET-42",
-                        "--", "sh", "job.sh", "rt", "16", "3")  # fmt: skip
+    ctl = proctor_popen(
+        "run",
+        *ssh_flags(host),
+        "--env",
+        "API_TOKEN=tok-SECRET-42",
+        "--",
+        "sh",
+        "job.sh",
+        "rt",
+        "16",
+        "3",
+    )
     assert _wait(lambda: any((d / REMOTE_FILE).exists() for d in isolated_runs.glob("2*")))
     run = only_run(isolated_runs)
     remote = json.loads((run / REMOTE_FILE).read_text())
@@ -167,8 +184,15 @@ def test_unreachable_host_exits_69(project: Path, tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = proctor("run", "--target", f"ssh://root@127.0.0.1:{port}", "--insecure-accept-host-key",
-                     "--", "true", cwd=project)  # fmt: skip
+    result = proctor(
+        "run",
+        "--target",
+        f"ssh://root@127.0.0.1:{port}",
+        "--insecure-accept-host-key",
+        "--",
+        "true",
+        cwd=project,
+    )
     assert result.returncode == 69, result.stderr
     assert f"127.0.0.1:{port}" in result.stderr and "reachable" in result.stderr
     try:

@@ -41,7 +41,10 @@ class FakeProcess:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, str(FAKE), "--port", str(self.port), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         self.lines: list[str] = []
         self._cond = threading.Condition()

@@ -21,14 +21,27 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.mark.parametrize("python", [False, True], ids=["emu.c-or-fallback", "pyemu"])
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 @pytest.mark.parametrize("itl_ms", [0.0, 2.0])
-def test_the_emulator_streams_what_the_client_expects(python: bool, endpoint: str,
-                                                      itl_ms: float) -> None:
+def test_the_emulator_streams_what_the_client_expects(
+    python: bool, endpoint: str, itl_ms: float
+) -> None:
     with start_emulator(procs=2, itl_ms=itl_ms, ttft_ms=itl_ms, force_python=python) as emu:
         assert emu.kind == ("python" if python else emu.kind)
-        res = run_benchmark(BenchConfig(
-            base_url=emu.base_url, endpoint=endpoint, model="emulator", tokenizer_mode="approx",
-            isl=8, osl=16, range_ratio=0.0, concurrency=8, num_prompts=32, num_warmups=4,
-            progress=False, log_every_s=0))
+        res = run_benchmark(
+            BenchConfig(
+                base_url=emu.base_url,
+                endpoint=endpoint,
+                model="emulator",
+                tokenizer_mode="approx",
+                isl=8,
+                osl=16,
+                range_ratio=0.0,
+                concurrency=8,
+                num_prompts=32,
+                num_warmups=4,
+                progress=False,
+                log_every_s=0,
+            )
+        )
     assert res.metrics.completed == 32 and res.metrics.failed == 0
     for r in res.measured:
         assert (r.chunks, r.output_tokens, r.output_tokens_source) == (16, 16, "usage")

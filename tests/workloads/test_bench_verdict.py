@@ -23,8 +23,20 @@ from tests.helpers import only_run, proctor
 
 pytestmark = pytest.mark.timeout(180)
 
-SMALL = ("--isl", "8", "--osl", "4", "--range-ratio", "0", "--tokenizer-mode", "approx",
-         "--min-requests", "1", "--min-window", "0")  # fmt: skip
+SMALL = (
+    "--isl",
+    "8",
+    "--osl",
+    "4",
+    "--range-ratio",
+    "0",
+    "--tokenizer-mode",
+    "approx",
+    "--min-requests",
+    "1",
+    "--min-window",
+    "0",
+)
 
 
 def bench(url: str, **kw: Any) -> BenchResult:
@@ -138,15 +150,22 @@ def test_error_rate_limit_is_exact(isolated_runs: Path, limit: str, code: int) -
 
 
 # -- a server's word is checked ----------------------------------------------------------------
-@pytest.mark.parametrize(("fault", "reason", "words"), [
-    ({"usage_completion_tokens": "1000"}, "bad_usage", "more than the 4 the request allowed"),
-    ({"usage_completion_tokens": "1" + "0" * 32}, "malformed_sse", "beyond any model's context"),
-    ({"usage_completion_tokens": "3.7"}, "malformed_sse", "not a whole number"),
-    ({"usage_prompt_tokens": "1e308"}, "malformed_sse", "beyond any model's context"),
-    ({"error_chunk": True}, "http_error", '"message": "Internal"'),
-    ({"finish_reason": "abort"}, "aborted", "finish_reason 'abort'"),
-    ({"finish_reason": "error"}, "aborted", "finish_reason 'error'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fault", "reason", "words"),
+    [
+        ({"usage_completion_tokens": "1000"}, "bad_usage", "more than the 4 the request allowed"),
+        (
+            {"usage_completion_tokens": "1" + "0" * 32},
+            "malformed_sse",
+            "beyond any model's context",
+        ),
+        ({"usage_completion_tokens": "3.7"}, "malformed_sse", "not a whole number"),
+        ({"usage_prompt_tokens": "1e308"}, "malformed_sse", "beyond any model's context"),
+        ({"error_chunk": True}, "http_error", '"message": "Internal"'),
+        ({"finish_reason": "abort"}, "aborted", "finish_reason 'abort'"),
+        ({"finish_reason": "error"}, "aborted", "finish_reason 'error'"),
+    ],
+)
 def test_a_server_lie_or_error_shape_fails_the_request(
     http_path: str, fault: dict[str, Any], reason: str, words: str
 ) -> None:

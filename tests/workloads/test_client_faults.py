@@ -17,9 +17,18 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def bench(url: str, **kw: Any) -> BenchResult:
-    args: dict[str, Any] = dict(base_url=url, isl=16, osl=8, concurrency=4, num_prompts=8,
-                                num_warmups=0, range_ratio=0.0, progress=False,
-                                idle_timeout_s=5.0, request_timeout_s=20.0)
+    args: dict[str, Any] = dict(
+        base_url=url,
+        isl=16,
+        osl=8,
+        concurrency=4,
+        num_prompts=8,
+        num_warmups=0,
+        range_ratio=0.0,
+        progress=False,
+        idle_timeout_s=5.0,
+        request_timeout_s=20.0,
+    )
     args.update(kw)
     return run_benchmark(BenchConfig(**args))
 
@@ -90,8 +99,9 @@ def test_mid_stream_disconnect(fake: Fake) -> None:
     check_outcome(allowed)  # within --max-error-rate 0.5: a result
 
 
-@pytest.mark.parametrize(("mode", "status", "reason"),
-                         [("http500", 500, "http_error"), ("http429", 429, "rate_limited")])
+@pytest.mark.parametrize(
+    ("mode", "status", "reason"), [("http500", 500, "http_error"), ("http429", 429, "rate_limited")]
+)
 def test_http_errors(fake: Fake, mode: str, status: int, reason: str) -> None:
     s = fake(mode=mode)
     res = bench(s.base_url)
@@ -110,13 +120,22 @@ def test_malformed_sse(fake: Fake) -> None:
     assert all("not JSON" in r.error for r in res.measured)
 
 
-@pytest.mark.parametrize("chunk", [
-    '{"choices":"x"}', '{"choices":[null]}', '{"choices":[1]}', '{"choices":{"text":"a"}}',
-    "null", "[1, 2]", '"text"', '{"usage":[]}',
-    '{"choices":[],"usage":{"completion_tokens":"many"}}',
-    '{"choices":[{"text":"a"}],"usage":{"completion_tokens":1e999}}',
-    '{"choices":[{"text":"a"}],"usage":{"prompt_tokens":[3]}}',
-])
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        '{"choices":"x"}',
+        '{"choices":[null]}',
+        '{"choices":[1]}',
+        '{"choices":{"text":"a"}}',
+        "null",
+        "[1, 2]",
+        '"text"',
+        '{"usage":[]}',
+        '{"choices":[],"usage":{"completion_tokens":"many"}}',
+        '{"choices":[{"text":"a"}],"usage":{"completion_tokens":1e999}}',
+        '{"choices":[{"text":"a"}],"usage":{"prompt_tokens":[3]}}',
+    ],
+)
 def test_garbage_chunk_is_a_failed_request_not_a_crash(fake: Fake, chunk: str) -> None:
     s = fake(mode="malformed-sse", malformed_chunk=chunk)
     res = bench(s.base_url)
@@ -219,7 +238,6 @@ def test_approx_tokenizer_records_server_counts(fake: Fake) -> None:
     res = bench(s.base_url, tokenizer_mode="approx")
     assert res.prompt_source == "approx"
     assert all(r.prompt_tokens == r.prompt_len for r in res.measured)  # one word per token
-
 
 
 @pytest.mark.parametrize("body", ["[1, 2]", '{"data": 5}', '{"data": "abc"}', "null"])

@@ -24,9 +24,25 @@ from tests.helpers import proctor
 
 pytestmark = pytest.mark.timeout(180)
 
-BENCH = ("--isl", "8", "--osl", "6", "--range-ratio", "0", "--num-prompts", "6",
-         "--concurrency", "2", "--num-warmups", "1", "--min-requests", "1",
-         "--min-window", "0", "--json")  # fmt: skip
+BENCH = (
+    "--isl",
+    "8",
+    "--osl",
+    "6",
+    "--range-ratio",
+    "0",
+    "--num-prompts",
+    "6",
+    "--concurrency",
+    "2",
+    "--num-warmups",
+    "1",
+    "--min-requests",
+    "1",
+    "--min-window",
+    "0",
+    "--json",
+)
 
 
 def _bench(url: str, runs: Path, *extra: str) -> dict[str, Any]:
@@ -70,15 +86,19 @@ def test_without_ignore_eos_or_exact_lengths_nothing_is_judged(isolated_runs: Pa
     with FakeServer(output_tokens=2) as srv:
         doc = _bench(srv.base_url, isolated_runs, "--tokenizer-mode", "approx", "--no-ignore-eos")
     assert doc["conformance"]["output"]["judged"] is False
-    assert doc["conformance"]["input"] == {"judged": False,
-                                           "reason": "planned lengths are approx, not exact"}
+    assert doc["conformance"]["input"] == {
+        "judged": False,
+        "reason": "planned lengths are approx, not exact",
+    }
     assert doc["validity"]["checks"]["conformance"]["ok"] is True
 
 
 def test_one_seed_sends_byte_identical_prompts_and_another_does_not(isolated_runs: Path) -> None:
     with FakeServer() as srv:
-        hashes = [_bench(srv.base_url, isolated_runs, "--seed", seed)["conformance"]
-                  ["prompts_sha256"] for seed in ("7", "7", "8")]  # fmt: skip
+        hashes = [
+            _bench(srv.base_url, isolated_runs, "--seed", seed)["conformance"]["prompts_sha256"]
+            for seed in ("7", "7", "8")
+        ]
     assert hashes[0] == hashes[1] != hashes[2]
     assert all(isinstance(h, str) and len(h) == 64 for h in hashes)
 
@@ -93,10 +113,15 @@ def test_the_prompt_hash_is_of_the_sequence(a: list[str], b: list[str]) -> None:
 
 @given(st.lists(st.tuples(st.integers(1, 64), st.integers(0, 64)), min_size=1, max_size=30))
 def test_output_counts_add_up_and_any_miss_is_invalid(pairs: list[tuple[int, int]]) -> None:
-    recs = [RequestRecord(index=i, prompt_len=8, expected_output_len=asked, output_tokens=got,
-                          success=True) for i, (asked, got) in enumerate(pairs)]  # fmt: skip
-    section = conformance_report(recs, ignore_eos=True, chat=False, prompt_source="approx",
-                                 prompts_hash=None)  # fmt: skip
+    recs = [
+        RequestRecord(
+            index=i, prompt_len=8, expected_output_len=asked, output_tokens=got, success=True
+        )
+        for i, (asked, got) in enumerate(pairs)
+    ]
+    section = conformance_report(
+        recs, ignore_eos=True, chat=False, prompt_source="approx", prompts_hash=None
+    )
     out = section["output"]
     short = sum(got < asked for asked, got in pairs)
     long = sum(got > asked for asked, got in pairs)
@@ -110,10 +135,20 @@ def test_output_counts_add_up_and_any_miss_is_invalid(pairs: list[tuple[int, int
 def test_the_input_tolerance_is_symmetric_and_at_least_the_floor(planned: int, d: int) -> None:
     allowed = input_allowed(planned)
     assert allowed >= 4
-    recs = [RequestRecord(index=0, prompt_len=planned, expected_output_len=1, output_tokens=1,
-                          prompt_tokens=planned + s * d, success=True) for s in (1, -1)]  # fmt: skip
-    inp = conformance_report(recs, ignore_eos=False, chat=False, prompt_source="server",
-                             prompts_hash=None)["input"]  # fmt: skip
+    recs = [
+        RequestRecord(
+            index=0,
+            prompt_len=planned,
+            expected_output_len=1,
+            output_tokens=1,
+            prompt_tokens=planned + s * d,
+            success=True,
+        )
+        for s in (1, -1)
+    ]
+    inp = conformance_report(
+        recs, ignore_eos=False, chat=False, prompt_source="server", prompts_hash=None
+    )["input"]
     assert inp["off"] == (2 if abs(d) > allowed else 0)
 
 

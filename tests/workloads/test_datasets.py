@@ -40,8 +40,9 @@ def test_jsonl_prompts_and_output_lengths_come_from_the_file(
 ) -> None:
     srv = started(fake_process)
     out = tmp_path / "run"
-    code, stdout, stderr = run(srv, out, "--dataset", f"jsonl:{DATA / 'prompts.jsonl'}",
-                               "--num-prompts", "4", "--osl", "7")
+    code, stdout, stderr = run(
+        srv, out, "--dataset", f"jsonl:{DATA / 'prompts.jsonl'}", "--num-prompts", "4", "--osl", "7"
+    )
     assert code == 0, stderr
     d = doc(out)
     assert d["dataset"]["kind"] == "jsonl" and d["dataset"]["entries"] == 4
@@ -55,15 +56,21 @@ def test_jsonl_prompts_and_output_lengths_come_from_the_file(
     assert "Dataset: jsonl" in stdout
 
 
-@pytest.mark.parametrize(("content", "where", "why"), [
-    (b'{"prompt": "ok"}\n{"prompt": "ok", "output_len": "ten"}\n', ":2", "output_len"),
-    (b'{"prompt": "ok"}\n\n{"prompt": 3}\n', ":3", "prompt must be"),
-    (b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n', ":2", "not UTF-8"),
-    (b'{"prompt": "ok"}\n{prompt: x}\n', ":2", "not JSON"),
-    (b"\n\n", "", "no prompt"),
-])
+@pytest.mark.parametrize(
+    ("content", "where", "why"),
+    [
+        (b'{"prompt": "ok"}\n{"prompt": "ok", "output_len": "ten"}\n', ":2", "output_len"),
+        (b'{"prompt": "ok"}\n\n{"prompt": 3}\n', ":3", "prompt must be"),
+        (b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n', ":2", "not UTF-8"),
+        (b'{"prompt": "ok"}\n{prompt: x}\n', ":2", "not JSON"),
+        (b"\n\n", "", "no prompt"),
+    ],
+)
 def test_a_bad_jsonl_line_is_one_usage_error_naming_the_line(
-    fake_process: Callable[..., FakeProcess], tmp_path: Path, content: bytes, where: str,
+    fake_process: Callable[..., FakeProcess],
+    tmp_path: Path,
+    content: bytes,
+    where: str,
     why: str,
 ) -> None:
     srv = started(fake_process)
@@ -76,18 +83,43 @@ def test_a_bad_jsonl_line_is_one_usage_error_naming_the_line(
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
-@pytest.mark.parametrize(("name", "content", "where", "why"), [
-    ("c.json", b'[{"conversations": []}, {"turns": []}]', "c.json entry 2", "conversations list"),
-    ("c.json", b'[1]', "c.json entry 1", "conversations list"),
-    ("c.jsonl", b'{"conversations": [{"from": "human", "value": 1}]}\n', "c.jsonl:1",
-     "string value"),
-    ("c.json", b'[{"conversations": [{"from": "gpt", "value": "x"}]}]', "c.json", "no conversation"),
-    ("c.json", b'[\n{"conversations": [{"from": "human", "value": "\xff"}]}]', "c.json:2",
-     "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "where", "why"),
+    [
+        (
+            "c.json",
+            b'[{"conversations": []}, {"turns": []}]',
+            "c.json entry 2",
+            "conversations list",
+        ),
+        ("c.json", b"[1]", "c.json entry 1", "conversations list"),
+        (
+            "c.jsonl",
+            b'{"conversations": [{"from": "human", "value": 1}]}\n',
+            "c.jsonl:1",
+            "string value",
+        ),
+        (
+            "c.json",
+            b'[{"conversations": [{"from": "gpt", "value": "x"}]}]',
+            "c.json",
+            "no conversation",
+        ),
+        (
+            "c.json",
+            b'[\n{"conversations": [{"from": "human", "value": "\xff"}]}]',
+            "c.json:2",
+            "not UTF-8",
+        ),
+    ],
+)
 def test_a_bad_sharegpt_file_is_one_usage_error_naming_the_entry(
-    fake_process: Callable[..., FakeProcess], tmp_path: Path, name: str, content: bytes,
-    where: str, why: str,
+    fake_process: Callable[..., FakeProcess],
+    tmp_path: Path,
+    name: str,
+    content: bytes,
+    where: str,
+    why: str,
 ) -> None:
     srv = started(fake_process)
     bad = tmp_path / name
@@ -115,8 +147,9 @@ def test_sharegpt_first_human_turn_with_the_gpt_reply_length(
 ) -> None:
     srv = started(fake_process)
     out = tmp_path / "run"
-    code, _, stderr = run(srv, out, "--dataset", f"sharegpt:{DATA / 'sharegpt.json'}",
-                          "--num-prompts", "3")
+    code, _, stderr = run(
+        srv, out, "--dataset", f"sharegpt:{DATA / 'sharegpt.json'}", "--num-prompts", "3"
+    )
     assert code == 0, stderr
     d = doc(out)
     # Entry c has no human turn: skipped and counted.
@@ -133,9 +166,22 @@ def test_shared_prefix_reports_expected_and_achieved_hit_rate(
 ) -> None:
     srv = started(fake_process, "--prefix-block", "4")
     out = tmp_path / "run"
-    code, stdout, stderr = run(srv, out, "--dataset", "shared-prefix", "--isl", "64",
-                               "--osl", "4", "--num-prompts", "16", "--prefix-groups", "2",
-                               "--prefix-hit-rate", "0.6")
+    code, stdout, stderr = run(
+        srv,
+        out,
+        "--dataset",
+        "shared-prefix",
+        "--isl",
+        "64",
+        "--osl",
+        "4",
+        "--num-prompts",
+        "16",
+        "--prefix-groups",
+        "2",
+        "--prefix-hit-rate",
+        "0.6",
+    )
     assert code == 0, stderr
     info = doc(out)["dataset"]
     # P = 0.6 * 64 * 16 / (16 - 2) = 43.9 -> 44 tokens; expected (16-2)*44/(16*64) = 0.60.
@@ -153,8 +199,9 @@ def test_a_server_without_prefix_cache_counters_gives_no_rate_and_says_so(
 ) -> None:
     srv = started(fake_process, "--prefix-block", "0")
     out = tmp_path / "run"
-    code, stdout, stderr = run(srv, out, "--dataset", "shared-prefix", "--isl", "32",
-                               "--osl", "2", "--num-prompts", "8")
+    code, stdout, stderr = run(
+        srv, out, "--dataset", "shared-prefix", "--isl", "32", "--osl", "2", "--num-prompts", "8"
+    )
     assert code == 0, stderr
     cache = doc(out)["dataset"]["prefix_cache"]
     assert cache["hit_rate"] is None and "no prefix-cache counters" in cache["reason"]
@@ -166,8 +213,9 @@ def test_multi_turn_sends_turns_in_order_with_the_history(
 ) -> None:
     srv = started(fake_process, "--itl", "0.002")
     out = tmp_path / "run"
-    code, _, stderr = run(srv, out, "--dataset", f"multi-turn:{DATA / 'conversations.jsonl'}",
-                          "--chat")
+    code, _, stderr = run(
+        srv, out, "--dataset", f"multi-turn:{DATA / 'conversations.jsonl'}", "--chat"
+    )
     assert code == 0, stderr
     d = doc(out)
     assert d["dataset"]["conversations"] == 3 and d["dataset"]["turns"] == 6
@@ -194,8 +242,9 @@ def test_repeat_gives_each_metric_a_mean_and_confidence_interval(
 ) -> None:
     srv = started(fake_process, "--itl", "0.001")
     out = tmp_path / "run"
-    code, stdout, stderr = run(srv, out, "--isl", "16", "--osl", "4", "--num-prompts", "6",
-                               "--repeat", "3")
+    code, stdout, stderr = run(
+        srv, out, "--isl", "16", "--osl", "4", "--num-prompts", "6", "--repeat", "3"
+    )
     assert code == 0, stderr
     d = doc(out)
     rep = d["repeats"]
@@ -204,7 +253,7 @@ def test_repeat_gives_each_metric_a_mean_and_confidence_interval(
     assert s["ci95_low"] <= s["mean"] <= s["ci95_high"]
     values = [r["output_throughput"] for r in rep["per_repeat"]]
     assert s["mean"] == pytest.approx(sum(values) / 3)
-    assert s["ci95_half"] == pytest.approx(4.303 * s["stdev"] / 3 ** 0.5)
+    assert s["ci95_half"] == pytest.approx(4.303 * s["stdev"] / 3**0.5)
     # Totals over the repeats, rates averaged; warmups once.
     assert d["metrics"]["completed"] == 18
     assert d["metrics"]["output_throughput"] == pytest.approx(s["mean"])
@@ -223,4 +272,4 @@ def test_t_critical_values_and_interval() -> None:
     assert t95(10_000) == pytest.approx(1.960)
     s = describe([10.0, 12.0, 14.0])
     assert s["mean"] == 12.0 and s["stdev"] == pytest.approx(2.0)
-    assert s["ci95_half"] == pytest.approx(4.303 * 2.0 / 3 ** 0.5)
+    assert s["ci95_half"] == pytest.approx(4.303 * 2.0 / 3**0.5)

@@ -17,13 +17,26 @@ from tests.workloads.conftest import FakeProcess
 
 pytestmark = pytest.mark.timeout(120)
 
-SMALL = ["--isl", "16", "--osl", "8", "--concurrency", "4", "--prompt-multiplier", "3",
-         "--no-progress"]
+SMALL = [
+    "--isl",
+    "16",
+    "--osl",
+    "8",
+    "--concurrency",
+    "4",
+    "--prompt-multiplier",
+    "3",
+    "--no-progress",
+]
 
 
 def loadgen(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proctor.workloads.loadgen", *args],
-                          capture_output=True, text=True, timeout=90)
+    return subprocess.run(
+        [sys.executable, "-m", "proctor.workloads.loadgen", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 def started(fake_process: Callable[..., FakeProcess], *args: str) -> FakeProcess:
@@ -37,8 +50,18 @@ def test_completed_run_writes_metrics_and_details(
 ) -> None:
     srv = started(fake_process, "--itl", "0.001")
     out = tmp_path / "run"
-    r = loadgen("--port", str(srv.port), "--output-dir", str(out), "--save-detailed",
-                "--percentiles", "50,90,99", "--goodput", "ttft:1000", *SMALL)
+    r = loadgen(
+        "--port",
+        str(srv.port),
+        "--output-dir",
+        str(out),
+        "--save-detailed",
+        "--percentiles",
+        "50,90,99",
+        "--goodput",
+        "ttft:1000",
+        *SMALL,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "metrics.json").read_text())
     assert doc["schema"] == "proctor.bench.metrics" and doc["schema_version"] == 1
@@ -57,15 +80,17 @@ def test_completed_run_writes_metrics_and_details(
     back = parse_string(r.stdout)
     assert back.metrics["completed"].value == 12
     assert back.metrics["total_token_throughput"].value == pytest.approx(
-        m["total_token_throughput"], abs=0.01)
+        m["total_token_throughput"], abs=0.01
+    )
 
 
 def test_partial_failures_exit_3_with_count_and_reason(
     fake_process: Callable[..., FakeProcess], tmp_path: Path
 ) -> None:
     srv = started(fake_process, "--mode", "http500", "--fault-every", "3")
-    r = loadgen("--port", str(srv.port), "--output-dir", str(tmp_path), "--num-warmups", "0",
-                *SMALL)
+    r = loadgen(
+        "--port", str(srv.port), "--output-dir", str(tmp_path), "--num-warmups", "0", *SMALL
+    )
     assert r.returncode == 3, r.stderr
     assert "4 of 12 requests failed" in r.stderr and "HTTP 500" in r.stderr
     assert "Result: FAILED: 4 of 12 requests failed" in r.stdout
@@ -82,8 +107,17 @@ def test_partial_failures_within_max_error_rate_exit_0(
     fake_process: Callable[..., FakeProcess], tmp_path: Path
 ) -> None:
     srv = started(fake_process, "--mode", "http500", "--fault-every", "3")
-    r = loadgen("--port", str(srv.port), "--output-dir", str(tmp_path), "--num-warmups", "0",
-                "--max-error-rate", "0.34", *SMALL)
+    r = loadgen(
+        "--port",
+        str(srv.port),
+        "--output-dir",
+        str(tmp_path),
+        "--num-warmups",
+        "0",
+        "--max-error-rate",
+        "0.34",
+        *SMALL,
+    )
     assert r.returncode == 0, r.stderr
     assert "Result: ok (4 of 12 requests failed" in r.stdout
     doc = json.loads((tmp_path / "metrics.json").read_text())
@@ -91,8 +125,9 @@ def test_partial_failures_within_max_error_rate_exit_0(
     assert doc["config"]["max_error_rate"] == 0.34
 
 
-def test_every_request_failed_exits_3(fake_process: Callable[..., FakeProcess],
-                                      tmp_path: Path) -> None:
+def test_every_request_failed_exits_3(
+    fake_process: Callable[..., FakeProcess], tmp_path: Path
+) -> None:
     srv = started(fake_process, "--mode", "http429")
     r = loadgen("--port", str(srv.port), "--output-dir", str(tmp_path), *SMALL)
     assert r.returncode == 3
@@ -112,15 +147,27 @@ def test_bad_flag_exits_64(tmp_path: Path) -> None:
     assert "range_ratio" in r.stderr
 
 
-def test_api_key_is_sent_and_never_written(fake_process: Callable[..., FakeProcess],
-                                           tmp_path: Path) -> None:
+def test_api_key_is_sent_and_never_written(
+    fake_process: Callable[..., FakeProcess], tmp_path: Path
+) -> None:
     secret = "sk-test-DO-NOT-LEAK-1234"
     srv = started(fake_process, "--api-key", secret)
     out = tmp_path / "run"
     r = subprocess.run(
-        [sys.executable, "-m", "proctor.workloads.loadgen", "--port", str(srv.port),
-         "--output-dir", str(out), "--save-detailed", *SMALL],
-        capture_output=True, text=True, timeout=90,
+        [
+            sys.executable,
+            "-m",
+            "proctor.workloads.loadgen",
+            "--port",
+            str(srv.port),
+            "--output-dir",
+            str(out),
+            "--save-detailed",
+            *SMALL,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
         env={**os.environ, "OPENAI_API_KEY": secret},
     )
     assert r.returncode == 0, r.stderr  # the server refuses requests without the key
@@ -129,11 +176,18 @@ def test_api_key_is_sent_and_never_written(fake_process: Callable[..., FakeProce
     assert secret not in r.stdout + r.stderr
 
 
-def test_workers_merge_records(fake_process: Callable[..., FakeProcess],
-                               tmp_path: Path) -> None:
+def test_workers_merge_records(fake_process: Callable[..., FakeProcess], tmp_path: Path) -> None:
     srv = started(fake_process, "--itl", "0.001")
-    r = loadgen("--port", str(srv.port), "--output-dir", str(tmp_path), "--workers", "2",
-                "--save-detailed", *SMALL)
+    r = loadgen(
+        "--port",
+        str(srv.port),
+        "--output-dir",
+        str(tmp_path),
+        "--workers",
+        "2",
+        "--save-detailed",
+        *SMALL,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "metrics.json").read_text())
     assert doc["metrics"]["completed"] == 12 and doc["workers"] == 2
@@ -148,9 +202,16 @@ def test_a_typed_request_runs_the_same_bench_and_a_bad_one_is_64(
 ) -> None:
     """`proctor bench` hands the load generator its validated config as one JSON request."""
     srv = started(fake_process)
-    request = {"base_url": f"http://127.0.0.1:{srv.port}", "isl": 16, "osl": 8,
-               "concurrency": 2, "num_prompts": 4, "num_warmups": 0, "request_rate": "inf",
-               "progress": False}  # fmt: skip
+    request = {
+        "base_url": f"http://127.0.0.1:{srv.port}",
+        "isl": 16,
+        "osl": 8,
+        "concurrency": 2,
+        "num_prompts": 4,
+        "num_warmups": 0,
+        "request_rate": "inf",
+        "progress": False,
+    }
     out = tmp_path / "run"
     r = loadgen("--config-json", json.dumps(request), "--output-dir", str(out))
     assert r.returncode == 0, r.stderr
@@ -167,8 +228,22 @@ def test_proctor_bench_records_the_typed_request_it_ran(
     from tests.helpers import only_run, proctor
 
     srv = started(fake_process)
-    r = proctor("bench", "--port", str(srv.port), "--isl", "16", "--osl", "8", "--concurrency",
-                "2", "--num-prompts", "4", "--num-warmups", "0", "--json")  # fmt: skip
+    r = proctor(
+        "bench",
+        "--port",
+        str(srv.port),
+        "--isl",
+        "16",
+        "--osl",
+        "8",
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "4",
+        "--num-warmups",
+        "0",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     record = json.loads((only_run(isolated_runs) / "record.json").read_text())
     argv = record["argv"]

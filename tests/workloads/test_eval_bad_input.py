@@ -21,12 +21,23 @@ from tests.helpers import GSM8K_DATA, proctor
         (("--max-error-rate", "-0.1"), "--max-error-rate -0.1"),
     ],
 )
-def test_bad_input_is_refused_before_any_run(tmp_path: Path, flags: tuple[str, ...],
-                                             says: str) -> None:
+def test_bad_input_is_refused_before_any_run(
+    tmp_path: Path, flags: tuple[str, ...], says: str
+) -> None:
     runs = tmp_path / "runs"
     # A closed loopback port: nothing is ever asked of it, the input is refused first.
-    res = proctor("eval", "gsm8k", "--base-url", "http://127.0.0.1:9", "--model", "m", "--data",
-                  str(GSM8K_DATA), *flags, env={"PROCTOR_RUNS_DIR": str(runs)})  # fmt: skip
+    res = proctor(
+        "eval",
+        "gsm8k",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--data",
+        str(GSM8K_DATA),
+        *flags,
+        env={"PROCTOR_RUNS_DIR": str(runs)},
+    )
     assert res.returncode == 64, res.stdout + res.stderr
     assert says in res.stderr
     assert not runs.exists() or not any(p.is_dir() for p in runs.iterdir())

@@ -27,9 +27,10 @@ def get(url: str, timeout: float = 5.0) -> int:
 
 def complete(base: str, max_tokens: int = 3) -> dict[str, object]:
     req = urllib.request.Request(
-        base + "/v1/completions", data=json.dumps({"prompt": "a b", "max_tokens": max_tokens,
-                                                   "ignore_eos": True}).encode(),
-        headers={"Content-Type": "application/json"})
+        base + "/v1/completions",
+        data=json.dumps({"prompt": "a b", "max_tokens": max_tokens, "ignore_eos": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=5) as r:
         return dict(json.loads(r.read()))
 
@@ -44,8 +45,11 @@ def test_vllm_like_log_lines(fake_process: Spawn) -> None:
     line = p.wait_for("Starting vLLM server on")
     assert line.endswith(p.base_url)
     p.wait_for("Application startup complete.")
-    assert complete(p.base_url)["usage"] == {"prompt_tokens": 2, "completion_tokens": 3,
-                                            "total_tokens": 5}
+    assert complete(p.base_url)["usage"] == {
+        "prompt_tokens": 2,
+        "completion_tokens": 3,
+        "total_tokens": 5,
+    }
     assert '"POST /v1/completions HTTP/1.1" 200' in p.wait_for("POST /v1/completions")
     assert p.wait_for("Engine Core: output send") == "Engine Core: output send 1"
     stats = p.wait_for("Engine 000: Avg prompt throughput")
@@ -100,7 +104,8 @@ def test_hang_after_requests_stalls_mid_stream(fake_process: Spawn) -> None:
     req = urllib.request.Request(
         p.base_url + "/v1/completions",
         data=json.dumps({"prompt": "x", "max_tokens": 5, "stream": True}).encode(),
-        headers={"Content-Type": "application/json"})
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=1.0) as r:
         first = r.readline()
         assert first.startswith(b"data: {")

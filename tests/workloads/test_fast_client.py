@@ -25,18 +25,28 @@ Fake = Callable[..., FakeServer]
 
 
 def bench(url: str, **kw: Any) -> BenchResult:
-    args: dict[str, Any] = dict(base_url=url, isl=16, osl=8, concurrency=4, num_prompts=8,
-                                num_warmups=0, range_ratio=0.0, progress=False, model="m",
-                                tokenizer_mode="approx", idle_timeout_s=5.0,
-                                request_timeout_s=20.0, server_metrics_s=0)  # no /metrics reads
+    args: dict[str, Any] = dict(
+        base_url=url,
+        isl=16,
+        osl=8,
+        concurrency=4,
+        num_prompts=8,
+        num_warmups=0,
+        range_ratio=0.0,
+        progress=False,
+        model="m",
+        tokenizer_mode="approx",
+        idle_timeout_s=5.0,
+        request_timeout_s=20.0,
+        server_metrics_s=0,
+    )  # no /metrics reads
     args.update(kw)
     return run_benchmark(BenchConfig(**args))
 
 
 def _sse(n: int) -> list[bytes]:
     msgs = [b'data: {"choices":[{"index":0,"text":" tok"}]}\n\n' for _ in range(n)]
-    msgs.append(b'data: {"choices":[],"usage":{"prompt_tokens":16,"completion_tokens":%d}}\n\n'
-                % n)
+    msgs.append(b'data: {"choices":[],"usage":{"prompt_tokens":16,"completion_tokens":%d}}\n\n' % n)
     msgs.append(b"data: [DONE]\n\n")
     return msgs
 
@@ -46,12 +56,17 @@ def _response(framing: str, n: int) -> list[bytes]:
     msgs = _sse(n)
     if framing == "content-length":
         body = b"".join(msgs)
-        return [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                b"Content-Length: %d\r\n\r\n" % len(body), body]
+        return [
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body),
+            body,
+        ]
     if framing == "close-delimited":
         return [b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n", *msgs]
-    head = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n")
+    head = (
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
     chunks = [b"%x;ext=1\r\n%s\r\n" % (len(m), m) for m in msgs]
     end = b"0\r\nX-Trailer: yes\r\n\r\n" if framing == "chunked-trailers" else b"0\r\n\r\n"
     if framing == "chunked-bytewise":  # every byte its own write: every split a read can have
@@ -95,11 +110,16 @@ class RawServer:
                 self.heads.append(head)
                 if head.startswith(b"GET"):  # /v1/models
                     models = b'{"data":[{"id":"m"}]}'
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (len(models), models))
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(models), models)
+                    )
                     continue
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length"))
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
                 while len(buf) < length:
                     buf += conn.recv(65536)
                 buf = buf[length:]
@@ -125,10 +145,13 @@ def raw() -> Iterator[Callable[[str, int], RawServer]]:
         s.close()
 
 
-@pytest.mark.parametrize("framing", ["chunked", "chunked-bytewise", "chunked-trailers",
-                                     "content-length", "close-delimited"])
-def test_every_framing_gives_the_same_records(raw: Callable[[str, int], RawServer],
-                                              framing: str) -> None:
+@pytest.mark.parametrize(
+    "framing",
+    ["chunked", "chunked-bytewise", "chunked-trailers", "content-length", "close-delimited"],
+)
+def test_every_framing_gives_the_same_records(
+    raw: Callable[[str, int], RawServer], framing: str
+) -> None:
     server = raw(framing, 5)
     res = bench(server.url, concurrency=1, num_prompts=4)
     assert res.client is not None and res.client["path"] == "fast"
@@ -154,8 +177,9 @@ def test_url_credentials_are_sent_as_basic_auth(raw: Callable[[str, int], RawSer
         assert head.startswith(b"POST /v1/completions HTTP/1.1\r\n")
 
 
-def test_fast_and_aiohttp_paths_write_the_same_records(fake: Fake,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fast_and_aiohttp_paths_write_the_same_records(
+    fake: Fake, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = fake(itl=0.001)
     fast = bench(s.base_url, endpoint="chat", num_warmups=2)
     monkeypatch.setenv("PROCTOR_HTTP_CLIENT", "aiohttp")
@@ -164,9 +188,23 @@ def test_fast_and_aiohttp_paths_write_the_same_records(fake: Fake,
     assert (fast.client["path"], slow.client["path"]) == ("fast", "aiohttp")
 
     def shape(res: BenchResult) -> list[tuple[Any, ...]]:
-        return [(r.index, r.warmup, r.success, r.status, r.chunks, len(r.itl), r.output_tokens,
-                 r.output_tokens_source, r.prompt_tokens, r.saw_done, r.generated_chars,
-                 sorted(r.to_dict())) for r in res.records]
+        return [
+            (
+                r.index,
+                r.warmup,
+                r.success,
+                r.status,
+                r.chunks,
+                len(r.itl),
+                r.output_tokens,
+                r.output_tokens_source,
+                r.prompt_tokens,
+                r.saw_done,
+                r.generated_chars,
+                sorted(r.to_dict()),
+            )
+            for r in res.records
+        ]
 
     assert shape(fast) == shape(slow)
     a, b = result_document(fast), result_document(slow)
@@ -190,16 +228,49 @@ def test_metrics_json_reports_client_headroom_and_schedule(fake: Fake, tmp_path:
 
     s = fake(itl=0.001)
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "proctor.workloads.loadgen", "--base-url",
-                        s.base_url, "--output-dir", str(out), "--isl", "8", "--osl", "4",
-                        "--concurrency", "2", "--num-prompts", "10", "--num-warmups", "0",
-                        "--request-rate", "50", "--no-progress", "--log-every", "0"],
-                       capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proctor.workloads.loadgen",
+            "--base-url",
+            s.base_url,
+            "--output-dir",
+            str(out),
+            "--isl",
+            "8",
+            "--osl",
+            "4",
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "10",
+            "--num-warmups",
+            "0",
+            "--request-rate",
+            "50",
+            "--no-progress",
+            "--log-every",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "metrics.json").read_text())
     client = doc["client"]
-    for key in ("cpu_percent", "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms",
-                "client_bound", "reasons", "path", "loop"):
+    for key in (
+        "cpu_percent",
+        "loop_lag_p50_ms",
+        "loop_lag_p99_ms",
+        "loop_lag_max_ms",
+        "client_bound",
+        "reasons",
+        "path",
+        "loop",
+    ):
         assert key in client
     assert client["path"] == "fast" and client["loop_lag_samples"] > 0
     assert client["timing"]["reading_late_p99_ms"] == client["loop_lag_p99_ms"]
@@ -263,11 +334,15 @@ def test_a_light_client_is_not_client_bound(fake_process: Callable[..., FakeProc
 GOOD = b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
 
 
-@pytest.mark.parametrize(("bad", "why"), [
-    (b"data: {not json\n\n", "not JSON"), (b"data: [1, 2]\n\n", "not a JSON object"),
-    (b'data: {"choices":[null]}\n\n', "unexpected shape"),
-    (b'data: {"a":1},{"b":2}\n\n', "not JSON"),
-])
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        (b"data: {not json\n\n", "not JSON"),
+        (b"data: [1, 2]\n\n", "not a JSON object"),
+        (b'data: {"choices":[null]}\n\n', "unexpected shape"),
+        (b'data: {"a":1},{"b":2}\n\n', "not JSON"),
+    ],
+)
 def test_a_bad_message_in_a_read_of_many_fails_as_alone(bad: bytes, why: str) -> None:
     from proctor.workloads.loadgen.records import RequestRecord
     from proctor.workloads.loadgen.sse import Malformed, StreamState
@@ -296,8 +371,9 @@ def test_workers_merge_headroom_and_records_of_the_same_form(fake: Fake) -> None
     two = bench(s.base_url, num_warmups=2, workers=2)
     assert two.client is not None and two.client["processes"] == 2
     assert len(two.client["cpu_percent_per_process"]) == 2
-    assert two.client["cpu_percent"] == pytest.approx(sum(two.client["cpu_percent_per_process"]),
-                                                      abs=0.2)
+    assert two.client["cpu_percent"] == pytest.approx(
+        sum(two.client["cpu_percent_per_process"]), abs=0.2
+    )
     assert [sorted(r.to_dict()) for r in one.records] == [sorted(r.to_dict()) for r in two.records]
     assert [r.index for r in two.records] == [r.index for r in one.records]
     assert {r.worker for r in two.records} == {0, 1}
@@ -305,18 +381,22 @@ def test_workers_merge_headroom_and_records_of_the_same_form(fake: Fake) -> None
 
 
 def test_workers_share_the_measured_requests_so_no_worker_idles_at_the_end(
-        fake: Fake, tmp_path: Path) -> None:
+    fake: Fake, tmp_path: Path
+) -> None:
     # Every even request is long, every odd one short. Split statically (every 2nd request to
     # each worker), worker 1 would get only short ones and idle while worker 0 sends every
     # long one; claiming from one list, worker 1 takes long ones as soon as it is free.
     data = tmp_path / "alternating.jsonl"
-    data.write_text('{"prompt": "long one", "output_len": 40}\n'
-                    '{"prompt": "short one", "output_len": 1}\n')
+    data.write_text(
+        '{"prompt": "long one", "output_len": 40}\n{"prompt": "short one", "output_len": 1}\n'
+    )
     s = fake(itl=0.005)
     got = bench(s.base_url, dataset=f"jsonl:{data}", workers=2, concurrency=2, num_prompts=20)
     assert [r.index for r in got.records] == list(range(20))
     assert all(r.success for r in got.records)
-    long_by = {w: sum(1 for r in got.records if r.worker == w and r.expected_output_len == 40)
-               for w in (0, 1)}
+    long_by = {
+        w: sum(1 for r in got.records if r.worker == w and r.expected_output_len == 40)
+        for w in (0, 1)
+    }
     assert long_by[0] + long_by[1] == 10
     assert long_by[1] >= 3, long_by

@@ -17,8 +17,16 @@ URL = "http://127.0.0.1:9000"
 
 
 def test_bench_options_become_load_generator_flags() -> None:
-    w = parse_workload({"bench": {"isl": 16, "num_prompts": 8, "ignore_eos": False,
-                                  "goodput": ["ttft:500", "tpot:30"]}})  # fmt: skip
+    w = parse_workload(
+        {
+            "bench": {
+                "isl": 16,
+                "num_prompts": 8,
+                "ignore_eos": False,
+                "goodput": ["ttft:500", "tpot:30"],
+            }
+        }
+    )
     argv = command_for(w, URL, "m", runs_dir="runs")
     assert argv[:3] == [sys.executable, "-m", "proctor.workloads.loadgen"]
     assert argv[3:5] == ["--base-url", URL]
@@ -42,8 +50,10 @@ def test_eval_gets_the_served_model_and_sweep_a_concurrency_list() -> None:
 def test_cmd_is_split_as_a_shell_would() -> None:
     w = parse_workload({"cmd": "python x.py --msg 'a b'", "env": ["K=V"]})
     assert command_for(w, URL, "m", runs_dir=".") == ["python", "x.py", "--msg", "a b"]
-    assert w.env == ["K=V"] and w.to_dict() == {"cmd": ["python", "x.py", "--msg", "a b"],
-                                                "env": ["K=V"]}  # fmt: skip
+    assert w.env == ["K=V"] and w.to_dict() == {
+        "cmd": ["python", "x.py", "--msg", "a b"],
+        "env": ["K=V"],
+    }
 
 
 @pytest.mark.parametrize(
@@ -70,8 +80,12 @@ def test_a_single_table_is_a_list_of_one() -> None:
 
 
 def test_server_grid_points_and_engine_flags() -> None:
-    grid = parse_grid({"server": {"max_num_seqs": [4, 8], "enable-chunked-prefill": [True, False]},
-                       "bench": {"concurrency": [1, 2], "isl": 8}})  # fmt: skip
+    grid = parse_grid(
+        {
+            "server": {"max_num_seqs": [4, 8], "enable-chunked-prefill": [True, False]},
+            "bench": {"concurrency": [1, 2], "isl": 8},
+        }
+    )
     assert len(grid.server_points()) == 4 and len(grid.bench_points()) == 2
     assert grid.bench_points()[1] == {"isl": 8, "concurrency": 2}
     base = ServerRequest(engine="vllm", model="m", extra=["--enforce-eager"])
@@ -86,8 +100,10 @@ def test_server_grid_points_and_engine_flags() -> None:
 
 
 def test_pareto_front_keeps_the_rows_nothing_beats() -> None:
-    rows = [{"exit_code": 0, "tok_s_per_user": u, "tok_s_per_gpu": g}
-            for u, g in [(10, 100), (20, 80), (15, 70), (30, 20), (30, 10)]]  # fmt: skip
+    rows = [
+        {"exit_code": 0, "tok_s_per_user": u, "tok_s_per_gpu": g}
+        for u, g in [(10, 100), (20, 80), (15, 70), (30, 20), (30, 10)]
+    ]
     rows.append({"exit_code": 3, "tok_s_per_user": 99, "tok_s_per_gpu": 999})  # failed: out
     assert pareto_front(rows) == [0, 1, 3]
 
@@ -113,7 +129,9 @@ def test_a_probe_whose_client_fell_behind_does_not_meet_the_slo() -> None:
     behind = {"schedule": {"target_rate": 100.0, "achieved_rate": 80.0}}
     ok, why = judge(slo, {"p99_ttft_ms": 10}, 0, behind)
     assert not ok and any("achieved 80.00 req/s of 100" in w for w in why)
-    kept = {"schedule": {"target_rate": 100.0, "achieved_rate": 99.0},
-            "client": {"client_bound": True, "reasons": ["loop lag p99 12 ms"]}}  # fmt: skip
+    kept = {
+        "schedule": {"target_rate": 100.0, "achieved_rate": 99.0},
+        "client": {"client_bound": True, "reasons": ["loop lag p99 12 ms"]},
+    }
     ok, why = judge(slo, {"p99_ttft_ms": 10}, 0, kept)
     assert ok and any(w.startswith("note: client-bound") for w in why)

@@ -283,16 +283,35 @@ def test_workload_scores_known_answers(
 @needs_lm_eval
 @pytest.mark.parametrize(("allowed", "code"), [(None, 3), ("0.2", 0)])
 def test_unanswered_requests_are_not_an_accuracy(
-    answer_key_server: AnswerKeyServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    allowed: str | None, code: int,
+    answer_key_server: AnswerKeyServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    allowed: str | None,
+    code: int,
 ) -> None:
     # lm-eval scores a null answer as a wrong one and exits 0: the accuracy would be bogus.
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     answer_key_server.null_answers.add(0)
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "proctor.workloads.gsm8k", "--base-url",
-            answer_key_server.base_url, "--model", "m1", "--fewshot", "1", "--limit", "5",
-            "--num-concurrent", "2", "--data", str(gsm8k_data_dir()), "--output-dir", str(out)]
+    argv = [
+        sys.executable,
+        "-m",
+        "proctor.workloads.gsm8k",
+        "--base-url",
+        answer_key_server.base_url,
+        "--model",
+        "m1",
+        "--fewshot",
+        "1",
+        "--limit",
+        "5",
+        "--num-concurrent",
+        "2",
+        "--data",
+        str(gsm8k_data_dir()),
+        "--output-dir",
+        str(out),
+    ]
     argv += ["--max-error-rate", allowed] if allowed else []
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -358,7 +377,7 @@ def test_run_gsm8k_unstartable_lm_eval_is_unavailable(tmp_path: Path) -> None:
 @pytest.mark.slow
 @needs_lm_eval
 def test_gsm8k_against_real_vllm(
-    vllm_server: EngineServer,  # noqa: F811
+    vllm_server: EngineServer,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

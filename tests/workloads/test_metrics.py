@@ -20,20 +20,62 @@ def rec(**kw: object) -> RequestRecord:
 def timeline() -> list[RequestRecord]:
     return [
         # A: 4 tokens, TTFT 0.5, chunks at +0.1 +0.2 +0.3 -> latency 1.1
-        rec(index=0, prompt_len=10, queued_at=99.0, start_time=100.0, ttft=0.5,
-            itl=[0.1, 0.2, 0.3], latency=1.1, output_tokens=4, success=True),
+        rec(
+            index=0,
+            prompt_len=10,
+            queued_at=99.0,
+            start_time=100.0,
+            ttft=0.5,
+            itl=[0.1, 0.2, 0.3],
+            latency=1.1,
+            output_tokens=4,
+            success=True,
+        ),
         # B: 2 tokens
-        rec(index=1, prompt_len=20, queued_at=99.0, start_time=100.2, ttft=0.3, itl=[0.2],
-            latency=0.5, output_tokens=2, success=True),
+        rec(
+            index=1,
+            prompt_len=20,
+            queued_at=99.0,
+            start_time=100.2,
+            ttft=0.3,
+            itl=[0.2],
+            latency=0.5,
+            output_tokens=2,
+            success=True,
+        ),
         # C: failed after 0.2 s
-        rec(index=2, prompt_len=30, queued_at=100.1, start_time=100.1, end_time=100.3,
-            success=False, reason="http_error", status=500),
+        rec(
+            index=2,
+            prompt_len=30,
+            queued_at=100.1,
+            start_time=100.1,
+            end_time=100.3,
+            success=False,
+            reason="http_error",
+            status=500,
+        ),
         # D: a single token (no TPOT)
-        rec(index=3, prompt_len=5, queued_at=99.0, start_time=101.5, ttft=0.4, latency=0.4,
-            output_tokens=1, success=True),
+        rec(
+            index=3,
+            prompt_len=5,
+            queued_at=99.0,
+            start_time=101.5,
+            ttft=0.4,
+            latency=0.4,
+            output_tokens=1,
+            success=True,
+        ),
         # warmup: ignored entirely
-        rec(index=4, prompt_len=999, warmup=True, start_time=50.0, ttft=9.0, latency=9.0,
-            output_tokens=9, success=True),
+        rec(
+            index=4,
+            prompt_len=999,
+            warmup=True,
+            start_time=50.0,
+            ttft=9.0,
+            latency=9.0,
+            output_tokens=9,
+            success=True,
+        ),
     ]
 
 
@@ -97,7 +139,18 @@ def test_percentile_matches_numpy_linear() -> None:
 
 def test_flat_names_follow_vllm_json() -> None:
     flat = compute_metrics(timeline(), 2.0).flat()
-    for key in ("completed", "failed", "total_input_tokens", "total_output_tokens",
-                "request_throughput", "output_throughput", "total_token_throughput",
-                "duration", "mean_ttft_ms", "median_tpot_ms", "std_itl_ms", "p99_e2el_ms"):
+    for key in (
+        "completed",
+        "failed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "duration",
+        "mean_ttft_ms",
+        "median_tpot_ms",
+        "std_itl_ms",
+        "p99_e2el_ms",
+    ):
         assert key in flat

@@ -67,11 +67,18 @@ def fake(tmp_path: Path) -> Path:
     return path
 
 
-def proctor(args: list[str], cwd: Path, env: dict[str, str] | None = None,
-            timeout: float = 90) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def proctor(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "PROCTOR_RUNS_DIR": str(cwd / "runs"), **(env or {})}
-    return subprocess.run([sys.executable, "-c", _CLI, *args], cwd=cwd, env=full, text=True,
-                          capture_output=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", _CLI, *args],
+        cwd=cwd,
+        env=full,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def only_run(cwd: Path) -> Path:
@@ -85,14 +92,19 @@ def metrics_doc(run: Path) -> dict:  # type: ignore[type-arg]
 
 
 def test_ok_run_parses_throughput_into_metrics_record_and_store(tmp_path: Path, fake: Path) -> None:
-    r = proctor(["offline", "--engine", "vllm", "--model", str(tmp_path), "--cmd", "--", str(fake)],
-                tmp_path)  # fmt: skip
+    r = proctor(
+        ["offline", "--engine", "vllm", "--model", str(tmp_path), "--cmd", "--", str(fake)],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     run = only_run(tmp_path)
     doc = metrics_doc(run)
     assert doc["kind"] == "offline" and doc["status"] == "ok" and doc["exit_code"] == 0
-    assert doc["metrics"] == {"request_throughput": 2.5, "total_token_throughput": 1234.5,
-                              "output_throughput": 617.25}  # fmt: skip
+    assert doc["metrics"] == {
+        "request_throughput": 2.5,
+        "total_token_throughput": 1234.5,
+        "output_throughput": 617.25,
+    }
     assert doc["units"]["output_throughput"] == "tok/s"
     assert doc["disk"] and all(d["ok"] for d in doc["disk"])
     record = json.loads((run / "record.json").read_text())
@@ -107,9 +119,12 @@ def test_ok_run_parses_throughput_into_metrics_record_and_store(tmp_path: Path, 
     assert rows["output_throughput"] == 617.25 and rows["total_token_throughput"] == 1234.5
 
 
-def test_fault_line_is_exit_2_and_figures_printed_before_are_kept(tmp_path: Path, fake: Path) -> None:
-    r = proctor(["offline", "--engine", "vllm", "--cmd", "--", str(fake)], tmp_path,
-                {"FAKE_MODE": "fault"})  # fmt: skip
+def test_fault_line_is_exit_2_and_figures_printed_before_are_kept(
+    tmp_path: Path, fake: Path
+) -> None:
+    r = proctor(
+        ["offline", "--engine", "vllm", "--cmd", "--", str(fake)], tmp_path, {"FAKE_MODE": "fault"}
+    )
     assert r.returncode == 2, r.stderr
     doc = metrics_doc(only_run(tmp_path))
     assert doc["status"] == "fault" and doc["exit_code"] == 1
@@ -118,8 +133,9 @@ def test_fault_line_is_exit_2_and_figures_printed_before_are_kept(tmp_path: Path
 
 
 def test_failing_command_without_fault_is_exit_3(tmp_path: Path, fake: Path) -> None:
-    r = proctor(["offline", "--engine", "vllm", "--cmd", "--", str(fake)], tmp_path,
-                {"FAKE_RC": "5"})  # fmt: skip
+    r = proctor(
+        ["offline", "--engine", "vllm", "--cmd", "--", str(fake)], tmp_path, {"FAKE_RC": "5"}
+    )
     assert r.returncode == 3, r.stderr
     doc = metrics_doc(only_run(tmp_path))
     assert doc["status"] == "failed" and doc["exit_code"] == 5 and doc["faults"] == []
@@ -127,8 +143,22 @@ def test_failing_command_without_fault_is_exit_3(tmp_path: Path, fake: Path) -> 
 
 def test_disk_guard_refuses_before_the_command_starts(tmp_path: Path, fake: Path) -> None:
     mark = tmp_path / "started"
-    r = proctor(["offline", "--engine", "vllm", "--model", str(tmp_path), "--min-free-disk",
-                 "100000000", "--cmd", "--", str(fake)], tmp_path, {"FAKE_MARK": str(mark)})  # fmt: skip
+    r = proctor(
+        [
+            "offline",
+            "--engine",
+            "vllm",
+            "--model",
+            str(tmp_path),
+            "--min-free-disk",
+            "100000000",
+            "--cmd",
+            "--",
+            str(fake),
+        ],
+        tmp_path,
+        {"FAKE_MARK": str(mark)},
+    )
     assert r.returncode == 69, r.stderr
     assert not mark.exists()
     run = only_run(tmp_path)
@@ -139,8 +169,10 @@ def test_disk_guard_refuses_before_the_command_starts(tmp_path: Path, fake: Path
 
 
 def test_atom_guard_defaults_to_50_gib(tmp_path: Path, fake: Path) -> None:
-    r = proctor(["offline", "--engine", "atom", "--model", str(tmp_path), "--cmd", "--", str(fake)],
-                tmp_path)  # fmt: skip
+    r = proctor(
+        ["offline", "--engine", "atom", "--model", str(tmp_path), "--cmd", "--", str(fake)],
+        tmp_path,
+    )
     run = only_run(tmp_path)
     doc = metrics_doc(run)
     assert json.loads((run / "record.json").read_text())["offline"]["min_free_disk_gib"] == 50
@@ -153,8 +185,9 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A real 8 MiB filesystem (tmpfs), so the guard meets a nearly full disk."""
     mnt = tmp_path / "small"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     yield mnt
@@ -173,7 +206,8 @@ def test_guard_measures_the_disk_holding_the_model(small_fs: Path, tmp_path: Pat
 
 
 def test_entry_point_from_a_user_profile(tmp_path: Path, fake: Path) -> None:
-    (tmp_path / "proctor.toml").write_text(textwrap.dedent(f"""
+    (tmp_path / "proctor.toml").write_text(
+        textwrap.dedent(f"""
         [engines.fakeeng]
         launchers = [{{ module = "fakeeng.server" }}]
         tp_arg = "--tp"
@@ -184,10 +218,14 @@ def test_entry_point_from_a_user_profile(tmp_path: Path, fake: Path) -> None:
         min_free_disk_gib = 0
         [engines.fakeeng.offline.throughput_patterns]
         output_throughput = 'gen ([0-9]+) tok/s'
-    """))
+    """)
+    )
     mark = tmp_path / "argv"
-    r = proctor(["offline", "--engine", "fakeeng", "--model", "/m/x", "--tp", "2", "--", "--extra",
-                 "1"], tmp_path, {"FAKE_MARK": str(mark)})  # fmt: skip
+    r = proctor(
+        ["offline", "--engine", "fakeeng", "--model", "/m/x", "--tp", "2", "--", "--extra", "1"],
+        tmp_path,
+        {"FAKE_MARK": str(mark)},
+    )
     assert r.returncode == 0, r.stderr
     assert mark.read_text() == "--model /m/x --tp 2 --steps 3 --extra 1"
     run = only_run(tmp_path)
@@ -216,8 +254,11 @@ def test_timeout_stops_the_run_and_keeps_its_figures(tmp_path: Path, fake: Path)
     # The limit leaves the fake (a Python start-up, slow on a loaded machine) time to print
     # its figures before it sleeps; the limit is sent on time (the wrapper's deadline guard).
     t0 = time.monotonic()
-    r = proctor(["offline", "--engine", "vllm", "--timeout", "8s", "--cmd", "--", str(fake)],
-                tmp_path, {"FAKE_MODE": "sleep"})  # fmt: skip
+    r = proctor(
+        ["offline", "--engine", "vllm", "--timeout", "8s", "--cmd", "--", str(fake)],
+        tmp_path,
+        {"FAKE_MODE": "sleep"},
+    )
     assert r.returncode == 4, r.stderr
     assert time.monotonic() - t0 < 50
     doc = metrics_doc(only_run(tmp_path))
@@ -226,8 +267,21 @@ def test_timeout_stops_the_run_and_keeps_its_figures(tmp_path: Path, fake: Path)
 
 def test_drain_offline_uses_the_runs_engine_fault_patterns(tmp_path: Path, fake: Path) -> None:
     # "proc died unexpectedly" is an ATOM fault pattern, not a vLLM one (drain's default).
-    r = proctor(["offline", "--engine", "atom", "--min-free-disk", "0", "--detach", "--cmd", "--",
-                 str(fake)], tmp_path, {"FAKE_MODE": "atomfault"})  # fmt: skip
+    r = proctor(
+        [
+            "offline",
+            "--engine",
+            "atom",
+            "--min-free-disk",
+            "0",
+            "--detach",
+            "--cmd",
+            "--",
+            str(fake),
+        ],
+        tmp_path,
+        {"FAKE_MODE": "atomfault"},
+    )
     assert r.returncode == 0, r.stderr
     run_id = r.stdout.strip().splitlines()[-1]
     try:
@@ -240,12 +294,14 @@ def test_drain_offline_uses_the_runs_engine_fault_patterns(tmp_path: Path, fake:
 
 def test_scanner_reads_split_lines_and_carriage_returns() -> None:
     s = OutputScanner(DEFAULT_THROUGHPUT_PATTERNS, ["fatal"])
-    text = (b"50%| 2/4 [est. speed input: 10.00 toks/s, output: 20.00 toks/s]\r"
-            b"100%| 4/4 [est. speed input: 12.34 toks/s, output: 45.60 toks/s]\n"
-            b"Output token throughput (tok/s):   33.20\nPeak output token throughput (tok/s): 44.0\n"
-            b"a fatal error\nlast line without newline: 9.5 output tokens/s")  # fmt: skip
+    text = (
+        b"50%| 2/4 [est. speed input: 10.00 toks/s, output: 20.00 toks/s]\r"
+        b"100%| 4/4 [est. speed input: 12.34 toks/s, output: 45.60 toks/s]\n"
+        b"Output token throughput (tok/s):   33.20\nPeak output token throughput (tok/s): 44.0\n"
+        b"a fatal error\nlast line without newline: 9.5 output tokens/s"
+    )
     for i in range(0, len(text), 7):  # arbitrary chunking
-        s.feed(text[i:i + 7])
+        s.feed(text[i : i + 7])
     assert s.metrics["input_throughput"] == 12.34
     assert s.metrics["output_throughput"] == 33.2  # the label, not the "Peak" line
     assert s.finish() and s.metrics["output_throughput"] == 9.5
@@ -282,10 +338,28 @@ def test_real_vllm_offline_run(tmp_path: Path) -> None:
     info = engine_info()
     script = tmp_path / "offline_vllm.py"
     script.write_text(VLLM_SCRIPT)
-    r = proctor(["offline", "--engine", "vllm", "--model", str(info.model_dir), "--min-free-disk",
-                 "1", "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1", "--cmd",
-                 "--", str(info.vllm_python), str(script), str(info.model_dir)], tmp_path,
-                timeout=400)  # fmt: skip
+    r = proctor(
+        [
+            "offline",
+            "--engine",
+            "vllm",
+            "--model",
+            str(info.model_dir),
+            "--min-free-disk",
+            "1",
+            "--env",
+            "VLLM_CPU_KVCACHE_SPACE=1",
+            "--env",
+            "HF_HUB_OFFLINE=1",
+            "--cmd",
+            "--",
+            str(info.vllm_python),
+            str(script),
+            str(info.model_dir),
+        ],
+        tmp_path,
+        timeout=400,
+    )
     run = only_run(tmp_path)
     log = (run / json.loads((run / "record.json").read_text())["log"]).read_text()
     assert r.returncode == 0, log[-3000:]
@@ -299,8 +373,21 @@ def test_real_vllm_offline_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", ["nan", "inf", "-1"])
 def test_a_disk_guard_that_is_no_number_is_refused(tmp_path: Path, fake: Path, value: str) -> None:
     # nan compared false with every free space: the guard was off while the record named it.
-    r = proctor(["offline", "--engine", "vllm", "--model", str(tmp_path), "--min-free-disk", value,
-                 "--cmd", "--", str(fake)], tmp_path)  # fmt: skip
+    r = proctor(
+        [
+            "offline",
+            "--engine",
+            "vllm",
+            "--model",
+            str(tmp_path),
+            "--min-free-disk",
+            value,
+            "--cmd",
+            "--",
+            str(fake),
+        ],
+        tmp_path,
+    )
     assert r.returncode == 64, r.stdout + r.stderr
     # nan and inf are refused by the option itself, as for every float option (issue 20).
     said = "GiB >= 0" if value == "-1" else f"--min-free-disk {value}: not a finite number"

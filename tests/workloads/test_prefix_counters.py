@@ -38,7 +38,9 @@ def test_rate_is_the_increase_over_the_window() -> None:
     assert both["hit_rate"] == 0.2 and both["per_repeat"] == [0.4, 0.0]
 
 
-def test_a_metrics_endpoint_that_never_answers_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_metrics_endpoint_that_never_answers_is_read_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A real listener that reads the request and never answers: each read would cost a bench
     # the whole timeout, twice per repeat. After one, the reader does not knock again.
     import asyncio

@@ -32,8 +32,9 @@ def test_without_a_terminal_lines_go_to_the_stream_as_it_runs() -> None:
     stream = io.StringIO()
     console = Console(file=io.StringIO(), force_terminal=False)
     c = Counts()
-    with PollingProgress(True, interval=0.02, log_every_s=0.1, stream=stream,
-                         console=console) as bar:  # fmt: skip
+    with PollingProgress(
+        True, interval=0.02, log_every_s=0.1, stream=stream, console=console
+    ) as bar:
         assert bar.lines and not bar.bar
         bar.phase("benchmark", 10, lambda: c.done, lambda: c.failed)
         c.done, c.failed = 4, 1

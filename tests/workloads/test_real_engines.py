@@ -14,14 +14,24 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine, pytest.mark.timeout(600)]
 
 
 def bench(server: EngineServer, **kw: Any) -> BenchResult:
-    args: dict[str, Any] = dict(base_url=server.base_url, model=server.model, isl=32, osl=8,
-                                concurrency=2, num_prompts=4, num_warmups=1, range_ratio=0.5,
-                                progress=False, idle_timeout_s=120.0, request_timeout_s=300.0)
+    args: dict[str, Any] = dict(
+        base_url=server.base_url,
+        model=server.model,
+        isl=32,
+        osl=8,
+        concurrency=2,
+        num_prompts=4,
+        num_warmups=1,
+        range_ratio=0.5,
+        progress=False,
+        idle_timeout_s=120.0,
+        request_timeout_s=300.0,
+    )
     args.update(kw)
     return run_benchmark(BenchConfig(**args))
 
 
-def test_vllm_completions_exact_lengths(vllm_server: EngineServer) -> None:  # noqa: F811
+def test_vllm_completions_exact_lengths(vllm_server: EngineServer) -> None:
     res = bench(vllm_server)
     assert res.metrics.completed == 4, [r.error for r in res.measured]
     assert res.prompt_source == "server"  # vLLM's /tokenize and /detokenize
@@ -33,7 +43,7 @@ def test_vllm_completions_exact_lengths(vllm_server: EngineServer) -> None:  # n
     assert res.metrics.stats_ms["tpot"].mean > 0
 
 
-def test_vllm_chat(vllm_server: EngineServer) -> None:  # noqa: F811
+def test_vllm_chat(vllm_server: EngineServer) -> None:
     res = bench(vllm_server, endpoint="chat", num_prompts=2, num_warmups=0)
     assert res.metrics.completed == 2, [r.error for r in res.measured]
     for r in res.measured:
@@ -43,7 +53,7 @@ def test_vllm_chat(vllm_server: EngineServer) -> None:  # noqa: F811
         assert r.prompt_tokens is not None and r.prompt_tokens > r.prompt_len  # chat template
 
 
-def test_transformers_serve_strictness_is_recorded(tf_server: EngineServer) -> None:  # noqa: F811
+def test_transformers_serve_strictness_is_recorded(tf_server: EngineServer) -> None:
     # It rejects the unknown ignore_eos field: a recorded failure, not a crash.
     rejected = bench(tf_server, num_prompts=2, num_warmups=0)
     assert rejected.metrics.completed == 0

@@ -19,17 +19,31 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
 
 
 def bench(server: EngineServer, **kw: Any) -> BenchResult:
-    args: dict[str, Any] = dict(base_url=server.base_url, model=server.model, osl=4,
-                                concurrency=1, num_warmups=1, range_ratio=0.0, progress=False,
-                                idle_timeout_s=120.0, request_timeout_s=300.0)
+    args: dict[str, Any] = dict(
+        base_url=server.base_url,
+        model=server.model,
+        osl=4,
+        concurrency=1,
+        num_warmups=1,
+        range_ratio=0.0,
+        progress=False,
+        idle_timeout_s=120.0,
+        request_timeout_s=300.0,
+    )
     args.update(kw)
     return run_benchmark(BenchConfig(**args))
 
 
-def test_vllm_shared_prefix_hit_rate_from_its_counters(vllm_server: EngineServer) -> None:  # noqa: F811
+def test_vllm_shared_prefix_hit_rate_from_its_counters(vllm_server: EngineServer) -> None:
     # One request at a time: each group's first prompt is prefilled before the next arrives.
-    res = bench(vllm_server, dataset="shared-prefix", isl=256, num_prompts=8, prefix_groups=2,
-                prefix_hit_rate=0.5)
+    res = bench(
+        vllm_server,
+        dataset="shared-prefix",
+        isl=256,
+        num_prompts=8,
+        prefix_groups=2,
+        prefix_hit_rate=0.5,
+    )
     assert res.metrics.completed == 8, [r.error for r in res.measured]
     info = result_document(res)["dataset"]
     expected, cache = info["expected_hit_rate"], info["prefix_cache"]
@@ -39,19 +53,30 @@ def test_vllm_shared_prefix_hit_rate_from_its_counters(vllm_server: EngineServer
     # of the shared prefix: some, never more than a perfect cache.
     assert cache["queries_tokens"] == sum(r.prompt_tokens or 0 for r in res.measured)
     assert 0.2 < cache["hit_rate"] <= expected + 0.01
-    print(f"vLLM CPU shared-prefix: expected {expected:.3f}, achieved {cache['hit_rate']:.3f} "
-          f"({cache['hits_tokens']:.0f}/{cache['queries_tokens']:.0f} tokens)")
+    print(
+        f"vLLM CPU shared-prefix: expected {expected:.3f}, achieved {cache['hit_rate']:.3f} "
+        f"({cache['hits_tokens']:.0f}/{cache['queries_tokens']:.0f} tokens)"
+    )
     # A prefix of whole blocks (128 tokens on vLLM for CPU) is hit in full: achieved = expected.
-    res = bench(vllm_server, dataset="shared-prefix", isl=256, num_prompts=8, prefix_groups=2,
-                prefix_len=128, seed=1)
+    res = bench(
+        vllm_server,
+        dataset="shared-prefix",
+        isl=256,
+        num_prompts=8,
+        prefix_groups=2,
+        prefix_len=128,
+        seed=1,
+    )
     info = result_document(res)["dataset"]
     assert info["prefix_len"] == 128
     assert info["prefix_cache"]["hit_rate"] == pytest.approx(info["expected_hit_rate"], abs=0.01)
-    print(f"vLLM CPU shared-prefix, 128-token prefix: expected {info['expected_hit_rate']:.3f}, "
-          f"achieved {info['prefix_cache']['hit_rate']:.3f}")
+    print(
+        f"vLLM CPU shared-prefix, 128-token prefix: expected {info['expected_hit_rate']:.3f}, "
+        f"achieved {info['prefix_cache']['hit_rate']:.3f}"
+    )
 
 
-def test_vllm_multi_turn_sends_the_history(vllm_server: EngineServer) -> None:  # noqa: F811
+def test_vllm_multi_turn_sends_the_history(vllm_server: EngineServer) -> None:
     res = bench(vllm_server, dataset=f"multi-turn:{DATA / 'conversations.jsonl'}", osl=8)
     assert res.metrics.completed == 6, [r.error for r in res.measured]
     doc = result_document(res)["dataset"]

@@ -28,10 +28,20 @@ def closed_loop(streams: int, per_stream: int, dur: float, osl: int) -> list[Req
     for s in range(streams):
         t0 = 1.0 + s * dur / streams
         for _ in range(per_stream):
-            out.append(RequestRecord(index=len(out), prompt_len=8, expected_output_len=osl,
-                                     start_time=t0, ttft=gap, itl=[gap] * (osl - 1),
-                                     latency=dur, end_time=t0 + dur, output_tokens=osl,
-                                     success=True))  # fmt: skip
+            out.append(
+                RequestRecord(
+                    index=len(out),
+                    prompt_len=8,
+                    expected_output_len=osl,
+                    start_time=t0,
+                    ttft=gap,
+                    itl=[gap] * (osl - 1),
+                    latency=dur,
+                    end_time=t0 + dur,
+                    output_tokens=osl,
+                    success=True,
+                )
+            )
             t0 = out[-1].end_time  # back to back: the next starts as this one ends
     return out
 
@@ -66,8 +76,17 @@ def test_the_window_of_a_closed_loop_is_its_plateau(
 def test_no_plateau_without_requests_and_one_window_per_repeat() -> None:
     assert window_report([], [99]) == {"found": False, "reason": "no request was sent"}
     a = closed_loop(4, 5, 0.5, 10)
-    b = [RequestRecord(**{**r.to_dict(), "repeat": 1, "start_time": r.start_time + 100,
-                          "end_time": r.end_time + 100}) for r in a]  # fmt: skip
+    b = [
+        RequestRecord(
+            **{
+                **r.to_dict(),
+                "repeat": 1,
+                "start_time": r.start_time + 100,
+                "end_time": r.end_time + 100,
+            }
+        )
+        for r in a
+    ]
     both = steady_state(a + b, [99], repeats=2)
     assert both["found"] is True and len(both["per_repeat"]) == 2
     one = window_report(a, [99])
@@ -79,10 +98,29 @@ def test_no_plateau_without_requests_and_one_window_per_repeat() -> None:
 def test_a_bench_reports_the_window_within_the_servers_known_speed(isolated_runs: Path) -> None:
     ttft, itl, osl, conc = 0.05, 0.01, 10, 4
     with FakeServer(ttft=ttft, itl=itl) as srv:
-        r = proctor("bench", "--base-url", srv.base_url, "--isl", "8", "--osl", str(osl),
-                    "--range-ratio", "0", "--num-prompts", "24", "--concurrency", str(conc),
-                    "--num-warmups", "0", "--min-requests", "1", "--min-window", "0",
-                    "--tokenizer-mode", "approx")  # fmt: skip
+        r = proctor(
+            "bench",
+            "--base-url",
+            srv.base_url,
+            "--isl",
+            "8",
+            "--osl",
+            str(osl),
+            "--range-ratio",
+            "0",
+            "--num-prompts",
+            "24",
+            "--concurrency",
+            str(conc),
+            "--num-warmups",
+            "0",
+            "--min-requests",
+            "1",
+            "--min-window",
+            "0",
+            "--tokenizer-mode",
+            "approx",
+        )
     assert r.returncode == 0, r.stderr
     run = next(p for p in isolated_runs.iterdir() if p.is_dir() and not p.name.startswith("."))
     doc = json.loads((run / "metrics.json").read_text())
@@ -110,10 +148,21 @@ def test_any_records_give_a_window_or_a_reason_never_a_crash(
 ) -> None:
     """Zero-length requests (a refused connection ends the instant it starts) included: CI
     found a bench of only such requests crashing the window (its end sorted before its start)."""
-    recs = [RequestRecord(index=i, prompt_len=1, expected_output_len=8, start_time=start,
-                          latency=length, end_time=start + length, success=ok,
-                          output_tokens=8 if ok else 0, ttft=length / 2, itl=[])
-            for i, (start, length, ok) in enumerate(spans)]  # fmt: skip
+    recs = [
+        RequestRecord(
+            index=i,
+            prompt_len=1,
+            expected_output_len=8,
+            start_time=start,
+            latency=length,
+            end_time=start + length,
+            success=ok,
+            output_tokens=8 if ok else 0,
+            ttft=length / 2,
+            itl=[],
+        )
+        for i, (start, length, ok) in enumerate(spans)
+    ]
     found = plateau(recs)
     if not any(r.start_time > 0 for r in recs):
         assert found is None

@@ -37,8 +37,16 @@ def _png_size(path: Path) -> tuple[int, int]:
 def _sweep(tmp_path: Path) -> tuple[Recorder, SweepRecord]:
     """A started sweep run directory: its recorder and its typed record."""
     recorder = Recorder.create(tmp_path)
-    started = recorder.start({"name": "s", "kind": "sweep", "argv": ["bench"],
-                              "concurrencies": [4, 8, 16], "outcome": "running", "points": []})
+    started = recorder.start(
+        {
+            "name": "s",
+            "kind": "sweep",
+            "argv": ["bench"],
+            "concurrencies": [4, 8, 16],
+            "outcome": "running",
+            "points": [],
+        }
+    )
     return recorder, parse_as(SweepRecord, started)
 
 
@@ -87,8 +95,13 @@ def test_without_matplotlib_the_sweep_summary_says_the_png_was_skipped(tmp_path:
         "              [SweepPoint(4, 'r', 0, {'output_throughput': 1.0, 'mean_tpot_ms': 2.0})])\n"
         "print(r.run.path)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
-                       timeout=60, env={**os.environ})  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert r.returncode == 0, r.stderr
     sweep = Path(r.stdout.strip())
     summary = json.loads((sweep / "summary.json").read_text())

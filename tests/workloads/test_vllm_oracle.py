@@ -80,22 +80,35 @@ def _run(server: dict[str, Any], cfg: dict[str, Any]) -> BenchResult:
 def _outputs(res: BenchResult) -> list[dict[str, Any]]:
     """Each measured record as vLLM's RequestFuncOutput would hold it: prompt_len is the
     server's usage.prompt_tokens when it sent one, as vLLM's client overwrites it."""
-    return [{"success": r.success, "latency": r.latency, "output_tokens": r.output_tokens,
-             "ttft": r.ttft, "itl": r.itl, "start_time": r.start_time, "error": r.error,
-             "prompt_len": r.prompt_len if r.prompt_tokens is None else r.prompt_tokens}
-            for r in res.measured]  # fmt: skip
+    return [
+        {
+            "success": r.success,
+            "latency": r.latency,
+            "output_tokens": r.output_tokens,
+            "ttft": r.ttft,
+            "itl": r.itl,
+            "start_time": r.start_time,
+            "error": r.error,
+            "prompt_len": r.prompt_len if r.prompt_tokens is None else r.prompt_tokens,
+        }
+        for r in res.measured
+    ]
 
 
 def _vllm_view(m: BenchMetrics) -> dict[str, float]:
     """proctor's figures under vLLM's BenchmarkMetrics names."""
     out: dict[str, float] = {
-        "completed": m.completed, "failed": m.failed, "total_input": m.total_input_tokens,
-        "total_output": m.total_output_tokens, "request_throughput": m.request_throughput,
-        "request_goodput": m.request_goodput or 0.0, "output_throughput": m.output_throughput,
+        "completed": m.completed,
+        "failed": m.failed,
+        "total_input": m.total_input_tokens,
+        "total_output": m.total_output_tokens,
+        "request_throughput": m.request_throughput,
+        "request_goodput": m.request_goodput or 0.0,
+        "output_throughput": m.output_throughput,
         "total_token_throughput": m.total_token_throughput,
         "max_output_tokens_per_s": m.max_output_tokens_per_s,
         "max_concurrent_requests": m.max_concurrent_requests,
-    }  # fmt: skip
+    }
     for kind in ("ttft", "tpot", "itl", "e2el"):
         st = m.stats_ms[kind]
         out[f"mean_{kind}_ms"], out[f"median_{kind}_ms"] = st.mean, st.median
@@ -137,9 +150,19 @@ def test_every_figure_proctor_prints_under_a_vllm_label_is_vllms(tmp_path: Path)
         < 40
     )
     src, dst = tmp_path / "in.json", tmp_path / "out.json"
-    src.write_text(json.dumps([{"dur_s": res.metrics.duration_s, "percentiles": PCTS,
-                                "goodput": SLOS, "outputs": _outputs(res)}
-                               for res in results.values()]))  # fmt: skip
+    src.write_text(
+        json.dumps(
+            [
+                {
+                    "dur_s": res.metrics.duration_s,
+                    "percentiles": PCTS,
+                    "goodput": SLOS,
+                    "outputs": _outputs(res),
+                }
+                for res in results.values()
+            ]
+        )
+    )
     done = subprocess.run(
         [str(info.vllm_python), str(ORACLE), str(src), str(dst)],
         capture_output=True,

@@ -41,12 +41,34 @@ def scratch(tmp_path: Path) -> Path:
 def loadgen(slow: FakeProcess, scratch: Path, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     """Two workers on 40 requests of 200 tokens (about 20 s each), started and sending."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "proctor.workloads.loadgen", "--port", str(slow.port),
-         "--output-dir", str(tmp_path / "out"), "--isl", "16", "--osl", "200", "--workers", "2",
-         "--concurrency", "4", "--num-prompts", "40", "--num-warmups", "0", "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TMPDIR": str(scratch)}, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "proctor.workloads.loadgen",
+            "--port",
+            str(slow.port),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--isl",
+            "16",
+            "--osl",
+            "200",
+            "--workers",
+            "2",
+            "--concurrency",
+            "4",
+            "--num-prompts",
+            "40",
+            "--num-warmups",
+            "0",
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        start_new_session=True,
+    )
     try:
         yield proc
     finally:

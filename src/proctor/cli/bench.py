@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from pydantic import SecretStr, ValidationError
@@ -29,35 +30,50 @@ from proctor.workloads.loadgen.runner import (
 )
 from proctor.workloads.loadgen.server_run import live_server_facts
 
-app = typer.Typer(help="Serving benchmarks against OpenAI-compatible servers.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Serving benchmarks against OpenAI-compatible servers.", no_args_is_help=True
+)
 
 
 def bench(
     ctx: typer.Context,
-    output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Run in-process and write metrics.json here instead of making a supervised run."),
-    server: str | None = typer.Option(None, "--server", help="A server run (id or 'last') to benchmark; gives base URL and model."),
+    output_dir: Path | None = typer.Option(
+        None,
+        "--output-dir",
+        "-o",
+        help="Run in-process and write metrics.json here instead of making a supervised run.",
+    ),
+    server: str | None = typer.Option(
+        None, "--server", help="A server run (id or 'last') to benchmark; gives base URL and model."
+    ),
     name: str | None = typer.Option(None, "--name", help="Run name (default bench-ISL-OSL-cCONC)."),
-    key: str | None = typer.Option(None, "--key", help="Attach key (a second bench with the same key and settings attaches to the live run instead of starting another)."),
+    key: str | None = typer.Option(
+        None,
+        "--key",
+        help="Attach key (a second bench with the same key and settings attaches to the live run instead of starting another).",
+    ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
     timeout: str | None = typer.Option(None, "--timeout", help="Time limit of the run (exit 4)."),
     runs_dir: str | None = typer.Option(None, "--runs-dir"),
     base_url: str | None = typer.Option(None, "--base-url", help="Server URL."),
-    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when no --base-url."),
+    port: int = typer.Option(
+        8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when no --base-url."
+    ),
     model: str | None = typer.Option(None, "--model", help="Model name (default: /v1/models)."),
     tokenizer: str | None = typer.Option(None, "--tokenizer", help="Local tokenizer dir."),
-    tokenizer_mode: str = typer.Option("auto", "--tokenizer-mode",
-                                       help="auto | server | local | approx"),
+    tokenizer_mode: str = typer.Option(
+        "auto", "--tokenizer-mode", help="auto | server | local | approx"
+    ),
     chat: bool = typer.Option(False, "--chat", help="Use /v1/chat/completions."),
     isl: int = typer.Option(1024, "--isl", help="Input length (tokens)."),
     osl: int = typer.Option(1024, "--osl", help="Output length (tokens)."),
     concurrency: int = typer.Option(128, "--concurrency", help="Maximum requests in flight."),
-    prompt_multiplier: int = typer.Option(10, "--prompt-multiplier",
-                                          help="Prompts = concurrency x this."),
+    prompt_multiplier: int = typer.Option(
+        10, "--prompt-multiplier", help="Prompts = concurrency x this."
+    ),
     num_prompts: int | None = typer.Option(None, "--num-prompts", help="Overrides the multiplier."),
     range_ratio: float = typer.Option(0.8, "--range-ratio", help="Lengths on L(1±r), as vLLM."),
-    num_warmups: int | None = typer.Option(None, "--num-warmups",
-                                           help="Default 2 x concurrency."),
+    num_warmups: int | None = typer.Option(None, "--num-warmups", help="Default 2 x concurrency."),
     request_rate: str = typer.Option("inf", "--request-rate", help="inf or requests/s."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="1 = Poisson, else gamma."),
     seed: int = typer.Option(0, "--seed"),
@@ -70,19 +86,57 @@ def bench(
     idle_timeout: float = typer.Option(600.0, "--idle-timeout", help="Seconds between chunks."),
     save_detailed: bool = typer.Option(False, "--save-detailed", help="Write requests.jsonl."),
     json_out: bool = typer.Option(False, "--json", help="Print metrics.json to stdout."),
-    max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of requests allowed to fail (default 0: any failed request fails the bench, exit 3)."),
-    log_every: float = typer.Option(5.0, "--log-every", help="Seconds between progress lines in the run's log (0: none)."),
-    server_metrics: float = typer.Option(1.0, "--server-metrics", help="Seconds between scrapes of the server's /metrics into server_metrics.csv (0: none)."),
-    gpu_sample: float = typer.Option(1.0, "--gpu-sample", help="Seconds between GPU samples (memory, power, clock) into the bench's gpu.csv (0: none)."),
-    idle_power_w: float | None = typer.Option(None, "--idle-power-w", help="Idle GPU power in W (all GPUs) for energy/token; default: measured before the load."),
-    min_requests: int = typer.Option(100, "--min-requests", help="Fewer measured requests make the benchmark INVALID."),
-    min_window: float = typer.Option(10.0, "--min-window", help="A shorter measured window (s) makes the benchmark INVALID."),
+    max_error_rate: float = typer.Option(
+        0.0,
+        "--max-error-rate",
+        help="Fraction of requests allowed to fail (default 0: any failed request fails the bench, exit 3).",
+    ),
+    log_every: float = typer.Option(
+        5.0, "--log-every", help="Seconds between progress lines in the run's log (0: none)."
+    ),
+    server_metrics: float = typer.Option(
+        1.0,
+        "--server-metrics",
+        help="Seconds between scrapes of the server's /metrics into server_metrics.csv (0: none).",
+    ),
+    gpu_sample: float = typer.Option(
+        1.0,
+        "--gpu-sample",
+        help="Seconds between GPU samples (memory, power, clock) into the bench's gpu.csv (0: none).",
+    ),
+    idle_power_w: float | None = typer.Option(
+        None,
+        "--idle-power-w",
+        help="Idle GPU power in W (all GPUs) for energy/token; default: measured before the load.",
+    ),
+    min_requests: int = typer.Option(
+        100, "--min-requests", help="Fewer measured requests make the benchmark INVALID."
+    ),
+    min_window: float = typer.Option(
+        10.0, "--min-window", help="A shorter measured window (s) makes the benchmark INVALID."
+    ),
     target: str | None = typer.Option(None, "--target", help=TARGET_HELP),
-    dataset: str = typer.Option("random", "--dataset", help="What to send: random | jsonl:PATH (prompt, output_len per line) | sharegpt:PATH (first human turn; the gpt reply's length) | shared-prefix (groups sharing a prefix) | multi-turn:PATH (ShareGPT conversations, turn by turn). docs/bench.md#datasets."),
-    prefix_groups: int = typer.Option(4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."),
-    prefix_hit_rate: float = typer.Option(0.5, "--prefix-hit-rate", help="shared-prefix: target prefix-cache hit rate (sizes the prefix)."),
-    prefix_len: int | None = typer.Option(None, "--prefix-len", help="shared-prefix: prefix tokens (overrides --prefix-hit-rate)."),
-    repeat: int = typer.Option(1, "--repeat", help="Run the measured phase N times: each metric gets mean, stdev and a 95% confidence interval."),
+    dataset: str = typer.Option(
+        "random",
+        "--dataset",
+        help="What to send: random | jsonl:PATH (prompt, output_len per line) | sharegpt:PATH (first human turn; the gpt reply's length) | shared-prefix (groups sharing a prefix) | multi-turn:PATH (ShareGPT conversations, turn by turn). docs/bench.md#datasets.",
+    ),
+    prefix_groups: int = typer.Option(
+        4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."
+    ),
+    prefix_hit_rate: float = typer.Option(
+        0.5,
+        "--prefix-hit-rate",
+        help="shared-prefix: target prefix-cache hit rate (sizes the prefix).",
+    ),
+    prefix_len: int | None = typer.Option(
+        None, "--prefix-len", help="shared-prefix: prefix tokens (overrides --prefix-hit-rate)."
+    ),
+    repeat: int = typer.Option(
+        1,
+        "--repeat",
+        help="Run the measured phase N times: each metric gets mean, stdev and a 95% confidence interval.",
+    ),
 ) -> None:
     """Run a serving benchmark as a supervised run (its log holds vLLM's `Serving Benchmark
     Result` block and progress lines; metrics.json and the store hold the metrics). Exit 3 if
@@ -99,24 +153,45 @@ def bench(
     api_key = os.environ.get("OPENAI_API_KEY")
     try:
         cfg = BenchConfig(
-            base_url=base_url or f"http://127.0.0.1:{port}", endpoint="chat" if chat else
-            "completions", model=model, tokenizer=tokenizer,
+            base_url=base_url or f"http://127.0.0.1:{port}",
+            endpoint="chat" if chat else "completions",
+            model=model,
+            tokenizer=tokenizer,
             tokenizer_mode=tokenizer_mode,  # type: ignore[arg-type]  # validated by pydantic
-            isl=isl, osl=osl, concurrency=concurrency, prompt_multiplier=prompt_multiplier,
-            num_prompts=num_prompts, range_ratio=range_ratio, num_warmups=num_warmups,
-            request_rate=parse_rate(request_rate), burstiness=burstiness, seed=seed,
-            ignore_eos=ignore_eos, temperature=0.0, profile=profile, workers=workers,
+            isl=isl,
+            osl=osl,
+            concurrency=concurrency,
+            prompt_multiplier=prompt_multiplier,
+            num_prompts=num_prompts,
+            range_ratio=range_ratio,
+            num_warmups=num_warmups,
+            request_rate=parse_rate(request_rate),
+            burstiness=burstiness,
+            seed=seed,
+            ignore_eos=ignore_eos,
+            temperature=0.0,
+            profile=profile,
+            workers=workers,
             percentiles=[float(p) for p in percentiles.split(",") if p],
-            goodput_slos_ms=parse_goodput(goodput), request_timeout_s=request_timeout,
-            idle_timeout_s=idle_timeout, save_detailed=save_detailed,
-            progress=not json_out, api_key=SecretStr(api_key) if api_key else None,
+            goodput_slos_ms=parse_goodput(goodput),
+            request_timeout_s=request_timeout,
+            idle_timeout_s=idle_timeout,
+            save_detailed=save_detailed,
+            progress=not json_out,
+            api_key=SecretStr(api_key) if api_key else None,
             max_error_rate=max_error_rate,
             # In-process with --json: nothing but the JSON (the supervised run's log keeps its lines).
             log_every_s=0.0 if json_out and output_dir is not None else log_every,
-            dataset=dataset, prefix_groups=prefix_groups, prefix_hit_rate=prefix_hit_rate,
-            prefix_len=prefix_len, repeat=repeat,
-            server_metrics_s=server_metrics, gpu_sample_s=gpu_sample, idle_power_w=idle_power_w,
-            min_requests=min_requests, min_window_s=min_window,
+            dataset=dataset,
+            prefix_groups=prefix_groups,
+            prefix_hit_rate=prefix_hit_rate,
+            prefix_len=prefix_len,
+            repeat=repeat,
+            server_metrics_s=server_metrics,
+            gpu_sample_s=gpu_sample,
+            idle_power_w=idle_power_w,
+            min_requests=min_requests,
+            min_window_s=min_window,
         )
     except ValidationError as e:
         err = e.errors()[0]
@@ -128,11 +203,17 @@ def bench(
         from proctor.cli.remote import hand_off
 
         # Validated above first: a bad flag is 64 here, not after a job waited in a queue.
-        return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True,
-                        leave_live=detach, direct=detach, detach=detach)  # fmt: skip
+        return hand_off(
+            target,
+            runs_dir=runs_dir,
+            as_json=json_out,
+            answer=True,
+            leave_live=detach,
+            direct=detach,
+            detach=detach,
+        )
     if output_dir is None:
-        _supervised(cfg, name, key, detach, timeout, runs_dir,
-                    server_facts, json_out)
+        _supervised(cfg, name, key, detach, timeout, runs_dir, server_facts, json_out)
         return
     result = run_benchmark(cfg, output_dir)
     write_outputs(result, output_dir)
@@ -148,14 +229,24 @@ def loadgen_argv(cfg: BenchConfig) -> list[str]:
     """The supervised run's command: the load generator given the validated config as one typed
     request (JSON), not flags rebuilt from the CLI's parameters. The API key is not in it."""
     # The run's log always gets the progress lines, whatever this terminal shows.
-    request = json.dumps(cfg.model_copy(update={"progress": True}).public_dict(), sort_keys=True,
-                         separators=(",", ":"))  # fmt: skip
+    request = json.dumps(
+        cfg.model_copy(update={"progress": True}).public_dict(),
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     return [sys.executable, "-m", "proctor.workloads.loadgen", "--config-json", request]
 
 
-def _supervised(cfg: BenchConfig, name: str | None, key: str | None, detach: bool,
-                timeout: str | None, runs_dir: str | None, server_facts: dict[str, object],
-                json_out: bool) -> None:  # fmt: skip
+def _supervised(
+    cfg: BenchConfig,
+    name: str | None,
+    key: str | None,
+    detach: bool,
+    timeout: str | None,
+    runs_dir: str | None,
+    server_facts: dict[str, object],
+    json_out: bool,
+) -> None:
     from proctor.cli.output import err_console
     from proctor.record.schema import load_record
     from proctor.spec.config import load_config
@@ -164,12 +255,26 @@ def _supervised(cfg: BenchConfig, name: str | None, key: str | None, detach: boo
     from proctor.targets.service import SupervisedRun, guard_start
 
     argv = loadgen_argv(cfg)
-    flags = RunFlags(argv=argv, name=name or f"bench-isl{cfg.isl}-osl{cfg.osl}-c{cfg.concurrency}",
-                     runs_dir=runs_dir, timeout=timeout, key=key, detach=detach, gpu_sample=0)  # fmt: skip
+    flags = RunFlags(
+        argv=argv,
+        name=name or f"bench-isl{cfg.isl}-osl{cfg.osl}-c{cfg.concurrency}",
+        runs_dir=runs_dir,
+        timeout=timeout,
+        key=key,
+        detach=detach,
+        gpu_sample=0,
+    )
     plan = resolve_run_plan(flags, load_config())
-    extra: dict[str, object] = {"bench": {"base_url": cfg.base_url, "isl": cfg.isl, "osl": cfg.osl,
-                                          "concurrency": cfg.concurrency, "dataset": cfg.dataset,
-                                          "repeat": cfg.repeat}}  # fmt: skip
+    extra: dict[str, object] = {
+        "bench": {
+            "base_url": cfg.base_url,
+            "isl": cfg.isl,
+            "osl": cfg.osl,
+            "concurrency": cfg.concurrency,
+            "dataset": cfg.dataset,
+            "repeat": cfg.repeat,
+        }
+    }
     if server_facts:
         extra["server_run"] = server_facts["run_id"]
     interrupts = guard_start()
@@ -178,8 +283,11 @@ def _supervised(cfg: BenchConfig, name: str | None, key: str | None, detach: boo
     interrupts.attach(run)
     if started.attached:
         _check_same_bench(run, plan.redactor().argv(plan.argv), str(key))
-        err_console.print(f"proctor: attached to live bench run {run.run_id} (key {key})",
-                          markup=False, highlight=False)  # fmt: skip
+        err_console.print(
+            f"proctor: attached to live bench run {run.run_id} (key {key})",
+            markup=False,
+            highlight=False,
+        )
     if detach:
         if json_out:
             print_json({"run_id": run.run_id, "dir": str(run.path), "attached": started.attached})
@@ -192,18 +300,27 @@ def _supervised(cfg: BenchConfig, name: str | None, key: str | None, detach: boo
         state = supervised.follow_to_end(devnull if json_out else sys.stdout.buffer)
     if json_out:
         record = load_record(run.path)
-        print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {}),
-                    "outcome": record.outcome if record else None})  # fmt: skip
+        print_json(
+            {
+                "run_id": run.run_id,
+                **(run.read_json("metrics.json") or {}),
+                "outcome": record.outcome if record else None,
+            }
+        )
     err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
     doc = run.read_json("metrics.json") or {}
     verdict = doc.get("verdict") or {}
     if verdict.get("ok") is False:
-        err_console.print(f"proctor: benchmark failed: {verdict.get('message')}", markup=False,
-                          highlight=False)  # fmt: skip
+        err_console.print(
+            f"proctor: benchmark failed: {verdict.get('message')}", markup=False, highlight=False
+        )
     validity = doc.get("validity") or {}
     if validity.get("verdict") == "INVALID":  # a result, but not a measurement (docs/bench.md)
-        err_console.print("proctor: benchmark INVALID: " + "; ".join(validity.get("reasons") or []),
-                          markup=False, highlight=False)  # fmt: skip
+        err_console.print(
+            "proctor: benchmark INVALID: " + "; ".join(validity.get("reasons") or []),
+            markup=False,
+            highlight=False,
+        )
     if code := interrupts.exit_code(run, state):
         raise typer.Exit(code)
 
@@ -247,10 +364,21 @@ def _rates(text: str | None) -> list[str] | None:
     return rates or None
 
 
-def _server_grid(axes: list[str], file: Path | None, group: str | None, engine: str | None,
-                 model: str | None, tp: int | None, port: int, poll: str | None,
-                 runs_dir: str | None, extra: list[str], bench: dict[str, object],
-                 json_out: bool, say: Callable[[str], None]) -> None:  # fmt: skip
+def _server_grid(
+    axes: list[str],
+    file: Path | None,
+    group: str | None,
+    engine: str | None,
+    model: str | None,
+    tp: int | None,
+    port: int,
+    poll: str | None,
+    runs_dir: str | None,
+    extra: list[str],
+    bench: dict[str, object],
+    json_out: bool,
+    say: Callable[[str], None],
+) -> None:
     from proctor.cli.sweeps import grid_table, run_grid
     from proctor.cli.workflow import flow_options
     from proctor.flow import load_flow_file
@@ -262,40 +390,74 @@ def _server_grid(axes: list[str], file: Path | None, group: str | None, engine: 
             raise UsageError(f"flow file {file} has no [sweep] table")
         given: dict[str, object] = {"runs_dir": runs_dir, "poll": poll}
         options = flow_options(given, table, file, need_workload=False)
-        run_grid(options, table["sweep"], file, load_config(), as_json=json_out, say=say,
-                 group=group)  # fmt: skip
+        run_grid(
+            options, table["sweep"], file, load_config(), as_json=json_out, say=say, group=group
+        )
         return
-    given = {"engine": engine, "model": model, "tp": tp, "port": port, "poll": poll,
-             "runs_dir": runs_dir, "extra": extra}  # fmt: skip
+    given = {
+        "engine": engine,
+        "model": model,
+        "tp": tp,
+        "port": port,
+        "poll": poll,
+        "runs_dir": runs_dir,
+        "extra": extra,
+    }
     options = flow_options(given, {}, None, need_workload=False)
-    run_grid(options, grid_table(axes, bench), None, load_config(), as_json=json_out, say=say,
-             group=group)  # fmt: skip
+    run_grid(
+        options,
+        grid_table(axes, bench),
+        None,
+        load_config(),
+        as_json=json_out,
+        say=say,
+        group=group,
+    )
 
 
-def _sweep_dataset(dataset: str, prefix_groups: int, prefix_hit_rate: float,
-                   prefix_len: int | None, workers: int, points: list[int],
-                   rates: list[str] | None, isl: int, osl: int) -> dict[str, object]:  # fmt: skip
+def _sweep_dataset(
+    dataset: str,
+    prefix_groups: int,
+    prefix_hit_rate: float,
+    prefix_len: int | None,
+    workers: int,
+    points: list[int],
+    rates: list[str] | None,
+    isl: int,
+    osl: int,
+) -> dict[str, object]:
     """The dataset options every point of a sweep sends (only those not at their defaults),
     checked as bench checks them (for every point's concurrency and rate) and the file read
     now, its path made absolute: a bad one fails before the first point."""
     from proctor.workloads.loadgen.datafiles import checked_dataset
 
-    shape: dict[str, object] = {"dataset": dataset, "prefix_groups": prefix_groups,
-                                "prefix_hit_rate": prefix_hit_rate, "prefix_len": prefix_len,
-                                "workers": workers}  # fmt: skip
+    shape: dict[str, Any] = {
+        "dataset": dataset,
+        "prefix_groups": prefix_groups,
+        "prefix_hit_rate": prefix_hit_rate,
+        "prefix_len": prefix_len,
+        "workers": workers,
+    }
     for conc in points:
         for rate in rates or ["inf"]:
             try:
-                BenchConfig(isl=isl, osl=osl, concurrency=conc, request_rate=parse_rate(rate),
-                            **shape)  # type: ignore[arg-type]  # validated by pydantic
+                BenchConfig(  # validated by pydantic
+                    isl=isl, osl=osl, concurrency=conc, request_rate=parse_rate(rate), **shape
+                )
             except ValidationError as e:
                 err = e.errors()[0]
                 where = ".".join(str(x) for x in err["loc"]) or "options"
-                raise UsageError(f"invalid {where}: {err['msg']}",
-                                 hint="see proctor sweep --help") from e  # fmt: skip
+                raise UsageError(
+                    f"invalid {where}: {err['msg']}", hint="see proctor sweep --help"
+                ) from e
     shape["dataset"] = checked_dataset(dataset)
-    defaults = {"dataset": "random", "prefix_groups": 4, "prefix_hit_rate": 0.5,
-                "prefix_len": None, "workers": 1}  # fmt: skip
+    defaults = {
+        "dataset": "random",
+        "prefix_groups": 4,
+        "prefix_hit_rate": 0.5,
+        "prefix_len": None,
+        "workers": 1,
+    }
     return {k: v for k, v in shape.items() if v != defaults[k]}
 
 
@@ -304,7 +466,9 @@ def register_sweep(root: typer.Typer) -> None:
 
     @root.command("sweep")
     def sweep(
-        concurrency: str = typer.Option("4,8,16,32,64,128", "--concurrency", help="Comma-separated points."),
+        concurrency: str = typer.Option(
+            "4,8,16,32,64,128", "--concurrency", help="Comma-separated points."
+        ),
         server: str | None = typer.Option(None, "--server", help="A server run to benchmark."),
         base_url: str | None = typer.Option(None, "--base-url"),
         port: int = typer.Option(8000, "--port", min=1, max=65535),
@@ -318,26 +482,79 @@ def register_sweep(root: typer.Typer) -> None:
         name: str = typer.Option("sweep", "--name"),
         runs_dir: str | None = typer.Option(None, "--runs-dir"),
         json_out: bool = typer.Option(False, "--json"),
-        max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of a point's requests allowed to fail (default 0); above it the point fails."),
-        target: str | None = typer.Option(None, "--target", help="Run the sweep on this target, next to the server. " + TARGET_HELP),
-        num_prompts: int | None = typer.Option(None, "--num-prompts", help="Prompts per bench (overrides --prompt-multiplier)."),
-        request_rate: str | None = typer.Option(None, "--request-rate", help="Requests/s: comma-separated, an axis of a server grid; one value for an SLO search over concurrency."),
-        server_grid: list[str] = typer.Option([], "--server-grid", help="NAME=V1,V2: a server parameter axis (repeatable; tp or an engine flag); each server point is its own flow (start, ready, benches, drain, stop). Needs --engine, --model (the model to serve) and --group."),
-        file: Path | None = typer.Option(None, "--file", "-f", help="Flow file: [flow] the server, [sweep] server = {axes}, bench = {options; concurrency and request_rate lists are axes}."),
-        group: str | None = typer.Option(None, "--group", help="Server sweep group: run again with the same group, finished points are skipped and failed ones retried."),
+        max_error_rate: float = typer.Option(
+            0.0,
+            "--max-error-rate",
+            help="Fraction of a point's requests allowed to fail (default 0); above it the point fails.",
+        ),
+        target: str | None = typer.Option(
+            None,
+            "--target",
+            help="Run the sweep on this target, next to the server. " + TARGET_HELP,
+        ),
+        num_prompts: int | None = typer.Option(
+            None, "--num-prompts", help="Prompts per bench (overrides --prompt-multiplier)."
+        ),
+        request_rate: str | None = typer.Option(
+            None,
+            "--request-rate",
+            help="Requests/s: comma-separated, an axis of a server grid; one value for an SLO search over concurrency.",
+        ),
+        server_grid: list[str] = typer.Option(
+            [],
+            "--server-grid",
+            help="NAME=V1,V2: a server parameter axis (repeatable; tp or an engine flag); each server point is its own flow (start, ready, benches, drain, stop). Needs --engine, --model (the model to serve) and --group.",
+        ),
+        file: Path | None = typer.Option(
+            None,
+            "--file",
+            "-f",
+            help="Flow file: [flow] the server, [sweep] server = {axes}, bench = {options; concurrency and request_rate lists are axes}.",
+        ),
+        group: str | None = typer.Option(
+            None,
+            "--group",
+            help="Server sweep group: run again with the same group, finished points are skipped and failed ones retried.",
+        ),
         engine: str | None = typer.Option(None, "--engine", help="Server grid: engine profile."),
-        tp: int | None = typer.Option(None, "--tp", help="Server grid: tensor parallelism (unless an axis)."),
-        poll: str | None = typer.Option(None, "--poll", help="Server grid: drain poll (default 10s)."),
-        slo: str | None = typer.Option(None, "--slo", help='SLO search: conditions on bench metrics, e.g. "p99_ttft_ms<=500,p99_tpot_ms<=30".'),
-        search: str = typer.Option("request-rate", "--search", help="SLO search axis: request-rate or concurrency."),
+        tp: int | None = typer.Option(
+            None, "--tp", help="Server grid: tensor parallelism (unless an axis)."
+        ),
+        poll: str | None = typer.Option(
+            None, "--poll", help="Server grid: drain poll (default 10s)."
+        ),
+        slo: str | None = typer.Option(
+            None,
+            "--slo",
+            help='SLO search: conditions on bench metrics, e.g. "p99_ttft_ms<=500,p99_tpot_ms<=30".',
+        ),
+        search: str = typer.Option(
+            "request-rate", "--search", help="SLO search axis: request-rate or concurrency."
+        ),
         lo: float | None = typer.Option(None, "--lo", help="SLO search: lowest value."),
         hi: float | None = typer.Option(None, "--hi", help="SLO search: highest value."),
-        max_probes: int = typer.Option(12, "--max-probes", min=2, help="SLO search: at most this many benches."),
-        resolution: float | None = typer.Option(None, "--resolution", help="SLO search: stop when the bracket is this narrow (default 1 for concurrency, 5% of --hi for rates)."),
-        dataset: str = typer.Option("random", "--dataset", help="What every point sends, as bench: random | jsonl:PATH | sharegpt:PATH | shared-prefix | multi-turn:PATH. docs/bench.md#datasets."),
-        prefix_groups: int = typer.Option(4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."),
-        prefix_hit_rate: float = typer.Option(0.5, "--prefix-hit-rate", help="shared-prefix: target prefix-cache hit rate."),
-        prefix_len: int | None = typer.Option(None, "--prefix-len", help="shared-prefix: prefix tokens."),
+        max_probes: int = typer.Option(
+            12, "--max-probes", min=2, help="SLO search: at most this many benches."
+        ),
+        resolution: float | None = typer.Option(
+            None,
+            "--resolution",
+            help="SLO search: stop when the bracket is this narrow (default 1 for concurrency, 5% of --hi for rates).",
+        ),
+        dataset: str = typer.Option(
+            "random",
+            "--dataset",
+            help="What every point sends, as bench: random | jsonl:PATH | sharegpt:PATH | shared-prefix | multi-turn:PATH. docs/bench.md#datasets.",
+        ),
+        prefix_groups: int = typer.Option(
+            4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."
+        ),
+        prefix_hit_rate: float = typer.Option(
+            0.5, "--prefix-hit-rate", help="shared-prefix: target prefix-cache hit rate."
+        ),
+        prefix_len: int | None = typer.Option(
+            None, "--prefix-len", help="shared-prefix: prefix tokens."
+        ),
         workers: int = typer.Option(1, "--workers", help="Client processes per bench."),
         extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
     ) -> None:
@@ -360,17 +577,51 @@ def register_sweep(root: typer.Typer) -> None:
             # As bench: in the far runs dir (where --server runs are); the sweep and its points
             # come back as local runs of their own.
             return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True)
-        say = (lambda line: None) if json_out else (lambda line: err_console.print(line, markup=False, highlight=False))
+        say = (
+            (lambda line: None)
+            if json_out
+            else (lambda line: err_console.print(line, markup=False, highlight=False))
+        )
         points = _ints(concurrency)
-        shape = _sweep_dataset(dataset, prefix_groups, prefix_hit_rate, prefix_len, workers,
-                               points, _rates(request_rate), isl, osl)  # fmt: skip
+        shape = _sweep_dataset(
+            dataset,
+            prefix_groups,
+            prefix_hit_rate,
+            prefix_len,
+            workers,
+            points,
+            _rates(request_rate),
+            isl,
+            osl,
+        )
         if server_grid or file:
-            _server_grid(server_grid, file, group, engine, model, tp, port, poll, runs_dir, extra or [],
-                         {"concurrency": points, "request_rate": _rates(request_rate),
-                          "isl": isl, "osl": osl, "num_prompts": num_prompts,
-                          "prompt_multiplier": prompt_multiplier, "range_ratio": range_ratio,
-                          "seed": seed, "max_error_rate": max_error_rate or None,
-                          "chat": chat or None, **shape}, json_out, say)
+            _server_grid(
+                server_grid,
+                file,
+                group,
+                engine,
+                model,
+                tp,
+                port,
+                poll,
+                runs_dir,
+                extra or [],
+                {
+                    "concurrency": points,
+                    "request_rate": _rates(request_rate),
+                    "isl": isl,
+                    "osl": osl,
+                    "num_prompts": num_prompts,
+                    "prompt_multiplier": prompt_multiplier,
+                    "range_ratio": range_ratio,
+                    "seed": seed,
+                    "max_error_rate": max_error_rate or None,
+                    "chat": chat or None,
+                    **shape,
+                },
+                json_out,
+                say,
+            )
             return
 
         if not 0.0 <= max_error_rate <= 1.0:
@@ -381,10 +632,26 @@ def register_sweep(root: typer.Typer) -> None:
             model = model or str(facts["checked_model"])
             chat = chat or bool(facts.get("use_chat_template"))
         url = base_url or f"http://127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "proctor.workloads.loadgen", "--base-url", url, "--isl", str(isl),
-                "--osl", str(osl), "--prompt-multiplier", str(prompt_multiplier),
-                "--range-ratio", str(range_ratio), "--seed", str(seed), "--no-progress",
-                "--max-error-rate", str(max_error_rate)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "proctor.workloads.loadgen",
+            "--base-url",
+            url,
+            "--isl",
+            str(isl),
+            "--osl",
+            str(osl),
+            "--prompt-multiplier",
+            str(prompt_multiplier),
+            "--range-ratio",
+            str(range_ratio),
+            "--seed",
+            str(seed),
+            "--no-progress",
+            "--max-error-rate",
+            str(max_error_rate),
+        ]
         if model:
             argv += ["--model", model]
         if chat:
@@ -400,15 +667,31 @@ def register_sweep(root: typer.Typer) -> None:
                 argv += ["--concurrency", str(max(points))]
             elif request_rate:
                 argv += ["--request-rate", request_rate]
-            run_slo(argv, slo, search, lo, hi, load_config(), runs_dir=runs_dir, name=name if name != "sweep" else "slo",
-                    max_probes=max_probes, resolution=resolution, as_json=json_out, say=say)
+            run_slo(
+                argv,
+                slo,
+                search,
+                lo,
+                hi,
+                load_config(),
+                runs_dir=runs_dir,
+                name=name if name != "sweep" else "slo",
+                max_probes=max_probes,
+                resolution=resolution,
+                as_json=json_out,
+                say=say,
+            )
             return
-        sweep_dir, results = run_sweep(argv, points, load_config(), runs_dir=runs_dir, name=name, say=say)
+        sweep_dir, results = run_sweep(
+            argv, points, load_config(), runs_dir=runs_dir, name=name, say=say
+        )
         if json_out:
             print_json(sweep_dir.read_json("summary.json"))
         else:
             sys.stdout.write(summary_text(results))
-            err_console.print(f"proctor: sweep {sweep_dir.run_id}: {sweep_dir.path}/summary.csv", highlight=False)
+            err_console.print(
+                f"proctor: sweep {sweep_dir.run_id}: {sweep_dir.path}/summary.csv", highlight=False
+            )
         failing = [p for p in results if p.exit_code != 0]
         if failing:
             raise typer.Exit(failing[0].exit_code if failing[0].exit_code is not None else 6)

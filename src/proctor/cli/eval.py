@@ -41,8 +41,12 @@ def gsm8k(
     base_url: str | None = typer.Option(
         None, "--base-url", help="Server root, e.g. http://127.0.0.1:8000 (default: --port)."
     ),
-    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when --base-url is unset."),
-    model: str | None = typer.Option(None, "--model", help="Served model name (default: the server run's)."),
+    port: int = typer.Option(
+        8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when --base-url is unset."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Served model name (default: the server run's)."
+    ),
     output_dir: Path | None = typer.Option(
         None, "--output-dir", help="Run in-process, writing here, instead of a supervised run."
     ),
@@ -53,7 +57,11 @@ def gsm8k(
     log_samples: bool = typer.Option(False, "--log-samples", help="Keep lm-eval's samples."),
     lm_eval: str | None = typer.Option(None, "--lm-eval", help="Path of the lm_eval executable."),
     as_json: bool = typer.Option(False, "--json", help="Print metrics.json's metrics as JSON."),
-    max_error_rate: float = typer.Option(0.0, "--max-error-rate", help="Fraction of samples allowed to go unanswered (default 0); above it exit 3."),
+    max_error_rate: float = typer.Option(
+        0.0,
+        "--max-error-rate",
+        help="Fraction of samples allowed to go unanswered (default 0); above it exit 3.",
+    ),
     target: str | None = typer.Option(None, "--target", help=TARGET_HELP),
 ) -> None:
     """Run GSM8K with lm-eval against a server; exit 3 when lm-eval fails, leaves no results,
@@ -61,8 +69,15 @@ def gsm8k(
     if target:
         from proctor.cli.remote import hand_off
 
-        return hand_off(target, runs_dir=runs_dir, as_json=as_json, answer=True,
-                        leave_live=detach, direct=detach, detach=detach)  # fmt: skip
+        return hand_off(
+            target,
+            runs_dir=runs_dir,
+            as_json=as_json,
+            answer=True,
+            leave_live=detach,
+            direct=detach,
+            detach=detach,
+        )
     if base_url is not None and port != 8000:
         raise UsageError("give --base-url or --port, not both")
     server_run = None
@@ -76,13 +91,29 @@ def gsm8k(
     if not model:
         raise UsageError("--model is required without --server", hint="pass the served model name")
     # Bad input is refused here, before a supervised run (and its directory) exists.
-    Gsm8kConfig(base_url=base_url or f"http://127.0.0.1:{port}", model=model,
-                output_path=Path("lm_eval"), num_fewshot=fewshot, limit=limit,
-                num_concurrent=num_concurrent, max_error_rate=max_error_rate)
+    Gsm8kConfig(
+        base_url=base_url or f"http://127.0.0.1:{port}",
+        model=model,
+        output_path=Path("lm_eval"),
+        num_fewshot=fewshot,
+        limit=limit,
+        num_concurrent=num_concurrent,
+        max_error_rate=max_error_rate,
+    )
     if output_dir is None:
-        argv = [sys.executable, "-m", "proctor.workloads.gsm8k", "--base-url",
-                base_url or f"http://127.0.0.1:{port}", "--model", model, "--fewshot", str(fewshot),
-                "--num-concurrent", str(num_concurrent)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "proctor.workloads.gsm8k",
+            "--base-url",
+            base_url or f"http://127.0.0.1:{port}",
+            "--model",
+            model,
+            "--fewshot",
+            str(fewshot),
+            "--num-concurrent",
+            str(num_concurrent),
+        ]
         argv += ["--limit", str(limit)] if limit is not None else []
         argv += ["--chat"] if chat else []
         argv += ["--gen-kwargs", gen_kwargs] if gen_kwargs else []
@@ -118,16 +149,24 @@ def gsm8k(
     console.print(f"metrics: {output_dir / 'metrics.json'}")
 
 
-def _supervised(argv: list[str], name: str, server_run: str | None, detach: bool,
-                runs_dir: str | None, as_json: bool) -> None:  # fmt: skip
+def _supervised(
+    argv: list[str],
+    name: str,
+    server_run: str | None,
+    detach: bool,
+    runs_dir: str | None,
+    as_json: bool,
+) -> None:
     from proctor.cli.follow import finish, follow
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
     from proctor.supervise.launch import RunSpec, start_run
     from proctor.targets.service import guard_start
 
-    plan = resolve_run_plan(RunFlags(argv=argv, name=name, runs_dir=runs_dir, detach=detach,
-                                     gpu_sample=0), load_config())  # fmt: skip
+    plan = resolve_run_plan(
+        RunFlags(argv=argv, name=name, runs_dir=runs_dir, detach=detach, gpu_sample=0),
+        load_config(),
+    )
     extra = {"server_run": server_run} if server_run else {}
     interrupts = guard_start()
     started = start_run(plan, RunSpec(kind="eval", extra=extra))

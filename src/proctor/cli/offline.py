@@ -31,36 +31,72 @@ Exit status: 0 ok; 2 fault pattern printed; 3 the command failed; 4 --timeout; 6
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("offline", help=OFFLINE_HELP,
-                 context_settings={"allow_interspersed_args": False})  # fmt: skip
+    @app.command("offline", help=OFFLINE_HELP, context_settings={"allow_interspersed_args": False})
     def offline(
         words: list[str] = typer.Argument(None, metavar="[-- EXTRA | CMD]...", show_default=False),
-        engine: str = typer.Option(..., "--engine", "-e", help="Engine profile: atom, vllm, sglang, transformers or one of yours."),
-        model: str = typer.Option(None, "--model", "-m", help="Model path (required unless --cmd)."),
+        engine: str = typer.Option(
+            ...,
+            "--engine",
+            "-e",
+            help="Engine profile: atom, vllm, sglang, transformers or one of yours.",
+        ),
+        model: str = typer.Option(
+            None, "--model", "-m", help="Model path (required unless --cmd)."
+        ),
         tp: int = typer.Option(None, "--tp", help="Tensor parallelism."),
-        cmd: bool = typer.Option(False, "--cmd", help="The words after -- are the whole command, not extra arguments."),
-        python: str = typer.Option(None, "--python", help="Interpreter that has the engine installed."),
-        min_free_disk: float = typer.Option(None, "--min-free-disk", help="GiB that must be free on the model's and the cache's disks (0 disables)."),
-        name: str = typer.Option(None, "--name", "-n", help="Run name (default offline-ENGINE-MODEL)."),
+        cmd: bool = typer.Option(
+            False, "--cmd", help="The words after -- are the whole command, not extra arguments."
+        ),
+        python: str = typer.Option(
+            None, "--python", help="Interpreter that has the engine installed."
+        ),
+        min_free_disk: float = typer.Option(
+            None,
+            "--min-free-disk",
+            help="GiB that must be free on the model's and the cache's disks (0 disables).",
+        ),
+        name: str = typer.Option(
+            None, "--name", "-n", help="Run name (default offline-ENGINE-MODEL)."
+        ),
         timeout: str = typer.Option(None, "--timeout", help="Time limit, e.g. 30m (exit 4)."),
-        env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the command (repeatable)."),
-        key: str = typer.Option(None, "--key", help="Attach to a live run with this key instead of starting another."),
-        gpu_sample: float = typer.Option(None, "--gpu-sample", help="GPU sampling interval in seconds (0 disables)."),
-        detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and print its id."),
+        env: list[str] = typer.Option(
+            None, "--env", help="NAME=VALUE for the command (repeatable)."
+        ),
+        key: str = typer.Option(
+            None, "--key", help="Attach to a live run with this key instead of starting another."
+        ),
+        gpu_sample: float = typer.Option(
+            None, "--gpu-sample", help="GPU sampling interval in seconds (0 disables)."
+        ),
+        detach: bool = typer.Option(
+            False, "--detach", "-d", help="Start the run and print its id."
+        ),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
-        as_json: bool = typer.Option(False, "--json", help="Print the run id, outcome and parsed metrics as JSON."),
-    ) -> None:  # fmt: skip
+        as_json: bool = typer.Option(
+            False, "--json", help="Print the run id, outcome and parsed metrics as JSON."
+        ),
+    ) -> None:
         from proctor.cli.follow import finish, follow
         from proctor.record.schema import load_record
         from proctor.targets.service import guard_start
 
         words = [w for w in (words or [])]
         request = OfflineRequest(
-            engine=engine, model=model, tp=tp, extra=[] if cmd else words,
-            command=words if cmd else None, python=python, min_free_disk_gib=min_free_disk,
-            name=name, runs_dir=runs_dir, timeout=timeout, env=list(env or []), key=key,
-            detach=detach, gpu_sample=gpu_sample,
+            engine=engine,
+            model=model,
+            tp=tp,
+            extra=[] if cmd else words,
+            command=words if cmd else None,
+            python=python,
+            min_free_disk_gib=min_free_disk,
+            name=name,
+            runs_dir=runs_dir,
+            timeout=timeout,
+            env=list(env or []),
+            key=key,
+            detach=detach,
+            gpu_sample=gpu_sample,
         )
         interrupts = guard_start()
         started = start_offline(request, load_config(config))
@@ -68,8 +104,9 @@ def register(app: typer.Typer) -> None:
         interrupts.attach(run)
         if detach:
             if as_json:
-                print_json({"run_id": run.run_id, "dir": str(run.path),
-                            "attached": started.attached})  # fmt: skip
+                print_json(
+                    {"run_id": run.run_id, "dir": str(run.path), "attached": started.attached}
+                )
             else:
                 typer.echo(run.run_id)
             return
@@ -77,9 +114,16 @@ def register(app: typer.Typer) -> None:
         doc = run.read_json("metrics.json") or {}
         record = load_record(run.path)
         if as_json:
-            print_json({"run_id": run.run_id, "dir": str(run.path),
-                        "outcome": record.outcome if record else None, "status": doc.get("status"),
-                        "metrics": doc.get("metrics", {}), "faults": doc.get("faults", [])})  # fmt: skip
+            print_json(
+                {
+                    "run_id": run.run_id,
+                    "dir": str(run.path),
+                    "outcome": record.outcome if record else None,
+                    "status": doc.get("status"),
+                    "metrics": doc.get("metrics", {}),
+                    "faults": doc.get("faults", []),
+                }
+            )
         finish(supervised, interrupts, state)
 
 

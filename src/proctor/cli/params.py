@@ -45,9 +45,12 @@ def finite_floats(command: click.Command) -> click.Command:
             param.type = FiniteFloat()
         elif type(kind) is click.FloatRange:
             param.type = FiniteFloatRange(
-                kind.min, kind.max, min_open=kind.min_open, max_open=kind.max_open,
+                kind.min,
+                kind.max,
+                min_open=kind.min_open,
+                max_open=kind.max_open,
                 clamp=kind.clamp,
-            )  # fmt: skip
+            )
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             finite_floats(sub)

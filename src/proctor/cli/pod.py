@@ -33,8 +33,9 @@ _API_URL = typer.Option(
     help="Runpod REST v1 base URL (default https://rest.runpod.io/v1).",
 )
 _JSON = typer.Option(False, "--json", help="Print JSON for automation.")
-_TIMEOUT = typer.Option("180", "--timeout",
-                        help="How long to wait for the verified final state (180, 3m, 1h).")
+_TIMEOUT = typer.Option(
+    "180", "--timeout", help="How long to wait for the verified final state (180, 3m, 1h)."
+)
 
 
 def _seconds(timeout: str) -> float:
@@ -80,9 +81,12 @@ def _release(
     """Stop (or terminate) the pod, verify its final state and say so."""
     with _client(api_url) as client:
         states = release(
-            client, [pod_id], terminate=terminate, allow_terminate=allow_terminate,
+            client,
+            [pod_id],
+            terminate=terminate,
+            allow_terminate=allow_terminate,
             timeout_s=timeout_s,
-        )  # fmt: skip
+        )
     _print_states(states, as_json)
 
 
@@ -150,8 +154,14 @@ def terminate(
     as_json: bool = _JSON,
 ) -> None:
     """Terminate (delete) a pod: needs --allow-terminate; verified gone afterwards."""
-    _release(pod_id, api_url, as_json, terminate=True, allow_terminate=allow_terminate,
-             timeout_s=_seconds(timeout))  # fmt: skip
+    _release(
+        pod_id,
+        api_url,
+        as_json,
+        terminate=True,
+        allow_terminate=allow_terminate,
+        timeout_s=_seconds(timeout),
+    )
 
 
 @app.command("start")
@@ -160,8 +170,9 @@ def start(
     wait_for_ssh: bool = typer.Option(
         False, "--wait-ssh", help="Also wait for a public IP and port 22 mapping."
     ),
-    timeout: str = typer.Option("600", "--timeout",
-                                help="How long to wait for RUNNING (600, 10m)."),
+    timeout: str = typer.Option(
+        "600", "--timeout", help="How long to wait for RUNNING (600, 10m)."
+    ),
     api_url: str | None = _API_URL,
     as_json: bool = _JSON,
 ) -> None:

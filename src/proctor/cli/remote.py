@@ -35,14 +35,21 @@ from proctor.targets.remote.requests import CommandRequest
 from proctor.targets.remote.shipfiles import Shipment, request_shipment
 
 
-def run_with_target(flags: RunFlags, spec: TargetOptions, config: ProjectConfig, runs_dir: Path,
-                    as_json: bool, remote_checkout: str | None = None) -> int:  # fmt: skip
+def run_with_target(
+    flags: RunFlags,
+    spec: TargetOptions,
+    config: ProjectConfig,
+    runs_dir: Path,
+    as_json: bool,
+    remote_checkout: str | None = None,
+) -> int:
     """`proctor run --target ...` on a far kind: returns the exit code (raising the deciding
     ProctorError)."""
     job = job_from_flags(flags, config)
     identity = source_identity(Path(flags.cwd or ".").resolve())
-    options = RemoteOptions(existing_checkout=remote_checkout, setup_script=setup_script(config),
-                            detach=flags.detach)  # fmt: skip
+    options = RemoteOptions(
+        existing_checkout=remote_checkout, setup_script=setup_script(config), detach=flags.detach
+    )
     done = run_far(spec, job, identity, config, runs_dir, _log_out(as_json), options)
     if done.group is None:
         return report(done.completions[0], as_json)
@@ -53,7 +60,9 @@ def report(completion: Completion, as_json: bool) -> int:
     if as_json:
         print_json(completion.to_dict())
     elif completion.detached:
-        err_console.print(f"proctor: started remote run {completion.run_id} ({completion.local_dir})")
+        err_console.print(
+            f"proctor: started remote run {completion.run_id} ({completion.local_dir})"
+        )
         sys.stdout.write(f"{completion.run_id}\n")
     else:
         err_console.print(completion.text(), highlight=False, markup=False)
@@ -72,8 +81,9 @@ def print_group(done: GroupRun, as_json: bool) -> int:
     else:
         for c in done.completions:
             err_console.print(c.text(), highlight=False, markup=False)
-        err_console.print(f"group {done.group}: {len(done.completions)} runs; "
-                          f"report {done.report_path}")  # fmt: skip
+        err_console.print(
+            f"group {done.group}: {len(done.completions)} runs; report {done.report_path}"
+        )
     return group_exit_status(done.completions)
 
 
@@ -87,10 +97,19 @@ def _log_out(as_json: bool) -> IO[bytes]:
 _SERVER_LIVES = {("serve", "start"), ("serve", "ready"), ("drain",)}
 
 
-def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir: str | None,
-                   as_json: bool, nested: bool = False, answer: bool = False,
-                   leave_live: bool = False, print_run: bool = False,
-                   direct: bool = False, detach: bool = False) -> int:  # fmt: skip
+def remote_command(
+    ctx: click.Context,
+    target: str | TargetOptions,
+    *,
+    runs_dir: str | None,
+    as_json: bool,
+    nested: bool = False,
+    answer: bool = False,
+    leave_live: bool = False,
+    print_run: bool = False,
+    direct: bool = False,
+    detach: bool = False,
+) -> int:
     """Run the current command on `target`; returns its exit code (raising what decides it)."""
     from proctor.spec.config import load_config
     from proctor.spec.plan import resolve_runs_dir, resolve_store_path
@@ -102,16 +121,36 @@ def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir:
     local_runs = Path(resolve_runs_dir(runs_dir, config).value)
     request = request_of(ctx, as_json=answer)
     # Read before any machine is acquired: a missing file is a usage error, at no cost.
-    command = WorkflowCommand(request, nested=nested, answer=answer, leave_live=leave_live,
-                              direct=direct, detach=detach,
-                              shipment=_shipment(request))  # fmt: skip
-    options = RemoteOptions(setup_script=setup_script(config),
-                            store_path=Path(resolve_store_path(config, local_runs).value))  # fmt: skip
+    command = WorkflowCommand(
+        request,
+        nested=nested,
+        answer=answer,
+        leave_live=leave_live,
+        direct=direct,
+        detach=detach,
+        shipment=_shipment(request),
+    )
+    options = RemoteOptions(
+        setup_script=setup_script(config),
+        store_path=Path(resolve_store_path(config, local_runs).value),
+    )
     names = tuple(command_names(ctx))
-    server_lives = leave_live or names[:2] in _SERVER_LIVES or names[:1] in _SERVER_LIVES or (
-        names[:1] in (("bench",), ("eval",)) and bool(ctx.params.get("server")))  # fmt: skip
-    done = run_workflow(spec, command, source_identity(Path(".").resolve()), config, local_runs,
-                        _log_out(as_json), options, keep_for_server=server_lives)  # fmt: skip
+    server_lives = (
+        leave_live
+        or names[:2] in _SERVER_LIVES
+        or names[:1] in _SERVER_LIVES
+        or (names[:1] in (("bench",), ("eval",)) and bool(ctx.params.get("server")))
+    )
+    done = run_workflow(
+        spec,
+        command,
+        source_identity(Path(".").resolve()),
+        config,
+        local_runs,
+        _log_out(as_json),
+        options,
+        keep_for_server=server_lives,
+    )
     result = done.result
     if result.stderr and not as_json:
         sys.stderr.write(result.stderr)
@@ -121,9 +160,13 @@ def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir:
         return result.exit_status()
     if result.completion.detached:
         run_id = result.completion.run_id
-        err_console.print(f"proctor: submitted {request.title()} as run {run_id} "
-                          f"({result.completion.local_dir}); `proctor runs wait {run_id}` "
-                          "waits for its end", highlight=False, markup=False)  # fmt: skip
+        err_console.print(
+            f"proctor: submitted {request.title()} as run {run_id} "
+            f"({result.completion.local_dir}); `proctor runs wait {run_id}` "
+            "waits for its end",
+            highlight=False,
+            markup=False,
+        )
         sys.stdout.write(f"{run_id}\n")
         return result.exit_status()
     if done.text:
@@ -131,14 +174,25 @@ def remote_command(ctx: click.Context, target: str | TargetOptions, *, runs_dir:
     if result.direct_exit is None:
         err_console.print(result.completion.text(), highlight=False, markup=False)
     for child in result.children:
-        state = "live" if child.live else (
-            f"{child.outcome}, exit {child.exit_code}, "
-            + ("verified" if child.verified else "NOT verified"))  # fmt: skip
-        err_console.print(f"proctor: run {child.run_id}: {state} ({child.local_dir})",
-                          highlight=False, markup=False)  # fmt: skip
+        state = (
+            "live"
+            if child.live
+            else (
+                f"{child.outcome}, exit {child.exit_code}, "
+                + ("verified" if child.verified else "NOT verified")
+            )
+        )
+        err_console.print(
+            f"proctor: run {child.run_id}: {state} ({child.local_dir})",
+            highlight=False,
+            markup=False,
+        )
         if child.cost is not None:
-            err_console.print(f"proctor: run {child.run_id}: {format_cost(child.cost)}",
-                              highlight=False, markup=False)  # fmt: skip
+            err_console.print(
+                f"proctor: run {child.run_id}: {format_cost(child.cost)}",
+                highlight=False,
+                markup=False,
+            )
     if print_run and result.children:
         live = [c.run_id for c in result.children if c.live] or [result.children[0].run_id]
         sys.stdout.write(f"{live[0]}\n")
@@ -160,19 +214,27 @@ def _shipment(request: CommandRequest) -> Shipment:
     return shipment
 
 
-def hand_off(target: str | TargetOptions, *, runs_dir: str | None, as_json: bool,
-             **how: bool) -> None:  # fmt: skip
+def hand_off(
+    target: str | TargetOptions, *, runs_dir: str | None, as_json: bool, **how: bool
+) -> None:
     """From inside a command given `--target`: run it there, exit with its code."""
-    code = remote_command(click.get_current_context(), target, runs_dir=runs_dir,
-                          as_json=as_json, **how)  # fmt: skip
+    code = remote_command(
+        click.get_current_context(), target, runs_dir=runs_dir, as_json=as_json, **how
+    )
     if code:
         raise click.exceptions.Exit(code)
 
 
-def hand_off_or_here(target: str | None, *, runs_dir: str | None, as_json: bool,
-                     run_ref: str | None = None, new_run: bool = False,
-                     target_flags: dict[str, Any] | None = None,
-                     **how: bool) -> TargetOptions | None:  # fmt: skip
+def hand_off_or_here(
+    target: str | None,
+    *,
+    runs_dir: str | None,
+    as_json: bool,
+    run_ref: str | None = None,
+    new_run: bool = False,
+    target_flags: dict[str, Any] | None = None,
+    **how: bool,
+) -> TargetOptions | None:
     """For a command that acts on runs (serve start|ready|stop, drain, inspect): where the
     target's kind keeps its runs as local run directories (acts_here: Slurm), the target's
     options, and the command goes on in this process; else it runs there (None: done)."""
@@ -189,5 +251,14 @@ def hand_off_or_here(target: str | None, *, runs_dir: str | None, as_json: bool,
     return None
 
 
-__all__ = ["RUN_TARGET_HELP", "TARGET_HELP", "attach", "hand_off", "hand_off_or_here",
-           "print_group", "remote_command", "report", "run_with_target"]  # fmt: skip
+__all__ = [
+    "RUN_TARGET_HELP",
+    "TARGET_HELP",
+    "attach",
+    "hand_off",
+    "hand_off_or_here",
+    "print_group",
+    "remote_command",
+    "report",
+    "run_with_target",
+]

@@ -31,27 +31,47 @@ def register(app: typer.Typer) -> None:
     @app.command("report", help=REPORT_HELP)
     def report_command(
         refs: list[str] = typer.Argument(None, metavar="RUN|SWEEP [MORE]...", show_default=False),
-        compare: bool = typer.Option(False, "--compare", help="Put every run (or sweep) given side by side, the first as A."),
+        compare: bool = typer.Option(
+            False, "--compare", help="Put every run (or sweep) given side by side, the first as A."
+        ),
         output: Path = typer.Option(None, "--output", "-o", help="Where the .html goes."),
-        baseline: Path = typer.Option(None, "--baseline", help="A perf baseline (TOML/JSON) or ATOM models_accuracy.json to judge against."),
-        model: str = typer.Option(None, "--model", help="Which model entry of an accuracy baseline (default: the run's model)."),
-        open_it: bool = typer.Option(False, "--open", help="Open the report in the default browser."),
-        runs_dir: str = typer.Option(None, "--runs-dir", help="Runs directory (env PROCTOR_RUNS_DIR)."),
+        baseline: Path = typer.Option(
+            None,
+            "--baseline",
+            help="A perf baseline (TOML/JSON) or ATOM models_accuracy.json to judge against.",
+        ),
+        model: str = typer.Option(
+            None,
+            "--model",
+            help="Which model entry of an accuracy baseline (default: the run's model).",
+        ),
+        open_it: bool = typer.Option(
+            False, "--open", help="Open the report in the default browser."
+        ),
+        runs_dir: str = typer.Option(
+            None, "--runs-dir", help="Runs directory (env PROCTOR_RUNS_DIR)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
-    ) -> None:  # fmt: skip
+    ) -> None:
         directory = Path(resolve_runs_dir(runs_dir, load_config()).value)
         base = load_baseline(baseline) if baseline is not None else None
-        report = build_report(directory, list(refs or []), compare_runs=compare, baseline=base,
-                              model=model)  # fmt: skip
+        report = build_report(
+            directory, list(refs or []), compare_runs=compare, baseline=base, model=model
+        )
         path = output or directory / "reports" / f"{report.default_name}.html"
         write_report(report, path)
         if as_json:
-            print_json({
-                "path": str(path.resolve()), "kind": report.kind, "bytes": path.stat().st_size,
-                "runs": [v.run_id for s in report.subjects for v in s.views],
-                "figures": [{"id": f.id, "title": f.title, "points": f.points}
-                            for f in report.figures],
-            })  # fmt: skip
+            print_json(
+                {
+                    "path": str(path.resolve()),
+                    "kind": report.kind,
+                    "bytes": path.stat().st_size,
+                    "runs": [v.run_id for s in report.subjects for v in s.views],
+                    "figures": [
+                        {"id": f.id, "title": f.title, "points": f.points} for f in report.figures
+                    ],
+                }
+            )
         else:
             err_console.print(f"proctor: {report.kind} report -> {path}", highlight=False)
             typer.echo(str(path))

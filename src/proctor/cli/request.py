@@ -34,8 +34,10 @@ def command_names(ctx: click.Context) -> list[str]:
 
 def _json(value: Any) -> JsonValue:
     if isinstance(value, (list, tuple)):
-        return [v if isinstance(v, (str, int, float, bool)) else str(v) for v in
-                (_json(x) for x in value)]  # fmt: skip
+        return [
+            v if isinstance(v, (str, int, float, bool)) else str(v)
+            for v in (_json(x) for x in value)
+        ]
     if isinstance(value, Enum):
         return _json(value.value)
     if isinstance(value, (str, int, float, bool)) or value is None:
@@ -83,8 +85,10 @@ def invoke(request: CommandRequest) -> Any:
     for name, value in request.params.items():
         param = known.get(name)
         if param is None:
-            raise UsageError(f"{request.title()}: no parameter {name!r}",
-                             hint="the far proctor differs from this one")  # fmt: skip
+            raise UsageError(
+                f"{request.title()}: no parameter {name!r}",
+                hint="the far proctor differs from this one",
+            )
         ctx.params[name] = param.type_cast_value(ctx, value)
         ctx.set_parameter_source(name, ParameterSource.COMMANDLINE)
     with ctx:

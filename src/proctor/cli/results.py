@@ -14,8 +14,9 @@ from proctor.results import PerfBaseline, check, compare, load_baseline, parse_p
 from proctor.results.identity import FIELDS, identity_of, mismatches
 from proctor.results.model import ParsedResult
 
-app = typer.Typer(help="Parse, check and compare benchmark and evaluation results.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Parse, check and compare benchmark and evaluation results.", no_args_is_help=True
+)
 
 
 def _fmt(v: float | None, pct: bool = False) -> str:
@@ -35,22 +36,25 @@ def _parse(file: Path) -> ParsedResult:
 _ALLOW, _ALLOW_HELP = ALLOW, ALLOW_HELP
 
 
-def _refuse_or_mark(what: str, a: dict[str, str | None], b: dict[str, str | None],
-                    allow: bool) -> list[str]:
+def _refuse_or_mark(
+    what: str, a: dict[str, str | None], b: dict[str, str | None], allow: bool
+) -> list[str]:
     """Exit 77 when the sides measured different things, unless allowed; the differences."""
     diff = mismatches(a, b)
     if diff and not allow:
         raise NotAuthorised(f"{what} measured different things: {'; '.join(diff)}", flag=_ALLOW)
     if diff:
-        err_console.print(f"proctor: NOT COMPARABLE ({what}): {'; '.join(diff)}",
-                          markup=False, highlight=False)
+        err_console.print(
+            f"proctor: NOT COMPARABLE ({what}): {'; '.join(diff)}", markup=False, highlight=False
+        )
     return diff
 
 
 @app.command("parse")
 def parse_cmd(
-    file: str = typer.Argument(..., help="Log, result JSON, lm-eval JSON, run directory, run id "
-                                         "or 'last'."),
+    file: str = typer.Argument(
+        ..., help="Log, result JSON, lm-eval JSON, run directory, run id or 'last'."
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print the metrics found in FILE, with normalized names and units."""
@@ -80,34 +84,57 @@ def check_cmd(
     path = _run_path(file, None)
     ended = run_not_ok(path)
     if ended is not None:  # a failed, stopped or unfinished run's figures are no measurement
-        raise ResultUnknown(f"run {path.name} {ended}: its results are not judged",
-                            hint="check a run that ended ok (proctor runs show it says why)")
+        raise ResultUnknown(
+            f"run {path.name} {ended}: its results are not judged",
+            hint="check a run that ended ok (proctor runs show it says why)",
+        )
     res = _parse(path)
-    named = model or next((res.meta[k] for k in ("model_name", "model_id", "model")
-                           if isinstance(res.meta.get(k), str)), None)
+    named = model or next(
+        (
+            res.meta[k]
+            for k in ("model_name", "model_id", "model")
+            if isinstance(res.meta.get(k), str)
+        ),
+        None,
+    )
     baseline = load_baseline(baselines)
     diff: list[str] = []
     if isinstance(baseline, PerfBaseline):
-        theirs = {k: str(v) if v is not None else None
-                  for k, v in ((f, baseline.meta.get(f)) for f in FIELDS)}
-        diff = _refuse_or_mark("the result and the baseline", identity_of(path), theirs,
-                               allow_mismatch)
-    verdicts = check(res.metrics, baseline, named, res.meta.get("not_numbers"),
-                     explicit=model is not None)
+        theirs = {
+            k: str(v) if v is not None else None
+            for k, v in ((f, baseline.meta.get(f)) for f in FIELDS)
+        }
+        diff = _refuse_or_mark(
+            "the result and the baseline", identity_of(path), theirs, allow_mismatch
+        )
+    verdicts = check(
+        res.metrics, baseline, named, res.meta.get("not_numbers"), explicit=model is not None
+    )
     status = worst_status(verdicts)
     if json_out:
-        print_json({"status": status, "verdicts": [v.model_dump() for v in verdicts],
-                    "validity": res.meta.get("validity"),
-                    **({"not_comparable": diff} if diff else {})})
+        print_json(
+            {
+                "status": status,
+                "verdicts": [v.model_dump() for v in verdicts],
+                "validity": res.meta.get("validity"),
+                **({"not_comparable": diff} if diff else {}),
+            }
+        )
     else:
         mark = "  [NOT COMPARABLE]" if diff else ""
         table = Table(title=f"{file} vs {baselines}{mark}")
         for col in ("metric", "value", "baseline", "change", "noise", "verdict", "why"):
             table.add_column(col)
         for v in verdicts:
-            table.add_row(v.metric, _fmt(v.value), _fmt(v.baseline if v.baseline is not None
-                                                         else v.threshold),
-                          _fmt(v.change, pct=True), _fmt(v.noise), v.status, v.message)
+            table.add_row(
+                v.metric,
+                _fmt(v.value),
+                _fmt(v.baseline if v.baseline is not None else v.threshold),
+                _fmt(v.change, pct=True),
+                _fmt(v.noise),
+                v.status,
+                v.message,
+            )
         console.print(table)
     refuse_invalid(res)
     if status == "regression":
@@ -115,8 +142,10 @@ def check_cmd(
         raise Regression(f"regression in {', '.join(bad)}", hint="see the table above")
     if status == "missing":
         gone = [v.metric for v in verdicts if v.status == "missing"]
-        raise ResultUnknown(f"baselined metrics missing from the result: {', '.join(gone)}",
-                            hint="check that the run produced them")
+        raise ResultUnknown(
+            f"baselined metrics missing from the result: {', '.join(gone)}",
+            hint="check that the run produced them",
+        )
 
 
 def run_not_ok(path: Path) -> str | None:
@@ -140,16 +169,26 @@ def _warn_untrusted(side: str, path: Path, res: ParsedResult) -> None:
     """compare shows any two results, but says which side is no trusted measurement."""
     ended = run_not_ok(path)
     if ended is not None:
-        err_console.print(f"proctor: warning: {side} ({path.name}) {ended}; its figures are "
-                          "not a measurement to trust", markup=False, highlight=False)
+        err_console.print(
+            f"proctor: warning: {side} ({path.name}) {ended}; its figures are "
+            "not a measurement to trust",
+            markup=False,
+            highlight=False,
+        )
     validity = res.meta.get("validity")
     if isinstance(validity, dict) and validity.get("verdict") == "INVALID":
         reasons = "; ".join(str(r) for r in validity.get("reasons") or []) or "no reason given"
-        err_console.print(f"proctor: warning: {side} ({path.name}) is an INVALID benchmark "
-                          f"({reasons})", markup=False, highlight=False)
+        err_console.print(
+            f"proctor: warning: {side} ({path.name}) is an INVALID benchmark ({reasons})",
+            markup=False,
+            highlight=False,
+        )
     for name, value in (res.meta.get("not_numbers") or {}).items():
-        err_console.print(f"proctor: warning: {side} gives {name} as {value}, not a number",
-                          markup=False, highlight=False)
+        err_console.print(
+            f"proctor: warning: {side} gives {name} as {value}, not a number",
+            markup=False,
+            highlight=False,
+        )
 
 
 def refuse_invalid(res: ParsedResult) -> None:
@@ -160,8 +199,10 @@ def refuse_invalid(res: ParsedResult) -> None:
     reasons = [str(r) for r in validity.get("reasons") or []]
     for reason in reasons:
         err_console.print(f"proctor: invalid benchmark: {reason}", markup=False, highlight=False)
-    raise ResultUnknown(f"the benchmark is INVALID ({'; '.join(reasons) or 'no reason given'})",
-                        hint="fix what the reasons say and run the benchmark again")
+    raise ResultUnknown(
+        f"the benchmark is INVALID ({'; '.join(reasons) or 'no reason given'})",
+        hint="fix what the reasons say and run the benchmark again",
+    )
 
 
 @app.command("compare")
@@ -181,8 +222,10 @@ def compare_cmd(
     _warn_untrusted("B", path_b, res_b)
     rows = compare(res_a.metrics, res_b.metrics)
     if not rows:  # an empty table with exit 0 would read as "no difference"
-        raise ResultUnknown("neither A nor B holds a metric: nothing to compare",
-                            hint="give results that hold figures (metrics.json, a benchmark log)")
+        raise ResultUnknown(
+            "neither A nor B holds a metric: nothing to compare",
+            hint="give results that hold figures (metrics.json, a benchmark log)",
+        )
     if json_out:
         print_json([r.model_dump() for r in rows])
         return
@@ -190,8 +233,15 @@ def compare_cmd(
     for col in ("metric", "A", "B", "change", "± noise", "noise from", "assessment"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.metric, _fmt(r.a), _fmt(r.b), _fmt(r.change, pct=True), _fmt(r.noise),
-                      r.method, r.assessment)
+        table.add_row(
+            r.metric,
+            _fmt(r.a),
+            _fmt(r.b),
+            _fmt(r.change, pct=True),
+            _fmt(r.noise),
+            r.method,
+            r.assessment,
+        )
     console.print(table)
 
 
@@ -213,7 +263,9 @@ def register(root: typer.Typer) -> None:
     @root.command("check")
     def check_run(
         run: str = typer.Argument(..., help="Run id, 'last', a run directory or a result file."),
-        baselines: Path = typer.Option(..., "--baselines", help="models_accuracy.json or perf TOML."),
+        baselines: Path = typer.Option(
+            ..., "--baselines", help="models_accuracy.json or perf TOML."
+        ),
         model: str | None = typer.Option(None, "--model", help="Entry in models_accuracy.json."),
         runs_dir: str | None = typer.Option(None, "--runs-dir"),
         json_out: bool = typer.Option(False, "--json"),

@@ -93,13 +93,21 @@ def print_plan(plan: RunPlan, as_json: bool, target: dict[str, Any] | None = Non
         table.add_row(option, str(value["value"]), str(value["origin"]))
     for option, value in (target or {}).items():
         known = isinstance(value, dict) and "value" in value
-        table.add_row(f"target {option}", str(value["value"] if known else value),
-                      str(value.get("origin", "")) if known else "target")  # fmt: skip
+        table.add_row(
+            f"target {option}",
+            str(value["value"] if known else value),
+            str(value.get("origin", "")) if known else "target",
+        )
     console.print(table)
 
 
 def _follow_started(
-    started: Started, *, key: str | None, detach: bool, as_json: bool, interrupts: Interrupts,
+    started: Started,
+    *,
+    key: str | None,
+    detach: bool,
+    as_json: bool,
+    interrupts: Interrupts,
     facts: dict[str, Any] | None = None,
 ) -> None:
     """Report a started run; in the foreground follow it and exit with its status.
@@ -108,8 +116,13 @@ def _follow_started(
     run's log) is copied to stderr instead.
     """
     run = started.run
-    info = {"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
-            "attached": started.attached, **(facts or {})}  # fmt: skip
+    info = {
+        "run_id": run.run_id,
+        "dir": str(run.path),
+        "log": str(run.log_path()),
+        "attached": started.attached,
+        **(facts or {}),
+    }
     if detach:
         if as_json:
             print_json(info)
@@ -127,9 +140,14 @@ def _follow_started(
     state = supervised.follow_to_end(sys.stderr.buffer if as_json else sys.stdout.buffer)
     if as_json:
         record = load_record(run.path)
-        print_json({**info, "state": state.state,
-                    "exit": state.exit.model_dump() if state.exit else None,
-                    "outcome": record.outcome if record else None})  # fmt: skip
+        print_json(
+            {
+                **info,
+                "state": state.state,
+                "exit": state.exit.model_dump() if state.exit else None,
+                "outcome": record.outcome if record else None,
+            }
+        )
     else:
         err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
     code = interrupts.exit_code(run, state)
@@ -137,8 +155,15 @@ def _follow_started(
         raise typer.Exit(code)
 
 
-def _run_far(flags: RunFlags, spec: TargetOptions, project: ProjectConfig, runs_dir: str | None,
-             dry_run: bool, as_json: bool, remote_checkout: str | None) -> int:  # fmt: skip
+def _run_far(
+    flags: RunFlags,
+    spec: TargetOptions,
+    project: ProjectConfig,
+    runs_dir: str | None,
+    dry_run: bool,
+    as_json: bool,
+    remote_checkout: str | None,
+) -> int:
     """`proctor run --target X` where X's runs live far away: its exit code."""
     from proctor.cli.remote import run_with_target
     from proctor.spec.plan import resolve_runs_dir
@@ -160,59 +185,148 @@ def register(app: typer.Typer) -> None:
     )
     def run_command(
         command: list[str] = typer.Argument(None, metavar="-- CMD [ARGS]...", show_default=False),
-        name: str = typer.Option(None, "--name", "-n", help="Run name (log file name); default: derived from CMD."),
-        runs_dir: str = typer.Option(None, "--runs-dir", help="Where run directories go (env PROCTOR_RUNS_DIR; default ./logs at the project root)."),
-        timeout: str = typer.Option(None, "--timeout", help="Time limit, e.g. 90s, 15m, 2h: then SIGTERM to the whole tree, --grace, SIGKILL; exit 4."),
-        grace: str = typer.Option(None, "--grace", help="Seconds between SIGTERM and SIGKILL when stopping (default 10s)."),
-        gpu_sample: float = typer.Option(None, "--gpu-sample", help="GPU sampling interval in seconds (default 3; 0 disables)."),
-        env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the command; secret-named values are masked in every record."),
-        key: str = typer.Option(None, "--key", help="While a run with this key is alive, attach to it instead of starting a copy."),
-        detach: bool = typer.Option(False, "--detach", "-d", help="Start and return the run id at once."),
+        name: str = typer.Option(
+            None, "--name", "-n", help="Run name (log file name); default: derived from CMD."
+        ),
+        runs_dir: str = typer.Option(
+            None,
+            "--runs-dir",
+            help="Where run directories go (env PROCTOR_RUNS_DIR; default ./logs at the project root).",
+        ),
+        timeout: str = typer.Option(
+            None,
+            "--timeout",
+            help="Time limit, e.g. 90s, 15m, 2h: then SIGTERM to the whole tree, --grace, SIGKILL; exit 4.",
+        ),
+        grace: str = typer.Option(
+            None, "--grace", help="Seconds between SIGTERM and SIGKILL when stopping (default 10s)."
+        ),
+        gpu_sample: float = typer.Option(
+            None, "--gpu-sample", help="GPU sampling interval in seconds (default 3; 0 disables)."
+        ),
+        env: list[str] = typer.Option(
+            None,
+            "--env",
+            "-e",
+            help="NAME=VALUE for the command; secret-named values are masked in every record.",
+        ),
+        key: str = typer.Option(
+            None,
+            "--key",
+            help="While a run with this key is alive, attach to it instead of starting a copy.",
+        ),
+        detach: bool = typer.Option(
+            False, "--detach", "-d", help="Start and return the run id at once."
+        ),
         cwd: str = typer.Option(None, "--cwd", help="Working directory for the command."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."),
-        config: Path = typer.Option(None, "--config", help="proctor.toml to use (default: found at the project root)."),
-        as_json: bool = typer.Option(False, "--json", help="Machine-readable output: stdout holds the JSON only; the command's output goes to stderr (and the log)."),
-        target: str = typer.Option(None, "--target", help="local (default), ssh://user@host[:port], runpod, or slurm://[user@]login-host (docs/remote.md, docs/slurm.md)."),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."
+        ),
+        config: Path = typer.Option(
+            None, "--config", help="proctor.toml to use (default: found at the project root)."
+        ),
+        as_json: bool = typer.Option(
+            False,
+            "--json",
+            help="Machine-readable output: stdout holds the JSON only; the command's output goes to stderr (and the log).",
+        ),
+        target: str = typer.Option(
+            None,
+            "--target",
+            help="local (default), ssh://user@host[:port], runpod, or slurm://[user@]login-host (docs/remote.md, docs/slurm.md).",
+        ),
         identity_file: str = typer.Option(None, "--identity-file", help="SSH private key file."),
-        known_hosts: str = typer.Option(None, "--known-hosts", help="known_hosts file to verify host keys (default ~/.ssh/known_hosts)."),
-        insecure_accept_host_key: bool = typer.Option(False, "--insecure-accept-host-key", help="Do not verify the SSH host key."),
+        known_hosts: str = typer.Option(
+            None,
+            "--known-hosts",
+            help="known_hosts file to verify host keys (default ~/.ssh/known_hosts).",
+        ),
+        insecure_accept_host_key: bool = typer.Option(
+            False, "--insecure-accept-host-key", help="Do not verify the SSH host key."
+        ),
         jump: str = typer.Option(None, "--jump", help="SSH jump host, ssh://user@host[:port]."),
-        workspace: str = typer.Option(None, "--workspace", help="Persistent workspace on the target (default /workspace, else $HOME)."),
-        remote_python: str = typer.Option(None, "--remote-python", help="Python on the target (default <ws>/proctor/venv/bin/python, else python3)."),
-        remote_checkout: str = typer.Option(None, "--remote-checkout", help="Run in this existing checkout on the target (inspected and verified first)."),
+        workspace: str = typer.Option(
+            None,
+            "--workspace",
+            help="Persistent workspace on the target (default /workspace, else $HOME).",
+        ),
+        remote_python: str = typer.Option(
+            None,
+            "--remote-python",
+            help="Python on the target (default <ws>/proctor/venv/bin/python, else python3).",
+        ),
+        remote_checkout: str = typer.Option(
+            None,
+            "--remote-checkout",
+            help="Run in this existing checkout on the target (inspected and verified first).",
+        ),
         pod: list[str] = typer.Option(None, "--pod", help="Reuse this Runpod pod (repeatable)."),
         pods: int = typer.Option(None, "--pods", help="Run the same job on N new pods at once."),
         gpu_type: str = typer.Option(None, "--gpu-type", help="Runpod GPU type id."),
         gpu_count: int = typer.Option(None, "--gpu-count", help="GPUs per pod."),
         image: str = typer.Option(None, "--image", help="Pod image (must run sshd)."),
-        max_time: str = typer.Option(None, "--max-time", help="Pod time budget (controller and on-pod watchdog)."),
+        max_time: str = typer.Option(
+            None, "--max-time", help="Pod time budget (controller and on-pod watchdog)."
+        ),
         max_cost: float = typer.Option(None, "--max-cost", help="Pod cost budget in credits."),
         keep: bool = typer.Option(False, "--keep", help="Leave the pod running afterwards."),
-        terminate: bool = typer.Option(False, "--terminate", help="Terminate the pod afterwards (needs --allow-terminate)."),
+        terminate: bool = typer.Option(
+            False, "--terminate", help="Terminate the pod afterwards (needs --allow-terminate)."
+        ),
         allow_terminate: bool = typer.Option(False, "--allow-terminate"),
         allow_create_volume: bool = typer.Option(False, "--allow-create-volume"),
         allow_other_volume: bool = typer.Option(False, "--allow-other-volume"),
         allow_gpu_substitution: bool = typer.Option(False, "--allow-gpu-substitution"),
         allow_more_capacity: bool = typer.Option(False, "--allow-more-capacity"),
-        api_url: str = typer.Option(None, "--api-url", envvar="PROCTOR_RUNPOD_API_URL", help="Runpod API base URL."),
-        nodes: int = typer.Option(None, "--nodes", "-N", help="Slurm: nodes (default 1 or [slurm] nodes)."),
-        gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="Slurm: GPUs per node (default 0 or [slurm])."),
-        partition: str = typer.Option(None, "--partition", help="Slurm: partition (default [slurm] partition)."),
-        time_limit: str = typer.Option(None, "--time", help="Slurm: time limit, e.g. 30m, 2h, 1:30:00 (default: --timeout)."),
-    ) -> None:  # fmt: skip
-        flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
+        api_url: str = typer.Option(
+            None, "--api-url", envvar="PROCTOR_RUNPOD_API_URL", help="Runpod API base URL."
+        ),
+        nodes: int = typer.Option(
+            None, "--nodes", "-N", help="Slurm: nodes (default 1 or [slurm] nodes)."
+        ),
+        gpus_per_node: int = typer.Option(
+            None, "--gpus-per-node", help="Slurm: GPUs per node (default 0 or [slurm])."
+        ),
+        partition: str = typer.Option(
+            None, "--partition", help="Slurm: partition (default [slurm] partition)."
+        ),
+        time_limit: str = typer.Option(
+            None, "--time", help="Slurm: time limit, e.g. 30m, 2h, 1:30:00 (default: --timeout)."
+        ),
+    ) -> None:
+        flags = flags_from(
+            command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd
+        )
         project = load_config(config)
         spec = target_options(
-            target, project, identity_file=identity_file, known_hosts=known_hosts,
-            insecure_accept_host_key=insecure_accept_host_key, jump=jump, workspace=workspace,
-            remote_python=remote_python, reuse_pods=list(pod or []), pods=pods,
-            gpu_type=gpu_type, gpu_count=gpu_count, image=image, max_time=max_time,
-            max_cost=max_cost, keep=keep, terminate=terminate, allow_terminate=allow_terminate,
-            allow_create_volume=allow_create_volume, allow_other_volume=allow_other_volume,
+            target,
+            project,
+            identity_file=identity_file,
+            known_hosts=known_hosts,
+            insecure_accept_host_key=insecure_accept_host_key,
+            jump=jump,
+            workspace=workspace,
+            remote_python=remote_python,
+            reuse_pods=list(pod or []),
+            pods=pods,
+            gpu_type=gpu_type,
+            gpu_count=gpu_count,
+            image=image,
+            max_time=max_time,
+            max_cost=max_cost,
+            keep=keep,
+            terminate=terminate,
+            allow_terminate=allow_terminate,
+            allow_create_volume=allow_create_volume,
+            allow_other_volume=allow_other_volume,
             allow_gpu_substitution=allow_gpu_substitution,
-            allow_more_capacity=allow_more_capacity, api_url=api_url, nodes=nodes,
-            gpus_per_node=gpus_per_node, partition=partition, time_limit=time_limit,
-        )  # fmt: skip
+            allow_more_capacity=allow_more_capacity,
+            api_url=api_url,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            partition=partition,
+            time_limit=time_limit,
+        )
         if FAR in kind_named(spec.kind).capabilities:
             code = _run_far(flags, spec, project, runs_dir, dry_run, as_json, remote_checkout)
             if code:
@@ -235,8 +349,14 @@ def register(app: typer.Typer) -> None:
             finally:
                 planned.close()  # a connection to a login host is not needed to follow
             interrupts.attach(started.run)
-            _follow_started(started, key=key, detach=detach, as_json=as_json,
-                            interrupts=interrupts, facts=planned.run_facts(started.run))  # fmt: skip
+            _follow_started(
+                started,
+                key=key,
+                detach=detach,
+                as_json=as_json,
+                interrupts=interrupts,
+                facts=planned.run_facts(started.run),
+            )
 
     @app.command("plan", context_settings={"allow_interspersed_args": False})
     def plan_command(
@@ -253,7 +373,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Print what `proctor run` would run, with the origin of every value."""
-        flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, False, cwd)
+        flags = flags_from(
+            command, name, runs_dir, timeout, grace, gpu_sample, env, key, False, cwd
+        )
         print_plan(resolve_run_plan(flags, load_config(config)), as_json)
 
 

@@ -83,19 +83,24 @@ def _view(run: RunDir) -> dict[str, Any]:
         "problem": problem,
     }
 
+
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 
 @app.command("list")
 def list_runs(
     name: str = typer.Option(None, "--name", help="Only runs whose name contains this."),
-    outcome: str = typer.Option(None, "--outcome", help="ok, failed, timeout, stopped, running, unknown."),
+    outcome: str = typer.Option(
+        None, "--outcome", help="ok, failed, timeout, stopped, running, unknown."
+    ),
     commit: str = typer.Option(None, "--commit", help="Only runs of this source commit (prefix)."),
-    since: str = typer.Option(None, "--since", help="ISO date/time, or a duration ago such as 2h or 7d."),
+    since: str = typer.Option(
+        None, "--since", help="ISO date/time, or a duration ago such as 2h or 7d."
+    ),
     limit: int = typer.Option(50, "--limit", help="At most this many (newest first); 0 for all."),
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
-) -> None:  # fmt: skip
+) -> None:
     """Runs, newest first, with the outcome as the evidence says (never 'ok' without a status)."""
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
@@ -129,8 +134,11 @@ def list_runs(
                 break
     for row in out:
         if row["problem"]:
-            err_console.print(f"proctor: warning: run {row['dir']} listed as unknown: "
-                              f"{row['problem']}", markup=False, highlight=False)  # fmt: skip
+            err_console.print(
+                f"proctor: warning: run {row['dir']} listed as unknown: {row['problem']}",
+                markup=False,
+                highlight=False,
+            )
     if as_json:
         print_json(out)
         return
@@ -150,7 +158,7 @@ def list_runs(
         duration = "" if row["duration_s"] is None else f"{row['duration_s']:.1f}s"
         commit_text = (row["source_commit"] or "")[:8] + ("+dirty" if row["source_dirty"] else "")
         cells = [row["id"], row["name"], row["outcome"], exit_text, duration, commit_text]
-        table.add_row(*cells, *((row["gpu"] or "",) if with_gpu else ()))  # fmt: skip
+        table.add_row(*cells, *((row["gpu"] or "",) if with_gpu else ()))
     console.print(table)
 
 
@@ -162,22 +170,41 @@ def _since(text: str) -> str:
     try:
         return instant(text).isoformat()
     except ValueError:
-        raise UsageError(f"invalid --since {text!r}",
-                         hint="give a duration ago (2h, 7d) or an ISO date/time "
-                              "(2026-12-03, 2026-12-03T14:00, 2026-12-03T14:00+01:00)") from None
+        raise UsageError(
+            f"invalid --since {text!r}",
+            hint="give a duration ago (2h, 7d) or an ISO date/time "
+            "(2026-12-03, 2026-12-03T14:00, 2026-12-03T14:00+01:00)",
+        ) from None
 
 
 @app.command("show")
-def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, or 'last'."),
-         runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:  # fmt: skip
+def show(
+    ref: str = typer.Argument(..., help="Run id, unique prefix, directory, or 'last'."),
+    runs_dir: str = RunsDirOpt,
+    as_json: bool = JsonOpt,
+) -> None:
     """The run record, with the state as the evidence says."""
     run = _find(ref, runs_dir)
     view = _view(run)
     if as_json:
         print_json(view)
         return
-    keys = ("run_id", "name", "kind", "outcome", "state", "exit", "argv", "cwd", "created_at",
-            "started_at", "ended_at", "duration_s", "dir", "log")  # fmt: skip
+    keys = (
+        "run_id",
+        "name",
+        "kind",
+        "outcome",
+        "state",
+        "exit",
+        "argv",
+        "cwd",
+        "created_at",
+        "started_at",
+        "ended_at",
+        "duration_s",
+        "dir",
+        "log",
+    )
     for k in keys:
         console.print(styled(f"{k:>11}", "bold", f" {view.get(k)}"))
     if view.get("problem"):
@@ -198,9 +225,13 @@ def show(ref: str = typer.Argument(..., help="Run id, unique prefix, directory, 
 
 
 @app.command("logs")
-def logs(ref: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f",
-         help="Keep printing as the log grows, until the run ends."),
-         runs_dir: str = RunsDirOpt) -> None:  # fmt: skip
+def logs(
+    ref: str = typer.Argument(...),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing as the log grows, until the run ends."
+    ),
+    runs_dir: str = RunsDirOpt,
+) -> None:
     """Print a run's combined log."""
     run = _find(ref, runs_dir)
     if _far(run):
@@ -230,9 +261,12 @@ def attach(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
 
 
 @app.command("wait")
-def wait(ref: str = typer.Argument(...),
-         timeout: str = typer.Option(None, "--timeout", help="Give up after this long (exit 4)."),
-         runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:  # fmt: skip
+def wait(
+    ref: str = typer.Argument(...),
+    timeout: str = typer.Option(None, "--timeout", help="Give up after this long (exit 4)."),
+    runs_dir: str = RunsDirOpt,
+    as_json: bool = JsonOpt,
+) -> None:
     """Wait for a run to end and exit with its status (6 if unknown, 4 if it timed out)."""
     run = _find(ref, runs_dir)
     if _far(run):
@@ -255,9 +289,12 @@ def wait(ref: str = typer.Argument(...),
 
 
 @app.command("stop")
-def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
-         wait_for: str = typer.Option("60s", "--wait", help="How long to wait for it to end."),
-         as_json: bool = JsonOpt) -> None:  # fmt: skip
+def stop(
+    ref: str = typer.Argument(...),
+    runs_dir: str = RunsDirOpt,
+    wait_for: str = typer.Option("60s", "--wait", help="How long to wait for it to end."),
+    as_json: bool = JsonOpt,
+) -> None:
     """Stop a run: SIGTERM to its whole tree, its grace period, then SIGKILL. Idempotent."""
     run = _find(ref, runs_dir)
     if _far(run):
@@ -267,8 +304,10 @@ def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
         if as_json:
             print_json({"run_id": run.run_id, "stop_sent": sent, "remote": True})
         else:
-            err_console.print(f"proctor: stop {'sent to' if sent else 'not needed for'} remote "
-                              f"run {run.run_id}; `proctor runs wait {run.run_id}` fetches it")  # fmt: skip
+            err_console.print(
+                f"proctor: stop {'sent to' if sent else 'not needed for'} remote "
+                f"run {run.run_id}; `proctor runs wait {run.run_id}` fetches it"
+            )
         return
     supervised = SupervisedRun(run)
     sent = supervised.stop()
@@ -279,20 +318,32 @@ def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
         # No live wrapper: whatever its command left running is stopped from the record.
         orphans = stop_dead_wrapper_run(run)
         state = run_state(run)
-    view = {"run_id": run.run_id, "stop_sent": sent, "state": state.state,
-            "outcome": effective_outcome(read_view(run.path), state),
-            "orphans": orphans.to_dict() if orphans else None}  # fmt: skip
+    view = {
+        "run_id": run.run_id,
+        "stop_sent": sent,
+        "state": state.state,
+        "outcome": effective_outcome(read_view(run.path), state),
+        "orphans": orphans.to_dict() if orphans else None,
+    }
     if as_json:
         print_json(view)
     elif sent:
         err_console.print(f"proctor: {summary_line(run, state)}", highlight=False)
     elif orphans is not None and orphans.found:
-        err_console.print(f"proctor: run {run.run_id}: {orphans.reason} "
-                          f"(pids {', '.join(map(str, orphans.found))}); "
-                          f"result {view['outcome']}", markup=False, highlight=False)  # fmt: skip
+        err_console.print(
+            f"proctor: run {run.run_id}: {orphans.reason} "
+            f"(pids {', '.join(map(str, orphans.found))}); "
+            f"result {view['outcome']}",
+            markup=False,
+            highlight=False,
+        )
     else:
-        err_console.print(f"proctor: run {run.run_id} is not running ({view['outcome']}); "
-                          f"no process of it is alive", markup=False, highlight=False)  # fmt: skip
+        err_console.print(
+            f"proctor: run {run.run_id} is not running ({view['outcome']}); "
+            f"no process of it is alive",
+            markup=False,
+            highlight=False,
+        )
     if state.state in ("running", "starting"):
         raise WorkloadFailed(f"run {run.run_id} is still running after {wait_for}")
     if orphans is not None and orphans.survivors:
@@ -303,14 +354,22 @@ def stop(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
 
 
 @app.command("verify")
-def verify(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt,
-           as_json: bool = JsonOpt) -> None:  # fmt: skip
+def verify(
+    ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt
+) -> None:
     """Check every artifact against the run's manifest.sha256 (exit 2 on a mismatch)."""
     run = _find(ref, runs_dir)
     check = verify_run_manifest(run)
-    view = {"run_id": run.run_id, "verified": check.verified, "manifest": check.present,
-            "ok": len(check.ok), "changed": check.changed, "missing": check.missing,
-            "extra": check.extra, "outside": check.outside}  # fmt: skip
+    view = {
+        "run_id": run.run_id,
+        "verified": check.verified,
+        "manifest": check.present,
+        "ok": len(check.ok),
+        "changed": check.changed,
+        "missing": check.missing,
+        "extra": check.extra,
+        "outside": check.outside,
+    }
     if as_json:
         print_json(view)
     elif check.verified:
@@ -337,16 +396,24 @@ def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None
     except StoreUnreadable as error:
         raise UsageError(str(error), hint=error.hint) from None
     if as_json:
-        print_json({"indexed": count, "store": str(path),
-                    "moved_aside": str(moved) if moved else None,
-                    "unknown": [{"dir": str(d), "reason": r} for d, r in unknown],
-                    "skipped": [{"dir": str(d), "reason": r} for d, r in skipped]})  # fmt: skip
+        print_json(
+            {
+                "indexed": count,
+                "store": str(path),
+                "moved_aside": str(moved) if moved else None,
+                "unknown": [{"dir": str(d), "reason": r} for d, r in unknown],
+                "skipped": [{"dir": str(d), "reason": r} for d, r in skipped],
+            }
+        )
         return
     if moved:
         err_console.print(f"proctor: the store was corrupt: moved it aside to {moved}")
     for run_dir, reason in unknown:
-        err_console.print(f"proctor: warning: {run_dir}: {reason}; indexed as unknown",
-                          markup=False, highlight=False)  # fmt: skip
+        err_console.print(
+            f"proctor: warning: {run_dir}: {reason}; indexed as unknown",
+            markup=False,
+            highlight=False,
+        )
     for run_dir, reason in skipped:
         err_console.print(f"proctor: skipped {run_dir}: {reason}", markup=False, highlight=False)
     console.print(

@@ -26,8 +26,9 @@ def register_compare(runs_app: typer.Typer) -> None:
         source, engine args, dataset or GPU, unless --allow-mismatch."""
         from proctor.cli.results import _run_path, compare_cmd
 
-        compare_cmd(str(_run_path(a, runs_dir)), str(_run_path(b, runs_dir)), json_out,
-                    allow_mismatch)  # fmt: skip
+        compare_cmd(
+            str(_run_path(a, runs_dir)), str(_run_path(b, runs_dir)), json_out, allow_mismatch
+        )
 
 
 __all__ = ["ALLOW", "ALLOW_HELP", "register_compare"]

@@ -56,18 +56,35 @@ def parse_addons(values: list[str] | None) -> list[tuple[str, dict[str, str | in
 
 
 def start_request(
-    engine: str, model: str, tp: int | None, port: int, host: str, model_profile: str | None,
-    addon: list[str] | None, mtp: int | None, python: str | None, served_model_name: str | None,
-    extra: list[str] | None, min_free_disk: float,
-) -> ServerRequest:  # fmt: skip
+    engine: str,
+    model: str,
+    tp: int | None,
+    port: int,
+    host: str,
+    model_profile: str | None,
+    addon: list[str] | None,
+    mtp: int | None,
+    python: str | None,
+    served_model_name: str | None,
+    extra: list[str] | None,
+    min_free_disk: float,
+) -> ServerRequest:
     addons = parse_addons(addon)
     if mtp is not None:
         addons.append(("mtp", {"num_speculative_tokens": mtp}))
     return ServerRequest(
-        engine=engine, model=model, port=port, host=host, tp=tp, model_profile=model_profile,
-        addons=addons, extra=list(extra or []), python=python,
-        served_model_name=served_model_name, min_free_disk_gib=min_free_disk,
-    )  # fmt: skip
+        engine=engine,
+        model=model,
+        port=port,
+        host=host,
+        tp=tp,
+        model_profile=model_profile,
+        addons=addons,
+        extra=list(extra or []),
+        python=python,
+        served_model_name=served_model_name,
+        min_free_disk_gib=min_free_disk,
+    )
 
 
 def print_applied(applied: dict[str, Any]) -> None:
@@ -89,56 +106,130 @@ def print_applied(applied: dict[str, Any]) -> None:
 
 @app.command("start")
 def start(
-    engine: str = typer.Option(..., "--engine", "-e", help="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml."),
-    model: str = typer.Option(..., "--model", "-m", help="Model path (or name the engine understands)."),
+    engine: str = typer.Option(
+        ...,
+        "--engine",
+        "-e",
+        help="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml.",
+    ),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Model path (or name the engine understands)."
+    ),
     tp: int = typer.Option(None, "--tp", help="Tensor parallelism (default: the model profile's)."),
     port: int = typer.Option(8000, "--port", "-p", min=1, max=65535),
     host: str = typer.Option("127.0.0.1", "--host"),
-    model_profile: str = typer.Option(None, "--model-profile", help="Model profile by name (default: matched from the path, else the engine's default)."),
-    addon: list[str] = typer.Option(None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."),
-    mtp: int = typer.Option(None, "--mtp", help="Shortcut for --addon mtp:num_speculative_tokens=N."),
-    python: str = typer.Option(None, "--python", help="Interpreter of the engine's environment (default: found on PATH)."),
+    model_profile: str = typer.Option(
+        None,
+        "--model-profile",
+        help="Model profile by name (default: matched from the path, else the engine's default).",
+    ),
+    addon: list[str] = typer.Option(
+        None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."
+    ),
+    mtp: int = typer.Option(
+        None, "--mtp", help="Shortcut for --addon mtp:num_speculative_tokens=N."
+    ),
+    python: str = typer.Option(
+        None, "--python", help="Interpreter of the engine's environment (default: found on PATH)."
+    ),
     served_model_name: str = typer.Option(None, "--served-model-name"),
     name: str = typer.Option(None, "--name", help="Run name (default serve-ENGINE-MODEL-pPORT)."),
-    key: str = typer.Option(None, "--key", help="Attach to a live server run with this key instead of starting another."),
-    env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the server (beats profiles)."),
+    key: str = typer.Option(
+        None, "--key", help="Attach to a live server run with this key instead of starting another."
+    ),
+    env: list[str] = typer.Option(
+        None, "--env", help="NAME=VALUE for the server (beats profiles)."
+    ),
     gpu_sample: float = typer.Option(None, "--gpu-sample"),
-    min_free_disk: float = typer.Option(1.0, "--min-free-disk", help="GiB that must be free under the runs dir."),
+    min_free_disk: float = typer.Option(
+        1.0, "--min-free-disk", help="GiB that must be free under the runs dir."
+    ),
     runs_dir: str = typer.Option(None, "--runs-dir"),
     extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
     as_json: bool = typer.Option(False, "--json"),
     target: str = typer.Option(None, "--target", help=SERVE_TARGET_HELP),
-    nodes: int = typer.Option(None, "--nodes", "-N", help="Slurm: nodes of the allocation (default 1 or [slurm] nodes)."),
-    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="Slurm: GPUs per node (default 0 or [slurm])."),
+    nodes: int = typer.Option(
+        None, "--nodes", "-N", help="Slurm: nodes of the allocation (default 1 or [slurm] nodes)."
+    ),
+    gpus_per_node: int = typer.Option(
+        None, "--gpus-per-node", help="Slurm: GPUs per node (default 0 or [slurm])."
+    ),
     partition: str = typer.Option(None, "--partition", help="Slurm partition."),
     time_limit: str = typer.Option(None, "--time", help="Slurm time limit: 30m, 2h, 1:30:00."),
-    parallel: str = typer.Option(None, "--parallel", help="Slurm: the engine profile's multi-node launch, e.g. dp or pp (default: its first)."),
-    rpc_port: int = typer.Option(None, "--rpc-port", min=1, max=65535, help="Slurm: the head's rendezvous port (default: the profile's)."),
-    wait: str = typer.Option(None, "--wait", help="Slurm: how long the allocation may pend before it is cancelled (exit 5; default 10m)."),
-) -> None:  # fmt: skip
+    parallel: str = typer.Option(
+        None,
+        "--parallel",
+        help="Slurm: the engine profile's multi-node launch, e.g. dp or pp (default: its first).",
+    ),
+    rpc_port: int = typer.Option(
+        None,
+        "--rpc-port",
+        min=1,
+        max=65535,
+        help="Slurm: the head's rendezvous port (default: the profile's).",
+    ),
+    wait: str = typer.Option(
+        None,
+        "--wait",
+        help="Slurm: how long the allocation may pend before it is cancelled (exit 5; default 10m).",
+    ),
+) -> None:
     """Pre-flight (port free, GPU memory held by others, free disk), then start the server as a
     detached run with its own log; returns at once with the run id. Gate with `serve ready`.
     On Slurm: returns once the head node is known (the server's run is local)."""
     spec = None
-    launch = None if parallel is None and rpc_port is None and wait is None else ServerLaunch(
-        parallel, rpc_port, parse_duration(wait or "10m", option="--wait"))  # fmt: skip
+    launch = (
+        None
+        if parallel is None and rpc_port is None and wait is None
+        else ServerLaunch(parallel, rpc_port, parse_duration(wait or "10m", option="--wait"))
+    )
     if target or nodes or gpus_per_node or partition or time_limit:
         from proctor.cli.remote import hand_off_or_here
 
-        spec = hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, new_run=True,
-                                answer=True, leave_live=True, print_run=True, direct=True,
-                                target_flags={"nodes": nodes, "gpus_per_node": gpus_per_node,
-                                              "partition": partition,
-                                              "time_limit": time_limit})  # fmt: skip
+        spec = hand_off_or_here(
+            target,
+            runs_dir=runs_dir,
+            as_json=as_json,
+            new_run=True,
+            answer=True,
+            leave_live=True,
+            print_run=True,
+            direct=True,
+            target_flags={
+                "nodes": nodes,
+                "gpus_per_node": gpus_per_node,
+                "partition": partition,
+                "time_limit": time_limit,
+            },
+        )
         if spec is None:
             return
     config = load_config()
-    request = start_request(engine, model, tp, port, host, model_profile, addon, mtp, python,
-                            served_model_name, extra, min_free_disk)  # fmt: skip
-    flags = RunFlags(argv=[], name=name, runs_dir=runs_dir, gpu_sample=gpu_sample,
-                     env=list(env or []), key=key)  # fmt: skip
-    served = start_server_on(spec, request, config, flags=flags, launch=launch,
-                             on_applied=None if as_json else print_applied)  # fmt: skip
+    request = start_request(
+        engine,
+        model,
+        tp,
+        port,
+        host,
+        model_profile,
+        addon,
+        mtp,
+        python,
+        served_model_name,
+        extra,
+        min_free_disk,
+    )
+    flags = RunFlags(
+        argv=[], name=name, runs_dir=runs_dir, gpu_sample=gpu_sample, env=list(env or []), key=key
+    )
+    served = start_server_on(
+        spec,
+        request,
+        config,
+        flags=flags,
+        launch=launch,
+        on_applied=None if as_json else print_applied,
+    )
     print_started(served, as_json)
 
 
@@ -146,14 +237,20 @@ def print_started(served: ServedRun, as_json: bool) -> None:
     """serve start's report, whichever target started the server: the run id on stdout."""
     run, started = served.started.run, served.started
     if as_json:
-        print_json({"run_id": run.run_id, "dir": str(run.path), "log": str(run.log_path()),
-                    "attached": started.attached, **served.facts,
-                    "server": served.applied})  # fmt: skip
+        print_json(
+            {
+                "run_id": run.run_id,
+                "dir": str(run.path),
+                "log": str(run.log_path()),
+                "attached": started.attached,
+                **served.facts,
+                "server": served.applied,
+            }
+        )
         return
     verb = "attached to running server" if started.attached else "server starting as run"
     where = "".join(f", {k} {v}" for k, v in served.facts.items() if k in ("job_id", "url"))
-    err_console.print(f"proctor: {verb} {run.run_id}{where}; log {run.log_path()}",
-                      highlight=False)  # fmt: skip
+    err_console.print(f"proctor: {verb} {run.run_id}{where}; log {run.log_path()}", highlight=False)
     typer.echo(run.run_id)
 
 
@@ -171,16 +268,22 @@ def print_ready(result: ReadyResult) -> None:
 
 @app.command("ready")
 def ready(
-    ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
+    ref: str = typer.Argument(
+        None, help="Server run (default: the live server on --port, or the newest)."
+    ),
     port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
     timeout: str = typer.Option("15m", "--timeout"),
-    poll: str = typer.Option("1s", "--poll", help="Status line interval; detection itself never waits a poll."),
-    engine: str = typer.Option("vllm", "--engine", help="Engine profile for a server proctor did not start."),
+    poll: str = typer.Option(
+        "1s", "--poll", help="Status line interval; detection itself never waits a poll."
+    ),
+    engine: str = typer.Option(
+        "vllm", "--engine", help="Engine profile for a server proctor did not start."
+    ),
     host: str = typer.Option("127.0.0.1", "--host"),
     runs_dir: str = typer.Option(None, "--runs-dir"),
     as_json: bool = typer.Option(False, "--json"),
     target: str = typer.Option(None, "--target", help=RUN_TARGET_HELP),
-) -> None:  # fmt: skip
+) -> None:
     """The one gate: 0 ready; 2 startup fault; 3 server exited; 5 not ready in time."""
     if target:
         from proctor.cli.remote import hand_off_or_here
@@ -198,18 +301,32 @@ def ready(
     if run is not None:
         facts = server_facts(run)
         profile = engine_of(run, config)
-        result = ready_for_engine(profile, int(facts["port"]), host=str(facts.get("host") or host),
-                                  process=RunWatch(run), logs=[run.log_path()],
-                                  timeout_s=timeout_s, poll_s=poll_s, on_status=status)  # fmt: skip
+        result = ready_for_engine(
+            profile,
+            int(facts["port"]),
+            host=str(facts.get("host") or host),
+            process=RunWatch(run),
+            logs=[run.log_path()],
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            on_status=status,
+        )
     elif port is not None:
         from proctor.monitors.proctree import listener_on_port, stdout_log_of
 
         profile = profiles_for(config).engine(engine)
         ident = listener_on_port(port)
         log = stdout_log_of(ident.pid) if ident is not None else None
-        result = ready_for_engine(profile, port, host=host, logs=[log] if log else [],
-                                  from_end=True, timeout_s=timeout_s, poll_s=poll_s,
-                                  on_status=status)  # fmt: skip
+        result = ready_for_engine(
+            profile,
+            port,
+            host=host,
+            logs=[log] if log else [],
+            from_end=True,
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            on_status=status,
+        )
     else:
         raise UsageError("no server run to gate", hint="pass RUN or --port P")
     if as_json:
@@ -228,22 +345,39 @@ def ready(
 @app.command("stop")
 def stop(
     ref: str = typer.Argument(None, help="Server run to stop."),
-    port: int = typer.Option(None, "--port", "-p", min=1, max=65535, help="Stop the live server run proctor started on this port."),
+    port: int = typer.Option(
+        None,
+        "--port",
+        "-p",
+        min=1,
+        max=65535,
+        help="Stop the live server run proctor started on this port.",
+    ),
     mine: bool = typer.Option(False, "--mine", help="Stop every live server run in the runs dir."),
-    gpu_processes: bool = typer.Option(False, "--gpu-processes", help="Also SIGKILL GPU compute processes left on the GPUs the run used."),
-    vram_timeout: str = typer.Option("60s", "--vram-timeout", help="How long to wait for GPU memory to return to the start baseline."),
+    gpu_processes: bool = typer.Option(
+        False,
+        "--gpu-processes",
+        help="Also SIGKILL GPU compute processes left on the GPUs the run used.",
+    ),
+    vram_timeout: str = typer.Option(
+        "60s",
+        "--vram-timeout",
+        help="How long to wait for GPU memory to return to the start baseline.",
+    ),
     runs_dir: str = typer.Option(None, "--runs-dir"),
     as_json: bool = typer.Option(False, "--json"),
     target: str = typer.Option(None, "--target", help=RUN_TARGET_HELP),
-) -> None:  # fmt: skip
+) -> None:
     """Idempotent scoped stop: the kill ladder on the server's process group and every
     descendant, then wait for its GPUs' memory to return to the pre-start baseline (exit 2 with
     the holders if it does not). Never kills by a machine-wide name pattern."""
     if target:
         from proctor.cli.remote import hand_off_or_here
 
-        if hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, run_ref=ref,
-                            answer=True) is None:  # fmt: skip
+        if (
+            hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, run_ref=ref, answer=True)
+            is None
+        ):
             return
     config = load_config()
     directory = runs_dir_of(runs_dir, config)
@@ -264,8 +398,10 @@ def stop(
             err_console.print(f"proctor: server {report.run_id} {state}")
         if not report.memory_ok:
             if not as_json:
-                console.print(f"GPU memory still held: now {report.memory_now_mib} MiB, "
-                              f"baseline {report.baseline_mib}; holders {report.holders}")  # fmt: skip
+                console.print(
+                    f"GPU memory still held: now {report.memory_now_mib} MiB, "
+                    f"baseline {report.baseline_mib}; holders {report.holders}"
+                )
             raise FaultDetected(
                 f"GPU memory of server {report.run_id} did not return to its baseline",
                 hint="see the holders above; --gpu-processes stops GPU processes on those GPUs",

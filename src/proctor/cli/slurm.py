@@ -52,9 +52,18 @@ def slurm_flags(
 
     # `--target slurm` alone takes the login host from [slurm] target.
     return SlurmFlags(
-        None if target == "slurm" else target, nodes, gpus_per_node, partition, time_limit,
-        workspace, python, identity_file, known_hosts, insecure_accept_host_key, jump,
-    )  # fmt: skip
+        None if target == "slurm" else target,
+        nodes,
+        gpus_per_node,
+        partition,
+        time_limit,
+        workspace,
+        python,
+        identity_file,
+        known_hosts,
+        insecure_accept_host_key,
+        jump,
+    )
 
 
 def run_on_slurm(
@@ -164,45 +173,76 @@ def run_command(
     project = load_config(config)
     flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
     sflags = slurm_flags(
-        target, nodes, gpus_per_node, partition, time_limit, workspace, python,
-        identity_file, known_hosts, insecure_accept_host_key, jump,
-    )  # fmt: skip
+        target,
+        nodes,
+        gpus_per_node,
+        partition,
+        time_limit,
+        workspace,
+        python,
+        identity_file,
+        known_hosts,
+        insecure_accept_host_key,
+        jump,
+    )
     run_on_slurm(flags, sflags, project, as_json=as_json, dry_run=dry_run)
 
 
 @app.command("serve", context_settings={"allow_interspersed_args": False})
 def serve(
-    engine: str = typer.Option(..., "--engine", "-e", help="Engine profile (vllm, sglang, or one from proctor.toml)."),
+    engine: str = typer.Option(
+        ..., "--engine", "-e", help="Engine profile (vllm, sglang, or one from proctor.toml)."
+    ),
     model: str = typer.Option(..., "--model", "-m", help="Model path as the nodes see it."),
     target: str = TargetOpt,
     nodes: int = typer.Option(None, "--nodes", "-N", help="Nodes (default 1 or [slurm] nodes)."),
-    parallel: str = typer.Option(None, "--parallel", help="The profile's multi-node launch, e.g. dp or pp (default: its first)."),
+    parallel: str = typer.Option(
+        None,
+        "--parallel",
+        help="The profile's multi-node launch, e.g. dp or pp (default: its first).",
+    ),
     tp: int = typer.Option(None, "--tp", help="Tensor parallelism within a node."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="HTTP port on the head node."),
-    rpc_port: int = typer.Option(None, "--rpc-port", min=1, max=65535, help="The head's rendezvous port (default: the profile's)."),
-    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 0 or [slurm])."),
+    rpc_port: int = typer.Option(
+        None,
+        "--rpc-port",
+        min=1,
+        max=65535,
+        help="The head's rendezvous port (default: the profile's).",
+    ),
+    gpus_per_node: int = typer.Option(
+        None, "--gpus-per-node", help="GPUs per node (default 0 or [slurm])."
+    ),
     partition: str = typer.Option(None, "--partition", help="Slurm partition."),
     time_limit: str = typer.Option(None, "--time", help="Slurm time limit: 30m, 2h, 1:30:00."),
     workspace: str = typer.Option(None, "--workspace", help="Shared workspace on the cluster."),
-    node_python: str = typer.Option(None, "--node-python", help="Python with proctor on the nodes."),
+    node_python: str = typer.Option(
+        None, "--node-python", help="Python with proctor on the nodes."
+    ),
     identity_file: str = IdentityOpt,
     known_hosts: str = KnownHostsOpt,
     insecure_accept_host_key: bool = InsecureOpt,
     jump: str = JumpOpt,
     model_profile: str = typer.Option(None, "--model-profile"),
-    addon: list[str] = typer.Option(None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."),
+    addon: list[str] = typer.Option(
+        None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."
+    ),
     mtp: int = typer.Option(None, "--mtp"),
     python: str = typer.Option(None, "--python", help="Interpreter of the engine's environment."),
     served_model_name: str = typer.Option(None, "--served-model-name"),
     name: str = typer.Option(None, "--name"),
     key: str = typer.Option(None, "--key", help="Attach to a live server run with this key."),
-    env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the server (beats profiles)."),
-    wait: str = typer.Option("10m", "--wait", help="How long the allocation may pend before it is cancelled (exit 5)."),
+    env: list[str] = typer.Option(
+        None, "--env", help="NAME=VALUE for the server (beats profiles)."
+    ),
+    wait: str = typer.Option(
+        "10m", "--wait", help="How long the allocation may pend before it is cancelled (exit 5)."
+    ),
     runs_dir: str = RunsDirOpt,
     config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
     extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
     as_json: bool = JsonOpt,
-) -> None:  # fmt: skip
+) -> None:
     """Start an inference server on a Slurm allocation: node 0 serves HTTP, the other nodes
     join it per the engine profile's multi-node launch. Returns the run id once the head node
     is known; then `proctor serve ready RUN`, `proctor drain RUN`, `proctor serve stop RUN`.
@@ -214,20 +254,46 @@ def serve(
     from proctor.targets.registry import target_options
 
     project = load_config(config)
-    request = start_request(engine, model, tp, port, "0.0.0.0", model_profile, addon, mtp, python,
-                            served_model_name, extra, 0.0)  # fmt: skip
+    request = start_request(
+        engine,
+        model,
+        tp,
+        port,
+        "0.0.0.0",
+        model_profile,
+        addon,
+        mtp,
+        python,
+        served_model_name,
+        extra,
+        0.0,
+    )
     spec = target_options(
-        target or "slurm", project, nodes=nodes, gpus_per_node=gpus_per_node,
-        partition=partition, time_limit=time_limit, workspace=workspace,
-        remote_python=node_python, identity_file=identity_file, known_hosts=known_hosts,
-        insecure_accept_host_key=insecure_accept_host_key, jump=jump,
-    )  # fmt: skip
+        target or "slurm",
+        project,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        partition=partition,
+        time_limit=time_limit,
+        workspace=workspace,
+        remote_python=node_python,
+        identity_file=identity_file,
+        known_hosts=known_hosts,
+        insecure_accept_host_key=insecure_accept_host_key,
+        jump=jump,
+    )
     flags = RunFlags(argv=[], name=name, runs_dir=runs_dir, env=list(env or []), key=key)
     launch = ServerLaunch(parallel, rpc_port, parse_duration(wait, option="--wait"))
     if not as_json:
         err_console.print("proctor: submitting the server; waiting for the allocation ...")
-    served = start_server_on(spec, request, project, flags=flags, launch=launch,
-                             on_applied=None if as_json else print_applied)  # fmt: skip
+    served = start_server_on(
+        spec,
+        request,
+        project,
+        flags=flags,
+        launch=launch,
+        on_applied=None if as_json else print_applied,
+    )
     print_started(served, as_json)
 
 

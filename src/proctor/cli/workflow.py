@@ -41,30 +41,61 @@ def _say(as_json: bool) -> Any:
 def register(app: typer.Typer) -> None:
     @app.command("drain")
     def drain(
-        ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
+        ref: str = typer.Argument(
+            None, help="Server run (default: the live server on --port, or the newest)."
+        ),
         port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
         max_: str = typer.Option("30m", "--max", help="Give up after this long (exit 4)."),
-        poll: str = typer.Option("10s", "--poll", help="Progress poll; faults are caught within 1 s regardless."),
-        stuck_polls: int = typer.Option(6, "--stuck-polls", help="Polls without progress, work in flight: hang (exit 1)."),
-        error_streak: int = typer.Option(5, "--error-streak", min=1, help="Generation answers in a row that are errors: fault (exit 2), pattern or not."),
-        startup_max: str = typer.Option("15m", "--startup-max", help="No client seen by then: exit 4."),
-        log: list[Path] = typer.Option(None, "--log", help="Extra log to scan for faults (repeatable); with --port and no signal from the engine, its growth is progress too."),
-        client: list[str] = typer.Option(None, "--client", help="A workload run to wait for (repeatable)."),
-        client_pattern: str = typer.Option(None, "--client-pattern", help="Also count foreign client processes whose command line matches."),
-        offline: str = typer.Option(None, "--offline", help="Offline mode: wait for this offline run and report its own status."),
-        engine: str = typer.Option("vllm", "--engine", help="Engine profile when the run does not name one."),
+        poll: str = typer.Option(
+            "10s", "--poll", help="Progress poll; faults are caught within 1 s regardless."
+        ),
+        stuck_polls: int = typer.Option(
+            6, "--stuck-polls", help="Polls without progress, work in flight: hang (exit 1)."
+        ),
+        error_streak: int = typer.Option(
+            5,
+            "--error-streak",
+            min=1,
+            help="Generation answers in a row that are errors: fault (exit 2), pattern or not.",
+        ),
+        startup_max: str = typer.Option(
+            "15m", "--startup-max", help="No client seen by then: exit 4."
+        ),
+        log: list[Path] = typer.Option(
+            None,
+            "--log",
+            help="Extra log to scan for faults (repeatable); with --port and no signal from the engine, its growth is progress too.",
+        ),
+        client: list[str] = typer.Option(
+            None, "--client", help="A workload run to wait for (repeatable)."
+        ),
+        client_pattern: str = typer.Option(
+            None,
+            "--client-pattern",
+            help="Also count foreign client processes whose command line matches.",
+        ),
+        offline: str = typer.Option(
+            None,
+            "--offline",
+            help="Offline mode: wait for this offline run and report its own status.",
+        ),
+        engine: str = typer.Option(
+            "vllm", "--engine", help="Engine profile when the run does not name one."
+        ),
         host: str = typer.Option("127.0.0.1", "--host"),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         as_json: bool = typer.Option(False, "--json"),
         target: str = typer.Option(None, "--target", help=RUN_TARGET_HELP),
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Wait for the workload to drain: 0 drained; 1 hang; 2 fault; 3 server died or offline
         job failed; 4 time limit or no client. A status line each poll; log tails on failure."""
         if target:
             from proctor.cli.remote import hand_off_or_here
 
-            if hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json,
-                                run_ref=ref or offline) is None:  # fmt: skip
+            if (
+                hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, run_ref=ref or offline)
+                is None
+            ):
                 return
         from proctor.monitors.drain import check_client_pattern, drain_for_engine
 
@@ -86,8 +117,14 @@ def register(app: typer.Typer) -> None:
             profile = profiles_for(config).engine(
                 (read_view(job.path).fact("offline") or {}).get("engine", engine)
             )
-            result = drain_for_engine(profile, cfg, offline=RunWatch(job), server_log=job.log_path(),
-                                      reused_logs=extra_logs, on_status=say)  # fmt: skip
+            result = drain_for_engine(
+                profile,
+                cfg,
+                offline=RunWatch(job),
+                server_log=job.log_path(),
+                reused_logs=extra_logs,
+                on_status=say,
+            )
         else:
             server = find_server(directory, ref, port)
             if server is None and port is None:
@@ -98,14 +135,18 @@ def register(app: typer.Typer) -> None:
                 facts = recorded_server(server)
                 clients += _clients_of(directory, server.run_id, clients)
                 result = drain_for_engine(
-                    profile, cfg, port=int(facts.get("port") or port or 8000),
-                    host=str(facts.get("host") or host), server=RunWatch(server),
+                    profile,
+                    cfg,
+                    port=int(facts.get("port") or port or 8000),
+                    host=str(facts.get("host") or host),
+                    server=RunWatch(server),
                     server_log=server.log_path(),
                     extra_logs=[c.log_path() for c in clients],
                     reused_logs=extra_logs,
-                    clients=[RunWatch(c) for c in clients], client_pattern=client_pattern,
+                    clients=[RunWatch(c) for c in clients],
+                    client_pattern=client_pattern,
                     on_status=say,
-                )  # fmt: skip
+                )
             else:
                 from proctor.monitors.proctree import listener_on_port, stdout_log_of
                 from proctor.monitors.watch import IdentityWatch
@@ -117,11 +158,18 @@ def register(app: typer.Typer) -> None:
                     )
                 profile = profiles_for(config).engine(engine)
                 result = drain_for_engine(
-                    profile, cfg, port=port, host=host, server=IdentityWatch(ident),
-                    server_log=stdout_log_of(ident.pid), extra_logs=extra_logs,
-                    clients=[RunWatch(c) for c in clients], client_pattern=client_pattern,
-                    from_end=True, on_status=say,
-                )  # fmt: skip
+                    profile,
+                    cfg,
+                    port=port,
+                    host=host,
+                    server=IdentityWatch(ident),
+                    server_log=stdout_log_of(ident.pid),
+                    extra_logs=extra_logs,
+                    clients=[RunWatch(c) for c in clients],
+                    client_pattern=client_pattern,
+                    from_end=True,
+                    on_status=say,
+                )
         if as_json:
             print_json(result.to_dict())
         else:
@@ -133,22 +181,39 @@ def register(app: typer.Typer) -> None:
 
     @app.command("inspect")
     def inspect_command(
-        ref: str = typer.Argument(None, help="Server run (default: the live server on --port, or the newest)."),
+        ref: str = typer.Argument(
+            None, help="Server run (default: the live server on --port, or the newest)."
+        ),
         port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
-        pid: list[int] = typer.Option(None, "--pid", help="Inspect these pids instead of the server's workers (on Slurm: pids of the run's processes on its nodes)."),
+        pid: list[int] = typer.Option(
+            None,
+            "--pid",
+            help="Inspect these pids instead of the server's workers (on Slurm: pids of the run's processes on its nodes).",
+        ),
         timeout: str = typer.Option("90s", "--timeout", help="Per tool and process."),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         as_json: bool = typer.Option(False, "--json"),
-        target: str = typer.Option(None, "--target", help="Inspect the server where it runs. " + RUN_TARGET_HELP),
-    ) -> None:  # fmt: skip
+        target: str = typer.Option(
+            None, "--target", help="Inspect the server where it runs. " + RUN_TARGET_HELP
+        ),
+    ) -> None:
         """Stacks of a hung server's workers (py-spy dump; gdb/cuda-gdb/rocgdb in batch mode, detach
         before quit) into RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`.
         A server on a Slurm allocation is inspected on every node: RUN/inspect/NODE/PID-TOOL.txt."""
         if target:
             from proctor.cli.remote import hand_off_or_here
 
-            if hand_off_or_here(target, runs_dir=runs_dir, as_json=as_json, run_ref=ref,
-                                answer=True, direct=True) is None:  # fmt: skip
+            if (
+                hand_off_or_here(
+                    target,
+                    runs_dir=runs_dir,
+                    as_json=as_json,
+                    run_ref=ref,
+                    answer=True,
+                    direct=True,
+                )
+                is None
+            ):
                 return
         from proctor.supervise.inspect import inspect
         from proctor.targets.registry import kind_of_run
@@ -166,8 +231,10 @@ def register(app: typer.Typer) -> None:
         else:
             pids = list(pid or []) or worker_pids(server, engine_of(server, config))
             if not pids:
-                raise UsageError(f"server run {server.run_id} has no live process to inspect",
-                                 hint="start a server, or pass --pid")  # fmt: skip
+                raise UsageError(
+                    f"server run {server.run_id} has no live process to inspect",
+                    hint="start a server, or pass --pid",
+                )
             results = inspect(pids, server.path / "inspect", timeout_s)
             rows = [r.to_dict() for r in results]
         if as_json:
@@ -188,29 +255,55 @@ def register(app: typer.Typer) -> None:
         mtp: int = typer.Option(None, "--mtp"),
         python: str = typer.Option(None, "--python"),
         served_model_name: str = typer.Option(None, "--served-model-name"),
-        workload_cmd: str = typer.Option(None, "--workload-cmd", help="The workload, as a shell-quoted command line."),
-        ready_timeout: str = typer.Option(None, "--ready-timeout", help="Ready gate limit (default 15m)."),
+        workload_cmd: str = typer.Option(
+            None, "--workload-cmd", help="The workload, as a shell-quoted command line."
+        ),
+        ready_timeout: str = typer.Option(
+            None, "--ready-timeout", help="Ready gate limit (default 15m)."
+        ),
         ready_poll: str = typer.Option(None, "--ready-poll"),
         max_: str = typer.Option(None, "--max", help="Drain limit (default 30m)."),
         poll: str = typer.Option(None, "--poll", help="Drain poll (default 10s)."),
         stuck_polls: int = typer.Option(None, "--stuck-polls"),
-        error_streak: int = typer.Option(None, "--error-streak", min=1, help="Error answers in a row that are a fault (default 5)."),
+        error_streak: int = typer.Option(
+            None,
+            "--error-streak",
+            min=1,
+            help="Error answers in a row that are a fault (default 5).",
+        ),
         startup_max: str = typer.Option(None, "--startup-max"),
         client_pattern: str = typer.Option(None, "--client-pattern"),
-        no_inspect: bool = typer.Option(False, "--no-inspect", help="Do not take stacks on a hang."),
+        no_inspect: bool = typer.Option(
+            False, "--no-inspect", help="Do not take stacks on a hang."
+        ),
         gpu_processes: bool = typer.Option(False, "--gpu-processes"),
         vram_timeout: str = typer.Option(None, "--vram-timeout"),
         gpu_sample: float = typer.Option(None, "--gpu-sample"),
-        env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the server (beats profiles)."),
-        workload_env: list[str] = typer.Option(None, "--workload-env", help="NAME=VALUE for the workload."),
-        file: Path = typer.Option(None, "--file", "-f", help="Flow file (TOML, a [flow] table with these options, and [[flow.workload]] entries run in order); flags win."),
-        continue_on_failure: bool = typer.Option(False, "--continue-on-failure", help="Run later workloads after one fails (the server still up); exit code stays the first failure's."),
-        resume: str = typer.Option(None, "--resume", help="Continue this flow after a dead controller (no second server)."),
+        env: list[str] = typer.Option(
+            None, "--env", help="NAME=VALUE for the server (beats profiles)."
+        ),
+        workload_env: list[str] = typer.Option(
+            None, "--workload-env", help="NAME=VALUE for the workload."
+        ),
+        file: Path = typer.Option(
+            None,
+            "--file",
+            "-f",
+            help="Flow file (TOML, a [flow] table with these options, and [[flow.workload]] entries run in order); flags win.",
+        ),
+        continue_on_failure: bool = typer.Option(
+            False,
+            "--continue-on-failure",
+            help="Run later workloads after one fails (the server still up); exit code stays the first failure's.",
+        ),
+        resume: str = typer.Option(
+            None, "--resume", help="Continue this flow after a dead controller (no second server)."
+        ),
         runs_dir: str = typer.Option(None, "--runs-dir"),
         extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
         as_json: bool = typer.Option(False, "--json"),
         target: str = typer.Option(None, "--target", help=TARGET_HELP),
-    ) -> None:  # fmt: skip
+    ) -> None:
         """stop -> start -> ready -> (workload -> drain)... -> inspect on hang -> stop, teardown
         always. A flow file's [[flow.workload]] list runs in order against the same server,
         stopping at the first failure unless continue_on_failure. Exit code: the first failing
@@ -228,16 +321,24 @@ def register(app: typer.Typer) -> None:
             return
         if not file and extra and extra[0].endswith(".toml") and Path(extra[0]).is_file():
             # `proctor flow f.toml` would pass the file to the engine as an argument.
-            raise UsageError(f"{extra[0]} would be an argument of the engine",
-                             hint=f"give a flow file with --file: proctor flow --file {extra[0]}")
+            raise UsageError(
+                f"{extra[0]} would be an argument of the engine",
+                hint=f"give a flow file with --file: proctor flow --file {extra[0]}",
+            )
         given = {k.rstrip("_"): v for k, v in locals().items() if v is not False}
         table = load_flow_file(file) if file else {}
         if table.get("sweep") is not None:
             from proctor.cli.sweeps import run_grid
 
             # A flow file with a [sweep] table: each server point its own flow.
-            run_grid(flow_options(given, table, file, need_workload=False),
-                     table["sweep"], file, config, as_json=as_json, say=say)  # fmt: skip
+            run_grid(
+                flow_options(given, table, file, need_workload=False),
+                table["sweep"],
+                file,
+                config,
+                as_json=as_json,
+                say=say,
+            )
             return
         options = flow_options(given, table, file)
         runner = Flow(options, config, say=say)
@@ -254,9 +355,11 @@ def flow_options(
 ) -> FlowOptions:
     """FlowOptions from flags (`given`) over a flow file's table, through the one merge."""
     settings = Settings(
-        flags=given, table={k.replace("-", "_"): v for k, v in table.items()},
-        table_origin=f"flow file:{file}", environ={},
-    )  # fmt: skip
+        flags=given,
+        table={k.replace("-", "_"): v for k, v in table.items()},
+        table_origin=f"flow file:{file}",
+        environ={},
+    )
 
     def pick(name: str, default: Any = None) -> Any:
         return settings.value(name.rstrip("_"), default)
@@ -268,17 +371,31 @@ def flow_options(
     if command.origin == "flag" or not listed:
         listed = []  # --workload-cmd on the command line wins over the file's list
         if not command.value and need_workload:
-            raise UsageError("flow needs a workload", hint='pass --workload-cmd "CMD ARGS",'
-                             " or list [[flow.workload]] in a flow file")  # fmt: skip
+            raise UsageError(
+                "flow needs a workload",
+                hint='pass --workload-cmd "CMD ARGS", or list [[flow.workload]] in a flow file',
+            )
     elif command.value:
         raise UsageError(f"flow file {file}: give workload_cmd or [[flow.workload]], not both")
-    argv = [] if not command.value else (
-        shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
+    argv = (
+        []
+        if not command.value
+        else (shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
+    )
     request = start_request(
-        pick("engine"), pick("model"), pick("tp"), int(pick("port", 8000)),
-        pick("host", "127.0.0.1"), pick("model_profile"), pick("addon"), pick("mtp"),
-        pick("python"), pick("served_model_name"), pick("extra") or [], 1.0,
-    )  # fmt: skip
+        pick("engine"),
+        pick("model"),
+        pick("tp"),
+        int(pick("port", 8000)),
+        pick("host", "127.0.0.1"),
+        pick("model_profile"),
+        pick("addon"),
+        pick("mtp"),
+        pick("python"),
+        pick("served_model_name"),
+        pick("extra") or [],
+        1.0,
+    )
     from proctor.monitors.drain import check_client_pattern
 
     check_client_pattern(pick("client_pattern"))
@@ -304,7 +421,7 @@ def flow_options(
         workload_env=list(pick("workload_env") or []),
         workloads=listed,
         continue_on_failure=bool(pick("continue_on_failure", False)),
-    )  # fmt: skip
+    )
 
 
 def _clients_of(runs_dir: Path, server_id: str, known: list[Any]) -> list[Any]:

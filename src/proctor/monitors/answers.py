@@ -110,11 +110,15 @@ class AnswerTally:
             for name, s in self._sources():
                 limit = min(streak, s.seen) if finished else streak
                 if limit > 0 and s.streak >= limit:
-                    where = {"server": "the server's access log",
-                             "clients": "the load generator's progress",
-                             "metrics": "the server's /metrics"}[name]
-                    return (f"the server is alive but answered the last {s.streak} generation "
-                            f"requests with errors ({s.last_error}; per {where})")
+                    where = {
+                        "server": "the server's access log",
+                        "clients": "the load generator's progress",
+                        "metrics": "the server's /metrics",
+                    }[name]
+                    return (
+                        f"the server is alive but answered the last {s.streak} generation "
+                        f"requests with errors ({s.last_error}; per {where})"
+                    )
         return None
 
     def _sources(self) -> Iterable[tuple[str, Streak]]:
@@ -122,8 +126,10 @@ class AnswerTally:
 
     def to_dict(self) -> dict[str, object]:
         with self._lock:
-            return {name: {"good": s.good, "errors": s.errors, "streak": s.streak}
-                    for name, s in self._sources()}
+            return {
+                name: {"good": s.good, "errors": s.errors, "streak": s.streak}
+                for name, s in self._sources()
+            }
 
 
 def http_answer_totals(text: str) -> tuple[float, float] | None:

@@ -141,10 +141,14 @@ class DrainMachine:
             self.exit_status = ended.exit_code
             what = "offline job" if cfg.offline else "server"
             if ended.stopped_by.startswith("timeout"):
-                return self._end(DrainOutcome.TIMEOUT, f"the {what} reached its own time limit "
-                                 f"and proctor stopped it ({ended.stopped_by})")
-            return self._end(DrainOutcome.STOPPED,
-                             f"proctor stopped the {what} ({ended.stopped_by})")
+                return self._end(
+                    DrainOutcome.TIMEOUT,
+                    f"the {what} reached its own time limit "
+                    f"and proctor stopped it ({ended.stopped_by})",
+                )
+            return self._end(
+                DrainOutcome.STOPPED, f"proctor stopped the {what} ({ended.stopped_by})"
+            )
         if cfg.offline:
             if obs.offline is not None and not obs.offline.alive:
                 self.exit_status = obs.offline.exit_code
@@ -166,8 +170,9 @@ class DrainMachine:
 
         self.polls += 1
         elapsed = obs.now - self.started_at
-        changed = {key for key, value in obs.progress.items()
-                   if value != self.last_progress.get(key, 0.0)}  # fmt: skip
+        changed = {
+            key for key, value in obs.progress.items() if value != self.last_progress.get(key, 0.0)
+        }
         progressed = bool(changed)
         engine_progressed = any(is_engine_signal(key) for key in changed)
         self.engine_signal = any(is_engine_signal(key) for key in obs.progress)
@@ -192,8 +197,11 @@ class DrainMachine:
                     idle = obs.running == 0
                 else:
                     idle = not (self.engine_signal and engine_progressed)
-                broken = obs.answers.broken(cfg.error_streak, finished=True) if (
-                    idle and obs.answers is not None) else None
+                broken = (
+                    obs.answers.broken(cfg.error_streak, finished=True)
+                    if (idle and obs.answers is not None)
+                    else None
+                )
                 if broken:
                     return self._end(DrainOutcome.FAULT, broken)
                 if idle:
@@ -214,8 +222,9 @@ class DrainMachine:
                     f" ({format_duration(self.stuck * cfg.poll_s)}) with work in flight",
                 )
         if elapsed >= cfg.max_s:
-            return self._end(DrainOutcome.TIMEOUT,
-                             f"not drained within {format_duration(cfg.max_s)}")
+            return self._end(
+                DrainOutcome.TIMEOUT, f"not drained within {format_duration(cfg.max_s)}"
+            )
         return None
 
 
@@ -311,8 +320,9 @@ def drain(
     bench = BenchCounts()
     activity = ServerActivity(str(server_log)) if server_log is not None else None
     observers = [answers.feed, bench.feed] + ([activity.feed] if activity is not None else [])
-    scanner = LogScanner(fault_patterns, marker_patterns=marker_patterns, tail_lines=50,
-                         observers=observers)
+    scanner = LogScanner(
+        fault_patterns, marker_patterns=marker_patterns, tail_lines=50, observers=observers
+    )
     logs = ([server_log] if server_log is not None else []) + list(extra_logs)
     for path in logs:
         scanner.add(path, from_end=from_end)
@@ -341,8 +351,10 @@ def drain(
             running: float | None = None
             # A time limit is due on any tick: take the full poll now, not at the next one.
             due = now - started >= config.max_s or (
-                not config.offline and not machine.client_seen
-                and now - started >= config.startup_max_s)
+                not config.offline
+                and not machine.client_seen
+                and now - started >= config.startup_max_s
+            )
             full = now >= next_poll or due
             if full:
                 next_poll = now + config.poll_s
@@ -363,8 +375,11 @@ def drain(
                     progress_metrics=progress_metrics,
                     markers=markers,
                     server_activity=server_lines,
-                    client_logs={str(p): follower.bytes_read(p) for p in extra_logs
-                                 if str(p) not in bench_logs},
+                    client_logs={
+                        str(p): follower.bytes_read(p)
+                        for p in extra_logs
+                        if str(p) not in bench_logs
+                    },
                     bench_answered=answered,
                 )
                 if metrics is not None and any(m in metrics for m in running_metrics):
@@ -415,8 +430,10 @@ def check_client_pattern(pattern: str | None) -> None:
     try:
         re.compile(pattern)
     except re.error as error:
-        raise UsageError(f"--client-pattern {pattern!r} is not a regular expression: {error}",
-                         hint="escape special characters, e.g. '\\(' for '('") from None
+        raise UsageError(
+            f"--client-pattern {pattern!r} is not a regular expression: {error}",
+            hint="escape special characters, e.g. '\\(' for '('",
+        ) from None
 
 
 def _status_line(machine: DrainMachine, source: str, t: float, obs: DrainObservation) -> str:

@@ -55,7 +55,12 @@ def power_by_time(path: Path) -> Iterator[tuple[float, float, int]]:
 
 
 def energy_summary(
-    gpu_csv: Path, start: float, end: float, output_tokens: int, *, idle_before: float,
+    gpu_csv: Path,
+    start: float,
+    end: float,
+    output_tokens: int,
+    *,
+    idle_before: float,
     idle_power_w: float | None = None,
 ) -> dict[str, Any]:
     """metrics.json "energy": J/token over [start, end]; `available: false` with a reason when
@@ -71,8 +76,11 @@ def energy_summary(
             loaded.append(watts)
     seconds = max(0.0, end - start)
     if not loaded:
-        reason = ("no GPU power samples in the measured window" if gpu_count
-                  else "no GPU power readings (no GPU, or its driver does not report power)")
+        reason = (
+            "no GPU power samples in the measured window"
+            if gpu_count
+            else "no GPU power readings (no GPU, or its driver does not report power)"
+        )
         return {"available": False, "reason": reason}
     if idle_power_w is not None:
         idle_w, idle_source = idle_power_w, "given (--idle-power-w)"
@@ -85,11 +93,17 @@ def energy_summary(
     gross_j = mean_w * seconds
     net_j = max(0.0, mean_w - idle_w) * seconds
     out: dict[str, Any] = {
-        "available": True, "gpus": gpu_count, "window_s": round(seconds, 3),
-        "samples": len(loaded), "mean_power_w": round(mean_w, 2), "idle_power_w": round(idle_w, 2),
-        "idle_source": idle_source, "energy_j": round(gross_j, 3), "net_energy_j": round(net_j, 3),
+        "available": True,
+        "gpus": gpu_count,
+        "window_s": round(seconds, 3),
+        "samples": len(loaded),
+        "mean_power_w": round(mean_w, 2),
+        "idle_power_w": round(idle_w, 2),
+        "idle_source": idle_source,
+        "energy_j": round(gross_j, 3),
+        "net_energy_j": round(net_j, 3),
         "output_tokens": output_tokens,
-    }  # fmt: skip
+    }
     if output_tokens > 0:
         out["j_per_output_token"] = net_j / output_tokens
         out["gross_j_per_output_token"] = gross_j / output_tokens
@@ -101,6 +115,8 @@ def format_energy(energy: dict[str, Any]) -> str:
         return f"Energy: not measured ({energy.get('reason')})"
     per = energy.get("j_per_output_token")
     per_text = f"{per:.4f} J/output token" if per is not None else "no output tokens"
-    return (f"Energy: {per_text} (mean {energy['mean_power_w']:.1f} W on {energy['gpus']} GPU(s), "
-            f"idle {energy['idle_power_w']:.1f} W {energy['idle_source']}, "
-            f"{energy['net_energy_j']:.1f} J over {energy['window_s']:.1f} s)")
+    return (
+        f"Energy: {per_text} (mean {energy['mean_power_w']:.1f} W on {energy['gpus']} GPU(s), "
+        f"idle {energy['idle_power_w']:.1f} W {energy['idle_source']}, "
+        f"{energy['net_energy_j']:.1f} J over {energy['window_s']:.1f} s)"
+    )

@@ -200,8 +200,6 @@ class NvmlBackend:
             self._nv.nvmlShutdown()
 
 
-
-
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -288,9 +286,11 @@ def _amdsmi_physics(a: Any, h: Any) -> Physics:
         return float(info.get("clk", info.get("cur_clk")))
 
     def temperature() -> float:
-        return float(a.amdsmi_get_temp_metric(
-            h, a.AmdSmiTemperatureType.HOTSPOT, a.AmdSmiTemperatureMetric.CURRENT
-        ))
+        return float(
+            a.amdsmi_get_temp_metric(
+                h, a.AmdSmiTemperatureType.HOTSPOT, a.AmdSmiTemperatureMetric.CURRENT
+            )
+        )
 
     return _try(power), _try(clock), _try(temperature)
 

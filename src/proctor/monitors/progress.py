@@ -29,6 +29,7 @@ def parse_metrics(text: str, names: Iterable[str]) -> dict[str, float]:
     A name matches the family name or the sample name, so "vllm:generation_tokens" and
     "vllm:generation_tokens_total" both find the counter; `_created` samples are ignored.
     """
+
     def norm(name: str) -> str:
         return name[:-6] if name.endswith("_total") else name
 
@@ -71,7 +72,6 @@ def fetch_metrics_text(
     if resp.status_code != 200:
         return None
     return resp.text
-
 
 
 # One line of proctor's bench (loadgen/progress.py), written every few seconds whatever happens.

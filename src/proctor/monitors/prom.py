@@ -21,20 +21,36 @@ PREFIXES = ("vllm:", "sglang:")
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total")
 
 # Base names (prefix and sample suffix removed) worth a time series.
-KEEP = frozenset({
-    # requests in the engine
-    "num_requests_running", "num_requests_waiting",  # vLLM
-    "num_running_reqs", "num_queue_reqs",  # SGLang
-    # KV cache and prefix cache
-    "kv_cache_usage_perc", "gpu_cache_usage_perc", "token_usage", "cache_hit_rate",
-    "prefix_cache_hits", "prefix_cache_queries", "gpu_prefix_cache_hits",
-    "gpu_prefix_cache_queries", "cached_tokens",
-    # token and request counters
-    "prompt_tokens", "generation_tokens", "request_success", "num_requests", "num_preemptions",
-    # server-side latency histograms
-    "time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
-    "inter_token_latency_seconds",
-})  # fmt: skip
+KEEP = frozenset(
+    {
+        # requests in the engine
+        "num_requests_running",
+        "num_requests_waiting",  # vLLM
+        "num_running_reqs",
+        "num_queue_reqs",  # SGLang
+        # KV cache and prefix cache
+        "kv_cache_usage_perc",
+        "gpu_cache_usage_perc",
+        "token_usage",
+        "cache_hit_rate",
+        "prefix_cache_hits",
+        "prefix_cache_queries",
+        "gpu_prefix_cache_hits",
+        "gpu_prefix_cache_queries",
+        "cached_tokens",
+        # token and request counters
+        "prompt_tokens",
+        "generation_tokens",
+        "request_success",
+        "num_requests",
+        "num_preemptions",
+        # server-side latency histograms
+        "time_to_first_token_seconds",
+        "e2e_request_latency_seconds",
+        "request_queue_time_seconds",
+        "inter_token_latency_seconds",
+    }
+)
 
 # Key of one series: (sample name, labels as `k="v",...` sorted).
 Key = tuple[str, str]
@@ -44,7 +60,7 @@ def base_name(sample: str) -> str:
     """`vllm:generation_tokens_total` -> `generation_tokens` (prefix and suffix removed)."""
     for prefix in PREFIXES:
         if sample.startswith(prefix):
-            sample = sample[len(prefix):]
+            sample = sample[len(prefix) :]
             break
     for suffix in _SUFFIXES:
         if sample.endswith(suffix):
@@ -63,9 +79,11 @@ def _wanted(line: str) -> bool:
 
 
 # name{k="v",...} value [timestamp]; label values without backslashes or quotes only.
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)"
-                     r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*)\})?'
-                     r"\s+(\S+)(?:\s+-?\d+)?\s*$")  # fmt: skip
+_SAMPLE = re.compile(
+    r"^([a-zA-Z_:][a-zA-Z0-9_:]*)"
+    r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*)\})?'
+    r"\s+(\S+)(?:\s+-?\d+)?\s*$"
+)
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 
 

@@ -112,8 +112,10 @@ class ReadyResult:
             first = self.faults[0]
             return f"startup fault in {first.path}:{first.line_no}: {first.line.strip()[:200]}"
         if self.outcome is ReadyOutcome.STOPPED:
-            return (f"proctor stopped the server ({self.stopped_by}) after "
-                    f"{self.elapsed_s:.1f}s, before it was ready")
+            return (
+                f"proctor stopped the server ({self.stopped_by}) after "
+                f"{self.elapsed_s:.1f}s, before it was ready"
+            )
         if self.outcome is ReadyOutcome.EXITED:
             status = "unknown status" if self.exit_status is None else f"status {self.exit_status}"
             return f"server exited ({status}) after {self.elapsed_s:.1f}s before it was ready"

@@ -21,36 +21,54 @@ TTFT_REL = 0.25
 TTFT_ABS_MS = 50.0
 
 
-def _check(server: float, client: float, rel: float, absolute: float,
-           unit: str) -> dict[str, Any]:  # fmt: skip
+def _check(server: float, client: float, rel: float, absolute: float, unit: str) -> dict[str, Any]:
     allowed = max(rel * abs(client), absolute)
     diff = server - client
-    return {"server": server, "client": client, "diff": diff, "allowed": allowed,
-            "ok": abs(diff) <= allowed, "unit": unit}  # fmt: skip
+    return {
+        "server": server,
+        "client": client,
+        "diff": diff,
+        "allowed": allowed,
+        "ok": abs(diff) <= allowed,
+        "unit": unit,
+    }
 
 
-def reconcile(server: dict[str, Any], client_output_tokens: int, client_mean_ttft_ms: float | None,
-              failed_expected_tokens: int = 0) -> dict[str, Any]:  # fmt: skip
+def reconcile(
+    server: dict[str, Any],
+    client_output_tokens: int,
+    client_mean_ttft_ms: float | None,
+    failed_expected_tokens: int = 0,
+) -> dict[str, Any]:
     """{"tokens": check, "ttft_mean_ms": check, "ok": bool, "lines": [...]} (checks the server
     cannot answer are left out)."""
     out: dict[str, Any] = {}
     lines: list[str] = []
     generated = server.get("generation_tokens")
     if isinstance(generated, (int, float)):
-        check = _check(float(generated), float(client_output_tokens), TOKENS_REL,
-                       TOKENS_ABS + failed_expected_tokens, "tokens")  # fmt: skip
+        check = _check(
+            float(generated),
+            float(client_output_tokens),
+            TOKENS_REL,
+            TOKENS_ABS + failed_expected_tokens,
+            "tokens",
+        )
         out["tokens"] = check
         if not check["ok"]:
-            lines.append(f"server counted {generated:.0f} generated tokens, the client "
-                         f"{client_output_tokens} (allowed difference {check['allowed']:.0f})")
+            lines.append(
+                f"server counted {generated:.0f} generated tokens, the client "
+                f"{client_output_tokens} (allowed difference {check['allowed']:.0f})"
+            )
     ttft = server.get("ttft_ms")
     if isinstance(ttft, dict) and client_mean_ttft_ms is not None:
         check = _check(float(ttft["mean"]), client_mean_ttft_ms, TTFT_REL, TTFT_ABS_MS, "ms")
         out["ttft_mean_ms"] = check
         if not check["ok"]:
-            lines.append(f"server mean TTFT {ttft['mean']:.1f} ms, the client's "
-                         f"{client_mean_ttft_ms:.1f} ms (allowed difference "
-                         f"{check['allowed']:.1f} ms)")
+            lines.append(
+                f"server mean TTFT {ttft['mean']:.1f} ms, the client's "
+                f"{client_mean_ttft_ms:.1f} ms (allowed difference "
+                f"{check['allowed']:.1f} ms)"
+            )
     out["ok"] = not lines
     out["disagreements"] = lines
     return out

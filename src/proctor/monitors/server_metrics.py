@@ -106,8 +106,9 @@ class ServerMetricsScraper:
 
     def start(self) -> None:
         self._client = httpx.Client(trust_env=False, timeout=self.timeout_s)
-        self._thread = threading.Thread(target=self._run, name="proctor-server-metrics",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._run, name="proctor-server-metrics", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:
@@ -139,8 +140,9 @@ class ServerMetricsScraper:
                 self._window_open = window
         return snap
 
-    def mark_settled(self, name: str, *, window: bool | None = None,
-                     timeout_s: float = SETTLE_S) -> Snapshot | None:  # fmt: skip
+    def mark_settled(
+        self, name: str, *, window: bool | None = None, timeout_s: float = SETTLE_S
+    ) -> Snapshot | None:
         """Mark `name` once the engine reports no running request (at most `timeout_s`): vLLM
         records an iteration's counters after it has sent the tokens, so a scrape the moment
         the client saw its last token can miss that last step."""
@@ -176,8 +178,10 @@ class ServerMetricsScraper:
             self._failed_in_row += 1
             if self._failed_in_row >= GIVE_UP_AFTER and self.first is None:
                 # A /metrics that hangs or refuses must not cost the bench a timeout per mark.
-                self.note = (f"gave up after {GIVE_UP_AFTER} failed scrapes of {self.url} "
-                             f"({self.last_error})")
+                self.note = (
+                    f"gave up after {GIVE_UP_AFTER} failed scrapes of {self.url} "
+                    f"({self.last_error})"
+                )
             return None
 
     def scrape(self, *, final: bool = False) -> Snapshot | None:
@@ -212,8 +216,11 @@ class ServerMetricsScraper:
 
     def _write(self, snap: Snapshot, *, every: bool) -> None:
         new = not self.csv_path.exists()
-        rows = [(name, labels, value) for (name, labels), value in snap.values.items()
-                if every or self._written.get((name, labels)) != value]  # fmt: skip
+        rows = [
+            (name, labels, value)
+            for (name, labels), value in snap.values.items()
+            if every or self._written.get((name, labels)) != value
+        ]
         if not rows and not new:
             return
         with self.csv_path.open("a", newline="") as handle:
@@ -227,19 +234,30 @@ class ServerMetricsScraper:
     # -- the window ----------------------------------------------------------------------
     def summary(self, start: str, end: str) -> dict[str, Any]:
         """What the server says about the window between marks `start` and `end`."""
-        out: dict[str, Any] = {"url": self.url, "interval_s": self.interval_s,
-                               "scrapes": self.scrapes, "errors": self.errors,
-                               "csv": self.csv_path.name, "available": self.available}  # fmt: skip
+        out: dict[str, Any] = {
+            "url": self.url,
+            "interval_s": self.interval_s,
+            "scrapes": self.scrapes,
+            "errors": self.errors,
+            "csv": self.csv_path.name,
+            "available": self.available,
+        }
         if self.last_error:
             out["last_error"] = self.last_error
         a, b = self.marks.get(start), self.marks.get(end) or self.marks.get("stop")
         if not self.available or a is None or b is None:
-            out["note"] = self.note or (f"no scrape answered ({self.last_error})"
-                                        if self.scrapes == 0 else "the window was not scraped")
+            out["note"] = self.note or (
+                f"no scrape answered ({self.last_error})"
+                if self.scrapes == 0
+                else "the window was not scraped"
+            )
             return out
         out["engine"] = prom.engine_of(b.values)
-        out["window"] = {"start": round(a.t, 3), "end": round(b.t, 3),
-                         "seconds": round(b.t - a.t, 3)}  # fmt: skip
+        out["window"] = {
+            "start": round(a.t, 3),
+            "end": round(b.t, 3),
+            "seconds": round(b.t - a.t, 3),
+        }
         out["generation_tokens"] = prom.delta(a.values, b.values, GENERATION)
         out["prompt_tokens"] = prom.delta(a.values, b.values, PROMPT)
         out["prefix_cache"] = _prefix_cache(a.values, b.values)
@@ -262,8 +280,9 @@ def _prefix_cache(a: dict[Key, float], b: dict[Key, float]) -> dict[str, float |
     return {"hits": hits, "queries": queries, "hit_rate": hits / queries if queries else None}
 
 
-def _histogram_ms(a: dict[Key, float], b: dict[Key, float],
-                  names: tuple[str, ...]) -> dict[str, Any] | None:  # fmt: skip
+def _histogram_ms(
+    a: dict[Key, float], b: dict[Key, float], names: tuple[str, ...]
+) -> dict[str, Any] | None:
     for name in names:
         found = prom.histogram_window(a, b, name)
         if found is None:

@@ -31,8 +31,6 @@ def now_iso() -> str:
     return iso_at(time.time())
 
 
-
-
 def exit_code_text(
     code: int,
     signal: str | None = None,

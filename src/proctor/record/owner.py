@@ -49,8 +49,12 @@ def pid_record(pid: int | None = None, pgid: int | None = None) -> dict[str, obj
     import psutil
 
     proc = psutil.Process(pid)
-    return {"pid": proc.pid, "create_time": proc.create_time(),
-            "start_ticks": start_ticks(proc.pid), "pgid": pgid}  # fmt: skip
+    return {
+        "pid": proc.pid,
+        "create_time": proc.create_time(),
+        "start_ticks": start_ticks(proc.pid),
+        "pgid": pgid,
+    }
 
 
 def lock_path(run_dir: Path) -> Path:
@@ -160,5 +164,15 @@ def held(run_dir: Path) -> bool | None:
     return False
 
 
-__all__ = ["FD_ENV", "LOCK", "adopt_inherited", "create_owned", "held", "let_go", "owned_fd",
-           "pid_record", "start_ticks", "take"]  # fmt: skip
+__all__ = [
+    "FD_ENV",
+    "LOCK",
+    "adopt_inherited",
+    "create_owned",
+    "held",
+    "let_go",
+    "owned_fd",
+    "pid_record",
+    "start_ticks",
+    "take",
+]

@@ -114,8 +114,12 @@ class Recorder:
         it, and the file says so. Then this process lets go of the run (record/owner.py)."""
         if code is not None:
             self.write_exit(code, signal, reason)
-            self.record["exit"] = {"code": code, "signal": signal, "decided_by": decided_by,
-                                   **({"reason": reason} if reason else {})}  # fmt: skip
+            self.record["exit"] = {
+                "code": code,
+                "signal": signal,
+                "decided_by": decided_by,
+                **({"reason": reason} if reason else {}),
+            }
             self.record["exit_code"] = code
         ended = now_iso()
         self.record.update(outcome=outcome, ended_at=ended, **fields)

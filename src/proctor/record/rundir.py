@@ -1,15 +1,15 @@
 """A run directory: one per run, named by a sortable run id; the files and their meaning.
 
-    <runs_dir>/<run_id>/
-        <name>.log         combined stdout+stderr of the command
-        exit_code          "<code>" or "<128+N> <SIGNAME>", written atomically by the waiter
-        record.json        the record (record/schema.py), written by record/recorder.py only
-        plan.json          what the wrapper needs to run the command (no secret values)
-        wrapper.pid        the pid and start time of the process running it (the wrapper,
-                           or a flow's or sweep's controller): `runs stop` signals it
-        .owner.lock        held (flock) while an exit status can still come (record/owner.py)
-        gpu.csv            GPU samples
-        manifest.sha256    sha256 of every artifact, written when the run ends
+<runs_dir>/<run_id>/
+    <name>.log         combined stdout+stderr of the command
+    exit_code          "<code>" or "<128+N> <SIGNAME>", written atomically by the waiter
+    record.json        the record (record/schema.py), written by record/recorder.py only
+    plan.json          what the wrapper needs to run the command (no secret values)
+    wrapper.pid        the pid and start time of the process running it (the wrapper,
+                       or a flow's or sweep's controller): `runs stop` signals it
+    .owner.lock        held (flock) while an exit status can still come (record/owner.py)
+    gpu.csv            GPU samples
+    manifest.sha256    sha256 of every artifact, written when the run ends
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ PLAN = "plan.json"
 WRAPPER_PID = "wrapper.pid"
 GPU_CSV = "gpu.csv"
 MANIFEST = "manifest.sha256"
-
 
 
 def new_run_id(now: float | None = None) -> str:

@@ -306,8 +306,14 @@ class RemoteRecord(RecordCore):
 
 
 AnyRecord = Annotated[
-    CommandRecord | ServerRecord | WorkloadRecord | SlurmRecord | SlurmNodeRecord | FlowRecord
-    | SweepRecord | RemoteRecord,
+    CommandRecord
+    | ServerRecord
+    | WorkloadRecord
+    | SlurmRecord
+    | SlurmNodeRecord
+    | FlowRecord
+    | SweepRecord
+    | RemoteRecord,
     Field(discriminator="kind"),
 ]
 MODELS: dict[str, type[RecordCore]] = {

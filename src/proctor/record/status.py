@@ -46,8 +46,12 @@ def status_from_wait(wait_status: int) -> ExitStatus:
 def process_ref(pid: int) -> ProcessRef | None:
     try:
         proc = psutil.Process(pid)
-        return ProcessRef(pid=pid, create_time=proc.create_time(), pgid=_pgid(pid),
-                          start_ticks=owner.start_ticks(pid))  # fmt: skip
+        return ProcessRef(
+            pid=pid,
+            create_time=proc.create_time(),
+            pgid=_pgid(pid),
+            start_ticks=owner.start_ticks(pid),
+        )
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
 

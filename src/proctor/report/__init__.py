@@ -1,10 +1,10 @@
 """proctor.report: HTML reports of runs, sweeps and comparisons, and a headless-browser check.
 
-    build_report(runs_dir, refs, compare_runs=False, baseline=None, model=None) -> Report
-    write_report(report, path) -> Path
-    load_run(RunDir) -> RunView                 record, state, checks, phases, metrics, samples
-    run_report / sweep_report / compare_report  from loaded runs
-    check_page(path, screenshot=None) -> BrowserCheck   (needs Debian's chromium)
+build_report(runs_dir, refs, compare_runs=False, baseline=None, model=None) -> Report
+write_report(report, path) -> Path
+load_run(RunDir) -> RunView                 record, state, checks, phases, metrics, samples
+run_report / sweep_report / compare_report  from loaded runs
+check_page(path, screenshot=None) -> BrowserCheck   (needs Debian's chromium)
 """
 
 from proctor.report.browser import BrowserCheck, PlotCheck, check_page, find_chromium

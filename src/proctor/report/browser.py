@@ -29,10 +29,20 @@ from proctor.errors import TargetUnavailable
 from proctor.supervise.kill import kill_ladder
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--no-first-run", "--no-default-browser-check", "--disable-extensions",
-         "--disable-component-update", "--disable-sync", "--metrics-recording-only",
-         "--mute-audio", "--hide-scrollbars")  # fmt: skip
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-extensions",
+    "--disable-component-update",
+    "--disable-sync",
+    "--metrics-recording-only",
+    "--mute-audio",
+    "--hide-scrollbars",
+)
 
 # Per plot div: traces plotly holds, points in them, and SVG marks actually drawn with data
 # (non-empty path geometry in the scatter/bar layers).
@@ -161,21 +171,35 @@ class BrowserCheck:
     @property
     def layout_problems(self) -> list[str]:
         """Everything wrong with the page's layout, one line each; [] when it reads well."""
-        wide = ([f"document {self.scroll_width} px wide in a {self.inner_width} px window"]
-                if self.scroll_width > self.inner_width else [])
-        return [*self.overlaps, *(f"clipped: {c}" for c in self.clipped_text),
-                *(f"empty axis: {a}" for a in self.empty_axes), *wide]
+        wide = (
+            [f"document {self.scroll_width} px wide in a {self.inner_width} px window"]
+            if self.scroll_width > self.inner_width
+            else []
+        )
+        return [
+            *self.overlaps,
+            *(f"clipped: {c}" for c in self.clipped_text),
+            *(f"empty axis: {a}" for a in self.empty_axes),
+            *wide,
+        ]
 
     @property
     def network_requests(self) -> list[str]:
         """Requests other than the report itself and inline data."""
-        return [u for u in self.requests
-                if u != self.url and not u.startswith(("data:", "blob:", "about:"))]
+        return [
+            u
+            for u in self.requests
+            if u != self.url and not u.startswith(("data:", "blob:", "about:"))
+        ]
 
     @property
     def ok(self) -> bool:
-        return (self.rendered not in (None, "error") and not self.network_requests
-                and not self.console_errors and all(p.drew_data for p in self.plots))
+        return (
+            self.rendered not in (None, "error")
+            and not self.network_requests
+            and not self.console_errors
+            and all(p.drew_data for p in self.plots)
+        )
 
 
 def find_chromium(explicit: str | None = None) -> str | None:
@@ -213,8 +237,7 @@ class _Cdp:
         self.next_id += 1
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.waiting[self.next_id] = future
-        await self.ws.send_str(json.dumps({"id": self.next_id, "method": method,
-                                           "params": params}))
+        await self.ws.send_str(json.dumps({"id": self.next_id, "method": method, "params": params}))
         reply = await asyncio.wait_for(future, 60)
         if "error" in reply:
             raise RuntimeError(f"{method}: {reply['error'].get('message')}")
@@ -243,28 +266,39 @@ async def _wait_port(profile: Path, proc: subprocess.Popen[bytes], deadline: flo
     marker = profile / "DevToolsActivePort"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise TargetUnavailable(f"chromium exited with status {proc.returncode} at start",
-                                    hint="run .ci/install-browser.sh")
+            raise TargetUnavailable(
+                f"chromium exited with status {proc.returncode} at start",
+                hint="run .ci/install-browser.sh",
+            )
         with contextlib.suppress(OSError, ValueError, IndexError):
             return int(marker.read_text().splitlines()[0])
         await asyncio.sleep(0.05)
     raise TargetUnavailable("chromium did not open its DevTools port in time")
 
 
-async def _check(browser: str, path: Path, screenshot: Path | None, timeout_s: float,
-                 width: int, height: int) -> BrowserCheck:  # fmt: skip
+async def _check(
+    browser: str, path: Path, screenshot: Path | None, timeout_s: float, width: int, height: int
+) -> BrowserCheck:
     url = path.resolve().as_uri()
     result = BrowserCheck(url=url, rendered=None)
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryDirectory(prefix="proctor-chromium-") as tmp:
         profile = Path(tmp)
         proc = subprocess.Popen(
-            [browser, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
-             "--remote-debugging-address=127.0.0.1", f"--window-size={width},{height}",
-             "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                browser,
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                "--remote-debugging-port=0",
+                "--remote-debugging-address=127.0.0.1",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
-        )  # fmt: skip
+        )
         try:
             port = await _wait_port(profile, proc, deadline)
             async with aiohttp.ClientSession() as http:
@@ -274,8 +308,7 @@ async def _check(browser: str, path: Path, screenshot: Path | None, timeout_s: f
                     pages = [t for t in await reply.json() if t.get("type") == "page"]
                 if not pages:
                     raise TargetUnavailable("chromium opened no page")
-                async with http.ws_connect(pages[0]["webSocketDebuggerUrl"],
-                                           max_msg_size=0) as ws:
+                async with http.ws_connect(pages[0]["webSocketDebuggerUrl"], max_msg_size=0) as ws:
                     await _drive(_Cdp(ws), url, result, screenshot, deadline, width, height)
         finally:
             # Chromium's helpers (zygote, renderers, GPU process) write into the profile until
@@ -288,12 +321,24 @@ async def _check(browser: str, path: Path, screenshot: Path | None, timeout_s: f
     return result
 
 
-async def _drive(cdp: _Cdp, url: str, result: BrowserCheck, screenshot: Path | None,
-                 deadline: float, width: int, height: int) -> None:  # fmt: skip
+async def _drive(
+    cdp: _Cdp,
+    url: str,
+    result: BrowserCheck,
+    screenshot: Path | None,
+    deadline: float,
+    width: int,
+    height: int,
+) -> None:
     for domain in ("Network", "Runtime", "Log", "Page"):
         await cdp.send(f"{domain}.enable")
-    await cdp.send("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                   deviceScaleFactor=1, mobile=False)
+    await cdp.send(
+        "Emulation.setDeviceMetricsOverride",
+        width=width,
+        height=height,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
     started = time.monotonic()
     await cdp.send("Page.navigate", url=url)
     loaded = False
@@ -313,9 +358,11 @@ async def _drive(cdp: _Cdp, url: str, result: BrowserCheck, screenshot: Path | N
         while not cdp.events.empty():
             take(cdp.events.get_nowait())
         if loaded:
-            reply = await cdp.send("Runtime.evaluate",
-                                   expression="document.body.getAttribute('data-rendered')",
-                                   returnByValue=True)
+            reply = await cdp.send(
+                "Runtime.evaluate",
+                expression="document.body.getAttribute('data-rendered')",
+                returnByValue=True,
+            )
             value = (reply.get("result") or {}).get("value")
             if value is not None:
                 result.rendered = str(value)
@@ -325,8 +372,9 @@ async def _drive(cdp: _Cdp, url: str, result: BrowserCheck, screenshot: Path | N
             take(await asyncio.wait_for(cdp.events.get(), 0.05))
     reply = await cdp.send("Runtime.evaluate", expression=INSPECT_JS, returnByValue=True)
     for p in json.loads((reply.get("result") or {}).get("value") or "[]"):
-        result.plots.append(PlotCheck(p["id"], p["title"], p["expected"], p["traces"],
-                                      p["points"], p["marks"]))
+        result.plots.append(
+            PlotCheck(p["id"], p["title"], p["expected"], p["traces"], p["points"], p["marks"])
+        )
     reply = await cdp.send("Runtime.evaluate", expression=LAYOUT_JS, returnByValue=True)
     layout = json.loads((reply.get("result") or {}).get("value") or "{}")
     result.overlaps = list(layout.get("overlaps") or [])
@@ -338,10 +386,16 @@ async def _drive(cdp: _Cdp, url: str, result: BrowserCheck, screenshot: Path | N
     if screenshot is not None:
         metrics = await cdp.send("Page.getLayoutMetrics")
         size = metrics.get("cssContentSize") or metrics.get("contentSize") or {}
-        clip = {"x": 0, "y": 0, "width": width,
-                "height": min(float(size.get("height", height)), 16000.0), "scale": 1}
-        shot = await cdp.send("Page.captureScreenshot", format="png", clip=clip,
-                              captureBeyondViewport=True)
+        clip = {
+            "x": 0,
+            "y": 0,
+            "width": width,
+            "height": min(float(size.get("height", height)), 16000.0),
+            "scale": 1,
+        }
+        shot = await cdp.send(
+            "Page.captureScreenshot", format="png", clip=clip, captureBeyondViewport=True
+        )
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         screenshot.write_bytes(base64.b64decode(shot["data"]))
         result.screenshot = screenshot
@@ -351,9 +405,15 @@ async def _drive(cdp: _Cdp, url: str, result: BrowserCheck, screenshot: Path | N
     cdp.reader.cancel()
 
 
-def check_page(path: Path, *, screenshot: Path | None = None, timeout_s: float = 90.0,
-               chromium: str | None = None, width: int = 1280,
-               height: int = 900) -> BrowserCheck:  # fmt: skip
+def check_page(
+    path: Path,
+    *,
+    screenshot: Path | None = None,
+    timeout_s: float = 90.0,
+    chromium: str | None = None,
+    width: int = 1280,
+    height: int = 900,
+) -> BrowserCheck:
     """Load `path` in headless Chromium; raises TargetUnavailable when there is no browser."""
     browser = find_chromium(chromium)
     if browser is None:

@@ -1,8 +1,8 @@
 """Reports of one run, of a sweep (runs sharing a `group`), and of runs compared side by side.
 
-    build_report(runs_dir, ["RUN"])                  one run
-    build_report(runs_dir, ["SWEEP"])                every run whose record has group SWEEP
-    build_report(runs_dir, ["A", "B"], compare=True) every metric of B (, C...) against A
+build_report(runs_dir, ["RUN"])                  one run
+build_report(runs_dir, ["SWEEP"])                every run whose record has group SWEEP
+build_report(runs_dir, ["A", "B"], compare=True) every metric of B (, C...) against A
 """
 
 from __future__ import annotations
@@ -169,8 +169,10 @@ def run_header(view: RunView, level: str = "h1", lead: str = "") -> str:
         ("command", f"<code>{esc(view.command)}</code>"),
         ("source", esc(_source_text(source))),
         ("remote", esc(source.get("remote_url") or "none")),
-        ("source id / manifest", esc(" / ".join(str(x) for x in (digest, manifest) if x)
-                                     or "none recorded")),
+        (
+            "source id / manifest",
+            esc(" / ".join(str(x) for x in (digest, manifest) if x) or "none recorded"),
+        ),
         ("target", esc(_target_text(view))),
         ("GPU", esc(_gpu_text(gpu))),
         *[(f"{k}", esc(v or "not recorded")) for k, v in times],
@@ -193,11 +195,32 @@ def runs_table(views: Sequence[RunView]) -> str:
         checks = "".join(mark(c.status) for c in v.checks)
         conc = concurrency_of(v)
         verdict = verdict_of(v)
-        rows.append([v.run_id, v.name, (badge(verdict.text, verdict.css), ""), v.exit_text,
-                     "" if conc is None else f"{conc:g}", commit or "none",
-                     typed.started_at or "", (checks, "")])
-    return table(["run", "name", "outcome", "exit", "concurrency", "commit", "started",
-                  "result / logs / machine"], rows, raw_columns=(2, 7))  # fmt: skip
+        rows.append(
+            [
+                v.run_id,
+                v.name,
+                (badge(verdict.text, verdict.css), ""),
+                v.exit_text,
+                "" if conc is None else f"{conc:g}",
+                commit or "none",
+                typed.started_at or "",
+                (checks, ""),
+            ]
+        )
+    return table(
+        [
+            "run",
+            "name",
+            "outcome",
+            "exit",
+            "concurrency",
+            "commit",
+            "started",
+            "result / logs / machine",
+        ],
+        rows,
+        raw_columns=(2, 7),
+    )
 
 
 def _fmt(value: float | None, unit: str = "") -> str:
@@ -221,7 +244,7 @@ def _repeat_stats(view: RunView) -> tuple[int, dict[str, dict[str, Any]]]:
 
 
 def _repeat_cell(stat: dict[str, Any] | None) -> str:
-    """"15.83 ± 0.92 (n=3)": the mean over repeats and its 95% CI half-width (Student's t)."""
+    """ "15.83 ± 0.92 (n=3)": the mean over repeats and its 95% CI half-width (Student's t)."""
     if not stat:
         return ""
     mean, half, n = stat.get("mean"), stat.get("ci95_half"), stat.get("n")
@@ -234,17 +257,26 @@ def metrics_table(view: RunView) -> str:
     if not view.metrics:
         return '<p class="note">no metrics.json in this run</p>'
     n, stats = _repeat_stats(view)
-    rows = [[name, (fmt_value(m.value, m.unit), "num"), unit_text(m.unit),
-             "" if m.stderr is None else _fmt(m.stderr), m.direction]
-            for name, m in view.metrics.items()]  # fmt: skip
+    rows = [
+        [
+            name,
+            (fmt_value(m.value, m.unit), "num"),
+            unit_text(m.unit),
+            "" if m.stderr is None else _fmt(m.stderr),
+            m.direction,
+        ]
+        for name, m in view.metrics.items()
+    ]
     headers = ["metric", "value", "unit", "stderr", "better"]
     if not stats:
         return table(headers, rows)
     for row, name in zip(rows, view.metrics, strict=True):
         row.insert(2, (_repeat_cell(stats.get(name)), "num"))
-    note = (f'<p class="note">{n} repeats: each metric\'s mean over the repeats ± the 95% '
-            "confidence half-width of the mean (Student's t, n - 1 degrees of freedom); "
-            "stderr is over the repeats</p>")  # fmt: skip
+    note = (
+        f'<p class="note">{n} repeats: each metric\'s mean over the repeats ± the 95% '
+        "confidence half-width of the mean (Student's t, n - 1 degrees of freedom); "
+        "stderr is over the repeats</p>"
+    )
     return note + table([*headers[:2], f"mean ± 95% CI ({n} repeats)", *headers[2:]], rows)
 
 
@@ -265,8 +297,7 @@ def _failures(view: RunView) -> str:
 def gpu_block(views: Sequence[RunView], figures: list[Figure], fig_id: str) -> str:
     fig = gpu_timeline(views, fig_id)
     if fig is None:
-        reasons = {str((v.typed.fact("gpu") or {}).get("reason") or "no gpu.csv")
-                   for v in views}  # fmt: skip
+        reasons = {str((v.typed.fact("gpu") or {}).get("reason") or "no gpu.csv") for v in views}
         return f'<p class="note">no GPU samples ({esc("; ".join(sorted(reasons)))})</p>'
     figures.append(fig)
     bad = sum(v.gpu.bad_rows for v in views)
@@ -274,8 +305,9 @@ def gpu_block(views: Sequence[RunView], figures: list[Figure], fig_id: str) -> s
     return figure_block(fig) + note
 
 
-def _accuracy_entry(baseline: Baseline | None, views: Sequence[RunView],
-                    model: str | None) -> AccuracyEntry | None:  # fmt: skip
+def _accuracy_entry(
+    baseline: Baseline | None, views: Sequence[RunView], model: str | None
+) -> AccuracyEntry | None:
     if not isinstance(baseline, list):
         return None
     config = (views[0].metrics_doc or {}).get("config") if views else None
@@ -290,18 +322,34 @@ def verdicts_block(view: RunView, baseline: Baseline | None, model: str | None) 
     if name is None and isinstance((view.metrics_doc or {}).get("config"), dict):
         name = (view.metrics_doc or {})["config"].get("model")
     verdicts = check(view.metrics, baseline, name)
-    rows = [[v.metric, (badge(v.status), ""), (_fmt(v.value), "num"), (_fmt(v.baseline), "num"),
-             (_fmt(v.threshold), "num"), _fmt(v.noise), v.message] for v in verdicts]
+    rows = [
+        [
+            v.metric,
+            (badge(v.status), ""),
+            (_fmt(v.value), "num"),
+            (_fmt(v.baseline), "num"),
+            (_fmt(v.threshold), "num"),
+            _fmt(v.noise),
+            v.message,
+        ]
+        for v in verdicts
+    ]
     return "<h3>Against the baseline</h3>" + table(
         ["metric", "verdict", "value", "baseline", "threshold", "noise (1 stderr)", "why"],
-        rows, raw_columns=(1,))  # fmt: skip
+        rows,
+        raw_columns=(1,),
+    )
 
 
-def eval_block(views: Sequence[RunView], baseline: Baseline | None, model: str | None,
-               figures: list[Figure]) -> str:  # fmt: skip
+def eval_block(
+    views: Sequence[RunView], baseline: Baseline | None, model: str | None, figures: list[Figure]
+) -> str:
     entry = _accuracy_entry(baseline, views, model)
-    fig = eval_figure(views, entry.accuracy_threshold if entry else None,
-                      entry.accuracy_baseline if entry else None)
+    fig = eval_figure(
+        views,
+        entry.accuracy_threshold if entry else None,
+        entry.accuracy_baseline if entry else None,
+    )
     if fig is None:
         return '<p class="note">no GSM8K scores in metrics.json</p>'
     figures.append(fig)
@@ -311,22 +359,30 @@ def eval_block(views: Sequence[RunView], baseline: Baseline | None, model: str |
             m = v.metrics.get(metric)
             if m is not None:
                 rows.append([v.label, metric, (_fmt(m.value), "num"), _fmt(m.stderr)])
-    note = ("" if entry else '<p class="note">no accuracy baseline given '
-            "(--baseline models_accuracy.json draws its threshold)</p>")
+    note = (
+        ""
+        if entry
+        else '<p class="note">no accuracy baseline given '
+        "(--baseline models_accuracy.json draws its threshold)</p>"
+    )
     return figure_block(fig) + note + table(["run", "metric", "score", "stderr"], rows)
 
 
 # -- the three kinds ---------------------------------------------------------------------------
 def _footer() -> str:
-    return (f"proctor {__version__}, report written "
-            f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}; self-contained, no network needed")
+    return (
+        f"proctor {__version__}, report written "
+        f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}; self-contained, no network needed"
+    )
 
 
-def run_report(view: RunView, baseline: Baseline | None = None,
-               model: str | None = None) -> Report:  # fmt: skip
+def run_report(view: RunView, baseline: Baseline | None = None, model: str | None = None) -> Report:
     figures: list[Figure] = []
-    blocks = [run_header(view, lead=headline_card(view)), "<h2>GPU memory</h2>",
-              gpu_block([view], figures, "gpu-memory")]
+    blocks = [
+        run_header(view, lead=headline_card(view)),
+        "<h2>GPU memory</h2>",
+        gpu_block([view], figures, "gpu-memory"),
+    ]
     blocks += telemetry_blocks(view, figures)
     if view.kind == "gsm8k":
         blocks += ["<h2>Evaluation</h2>", eval_block([view], baseline, model, figures)]
@@ -348,12 +404,34 @@ def run_report(view: RunView, baseline: Baseline | None = None,
 
 
 def sweep_summary_table(views: Sequence[RunView]) -> str:
-    cols = ["concurrency", "run", "req/s", "output tok/s", "total tok/s", "median TTFT ms",
-            "p99 TTFT ms", "median TPOT ms", "p99 TPOT ms", "median E2EL ms", "failed",
-            "J/token", "valid"]
-    names = ["request_throughput", "output_throughput", "total_token_throughput",
-             "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
-             "failed", "energy_per_output_token_j", "valid"]  # fmt: skip
+    cols = [
+        "concurrency",
+        "run",
+        "req/s",
+        "output tok/s",
+        "total tok/s",
+        "median TTFT ms",
+        "p99 TTFT ms",
+        "median TPOT ms",
+        "p99 TPOT ms",
+        "median E2EL ms",
+        "failed",
+        "J/token",
+        "valid",
+    ]
+    names = [
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "median_tpot_ms",
+        "p99_tpot_ms",
+        "median_e2el_ms",
+        "failed",
+        "energy_per_output_token_j",
+        "valid",
+    ]
     ordered = sorted(views, key=lambda v: concurrency_of(v) or 0.0)
     rows = []
     for v in ordered:
@@ -369,13 +447,17 @@ def sweep_summary_table(views: Sequence[RunView]) -> str:
     return table(cols, rows)
 
 
-def sweep_report(subjects: Sequence[Subject], baseline: Baseline | None = None,
-                 model: str | None = None) -> Report:  # fmt: skip
+def sweep_report(
+    subjects: Sequence[Subject], baseline: Baseline | None = None, model: str | None = None
+) -> Report:
     figures: list[Figure] = []
     everyone = [v for s in subjects for v in s.views]
     name = " vs ".join(s.label for s in subjects)
-    blocks = [f"<h1>Sweep {esc(name)}</h1>",
-              f'<p class="note">{len(everyone)} runs</p>', runs_table(everyone)]
+    blocks = [
+        f"<h1>Sweep {esc(name)}</h1>",
+        f'<p class="note">{len(everyone)} runs</p>',
+        runs_table(everyone),
+    ]
     sweeps = sweep_figures([Curve(s.label, s.views) for s in subjects])
     figures += sweeps
     blocks.append("<h2>Throughput and latency</h2>")
@@ -390,11 +472,16 @@ def sweep_report(subjects: Sequence[Subject], baseline: Baseline | None = None,
         blocks.append("<h2>Latency distributions, one curve per run</h2>")
         blocks += [figure_block(f) for f in cdfs]
     for i, s in enumerate(subjects):
-        blocks += [f"<h2>GPU memory: {esc(s.label)}</h2>",
-                   gpu_block(s.views, figures, f"gpu-memory-{i}")]
+        blocks += [
+            f"<h2>GPU memory: {esc(s.label)}</h2>",
+            gpu_block(s.views, figures, f"gpu-memory-{i}"),
+        ]
     blocks.append("<h2>Runs</h2>")
-    blocks += [f"<details><summary>{esc(v.label)}: {esc(verdict_of(v).text)}</summary>"
-               f"{run_header(v, 'h3')}</details>" for v in everyone]
+    blocks += [
+        f"<details><summary>{esc(v.label)}: {esc(verdict_of(v).text)}</summary>"
+        f"{run_header(v, 'h3')}</details>"
+        for v in everyone
+    ]
     title = f"proctor report: sweep {name}"
     html = render_page(title, blocks, figures, _footer())
     default = "sweep-" + "-vs-".join(s.label for s in subjects)
@@ -430,10 +517,12 @@ def _not_measurements(a: RunView, b: RunView) -> str:
         verdict: Verdict = verdict_of(view)
         if not verdict.ok:
             why = f": {verdict.why}" if verdict.why else ""
-            lines.append(f'<p class="warn">{badge(verdict.text, verdict.css)}{side} '
-                         f"({esc(view.run_id)}) is {esc(verdict.text)}{esc(why)}. Its numbers "
-                         "are not a valid measurement; read the changes below with that in "
-                         "mind.</p>")
+            lines.append(
+                f'<p class="warn">{badge(verdict.text, verdict.css)}{side} '
+                f"({esc(view.run_id)}) is {esc(verdict.text)}{esc(why)}. Its numbers "
+                "are not a valid measurement; read the changes below with that in "
+                "mind.</p>"
+            )
     return "".join(lines)
 
 
@@ -446,50 +535,78 @@ def compare_block(a: RunView, b: RunView, figures: list[Figure], index: int) -> 
         change = "n/a" if r.change is None else f"{r.change * 100:+.2f}%"
         noise = "n/a" if r.noise is None else _fmt(r.noise)
         css = "regression" if j.regression else j.verdict.split(" ")[0]
-        unit = (a.metrics.get(r.metric) or b.metrics.get(r.metric))
+        unit = a.metrics.get(r.metric) or b.metrics.get(r.metric)
         unit_name = unit.unit if unit is not None else ""
-        rows.append([r.metric, (fmt_value(r.a, unit_name), "num"),
-                     (fmt_value(r.b, unit_name), "num"), (change, "num"),
-                     (noise, "num"), r.direction, (badge(j.verdict, css), "")])
+        rows.append(
+            [
+                r.metric,
+                (fmt_value(r.a, unit_name), "num"),
+                (fmt_value(r.b, unit_name), "num"),
+                (change, "num"),
+                (noise, "num"),
+                r.direction,
+                (badge(j.verdict, css), ""),
+            ]
+        )
         if r.change is not None and r.direction != "none" and r.a:
             band = r.noise / abs(r.a) * 100 if r.noise is not None else None
             bars.append((r.metric, r.change * 100, band, j.regression))
     regressions = sum(j.regression for j in judged)
     warning = _not_measurements(a, b)
-    count = (badge(f"{regressions} regression(s)", "regression" if regressions else "ok")
-             if not warning else  # not a verdict on the software: amber, and says why
-             badge(f"{regressions} regression(s) between runs that are not both valid",
-                   "within_noise"))  # fmt: skip
-    head = (f"<h2>{esc(b.label)} against {esc(a.label)}</h2>{warning}<p>{count}"
-            "change = (B - A) / A; noise = one combined stderr where known</p>")
+    count = (
+        badge(f"{regressions} regression(s)", "regression" if regressions else "ok")
+        if not warning
+        # not a verdict on the software: amber, and says why
+        else badge(
+            f"{regressions} regression(s) between runs that are not both valid", "within_noise"
+        )
+    )
+    head = (
+        f"<h2>{esc(b.label)} against {esc(a.label)}</h2>{warning}<p>{count}"
+        "change = (B - A) / A; noise = one combined stderr where known</p>"
+    )
     fig = change_figure(bars, f"Change of {b.name} against {a.name}", f"compare-change-{index}")
     out = head
     if fig is not None:
         figures.append(fig)
         out += figure_block(fig)
-    return out + table(["metric", "A", "B", "change", "noise band", "better", "assessment"],
-                       rows, raw_columns=(6,))
+    return out + table(
+        ["metric", "A", "B", "change", "noise band", "better", "assessment"], rows, raw_columns=(6,)
+    )
 
 
-def compare_report(subjects: Sequence[Subject], baseline: Baseline | None = None,
-                   model: str | None = None) -> Report:  # fmt: skip
+def compare_report(
+    subjects: Sequence[Subject], baseline: Baseline | None = None, model: str | None = None
+) -> Report:
     if len(subjects) < 2:
         raise UsageError("--compare needs at least two runs or sweeps", hint="give A B [C ...]")
     if all(s.group for s in subjects):
         report = sweep_report(subjects, baseline, model)
-        return Report("compare", report.title, report.html, report.subjects, report.figures,
-                      "compare-" + report.default_name)
+        return Report(
+            "compare",
+            report.title,
+            report.html,
+            report.subjects,
+            report.figures,
+            "compare-" + report.default_name,
+        )
     if any(len(s.views) != 1 for s in subjects):
-        raise UsageError("--compare takes runs, or sweeps only",
-                         hint="give run ids, or only sweep (group) names")
+        raise UsageError(
+            "--compare takes runs, or sweeps only", hint="give run ids, or only sweep (group) names"
+        )
     views = [s.views[0] for s in subjects]
     figures: list[Figure] = []
     names = " vs ".join(v.run_id for v in views)
-    cards = [headline_card(v, f"{chr(65 + i) if i < 26 else i + 1}: {v.label}")
-             for i, v in enumerate(views)]  # A, B, C ...
-    blocks = [f"<h1>Comparison {esc(names)}</h1>", *cards,
-              '<p class="note">A is the first run; each later run is compared with it</p>',
-              runs_table(views)]
+    cards = [
+        headline_card(v, f"{chr(65 + i) if i < 26 else i + 1}: {v.label}")
+        for i, v in enumerate(views)
+    ]  # A, B, C ...
+    blocks = [
+        f"<h1>Comparison {esc(names)}</h1>",
+        *cards,
+        '<p class="note">A is the first run; each later run is compared with it</p>',
+        runs_table(views),
+    ]
     for i, b in enumerate(views[1:]):
         blocks.append(compare_block(views[0], b, figures, i))
     if any(v.kind == "gsm8k" for v in views):
@@ -500,23 +617,39 @@ def compare_report(subjects: Sequence[Subject], baseline: Baseline | None = None
         blocks.append("<h2>Latency distributions</h2>")
         blocks += [figure_block(f) for f in cdfs]
     for i, v in enumerate(views):
-        blocks += [f"<h2>GPU memory: {esc(v.label)}</h2>",
-                   gpu_block([v], figures, f"gpu-memory-{i}")]
+        blocks += [
+            f"<h2>GPU memory: {esc(v.label)}</h2>",
+            gpu_block([v], figures, f"gpu-memory-{i}"),
+        ]
     blocks.append("<h2>Runs</h2>")
-    blocks += [f"<details><summary>{esc(v.label)}</summary>{run_header(v, 'h3')}</details>"
-               for v in views]
+    blocks += [
+        f"<details><summary>{esc(v.label)}</summary>{run_header(v, 'h3')}</details>" for v in views
+    ]
     title = f"proctor report: compare {names}"
     html = render_page(title, blocks, figures, _footer())
-    return Report("compare", title, html, list(subjects), figures,
-                  "compare-" + "-".join(v.run_id for v in views))
+    return Report(
+        "compare",
+        title,
+        html,
+        list(subjects),
+        figures,
+        "compare-" + "-".join(v.run_id for v in views),
+    )
 
 
-def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = False,
-                 baseline: Baseline | None = None, model: str | None = None) -> Report:  # fmt: skip
+def build_report(
+    runs_dir: Path,
+    refs: Sequence[str],
+    *,
+    compare_runs: bool = False,
+    baseline: Baseline | None = None,
+    model: str | None = None,
+) -> Report:
     """The HTML report of one run, a sweep (a group), or two runs compared."""
     if not refs:
-        raise UsageError("nothing to report on",
-                         hint="give a run id, a sweep name, or --compare A B")
+        raise UsageError(
+            "nothing to report on", hint="give a run id, a sweep name, or --compare A B"
+        )
     if not compare_runs and len(refs) == 1:
         # A flow with listed workloads: one report for the whole flow.
         from proctor.report.flow import flow_report, is_flow_with_workloads
@@ -538,8 +671,9 @@ def build_report(runs_dir: Path, refs: Sequence[str], *, compare_runs: bool = Fa
     if compare_runs:
         return compare_report(subjects, baseline, model)
     if len(subjects) > 1:
-        raise UsageError("several runs given without --compare",
-                         hint="add --compare to put them side by side")
+        raise UsageError(
+            "several runs given without --compare", hint="add --compare to put them side by side"
+        )
     subject = subjects[0]
     if subject.group is not None:
         return sweep_report(subjects, baseline, model)
@@ -553,6 +687,7 @@ def write_report(report: Report, path: Path) -> Path:
         # The page's data was masked as it was loaded (load_run); its script must stay intact.
         write_atomic(path, report.html, mask=False)
     except OSError as error:
-        raise UsageError(f"cannot write {path}: {error.strerror}",
-                         hint="choose a writable path with -o") from None
+        raise UsageError(
+            f"cannot write {path}: {error.strerror}", hint="choose a writable path with -o"
+        ) from None
     return path

@@ -22,13 +22,17 @@ def cost_block(view: RunView) -> str:
         return '<p class="note">cost: not measured (the run was not on a priced machine)</p>'
     if not cost.get("available"):
         return f'<p class="note">cost: not measured ({esc(cost.get("reason"))})</p>'
-    rows = [["USD per million output tokens", _num(cost.get("usd_per_million_output_tokens"), 4)],
-            ["price (USD/hr)", f"{_num(cost.get('usd_per_hour'), 4)} ({cost.get('price_source')})"],
-            ["measured window (s)", _num(cost.get("window_s"), 1)],
-            ["output tokens", _num(cost.get("output_tokens"), 0)],
-            ["window cost (USD)", _num(cost.get("window_usd"), 6)],
-            ["run cost (USD)", f"{_num(cost.get('run_usd'), 6)} over "
-                               f"{_num(cost.get('run_wall_s'), 1)} s"]]  # fmt: skip
+    rows = [
+        ["USD per million output tokens", _num(cost.get("usd_per_million_output_tokens"), 4)],
+        ["price (USD/hr)", f"{_num(cost.get('usd_per_hour'), 4)} ({cost.get('price_source')})"],
+        ["measured window (s)", _num(cost.get("window_s"), 1)],
+        ["output tokens", _num(cost.get("output_tokens"), 0)],
+        ["window cost (USD)", _num(cost.get("window_usd"), 6)],
+        [
+            "run cost (USD)",
+            f"{_num(cost.get('run_usd'), 6)} over {_num(cost.get('run_wall_s'), 1)} s",
+        ],
+    ]
     return table(["", "value"], rows)
 
 

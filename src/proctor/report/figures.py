@@ -16,14 +16,26 @@ from proctor.report.load import Phase, RunView
 from proctor.report.series import LATENCY_KINDS, cdf_points, parse_time
 
 # Colour-blind-safe palette (Okabe-Ito), cycled per run or GPU.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
-           "#000000")  # fmt: skip
-PHASE_COLOURS = {"start": "#009E73", "ready": "#0072B2", "workload": "#E69F00",
-                 "workload end": "#E69F00", "drain": "#CC79A7", "drained": "#CC79A7",
-                 "stop": "#D55E00", "stop (time limit)": "#D55E00", "end": "#555555",
-                 "plateau": "#56B4E9", "drain-out": "#56B4E9"}  # fmt: skip
-KIND_TITLES = {"ttft": "Time to first token (TTFT)", "tpot": "Time per output token (TPOT)",
-               "itl": "Inter-token latency (ITL)", "e2el": "End-to-end latency (E2EL)"}  # fmt: skip
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+PHASE_COLOURS = {
+    "start": "#009E73",
+    "ready": "#0072B2",
+    "workload": "#E69F00",
+    "workload end": "#E69F00",
+    "drain": "#CC79A7",
+    "drained": "#CC79A7",
+    "stop": "#D55E00",
+    "stop (time limit)": "#D55E00",
+    "end": "#555555",
+    "plateau": "#56B4E9",
+    "drain-out": "#56B4E9",
+}
+KIND_TITLES = {
+    "ttft": "Time to first token (TTFT)",
+    "tpot": "Time per output token (TPOT)",
+    "itl": "Inter-token latency (ITL)",
+    "e2el": "End-to-end latency (E2EL)",
+}
 
 
 DEFAULT_HEIGHT = 430  # px, a figure that does not set layout.height
@@ -110,19 +122,29 @@ def gpu_timeline(views: Sequence[RunView], fig_id: str = "gpu-memory") -> Figure
             if several:
                 name += f" / {view.name}"
             total = f" of {trace.total_mib:.0f} MiB" if trace.total_mib else ""
-            data.append({
-                "type": "scatter", "mode": "lines+markers", "name": name,
-                "x": [p[0] for p in pairs], "y": [p[1] for p in pairs],
-                "line": {"color": colour(gpu_indexes.index(trace.index)), "width": 2},
-                "marker": {"size": 4}, "legendgroup": f"gpu{trace.index}",
-                "hovertemplate": f"%{{y:.0f}} MiB{total}<br>%{{x}}<extra>{name}</extra>",
-            })  # fmt: skip
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": name,
+                    "x": [p[0] for p in pairs],
+                    "y": [p[1] for p in pairs],
+                    "line": {"color": colour(gpu_indexes.index(trace.index)), "width": 2},
+                    "marker": {"size": 4},
+                    "legendgroup": f"gpu{trace.index}",
+                    "hovertemplate": f"%{{y:.0f}} MiB{total}<br>%{{x}}<extra>{name}</extra>",
+                }
+            )
     if not data:
         return None
     shapes, annotations = phase_marks([p for v in views for p in v.phases], zone, several)
-    layout = _layout("GPU memory used, per GPU, with the workflow's phases",
-                     f"time ({zone_name(zone)})", "memory used (MiB)",
-                     shapes=shapes, annotations=annotations)  # fmt: skip
+    layout = _layout(
+        "GPU memory used, per GPU, with the workflow's phases",
+        f"time ({zone_name(zone)})",
+        "memory used (MiB)",
+        shapes=shapes,
+        annotations=annotations,
+    )
     layout["xaxis"]["type"] = "date"
     layout["yaxis"]["rangemode"] = "tozero"
     return Figure(fig_id, "GPU memory timeline", data, layout)
@@ -133,11 +155,14 @@ def unix_axis_time(t: float, zone: timezone) -> str:
 
 
 _SERVER_LABELS = {
-    "num_requests_running": "running requests", "num_running_reqs": "running requests",
-    "num_requests_waiting": "waiting requests", "num_queue_reqs": "waiting requests",
-    "kv_cache_usage_perc": "KV cache used (%)", "gpu_cache_usage_perc": "KV cache used (%)",
+    "num_requests_running": "running requests",
+    "num_running_reqs": "running requests",
+    "num_requests_waiting": "waiting requests",
+    "num_queue_reqs": "waiting requests",
+    "kv_cache_usage_perc": "KV cache used (%)",
+    "gpu_cache_usage_perc": "KV cache used (%)",
     "token_usage": "KV cache used (%)",
-}  # fmt: skip
+}
 
 
 def _server_traces(views: Sequence[RunView], zone: timezone) -> list[dict[str, Any]]:
@@ -150,13 +175,23 @@ def _server_traces(views: Sequence[RunView], zone: timezone) -> list[dict[str, A
             percent = label.endswith("(%)")
             ys = [v * 100.0 if percent else v for v in trace.values]
             name = f"server: {label}" + (f" / {view.name}" if several else "")
-            data.append({
-                "type": "scatter", "mode": "lines", "name": name, "yaxis": "y3" if percent
-                else "y", "x": [unix_axis_time(t, zone) for t in trace.times], "y": ys,
-                "line": {"shape": "hv", "color": colour(i * 3 + j), "width": 2,
-                         "dash": "dot" if percent else "solid"},
-                "hovertemplate": f"%{{y:.1f}}<br>%{{x}}<extra>{name}</extra>",
-            })  # fmt: skip
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": name,
+                    "yaxis": "y3" if percent else "y",
+                    "x": [unix_axis_time(t, zone) for t in trace.times],
+                    "y": ys,
+                    "line": {
+                        "shape": "hv",
+                        "color": colour(i * 3 + j),
+                        "width": 2,
+                        "dash": "dot" if percent else "solid",
+                    },
+                    "hovertemplate": f"%{{y:.1f}}<br>%{{x}}<extra>{name}</extra>",
+                }
+            )
     return data
 
 
@@ -165,21 +200,32 @@ def _gpu_power_traces(views: Sequence[RunView], zone: timezone) -> list[dict[str
     several = len(views) > 1
     for view in views:
         for trace in view.gpu.traces:
-            for values, what, axis, dash in ((trace.power_w, "power (W)", "y2", "solid"),
-                                             (trace.util_pct, "utilisation (%)", "y4", "dash")):
-                pairs = [(axis_time(t, zone), v) for t, v in zip(trace.times, values, strict=True)
-                         if v is not None]  # fmt: skip
+            for values, what, axis, dash in (
+                (trace.power_w, "power (W)", "y2", "solid"),
+                (trace.util_pct, "utilisation (%)", "y4", "dash"),
+            ):
+                pairs = [
+                    (axis_time(t, zone), v)
+                    for t, v in zip(trace.times, values, strict=True)
+                    if v is not None
+                ]
                 pairs = [(x, v) for x, v in pairs if x is not None]
                 if not pairs:
                     continue
                 name = f"GPU {trace.index} {what}" + (f" / {view.name}" if several else "")
-                data.append({
-                    "type": "scatter", "mode": "lines+markers", "name": name, "yaxis": axis,
-                    "x": [p[0] for p in pairs], "y": [p[1] for p in pairs],
-                    "line": {"color": colour(4 + trace.index), "dash": dash},
-                    "marker": {"size": 3},
-                    "hovertemplate": f"%{{y:.0f}}<br>%{{x}}<extra>{name}</extra>",
-                })  # fmt: skip
+                data.append(
+                    {
+                        "type": "scatter",
+                        "mode": "lines+markers",
+                        "name": name,
+                        "yaxis": axis,
+                        "x": [p[0] for p in pairs],
+                        "y": [p[1] for p in pairs],
+                        "line": {"color": colour(4 + trace.index), "dash": dash},
+                        "marker": {"size": 3},
+                        "hovertemplate": f"%{{y:.0f}}<br>%{{x}}<extra>{name}</extra>",
+                    }
+                )
     return data
 
 
@@ -194,8 +240,14 @@ def timeline(views: Sequence[RunView], fig_id: str = "timeline") -> Figure | Non
         return None
     shapes, annotations = phase_marks([p for v in views for p in v.phases], zone, len(views) > 1)
     both = bool(server and gpu)
-    layout = _layout("Server and GPU over time", f"time ({zone_name(zone)})", "requests",
-                     shapes=shapes, annotations=annotations, height=560 if both else 430)
+    layout = _layout(
+        "Server and GPU over time",
+        f"time ({zone_name(zone)})",
+        "requests",
+        shapes=shapes,
+        annotations=annotations,
+        height=560 if both else 430,
+    )
     layout["xaxis"]["type"] = "date"
     if not server:  # the GPU's panel alone: it takes the primary axes
         gpu = [{**t, "yaxis": {"y2": "y", "y4": "y3"}[t["yaxis"]]} for t in gpu]
@@ -204,8 +256,12 @@ def timeline(views: Sequence[RunView], fig_id: str = "timeline") -> Figure | Non
     if both:
         layout["xaxis"]["anchor"] = "y2"  # the time axis under the lower panel
         layout["yaxis"]["domain"] = [0.55, 1.0]
-        layout["yaxis2"] = {"title": {"text": "GPU power (W)"}, "domain": [0.0, 0.45],
-                            "anchor": "x", "rangemode": "tozero"}  # fmt: skip
+        layout["yaxis2"] = {
+            "title": {"text": "GPU power (W)"},
+            "domain": [0.0, 0.45],
+            "anchor": "x",
+            "rangemode": "tozero",
+        }
     data = server + gpu
     for base, over in (("y", "y3"), ("y2", "y4")):
         if not any(t.get("yaxis", "y") == base for t in data):
@@ -217,11 +273,20 @@ def timeline(views: Sequence[RunView], fig_id: str = "timeline") -> Figure | Non
     used = {t.get("yaxis", "y") for t in data}
     for axis, over in (("y3", "y"), ("y4", "y2")):
         if axis in used:
-            layout[f"yaxis{axis[1:]}"] = {"title": {"text": "%"}, "overlaying": over,
-                                          "side": "right", "range": [0, 105], "showgrid": False}
-    note = ("top: the engine's requests (its /metrics); bottom: GPU board power" if both else
-            "the engine's requests (its /metrics); no GPU samples" if server else
-            "GPU board power; no scrape of the server's /metrics")
+            layout[f"yaxis{axis[1:]}"] = {
+                "title": {"text": "%"},
+                "overlaying": over,
+                "side": "right",
+                "range": [0, 105],
+                "showgrid": False,
+            }
+    note = (
+        "top: the engine's requests (its /metrics); bottom: GPU board power"
+        if both
+        else "the engine's requests (its /metrics); no GPU samples"
+        if server
+        else "GPU board power; no scrape of the server's /metrics"
+    )
     return Figure(fig_id, "Server and GPU timeline", data, layout, note)
 
 
@@ -235,13 +300,32 @@ def phase_marks(
         if x is None:
             continue
         col = PHASE_COLOURS.get(phase.name, "#777777")
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x,
-                       "y0": 0, "y1": 1, "line": {"color": col, "width": 1, "dash": "dot"}})
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": col, "width": 1, "dash": "dot"},
+            }
+        )
         label = phase.name + (f" {phase.run_id[-6:]}" if with_run and phase.run_id else "")
-        annotations.append({"x": x, "xref": "x", "yref": "paper", "y": 1 - 0.07 * (i % 4),
-                            "text": label, "showarrow": False, "xanchor": "left",
-                            "font": {"size": 10, "color": col},
-                            "hovertext": phase.detail or phase.name})  # fmt: skip
+        annotations.append(
+            {
+                "x": x,
+                "xref": "x",
+                "yref": "paper",
+                "y": 1 - 0.07 * (i % 4),
+                "text": label,
+                "showarrow": False,
+                "xanchor": "left",
+                "font": {"size": 10, "color": col},
+                "hovertext": phase.detail or phase.name,
+            }
+        )
     return shapes, annotations
 
 
@@ -279,15 +363,27 @@ def latency_cdfs(views: Sequence[RunView], prefix: str = "latency") -> list[Figu
                 if not xs:
                     continue
                 summary_only, mode, hover = True, "lines+markers", "%{x:.2f} ms at p%{y:.2f}"
-            data.append({"type": "scatter", "mode": mode, "name": view.label, "x": xs, "y": ps,
-                         "line": {"color": colour(i), "shape": "hv" if mode == "lines" else
-                                  "linear"}, "hovertemplate": hover + "<extra></extra>"})
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": mode,
+                    "name": view.label,
+                    "x": xs,
+                    "y": ps,
+                    "line": {"color": colour(i), "shape": "hv" if mode == "lines" else "linear"},
+                    "hovertemplate": hover + "<extra></extra>",
+                }
+            )
         if not data:
             continue
-        note = ("from the summary percentiles (run with --save-detailed for every request)"
-                if summary_only else "")
-        layout = _layout(f"{KIND_TITLES[kind]}: CDF", "ms", "fraction of requests",
-                         showlegend=len(views) > 1)  # fmt: skip
+        note = (
+            "from the summary percentiles (run with --save-detailed for every request)"
+            if summary_only
+            else ""
+        )
+        layout = _layout(
+            f"{KIND_TITLES[kind]}: CDF", "ms", "fraction of requests", showlegend=len(views) > 1
+        )
         layout["yaxis"]["range"] = [0, 1.02]
         figures.append(Figure(f"{prefix}-{kind}", KIND_TITLES[kind], data, layout, note))
     return figures
@@ -320,42 +416,77 @@ def sweep_figures(curves: Sequence[Curve]) -> list[Figure]:
     tput: list[dict[str, Any]] = []
     lat: list[dict[str, Any]] = []
     for i, curve in enumerate(curves):
-        points = sorted(((concurrency_of(v), v) for v in curve.views
-                         if concurrency_of(v) is not None), key=lambda p: p[0] or 0.0)
+        points = sorted(
+            ((concurrency_of(v), v) for v in curve.views if concurrency_of(v) is not None),
+            key=lambda p: p[0] or 0.0,
+        )
         if not points:
             continue
         cs = [p[0] for p in points]
         views = [p[1] for p in points]
         col = colour(i)
-        for metric, dash, what in (("output_throughput", "solid", "output"),
-                                   ("total_token_throughput", "dash", "total")):
+        for metric, dash, what in (
+            ("output_throughput", "solid", "output"),
+            ("total_token_throughput", "dash", "total"),
+        ):
             ys = [_value(v, metric) for v in views]
-            tput.append({"type": "scatter", "mode": "lines+markers", "x": cs, "y": ys,
-                         "name": f"{curve.label}: {what} tok/s", "line": {"color": col,
-                         "dash": dash}, "text": [v.run_id for v in views],
-                         "hovertemplate": "c=%{x}: %{y:.1f} tok/s<br>%{text}<extra></extra>"})
+            tput.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "x": cs,
+                    "y": ys,
+                    "name": f"{curve.label}: {what} tok/s",
+                    "line": {"color": col, "dash": dash},
+                    "text": [v.run_id for v in views],
+                    "hovertemplate": "c=%{x}: %{y:.1f} tok/s<br>%{text}<extra></extra>",
+                }
+            )
         xs = [_value(v, "output_throughput") for v in views]
-        for metric, dash, what in (("median_tpot_ms", "solid", "median TPOT"),
-                                   ("p99_tpot_ms", "dot", "p99 TPOT"),
-                                   ("median_ttft_ms", "dash", "median TTFT")):
+        for metric, dash, what in (
+            ("median_tpot_ms", "solid", "median TPOT"),
+            ("p99_tpot_ms", "dot", "p99 TPOT"),
+            ("median_ttft_ms", "dash", "median TTFT"),
+        ):
             ys = [_value(v, metric) for v in views]
             if all(y is None for y in ys):
                 continue
-            lat.append({"type": "scatter", "mode": "lines+markers", "x": xs, "y": ys,
-                        "name": f"{curve.label}: {what}", "line": {"color": col, "dash": dash},
-                        "text": [f"c={c:g}" for c in cs],
-                        "hovertemplate": "%{text}: %{y:.2f} ms at %{x:.1f} tok/s"
-                                         "<extra></extra>"})
+            lat.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "x": xs,
+                    "y": ys,
+                    "name": f"{curve.label}: {what}",
+                    "line": {"color": col, "dash": dash},
+                    "text": [f"c={c:g}" for c in cs],
+                    "hovertemplate": "%{text}: %{y:.2f} ms at %{x:.1f} tok/s<extra></extra>",
+                }
+            )
     figures: list[Figure] = []
     if tput:
-        figures.append(Figure("sweep-throughput", "Throughput against concurrency", tput,
-                              _layout("Throughput against concurrency", "max concurrency",
-                                      "tokens/s", xaxis={"title": {"text": "max concurrency"},
-                                                         "type": "log"})))
+        figures.append(
+            Figure(
+                "sweep-throughput",
+                "Throughput against concurrency",
+                tput,
+                _layout(
+                    "Throughput against concurrency",
+                    "max concurrency",
+                    "tokens/s",
+                    xaxis={"title": {"text": "max concurrency"}, "type": "log"},
+                ),
+            )
+        )
     if lat:
-        figures.append(Figure("sweep-latency", "Latency against throughput", lat,
-                              _layout("Latency against throughput", "output throughput (tok/s)",
-                                      "latency (ms)")))
+        figures.append(
+            Figure(
+                "sweep-latency",
+                "Latency against throughput",
+                lat,
+                _layout("Latency against throughput", "output throughput (tok/s)", "latency (ms)"),
+            )
+        )
     return figures
 
 
@@ -364,8 +495,12 @@ def eval_figure(
     views: Sequence[RunView], threshold: float | None, baseline: float | None
 ) -> Figure | None:
     data: list[dict[str, Any]] = []
-    for i, (metric, label) in enumerate((("gsm8k_exact_match_flexible", "flexible-extract"),
-                                         ("gsm8k_exact_match_strict", "strict-match"))):
+    for i, (metric, label) in enumerate(
+        (
+            ("gsm8k_exact_match_flexible", "flexible-extract"),
+            ("gsm8k_exact_match_strict", "strict-match"),
+        )
+    ):
         xs, ys, errs = [], [], []
         for view in views:
             m = view.metrics.get(metric)
@@ -375,11 +510,17 @@ def eval_figure(
             ys.append(m.value)
             errs.append(m.stderr or 0.0)
         if xs:
-            data.append({"type": "bar", "name": label, "x": xs, "y": ys,
-                         "error_y": {"type": "data", "array": errs, "visible": True},
-                         "marker": {"color": colour(i)},
-                         "hovertemplate": "%{y:.4f} ± %{error_y.array:.4f}<extra>" + label +
-                                          "</extra>"})  # fmt: skip
+            data.append(
+                {
+                    "type": "bar",
+                    "name": label,
+                    "x": xs,
+                    "y": ys,
+                    "error_y": {"type": "data", "array": errs, "visible": True},
+                    "marker": {"color": colour(i)},
+                    "hovertemplate": "%{y:.4f} ± %{error_y.array:.4f}<extra>" + label + "</extra>",
+                }
+            )
     if not data:
         return None
     shapes: list[dict[str, Any]] = []
@@ -387,13 +528,39 @@ def eval_figure(
     for value, text, dash in ((threshold, "threshold", "solid"), (baseline, "baseline", "dash")):
         if value is None:
             continue
-        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
-                       "y0": value, "y1": value, "line": {"color": "#D55E00", "dash": dash}})
-        annotations.append({"xref": "paper", "x": 1, "xanchor": "right", "y": value, "yref": "y",
-                            "text": f"{text} {value:.4f}", "showarrow": False,
-                            "yanchor": "bottom", "font": {"color": "#D55E00"}})
-    layout = _layout("GSM8K exact match (bars: ± one stderr)", "run", "exact match",
-                     barmode="group", shapes=shapes, annotations=annotations)  # fmt: skip
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "yref": "y",
+                "y0": value,
+                "y1": value,
+                "line": {"color": "#D55E00", "dash": dash},
+            }
+        )
+        annotations.append(
+            {
+                "xref": "paper",
+                "x": 1,
+                "xanchor": "right",
+                "y": value,
+                "yref": "y",
+                "text": f"{text} {value:.4f}",
+                "showarrow": False,
+                "yanchor": "bottom",
+                "font": {"color": "#D55E00"},
+            }
+        )
+    layout = _layout(
+        "GSM8K exact match (bars: ± one stderr)",
+        "run",
+        "exact match",
+        barmode="group",
+        shapes=shapes,
+        annotations=annotations,
+    )
     layout["yaxis"]["range"] = [0, 1.05]
     return Figure("eval-scores", "GSM8K scores", data, layout)
 
@@ -405,17 +572,21 @@ def change_figure(
     """rows: (metric, change in %, noise band in %, regression)."""
     if not rows:
         return None
-    data = [{
-        "type": "bar", "orientation": "h", "name": "change",
-        "y": [r[0] for r in rows], "x": [r[1] for r in rows],
-        "error_x": {"type": "data", "array": [r[2] or 0.0 for r in rows], "visible": True},
-        "marker": {"color": ["#D55E00" if r[3] else "#0072B2" for r in rows]},
-        "hovertemplate": "%{y}: %{x:+.2f}% (noise ± %{error_x.array:.2f}%)<extra></extra>",
-    }]  # fmt: skip
-    layout = _layout(title, "change (%)", "", height=max(300, 22 * len(rows) + 120),
-                     showlegend=False)  # fmt: skip
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": "change",
+            "y": [r[0] for r in rows],
+            "x": [r[1] for r in rows],
+            "error_x": {"type": "data", "array": [r[2] or 0.0 for r in rows], "visible": True},
+            "marker": {"color": ["#D55E00" if r[3] else "#0072B2" for r in rows]},
+            "hovertemplate": "%{y}: %{x:+.2f}% (noise ± %{error_x.array:.2f}%)<extra></extra>",
+        }
+    ]
+    layout = _layout(
+        title, "change (%)", "", height=max(300, 22 * len(rows) + 120), showlegend=False
+    )
     layout["yaxis"]["automargin"] = True
     layout["margin"]["l"] = 180
     return Figure(fig_id, title, data, layout)
-
-

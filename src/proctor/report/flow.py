@@ -41,17 +41,23 @@ def is_flow_with_workloads(record: RecordCore) -> TypeGuard[FlowRecord]:
 
 
 def flow_report(
-    runs_dir: Path, record: FlowRecord, baseline: Baseline | None = None,
+    runs_dir: Path,
+    record: FlowRecord,
+    baseline: Baseline | None = None,
     model: str | None = None,
-) -> Report:  # fmt: skip
+) -> Report:
     figures: list[Figure] = []
     flow_view = load_run(RunDir(runs_dir / record.run_id))
     views: list[RunView] = [flow_view]
     cards = [headline_card(flow_view, "the flow")]
     for row in record.workload_runs:  # each workload's verdict and numbers, before the detail
         if row.run_id and (runs_dir / row.run_id).is_dir():
-            cards.append(headline_card(load_run(RunDir(runs_dir / row.run_id)),
-                                       f"{row.index + 1}. {row.name} ({row.kind})"))
+            cards.append(
+                headline_card(
+                    load_run(RunDir(runs_dir / row.run_id)),
+                    f"{row.index + 1}. {row.name} ({row.kind})",
+                )
+            )
     blocks = [run_header(flow_view, lead="".join(cards))]
     server_id = record.server_run
     if server_id and (runs_dir / server_id).is_dir():
@@ -84,8 +90,7 @@ def flow_report(
         blocks.append(metrics_table(view))
     title = f"proctor report: flow {record.name or ''} ({record.run_id})"
     html = render_page(title, blocks, figures, _footer())
-    return Report("flow", title, html, [Subject(record.run_id, views)], figures,
-                  record.run_id)  # fmt: skip
+    return Report("flow", title, html, [Subject(record.run_id, views)], figures, record.run_id)
 
 
 def _workloads_table(loaded: list[tuple[FlowWorkloadRun, RunView | None]]) -> str:
@@ -94,11 +99,21 @@ def _workloads_table(loaded: list[tuple[FlowWorkloadRun, RunView | None]]) -> st
         code = row.exit_code
         # The workload run's verdict (a bench that exited 0 may be INVALID), else its exit.
         verdict = verdict_of(view) if view is not None else None
-        status, css = ((verdict.text, verdict.css) if verdict is not None else
-                       ("ok", "ok") if code == 0 else ("failed", "failed"))
-        cells: list[Any] = [str(row.index + 1), str(row.name), str(row.kind),
-                            str(row.run_id or "-"), (badge(status, css), ""),
-                            "-" if code is None else str(code)]  # fmt: skip
+        status, css = (
+            (verdict.text, verdict.css)
+            if verdict is not None
+            else ("ok", "ok")
+            if code == 0
+            else ("failed", "failed")
+        )
+        cells: list[Any] = [
+            str(row.index + 1),
+            str(row.name),
+            str(row.kind),
+            str(row.run_id or "-"),
+            (badge(status, css), ""),
+            "-" if code is None else str(code),
+        ]
         for _, metric in HEADLINE:
             m = view.metrics.get(metric) if view is not None else None
             cells.append((fmt_value(m.value, m.unit) if m else "", "num"))

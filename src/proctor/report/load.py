@@ -194,17 +194,30 @@ def phases_of(view: RunView) -> list[Phase]:
     if "workload" not in names and isinstance(doc.get("started_at"), str):
         phases.append(Phase("workload", doc["started_at"], "benchmark started", view.run_id))
         if isinstance(doc.get("finished_at"), str):
-            phases.append(Phase("workload end", doc["finished_at"], "benchmark finished",
-                                view.run_id))  # fmt: skip
+            phases.append(
+                Phase("workload end", doc["finished_at"], "benchmark finished", view.run_id)
+            )
     steady = doc.get("steady_state") if isinstance(doc.get("steady_state"), dict) else {}
     assert isinstance(steady, dict)
     if steady.get("found") and isinstance(steady.get("opens_at"), str):
         # Ramp-up ends and drain-out begins (workloads/loadgen/steady.py).
-        phases.append(Phase("plateau", steady["opens_at"], "steady state: in flight near its "
-                            "peak from here", view.run_id))  # fmt: skip
+        phases.append(
+            Phase(
+                "plateau",
+                steady["opens_at"],
+                "steady state: in flight near its peak from here",
+                view.run_id,
+            )
+        )
         if isinstance(steady.get("closes_at"), str):
-            phases.append(Phase("drain-out", steady["closes_at"], "steady state ends: the last "
-                                "requests finish", view.run_id))  # fmt: skip
+            phases.append(
+                Phase(
+                    "drain-out",
+                    steady["closes_at"],
+                    "steady state ends: the last requests finish",
+                    view.run_id,
+                )
+            )
     typed = view.typed
     if "start" not in names and typed.started_at:
         phases.append(Phase("start", typed.started_at, "", view.run_id))

@@ -22,9 +22,7 @@ _MEAN_OVER_REQUESTS = ("ttft", "tpot", "e2el")
 
 
 def _finite(value: Any) -> TypeGuard[float]:
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _gsm8k(doc: dict[str, Any]) -> MetricSet:
@@ -62,7 +60,7 @@ def _flat(doc: dict[str, Any]) -> MetricSet:
     units = doc.get("units") if isinstance(doc.get("units"), dict) else {}
     assert isinstance(units, dict)
     out: MetricSet = {}
-    for name, value in (raw.items() if isinstance(raw, dict) else []):
+    for name, value in raw.items() if isinstance(raw, dict) else []:
         unit = units.get(name)
         stderr = None
         if isinstance(value, dict):

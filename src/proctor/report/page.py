@@ -16,8 +16,10 @@ from typing import Any
 
 from proctor.report.figures import Figure
 
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-       "img-src data: blob:; font-src data:; connect-src 'none'")  # fmt: skip
+CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "img-src data: blob:; font-src data:; connect-src 'none'"
+)
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;
@@ -118,8 +120,12 @@ def mark(status: str) -> str:
 Cell = str | tuple[str, str]  # text, or (text, css class); text is escaped here
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], css: str = "",
-          raw_columns: Sequence[int] = ()) -> str:  # fmt: skip
+def table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    css: str = "",
+    raw_columns: Sequence[int] = (),
+) -> str:
     """An escaped table of Cells; columns in raw_columns hold HTML already built here."""
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     body: list[str] = []
@@ -133,8 +139,10 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], css: str = "",
         body.append("<tr>" + "".join(cells) + "</tr>")
     attr = f' class="{esc(css)}"' if css else ""
     # A table wider than the page scrolls inside its own box: the page never scrolls sideways.
-    return (f'<div class="wide"><table{attr}><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table></div>")
+    return (
+        f'<div class="wide"><table{attr}><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
 
 
 def kv_table(pairs: Sequence[tuple[str, str]], raw: bool = False) -> str:
@@ -145,8 +153,10 @@ def kv_table(pairs: Sequence[tuple[str, str]], raw: bool = False) -> str:
 def figure_block(fig: Figure) -> str:
     note = f'<p class="note">{esc(fig.note)}</p>' if fig.note else ""
     # The div is as tall as the figure: plotly draws into it, never over what follows.
-    return (f'<div class="plot" id="{esc(fig.id)}" data-title="{esc(fig.title)}" '
-            f'data-points="{fig.points}" style="height:{fig.height}px"></div>{note}')  # fmt: skip
+    return (
+        f'<div class="plot" id="{esc(fig.id)}" data-title="{esc(fig.title)}" '
+        f'data-points="{fig.points}" style="height:{fig.height}px"></div>{note}'
+    )
 
 
 def _page_layout(fig: Figure) -> dict[str, Any]:
@@ -159,18 +169,21 @@ def _page_layout(fig: Figure) -> dict[str, Any]:
     return layout
 
 
-def render_page(title: str, blocks: Sequence[str], figures: Sequence[Figure],
-                footer: str = "") -> str:  # fmt: skip
+def render_page(
+    title: str, blocks: Sequence[str], figures: Sequence[Figure], footer: str = ""
+) -> str:
     figs = [{"id": f.id, "data": f.data, "layout": _page_layout(f)} for f in figures]
-    return "".join([
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<link rel="icon" href="data:,">',
-        f"<title>{esc(title)}</title><style>{STYLE}</style>",
-        f"<script>{plotly_js()}</script></head>\n<body><main>",
-        *blocks,
-        f"<footer>{esc(footer)}</footer></main>\n",
-        f'<script type="application/json" id="proctor-figures">{script_json(figs)}</script>\n',
-        f"<script>{RENDER_JS}</script>\n</body></html>\n",
-    ])  # fmt: skip
+    return "".join(
+        [
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<link rel="icon" href="data:,">',
+            f"<title>{esc(title)}</title><style>{STYLE}</style>",
+            f"<script>{plotly_js()}</script></head>\n<body><main>",
+            *blocks,
+            f"<footer>{esc(footer)}</footer></main>\n",
+            f'<script type="application/json" id="proctor-figures">{script_json(figs)}</script>\n',
+            f"<script>{RENDER_JS}</script>\n</body></html>\n",
+        ]
+    )

@@ -113,9 +113,15 @@ def _cell(text: str | None) -> float | None:
 
 
 # server_metrics.csv series the report draws (the engine's queue and KV cache).
-SERVER_PLOTTED = ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                  "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                  "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
+SERVER_PLOTTED = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "sglang:token_usage",
+)
 MAX_SERVER_POINTS = 20000  # per series; rows are written on change, so this is hours of run
 
 

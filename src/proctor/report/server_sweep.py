@@ -42,13 +42,27 @@ def server_sweep_report(sweep: RunDir) -> Report:
     blocks += [figure_block(f) for f in figures] or ['<p class="note">no benchmark metrics</p>']
     title = f"proctor report: server sweep {group} ({sweep.run_id})"
     html = render_page(title, blocks, figures, _footer())
-    return Report("server-sweep", title, html, [Subject(group, [view], group=group)], figures,
-                  f"server-sweep-{group}")  # fmt: skip
+    return Report(
+        "server-sweep",
+        title,
+        html,
+        [Subject(group, [view], group=group)],
+        figures,
+        f"server-sweep-{group}",
+    )
 
 
 def _table(rows: list[dict[str, Any]], front: set[int]) -> str:
-    columns = ["server", "bench", *SUMMARY_METRICS, "tok/s/user", "tok/s/GPU", "exit", "Pareto",
-               "flow"]  # fmt: skip
+    columns = [
+        "server",
+        "bench",
+        *SUMMARY_METRICS,
+        "tok/s/user",
+        "tok/s/GPU",
+        "exit",
+        "Pareto",
+        "flow",
+    ]
     body = []
     for i, r in enumerate(rows):
         m = r.get("metrics") or {}
@@ -68,32 +82,66 @@ def _figures(rows: list[dict[str, Any]], front: list[int]) -> list[Figure]:
     lines = []
     for i, (name, members) in enumerate(by_server.items()):
         pts = [r for r in members if "p99_tpot_ms" in r["metrics"]]
-        lines.append({"type": "scatter", "mode": "lines+markers", "name": name,
-                      "x": [r["metrics"]["p99_tpot_ms"] for r in pts],
-                      "y": [r["metrics"].get("output_throughput") for r in pts],
-                      "text": [point_key(r["bench"]) for r in pts],
-                      "line": {"color": colour(i)},
-                      "hovertemplate": "%{text}: %{y:.1f} tok/s at %{x:.2f} ms<extra></extra>"})
+        lines.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": name,
+                "x": [r["metrics"]["p99_tpot_ms"] for r in pts],
+                "y": [r["metrics"].get("output_throughput") for r in pts],
+                "text": [point_key(r["bench"]) for r in pts],
+                "line": {"color": colour(i)},
+                "hovertemplate": "%{text}: %{y:.1f} tok/s at %{x:.2f} ms<extra></extra>",
+            }
+        )
     figures = []
     if lines:
-        figures.append(Figure("server-sweep-throughput-latency", "Throughput against latency",
-                              lines, _layout("Throughput against latency", "p99 TPOT (ms)",
-                                             "output tokens/s")))  # fmt: skip
+        figures.append(
+            Figure(
+                "server-sweep-throughput-latency",
+                "Throughput against latency",
+                lines,
+                _layout("Throughput against latency", "p99 TPOT (ms)", "output tokens/s"),
+            )
+        )
     scored = [r for r in ok if r.get("tok_s_per_user") and r.get("tok_s_per_gpu")]
     if scored:
         best = [rows[i] for i in front]
         label = [point_key({**r["server"], **r["bench"]}) for r in scored]
-        data = [{"type": "scatter", "mode": "markers", "name": "points", "text": label,
-                 "x": [r["tok_s_per_user"] for r in scored],
-                 "y": [r["tok_s_per_gpu"] for r in scored], "marker": {"color": "#999999"},
-                 "hovertemplate": "%{text}<extra></extra>"},
-                {"type": "scatter", "mode": "lines+markers", "name": "Pareto front",
-                 "x": [r["tok_s_per_user"] for r in best], "y": [r["tok_s_per_gpu"] for r in best],
-                 "text": [point_key({**r["server"], **r["bench"]}) for r in best],
-                 "line": {"color": "#D55E00"}, "hovertemplate": "%{text}<extra></extra>"}]
-        figures.append(Figure("server-sweep-pareto", "Pareto front", data,
-                              _layout("Pareto front", "tokens/s per user (1000 / median TPOT)",
-                                      "output tokens/s per GPU")))  # fmt: skip
+        data = [
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "points",
+                "text": label,
+                "x": [r["tok_s_per_user"] for r in scored],
+                "y": [r["tok_s_per_gpu"] for r in scored],
+                "marker": {"color": "#999999"},
+                "hovertemplate": "%{text}<extra></extra>",
+            },
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": "Pareto front",
+                "x": [r["tok_s_per_user"] for r in best],
+                "y": [r["tok_s_per_gpu"] for r in best],
+                "text": [point_key({**r["server"], **r["bench"]}) for r in best],
+                "line": {"color": "#D55E00"},
+                "hovertemplate": "%{text}<extra></extra>",
+            },
+        ]
+        figures.append(
+            Figure(
+                "server-sweep-pareto",
+                "Pareto front",
+                data,
+                _layout(
+                    "Pareto front",
+                    "tokens/s per user (1000 / median TPOT)",
+                    "output tokens/s per GPU",
+                ),
+            )
+        )
     return figures
 
 

@@ -24,8 +24,10 @@ def validity_block(doc: dict[str, Any]) -> str:
     verdict = str(validity.get("verdict"))
     head = f"<p>{badge(verdict, 'ok' if verdict == 'VALID' else 'fail')}</p>"
     checks = (validity.get("checks") or {}).items()
-    rows = [[name, ("ok", "ok") if c.get("ok") else ("fail", "fail"), str(c.get("detail"))]
-            for name, c in checks]
+    rows = [
+        [name, ("ok", "ok") if c.get("ok") else ("fail", "fail"), str(c.get("detail"))]
+        for name, c in checks
+    ]
     return head + table(["check", "result", "detail"], rows)
 
 
@@ -47,23 +49,40 @@ def server_block(doc: dict[str, Any]) -> str:
 
     percentiles = stats.get("percentiles") or {}
     rows: list[list[Any]] = [
-        ["generated tokens", _num(server.get("generation_tokens"), digits=0),
-         _num((doc.get("metrics") or {}).get("total_output_tokens"), digits=0), agree(tokens)],
+        [
+            "generated tokens",
+            _num(server.get("generation_tokens"), digits=0),
+            _num((doc.get("metrics") or {}).get("total_output_tokens"), digits=0),
+            agree(tokens),
+        ],
         ["mean TTFT (ms)", _num(ttft.get("mean")), _num(stats.get("mean")), agree(mean)],
         ["median TTFT (ms)", _num(ttft.get("p50")), _num(stats.get("median")), ""],
-        ["p99 TTFT (ms)", _num(ttft.get("p99")), _num(percentiles.get("99.0",
-                                                               percentiles.get("99"))), ""],
-        ["requests", _num(ttft.get("count"), digits=0),
-         _num((doc.get("metrics") or {}).get("completed"), digits=0), ""],
-    ]  # fmt: skip
-    extra = [f"{key.replace('_', ' ')}: {_num(server.get(key))}"
-             for key in ("running_max", "waiting_max", "kv_cache_usage_max") if key in server]
+        [
+            "p99 TTFT (ms)",
+            _num(ttft.get("p99")),
+            _num(percentiles.get("99.0", percentiles.get("99"))),
+            "",
+        ],
+        [
+            "requests",
+            _num(ttft.get("count"), digits=0),
+            _num((doc.get("metrics") or {}).get("completed"), digits=0),
+            "",
+        ],
+    ]
+    extra = [
+        f"{key.replace('_', ' ')}: {_num(server.get(key))}"
+        for key in ("running_max", "waiting_max", "kv_cache_usage_max")
+        if key in server
+    ]
     cache = server.get("prefix_cache")
     if isinstance(cache, dict) and cache.get("hit_rate") is not None:
         extra.append(f"prefix-cache hit rate: {cache['hit_rate']:.1%}")
-    note = (f'<p class="note">{esc(server.get("engine"))}, {esc(server.get("scrapes"))} scrapes '
-            f'of {esc(server.get("url"))}; {esc("; ".join(extra))}. Server percentiles are '
-            "interpolated within its histogram buckets.</p>")
+    note = (
+        f'<p class="note">{esc(server.get("engine"))}, {esc(server.get("scrapes"))} scrapes '
+        f"of {esc(server.get('url'))}; {esc('; '.join(extra))}. Server percentiles are "
+        "interpolated within its histogram buckets.</p>"
+    )
     return table(["", "server", "client", ""], rows) + note
 
 
@@ -73,13 +92,17 @@ def energy_block(doc: dict[str, Any]) -> str:
         return '<p class="note">no energy figures in metrics.json</p>'
     if not energy.get("available"):
         return f'<p class="note">energy: not measured ({esc(energy.get("reason"))})</p>'
-    rows = [["energy per output token", _num(energy.get("j_per_output_token"), "J", 4)],
-            ["gross (idle included)", _num(energy.get("gross_j_per_output_token"), "J", 4)],
-            ["mean GPU power", _num(energy.get("mean_power_w"), "W", 1)],
-            ["idle GPU power", f"{_num(energy.get('idle_power_w'), 'W', 1)} "
-                               f"({energy.get('idle_source')})"],
-            ["window", _num(energy.get("window_s"), "s", 1)],
-            ["GPUs", str(energy.get("gpus"))]]  # fmt: skip
+    rows = [
+        ["energy per output token", _num(energy.get("j_per_output_token"), "J", 4)],
+        ["gross (idle included)", _num(energy.get("gross_j_per_output_token"), "J", 4)],
+        ["mean GPU power", _num(energy.get("mean_power_w"), "W", 1)],
+        [
+            "idle GPU power",
+            f"{_num(energy.get('idle_power_w'), 'W', 1)} ({energy.get('idle_source')})",
+        ],
+        ["window", _num(energy.get("window_s"), "s", 1)],
+        ["GPUs", str(energy.get("gpus"))],
+    ]
     return table(["", "value"], rows)
 
 
@@ -92,7 +115,12 @@ def telemetry_blocks(view: RunView, figures: list[Figure]) -> list[str]:
         blocks += ["<h2>Server and GPU over time</h2>", figure_block(fig)]
     doc = view.metrics_doc or {}
     if view.kind == "bench":
-        blocks += ["<h2>Validity</h2>", validity_block(doc),
-                   "<h2>Server against client</h2>", server_block(doc),
-                   "<h2>Energy</h2>", energy_block(doc)]  # fmt: skip
+        blocks += [
+            "<h2>Validity</h2>",
+            validity_block(doc),
+            "<h2>Server against client</h2>",
+            server_block(doc),
+            "<h2>Energy</h2>",
+            energy_block(doc),
+        ]
     return blocks

@@ -1,9 +1,9 @@
 """proctor.results: parse results from anywhere, check them against baselines.
 
-    parse_path(path) -> ParsedResult           auto-detects the format
-    load_baseline(path) -> Baseline            ATOM models_accuracy.json or a perf baseline
-    check(metrics, baseline, model) -> [Verdict]
-    compare(a, b) -> [CompareRow]
+parse_path(path) -> ParsedResult           auto-detects the format
+load_baseline(path) -> Baseline            ATOM models_accuracy.json or a perf baseline
+check(metrics, baseline, model) -> [Verdict]
+compare(a, b) -> [CompareRow]
 """
 
 from proctor.results.baselines import (

@@ -129,32 +129,44 @@ def load_baseline(path: str | Path) -> Baseline:
     except UsageError as e:
         raise ConfigError(f"baseline {p}: {e.message}", hint="check the path") from None
     if read.cut:
-        raise ConfigError(f"baseline {p} is not a baseline file: {read.cut}",
-                          hint="give the baseline TOML or JSON file")
+        raise ConfigError(
+            f"baseline {p} is not a baseline file: {read.cut}",
+            hint="give the baseline TOML or JSON file",
+        )
     raw = read.data
     try:
-        data: Any = (tomllib.loads(raw.decode()) if p.suffix == ".toml"
-                     else json.loads(raw, object_pairs_hook=_no_duplicates))
+        data: Any = (
+            tomllib.loads(raw.decode())
+            if p.suffix == ".toml"
+            else json.loads(raw, object_pairs_hook=_no_duplicates)
+        )
     except _Duplicate as e:
         raise ConfigError(f"{p}: {e} named twice", hint="keep one of them") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}",
-                          hint="fix the baseline file") from e
+        raise ConfigError(
+            f"{p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}",
+            hint="fix the baseline file",
+        ) from e
     if data == [] or (isinstance(data, dict) and data.get("metrics") == {}):
         what = "no model entry" if data == [] else "names no metric"
-        raise ConfigError(f"{p}: {what}: nothing to check, so no verdict",
-                          hint="see docs/bench.md for the baseline format")
+        raise ConfigError(
+            f"{p}: {what}: nothing to check, so no verdict",
+            hint="see docs/bench.md for the baseline format",
+        )
     try:
         if isinstance(data, list):
             return [AccuracyEntry.model_validate(x) for x in data]
         if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
-            metrics = {k: (v if isinstance(v, dict) else {"value": v})
-                       for k, v in data["metrics"].items()}
+            metrics = {
+                k: (v if isinstance(v, dict) else {"value": v}) for k, v in data["metrics"].items()
+            }
             return PerfBaseline.model_validate({**data, "metrics": metrics})
     except ValidationError as e:
         raise _err(p, e) from e
-    raise ConfigError(f"{p}: neither an ATOM models_accuracy.json array nor a [metrics] table",
-                      hint="see docs/bench.md for the baseline format")
+    raise ConfigError(
+        f"{p}: neither an ATOM models_accuracy.json array nor a [metrics] table",
+        hint="see docs/bench.md for the baseline format",
+    )
 
 
 class _Duplicate(ValueError):
@@ -184,31 +196,57 @@ def check_metric(name: str, metric: Metric | None, spec: MetricBaseline) -> Verd
     info = metric_info(name)
     direction: Direction = spec.direction or info.direction
     if metric is None or not math.isfinite(metric.value):
-        said = ("not in the result" if metric is None
-                else f"{metric.value} in the result: not a number")
-        return Verdict(metric=name, status="missing", baseline=spec.value, direction=direction,
-                       message=said)
+        said = (
+            "not in the result" if metric is None else f"{metric.value} in the result: not a number"
+        )
+        return Verdict(
+            metric=name, status="missing", baseline=spec.value, direction=direction, message=said
+        )
     v, b = metric.value, spec.value
     noise = _noise(spec.stderr, metric.stderr)
     change = (v - b) / abs(b) if b else None
     measured = _measured_noise(spec.stderr, spec.n, metric)
     if direction == "none":
-        return Verdict(metric=name, status="pass", value=v, baseline=b, change=change,
-                       noise=noise, direction=direction, message="informational (no direction)")
+        return Verdict(
+            metric=name,
+            status="pass",
+            value=v,
+            baseline=b,
+            change=change,
+            noise=noise,
+            direction=direction,
+            message="informational (no direction)",
+        )
     tol = spec.tolerance if spec.tolerance is not None else DEFAULT_TOLERANCE[direction]
     worse_by = (b - v) if direction == "higher" else (v - b)  # > 0 means worse
     worse_frac = worse_by / abs(b) if b else (math.inf if worse_by > 0 else 0.0)
     if measured is not None:
-        base = Verdict(metric=name, status="pass", value=v, baseline=b, change=change,
-                       noise=measured, direction=direction, method="ci95")
+        base = Verdict(
+            metric=name,
+            status="pass",
+            value=v,
+            baseline=b,
+            change=change,
+            noise=measured,
+            direction=direction,
+            method="ci95",
+        )
         if worse_by <= 0:
             return _with(base, "pass", "at or better than the baseline")
         ci = f"95% CI of the difference ±{measured:.4g}, n={spec.n}/{metric.n}"
         if worse_by <= measured:
             return _with(base, "within_noise", f"worse by {worse_frac:.1%}, inside the {ci}")
         return _with(base, "regression", f"worse by {worse_frac:.1%}, beyond the {ci}")
-    base = Verdict(metric=name, status="pass", value=v, baseline=b, change=change,
-                   tolerance=tol, noise=noise, direction=direction)
+    base = Verdict(
+        metric=name,
+        status="pass",
+        value=v,
+        baseline=b,
+        change=change,
+        tolerance=tol,
+        noise=noise,
+        direction=direction,
+    )
     if worse_by <= 0:
         return _with(base, "pass", "at or better than the baseline")
     if noise is not None and worse_by <= noise:
@@ -235,15 +273,15 @@ def find_entry(entries: list[AccuracyEntry], model: str) -> AccuracyEntry | None
     for e in entries:
         names = {e.model_name.lower()}
         if e.model_path:
-            names |= {e.model_path.rstrip("/").lower(),
-                      Path(e.model_path.rstrip("/")).name.lower()}
+            names |= {e.model_path.rstrip("/").lower(), Path(e.model_path.rstrip("/")).name.lower()}
         if want in names or Path(want).name in names:
             return e
     return None
 
 
-def select_entry(entries: list[AccuracyEntry], model: str | None,
-                 explicit: bool = False) -> AccuracyEntry:
+def select_entry(
+    entries: list[AccuracyEntry], model: str | None, explicit: bool = False
+) -> AccuracyEntry:
     """The entry for `model`; else the only entry, unless the model was named by the user
     (`explicit`: --model), who then gets no other model's threshold."""
     found = find_entry(entries, model) if model else None
@@ -252,9 +290,12 @@ def select_entry(entries: list[AccuracyEntry], model: str | None,
     if len(entries) == 1 and not explicit:
         return entries[0]
     known = ", ".join(e.model_name for e in entries[:8])
-    raise ConfigError(f"no baseline entry for model {model!r}" if model
-                      else "the baseline file has several models",
-                      hint=f"pass --model, one of: {known}")
+    raise ConfigError(
+        f"no baseline entry for model {model!r}"
+        if model
+        else "the baseline file has several models",
+        hint=f"pass --model, one of: {known}",
+    )
 
 
 def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Verdict]:
@@ -263,13 +304,29 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
     m = m if m is not None and math.isfinite(m.value) else None
     t, b = entry.accuracy_threshold, entry.accuracy_baseline
     if m is None:
-        out.append(Verdict(metric=ACCURACY_METRIC, status="missing", baseline=b, threshold=t,
-                           direction="higher", message="not in the result"))
+        out.append(
+            Verdict(
+                metric=ACCURACY_METRIC,
+                status="missing",
+                baseline=b,
+                threshold=t,
+                direction="higher",
+                message="not in the result",
+            )
+        )
     else:
         v, s = m.value, m.stderr
         ref = b if b is not None else t
-        base = Verdict(metric=ACCURACY_METRIC, status="pass", value=v, baseline=b, threshold=t,
-                       noise=s, change=(v - ref) / ref if ref else None, direction="higher")
+        base = Verdict(
+            metric=ACCURACY_METRIC,
+            status="pass",
+            value=v,
+            baseline=b,
+            threshold=t,
+            noise=s,
+            change=(v - ref) / ref if ref else None,
+            direction="higher",
+        )
         if v >= ref:
             out.append(_with(base, "pass", "at or above the baseline"))
         elif s is not None and ref - v <= s:
@@ -283,23 +340,42 @@ def check_accuracy(metrics: dict[str, Metric], entry: AccuracyEntry) -> list[Ver
         mtp = metrics.get(MTP_METRIC) or metrics.get("spec_acceptance_rate")
         t2 = entry.mtp_accept_threshold
         if mtp is None or not math.isfinite(mtp.value):
-            out.append(Verdict(metric=MTP_METRIC, status="missing", threshold=t2,
-                               direction="higher", message="not in the result"))
+            out.append(
+                Verdict(
+                    metric=MTP_METRIC,
+                    status="missing",
+                    threshold=t2,
+                    direction="higher",
+                    message="not in the result",
+                )
+            )
         else:
             # vLLM prints `Acceptance rate (%)` (spec_acceptance_rate): always a percentage, so
             # 0.8 is 0.8 %, not 80 %; mtp_acceptance_rate may be either (over 1: a percentage).
             percent = mtp.name == "spec_acceptance_rate" or mtp.value > 1.0
             v2 = mtp.value / 100.0 if percent else mtp.value
             ok = v2 >= t2
-            out.append(Verdict(metric=MTP_METRIC, status="pass" if ok else "regression",
-                               value=v2, threshold=t2, direction="higher",
-                               message="" if ok else f"{v2:.3f} < {t2:.3f}"))
+            out.append(
+                Verdict(
+                    metric=MTP_METRIC,
+                    status="pass" if ok else "regression",
+                    value=v2,
+                    threshold=t2,
+                    direction="higher",
+                    message="" if ok else f"{v2:.3f} < {t2:.3f}",
+                )
+            )
     return out
 
 
-def check(metrics: dict[str, Metric], baseline: Baseline, model: str | None = None,
-          not_numbers: dict[str, str] | None = None, *, explicit: bool = False
-          ) -> list[Verdict]:
+def check(
+    metrics: dict[str, Metric],
+    baseline: Baseline,
+    model: str | None = None,
+    not_numbers: dict[str, str] | None = None,
+    *,
+    explicit: bool = False,
+) -> list[Verdict]:
     """Verdicts of `metrics` against a baseline: pass, within noise, regression, missing.
     `not_numbers` (a parsed result's meta) names metrics the result gave as nan, inf or text:
     missing, and the verdict says what the result held instead."""
@@ -321,8 +397,9 @@ class CompareRow(BaseModel):
     delta: float | None = None
     noise: float | None = None
     direction: Direction = "none"
-    assessment: Literal["better", "worse", "same", "within_noise", "only_a", "only_b",
-                        "changed"] = "same"
+    assessment: Literal[
+        "better", "worse", "same", "within_noise", "only_a", "only_b", "changed"
+    ] = "same"
     # "ci95": noise is the 95% CI half-width of the difference (repeats on both sides);
     # "stderr": one combined stderr; "none": no noise known.
     method: Literal["ci95", "stderr", "none"] = "none"
@@ -335,9 +412,15 @@ def compare(a: dict[str, Metric], b: dict[str, Metric]) -> list[CompareRow]:
         ma, mb = a.get(name), b.get(name)
         direction = (ma or mb).direction if (ma or mb) else "none"  # type: ignore[union-attr]
         if ma is None or mb is None:
-            rows.append(CompareRow(metric=name, a=ma.value if ma else None,
-                                   b=mb.value if mb else None, direction=direction,
-                                   assessment="only_a" if mb is None else "only_b"))
+            rows.append(
+                CompareRow(
+                    metric=name,
+                    a=ma.value if ma else None,
+                    b=mb.value if mb else None,
+                    direction=direction,
+                    assessment="only_a" if mb is None else "only_b",
+                )
+            )
             continue
         delta = mb.value - ma.value
         noise = _measured_noise(ma.stderr, ma.n, mb)
@@ -345,9 +428,16 @@ def compare(a: dict[str, Metric], b: dict[str, Metric]) -> list[CompareRow]:
         if noise is None:
             noise = _noise(ma.stderr, mb.stderr)
             method = "stderr" if noise is not None else "none"
-        row = CompareRow(metric=name, a=ma.value, b=mb.value, delta=delta, noise=noise,
-                         change=delta / abs(ma.value) if ma.value else None,
-                         direction=direction, method=method)
+        row = CompareRow(
+            metric=name,
+            a=ma.value,
+            b=mb.value,
+            delta=delta,
+            noise=noise,
+            change=delta / abs(ma.value) if ma.value else None,
+            direction=direction,
+            method=method,
+        )
         if delta == 0:
             row.assessment = "same"
         elif noise is not None and abs(delta) <= noise:

@@ -29,15 +29,24 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def cost_of(doc: dict[str, Any] | None, usd_per_hour: float | None,
-            run_wall_s: float | None = None, *, source: str = "") -> dict[str, Any]:  # fmt: skip
+def cost_of(
+    doc: dict[str, Any] | None,
+    usd_per_hour: float | None,
+    run_wall_s: float | None = None,
+    *,
+    source: str = "",
+) -> dict[str, Any]:
     """The cost section of one run: measured, or `{"available": False, "reason": ...}`."""
     metrics = (doc or {}).get("metrics") or {}
     window_s = _number(metrics.get("duration"))
     tokens = _number(metrics.get("total_output_tokens"))
-    out: dict[str, Any] = {"usd_per_hour": usd_per_hour, "price_source": source,
-                           "window_s": window_s, "output_tokens": tokens,
-                           "run_wall_s": run_wall_s}  # fmt: skip
+    out: dict[str, Any] = {
+        "usd_per_hour": usd_per_hour,
+        "price_source": source,
+        "window_s": window_s,
+        "output_tokens": tokens,
+        "run_wall_s": run_wall_s,
+    }
     reason = None
     if usd_per_hour is None:
         reason = "the machine's price is unknown (no costPerHr)"
@@ -51,8 +60,12 @@ def cost_of(doc: dict[str, Any] | None, usd_per_hour: float | None,
         return {"available": False, "reason": reason, **out}
     assert usd_per_hour is not None and window_s is not None and tokens is not None
     window_usd = usd_per_hour * window_s / 3600.0
-    return {"available": True, **out, "window_usd": round(window_usd, 6),
-            "usd_per_million_output_tokens": round(window_usd / tokens * 1e6, 6)}  # fmt: skip
+    return {
+        "available": True,
+        **out,
+        "window_usd": round(window_usd, 6),
+        "usd_per_million_output_tokens": round(window_usd / tokens * 1e6, 6),
+    }
 
 
 def read_cost(run_dir: Path) -> dict[str, Any] | None:
@@ -66,8 +79,10 @@ def read_cost(run_dir: Path) -> dict[str, Any] | None:
 def cost_metrics(run_dir: Path) -> dict[str, float]:
     """The indexed cost metrics of a run directory (none when the price was unknown)."""
     cost = read_cost(run_dir) or {}
-    values = {"usd_per_million_output_tokens": _number(cost.get("usd_per_million_output_tokens")),
-              "run_cost_usd": _number(cost.get("run_usd"))}  # fmt: skip
+    values = {
+        "usd_per_million_output_tokens": _number(cost.get("usd_per_million_output_tokens")),
+        "run_cost_usd": _number(cost.get("run_usd")),
+    }
     return {name: value for name, value in values.items() if value is not None}
 
 
@@ -75,12 +90,24 @@ def format_cost(cost: dict[str, Any]) -> str:
     """One line: `Cost: $1.2345 per million output tokens (...)` or `Cost: not measured (...)`."""
     if not cost.get("available"):
         return f"Cost: not measured ({cost.get('reason')})"
-    run = (f", run ${cost['run_usd']:.4f} over {cost['run_wall_s']:.3g} s"
-           if cost.get("run_usd") is not None and cost.get("run_wall_s") is not None else "")
-    return (f"Cost: ${cost['usd_per_million_output_tokens']:.4f} per million output tokens "
-            f"(${cost['usd_per_hour']:g}/hr, {cost['output_tokens']:.0f} tokens over "
-            f"{cost['window_s']:.3g} s{run})")
+    run = (
+        f", run ${cost['run_usd']:.4f} over {cost['run_wall_s']:.3g} s"
+        if cost.get("run_usd") is not None and cost.get("run_wall_s") is not None
+        else ""
+    )
+    return (
+        f"Cost: ${cost['usd_per_million_output_tokens']:.4f} per million output tokens "
+        f"(${cost['usd_per_hour']:g}/hr, {cost['output_tokens']:.0f} tokens over "
+        f"{cost['window_s']:.3g} s{run})"
+    )
 
 
-__all__ = ["BENCH_SCHEMA", "COST_FILE", "COST_UNITS", "cost_metrics", "cost_of", "format_cost",
-           "read_cost"]
+__all__ = [
+    "BENCH_SCHEMA",
+    "COST_FILE",
+    "COST_UNITS",
+    "cost_metrics",
+    "cost_of",
+    "format_cost",
+    "read_cost",
+]

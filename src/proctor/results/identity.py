@@ -102,8 +102,11 @@ def identity_of(path: str | Path) -> dict[str, str | None]:
 
 def mismatches(a: dict[str, str | None], b: dict[str, str | None]) -> list[str]:
     """`field: A vs B` for each field both sides know and that differs."""
-    return [f"{name}: {a[name]!r} vs {b[name]!r}" for name in FIELDS
-            if a.get(name) is not None and b.get(name) is not None and a[name] != b[name]]
+    return [
+        f"{name}: {a[name]!r} vs {b[name]!r}"
+        for name in FIELDS
+        if a.get(name) is not None and b.get(name) is not None and a[name] != b[name]
+    ]
 
 
 def unchecked(a: dict[str, str | None], b: dict[str, str | None]) -> list[str]:

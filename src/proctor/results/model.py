@@ -11,6 +11,7 @@ from proctor.results.names import Direction, metric_info
 
 class Metric(BaseModel):
     """One measured value with its unit and, when known, its standard error."""
+
     name: str
     value: float
     unit: str = ""
@@ -21,12 +22,14 @@ class Metric(BaseModel):
     @classmethod
     def of(cls, name: str, value: float, stderr: float | None = None) -> Metric:
         info = metric_info(name)
-        return cls(name=name, value=float(value), unit=info.unit, direction=info.direction,
-                   stderr=stderr)
+        return cls(
+            name=name, value=float(value), unit=info.unit, direction=info.direction, stderr=stderr
+        )
 
 
 class ParsedResult(BaseModel):
     """The metrics read from one results file, with what kind of file it was."""
+
     kind: str  # serving-summary | vllm-json | sglang-json | proctor-metrics | lm-eval
     path: str | None = None
     metrics: dict[str, Metric] = Field(default_factory=dict)

@@ -95,8 +95,14 @@ SUMMARY_LABELS: dict[str, str] = {
     "accept length": "spec_acceptance_length",
 }
 
-_LABEL_KIND = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el",
-               "e2e latency": "e2el", "queue time": "queue"}
+_LABEL_KIND = {
+    "ttft": "ttft",
+    "tpot": "tpot",
+    "itl": "itl",
+    "e2el": "e2el",
+    "e2e latency": "e2el",
+    "queue time": "queue",
+}
 LABEL_STAT_RE = re.compile(
     r"^(mean|median|std|min|max|p\d+(?:\.\d+)?) (ttft|tpot|itl|e2el|e2e latency|queue time) \(ms\)$"
 )

@@ -20,8 +20,7 @@ from proctor.results.model import Metric, ParsedResult
 from proctor.results.names import json_key_to_name, label_to_name
 from proctor.results.reading import read_bounded
 
-BLOCK_START = re.compile(r"=+ *(?:Serving|Offline Throughput) Benchmark Result *=+",
-                         re.IGNORECASE)  # fmt: skip
+BLOCK_START = re.compile(r"=+ *(?:Serving|Offline Throughput) Benchmark Result *=+", re.IGNORECASE)
 # lm-eval's printed table: |Tasks|Version|Filter|n-shot|Metric|dir|Value|±|Stderr|
 _TABLE_ROW = re.compile(r"^\|" + r"([^|]*)\|" * 9)
 # proctor's GSM8K metrics.json keys -> the accuracy names baselines check.
@@ -114,10 +113,13 @@ def parse_text(text: str, path: str | None = None) -> ParsedResult:
         table = parse_lm_eval_table(text, path)
         if table is not None:
             return table
-        raise ConfigError(f"no 'Serving Benchmark Result' block in {path or 'the text'}",
-                          hint="give a benchmark log, result JSON or lm-eval results JSON")
-    res = ParsedResult(kind="serving-summary", path=path,
-                       meta={"flavour": _flavour(text), "blocks": len(blocks)})
+        raise ConfigError(
+            f"no 'Serving Benchmark Result' block in {path or 'the text'}",
+            hint="give a benchmark log, result JSON or lm-eval results JSON",
+        )
+    res = ParsedResult(
+        kind="serving-summary", path=path, meta={"flavour": _flavour(text), "blocks": len(blocks)}
+    )
     not_numbers: dict[str, str] = {}
     for name, value in blocks[-1].items():
         if math.isfinite(value) or (name == "request_rate" and value == math.inf):
@@ -136,7 +138,7 @@ def _printed_verdict(text: str) -> dict[str, Any] | None:
     """proctor's own bench prints, under its last summary block, `Result: FAILED: ...` when
     its requests failed and `Validity: INVALID` with `  - reason` lines: a log says what its
     metrics.json says, so checking the log judges the run as checking its id does."""
-    tail = text[text.rfind("Serving Benchmark Result"):]
+    tail = text[text.rfind("Serving Benchmark Result") :]
     reasons: list[str] = []
     invalid = False
     lines = tail.splitlines()
@@ -146,12 +148,13 @@ def _printed_verdict(text: str) -> dict[str, Any] | None:
             reasons.append("errors: " + line.removeprefix("Result: FAILED:").strip())
         elif line.startswith("Validity: INVALID"):
             invalid = True
-            for more in lines[i + 1:]:
+            for more in lines[i + 1 :]:
                 if not more.startswith("  - "):
                     break
                 said = more[4:]
-                if not (said.startswith("errors:") and any(r.startswith("errors:")
-                                                           for r in reasons)):
+                if not (
+                    said.startswith("errors:") and any(r.startswith("errors:") for r in reasons)
+                ):
                     reasons.append(said)
     if not invalid:
         return None
@@ -285,8 +288,11 @@ def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
         return _flat_metrics(obj, "offline", path)
     if obj.get("schema") == "proctor.bench.metrics":
         res = _serving_json(obj.get("metrics") or {}, "proctor-metrics", path)
-        res.meta.update(model=obj.get("model"), schema_version=obj.get("schema_version"),
-                        started_at=obj.get("started_at"))
+        res.meta.update(
+            model=obj.get("model"),
+            schema_version=obj.get("schema_version"),
+            started_at=obj.get("started_at"),
+        )
         _repeat_noise(res, obj.get("repeats"))
         if isinstance(obj.get("validity"), dict):
             res.meta["validity"] = obj["validity"]
@@ -299,8 +305,10 @@ def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
         return _serving_json(obj, kind, path)
     if str(schema).startswith("proctor.") and isinstance(obj.get("metrics"), dict):
         return _flat_metrics(obj, "proctor-metrics", path)
-    raise ConfigError(f"{path or 'JSON'}: not a known result format",
-                      hint="expected vLLM/SGLang result JSON, proctor metrics.json or lm-eval")
+    raise ConfigError(
+        f"{path or 'JSON'}: not a known result format",
+        hint="expected vLLM/SGLang result JSON, proctor metrics.json or lm-eval",
+    )
 
 
 def parse_string(text: str, path: str | None = None) -> ParsedResult:
@@ -319,9 +327,20 @@ def parse_string(text: str, path: str | None = None) -> ParsedResult:
 
 #: What proctor itself writes in a run directory: never a result (a `proctor run` of a
 #: benchmark command has only its log to give).
-_OWN_FILES = frozenset({"record.json", "plan.json", "node-record.json", "node-plan.json",
-                        "slurm.json", "children.json", "summary.json", "answer.json",
-                        "manifest.json", "proctor-install.json"})
+_OWN_FILES = frozenset(
+    {
+        "record.json",
+        "plan.json",
+        "node-record.json",
+        "node-plan.json",
+        "slurm.json",
+        "children.json",
+        "summary.json",
+        "answer.json",
+        "manifest.json",
+        "proctor-install.json",
+    }
+)
 
 
 def _proctors_own(path: Path) -> bool:
@@ -334,8 +353,10 @@ def find_result_file(directory: Path) -> Path:
         found = sorted(p for p in directory.glob(pattern) if not _proctors_own(p))
         if found:
             return found[-1]
-    raise UsageError(f"no result file in {directory}",
-                     hint="give the file itself, or a run directory holding metrics.json")
+    raise UsageError(
+        f"no result file in {directory}",
+        hint="give the file itself, or a run directory holding metrics.json",
+    )
 
 
 def parse_path(path: str | Path) -> ParsedResult:

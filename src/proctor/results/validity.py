@@ -83,8 +83,13 @@ def ttft_trend(points: Sequence[tuple[float, float]]) -> dict[str, float] | None
         return None
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
     span = max(xs) - min(xs)
-    return {"slope_s_per_s": slope, "rise_ms": slope * span * 1000.0,
-            "mean_ms": my * 1000.0, "points": float(len(points)), "span_s": span}  # fmt: skip
+    return {
+        "slope_s_per_s": slope,
+        "rise_ms": slope * span * 1000.0,
+        "mean_ms": my * 1000.0,
+        "points": float(len(points)),
+        "span_s": span,
+    }
 
 
 def _num(value: Any) -> float | None:
@@ -111,15 +116,15 @@ def delay_limit_ms(rate: float) -> float:
     return max(DELAY_FLOOR_MS, min(DELAY_LIMIT_MS, DELAY_GAPS * 1000.0 / rate))
 
 
-def _rate(doc: dict[str, Any], validity: Validity,
-          sent: tuple[float, float] | None) -> None:  # fmt: skip
+def _rate(doc: dict[str, Any], validity: Validity, sent: tuple[float, float] | None) -> None:
     schedule = doc.get("schedule") if isinstance(doc.get("schedule"), dict) else None
     target = _num((schedule or {}).get("target_rate"))
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     asked = _num((config or {}).get("request_rate"))  # "inf" is not a number
     if target is None and asked is None:
-        validity.add("rate", True, "no target rate (requests sent as fast as the concurrency "
-                                   "allows)")  # fmt: skip
+        validity.add(
+            "rate", True, "no target rate (requests sent as fast as the concurrency allows)"
+        )
         return
     p99 = _num((schedule or {}).get("schedule_delay_p99_ms"))
     rate = target if target is not None else asked
@@ -127,10 +132,12 @@ def _rate(doc: dict[str, Any], validity: Validity,
         limit = delay_limit_ms(rate)
         worst = _num((schedule or {}).get("schedule_delay_max_ms"))
         achieved = _num((schedule or {}).get("achieved_rate"))
-        facts = (f"schedule delay p99 {p99:.2f} ms"
-                 + (f", max {worst:.2f} ms" if worst is not None else "")
-                 + f" (at most {limit:g} ms allowed at {rate:g} req/s)"
-                 + (f"; achieved {achieved:.2f} req/s" if achieved is not None else ""))
+        facts = (
+            f"schedule delay p99 {p99:.2f} ms"
+            + (f", max {worst:.2f} ms" if worst is not None else "")
+            + f" (at most {limit:g} ms allowed at {rate:g} req/s)"
+            + (f"; achieved {achieved:.2f} req/s" if achieved is not None else "")
+        )
         ok = p99 <= limit
         validity.add("rate", ok, facts if ok else "the client sent requests late: " + facts)
         return
@@ -145,8 +152,12 @@ def _rate(doc: dict[str, Any], validity: Validity,
         return
     assert goal is not None
     ok = achieved >= RATE_FLOOR * goal
-    validity.add("rate", ok, f"achieved {achieved:.2f} req/s of the {goal:.2f} asked{how} "
-                             f"({achieved / goal:.0%}; at least {RATE_FLOOR:.0%} needed)")
+    validity.add(
+        "rate",
+        ok,
+        f"achieved {achieved:.2f} req/s of the {goal:.2f} asked{how} "
+        f"({achieved / goal:.0%}; at least {RATE_FLOOR:.0%} needed)",
+    )
 
 
 def _client(doc: dict[str, Any], validity: Validity) -> None:
@@ -157,29 +168,43 @@ def _client(doc: dict[str, Any], validity: Validity) -> None:
     bound = bool(client.get("client_bound"))
     reasons = [str(r) for r in client.get("reasons") or []]
     cpu, lag = _num(client.get("cpu_percent")), _num(client.get("loop_lag_p99_ms"))
-    facts = ", ".join(x for x in (f"client CPU {cpu:.0f}%" if cpu is not None else "",
-                                  f"loop lag p99 {lag:.1f} ms" if lag is not None else "") if x)
+    facts = ", ".join(
+        x
+        for x in (
+            f"client CPU {cpu:.0f}%" if cpu is not None else "",
+            f"loop lag p99 {lag:.1f} ms" if lag is not None else "",
+        )
+        if x
+    )
     detail = "; ".join(reasons) if bound and reasons else facts or "client not saturated"
     validity.add("client", not bound, ("client-bound: " + detail) if bound else detail)
 
 
 def _saturation(trend: dict[str, float] | None, validity: Validity) -> None:
     if trend is None:
-        validity.add("saturation", True, f"not judged: fewer than {MIN_TREND_POINTS} "
-                                         "successful requests")  # fmt: skip
+        validity.add(
+            "saturation", True, f"not judged: fewer than {MIN_TREND_POINTS} successful requests"
+        )
         return
     slope, rise, mean = trend["slope_s_per_s"], trend["rise_ms"], trend["mean_ms"]
     growing = slope > SATURATION_SLOPE and rise > SATURATION_RISE * mean
-    text = (f"TTFT slope {slope * 1000:.1f} ms per s of run, a rise of {rise:.0f} ms over "
-            f"{trend['span_s']:.1f} s against a mean of {mean:.0f} ms")
+    text = (
+        f"TTFT slope {slope * 1000:.1f} ms per s of run, a rise of {rise:.0f} ms over "
+        f"{trend['span_s']:.1f} s against a mean of {mean:.0f} ms"
+    )
     if growing:
         text = "TTFT grows without bound (the server's queue grows): " + text
     validity.add("saturation", not growing, text)
 
 
-def judge_validity(doc: dict[str, Any], trend: dict[str, float] | None, *,
-                   min_requests: int, min_window_s: float,
-                   sent: tuple[float, float] | None = None) -> Validity:  # fmt: skip
+def judge_validity(
+    doc: dict[str, Any],
+    trend: dict[str, float] | None,
+    *,
+    min_requests: int,
+    min_window_s: float,
+    sent: tuple[float, float] | None = None,
+) -> Validity:
     """The verdict on a bench's metrics.json document (read-only)."""
     v = Validity()
     verdict = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else {}
@@ -187,26 +212,40 @@ def judge_validity(doc: dict[str, Any], trend: dict[str, float] | None, *,
     metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
     assert isinstance(metrics, dict)
     if not (_num(metrics.get("completed")) or 0) > 0:
-        v.add("errors", False, "no measured request succeeded: nothing was measured ("
-              + str(verdict.get("message") or "no error verdict") + ")")
+        v.add(
+            "errors",
+            False,
+            "no measured request succeeded: nothing was measured ("
+            + str(verdict.get("message") or "no error verdict")
+            + ")",
+        )
     else:
-        v.add("errors", bool(verdict.get("ok")),
-              str(verdict.get("message") or "no error verdict"))
+        v.add("errors", bool(verdict.get("ok")), str(verdict.get("message") or "no error verdict"))
     warm = doc.get("warmup") if isinstance(doc.get("warmup"), dict) else {}
     assert isinstance(warm, dict)
     n_warm = int(_num(warm.get("count")) or 0)
     warm_ok = n_warm - int(_num(warm.get("failed")) or 0)
     if n_warm and warm_ok <= 0:
-        v.add("warmup", False, f"every one of the {n_warm} warm-up requests failed: nothing "
-                               "was warmed up")  # fmt: skip
+        v.add(
+            "warmup",
+            False,
+            f"every one of the {n_warm} warm-up requests failed: nothing was warmed up",
+        )
     else:
-        v.add("warmup", n_warm > 0,
-              f"{n_warm} warm-up requests ({warm_ok} succeeded), left out of the metrics"
-              if n_warm else "no warm-up request: cold caches and first compilations are "
-              "measured (--num-warmups)")  # fmt: skip
+        v.add(
+            "warmup",
+            n_warm > 0,
+            f"{n_warm} warm-up requests ({warm_ok} succeeded), left out of the metrics"
+            if n_warm
+            else "no warm-up request: cold caches and first compilations are "
+            "measured (--num-warmups)",
+        )
     measured = int((_num(metrics.get("completed")) or 0) + (_num(metrics.get("failed")) or 0))
-    v.add("requests", measured >= min_requests,
-          f"{measured} measured requests (at least {min_requests} needed, --min-requests)")
+    v.add(
+        "requests",
+        measured >= min_requests,
+        f"{measured} measured requests (at least {min_requests} needed, --min-requests)",
+    )
     _window(doc, metrics, v, min_window_s)
     _rate(doc, v, sent)
     _client(doc, v)
@@ -228,8 +267,10 @@ def _conformance(doc: dict[str, Any], v: Validity) -> None:
     if output.get("judged"):
         short, long, n = (int(_num(output.get(k)) or 0) for k in ("short", "long", "checked"))
         if short or long:
-            bad.append(f"with ignore-eos, {short} of {n} requests produced fewer output tokens "
-                       f"than asked and {long} more: the server ran another workload")
+            bad.append(
+                f"with ignore-eos, {short} of {n} requests produced fewer output tokens "
+                f"than asked and {long} more: the server ran another workload"
+            )
         else:
             said.append(f"all {n} output lengths as asked")
     else:
@@ -239,8 +280,10 @@ def _conformance(doc: dict[str, Any], v: Validity) -> None:
     if inp.get("judged"):
         off, n = int(_num(inp.get("off")) or 0), int(_num(inp.get("checked")) or 0)
         if off:
-            bad.append(f"the server counted another prompt length than planned for {off} of "
-                       f"{n} requests (beyond the tolerance)")
+            bad.append(
+                f"the server counted another prompt length than planned for {off} of "
+                f"{n} requests (beyond the tolerance)"
+            )
         else:
             said.append(f"all {n} prompt lengths as planned")
     else:
@@ -248,22 +291,27 @@ def _conformance(doc: dict[str, Any], v: Validity) -> None:
     v.add("conformance", not bad, "; ".join(bad or said))
 
 
-def _window(doc: dict[str, Any], metrics: dict[str, Any], v: Validity,
-            min_window_s: float) -> None:
+def _window(doc: dict[str, Any], metrics: dict[str, Any], v: Validity, min_window_s: float) -> None:
     """Each repeat is its own measurement, so each must have the window: the shortest counts,
     never their sum."""
     repeats = doc.get("repeats") if isinstance(doc.get("repeats"), dict) else {}
     per = (repeats or {}).get("per_repeat")
-    spans = [_num(m.get("duration")) or 0.0 for m in per if isinstance(m, dict)] \
-        if isinstance(per, list) else []
+    spans = (
+        [_num(m.get("duration")) or 0.0 for m in per if isinstance(m, dict)]
+        if isinstance(per, list)
+        else []
+    )
     if spans:
         window = min(spans)
         what = f"shortest measured window of {len(spans)} repeats {window:.1f} s"
     else:
         window = _num(metrics.get("duration")) or 0.0
         what = f"measured window {window:.1f} s"
-    v.add("window", window >= min_window_s,
-          f"{what} (at least {min_window_s:g} s needed, --min-window)")
+    v.add(
+        "window",
+        window >= min_window_s,
+        f"{what} (at least {min_window_s:g} s needed, --min-window)",
+    )
 
 
 def _server(doc: dict[str, Any], v: Validity) -> None:
@@ -275,13 +323,18 @@ def _server(doc: dict[str, Any], v: Validity) -> None:
     if not isinstance(tokens, dict):
         v.add("server", True, "server token count not measured (no /metrics)")
         return
-    said = (f"the server generated {tokens['server']:.0f} tokens in the measured window, the "
-            f"client received {tokens['client']:.0f} (allowed difference {tokens['allowed']:.0f})")
+    said = (
+        f"the server generated {tokens['server']:.0f} tokens in the measured window, the "
+        f"client received {tokens['client']:.0f} (allowed difference {tokens['allowed']:.0f})"
+    )
     if tokens.get("ok"):
         v.add("server", True, said)
     elif tokens["server"] > tokens["client"]:
-        v.add("server", False, said + ": another client loaded the server during the bench, "
-              "or the server over-counts")  # fmt: skip
+        v.add(
+            "server",
+            False,
+            said + ": another client loaded the server during the bench, or the server over-counts",
+        )
     else:
         v.add("server", False, said + ": the server or the client miscounts")
 

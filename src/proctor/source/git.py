@@ -14,12 +14,17 @@ from proctor.errors import TargetUnavailable, UsageError
 
 # Settings that would otherwise change the bytes git prints (and so the diff hash).
 _PINNED_CONFIG = (
-    "-c", "core.quotePath=false",
-    "-c", "diff.noprefix=false",
-    "-c", "diff.mnemonicPrefix=false",
-    "-c", "diff.relative=false",
-    "-c", "color.ui=false",
-)  # fmt: skip
+    "-c",
+    "core.quotePath=false",
+    "-c",
+    "diff.noprefix=false",
+    "-c",
+    "diff.mnemonicPrefix=false",
+    "-c",
+    "diff.relative=false",
+    "-c",
+    "color.ui=false",
+)
 
 
 def _env() -> dict[str, str]:

@@ -171,9 +171,15 @@ def _exclude_specs(root: Path, exclude: Iterable[str | os.PathLike[str]]) -> lis
 def _identify_root(root: Path, excluded: list[str] | None = None) -> SourceIdentity:
     pathspec = ["--", ".", *excluded] if excluded else []
     status = run_git(
-        root, "status", "--porcelain=v2", "-z", "--branch",
-        "--untracked-files=all", "--ignore-submodules=none", *pathspec,
-    ).stdout  # fmt: skip
+        root,
+        "status",
+        "--porcelain=v2",
+        "-z",
+        "--branch",
+        "--untracked-files=all",
+        "--ignore-submodules=none",
+        *pathspec,
+    ).stdout
     commit, branch, staged, modified, deleted, untracked = _parse_status(status)
     hidden_changed, hidden_deleted = flagged_changes(root, pathspec)
     modified = sorted({*modified, *hidden_changed})
@@ -304,9 +310,15 @@ def _gitmodules_urls(root: Path) -> dict[str, str]:
     if not (root / ".gitmodules").is_file():
         return {}
     out = run_git(
-        root, "config", "-z", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$",
+        root,
+        "config",
+        "-z",
+        "-f",
+        ".gitmodules",
+        "--get-regexp",
+        r"^submodule\..*\.(path|url)$",
         check=False,
-    ).stdout  # fmt: skip
+    ).stdout
     paths: dict[str, str] = {}
     urls: dict[str, str] = {}
     for entry in split_nul(out):
@@ -364,10 +376,19 @@ def _diff_sha256(root: Path, ident: SourceIdentity) -> str:
     h = hashlib.sha256()
     base = "HEAD" if ident.commit else _EMPTY_TREE
     diff = run_git(
-        root, "diff", base, "--binary", "--no-ext-diff", "--no-textconv", "--no-renames",
-        "--no-color", "--submodule=short", "--ignore-submodules=none",
-        "--src-prefix=a/", "--dst-prefix=b/",
-    ).stdout  # fmt: skip
+        root,
+        "diff",
+        base,
+        "--binary",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        "--no-color",
+        "--submodule=short",
+        "--ignore-submodules=none",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+    ).stdout
     h.update(b"diff\0")
     h.update(diff)
     for rel in ident.untracked:

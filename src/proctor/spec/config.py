@@ -49,6 +49,7 @@ class StoreConfig(BaseModel):
 
 class ProjectConfig(BaseModel):
     """proctor.toml, validated: [run] defaults, [store], engine and model profiles, other tables."""
+
     model_config = ConfigDict(extra="allow")
 
     run: RunDefaults = Field(default_factory=RunDefaults)
@@ -118,9 +119,11 @@ def _non_finite(value: Any, key: str = "") -> tuple[str, float] | None:
     anything by them, and they would reach plan.json as tokens that are not JSON)."""
     if isinstance(value, float) and not math.isfinite(value):
         return key, value
-    items = value.items() if isinstance(value, dict) else (
-        enumerate(value) if isinstance(value, list) else ()
-    )  # fmt: skip
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else (enumerate(value) if isinstance(value, list) else ())
+    )
     for name, inner in items:
         name_text = _key_text(name)
         found = _non_finite(inner, f"{key}.{name_text}" if key else name_text)

@@ -33,8 +33,9 @@ class Settings:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     env_names: Mapping[str, str] = field(default_factory=dict)
 
-    def pick(self, name: str, default: Any = None, *, parse: Parse | None = None,
-             key: str | None = None) -> Value:  # fmt: skip
+    def pick(
+        self, name: str, default: Any = None, *, parse: Parse | None = None, key: str | None = None
+    ) -> Value:
         """The first layer that gives `name`; `key` is its name in the table when it differs.
         `parse` turns a given value into its typed form (a default is used as it is)."""
         convert = parse or (lambda v: v)
@@ -49,8 +50,9 @@ class Settings:
             return Value(convert(conf), self.table_origin)
         return Value(default, "default")
 
-    def value(self, name: str, default: Any = None, *, parse: Parse | None = None,
-              key: str | None = None) -> Any:  # fmt: skip
+    def value(
+        self, name: str, default: Any = None, *, parse: Parse | None = None, key: str | None = None
+    ) -> Any:
         return self.pick(name, default, parse=parse, key=key).value
 
 

@@ -70,8 +70,17 @@ class RunPlan:
     def options(self, redactor: Redactor) -> dict[str, dict[str, Any]]:
         """Every resolved value with its origin, secrets masked: for the record and --dry-run."""
         out: dict[str, dict[str, Any]] = {}
-        for label in ("name", "runs_dir", "store_path", "timeout_s", "grace_s", "gpu_sample_s",
-                      "key", "detach", "cwd"):  # fmt: skip
+        for label in (
+            "name",
+            "runs_dir",
+            "store_path",
+            "timeout_s",
+            "grace_s",
+            "gpu_sample_s",
+            "key",
+            "detach",
+            "cwd",
+        ):
             out[label] = getattr(self, label).as_dict()
         masked = redactor.env(self.env_values)
         for k, v in self.env.items():
@@ -124,18 +133,20 @@ def resolve_runs_dir(
     here = cwd or Path.cwd()
     root = config.source_path.parent if config.source_path else find_project_root(here)
     settings = Settings(
-        flags={"runs_dir": flag}, table={"runs_dir": config.run.runs_dir},
+        flags={"runs_dir": flag},
+        table={"runs_dir": config.run.runs_dir},
         table_origin=config_origin(config.source_path),
-        environ=os.environ if environ is None else environ, env_names={"runs_dir": RUNS_DIR_ENV},
-    )  # fmt: skip
+        environ=os.environ if environ is None else environ,
+        env_names={"runs_dir": RUNS_DIR_ENV},
+    )
     picked = settings.pick("runs_dir")
     base = root if picked.origin.startswith("config") else here
     if picked.value is None:
         return _usable_dir(Value(str(root / "logs"), "default"), "--runs-dir")
     given_by = {"flag": "--runs-dir", "default": "--runs-dir"}.get(
-        picked.origin, RUNS_DIR_ENV if picked.origin.startswith("env:")
-        else f"runs_dir in {config.source_path}",
-    )  # fmt: skip
+        picked.origin,
+        RUNS_DIR_ENV if picked.origin.startswith("env:") else f"runs_dir in {config.source_path}",
+    )
     given = base / picked.value
     try:
         resolved = given.resolve()
@@ -202,8 +213,10 @@ def resolve_run_plan(
 
     settings = Settings(
         flags={"timeout": flags.timeout, "grace": flags.grace, "gpu_sample": flags.gpu_sample},
-        table=config.run.model_dump(), table_origin=origin, environ={},
-    )  # fmt: skip
+        table=config.run.model_dump(),
+        table_origin=origin,
+        environ={},
+    )
     timeout = settings.pick("timeout", parse=lambda v: parse_duration(str(v), option="--timeout"))
     if timeout.value == 0:
         timeout = Value(None, timeout.origin)

@@ -25,11 +25,14 @@ def dump_toml(tables: dict[str, dict[str, Any]]) -> str:
     try:
         text = tomli_w.dumps(tables)
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"cannot write the table as TOML: {error}",
-                          hint="a flow file holds only TOML values") from None  # fmt: skip
+        raise ConfigError(
+            f"cannot write the table as TOML: {error}", hint="a flow file holds only TOML values"
+        ) from None
     if tomllib.loads(text) != tables:
-        raise InternalError("the rewritten TOML does not read back as the same table",
-                            hint="report this with the flow file")  # fmt: skip
+        raise InternalError(
+            "the rewritten TOML does not read back as the same table",
+            hint="report this with the flow file",
+        )
     return text
 
 

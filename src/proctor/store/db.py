@@ -85,10 +85,27 @@ MIGRATIONS: list[tuple[int, str]] = [
 KNOWN_MIGRATIONS = frozenset(number for number, _ in MIGRATIONS)
 
 RUN_COLUMNS = (
-    "id", "name", "kind", "run_key", "run_group", "dir", "created_at", "started_at", "ended_at",
-    "duration_s", "outcome", "exit_code", "exit_signal", "source_commit", "source_dirty",
-    "target", "host", "gpu", "argv", "problem",
-)  # fmt: skip
+    "id",
+    "name",
+    "kind",
+    "run_key",
+    "run_group",
+    "dir",
+    "created_at",
+    "started_at",
+    "ended_at",
+    "duration_s",
+    "outcome",
+    "exit_code",
+    "exit_signal",
+    "source_commit",
+    "source_dirty",
+    "target",
+    "host",
+    "gpu",
+    "argv",
+    "problem",
+)
 #: Newest first: by the id's UTC second, then, among runs of one second (whose ids sort by
 #: their random part), by creation time; the ids alone carry no UTC offset to get wrong.
 #: The same expressions as the index `runs_newest`, which is what lets SQLite use it.
@@ -130,7 +147,6 @@ KNOWN_RECORD_VERSIONS = KNOWN_VERSIONS
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
-
 def instant(text: str) -> datetime:
     """An ISO date or date-time as an aware instant (no offset: this machine's local time);
     ValueError when it is none."""
@@ -143,6 +159,7 @@ def _created_after(created: Any, after: datetime) -> bool:
         return isinstance(created, str) and instant(created) >= after
     except ValueError:
         return False  # a time that does not read is not shown as recent
+
 
 class StoreUnreadable(Exception):
     """SQLite cannot use the store file. `corrupt`: the file itself is bad (garbage, not a
@@ -185,6 +202,7 @@ class StoreFromNewerProctor(StoreUnreadable):
 
 class Store:
     """The SQLite index of run records and metrics (bounded waits on a locked database)."""
+
     def __init__(self, path: Path, *, read_only: bool = False, timeout: float = 30.0) -> None:
         """Open (and, unless `read_only`, create and migrate) the store at `path`.
         SQLite's complaints about the file itself become `StoreUnreadable`; `timeout` is how long
@@ -454,8 +472,14 @@ def read_record(run_dir: Path) -> dict[str, Any] | None:
     return read_record_checked(run_dir)[0]
 
 
-_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number",
-               bool: "a boolean", type(None): "null"}  # fmt: skip
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def read_record_checked(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -495,11 +519,18 @@ def unreadable_row(run_dir: Path, problem: str) -> dict[str, Any]:
     if is_run_id(name):
         created = f"{name[:4]}-{name[4:6]}-{name[6:8]}T{name[9:11]}:{name[11:13]}:{name[13:15]}"
         created += "+00:00"
-    return {"id": name, "name": "", "kind": "unknown", "dir": str(run_dir),
-            "created_at": created, "outcome": "unknown",
-            "exit_code": status.code if status else None,
-            "exit_signal": status.signal if status else None, "argv": "[]",
-            "problem": problem}  # fmt: skip
+    return {
+        "id": name,
+        "name": "",
+        "kind": "unknown",
+        "dir": str(run_dir),
+        "created_at": created,
+        "outcome": "unknown",
+        "exit_code": status.code if status else None,
+        "exit_signal": status.signal if status else None,
+        "argv": "[]",
+        "problem": problem,
+    }
 
 
 def record_problem(record: dict[str, Any]) -> str | None:

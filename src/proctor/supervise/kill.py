@@ -42,9 +42,9 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def members(pgid: int | None, roots: Iterable[int] = (), exclude: Iterable[int] = ()) -> list[
-    psutil.Process
-]:
+def members(
+    pgid: int | None, roots: Iterable[int] = (), exclude: Iterable[int] = ()
+) -> list[psutil.Process]:
     """Live processes in group `pgid` and below `roots` (the roots themselves excluded)."""
     skip = {os.getpid(), *exclude}
     found: dict[int, psutil.Process] = {}

@@ -195,10 +195,15 @@ def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
     env.pop("PROCTOR_WRAPPER_ARGV", None)
     env["PROCTOR_WRAPPER_ARGV_STDIN"] = "1"
     return start_detached(
-        "proctor.supervise.wrapper", run, what="run wrapper", err_name=".wrapper.err",
-        timeout_s=WRAPPER_START_TIMEOUT_S, stdin_data=json.dumps(plan.argv).encode(), env=env,
+        "proctor.supervise.wrapper",
+        run,
+        what="run wrapper",
+        err_name=".wrapper.err",
+        timeout_s=WRAPPER_START_TIMEOUT_S,
+        stdin_data=json.dumps(plan.argv).encode(),
+        env=env,
         cwd=str(plan.cwd.value),
-    )  # fmt: skip
+    )
 
 
 def start_detached(

@@ -39,8 +39,13 @@ class OrphanStop:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"found": self.found, "terminated": self.terminated, "killed": self.killed,
-                "survivors": self.survivors, "reason": self.reason}  # fmt: skip
+        return {
+            "found": self.found,
+            "terminated": self.terminated,
+            "killed": self.killed,
+            "survivors": self.survivors,
+            "reason": self.reason,
+        }
 
 
 def _same(pid: int, create_time: float) -> psutil.Process | None:

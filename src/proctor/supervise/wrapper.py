@@ -203,8 +203,12 @@ class Wrapper:
         report = kill_ladder(pgid, [os.getpid()], grace=grace, reap=self.reap)
         entries = []
         for pid in dict.fromkeys([*seen, *report.terminated, *report.killed, *report.survivors]):
-            entry = seen.get(pid) or {"pid": pid, "name": None, "cmdline": None,
-                                      "gpu_memory_mib": None}  # fmt: skip
+            entry = seen.get(pid) or {
+                "pid": pid,
+                "name": None,
+                "cmdline": None,
+                "gpu_memory_mib": None,
+            }
             if pid in report.killed:
                 entry["signal"] = "SIGKILL"
             elif pid in report.terminated:
@@ -334,8 +338,12 @@ class Wrapper:
             outcome="running",
             started_at=iso_at(started),
             wrapper=owner.pid_record(pgid=os.getpgid(0)),
-            process={"pid": child.pid, "create_time": child.create_time(), "pgid": child.pid,
-                     "start_ticks": owner.start_ticks(child.pid)},
+            process={
+                "pid": child.pid,
+                "create_time": child.create_time(),
+                "pgid": child.pid,
+                "start_ticks": owner.start_ticks(child.pid),
+            },
             add_events=[self.event("start", " ".join(self.plan.get("argv", [])))],
         )
         self.index_in_background()
@@ -348,9 +356,13 @@ class Wrapper:
         # the command did on SIGTERM, and the command's own follows it in the file.
         if self.stop_reason:
             run_code = _PROCTOR_CODES[self.stop_reason]
-            exit_ = {"code": run_code, "signal": None, "decided_by": "proctor",
-                     "reason": self.stop_reason,
-                     "command": {"code": code, "signal": sig}}  # fmt: skip
+            exit_ = {
+                "code": run_code,
+                "signal": None,
+                "decided_by": "proctor",
+                "reason": self.stop_reason,
+                "command": {"code": code, "signal": sig},
+            }
         else:
             exit_ = {"code": code, "signal": sig, "decided_by": "command"}
         self.enospc = self.enospc or disk_full(self.run.path)

@@ -249,6 +249,7 @@ class ServedRun:
 @runtime_checkable
 class Target(Protocol):
     """Where a run executes; every target implements these steps (see the module docstring)."""
+
     kind: str
     capabilities: frozenset[str]
 
@@ -256,9 +257,7 @@ class Target(Protocol):
 
     def prepare(self) -> Prepared: ...
 
-    def sync_source(
-        self, identity: SourceIdentity, *, existing: str | None = None
-    ) -> SyncedSource:
+    def sync_source(self, identity: SourceIdentity, *, existing: str | None = None) -> SyncedSource:
         """Ship `identity` into <ws>/proctor/src/<source-id>/ (never resetting what is there),
         or with `existing`, inspect that checkout and report its dirty/untracked state.
         Raises SourceMismatch when what is there is not the source asked for."""
@@ -287,8 +286,9 @@ class Target(Protocol):
 
 
 class AgentCapable(Target, Protocol):
-    def agent(self, command: str, request: dict[str, Any],
-              timeout: float | None = 300.0) -> dict[str, Any]: ...  # fmt: skip
+    def agent(
+        self, command: str, request: dict[str, Any], timeout: float | None = 300.0
+    ) -> dict[str, Any]: ...
 
 
 class SetupCapable(Target, Protocol):
@@ -321,13 +321,15 @@ class PlanCapable(Target, Protocol):
 
 
 class ServeCapable(Target, Protocol):
-    def start_server(self, request: ServerRequest, config: ProjectConfig, flags: RunFlags,
-                     launch: ServerLaunch) -> ServedRun: ...  # fmt: skip
+    def start_server(
+        self, request: ServerRequest, config: ProjectConfig, flags: RunFlags, launch: ServerLaunch
+    ) -> ServedRun: ...
 
 
 class InspectCapable(Target, Protocol):
-    def inspect_run(self, run_dir: Path, timeout_s: float, patterns: tuple[str, ...],
-                    pids: tuple[int, ...] = ()) -> list[dict[str, Any]]: ...  # fmt: skip
+    def inspect_run(
+        self, run_dir: Path, timeout_s: float, patterns: tuple[str, ...], pids: tuple[int, ...] = ()
+    ) -> list[dict[str, Any]]: ...
 
 
 class FilesCapable(Target, Protocol):
@@ -336,9 +338,16 @@ class FilesCapable(Target, Protocol):
     def read_bytes(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes: ...
 
 
-_CAPS: dict[str, type] = {AGENT: AgentCapable, SETUP: SetupCapable, WAIT: WaitCapable,
-                          BUDGET: BudgetCapable, PLAN: PlanCapable, SERVE: ServeCapable,
-                          INSPECT: InspectCapable, FILES: FilesCapable}  # fmt: skip
+_CAPS: dict[str, type] = {
+    AGENT: AgentCapable,
+    SETUP: SetupCapable,
+    WAIT: WaitCapable,
+    BUDGET: BudgetCapable,
+    PLAN: PlanCapable,
+    SERVE: ServeCapable,
+    INSPECT: InspectCapable,
+    FILES: FilesCapable,
+}
 
 
 @overload

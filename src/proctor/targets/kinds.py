@@ -39,8 +39,16 @@ from proctor.targets.registry import (
 if TYPE_CHECKING:
     from proctor.targets.ssh import SshOptions, SshTarget
 
-SSH_FLAGS = frozenset({"identity_file", "known_hosts", "insecure_accept_host_key", "jump",
-                       "workspace", "remote_python"})  # fmt: skip
+SSH_FLAGS = frozenset(
+    {
+        "identity_file",
+        "known_hosts",
+        "insecure_accept_host_key",
+        "jump",
+        "workspace",
+        "remote_python",
+    }
+)
 
 
 # -- local --------------------------------------------------------------------------------------
@@ -57,10 +65,17 @@ def _local_build(options: LocalOptions, ctx: TargetContext) -> Target:
     return LocalTarget(runs_dir, config=ctx.config)
 
 
-register_target(TargetKind(
-    kind="local", schemes=("local",), options=LocalOptions, capabilities=frozenset({PLAN}),
-    syntax="local", parse=lambda url, config, flags: LocalOptions(url=url), build=_local_build,
-))  # fmt: skip
+register_target(
+    TargetKind(
+        kind="local",
+        schemes=("local",),
+        options=LocalOptions,
+        capabilities=frozenset({PLAN}),
+        syntax="local",
+        parse=lambda url, config, flags: LocalOptions(url=url),
+        build=_local_build,
+    )
+)
 
 
 # -- ssh ----------------------------------------------------------------------------------------
@@ -105,14 +120,15 @@ def ssh_base(config: ProjectConfig, flags: dict[str, Any]) -> dict[str, Any]:
     base: dict[str, Any] = {
         "identity_file": pick("identity_file", "identity_file"),
         "known_hosts": pick("known_hosts", "known_hosts"),
-        "insecure_accept_host_key": bool(flags.get("insecure_accept_host_key")
-                                         or remote.get("insecure_accept_host_key")),
+        "insecure_accept_host_key": bool(
+            flags.get("insecure_accept_host_key") or remote.get("insecure_accept_host_key")
+        ),
         "jump": pick("jump", "jump"),
         "workspace": pick("workspace", "workspace"),
         "remote_python": pick("remote_python", "python"),
         "env_sh": remote.get("env_sh"),
         "venv_base": remote.get("venv_base"),
-    }  # fmt: skip
+    }
     for key in ("connect_budget_s", "reconnect_s"):
         if remote.get(key) is not None:
             base[key] = float(remote[key])
@@ -123,8 +139,9 @@ def _ssh_parse(url: str, config: ProjectConfig, flags: dict[str, Any]) -> SshTar
     from proctor.targets.ssh import parse_ssh_url
 
     where = parse_ssh_url(url)
-    return SshTargetOptions(url=url, host=where.host, user=where.user, port=where.port,
-                            **ssh_base(config, flags))  # fmt: skip
+    return SshTargetOptions(
+        url=url, host=where.host, user=where.user, port=where.port, **ssh_base(config, flags)
+    )
 
 
 def _ssh_build(options: SshTargetOptions, ctx: TargetContext) -> Target:
@@ -133,8 +150,7 @@ def _ssh_build(options: SshTargetOptions, ctx: TargetContext) -> Target:
     return SshTarget(options.ssh_options())
 
 
-def agent_target_from_record(remote: dict[str, Any],
-                             make: Any = None) -> SshTarget:  # fmt: skip
+def agent_target_from_record(remote: dict[str, Any], make: Any = None) -> SshTarget:
     """An agent target (ssh, or `make(opts, extra)`) rebuilt from a far run's `.remote.json`,
     with what its prepare() found then."""
     from proctor.targets.base import Prepared
@@ -145,25 +161,48 @@ def agent_target_from_record(remote: dict[str, Any],
     opts = SshOptions.from_record({**details, "host": info["host"]})
     extra = {k: v for k, v in details.items() if k not in SshOptions.__dataclass_fields__}
     target = make(opts, extra) if make is not None else SshTarget(opts, info_extra=extra)
-    prepared = Prepared(**{k: v for k, v in remote["prepared"].items()
-                           if k in Prepared.__dataclass_fields__})  # fmt: skip
+    prepared = Prepared(
+        **{k: v for k, v in remote["prepared"].items() if k in Prepared.__dataclass_fields__}
+    )
     target.with_prepared(prepared)
     return target
 
 
-register_target(TargetKind(
-    kind="ssh", schemes=("ssh",), options=SshTargetOptions,
-    capabilities=frozenset({AGENT, SETUP, WAIT, FAR}), syntax="ssh://user@host[:port]",
-    overrides=SSH_FLAGS, parse=_ssh_parse, build=_ssh_build,
-    from_record=agent_target_from_record,
-))  # fmt: skip
+register_target(
+    TargetKind(
+        kind="ssh",
+        schemes=("ssh",),
+        options=SshTargetOptions,
+        capabilities=frozenset({AGENT, SETUP, WAIT, FAR}),
+        syntax="ssh://user@host[:port]",
+        overrides=SSH_FLAGS,
+        parse=_ssh_parse,
+        build=_ssh_build,
+        from_record=agent_target_from_record,
+    )
+)
 
 
 # -- runpod -------------------------------------------------------------------------------------
-RUNPOD_FLAGS = frozenset({"reuse_pods", "pods", "gpu_type", "gpu_count", "image", "max_time",
-                          "max_cost", "keep", "terminate", "allow_terminate",
-                          "allow_create_volume", "allow_other_volume", "allow_gpu_substitution",
-                          "allow_more_capacity", "api_url"})  # fmt: skip
+RUNPOD_FLAGS = frozenset(
+    {
+        "reuse_pods",
+        "pods",
+        "gpu_type",
+        "gpu_count",
+        "image",
+        "max_time",
+        "max_cost",
+        "keep",
+        "terminate",
+        "allow_terminate",
+        "allow_create_volume",
+        "allow_other_volume",
+        "allow_gpu_substitution",
+        "allow_more_capacity",
+        "api_url",
+    }
+)
 
 
 class RunpodTargetOptions(TargetOptions):
@@ -215,12 +254,19 @@ def _runpod_from_record(remote: dict[str, Any]) -> Target:
     return RunpodTarget.from_record(agent_target_from_record(remote), remote)
 
 
-register_target(TargetKind(
-    kind="runpod", schemes=("runpod",), options=RunpodTargetOptions,
-    capabilities=frozenset({AGENT, SETUP, WAIT, FAR, BUDGET}),
-    syntax="runpod[:POD_ID][?keep&max-cost=N]", overrides=SSH_FLAGS | RUNPOD_FLAGS,
-    parse=_runpod_parse, acquire=_runpod_acquire, from_record=_runpod_from_record,
-))  # fmt: skip
+register_target(
+    TargetKind(
+        kind="runpod",
+        schemes=("runpod",),
+        options=RunpodTargetOptions,
+        capabilities=frozenset({AGENT, SETUP, WAIT, FAR, BUDGET}),
+        syntax="runpod[:POD_ID][?keep&max-cost=N]",
+        overrides=SSH_FLAGS | RUNPOD_FLAGS,
+        parse=_runpod_parse,
+        acquire=_runpod_acquire,
+        from_record=_runpod_from_record,
+    )
+)
 
 
 # -- slurm --------------------------------------------------------------------------------------
@@ -247,10 +293,18 @@ class SlurmTargetOptions(TargetOptions):
         from proctor.targets.slurm.options import SlurmFlags
 
         return SlurmFlags(
-            None if self.url == "slurm" else self.url, self.nodes, self.gpus_per_node,
-            self.partition, self.time_limit, self.workspace, self.remote_python,
-            self.identity_file, self.known_hosts, self.insecure_accept_host_key, self.jump,
-        )  # fmt: skip
+            None if self.url == "slurm" else self.url,
+            self.nodes,
+            self.gpus_per_node,
+            self.partition,
+            self.time_limit,
+            self.workspace,
+            self.remote_python,
+            self.identity_file,
+            self.known_hosts,
+            self.insecure_accept_host_key,
+            self.jump,
+        )
 
 
 def _slurm_parse(url: str, config: ProjectConfig, flags: dict[str, Any]) -> SlurmTargetOptions:
@@ -272,20 +326,28 @@ def _slurm_build(options: SlurmTargetOptions, ctx: TargetContext) -> Target:
     return SlurmTarget(resolved, runs_dir=ctx.runs_dir)
 
 
-def _slurm_inspect(run_dir: Path, timeout_s: float, patterns: tuple[str, ...],
-                   pids: tuple[int, ...]) -> list[dict[str, Any]]:  # fmt: skip
+def _slurm_inspect(
+    run_dir: Path, timeout_s: float, patterns: tuple[str, ...], pids: tuple[int, ...]
+) -> list[dict[str, Any]]:
     from proctor.record.rundir import RunDir
     from proctor.targets.slurm.inspect import inspect_group
 
     return inspect_group(RunDir(run_dir), timeout_s, patterns, pids)
 
 
-register_target(TargetKind(
-    kind="slurm", schemes=("slurm",), options=SlurmTargetOptions,
-    capabilities=frozenset({PLAN, SERVE, INSPECT, FILES}), syntax="slurm://[user@]login-host",
-    overrides=SLURM_FLAGS | SSH_FLAGS, parse=_slurm_parse, build=_slurm_build,
-    inspect_run=_slurm_inspect,
-))  # fmt: skip
+register_target(
+    TargetKind(
+        kind="slurm",
+        schemes=("slurm",),
+        options=SlurmTargetOptions,
+        capabilities=frozenset({PLAN, SERVE, INSPECT, FILES}),
+        syntax="slurm://[user@]login-host",
+        overrides=SLURM_FLAGS | SSH_FLAGS,
+        parse=_slurm_parse,
+        build=_slurm_build,
+        inspect_run=_slurm_inspect,
+    )
+)
 
 
 def time_left(acquired: Acquired, *, from_start: bool = False) -> float | None:
@@ -297,5 +359,13 @@ def time_left(acquired: Acquired, *, from_start: bool = False) -> float | None:
     return max(1.0, acquired.deadline - since)
 
 
-__all__ = ["LocalOptions", "RunpodTargetOptions", "SlurmTargetOptions", "SshBase",
-           "SshTargetOptions", "agent_target_from_record", "ssh_base", "time_left"]  # fmt: skip
+__all__ = [
+    "LocalOptions",
+    "RunpodTargetOptions",
+    "SlurmTargetOptions",
+    "SshBase",
+    "SshTargetOptions",
+    "agent_target_from_record",
+    "ssh_base",
+    "time_left",
+]

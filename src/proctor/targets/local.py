@@ -91,8 +91,9 @@ class LocalTarget:
     kind = "local"
     capabilities = frozenset({base.PLAN})
 
-    def __init__(self, runs_dir: Path, checkout: Path | None = None,
-                 config: ProjectConfig | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, runs_dir: Path, checkout: Path | None = None, config: ProjectConfig | None = None
+    ) -> None:
         self.runs_dir = Path(runs_dir)
         self.checkout = (checkout or Path.cwd()).resolve()
         self.config = config if config is not None else load_config(start=self.checkout)
@@ -105,8 +106,11 @@ class LocalTarget:
     def prepare(self) -> base.Prepared:
         import sys
 
-        return base.Prepared(workspace=str(self.checkout), python=sys.executable,
-                        found={"runs_dir": str(self.runs_dir)})  # fmt: skip
+        return base.Prepared(
+            workspace=str(self.checkout),
+            python=sys.executable,
+            found={"runs_dir": str(self.runs_dir)},
+        )
 
     def sync_source(
         self, identity: SourceIdentity, *, existing: str | None = None
@@ -148,8 +152,9 @@ class LocalTarget:
     def status(self, run_id: str) -> base.RunStatus:
         return status_of(self._run(run_id))
 
-    def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
-               until_done: bool = True) -> base.RunStatus:  # fmt: skip
+    def follow(
+        self, run_id: str, out: IO[bytes], *, offset: int = 0, until_done: bool = True
+    ) -> base.RunStatus:
         run = self._run(run_id)
         if offset:
             # follow_log starts at 0 or the end; copy the tail past `offset` ourselves first.

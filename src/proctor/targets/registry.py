@@ -134,8 +134,10 @@ def _load() -> None:
         try:
             importlib.import_module(name)
         except ImportError as error:
-            raise UsageError(f"cannot load target module {name!r} named in {PLUGINS_ENV}: "
-                             f"{error}", hint=f"fix or unset {PLUGINS_ENV}") from None  # fmt: skip
+            raise UsageError(
+                f"cannot load target module {name!r} named in {PLUGINS_ENV}: {error}",
+                hint=f"fix or unset {PLUGINS_ENV}",
+            ) from None
     for point in entry_points(group=ENTRY_POINTS):
         point.load()
 
@@ -169,8 +171,9 @@ def kind_named(name: str) -> TargetKind:
     return _REGISTRY[name]
 
 
-def target_options(url: str | None, config: ProjectConfig | None = None,
-                   **overrides: Any) -> TargetOptions:  # fmt: skip
+def target_options(
+    url: str | None, config: ProjectConfig | None = None, **overrides: Any
+) -> TargetOptions:
     """The typed options of `url` (default local) from the URL, the flags in `overrides` (None
     and False mean "not given") and proctor.toml. Flags the kind does not take: UsageError."""
     kind = kind_for_url(url or "local")
@@ -179,9 +182,10 @@ def target_options(url: str | None, config: ProjectConfig | None = None,
     if foreign:
         flags = "/".join(flag_name(f) for f in foreign)
         takers = [k.syntax for k in kinds().values() if set(foreign) <= k.overrides]
-        raise UsageError(f"{flags} do not apply to a {kind.kind} target",
-                         hint=f"use a target that takes them: {', '.join(takers)}" if takers
-                         else "drop them")  # fmt: skip
+        raise UsageError(
+            f"{flags} do not apply to a {kind.kind} target",
+            hint=f"use a target that takes them: {', '.join(takers)}" if takers else "drop them",
+        )
     try:
         return kind.parse(url or "local", config or ProjectConfig(), given)
     except ValidationError as error:
@@ -200,13 +204,13 @@ def open_target(options: TargetOptions, context: TargetContext | None = None) ->
     """The Target for `options` (kinds that rent machines: see `acquire`)."""
     kind = kind_named(options.kind)
     if kind.build is None:
-        raise UsageError(f"a {kind.kind} target is acquired, not opened",
-                         hint="proctor.targets.registry.acquire")  # fmt: skip
+        raise UsageError(
+            f"a {kind.kind} target is acquired, not opened", hint="proctor.targets.registry.acquire"
+        )
     return kind.build(options, context or TargetContext())
 
 
-def parse_target(url: str | None, config: ProjectConfig | None = None,
-                 **overrides: Any) -> Target:  # fmt: skip
+def parse_target(url: str | None, config: ProjectConfig | None = None, **overrides: Any) -> Target:
     """`url` (+ flags, + proctor.toml) -> its Target, through the registry."""
     cfg = config or ProjectConfig()
     return open_target(target_options(url, cfg, **overrides), TargetContext(cfg))
@@ -247,8 +251,10 @@ def kind_of_run(run_dir: Path) -> TargetKind:
             break
     _load()
     if name not in _REGISTRY:
-        raise UsageError(f"{run_dir.name} ran on a {name!r} target, which is not registered here",
-                         hint=f"load the module that registers it ({PLUGINS_ENV})")  # fmt: skip
+        raise UsageError(
+            f"{run_dir.name} ran on a {name!r} target, which is not registered here",
+            hint=f"load the module that registers it ({PLUGINS_ENV})",
+        )
     return _REGISTRY[name]
 
 

@@ -47,9 +47,11 @@ class Interrupts:
     def __enter__(self) -> Interrupts:
         # Handlers can be set in the main thread only: a library caller's thread gets none.
         main = threading.current_thread() is threading.main_thread()
-        self.previous = {
-            s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)
-        } if main else {}  # fmt: skip
+        self.previous = (
+            {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+            if main
+            else {}
+        )
         return self
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
@@ -132,6 +134,8 @@ def exit_for_state(run: RunDir, state: RunState) -> int:
     if reason == "stopped":
         raise Interrupted(f"run {run.run_id} was stopped{said}")
     return state.exit.code
+
+
 def _detailed(run: RunDir, exit_: ExitStatus) -> ExitStatus:
     """The run directory's exit_code file, where it holds the same status in full (the command's
     own status after proctor's), else what the target said."""
@@ -181,9 +185,12 @@ def state_of(status: RunStatus) -> RunState:
     """A target's RunStatus as the RunState the exit table reads."""
     if status.exit_code is None:
         return RunState(status.state, None, status.wrapper_alive)
-    exit_ = ExitStatus(code=status.exit_code, signal=status.exit_signal,
-                       decided_by="proctor" if status.exit_reason else "command",
-                       reason=status.exit_reason)  # fmt: skip
+    exit_ = ExitStatus(
+        code=status.exit_code,
+        signal=status.exit_signal,
+        decided_by="proctor" if status.exit_reason else "command",
+        reason=status.exit_reason,
+    )
     return RunState(status.state, exit_, status.wrapper_alive)
 
 

@@ -91,8 +91,9 @@ def parse_ssh_url(url: str, **options: Any) -> SshOptions:
     return SshOptions(host=parts.hostname, user=parts.username or "root", port=port, **options)
 
 
-def _unavailable(opts: SshOptions, error: BaseException, doing: str,
-                 note: str | None = None) -> TargetUnavailable:  # fmt: skip
+def _unavailable(
+    opts: SshOptions, error: BaseException, doing: str, note: str | None = None
+) -> TargetUnavailable:
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     if note:
         reason = f"{reason} ({note})"
@@ -178,8 +179,9 @@ class SshConnection:
             except _PERMANENT as error:
                 self._drop()
                 self.attempts.append(_error_key(error))
-                raise ConnectFailed(error, attempt, loop.time() - started,
-                                    "not retried (a retry cannot change it)") from None  # fmt: skip
+                raise ConnectFailed(
+                    error, attempt, loop.time() - started, "not retried (a retry cannot change it)"
+                ) from None
             except (OSError, asyncssh.Error, asyncio.TimeoutError, TimeoutError) as error:
                 self._drop()
                 key = _error_key(error)
@@ -216,8 +218,9 @@ class SshConnection:
                 conn.abort()
         self._conn = self._jump = None
 
-    def _guard(self, coro_fn: Callable[[], Coroutine[Any, Any, T]], doing: str,
-               timeout: float | None) -> T:  # fmt: skip
+    def _guard(
+        self, coro_fn: Callable[[], Coroutine[Any, Any, T]], doing: str, timeout: float | None
+    ) -> T:
         try:
             return self._call(coro_fn(), timeout)
         except ProctorError:
@@ -231,8 +234,9 @@ class SshConnection:
     async def _adrop(self) -> None:
         self._drop()
 
-    def run(self, command: str, stdin: bytes | None = None,
-            timeout: float | None = 120.0) -> tuple[int, bytes, bytes]:  # fmt: skip
+    def run(
+        self, command: str, stdin: bytes | None = None, timeout: float | None = 120.0
+    ) -> tuple[int, bytes, bytes]:
         async def go() -> tuple[int, bytes, bytes]:
             conn = await self._connect()
             result = await asyncio.wait_for(
@@ -246,8 +250,9 @@ class SshConnection:
 
         return self._guard(go, "exec", None)
 
-    def stream(self, command: str, sink: Callable[[bytes], None],
-               stdin: bytes = b"") -> tuple[int, bytes]:  # fmt: skip
+    def stream(
+        self, command: str, sink: Callable[[bytes], None], stdin: bytes = b""
+    ) -> tuple[int, bytes]:
         """Run `command`, handing its stdout to `sink` as it arrives; (status, stderr)."""
 
         async def go() -> tuple[int, bytes]:
@@ -311,9 +316,10 @@ def proctor_bundle(dest_dir: Path) -> tuple[Path, str]:
 
     root = PACKAGE_DIR
     files = sorted(
-        p for p in root.rglob("*")
+        p
+        for p in root.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-    )  # fmt: skip
+    )
     digest = hashlib.sha256()
     for p in files:
         digest.update(p.relative_to(root.parent).as_posix().encode() + b"\0" + p.read_bytes())
@@ -337,11 +343,13 @@ class Shell(Protocol):
 
     reconnects: int
 
-    def run(self, command: str, stdin: bytes | None = None,
-            timeout: float | None = 120.0) -> tuple[int, bytes, bytes]: ...  # fmt: skip
+    def run(
+        self, command: str, stdin: bytes | None = None, timeout: float | None = 120.0
+    ) -> tuple[int, bytes, bytes]: ...
 
-    def stream(self, command: str, sink: Callable[[bytes], None],
-               stdin: bytes = b"") -> tuple[int, bytes]: ...  # fmt: skip
+    def stream(
+        self, command: str, sink: Callable[[bytes], None], stdin: bytes = b""
+    ) -> tuple[int, bytes]: ...
 
     def put(self, local: Path, remote: str) -> None: ...
 
@@ -357,8 +365,13 @@ class SshTarget:
     kind = "ssh"
     capabilities = frozenset({base.AGENT, base.SETUP, base.WAIT, base.FAR})
 
-    def __init__(self, opts: SshOptions, *, info_extra: dict[str, Any] | None = None,
-                 conn: Shell | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        opts: SshOptions,
+        *,
+        info_extra: dict[str, Any] | None = None,
+        conn: Shell | None = None,
+    ) -> None:
         self.opts = opts
         self.conn: Shell = conn if conn is not None else SshConnection(opts)
         self.info_extra = dict(info_extra or {})
@@ -387,8 +400,9 @@ class SshTarget:
             parts.append(f"export PYTHONPATH={lib}${{PYTHONPATH:+:$PYTHONPATH}};")
         return " ".join(parts)
 
-    def agent(self, command: str, request: dict[str, Any],
-              timeout: float | None = 300.0) -> dict[str, Any]:  # fmt: skip
+    def agent(
+        self, command: str, request: dict[str, Any], timeout: float | None = 300.0
+    ) -> dict[str, Any]:
         """Run one agent command on the far side with `request` (validated by the command's
         model, requests.py); its JSON answer, or its error re-raised."""
         from proctor.targets.remote.requests import request_for
@@ -423,11 +437,14 @@ class SshTarget:
         o = self.opts
         probe = (
             "set -e; "
-            + (f"ws={shlex.quote(o.workspace)}; " if o.workspace
-               else 'if [ -d /workspace ]; then ws=/workspace; else ws="$HOME"; fi; ')
+            + (
+                f"ws={shlex.quote(o.workspace)}; "
+                if o.workspace
+                else 'if [ -d /workspace ]; then ws=/workspace; else ws="$HOME"; fi; '
+            )
             + 'mkdir -p "$ws/proctor/lib" "$ws/proctor/runs" "$ws/proctor/src" "$ws/proctor/tmp"; '
             + 'cd "$ws" && pwd -P; hostname; '
-        )  # fmt: skip
+        )
         rc, out, err = self.conn.run(probe, timeout=60)
         if rc != 0:
             raise TargetUnavailable(
@@ -468,10 +485,13 @@ class SshTarget:
                 timeout=120,
             )
             if rc != 0:
-                raise TargetUnavailable(f"{o.name}: cannot unpack proctor into {lib}: "
-                                        f"{err.decode(errors='replace').strip()}")  # fmt: skip
-        self.prepared = base.Prepared(workspace=ws, python=python, proctor_path=lib,
-                                 env_sh=env_sh if env_found else None)  # fmt: skip
+                raise TargetUnavailable(
+                    f"{o.name}: cannot unpack proctor into {lib}: "
+                    f"{err.decode(errors='replace').strip()}"
+                )
+        self.prepared = base.Prepared(
+            workspace=ws, python=python, proctor_path=lib, env_sh=env_sh if env_found else None
+        )
         try:
             found = self.agent("probe", {})
         except TargetUnavailable as error:
@@ -480,12 +500,15 @@ class SshTarget:
                 hint="create <ws>/proctor/venv with psutil and pydantic, or pass --remote-python",
             ) from None
         notes = [] if env_found else [f"no env.sh at {env_sh} (not sourced)"]
-        found = {**found, "hostname": hostname, "proctor_lib_shipped": shipped,
-                 "proctor_lib": lib}  # fmt: skip
+        found = {**found, "hostname": hostname, "proctor_lib_shipped": shipped, "proctor_lib": lib}
         self.prepared = base.Prepared(
-            workspace=ws, python=str(found.get("python") or python), proctor_path=lib,
-            env_sh=env_sh if env_found else None, found=found, notes=notes,
-        )  # fmt: skip
+            workspace=ws,
+            python=str(found.get("python") or python),
+            proctor_path=lib,
+            env_sh=env_sh if env_found else None,
+            found=found,
+            notes=notes,
+        )
         if venv_mode:
             self.prepared = self._ensure_venv(self.prepared)
         return self.prepared
@@ -507,10 +530,14 @@ class SshTarget:
         if answer.get("missing"):
             notes.append(f"far venv lacks {', '.join(answer['missing'])} (some commands need them)")
         return base.Prepared(
-            workspace=prepared.workspace, python=str(answer["python"]), proctor_path=None,
-            env_sh=prepared.env_sh, setup=prepared.setup,
-            found={**prepared.found, "venv": answer, "base_python": prepared.python}, notes=notes,
-        )  # fmt: skip
+            workspace=prepared.workspace,
+            python=str(answer["python"]),
+            proctor_path=None,
+            env_sh=prepared.env_sh,
+            setup=prepared.setup,
+            found={**prepared.found, "venv": answer, "base_python": prepared.python},
+            notes=notes,
+        )
 
     def sync_source(
         self, identity: SourceIdentity, *, existing: str | None = None
@@ -518,8 +545,10 @@ class SshTarget:
         from proctor.source.archive import CheckoutExists, checkout_path, make_source_archive
 
         if identity.source_id is None:
-            raise UsageError("the local source has no identity (not a git checkout?)",
-                             hint="run from inside a git checkout")  # fmt: skip
+            raise UsageError(
+                "the local source has no identity (not a git checkout?)",
+                hint="run from inside a git checkout",
+            )
         ident_json = identity.model_dump(mode="json")
         self.identity = ident_json
         if existing:
@@ -539,8 +568,9 @@ class SshTarget:
         self.conn.put(Path(info.path), remote_tar)
         self.checkout = dest
         try:
-            answer = self.agent("unpack", {"archive": remote_tar, "dest": dest,
-                                           "sha256": info.sha256})  # fmt: skip
+            answer = self.agent(
+                "unpack", {"archive": remote_tar, "dest": dest, "sha256": info.sha256}
+            )
         except CheckoutExists:
             # Another controller unpacked the same source meanwhile: verify theirs instead.
             answer = self.agent("inspect", {"path": dest, "identity": ident_json})
@@ -562,8 +592,10 @@ class SshTarget:
         if rc != 0:
             from proctor.errors import WorkloadFailed
 
-            raise WorkloadFailed(f"{self.opts.name}: setup script {script} failed (exit {rc})",
-                                 hint=f"see {log} on the host")  # fmt: skip
+            raise WorkloadFailed(
+                f"{self.opts.name}: setup script {script} failed (exit {rc})",
+                hint=f"see {log} on the host",
+            )
         return "ran"
 
     def start(self, job: base.JobSpec) -> base.StartedRun:
@@ -584,8 +616,9 @@ class SshTarget:
     def status(self, run_id: str) -> base.RunStatus:
         return _status(self.agent("status", {"runs_dir": self.runs_dir, "run_id": run_id}))
 
-    def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
-               until_done: bool = True) -> base.RunStatus:  # fmt: skip
+    def follow(
+        self, run_id: str, out: IO[bytes], *, offset: int = 0, until_done: bool = True
+    ) -> base.RunStatus:
         """Copy the far log to `out` from `offset`; after a drop, reconnect and resume at the
         byte where it stopped, for up to opts.reconnect_s."""
         position = offset
@@ -602,8 +635,9 @@ class SshTarget:
         p = self.prepared
         assert p is not None
         while True:
-            request = FollowRequest(runs_dir=self.runs_dir, run_id=run_id, offset=position,
-                                    until_done=until_done)  # fmt: skip
+            request = FollowRequest(
+                runs_dir=self.runs_dir, run_id=run_id, offset=position, until_done=until_done
+            )
             line = f"{self._shell_prefix()} exec {shlex.quote(p.python)} -m {AGENT} follow"
             try:
                 rc, err = self.conn.stream(line, sink, request.model_dump_json().encode())
@@ -656,8 +690,9 @@ def _local_cache() -> Path:
     return path
 
 
-def decode_answer(name: str, command: str, rc: int, out: bytes, err: bytes,
-                  *, from_stderr: bool = False) -> dict[str, Any]:  # fmt: skip
+def decode_answer(
+    name: str, command: str, rc: int, out: bytes, err: bytes, *, from_stderr: bool = False
+) -> dict[str, Any]:
     """The agent prints one JSON line last: {"ok": true, ...} or {"ok": false, "error": ...}."""
     text = (err if from_stderr else out).decode(errors="replace").strip().splitlines()
     last = text[-1] if text else ""
@@ -717,5 +752,11 @@ def _status(answer: dict[str, Any]) -> base.RunStatus:
     )
 
 
-__all__ = ["SshConnection", "SshOptions", "SshTarget", "decode_answer", "parse_ssh_url",
-           "proctor_bundle"]  # fmt: skip
+__all__ = [
+    "SshConnection",
+    "SshOptions",
+    "SshTarget",
+    "decode_answer",
+    "parse_ssh_url",
+    "proctor_bundle",
+]

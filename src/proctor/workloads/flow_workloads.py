@@ -154,8 +154,10 @@ def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: 
     flags = _flags(opts, repeat_lists=True)
     _check(_parser_of("offline", OFFLINE_FLAGS, required=("engine",)), flags, "offline")
     if not opts.get("model") and opts.get("cmd") is not True:
-        raise UsageError("offline workload: model is required (unless cmd = true)",
-                         hint='offline = { engine = "vllm", model = "/models/x" }')  # fmt: skip
+        raise UsageError(
+            "offline workload: model is required (unless cmd = true)",
+            hint='offline = { engine = "vllm", model = "/models/x" }',
+        )
     return [py, "-m", "proctor.cli.main", "offline", *flags, "--", *map(str, args)]
 
 
@@ -213,23 +215,60 @@ def _gsm8k_parser() -> argparse.ArgumentParser:
 # set, by kind of value (None: a switch; list: repeatable); a test keeps these in step with the
 # commands (tests/cli/test_flow_workloads.py).
 OFFLINE_FLAGS: dict[str, type | None] = {
-    "engine": str, "model": str, "tp": int, "cmd": None, "python": str, "min-free-disk": float,
-    "name": str, "timeout": str, "env": list, "key": str, "gpu-sample": float, "runs-dir": str,
+    "engine": str,
+    "model": str,
+    "tp": int,
+    "cmd": None,
+    "python": str,
+    "min-free-disk": float,
+    "name": str,
+    "timeout": str,
+    "env": list,
+    "key": str,
+    "gpu-sample": float,
+    "runs-dir": str,
     "config": str,
-}  # fmt: skip
+}
 SWEEP_FLAGS: dict[str, type | None] = {
-    "concurrency": str, "server": str, "base-url": str, "port": int, "model": str, "isl": int,
-    "osl": int, "prompt-multiplier": int, "range-ratio": float, "chat": None, "seed": int,
-    "name": str, "runs-dir": str, "max-error-rate": float, "num-prompts": int,
-    "request-rate": str, "server-grid": list, "file": str, "group": str, "engine": str,
-    "tp": int, "poll": str, "slo": str, "search": str, "lo": float, "hi": float,
-    "max-probes": int, "resolution": float, "dataset": str, "prefix-groups": int,
-    "prefix-hit-rate": float, "prefix-len": int, "workers": int,
-}  # fmt: skip
+    "concurrency": str,
+    "server": str,
+    "base-url": str,
+    "port": int,
+    "model": str,
+    "isl": int,
+    "osl": int,
+    "prompt-multiplier": int,
+    "range-ratio": float,
+    "chat": None,
+    "seed": int,
+    "name": str,
+    "runs-dir": str,
+    "max-error-rate": float,
+    "num-prompts": int,
+    "request-rate": str,
+    "server-grid": list,
+    "file": str,
+    "group": str,
+    "engine": str,
+    "tp": int,
+    "poll": str,
+    "slo": str,
+    "search": str,
+    "lo": float,
+    "hi": float,
+    "max-probes": int,
+    "resolution": float,
+    "dataset": str,
+    "prefix-groups": int,
+    "prefix-hit-rate": float,
+    "prefix-len": int,
+    "workers": int,
+}
 
 
-def _parser_of(prog: str, flags: dict[str, type | None],
-               required: tuple[str, ...] = ()) -> argparse.ArgumentParser:  # fmt: skip
+def _parser_of(
+    prog: str, flags: dict[str, type | None], required: tuple[str, ...] = ()
+) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
     for flag, kind in flags.items():
         if kind is None:
@@ -253,5 +292,13 @@ def _check(parser: argparse.ArgumentParser, argv: list[str], kind: str) -> None:
         raise UsageError(f"{kind} workload: {last}", hint="its options are its flags") from None
 
 
-__all__ = ["KINDS", "OFFLINE_FLAGS", "SWEEP_FLAGS", "FlowWorkload", "command_for", "file_values",
-           "parse_workload", "parse_workloads"]
+__all__ = [
+    "KINDS",
+    "OFFLINE_FLAGS",
+    "SWEEP_FLAGS",
+    "FlowWorkload",
+    "command_for",
+    "file_values",
+    "parse_workload",
+    "parse_workloads",
+]

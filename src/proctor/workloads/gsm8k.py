@@ -80,8 +80,9 @@ class Gsm8kConfig:
         if self.num_concurrent < 1:
             raise UsageError("--num-concurrent must be >= 1")
         if not 0 <= self.max_error_rate <= 1:  # nan too: `rate <= nan` failed every eval
-            raise UsageError(f"--max-error-rate {self.max_error_rate:g}: must be a fraction "
-                             "from 0 to 1")
+            raise UsageError(
+                f"--max-error-rate {self.max_error_rate:g}: must be a fraction from 0 to 1"
+            )
         if not self.base_url.startswith(("http://", "https://")):
             raise UsageError(f"invalid base URL {self.base_url!r}", hint="use http://HOST:PORT")
 
@@ -209,8 +210,10 @@ def data_files(data_dir: Path) -> dict[str, Any]:
     """Which bytes `--data DIR` held: each split's sha256 and one digest of them (the digest a
     `--target` names its shipped copy by, targets/remote/shipfiles.py)."""
     data_dir = Path(data_dir).resolve()
-    files = {name: hashlib.sha256((data_dir / name).read_bytes()).hexdigest()
-             for name in ("train.jsonl", "test.jsonl")}  # fmt: skip
+    files = {
+        name: hashlib.sha256((data_dir / name).read_bytes()).hexdigest()
+        for name in ("train.jsonl", "test.jsonl")
+    }
     return {"path": str(data_dir), "sha256": digest_of(files), "files": files}
 
 
@@ -308,9 +311,7 @@ def read_results(output_path: Path) -> Gsm8kResult:
 
 
 # lm-eval's own words for a request that got no real answer (0.4.10 .. 0.4.13).
-UNANSWERED = re.compile(
-    rb"API returned null content|API request failed after multiple retries"
-)
+UNANSWERED = re.compile(rb"API returned null content|API request failed after multiple retries")
 QUOTED_LINES = 3
 
 
@@ -333,12 +334,18 @@ def check_answered(log_path: Path, n_samples: int, max_error_rate: float) -> dic
     """The unanswered-request verdict for metrics.json; raises WorkloadFailed beyond the limit."""
     count, first = unanswered_requests(log_path)
     rate = count / n_samples if n_samples else (1.0 if count else 0.0)
-    verdict = {"unanswered": count, "error_rate": rate, "max_error_rate": max_error_rate,
-               "first_lines": first, "ok": rate <= max_error_rate}
+    verdict = {
+        "unanswered": count,
+        "error_rate": rate,
+        "max_error_rate": max_error_rate,
+        "first_lines": first,
+        "ok": rate <= max_error_rate,
+    }
     if not verdict["ok"]:
-        verdict["message"] = (f"{count} of {n_samples} requests got no answer "
-                              f"({rate:.1%}; allowed {max_error_rate:.1%}); first: "
-                              + " | ".join(first))
+        verdict["message"] = (
+            f"{count} of {n_samples} requests got no answer "
+            f"({rate:.1%}; allowed {max_error_rate:.1%}); first: " + " | ".join(first)
+        )
     return verdict
 
 
@@ -435,18 +442,28 @@ def run_gsm8k(
         record["verdict"] = verdict
         if not verdict["ok"]:
             # The scores stay in the record for the evidence, but the run is not a result.
-            record["metrics"] = {**result.to_metrics(), "unanswered": verdict["unanswered"],
-                                 "error_rate": verdict["error_rate"], "workload_failed": 1}
-            raise WorkloadFailed(f"eval failed: {verdict['message']}",
-                                 hint=f"see {log_path}; --max-error-rate R allows some")
+            record["metrics"] = {
+                **result.to_metrics(),
+                "unanswered": verdict["unanswered"],
+                "error_rate": verdict["error_rate"],
+                "workload_failed": 1,
+            }
+            raise WorkloadFailed(
+                f"eval failed: {verdict['message']}",
+                hint=f"see {log_path}; --max-error-rate R allows some",
+            )
     except ProctorError as error:
         record.update(status="failed", error=error.one_line())
         _atomic_write_json(metrics_path, record)
         raise
     record.update(
         status="ok",
-        metrics={**result.to_metrics(), "unanswered": verdict["unanswered"],
-                 "error_rate": verdict["error_rate"], "workload_failed": 0},
+        metrics={
+            **result.to_metrics(),
+            "unanswered": verdict["unanswered"],
+            "error_rate": verdict["error_rate"],
+            "workload_failed": 0,
+        },
         results_file=os.path.relpath(result.results_file, output_dir),
         lm_eval_version=result.lm_eval_version,
         task_version=result.task_version,
@@ -489,8 +506,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True, help="served model name")
     # Under a supervised run the wrapper's environment names the run directory.
-    p.add_argument("--output-dir", type=Path, default=os.environ.get("PROCTOR_RUN_DIR"),
-                   required="PROCTOR_RUN_DIR" not in os.environ)
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        default=os.environ.get("PROCTOR_RUN_DIR"),
+        required="PROCTOR_RUN_DIR" not in os.environ,
+    )
     p.add_argument("--fewshot", type=int, default=3)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--chat", action="store_true")
@@ -500,8 +521,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, default=None, help="folder with train/test.jsonl")
     p.add_argument("--log-samples", action="store_true")
     p.add_argument("--lm-eval", default=None, help="path of the lm_eval executable")
-    p.add_argument("--max-error-rate", type=float, default=0.0,
-                   help="fraction of samples allowed to go unanswered (default 0)")
+    p.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=0.0,
+        help="fraction of samples allowed to go unanswered (default 0)",
+    )
     return p
 
 

@@ -55,13 +55,22 @@ _LABEL = r"^{} throughput \({}/s\):\s*" + _NUM
 _REQ = ("request", "req")
 DEFAULT_THROUGHPUT_PATTERNS: dict[str, str] = {
     "request_throughput": r"(?i)^Throughput: " + _NUM + " requests/s|" + _LABEL.format(*_REQ),
-    "total_token_throughput": r"(?i)" + _NUM + " total tokens/s|"
+    "total_token_throughput": r"(?i)"
+    + _NUM
+    + " total tokens/s|"
     + _LABEL.format("total token", "tok"),
-    "output_throughput": r"(?i)" + _NUM + " output tokens/s|"
+    "output_throughput": r"(?i)"
+    + _NUM
+    + " output tokens/s|"
     + _LABEL.format("output token", "tok")
-    + r"|est\. speed input: [-+0-9.eE]+ toks/s, output: " + _NUM + " toks/s",
-    "input_throughput": "(?i)" + _LABEL.format("input token", "tok")
-    + r"|est\. speed input: " + _NUM + " toks/s",
+    + r"|est\. speed input: [-+0-9.eE]+ toks/s, output: "
+    + _NUM
+    + " toks/s",
+    "input_throughput": "(?i)"
+    + _LABEL.format("input token", "tok")
+    + r"|est\. speed input: "
+    + _NUM
+    + " toks/s",
 }
 
 
@@ -239,8 +248,10 @@ def build_offline_command(
         if tp_arg:
             argv += [tp_arg, str(tp_value)]
         elif tp_value > 1:
-            raise ConfigError(f"engine {engine.name!r} has no offline tensor-parallel flag",
-                              hint=f"set tp_arg in [engines.{engine.name}.offline]")  # fmt: skip
+            raise ConfigError(
+                f"engine {engine.name!r} has no offline tensor-parallel flag",
+                hint=f"set tp_arg in [engines.{engine.name}.offline]",
+            )
     argv += spec.default_args
     if model_profile.supports(engine.name):
         argv += model_profile.args
@@ -263,8 +274,15 @@ def entry_argv(
     python: str | None = None,
 ) -> list[str]:
     """The argv of this module running `command`: what a supervised offline run executes."""
-    argv = [python or sys.executable, "-m", "proctor.workloads.offline", "--engine", engine,
-            "--min-free-disk", f"{min_free_disk_gib:g}"]  # fmt: skip
+    argv = [
+        python or sys.executable,
+        "-m",
+        "proctor.workloads.offline",
+        "--engine",
+        engine,
+        "--min-free-disk",
+        f"{min_free_disk_gib:g}",
+    ]
     if model:
         argv += ["--model", model]
     for name, regex in patterns.items():
@@ -322,26 +340,45 @@ def start_offline(request: OfflineRequest, config: ProjectConfig) -> Started:
         command, env = build_offline_command(
             engine, request.model, tp=request.tp, extra=request.extra, python=request.python
         )
-    need = (request.min_free_disk_gib if request.min_free_disk_gib is not None
-            else engine.offline.min_free_disk_gib)  # fmt: skip
+    need = (
+        request.min_free_disk_gib
+        if request.min_free_disk_gib is not None
+        else engine.offline.min_free_disk_gib
+    )
     if not math.isfinite(need) or need < 0:  # nan would switch the guard off unsaid
-        raise UsageError(f"--min-free-disk {need:g}: must be a number of GiB >= 0 "
-                         "(0 disables the guard)")
-    argv = entry_argv(command, engine=engine.name, model=request.model, min_free_disk_gib=need,
-                      patterns=throughput_patterns(engine),
-                      fault_patterns=engine.fault_patterns("runtime"))  # fmt: skip
+        raise UsageError(
+            f"--min-free-disk {need:g}: must be a number of GiB >= 0 (0 disables the guard)"
+        )
+    argv = entry_argv(
+        command,
+        engine=engine.name,
+        model=request.model,
+        min_free_disk_gib=need,
+        patterns=throughput_patterns(engine),
+        fault_patterns=engine.fault_patterns("runtime"),
+    )
     # The user's --env wins over the profile's.
     env_flags = [f"{k}={v}" for k, v in env.items()] + list(request.env)
     flags = RunFlags(
-        argv=argv, name=request.name or offline_name(request), runs_dir=request.runs_dir,
-        timeout=request.timeout, env=env_flags, key=request.key, detach=request.detach,
+        argv=argv,
+        name=request.name or offline_name(request),
+        runs_dir=request.runs_dir,
+        timeout=request.timeout,
+        env=env_flags,
+        key=request.key,
+        detach=request.detach,
         gpu_sample=request.gpu_sample,
-    )  # fmt: skip
+    )
     plan = resolve_run_plan(flags, config)
     redactor = plan.redactor()
-    facts = {"engine": engine.name, "model": request.model, "tp": request.tp,
-             "command": redactor.argv(command), "min_free_disk_gib": need,
-             "entry": "command" if request.command is not None else "profile"}  # fmt: skip
+    facts = {
+        "engine": engine.name,
+        "model": request.model,
+        "tp": request.tp,
+        "command": redactor.argv(command),
+        "min_free_disk_gib": need,
+        "entry": "command" if request.command is not None else "profile",
+    }
     return start_run(plan, RunSpec(kind="offline", extra={"offline": facts}))
 
 
@@ -396,8 +433,9 @@ def run_offline(
     """Guard the disk, run `command`, parse its output; metrics.json is always written."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    scanner = OutputScanner(DEFAULT_THROUGHPUT_PATTERNS if patterns is None else patterns,
-                            fault_patterns)  # fmt: skip
+    scanner = OutputScanner(
+        DEFAULT_THROUGHPUT_PATTERNS if patterns is None else patterns, fault_patterns
+    )
     redactor = Redactor.from_environment({}, (), env)
     result = OfflineResult(status="running")
     doc: dict[str, Any] = {
@@ -413,12 +451,16 @@ def run_offline(
 
     def save() -> None:
         doc.update(
-            status=result.status, exit_code=result.exit_code, wall_time_s=result.wall_time_s,
-            disk=[{**asdict(c), "ok": c.ok} for c in result.disk], error=result.error,
+            status=result.status,
+            exit_code=result.exit_code,
+            wall_time_s=result.wall_time_s,
+            disk=[{**asdict(c), "ok": c.ok} for c in result.disk],
+            error=result.error,
             metrics=dict(scanner.metrics),
             units={n: metric_info(n).unit for n in scanner.metrics},
-            lines=dict(scanner.lines), faults=list(scanner.faults),
-        )  # fmt: skip
+            lines=dict(scanner.lines),
+            faults=list(scanner.faults),
+        )
         _write_json(path, doc)
 
     if min_free_disk_gib > 0:
@@ -439,9 +481,12 @@ def run_offline(
     proc: subprocess.Popen[bytes] | None = None
     try:
         proc = subprocess.Popen(
-            list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env=dict(env) if env else None,
-        )  # fmt: skip
+            list(command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env else None,
+        )
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         for chunk in iter(lambda: os.read(fd, 65536), b""):
@@ -451,8 +496,7 @@ def run_offline(
                 save()
         scanner.finish()
         result.exit_code = proc.wait()
-        result.status = ("fault" if scanner.faults else
-                         "ok" if result.exit_code == 0 else "failed")  # fmt: skip
+        result.status = "fault" if scanner.faults else "ok" if result.exit_code == 0 else "failed"
     except OSError as error:
         result.status = "not-found"
         result.error = f"could not start {redactor.text(command[0])}: {error.strerror or error}"
@@ -497,17 +541,30 @@ def _pattern_arg(text: str) -> tuple[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m proctor.workloads.offline", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m proctor.workloads.offline",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--engine", default="command", help="engine profile name, for the record")
     p.add_argument("--model", default=None, help="model path (the disk guard measures its disk)")
     p.add_argument("--min-free-disk", type=float, default=0.0, metavar="GIB")
-    p.add_argument("--throughput", type=_pattern_arg, action="append", default=None,
-                   metavar="NAME=REGEX", help="a figure to parse (default: proctor's set)")
+    p.add_argument(
+        "--throughput",
+        type=_pattern_arg,
+        action="append",
+        default=None,
+        metavar="NAME=REGEX",
+        help="a figure to parse (default: proctor's set)",
+    )
     p.add_argument("--fault", action="append", default=[], metavar="REGEX")
     # Under a supervised run the wrapper's environment names the run directory.
-    p.add_argument("--output-dir", type=Path, default=os.environ.get("PROCTOR_RUN_DIR"),
-                   required="PROCTOR_RUN_DIR" not in os.environ)
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        default=os.environ.get("PROCTOR_RUN_DIR"),
+        required="PROCTOR_RUN_DIR" not in os.environ,
+    )
     p.add_argument("command", nargs=argparse.REMAINDER)
     return p
 
@@ -523,9 +580,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 64
     patterns = dict(args.throughput) if args.throughput is not None else None
     try:
-        result = run_offline(command, args.output_dir, engine=args.engine, model=args.model,
-                             min_free_disk_gib=args.min_free_disk, patterns=patterns,
-                             fault_patterns=args.fault)  # fmt: skip
+        result = run_offline(
+            command,
+            args.output_dir,
+            engine=args.engine,
+            model=args.model,
+            min_free_disk_gib=args.min_free_disk,
+            patterns=patterns,
+            fault_patterns=args.fault,
+        )
     except ProctorError as error:
         print(f"{prog}: {error.one_line()}", file=sys.stderr)
         return int(error.exit_code)

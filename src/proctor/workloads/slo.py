@@ -31,8 +31,11 @@ from proctor.version import __version__
 
 AXES = {"request-rate": "--request-rate", "concurrency": "--concurrency"}
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
-}  # fmt: skip
+    "<=": operator.le,
+    ">=": operator.ge,
+    "<": operator.lt,
+    ">": operator.gt,
+}
 _CONDITION = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(<=|>=|<|>)\s*([0-9.eE+-]+)\s*$")
 
 
@@ -83,8 +86,14 @@ class Probe:
     why: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
-        return {"value": self.value, "run_id": self.run_id, "exit_code": self.exit_code,
-                "met": self.met, "why": self.why, "metrics": self.metrics}  # fmt: skip
+        return {
+            "value": self.value,
+            "run_id": self.run_id,
+            "exit_code": self.exit_code,
+            "met": self.met,
+            "why": self.why,
+            "metrics": self.metrics,
+        }
 
 
 @dataclass
@@ -108,19 +117,28 @@ def delivery(doc: dict[str, Any]) -> tuple[bool, list[str]]:
     schedule = doc.get("schedule") or {}
     target, achieved = schedule.get("target_rate"), schedule.get("achieved_rate")
     ok = True
-    if (isinstance(target, (int, float)) and isinstance(achieved, (int, float))
-            and achieved < MIN_ACHIEVED * target):  # fmt: skip
+    if (
+        isinstance(target, (int, float))
+        and isinstance(achieved, (int, float))
+        and achieved < MIN_ACHIEVED * target
+    ):
         ok = False
-        why.append(f"achieved {achieved:.2f} req/s of {target:g} (below "
-                   f"{MIN_ACHIEVED:.0%}: the client fell behind, so not this rate)")
+        why.append(
+            f"achieved {achieved:.2f} req/s of {target:g} (below "
+            f"{MIN_ACHIEVED:.0%}: the client fell behind, so not this rate)"
+        )
     client = doc.get("client") or {}
     if client.get("client_bound"):
         why.append("note: client-bound (" + "; ".join(client.get("reasons") or []) + ")")
     return ok, why
 
 
-def judge(conditions: list[Condition], metrics: dict[str, float],
-          exit_code: int | None, doc: dict[str, Any] | None = None) -> tuple[bool, list[str]]:
+def judge(
+    conditions: list[Condition],
+    metrics: dict[str, float],
+    exit_code: int | None,
+    doc: dict[str, Any] | None = None,
+) -> tuple[bool, list[str]]:
     delivered, why = delivery(doc or {})
     if exit_code != 0:
         why.append(f"bench exited {exit_code}")
@@ -152,10 +170,11 @@ def slo_search(
     if axis not in AXES:
         raise UsageError(f"--search {axis!r}: use request-rate or concurrency")
     integer = axis == "concurrency"
-    if (not (0 < lo < hi) or not math.isfinite(hi)
-            or (integer and (lo != int(lo) or hi != int(hi)))):  # fmt: skip
-        raise UsageError(f"--lo {lo:g} and --hi {hi:g}: need 0 < lo < hi, both finite"
-                         + (", integers for concurrency" if integer else ""))  # fmt: skip
+    if not (0 < lo < hi) or not math.isfinite(hi) or (integer and (lo != int(lo) or hi != int(hi))):
+        raise UsageError(
+            f"--lo {lo:g} and --hi {hi:g}: need 0 < lo < hi, both finite"
+            + (", integers for concurrency" if integer else "")
+        )
     if resolution is not None and not (math.isfinite(resolution) and resolution >= 0):
         raise UsageError(f"--resolution {resolution:g}: need a finite step >= 0 (0: default)")
     step = resolution or (1.0 if integer else max(hi * 0.05, 1e-3))
@@ -164,21 +183,31 @@ def slo_search(
     recorder = Recorder.create(runs_root)
     home = recorder.run
     store = resolve_store_path(config, runs_root).value
-    record = recorder.start({
-        "name": name, "kind": "slo-search",
-        **controller_fields(Path.cwd(), runs_root, Path(str(store))),
-        "bench_argv": base_argv, "axis": axis, "lo": lo, "hi": hi,
-        "slo": [str(c) for c in conditions], "proctor_version": __version__,
-        "outcome": "running", "probes": [],
-    })  # fmt: skip
+    record = recorder.start(
+        {
+            "name": name,
+            "kind": "slo-search",
+            **controller_fields(Path.cwd(), runs_root, Path(str(store))),
+            "bench_argv": base_argv,
+            "axis": axis,
+            "lo": lo,
+            "hi": hi,
+            "slo": [str(c) for c in conditions],
+            "proctor_version": __version__,
+            "outcome": "running",
+            "probes": [],
+        }
+    )
     probes: list[Probe] = []
 
     def probe(value: float) -> Probe:
         p = _probe(base_argv, axis, value, conditions, config, runs_root, name, home)
         probes.append(p)
         verdict = "meets" if p.met else "misses"
-        say(f"[slo] probe {len(probes)}: {axis} {value:g}: {verdict} the SLO "
-            f"({'; '.join(p.why)}) run {p.run_id}")  # fmt: skip
+        say(
+            f"[slo] probe {len(probes)}: {axis} {value:g}: {verdict} the SLO "
+            f"({'; '.join(p.why)}) run {p.run_id}"
+        )
         record["probes"] = [q.row() for q in probes]
         recorder.save()
         return p
@@ -191,9 +220,11 @@ def slo_search(
             low = probe(lo)
             if absent := _unwritten(low, conditions):
                 # A typo in --slo fails every probe: that is no "even lo misses it".
-                error = (f"the bench wrote no {', '.join(absent)} (run {low.run_id}, "
-                         "metrics.json): the SLO names a metric that does not exist, so it "
-                         "cannot be judged")
+                error = (
+                    f"the bench wrote no {', '.join(absent)} (run {low.run_id}, "
+                    "metrics.json): the SLO names a metric that does not exist, so it "
+                    "cannot be judged"
+                )
                 code = int(ExitCode.USAGE)
             elif _broken(low):
                 code = int(low.exit_code or ExitCode.UNKNOWN)
@@ -222,20 +253,35 @@ def slo_search(
                         good, bad = (middle, bad) if p.met else (good, middle)
                     answer = good
     except KeyboardInterrupt:  # Ctrl-C, or `runs stop` of the search (controller.Stopped)
-        recorder.finish(code=int(ExitCode.INTERRUPTED), outcome="stopped", store_path=store,
-                        who="slo-search", reason="stopped")  # fmt: skip
+        recorder.finish(
+            code=int(ExitCode.INTERRUPTED),
+            outcome="stopped",
+            store_path=store,
+            who="slo-search",
+            reason="stopped",
+        )
         raise
     record["answer"] = answer
     if error:
         record["error"] = error
-    home.write_json("result.json", {"axis": axis, "slo": record["slo"], "answer": answer,
-                                    "probes": record["probes"],
-                                    **({"error": error} if error else {})})  # fmt: skip
-    recorder.finish(code=code, outcome="ok" if code == 0 else "failed", store_path=store,
-                    who="slo-search")  # fmt: skip
+    home.write_json(
+        "result.json",
+        {
+            "axis": axis,
+            "slo": record["slo"],
+            "answer": answer,
+            "probes": record["probes"],
+            **({"error": error} if error else {}),
+        },
+    )
+    recorder.finish(
+        code=code, outcome="ok" if code == 0 else "failed", store_path=store, who="slo-search"
+    )
     if answer is not None and code == 0:
-        say(f"[slo] highest {axis} meeting {', '.join(map(str, conditions))}: {answer:g} "
-            f"({len(probes)} probes)")  # fmt: skip
+        say(
+            f"[slo] highest {axis} meeting {', '.join(map(str, conditions))}: {answer:g} "
+            f"({len(probes)} probes)"
+        )
     return SloResult(home, axis, answer, probes, code, error)
 
 
@@ -246,28 +292,53 @@ def _unwritten(p: Probe, conditions: list[Condition]) -> list[str]:
 
 def _broken(p: Probe) -> bool:
     """A probe that says nothing about the SLO: the server unreachable, bad flags, unknown."""
-    return p.exit_code in (None, int(ExitCode.UNAVAILABLE), int(ExitCode.USAGE),
-                           int(ExitCode.INTERRUPTED))  # fmt: skip
+    return p.exit_code in (
+        None,
+        int(ExitCode.UNAVAILABLE),
+        int(ExitCode.USAGE),
+        int(ExitCode.INTERRUPTED),
+    )
 
 
-def _probe(base_argv: list[str], axis: str, value: float, conditions: list[Condition],
-           config: ProjectConfig, runs_root: Path, name: str, home: RunDir) -> Probe:  # fmt: skip
+def _probe(
+    base_argv: list[str],
+    axis: str,
+    value: float,
+    conditions: list[Condition],
+    config: ProjectConfig,
+    runs_root: Path,
+    name: str,
+    home: RunDir,
+) -> Probe:
     shown = str(int(value)) if axis == "concurrency" else f"{value:g}"
     argv = [*base_argv, AXES[axis], shown]
-    flags = RunFlags(argv=argv, runs_dir=str(runs_root), name=f"{name}-{axis}-{shown}",
-                     gpu_sample=0)  # fmt: skip
-    started = start_run(resolve_run_plan(flags, config),
-                        RunSpec(kind="bench", group=home.run_id,
-                                extra={"slo_search": home.run_id, axis: value}))  # fmt: skip
+    flags = RunFlags(
+        argv=argv, runs_dir=str(runs_root), name=f"{name}-{axis}-{shown}", gpu_sample=0
+    )
+    started = start_run(
+        resolve_run_plan(flags, config),
+        RunSpec(kind="bench", group=home.run_id, extra={"slo_search": home.run_id, axis: value}),
+    )
     state = wait_or_stop(started.run)
     doc = started.run.read_json("metrics.json") or {}
-    metrics = {k: float(v) for k, v in (doc.get("metrics") or {}).items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}  # fmt: skip
+    metrics = {
+        k: float(v)
+        for k, v in (doc.get("metrics") or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     code = state.exit.code if state.exit else None
     met, why = judge(conditions, metrics, code, doc)
     kept = {c.metric: metrics[c.metric] for c in conditions if c.metric in metrics}
     return Probe(value, started.run.run_id, code, kept, met, why)
 
 
-__all__ = ["AXES", "Condition", "Probe", "SloResult", "judge", "parse_slo",
-           "percentiles_needed", "slo_search"]  # fmt: skip
+__all__ = [
+    "AXES",
+    "Condition",
+    "Probe",
+    "SloResult",
+    "judge",
+    "parse_slo",
+    "percentiles_needed",
+    "slo_search",
+]

@@ -102,20 +102,23 @@ def run_sweep(
                 write_summary(recorder, record, points)
     except KeyboardInterrupt:  # Ctrl-C, or `runs stop` of the sweep (controller.Stopped)
         write_summary(recorder, record, points)
-        recorder.finish(code=130, outcome="stopped", store_path=store_path, who="sweep",
-                        reason="stopped")  # fmt: skip
+        recorder.finish(
+            code=130, outcome="stopped", store_path=store_path, who="sweep", reason="stopped"
+        )
         raise
     except BaseException as error:
         # No status can be established for a sweep that died: no exit_code (unknown).
         write_summary(recorder, record, points)
-        recorder.finish(code=None, outcome="unknown", store_path=store_path, who="sweep",
-                        error=repr(error))  # fmt: skip
+        recorder.finish(
+            code=None, outcome="unknown", store_path=store_path, who="sweep", error=repr(error)
+        )
         raise
     failing = [p for p in points if p.exit_code != 0]
     code = 0 if not failing else (failing[0].exit_code if failing[0].exit_code is not None else 6)
     write_summary(recorder, record, points)
-    recorder.finish(code=code, outcome="ok" if code == 0 else "failed", store_path=store_path,
-                    who="sweep")  # fmt: skip
+    recorder.finish(
+        code=code, outcome="ok" if code == 0 else "failed", store_path=store_path, who="sweep"
+    )
     return sweep, points
 
 
@@ -186,8 +189,10 @@ def summary_text(points: list[SweepPoint]) -> str:
     rows = []
     for p in points:
         values = {"concurrency": float(p.concurrency), **p.metrics}
-        rows.append([fmt.format(values[key]) if key in values else "-" for _, key, fmt in COLUMNS]
-                    + [point_status(p)])
+        rows.append(
+            [fmt.format(values[key]) if key in values else "-" for _, key, fmt in COLUMNS]
+            + [point_status(p)]
+        )
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
@@ -242,11 +247,22 @@ def write_plot(path: Path, points: list[SweepPoint], title: str = "") -> bool:
     ax.plot(xs, [p.metrics[PLOT_Y[0]] for p in ok], "o-", color="tab:blue", label="ok")
     bad = [p for p in drawn if p.exit_code != 0]
     if bad:
-        ax.plot([p.metrics[PLOT_X[0]] for p in bad], [p.metrics[PLOT_Y[0]] for p in bad], "x",
-                color="tab:red", markersize=9, label="failed")  # fmt: skip
+        ax.plot(
+            [p.metrics[PLOT_X[0]] for p in bad],
+            [p.metrics[PLOT_Y[0]] for p in bad],
+            "x",
+            color="tab:red",
+            markersize=9,
+            label="failed",
+        )
     for p in drawn:
-        ax.annotate(f"c={p.concurrency}", (p.metrics[PLOT_X[0]], p.metrics[PLOT_Y[0]]),
-                    textcoords="offset points", xytext=(5, 5), fontsize=8)  # fmt: skip
+        ax.annotate(
+            f"c={p.concurrency}",
+            (p.metrics[PLOT_X[0]], p.metrics[PLOT_Y[0]]),
+            textcoords="offset points",
+            xytext=(5, 5),
+            fontsize=8,
+        )
     ax.set_xlabel(PLOT_X[1])
     ax.set_ylabel(PLOT_Y[1])
     ax.set_title(title or "throughput against latency")
@@ -284,5 +300,15 @@ def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoi
     recorder.update(points=record.points, plot=record.plot, plot_skipped=record.plot_skipped)
 
 
-__all__ = ["PLOT_NAME", "SweepPoint", "plot_unavailable", "point_status", "record_of", "run_sweep",
-           "summary_csv", "summary_text", "write_plot", "write_summary"]
+__all__ = [
+    "PLOT_NAME",
+    "SweepPoint",
+    "plot_unavailable",
+    "point_status",
+    "record_of",
+    "run_sweep",
+    "summary_csv",
+    "summary_text",
+    "write_plot",
+    "write_summary",
+]

@@ -19,6 +19,7 @@ def _compiled_or_error(patterns: list[str]) -> list[str]:
             raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
     return patterns
 
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -75,9 +76,16 @@ class OfflineSpec(_Strict):
 
 
 MULTINODE_PLACEHOLDERS = (
-    "nodes", "node_rank", "head_address", "head_node", "rpc_port", "port", "tp",
-    "world_size", "gpus_per_node",
-)  # fmt: skip
+    "nodes",
+    "node_rank",
+    "head_address",
+    "head_node",
+    "rpc_port",
+    "port",
+    "tp",
+    "world_size",
+    "gpus_per_node",
+)
 
 
 class MultiNodeLaunch(_Strict):

@@ -48,9 +48,14 @@ def _status(run: Any) -> dict[str, Any]:
     from proctor.targets.local import status_of
 
     s = status_of(run)
-    return {"state": s.state, "exit_code": s.exit_code, "exit_signal": s.exit_signal,
-            "wrapper_alive": s.wrapper_alive, "outcome": s.outcome,
-            "exit_reason": s.exit_reason}  # fmt: skip
+    return {
+        "state": s.state,
+        "exit_code": s.exit_code,
+        "exit_signal": s.exit_signal,
+        "wrapper_alive": s.wrapper_alive,
+        "outcome": s.outcome,
+        "exit_reason": s.exit_reason,
+    }
 
 
 def probe(req: ProbeRequest) -> dict[str, Any]:
@@ -58,18 +63,32 @@ def probe(req: ProbeRequest) -> dict[str, Any]:
 
     from proctor.version import PACKAGE_DIR, __version__
 
-    return {"python": sys.executable, "python_version": platform.python_version(),
-            "proctor_version": __version__, "proctor_file": str(PACKAGE_DIR / "__init__.py"),
-            "cwd": os.getcwd()}  # fmt: skip
+    return {
+        "python": sys.executable,
+        "python_version": platform.python_version(),
+        "proctor_version": __version__,
+        "proctor_file": str(PACKAGE_DIR / "__init__.py"),
+        "cwd": os.getcwd(),
+    }
 
 
 def _report(report: Any) -> dict[str, Any]:
-    source_id = report.shipped.source_id if report.shipped else (
-        report.identity.source_id if report.identity else None)  # fmt: skip
-    return {"path": report.path, "state": report.state, "source_id": source_id,
-            "matches": report.matches, "mismatches": report.mismatches,
-            "summary": report.summary(), "dirty": report.dirty,
-            "modified": report.modified, "untracked": report.untracked}  # fmt: skip
+    source_id = (
+        report.shipped.source_id
+        if report.shipped
+        else (report.identity.source_id if report.identity else None)
+    )
+    return {
+        "path": report.path,
+        "state": report.state,
+        "source_id": source_id,
+        "matches": report.matches,
+        "mismatches": report.mismatches,
+        "summary": report.summary(),
+        "dirty": report.dirty,
+        "modified": report.modified,
+        "untracked": report.untracked,
+    }
 
 
 def check_source(path: str, expected: Any) -> Any:
@@ -99,8 +118,10 @@ def unpack(req: UnpackRequest) -> dict[str, Any]:
     archive = Path(req.archive)
     try:
         if req.sha256 and sha256_file(archive) != req.sha256:
-            raise SourceMismatch(f"the source archive {archive} arrived corrupted (sha256 differs)",
-                                 hint="retry the sync")  # fmt: skip
+            raise SourceMismatch(
+                f"the source archive {archive} arrived corrupted (sha256 differs)",
+                hint="retry the sync",
+            )
         report = unpack_and_verify(archive, req.dest)
     finally:
         archive.unlink(missing_ok=True)
@@ -121,8 +142,11 @@ def store(req: StoreRequest) -> dict[str, Any]:
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, dest)
-    return {"path": str(dest), "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(),
-            "bytes": len(data)}  # fmt: skip
+    return {
+        "path": str(dest),
+        "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(),
+        "bytes": len(data),
+    }
 
 
 def start(req: StartRequest) -> dict[str, Any]:
@@ -144,14 +168,22 @@ def start(req: StartRequest) -> dict[str, Any]:
     if req.identity is not None:
         # The far checkout is an unpacked archive, not git: record the identity that was shipped
         # and verified, with where it was found.
-        extra["source"] = {**req.identity.model_dump(mode="json"), "repo_root": None,
-                           "path": str(checkout),
-                           "verified_on_target": _report(report)}  # fmt: skip
+        extra["source"] = {
+            **req.identity.model_dump(mode="json"),
+            "repo_root": None,
+            "path": str(checkout),
+            "verified_on_target": _report(report),
+        }
     spec = RunSpec(group=job.group, target=target, extra=extra)
     started = start_run(plan, spec)
     run = started.run
-    return {"run_id": run.run_id, "dir": str(run.path), "log": run.log_path().name,
-            "attached": started.attached, "source_check": _report(report)}  # fmt: skip
+    return {
+        "run_id": run.run_id,
+        "dir": str(run.path),
+        "log": run.log_path().name,
+        "attached": started.attached,
+        "source_check": _report(report),
+    }
 
 
 def run_proctor(req: ProctorRequest) -> dict[str, Any]:
@@ -166,11 +198,16 @@ def run_proctor(req: ProctorRequest) -> dict[str, Any]:
     ensure_matches(check_source(checkout, req.identity))
     env = {k: v for k, v in os.environ.items() if k not in ("PROCTOR_RUN_DIR", "PROCTOR_RUN_ID")}
     env["PROCTOR_RUNS_DIR"] = req.runs_dir
-    proc = subprocess.run([sys.executable, "-m", "proctor.cli.request"], cwd=checkout,
-                          env=env, capture_output=True, text=True, check=False,
-                          input=req.request.model_dump_json())  # fmt: skip
-    return {"exit_code": proc.returncode, "stdout": proc.stdout,
-            "stderr": proc.stderr[-8000:]}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "proctor.cli.request"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        input=req.request.model_dump_json(),
+    )
+    return {"exit_code": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-8000:]}
 
 
 def status(req: RunRequest) -> dict[str, Any]:
@@ -230,24 +267,38 @@ def make_venv(req: VenvRequest) -> dict[str, Any]:
     try:
         return ensure_venv(req.dest, req.wheel, req.tag)
     except (RuntimeError, OSError, ValueError) as error:
-        raise TargetUnavailable(f"cannot make the far venv: {error}",
-                                hint="give the base python psutil and pydantic ([remote] "
-                                     "venv_base), or pass --remote-python") from None  # fmt: skip
+        raise TargetUnavailable(
+            f"cannot make the far venv: {error}",
+            hint="give the base python psutil and pydantic ([remote] "
+            "venv_base), or pass --remote-python",
+        ) from None
 
 
 COMMANDS: dict[str, Any] = {
-    "probe": probe, "venv": make_venv, "proctor": run_proctor, "inspect": inspect,
-    "unpack": unpack, "start": start, "status": status, "stop": stop, "listing": listing,
-    "follow": follow, "store": store,
-}  # fmt: skip
+    "probe": probe,
+    "venv": make_venv,
+    "proctor": run_proctor,
+    "inspect": inspect,
+    "unpack": unpack,
+    "start": start,
+    "status": status,
+    "stop": stop,
+    "listing": listing,
+    "follow": follow,
+    "store": store,
+}
 assert set(COMMANDS) == set(REQUESTS)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] not in COMMANDS:
-        sys.stdout.write(json.dumps({"ok": False, "type": "UsageError",
-                                     "error": f"usage: agent {'|'.join(COMMANDS)}"}) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {"ok": False, "type": "UsageError", "error": f"usage: agent {'|'.join(COMMANDS)}"}
+            )
+            + "\n"
+        )
         return 64
     answer_to = sys.stderr if args[0] == "follow" else sys.stdout
     try:
@@ -259,8 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         answer: dict[str, Any] = {"ok": True, **COMMANDS[args[0]](request)}
         code = 0
     except ProctorError as error:
-        answer = {"ok": False, "type": type(error).__name__, "error": error.message,
-                  "hint": error.hint}  # fmt: skip
+        answer = {
+            "ok": False,
+            "type": type(error).__name__,
+            "error": error.message,
+            "hint": error.hint,
+        }
         code = int(error.exit_code)
     except Exception as error:  # answer with the reason instead of a traceback
         answer = {"ok": False, "type": "ResultUnknown", "error": f"{type(error).__name__}: {error}"}

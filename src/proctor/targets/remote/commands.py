@@ -61,8 +61,9 @@ from proctor.targets.remote.workflow import (
 def job_from_flags(flags: RunFlags, config: ProjectConfig) -> JobSpec:
     """The far job of `proctor run --target T -- CMD`: flags over [run] in proctor.toml."""
     if not flags.argv:
-        raise UsageError("no command given",
-                         hint="write it after --: proctor run --target T -- CMD")  # fmt: skip
+        raise UsageError(
+            "no command given", hint="write it after --: proctor run --target T -- CMD"
+        )
     env = dict(config.run.env)
     for item in flags.env:
         name, sep, value = item.partition("=")
@@ -72,13 +73,16 @@ def job_from_flags(flags: RunFlags, config: ProjectConfig) -> JobSpec:
     timeout = flags.timeout or config.run.timeout
     grace = flags.grace or config.run.grace
     return JobSpec(
-        argv=list(flags.argv), name=flags.name, env=env,
+        argv=list(flags.argv),
+        name=flags.name,
+        env=env,
         secret_names=list(config.run.secret_names),
         timeout_s=parse_duration(timeout, option="--timeout") if timeout else None,
         grace_s=parse_duration(grace, option="--grace") if grace else None,
         gpu_sample_s=flags.gpu_sample if flags.gpu_sample is not None else config.run.gpu_sample,
-        key=flags.key, cwd=flags.cwd,
-    )  # fmt: skip
+        key=flags.key,
+        cwd=flags.cwd,
+    )
 
 
 def setup_script(config: ProjectConfig) -> str | None:
@@ -89,9 +93,11 @@ def setup_script(config: ProjectConfig) -> str | None:
 def _require(options: TargetOptions, capability: str, what: str) -> None:
     kind = kind_named(options.kind)
     if capability not in kind.capabilities:
-        raise UsageError(f"a {kind.kind} target cannot run {what}",
-                         hint="use a target with proctor's far-side agent, e.g. ssh:// or "
-                              "runpod (docs/remote.md)")  # fmt: skip
+        raise UsageError(
+            f"a {kind.kind} target cannot run {what}",
+            hint="use a target with proctor's far-side agent, e.g. ssh:// or "
+            "runpod (docs/remote.md)",
+        )
 
 
 @dataclass
@@ -104,8 +110,15 @@ class GroupRun:
     report_path: Path | None = None
 
 
-def run_far(options: TargetOptions, job: JobSpec, identity: Any, config: ProjectConfig,
-            runs_dir: Path, out: IO[bytes], remote: RemoteOptions) -> GroupRun:  # fmt: skip
+def run_far(
+    options: TargetOptions,
+    job: JobSpec,
+    identity: Any,
+    config: ProjectConfig,
+    runs_dir: Path,
+    out: IO[bytes],
+    remote: RemoteOptions,
+) -> GroupRun:
     """`job` on the machine(s) `options` names; see the module docstring."""
     _require(options, FAR, "a far run")
     acquired = acquire(options, TargetContext(config, runs_dir), identity)
@@ -137,8 +150,14 @@ def release_all(targets: list[Target]) -> None:
             target.release()
 
 
-def run_group(targets: list[Target], identity: Any, job: JobSpec, runs_dir: Path,
-              options: RemoteOptions, out: IO[bytes]) -> list[Completion]:  # fmt: skip
+def run_group(
+    targets: list[Target],
+    identity: Any,
+    job: JobSpec,
+    runs_dir: Path,
+    options: RemoteOptions,
+    out: IO[bytes],
+) -> list[Completion]:
     """The same job on every target at once, each its own run; one completion per target."""
     if len(targets) == 1:
         return [run_remote(targets[0], identity, job, runs_dir, out, options)]
@@ -146,8 +165,9 @@ def run_group(targets: list[Target], identity: Any, job: JobSpec, runs_dir: Path
 
     def one(i: int, target: Target) -> None:
         try:
-            results[i] = run_remote(target, identity, JobSpec(**{**job.__dict__}), runs_dir,
-                                    io.BytesIO(), options)  # fmt: skip
+            results[i] = run_remote(
+                target, identity, JobSpec(**{**job.__dict__}), runs_dir, io.BytesIO(), options
+            )
         except BaseException as error:
             results[i] = error
 
@@ -162,21 +182,31 @@ def run_group(targets: list[Target], identity: Any, job: JobSpec, runs_dir: Path
             done.append(result)
         else:
             info = targets[i].describe().to_record()
-            failed = Completion(None, None, info, {"source_id": identity.source_id},
-                                error=str(result), error_type=type(result).__name__)  # fmt: skip
+            failed = Completion(
+                None,
+                None,
+                info,
+                {"source_id": identity.source_id},
+                error=str(result),
+                error_type=type(result).__name__,
+            )
             if isinstance(result, ProctorError):
                 failed.error = result.one_line()
             done.append(failed)
     return done
 
 
-def group_report(group: str, completions: list[Completion],
-                 runs_dir: Path) -> tuple[dict[str, Any], Path]:  # fmt: skip
+def group_report(
+    group: str, completions: list[Completion], runs_dir: Path
+) -> tuple[dict[str, Any], Path]:
     """The group's report, written to <runs>/.groups/<group>.json; (report, path)."""
-    data = {"group": group, "runs": [c.to_dict() for c in completions],
-            "all_known": all(c.result_known for c in completions),
-            "all_verified": all(c.logs_verified for c in completions),
-            "all_released": all(c.release_verified for c in completions)}  # fmt: skip
+    data = {
+        "group": group,
+        "runs": [c.to_dict() for c in completions],
+        "all_known": all(c.result_known for c in completions),
+        "all_verified": all(c.logs_verified for c in completions),
+        "all_released": all(c.release_verified for c in completions),
+    }
     path = runs_dir / ".groups" / f"{group}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(data, indent=2, default=str, allow_nan=False) + "\n")
@@ -205,37 +235,60 @@ class WorkflowRun:
     text: str | None = None
 
 
-def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any,
-                 config: ProjectConfig, runs_dir: Path, out: IO[bytes], remote: RemoteOptions,
-                 *, keep_for_server: bool = False) -> WorkflowRun:  # fmt: skip
+def run_workflow(
+    options: TargetOptions,
+    command: WorkflowCommand,
+    identity: Any,
+    config: ProjectConfig,
+    runs_dir: Path,
+    out: IO[bytes],
+    remote: RemoteOptions,
+    *,
+    keep_for_server: bool = False,
+) -> WorkflowRun:
     """`command` (a proctor command line) on the one machine `options` names, as one far job
     (or one agent call, command.direct); the machine is released as its kind says (a pod
     hosting a server that outlives the command is kept)."""
     kind = kind_named(options.kind)
     if AGENT not in kind.capabilities and PLAN in kind.capabilities:
         if (command.leave_live or command.direct) and not command.detach:
-            raise UsageError(f"a {kind.kind} target runs `{command.request.title()}` as one job "
-                             "to its end: it cannot leave it running",
-                             hint="drop --detach (a server: serve start --target)")  # fmt: skip
+            raise UsageError(
+                f"a {kind.kind} target runs `{command.request.title()}` as one job "
+                "to its end: it cannot leave it running",
+                hint="drop --detach (a server: serve start --target)",
+            )
         # Self-contained (flow, bench, eval, sweep): one job whose directory holds its runs.
         request = with_server_url(command.request, options, runs_dir)
         if command.detach:
             # Detached here: the job itself runs the command to its end, followed by its tracker.
             request = request.model_copy(
-                update={"params": {k: v for k, v in request.params.items() if k != "detach"}})
+                update={"params": {k: v for k, v in request.params.items() if k != "detach"}}
+            )
         planned = replace(command, nested=True, request=request)
-        return WorkflowRun(run_planned(options, planned, identity, config, runs_dir, out,
-                                       remote.store_path, detach=command.detach))  # fmt: skip
+        return WorkflowRun(
+            run_planned(
+                options,
+                planned,
+                identity,
+                config,
+                runs_dir,
+                out,
+                remote.store_path,
+                detach=command.detach,
+            )
+        )
     _require(options, AGENT, "proctor's server workflow (serve, drain, flow, bench, eval)")
-    acquired: Acquired = acquire(options, TargetContext(config, runs_dir,
-                                                        keep_for_server=keep_for_server),
-                                 identity)  # fmt: skip
+    acquired: Acquired = acquire(
+        options, TargetContext(config, runs_dir, keep_for_server=keep_for_server), identity
+    )
     if len(acquired.targets) != 1:
         release_all(acquired.targets)
         for t in acquired.targets:
             t.close()
-        raise UsageError(f"this command runs on one machine, not {len(acquired.targets)}",
-                         hint="set [runpod] pods = 1, or name one pod: runpod:POD_ID")  # fmt: skip
+        raise UsageError(
+            f"this command runs on one machine, not {len(acquired.targets)}",
+            hint="set [runpod] pods = 1, or name one pod: runpod:POD_ID",
+        )
     target = acquired.targets[0]
     left = time_left(acquired)
     if left is not None:
@@ -255,9 +308,16 @@ def run_workflow(options: TargetOptions, command: WorkflowCommand, identity: Any
 
 
 def run_planned(
-    options: TargetOptions, command: WorkflowCommand, identity: Any, config: ProjectConfig,
-    runs_dir: Path, out: IO[bytes], store_path: Path | None = None, *, detach: bool = False,
-) -> WorkflowResult:  # fmt: skip
+    options: TargetOptions,
+    command: WorkflowCommand,
+    identity: Any,
+    config: ProjectConfig,
+    runs_dir: Path,
+    out: IO[bytes],
+    store_path: Path | None = None,
+    *,
+    detach: bool = False,
+) -> WorkflowResult:
     """A self-contained workflow command (flow, bench, eval, sweep: its runs live inside the
     job's own run directory) on a target that makes local run directories (PLAN: Slurm): one
     job, followed, its directory verified against its manifest; the runs it made are found
@@ -310,9 +370,15 @@ def run_planned(
         code, outcome = _exit_code(run), typed.outcome if record else None
         if code is None and outcome in (None, "running", "starting"):
             outcome = "unknown"  # the job is over: a step with no exit status never finished
-        result.children.append(ChildRun(run.run_id, str(run.path), outcome=outcome,
-                                        verified=completion.logs_verified,
-                                        exit_code=code))  # fmt: skip
+        result.children.append(
+            ChildRun(
+                run.run_id,
+                str(run.path),
+                outcome=outcome,
+                verified=completion.logs_verified,
+                exit_code=code,
+            )
+        )
         if completion.logs_verified:
             index_local(run.path, store_path)
     interrupts.raise_if_hit()
@@ -326,8 +392,9 @@ def _exit_code(run: RunDir) -> int | None:
     return status.code if status is not None else None
 
 
-def with_server_url(request: CommandRequest, options: TargetOptions,
-                    runs_dir: Path) -> CommandRequest:  # fmt: skip
+def with_server_url(
+    request: CommandRequest, options: TargetOptions, runs_dir: Path
+) -> CommandRequest:
     """`--server RUN` (bench, eval, sweep) on a kind whose runs are local run directories: the
     server's record is here, not in the job's own runs dir, so the job is given the live
     server's URL and recorded model instead (an explicit --base-url/--model wins). The server
@@ -343,16 +410,22 @@ def with_server_url(request: CommandRequest, options: TargetOptions,
     run = resolve_run(runs_dir, ref)
     ran_on = kind_of_run(run.path)
     if ran_on.kind != options.kind:
-        raise UsageError(f"server run {run.run_id} ran on a {ran_on.kind} target, not "
-                         f"{options.kind}", hint="--base-url URL names any server")  # fmt: skip
+        raise UsageError(
+            f"server run {run.run_id} ran on a {ran_on.kind} target, not {options.kind}",
+            hint="--base-url URL names any server",
+        )
     facts = read_view(run.path).fact("server")
     if not isinstance(facts, dict) or not facts.get("port"):
-        raise UsageError(f"run {run.run_id} is not a server run",
-                         hint="start one with proctor serve start --target ...")  # fmt: skip
+        raise UsageError(
+            f"run {run.run_id} is not a server run",
+            hint="start one with proctor serve start --target ...",
+        )
     if run_state(run).state not in ("running", "starting"):
-        raise TargetUnavailable(f"server run {run.run_id} is not running; refusing to "
-                                "benchmark whatever listens on its port now",
-                                hint="start a server with `proctor serve start`")  # fmt: skip
+        raise TargetUnavailable(
+            f"server run {run.run_id} is not running; refusing to "
+            "benchmark whatever listens on its port now",
+            hint="start a server with `proctor serve start`",
+        )
     params = {k: v for k, v in request.params.items() if k != "server"}
     params.setdefault("base_url", f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}")
     model = facts.get("served_model_name") or facts.get("model")
@@ -361,8 +434,9 @@ def with_server_url(request: CommandRequest, options: TargetOptions,
     return request.model_copy(update={"params": params})
 
 
-def acts_here(options: TargetOptions, runs_dir: Path, run_ref: str | None = None, *,
-              new_run: bool = False) -> bool:  # fmt: skip
+def acts_here(
+    options: TargetOptions, runs_dir: Path, run_ref: str | None = None, *, new_run: bool = False
+) -> bool:
     """Whether a command that acts on runs of the runs dir (serve start|ready|stop, drain,
     inspect) runs in this process for a `--target` of this kind: yes when the kind keeps its
     runs as local run directories (PLAN, no far agent: Slurm's tracker and group record are
@@ -377,16 +451,31 @@ def acts_here(options: TargetOptions, runs_dir: Path, run_ref: str | None = None
     if new_run:
         return True
     if not run_ref:
-        raise UsageError(f"with --target {options.url}, name the run to act on",
-                         hint="RUN: the id serve start printed")  # fmt: skip
+        raise UsageError(
+            f"with --target {options.url}, name the run to act on",
+            hint="RUN: the id serve start printed",
+        )
     run = resolve_run(runs_dir, run_ref)
     ran_on = kind_of_run(run.path)
     if ran_on.kind != kind.kind:
-        raise UsageError(f"run {run.run_id} ran on a {ran_on.kind} target, not {kind.kind}",
-                         hint=f"drop --target, or give a run of {kind.syntax}")  # fmt: skip
+        raise UsageError(
+            f"run {run.run_id} ran on a {ran_on.kind} target, not {kind.kind}",
+            hint=f"drop --target, or give a run of {kind.syntax}",
+        )
     return True
 
 
-__all__ = ["GroupRun", "WorkflowRun", "acts_here", "group_exit_status", "group_report",
-           "job_from_flags", "release_all", "run_far", "run_group", "run_planned", "run_workflow",
-           "setup_script"]  # fmt: skip
+__all__ = [
+    "GroupRun",
+    "WorkflowRun",
+    "acts_here",
+    "group_exit_status",
+    "group_report",
+    "job_from_flags",
+    "release_all",
+    "run_far",
+    "run_group",
+    "run_planned",
+    "run_workflow",
+    "setup_script",
+]

@@ -37,9 +37,10 @@ def _package_files() -> tuple[Path, list[Path]]:
 
     root = PACKAGE_DIR
     files = sorted(
-        p for p in root.rglob("*")
+        p
+        for p in root.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-    )  # fmt: skip
+    )
     return root, files
 
 
@@ -67,13 +68,18 @@ def proctor_wheel(dest_dir: Path) -> tuple[Path, str]:
         (p.relative_to(root.parent).as_posix(), p.read_bytes()) for p in files
     ]
     entries += [
-        (f"{info}/METADATA", f"Metadata-Version: 2.1\nName: proctor\nVersion: {version}\n"
-                             f"Summary: proctor {tag} (shipped by proctor)\n".encode()),
-        (f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: proctor\nRoot-Is-Purelib: true\n"
-                          b"Tag: py3-none-any\n"),
+        (
+            f"{info}/METADATA",
+            f"Metadata-Version: 2.1\nName: proctor\nVersion: {version}\n"
+            f"Summary: proctor {tag} (shipped by proctor)\n".encode(),
+        ),
+        (
+            f"{info}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: proctor\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        ),
         (f"{info}/entry_points.txt", b"[console_scripts]\nproctor = proctor.cli.main:entry\n"),
         (f"{info}/proctor_tag.txt", f"{tag}\n".encode()),
-    ]  # fmt: skip
+    ]
     record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries)
     record += f"{info}/RECORD,,\n"
     partial = out.with_suffix(f".partial-{os.getpid()}")
@@ -114,8 +120,10 @@ def _install_wheel(wheel: Path, purelib: Path, bindir: Path, python: Path) -> No
             shutil.rmtree(old)
         whl.extractall(purelib)
     script = bindir / "proctor"
-    script.write_text(f"#!{python}\nimport sys\nfrom proctor.cli.main import entry\n"
-                      "sys.exit(entry())\n", encoding="utf-8")  # fmt: skip
+    script.write_text(
+        f"#!{python}\nimport sys\nfrom proctor.cli.main import entry\nsys.exit(entry())\n",
+        encoding="utf-8",
+    )
     script.chmod(0o755)
 
 
@@ -128,8 +136,9 @@ def _check(python: Path) -> dict[str, Any]:
         " 'missing': [m for m in mods if importlib.util.find_spec(m) is None]}))"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, env=env, check=False
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"{python} cannot import proctor: {last}")
@@ -172,8 +181,13 @@ def ensure_venv(dest: str, wheel: str | None, tag: str) -> dict[str, Any]:
             raise RuntimeError(
                 f"the venv {root} (base {sys.executable}) lacks {', '.join(missing_required)}"
             )
-        record = {"tag": tag, "base_python": sys.executable, "venv": str(root),
-                  "purelib": str(purelib), "base_site_packages": base_paths}  # fmt: skip
+        record = {
+            "tag": tag,
+            "base_python": sys.executable,
+            "venv": str(root),
+            "purelib": str(purelib),
+            "base_site_packages": base_paths,
+        }
         if action == "installed":
             tmp = root / f"{INSTALL_FILE}.tmp"
             tmp.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")

@@ -85,8 +85,11 @@ class Completion:
         return asdict(self)
 
     def text(self) -> str:
-        exit_text = "unknown" if not self.result_known else f"exit {self.exit_code}" + (
-            f" ({self.exit_signal})" if self.exit_signal else "")  # fmt: skip
+        exit_text = (
+            "unknown"
+            if not self.result_known
+            else f"exit {self.exit_code}" + (f" ({self.exit_signal})" if self.exit_signal else "")
+        )
         lines = [
             f"run {self.run_id} on {self.target.get('name')}: {self.outcome or 'unknown'}, "
             f"{exit_text}",
@@ -97,9 +100,11 @@ class Completion:
             f"  source:         {self.source.get('source_id')} ({self.source.get('summary', '')})",
         ]
         if self.far:
-            lines.append(f"  far side:       python {self.far.get('python')}, workspace "
-                         f"{self.far.get('workspace')}, env.sh {self.far.get('env_sh') or 'none'}"
-                         f", setup {self.far.get('setup')}")  # fmt: skip
+            lines.append(
+                f"  far side:       python {self.far.get('python')}, workspace "
+                f"{self.far.get('workspace')}, env.sh {self.far.get('env_sh') or 'none'}"
+                f", setup {self.far.get('setup')}"
+            )
         if self.reconnects:
             lines.append(f"  reconnected:    {self.reconnects} time(s) after a drop")
         if self.limit:
@@ -124,8 +129,10 @@ class Completion:
         if self.error_type and not self.result_known:
             raise _rebuild(self.error_type, self.error or "remote run failed")
         if not self.result_known:
-            raise ResultUnknown(f"run {self.run_id}: result unknown (no exit status established)",
-                                hint=f"see {self.local_dir}")  # fmt: skip
+            raise ResultUnknown(
+                f"run {self.run_id}: result unknown (no exit status established)",
+                hint=f"see {self.local_dir}",
+            )
         if not self.logs_verified:
             raise FaultDetected(
                 f"run {self.run_id}: fetched artifacts do not match the far manifest: "
@@ -139,8 +146,10 @@ class Completion:
                 hint="check with `proctor pod status ID` and stop it",
             )
         if self.limit:
-            raise TimeLimitReached(f"run {self.run_id} stopped by the controller: {self.limit}",
-                                   hint="raise the budget (max_time / max_cost)")  # fmt: skip
+            raise TimeLimitReached(
+                f"run {self.run_id} stopped by the controller: {self.limit}",
+                hint="raise the budget (max_time / max_cost)",
+            )
         if self.outcome == "timeout":
             raise TimeLimitReached(f"run {self.run_id} reached its time limit and was stopped")
         return int(self.exit_code or 0)
@@ -176,10 +185,13 @@ class RemoteOptions:
 
 def source_view(identity: SourceIdentity, synced: Any = None) -> dict[str, Any]:
     view: dict[str, Any] = {
-        "source_id": identity.source_id, "summary": identity.summary(),
-        "commit": identity.commit, "dirty": identity.dirty,
-        "branch": identity.branch, "remote_url": identity.remote_url,
-    }  # fmt: skip
+        "source_id": identity.source_id,
+        "summary": identity.summary(),
+        "commit": identity.commit,
+        "dirty": identity.dirty,
+        "branch": identity.branch,
+        "remote_url": identity.remote_url,
+    }
     if synced is not None:
         view["checkout"] = synced.to_record()
     return view
@@ -210,10 +222,14 @@ def run_remote(
         synced = target.sync_source(identity, existing=opts.existing_checkout)
         completion.source = source_view(identity, synced)
         setup = run_setup(target, opts.setup_script, synced.checkout)
-        completion.far = {"workspace": prepared.workspace, "python": prepared.python,
-                          "env_sh": prepared.env_sh, "setup": setup,
-                          "checkout": synced.checkout,
-                          "venv": (prepared.found.get("venv") or {}).get("venv")}  # fmt: skip
+        completion.far = {
+            "workspace": prepared.workspace,
+            "python": prepared.python,
+            "env_sh": prepared.env_sh,
+            "setup": setup,
+            "checkout": synced.checkout,
+            "venv": (prepared.found.get("venv") or {}).get("venv"),
+        }
         if job.argv and job.argv[0] == FAR_PYTHON:
             job.argv[0] = prepared.python
         if opts.before_start is not None:
@@ -241,9 +257,15 @@ def run_remote(
     text = json.dumps(remote, indent=2, default=str, allow_nan=False)
     write_atomic(local.path / REMOTE_FILE, text + "\n")
     if not local.record_path.exists():
-        Recorder(local, {}).start({"kind": "remote", "outcome": "running",
-                                   "target": info.to_record(), "remote_dir": started.remote_dir,
-                                   "source": completion.source})  # fmt: skip
+        Recorder(local, {}).start(
+            {
+                "kind": "remote",
+                "outcome": "running",
+                "target": info.to_record(),
+                "remote_dir": started.remote_dir,
+                "source": completion.source,
+            }
+        )
     completion.run_id, completion.local_dir = started.run_id, str(local.path)
     if opts.on_started is not None:
         opts.on_started(started.run_id, local.path)
@@ -251,8 +273,15 @@ def run_remote(
         completion.detached = True
         _write_completion(local.path, completion)
         return completion
-    return finish_remote(target, local.path, out, follow=True, release=opts.release,
-                         completion=completion, store_path=opts.store_path)  # fmt: skip
+    return finish_remote(
+        target,
+        local.path,
+        out,
+        follow=True,
+        release=opts.release,
+        completion=completion,
+        store_path=opts.store_path,
+    )
 
 
 def finish_remote(
@@ -315,16 +344,19 @@ def write_costs(target: Target, local_dir: Path) -> dict[str, Any] | None:
         return None
     price, source = budgeted.price_per_hr()
     steps = local_dir / "steps"
-    dirs = [local_dir, *(sorted(p for p in steps.iterdir() if p.is_dir())
-                         if steps.is_dir() else [])]  # fmt: skip
+    dirs = [
+        local_dir,
+        *(sorted(p for p in steps.iterdir() if p.is_dir()) if steps.is_dir() else []),
+    ]
     own: dict[str, Any] | None = None
     for run_dir in dirs:
         doc = _read_json_file(run_dir / "metrics.json")
         if doc.get("schema") != BENCH_SCHEMA:
             continue
         wall = read_view(run_dir).duration_s
-        cost = cost_of(doc, price, float(wall) if isinstance(wall, (int, float)) else None,
-                       source=source)  # fmt: skip
+        cost = cost_of(
+            doc, price, float(wall) if isinstance(wall, (int, float)) else None, source=source
+        )
         write_atomic(run_dir / COST_FILE, json.dumps(cost, indent=2, allow_nan=False) + "\n")
         if run_dir == local_dir:
             own = cost
@@ -374,8 +406,11 @@ def apply_fetch(completion: Completion, fetched: Fetched) -> None:
     completion.logs_verified = fetched.verified
     if not fetched.manifest_present:
         completion.unmet.append("no manifest.sha256 on the far side: artifacts not verifiable")
-    for label, names in (("changed", fetched.changed), ("missing", fetched.missing),
-                         ("unexpected", fetched.extra)):  # fmt: skip
+    for label, names in (
+        ("changed", fetched.changed),
+        ("missing", fetched.missing),
+        ("unexpected", fetched.extra),
+    ):
         if names:
             completion.unmet.append(f"{label} against the far manifest: {', '.join(names)}")
     if not completion.result_known:
@@ -424,8 +459,9 @@ def target_for_record(remote: dict[str, Any]) -> Target:
     return target_from_record(remote)
 
 
-def resume_remote(local_dir: Path, out: IO[bytes] | None, *, follow: bool = True,
-                  target: Target | None = None) -> Completion:  # fmt: skip
+def resume_remote(
+    local_dir: Path, out: IO[bytes] | None, *, follow: bool = True, target: Target | None = None
+) -> Completion:
     """Reconnect to a remote run from its local directory: follow, wait, fetch, verify, release."""
     remote = read_remote(local_dir)
     target = target or target_for_record(remote)

@@ -94,11 +94,18 @@ class FollowRequest(RunRequest):
 
 
 REQUESTS: dict[str, type[AgentRequest]] = {
-    "probe": ProbeRequest, "venv": VenvRequest, "proctor": ProctorRequest,
-    "inspect": InspectRequest, "unpack": UnpackRequest, "start": StartRequest,
-    "status": RunRequest, "stop": RunRequest, "listing": RunRequest, "follow": FollowRequest,
+    "probe": ProbeRequest,
+    "venv": VenvRequest,
+    "proctor": ProctorRequest,
+    "inspect": InspectRequest,
+    "unpack": UnpackRequest,
+    "start": StartRequest,
+    "status": RunRequest,
+    "stop": RunRequest,
+    "listing": RunRequest,
+    "follow": FollowRequest,
     "store": StoreRequest,
-}  # fmt: skip
+}
 
 
 def request_for(command: str, data: dict[str, Any] | AgentRequest) -> AgentRequest:
@@ -120,6 +127,18 @@ def request_for(command: str, data: dict[str, Any] | AgentRequest) -> AgentReque
         raise UsageError(f"agent {command}: {where}: {first['msg']}") from None
 
 
-__all__ = ["REQUESTS", "AgentRequest", "CommandRequest", "FollowRequest", "InspectRequest",
-           "ProbeRequest", "ProctorRequest", "RunRequest", "StartRequest", "StoreRequest",
-           "UnpackRequest", "VenvRequest", "request_for"]  # fmt: skip
+__all__ = [
+    "REQUESTS",
+    "AgentRequest",
+    "CommandRequest",
+    "FollowRequest",
+    "InspectRequest",
+    "ProbeRequest",
+    "ProctorRequest",
+    "RunRequest",
+    "StartRequest",
+    "StoreRequest",
+    "UnpackRequest",
+    "VenvRequest",
+    "request_for",
+]

@@ -109,9 +109,11 @@ class Shipment:
     def check_size(self) -> None:
         total = sum(f.size for f in self.files())
         if total > MAX_BYTES:
-            raise UsageError(f"the files this command reads are {total:,} bytes; at most "
-                             f"{MAX_BYTES:,} are shipped with a command",
-                             hint="put them on the target and run there")  # fmt: skip
+            raise UsageError(
+                f"the files this command reads are {total:,} bytes; at most "
+                f"{MAX_BYTES:,} are shipped with a command",
+                hint="put them on the target and run there",
+            )
 
 
 def read_file(text: str, what: str) -> LocalFile:
@@ -126,8 +128,10 @@ def read_folder(text: str, names: tuple[str, ...], what: str) -> list[LocalFile]
     local = Path(text).expanduser().resolve()
     hashed = {n: _hash(local / n, f"{text}/{n}", what) for n in names}
     digest = digest_of({n: sha for n, (sha, _) in hashed.items()})
-    return [LocalFile(local / n, sha, size, digest, f"{local.name}/{n}")
-            for n, (sha, size) in hashed.items()]  # fmt: skip
+    return [
+        LocalFile(local / n, sha, size, digest, f"{local.name}/{n}")
+        for n, (sha, size) in hashed.items()
+    ]
 
 
 def _hash(path: Path, text: str, what: str) -> tuple[str, int]:
@@ -139,12 +143,16 @@ def _hash(path: Path, text: str, what: str) -> tuple[str, int]:
                 digest.update(chunk)
                 size += len(chunk)
                 if size > MAX_BYTES:
-                    raise UsageError(f"{what} {text} is over {MAX_BYTES:,} bytes, the most "
-                                     "shipped with a command",
-                                     hint="put it on the target and run there")  # fmt: skip
+                    raise UsageError(
+                        f"{what} {text} is over {MAX_BYTES:,} bytes, the most "
+                        "shipped with a command",
+                        hint="put it on the target and run there",
+                    )
     except OSError as e:
-        raise UsageError(f"cannot read {what} {text}: {e.strerror}",
-                         hint="give an existing local path: it is shipped to the target") from e
+        raise UsageError(
+            f"cannot read {what} {text}: {e.strerror}",
+            hint="give an existing local path: it is shipped to the target",
+        ) from e
     return digest.hexdigest(), size
 
 
@@ -177,8 +185,9 @@ def request_shipment(request: CommandRequest) -> Shipment:
     return shipment
 
 
-def ship_files(target: Target, workspace: str, request: CommandRequest,
-               shipment: Shipment) -> CommandRequest:  # fmt: skip
+def ship_files(
+    target: Target, workspace: str, request: CommandRequest, shipment: Shipment
+) -> CommandRequest:
     """Store the shipment in the far workspace (verified by sha256 there); `request` naming the
     far copies."""
     if not shipment:
@@ -225,13 +234,16 @@ def _store(target: Target, dest: str, sha256: str, data: bytes, local: Path | No
     """Write `data` at `dest` on the target; the sha256 of what is there now."""
     far = capable(target, AGENT)
     if far is not None:  # the agent checks the bytes before it writes them
-        answer = far.agent("store", {"dest": dest, "sha256": sha256,
-                                     "data_b64": base64.b64encode(data).decode()})  # fmt: skip
+        answer = far.agent(
+            "store", {"dest": dest, "sha256": sha256, "data_b64": base64.b64encode(data).decode()}
+        )
         return str(answer.get("sha256"))
     host = capable(target, FILES)
     if host is None:
-        raise UsageError(f"a {target.kind} target cannot take the files this command reads",
-                         hint="put the files on the target and name their paths there")  # fmt: skip
+        raise UsageError(
+            f"a {target.kind} target cannot take the files this command reads",
+            hint="put the files on the target and name their paths there",
+        )
     if local is not None:
         host.put_file(local, dest)
     else:
@@ -246,6 +258,16 @@ def _store(target: Target, dest: str, sha256: str, data: bytes, local: Path | No
     return digest.hexdigest()
 
 
-__all__ = ["Document", "LocalFile", "Shipment", "Shipped", "dataset_value", "gsm8k_data_value",
-           "read_file", "read_folder", "request_shipment", "ship_files",
-           "shipped_digests"]  # fmt: skip
+__all__ = [
+    "Document",
+    "LocalFile",
+    "Shipment",
+    "Shipped",
+    "dataset_value",
+    "gsm8k_data_value",
+    "read_file",
+    "read_folder",
+    "request_shipment",
+    "ship_files",
+    "shipped_digests",
+]

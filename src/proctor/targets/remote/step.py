@@ -74,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     steps, want_answer = _parse(sys.argv[1:] if argv is None else argv)
     request = os.environ.get(REQUEST_ENV)
     if not request:
-        raise UsageError(f"no request: {REQUEST_ENV} is not set",
-                         hint="proctor sends it with a --target command")  # fmt: skip
+        raise UsageError(
+            f"no request: {REQUEST_ENV} is not set", hint="proctor sends it with a --target command"
+        )
     own = Path(os.environ.get("PROCTOR_RUN_DIR") or ".")
     inner = own / "steps" if steps == "nested" else own.parent if steps == "shared" else Path(steps)
     inner.mkdir(parents=True, exist_ok=True)
@@ -87,9 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     # Only the command's name: its options may carry secret values (--env).
     sys.stderr.write(f"proctor step: proctor {_title(request)} (runs in {inner})\n")
     sys.stderr.flush()
-    proc = subprocess.Popen([sys.executable, "-m", "proctor.cli.request"], env=env,
-                            stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE if want_answer else None)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proctor.cli.request"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE if want_answer else None,
+    )
     out = proc.communicate(request.encode())[0]  # None without --answer: stdout is the log
     proc.wait()
     answer: Any = None
@@ -105,8 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         children = sorted(p.name for p in inner.iterdir() if _RUN_ID.match(p.name))
     else:
         children = [r for r in run_ids_in(answer) if (inner / r).is_dir()]
-    data = {"runs_dir": str(inner), "nested": steps == "nested", "runs": children,
-            "exit_code": proc.returncode}  # fmt: skip
+    data = {
+        "runs_dir": str(inner),
+        "nested": steps == "nested",
+        "runs": children,
+        "exit_code": proc.returncode,
+    }
     (own / "children.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
 

@@ -95,17 +95,23 @@ class WorkflowResult:
     stderr: str = ""  # a direct command's stderr (its messages)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"completion": self.completion.to_dict(), "answer": self.answer,
-                "children": [c.to_dict() for c in self.children], "flow": self.flow,
-                "exit_code": self.direct_exit}  # fmt: skip
+        return {
+            "completion": self.completion.to_dict(),
+            "answer": self.answer,
+            "children": [c.to_dict() for c in self.children],
+            "flow": self.flow,
+            "exit_code": self.direct_exit,
+        }
 
     def exit_status(self) -> int:
         """The job's status (raising what decides it); then children fetched unverified: 2."""
         code = self.direct_exit if self.direct_exit is not None else self.completion.exit_status()
         bad = [c.run_id for c in self.children if not c.live and not c.verified]
         if bad:
-            raise FaultDetected(f"fetched runs do not match their far manifests: {', '.join(bad)}",
-                                hint="fetch again: proctor runs attach ID")  # fmt: skip
+            raise FaultDetected(
+                f"fetched runs do not match their far manifests: {', '.join(bad)}",
+                hint="fetch again: proctor runs attach ID",
+            )
         return code
 
 
@@ -115,11 +121,16 @@ def job_for(command: WorkflowCommand) -> JobSpec:
     request = command.request
     # The request reaches the step through the job's environment only (it may hold --env
     # values): masked in every record; the record keeps the command and which options were set.
-    return JobSpec(argv=argv, name=command.name or f"remote-{'-'.join(request.command)}",
-                   env={REQUEST_ENV: request.model_dump_json()}, secret_names=[REQUEST_ENV],
-                   grace_s=command.grace_s, timeout_s=command.timeout_s, gpu_sample_s=0,
-                   extra={"request": {"command": request.command,
-                                      "options": sorted(request.params)}})  # fmt: skip
+    return JobSpec(
+        argv=argv,
+        name=command.name or f"remote-{'-'.join(request.command)}",
+        env={REQUEST_ENV: request.model_dump_json()},
+        secret_names=[REQUEST_ENV],
+        grace_s=command.grace_s,
+        timeout_s=command.timeout_s,
+        gpu_sample_s=0,
+        extra={"request": {"command": request.command, "options": sorted(request.params)}},
+    )
 
 
 def run_workflow_remote(
@@ -135,8 +146,9 @@ def run_workflow_remote(
     if command.direct:
         return _run_direct(target, identity, command, runs_dir, opts)
     if command.shipment:
-        opts = replace(opts, before_start=lambda far, prepared, job: _ship(far, prepared, job,
-                                                                            command))  # fmt: skip
+        opts = replace(
+            opts, before_start=lambda far, prepared, job: _ship(far, prepared, job, command)
+        )
     completion = run_remote(target, identity, job_for(command), runs_dir, out, opts)
     result = WorkflowResult(completion)
     if completion.local_dir is None or not completion.logs_local:
@@ -158,9 +170,14 @@ def run_workflow_remote(
             typed = view_record(record, run.run_id)
             if typed.kind == "flow":
                 result.flow = record
-            child = ChildRun(run_id, str(run.path), verified=completion.logs_verified,
-                             outcome=typed.outcome if record else None, exit_code=_exit_code(run),
-                             cost=read_cost(run.path))  # fmt: skip
+            child = ChildRun(
+                run_id,
+                str(run.path),
+                verified=completion.logs_verified,
+                outcome=typed.outcome if record else None,
+                exit_code=_exit_code(run),
+                cost=read_cost(run.path),
+            )
             result.children.append(child)
         return result
     for run_id in children.get("runs", []):
@@ -175,8 +192,13 @@ def _ship(target: Target, prepared: Prepared, job: JobSpec, command: WorkflowCom
     job.extra["request"]["files"] = shipped_digests(command.shipment)
 
 
-def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowCommand,
-                runs_dir: Path, opts: RemoteOptions) -> WorkflowResult:  # fmt: skip
+def _run_direct(
+    target: Target,
+    identity: SourceIdentity,
+    command: WorkflowCommand,
+    runs_dir: Path,
+    opts: RemoteOptions,
+) -> WorkflowResult:
     """Prepare, sync, setup, then `proctor ARGS` in one agent call (agent.run_proctor)."""
     from proctor.errors import ProctorError, UsageError
     from proctor.targets.remote.orchestrate import source_view
@@ -192,59 +214,97 @@ def _run_direct(target: Target, identity: SourceIdentity, command: WorkflowComma
         setup = run_setup(target, opts.setup_script, synced.checkout)
         far_runs = f"{prepared.workspace}/proctor/runs"
         shipped = ship_files(target, prepared.workspace, command.request, command.shipment)
-        request = {"request": shipped.model_dump(mode="json"),
-                   "checkout": synced.checkout, "runs_dir": far_runs,
-                   "identity": identity.model_dump(mode="json")}  # fmt: skip
+        request = {
+            "request": shipped.model_dump(mode="json"),
+            "checkout": synced.checkout,
+            "runs_dir": far_runs,
+            "identity": identity.model_dump(mode="json"),
+        }
         answer = far.agent("proctor", request, timeout=600)
     except ProctorError as error:
         completion.error, completion.error_type = error.one_line(), type(error).__name__
         raise
     completion.source = source_view(identity, synced)
-    completion.far = {"workspace": prepared.workspace, "python": prepared.python,
-                      "env_sh": prepared.env_sh, "setup": setup, "checkout": synced.checkout,
-                      "venv": (prepared.found.get("venv") or {}).get("venv")}  # fmt: skip
+    completion.far = {
+        "workspace": prepared.workspace,
+        "python": prepared.python,
+        "env_sh": prepared.env_sh,
+        "setup": setup,
+        "checkout": synced.checkout,
+        "venv": (prepared.found.get("venv") or {}).get("venv"),
+    }
     completion.result_known, completion.exit_code = True, int(answer["exit_code"])
-    result = WorkflowResult(completion, direct_exit=int(answer["exit_code"]),
-                            stderr=str(answer.get("stderr") or ""))  # fmt: skip
+    result = WorkflowResult(
+        completion, direct_exit=int(answer["exit_code"]), stderr=str(answer.get("stderr") or "")
+    )
     try:
         result.answer = json.loads(str(answer.get("stdout") or ""))
     except json.JSONDecodeError:
         result.answer = None
-    base = {"schema_version": 1, "target": info.to_record(),
-            "prepared": {**prepared.to_record(), "setup": setup},
-            "remote_dir": f"{far_runs}/_", "source": completion.source, "run_id": None}  # fmt: skip
+    base = {
+        "schema_version": 1,
+        "target": info.to_record(),
+        "prepared": {**prepared.to_record(), "setup": setup},
+        "remote_dir": f"{far_runs}/_",
+        "source": completion.source,
+        "run_id": None,
+    }
     step_ids = run_ids_in(result.answer)
     for run_id in step_ids:
         result.children.append(_adopt(target, base, runs_dir / run_id, run_id, command, opts))
     return result
 
 
-def _adopt(target: Target, job: dict[str, Any], local: Path, run_id: str,
-           command: WorkflowCommand, opts: RemoteOptions) -> ChildRun:  # fmt: skip
+def _adopt(
+    target: Target,
+    job: dict[str, Any],
+    local: Path,
+    run_id: str,
+    command: WorkflowCommand,
+    opts: RemoteOptions,
+) -> ChildRun:
     """Make a far run of the shared runs dir a local remote run: `.remote.json`, then (unless
     it is still live and meant to stay so) wait, fetch, verify and index it."""
     local.mkdir(parents=True, exist_ok=True)
     remote_dir = str(Path(str(job["remote_dir"])).parent / run_id)
     existing = _read_json(local / REMOTE_FILE)
     view = {
-        **job, "run_id": run_id, "remote_dir": remote_dir, "log": None, "attached": False,
+        **job,
+        "run_id": run_id,
+        "remote_dir": remote_dir,
+        "log": None,
+        "attached": False,
         "job": existing.get("job") or {"made_by": job["run_id"]},
         "release": {"on_finish": False},  # the machine is released by the command's own job
         "created_at": existing.get("created_at") or now_iso(),
-    }  # fmt: skip
-    write_atomic(local / REMOTE_FILE,
-                 json.dumps(view, indent=2, default=str, allow_nan=False) + "\n")  # fmt: skip
+    }
+    write_atomic(
+        local / REMOTE_FILE, json.dumps(view, indent=2, default=str, allow_nan=False) + "\n"
+    )
     status = target.status(run_id)
     if command.leave_live and not status.done:
         if not (local / "record.json").exists():
-            Recorder(RunDir(local), {}).start({"kind": "remote", "outcome": "running",
-                                               "target": job["target"], "remote_dir": remote_dir,
-                                               "source": job.get("source")})  # fmt: skip
+            Recorder(RunDir(local), {}).start(
+                {
+                    "kind": "remote",
+                    "outcome": "running",
+                    "target": job["target"],
+                    "remote_dir": remote_dir,
+                    "source": job.get("source"),
+                }
+            )
         return ChildRun(run_id, str(local), live=True, outcome="running")
-    done = finish_remote(target, local, None, follow=False, release=False,
-                         store_path=opts.store_path)  # fmt: skip
-    return ChildRun(run_id, str(local), verified=done.logs_verified, outcome=done.outcome,
-                    exit_code=done.exit_code, cost=done.cost)  # fmt: skip
+    done = finish_remote(
+        target, local, None, follow=False, release=False, store_path=opts.store_path
+    )
+    return ChildRun(
+        run_id,
+        str(local),
+        verified=done.logs_verified,
+        outcome=done.outcome,
+        exit_code=done.exit_code,
+        cost=done.cost,
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -356,14 +356,29 @@ def acquire(
     ours: list[Pod]
     if reuse_ids:
         pods, ours = reuse(
-            client, reuse_ids, spec, deadline=deadline, grants=grants, on_pod=on_pod,
-            backoff=backoff, clock=clock, sleep=sleep,
-        )  # fmt: skip
+            client,
+            reuse_ids,
+            spec,
+            deadline=deadline,
+            grants=grants,
+            on_pod=on_pod,
+            backoff=backoff,
+            clock=clock,
+            sleep=sleep,
+        )
     else:
         pods = provision(
-            client, spec, run_id=run_id, volume=volume, deadline=deadline, grants=grants,
-            on_pod=on_pod, backoff=backoff, clock=clock, sleep=sleep,
-        )  # fmt: skip
+            client,
+            spec,
+            run_id=run_id,
+            volume=volume,
+            deadline=deadline,
+            grants=grants,
+            on_pod=on_pod,
+            backoff=backoff,
+            clock=clock,
+            sleep=sleep,
+        )
         ours = list(pods)
     try:
         ready = [
@@ -430,10 +445,11 @@ def release(
     action: Action = "kept" if keep else "terminated" if terminate else "stopped"
     deadline = clock() + timeout_s
     states = [
-        _release_one(client, pod_id, action, deadline=deadline, backoff=backoff, clock=clock,
-                     sleep=sleep)
+        _release_one(
+            client, pod_id, action, deadline=deadline, backoff=backoff, clock=clock, sleep=sleep
+        )
         for pod_id in pod_ids
-    ]  # fmt: skip
+    ]
     failed = [s for s in states if not s.verified]
     if failed:
         what = "; ".join(f"pod {s.pod_id}: {s.error}" for s in failed)
@@ -461,9 +477,12 @@ def _release_one(
             pod = client.get_pod(pod_id)
             ok = pod.desiredStatus == "RUNNING"
             return FinalState(
-                pod_id, action, pod.desiredStatus, ok,
+                pod_id,
+                action,
+                pod.desiredStatus,
+                ok,
                 None if ok else f"kept pod is {pod.desiredStatus}, not RUNNING",
-            )  # fmt: skip
+            )
         if action == "terminated":
 
             def request() -> None:
@@ -475,8 +494,14 @@ def _release_one(
 
         # NotFound: already gone; the verification below says what state it is in.
         with contextlib.suppress(NotFound):
-            retry(request, deadline=deadline, backoff=backoff, retry_on=(ApiUnavailable,),
-                  clock=clock, sleep=sleep)  # fmt: skip
+            retry(
+                request,
+                deadline=deadline,
+                backoff=backoff,
+                retry_on=(ApiUnavailable,),
+                clock=clock,
+                sleep=sleep,
+            )
         return verify_final_state(
             client, pod_id, action, deadline=deadline, backoff=backoff, clock=clock, sleep=sleep
         )
@@ -516,10 +541,13 @@ def verify_final_state(
     if state is not None:
         return state
     return FinalState(
-        pod_id, action, seen[0], False,
+        pod_id,
+        action,
+        seen[0],
+        False,
         f"still {seen[0] or 'unreadable'} after the "
         f"{'terminate' if action == 'terminated' else 'stop'} request",
-    )  # fmt: skip
+    )
 
 
 def _status_or_none(client: RunpodClient, pod_id: str) -> str | None:

@@ -33,9 +33,11 @@ class PodChoice:
     max_cost: float | None = None
 
 
-RUNPOD_TARGET_HINT = ("use runpod (a new pod from [runpod] in proctor.toml), runpod:POD_ID to "
-                      "reuse a pod, options after ?: keep, terminate, allow-terminate, "
-                      "max-time=30m, max-cost=2.5 (e.g. runpod:abc123?keep)")  # fmt: skip
+RUNPOD_TARGET_HINT = (
+    "use runpod (a new pod from [runpod] in proctor.toml), runpod:POD_ID to "
+    "reuse a pod, options after ?: keep, terminate, allow-terminate, "
+    "max-time=30m, max-cost=2.5 (e.g. runpod:abc123?keep)"
+)
 
 
 def parse_runpod_target(target: str) -> PodChoice:
@@ -43,7 +45,7 @@ def parse_runpod_target(target: str) -> PodChoice:
     head, _, query = target.partition("?")
     if head != "runpod" and not head.startswith("runpod:"):
         raise UsageError(f"not a Runpod target: {target!r}", hint=RUNPOD_TARGET_HINT)
-    ids = head[len("runpod:"):].lstrip("/") if head.startswith("runpod:") else ""
+    ids = head[len("runpod:") :].lstrip("/") if head.startswith("runpod:") else ""
     choice = PodChoice(reuse=[i for i in ids.split(",") if i])
     for item in (q for q in query.split("&") if q):
         key, sep, value = item.partition("=")
@@ -56,8 +58,10 @@ def parse_runpod_target(target: str) -> PodChoice:
             try:
                 choice.max_cost = float(value)
             except ValueError:
-                raise UsageError(f"max-cost={value!r} in --target is not a number",
-                                 hint="write e.g. runpod?max-cost=2.5") from None  # fmt: skip
+                raise UsageError(
+                    f"max-cost={value!r} in --target is not a number",
+                    hint="write e.g. runpod?max-cost=2.5",
+                ) from None
         else:
             raise UsageError(f"unknown option {item!r} in --target {head}", hint=RUNPOD_TARGET_HINT)
     if choice.keep and choice.terminate:
@@ -86,54 +90,74 @@ def acquire_pods(rf: RunpodTargetOptions, ctx: TargetContext, identity: Any) -> 
             hint="pass --gpu-type and --image, or set them in [runpod], or --pod ID",
         )
     spec = PodSpec(
-        gpu_type=str(gpu_type or "unknown"), image=str(image or "unknown"),
+        gpu_type=str(gpu_type or "unknown"),
+        image=str(image or "unknown"),
         gpu_count=int(rf.gpu_count or rp.get("gpu_count") or 1),
         pod_count=int(rf.pods or rp.get("pods") or 1),
-        cloud_type=rp.get("cloud_type", "SECURE"), data_center=rp.get("data_center"),
+        cloud_type=rp.get("cloud_type", "SECURE"),
+        data_center=rp.get("data_center"),
         container_disk_gb=int(rp.get("container_disk_gb", 50)),
         volume_mount_path=str(rp.get("volume_mount_path", "/workspace")),
         name=str(rp.get("name", "proctor")),
-    )  # fmt: skip
+    )
     keep = rf.keep or (ctx.keep_for_server and not rf.terminate)
     policy = ReleasePolicy(keep=keep, terminate=rf.terminate, allow_terminate=rf.allow_terminate)
     grants = Grants(rf.allow_gpu_substitution, rf.allow_more_capacity, rf.allow_terminate)
     if policy.terminate and not policy.allow_terminate:
-        raise NotAuthorised("--terminate deletes the pod disk; stop keeps it",
-                            flag="--allow-terminate")  # fmt: skip
+        raise NotAuthorised(
+            "--terminate deletes the pod disk; stop keeps it", flag="--allow-terminate"
+        )
     group = new_run_id()
     with RunpodClient(base_url=rf.api_url or rp.get("api_url")) as client:
         volume = None
         if rp.get("volume") or rf.allow_create_volume:
             project = str(rp.get("project") or Path(identity.repo_root or ".").name)
             volume = resolve_volume(
-                client, project=project, name=rp.get("volume"), data_center=spec.data_center,
+                client,
+                project=project,
+                name=rp.get("volume"),
+                data_center=spec.data_center,
                 allow_create_volume=rf.allow_create_volume,
                 allow_other_volume=rf.allow_other_volume,
-            ).volume  # fmt: skip
+            ).volume
         targets = acquire_targets(
-            client, spec, run_id=group, ssh_base=rf.ssh.ssh_options(),
-            volume=volume, reuse_ids=rf.reuse_pods, grants=grants, policy=policy,
-            budget=budget, api_url=client.base_url,
-        )  # fmt: skip
-    kept_because = ("a server or detached run lives on it"
-                    if keep and not rf.keep else None)  # fmt: skip
+            client,
+            spec,
+            run_id=group,
+            ssh_base=rf.ssh.ssh_options(),
+            volume=volume,
+            reuse_ids=rf.reuse_pods,
+            grants=grants,
+            policy=policy,
+            budget=budget,
+            api_url=client.base_url,
+        )
+    kept_because = "a server or detached run lives on it" if keep and not rf.keep else None
     first = targets[0] if targets else None
     return Acquired(
-        list(targets), group=group,
+        list(targets),
+        group=group,
         deadline=budget.deadline() if budget.max_time_s is not None else None,
-        started_at=budget.started_at, view_key="pod",
+        started_at=budget.started_at,
+        view_key="pod",
         view=(lambda: pod_view(first, keep, kept_because)) if first is not None else None,
         text=pod_text,
-    )  # fmt: skip
+    )
 
 
 def pod_view(pod: RunpodTarget, kept: bool, kept_because: str | None) -> dict[str, Any]:
     released = pod.released
-    return {"pod_id": pod.pod_id, "pod": pod.pod, "kept": kept, "kept_because": kept_because,
-            "release": released.to_record() if released else None,
-            "release_verified": released.verified if released else None,
-            "budget": pod.budget_view(), "watchdog": pod.watchdog,
-            "cost": pod_cost(pod)}  # fmt: skip
+    return {
+        "pod_id": pod.pod_id,
+        "pod": pod.pod,
+        "kept": kept,
+        "kept_because": kept_because,
+        "release": released.to_record() if released else None,
+        "release_verified": released.verified if released else None,
+        "budget": pod.budget_view(),
+        "watchdog": pod.watchdog,
+        "cost": pod_cost(pod),
+    }
 
 
 def pod_cost(pod: RunpodTarget) -> dict[str, Any]:
@@ -146,8 +170,7 @@ def pod_cost(pod: RunpodTarget) -> dict[str, Any]:
     price, source = pod.price_per_hr()
     started = pod.budget.started_at if pod.budget is not None else None
     elapsed = round(time.time() - started, 1) if started is not None else None
-    usd = (round(cost_of(price, elapsed), 6)
-           if price is not None and elapsed is not None else None)  # fmt: skip
+    usd = round(cost_of(price, elapsed), 6) if price is not None and elapsed is not None else None
     return {"usd_per_hour": price, "source": source, "elapsed_s": elapsed, "usd": usd}
 
 
@@ -157,24 +180,37 @@ def pod_text(view: dict[str, Any]) -> str:
     state = ", ".join(f"{s.get('desired_status') or 'gone'}" for s in release.get("states") or [])
     gpu = pod.get("gpu_name") or pod.get("gpu_type_id")
     verified = "(verified through the API)" if view.get("release_verified") else "(NOT verified)"
-    lines = [f"pod {view['pod_id']}: {pod.get('gpu_count')}x {gpu}, {pod.get('cost_per_hr')}/hr; "
-             f"final state {state or 'unknown'} {verified}"]  # fmt: skip
+    lines = [
+        f"pod {view['pod_id']}: {pod.get('gpu_count')}x {gpu}, {pod.get('cost_per_hr')}/hr; "
+        f"final state {state or 'unknown'} {verified}"
+    ]
     if view.get("kept_because"):
         lines.append(f"  kept running: {view['kept_because']}")
     budget = view.get("budget") or {}
     cost = view.get("cost") or {}
     if cost.get("usd") is not None:
-        lines.append(f"  cost: about ${cost['usd']:.4f} for {cost.get('elapsed_s')}s of pod time "
-                     f"at ${cost['usd_per_hour']:g}/hr ({cost.get('source')})")  # fmt: skip
+        lines.append(
+            f"  cost: about ${cost['usd']:.4f} for {cost.get('elapsed_s')}s of pod time "
+            f"at ${cost['usd_per_hour']:g}/hr ({cost.get('source')})"
+        )
     elif cost:
         lines.append(f"  cost: not measured (no costPerHr from the API; {cost.get('source')})")
     if budget.get("max_time_s") or budget.get("max_cost"):
         stopped = budget.get("limit_reached")
-        lines.append(f"  budget: {budget.get('elapsed_s')}s, spent {budget.get('spent')} of "
-                     f"max_time {budget.get('max_time_s')}s / max_cost {budget.get('max_cost')}"
-                     + (f"; STOPPED: {stopped}" if stopped else ""))  # fmt: skip
+        lines.append(
+            f"  budget: {budget.get('elapsed_s')}s, spent {budget.get('spent')} of "
+            f"max_time {budget.get('max_time_s')}s / max_cost {budget.get('max_cost')}"
+            + (f"; STOPPED: {stopped}" if stopped else "")
+        )
     return "\n".join(lines)
 
 
-__all__ = ["RUNPOD_TARGET_HINT", "PodChoice", "acquire_pods", "parse_runpod_target", "pod_cost",
-           "pod_text", "pod_view"]  # fmt: skip
+__all__ = [
+    "RUNPOD_TARGET_HINT",
+    "PodChoice",
+    "acquire_pods",
+    "parse_runpod_target",
+    "pod_cost",
+    "pod_text",
+    "pod_view",
+]

@@ -71,8 +71,14 @@ class RunpodTarget:
     poll_s = 1.0  # how often a budgeted follow/wait looks at the job and the budget
     stop_wait_s = 150.0  # after a budget stop: how long to wait for the far job to end
 
-    def __init__(self, client_factory: Any, pod: dict[str, Any], ssh: SshTarget,
-                 policy: ReleasePolicy, budget: Budget | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client_factory: Any,
+        pod: dict[str, Any],
+        ssh: SshTarget,
+        policy: ReleasePolicy,
+        budget: Budget | None = None,
+    ) -> None:
         self._client_factory = client_factory  # () -> RunpodClient; the key lives only there
         self.pod = pod
         self.ssh = ssh
@@ -90,8 +96,9 @@ class RunpodTarget:
         details = remote["target"].get("details") or {}
         policy = ReleasePolicy(**(details.get("release_policy") or {}))
         api_url = details.get("api_url")
-        return cls(lambda: RunpodClient(base_url=api_url), dict(details.get("pod") or {}), ssh,
-                   policy)  # fmt: skip
+        return cls(
+            lambda: RunpodClient(base_url=api_url), dict(details.get("pod") or {}), ssh, policy
+        )
 
     @property
     def reconnects(self) -> int:
@@ -103,10 +110,15 @@ class RunpodTarget:
 
     def describe(self) -> base.TargetInfo:
         far = self.ssh.describe()
-        details = {**far.details, "pod": self.pod, "release_policy": asdict(self.policy),
-                   "api_url": self.api_url}  # fmt: skip
-        return base.TargetInfo(kind="runpod", name=f"runpod://{self.pod_id}", host=far.host,
-                          details=details)  # fmt: skip
+        details = {
+            **far.details,
+            "pod": self.pod,
+            "release_policy": asdict(self.policy),
+            "api_url": self.api_url,
+        }
+        return base.TargetInfo(
+            kind="runpod", name=f"runpod://{self.pod_id}", host=far.host, details=details
+        )
 
     def prepare(self) -> base.Prepared:
         prepared = self.ssh.prepare()
@@ -125,8 +137,13 @@ class RunpodTarget:
         local.write_text(watchdog_source(), encoding="utf-8")
         self.ssh.conn.put(local, script)
         assert self.ssh.prepared is not None
-        argv = watchdog_argv(budget, self.pod.get("cost_per_hr"), script=script,
-                             python=self.ssh.prepared.python, state_file=state)  # fmt: skip
+        argv = watchdog_argv(
+            budget,
+            self.pod.get("cost_per_hr"),
+            script=script,
+            python=self.ssh.prepared.python,
+            state_file=state,
+        )
         command = (
             f"{self.ssh._shell_prefix()} [ -f /etc/rp_environment ] && . /etc/rp_environment; "
             f"RUNPOD_POD_ID={shlex.quote(self.pod_id)} setsid nohup "
@@ -134,8 +151,12 @@ class RunpodTarget:
             + f" >{shlex.quote(ws)}/proctor/watchdog-{self.pod_id}.log 2>&1 </dev/null & echo $!"
         )
         _, out, _ = self.ssh.conn.run(command, timeout=30)
-        return {"pid": out.decode().strip(), "state_file": state, "argv": argv,
-                "deadline": budget.deadline(self.pod.get("cost_per_hr"))}  # fmt: skip
+        return {
+            "pid": out.decode().strip(),
+            "state_file": state,
+            "argv": argv,
+            "deadline": budget.deadline(self.pod.get("cost_per_hr")),
+        }
 
     def sync_source(
         self, identity: SourceIdentity, *, existing: str | None = None
@@ -145,8 +166,9 @@ class RunpodTarget:
     def run_setup(self, script: str, checkout: str) -> str:
         return self.ssh.run_setup(script, checkout)
 
-    def agent(self, command: str, request: dict[str, Any],
-              timeout: float | None = 300.0) -> dict[str, Any]:  # fmt: skip
+    def agent(
+        self, command: str, request: dict[str, Any], timeout: float | None = 300.0
+    ) -> dict[str, Any]:
         """A far agent call (workflow commands run directly, e.g. `serve start`)."""
         return self.ssh.agent(command, request, timeout)
 
@@ -188,10 +210,14 @@ class RunpodTarget:
             return None
         now = time.time() if now is None else now
         rate = self.cost_per_hr()
-        return {"max_time_s": b.max_time_s, "max_cost": b.max_cost, "cost_per_hr": rate,
-                "elapsed_s": round(now - b.started_at, 1),
-                "spent": round(b.spent(now, rate), 4) if rate else None,
-                "limit_reached": self.limit_reached}  # fmt: skip
+        return {
+            "max_time_s": b.max_time_s,
+            "max_cost": b.max_cost,
+            "cost_per_hr": rate,
+            "elapsed_s": round(now - b.started_at, 1),
+            "spent": round(b.spent(now, rate), 4) if rate else None,
+            "limit_reached": self.limit_reached,
+        }
 
     def _stop_for_budget(self, run_id: str, reason: str, out: _Counting | None) -> base.RunStatus:
         """Stop the far job (its grace lets a flow tear its server down), wait for its end."""
@@ -202,8 +228,12 @@ class RunpodTarget:
         give_up = time.monotonic() + self.stop_wait_s
         while True:
             if out is not None:
-                status = self.ssh.follow(run_id, out, offset=out.position,  # type: ignore[arg-type]
-                                         until_done=False)  # fmt: skip
+                status = self.ssh.follow(
+                    run_id,
+                    out,  # type: ignore[arg-type]
+                    offset=out.position,
+                    until_done=False,
+                )
             else:
                 status = self.ssh.status(run_id)
             if status.done or time.monotonic() >= give_up:
@@ -221,14 +251,19 @@ class RunpodTarget:
     def status(self, run_id: str) -> base.RunStatus:
         return self.ssh.status(run_id)
 
-    def follow(self, run_id: str, out: IO[bytes], *, offset: int = 0,
-               until_done: bool = True) -> base.RunStatus:  # fmt: skip
+    def follow(
+        self, run_id: str, out: IO[bytes], *, offset: int = 0, until_done: bool = True
+    ) -> base.RunStatus:
         if not (until_done and self.budgeted):
             return self.ssh.follow(run_id, out, offset=offset, until_done=until_done)
         counting = _Counting(out, offset)
         while True:
-            status = self.ssh.follow(run_id, counting, offset=counting.position,  # type: ignore[arg-type]
-                                     until_done=False)  # fmt: skip
+            status = self.ssh.follow(
+                run_id,
+                counting,  # type: ignore[arg-type]
+                offset=counting.position,
+                until_done=False,
+            )
             if status.done:
                 return status
             reason = self.budget_spent()
@@ -266,16 +301,22 @@ class RunpodTarget:
         with self._client_factory() as client:
             try:
                 states = release(
-                    client, [self.pod_id], keep=p.keep, terminate=p.terminate,
-                    allow_terminate=p.allow_terminate, timeout_s=p.timeout_s,
-                )  # fmt: skip
+                    client,
+                    [self.pod_id],
+                    keep=p.keep,
+                    terminate=p.terminate,
+                    allow_terminate=p.allow_terminate,
+                    timeout_s=p.timeout_s,
+                )
             except CleanupFailed as error:
-                return base.Released("stopped", False, error.one_line(),
-                                [s.to_record() for s in error.states])  # fmt: skip
+                return base.Released(
+                    "stopped", False, error.one_line(), [s.to_record() for s in error.states]
+                )
         action = states[0].action if states else "none"
         detail = ", ".join(f"pod {s.pod_id} {s.desired_status or 'gone'}" for s in states)
-        return base.Released(action, all(s.verified for s in states), detail,
-                        [s.to_record() for s in states])  # fmt: skip
+        return base.Released(
+            action, all(s.verified for s in states), detail, [s.to_record() for s in states]
+        )
 
     def close(self) -> None:
         self.ssh.close()
@@ -303,17 +344,31 @@ def acquire_targets(
     if policy.terminate and not policy.allow_terminate:
         from proctor.errors import NotAuthorised
 
-        raise NotAuthorised("--terminate deletes the pod disk; stop keeps it",
-                            flag="--allow-terminate")  # fmt: skip
+        raise NotAuthorised(
+            "--terminate deletes the pod disk; stop keeps it", flag="--allow-terminate"
+        )
     deadline = time.time() + (budget.max_time_s if budget and budget.max_time_s else deadline_s)
-    acquired: list[Acquired] = acquire(client, spec, run_id=run_id, volume=volume,
-                                       deadline=deadline, reuse_ids=reuse_ids or [],
-                                       grants=grants, on_pod=on_pod)  # fmt: skip
+    acquired: list[Acquired] = acquire(
+        client,
+        spec,
+        run_id=run_id,
+        volume=volume,
+        deadline=deadline,
+        reuse_ids=reuse_ids or [],
+        grants=grants,
+        on_pod=on_pod,
+    )
     base_url = api_url or client.base_url
     targets: list[RunpodTarget] = []
     for item in acquired:
-        opts = SshOptions(**{**asdict(ssh_base), "host": item.ssh.host, "port": item.ssh.port,
-                             "user": item.ssh.user})  # fmt: skip
+        opts = SshOptions(
+            **{
+                **asdict(ssh_base),
+                "host": item.ssh.host,
+                "port": item.ssh.port,
+                "user": item.ssh.user,
+            }
+        )
         if opts.workspace is None:
             opts.workspace = item.pod.volumeMountPath or spec.volume_mount_path
         pod = item.to_record()

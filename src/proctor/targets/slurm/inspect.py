@@ -44,12 +44,21 @@ def _python(login: LoginHost, meta: dict[str, Any]) -> tuple[str, dict[str, str]
 
 
 def _failed_row(node: str, error: str) -> dict[str, Any]:
-    return {"node": node, "pid": None, "tool": None, "path": None, "returncode": None,
-            "timed_out": False, "duration_s": 0.0, "error": error}  # fmt: skip
+    return {
+        "node": node,
+        "pid": None,
+        "tool": None,
+        "path": None,
+        "returncode": None,
+        "timed_out": False,
+        "duration_s": 0.0,
+        "error": error,
+    }
 
 
-def inspect_group(run: RunDir, timeout_s: float = 90.0, patterns: Sequence[str] = (),
-                  pids: Sequence[int] = ()) -> list[dict[str, Any]]:  # fmt: skip
+def inspect_group(
+    run: RunDir, timeout_s: float = 90.0, patterns: Sequence[str] = (), pids: Sequence[int] = ()
+) -> list[dict[str, Any]]:
     """Stacks of the live job's processes on every node (module docstring); with `pids`,
     of those only, on each node where such a pid is a process of the run (its engine or a
     descendant: a bare pid names no node, and may be another user's process elsewhere).
@@ -58,8 +67,10 @@ def inspect_group(run: RunDir, timeout_s: float = 90.0, patterns: Sequence[str] 
     refused, no tool on the nodes)."""
     meta = run.read_json(META) or {}
     if not meta.get("job_id") or not meta.get("remote_run_dir"):
-        raise UsageError(f"run {run.run_id} has no Slurm job to inspect",
-                         hint="inspect a run started with --target slurm://...")  # fmt: skip
+        raise UsageError(
+            f"run {run.run_id} has no Slurm job to inspect",
+            hint="inspect a run started with --target slurm://...",
+        )
     job = int(meta["job_id"])
     login = login_from_meta(meta)
     try:
@@ -67,16 +78,33 @@ def inspect_group(run: RunDir, timeout_s: float = 90.0, patterns: Sequence[str] 
         entry = slurm.queue(job)
         if entry is None or entry.state != "RUNNING":
             state = entry.state if entry else "gone from the queue"
-            raise UsageError(f"Slurm job {job} of run {run.run_id} is not running ({state}): "
-                             "no process to inspect", hint="inspect a live server")  # fmt: skip
+            raise UsageError(
+                f"Slurm job {job} of run {run.run_id} is not running ({state}): "
+                "no process to inspect",
+                hint="inspect a live server",
+            )
         nodes = slurm.hostnames(entry.nodes)
         remote = str(meta["remote_run_dir"])
         out = f"{remote}/inspect/{time.strftime('%Y%m%dT%H%M%S')}-{time.monotonic_ns() % 10**6}"
         python, env = _python(login, meta)
-        argv = ["srun", "--jobid", str(job), "--overlap", f"--nodes={len(nodes)}",
-                "--ntasks-per-node=1", f"--nodelist={entry.nodes}", "--job-name=proctor-inspect",
-                python, "-m", "proctor.targets.slurm.nodeinspect", remote, out, str(timeout_s),
-                *([PIDS_FLAG, ",".join(map(str, pids))] if pids else []), *patterns]  # fmt: skip
+        argv = [
+            "srun",
+            "--jobid",
+            str(job),
+            "--overlap",
+            f"--nodes={len(nodes)}",
+            "--ntasks-per-node=1",
+            f"--nodelist={entry.nodes}",
+            "--job-name=proctor-inspect",
+            python,
+            "-m",
+            "proctor.targets.slurm.nodeinspect",
+            remote,
+            out,
+            str(timeout_s),
+            *([PIDS_FLAG, ",".join(map(str, pids))] if pids else []),
+            *patterns,
+        ]
         step = login.run(argv, env=env, timeout=timeout_s * STEP_TOOLS_BOUND + 120)
         answers = {n: login.read_bytes(f"{out}/{n}.json", limit=MAX_ANSWER) for n in nodes}
     finally:
@@ -104,13 +132,16 @@ def inspect_group(run: RunDir, timeout_s: float = 90.0, patterns: Sequence[str] 
         errors = "; ".join(f"{r['node']}: {r['error']}" for r in rows if r["pid"] is None)
         if all(code == int(UsageError.exit_code) for code in exits):
             what = f"no pid of {', '.join(map(str, pids))}" if pids else "no live process"
-            raise UsageError(f"server run {run.run_id}: {what} to inspect on its "
-                             f"nodes ({errors})",
-                             hint="give pids of the run's processes (see `proctor inspect "
-                                  "RUN --json`)" if pids else "inspect a live server")  # fmt: skip
-        raise TargetUnavailable(f"could not inspect run {run.run_id} on its nodes: {errors}",
-                                hint="the nodes need py-spy or gdb, and srun must reach "
-                                     "the job (--overlap)")  # fmt: skip
+            raise UsageError(
+                f"server run {run.run_id}: {what} to inspect on its nodes ({errors})",
+                hint="give pids of the run's processes (see `proctor inspect RUN --json`)"
+                if pids
+                else "inspect a live server",
+            )
+        raise TargetUnavailable(
+            f"could not inspect run {run.run_id} on its nodes: {errors}",
+            hint="the nodes need py-spy or gdb, and srun must reach the job (--overlap)",
+        )
     return rows
 
 

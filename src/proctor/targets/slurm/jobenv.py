@@ -38,8 +38,9 @@ def _write_private(path: Path, text: str) -> None:
     """Written whole, 0600 from its creation (never readable by others, even for a moment)."""
     tmp = path.with_name(f".{path.name}.secrets.tmp")
     tmp.unlink(missing_ok=True)
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w",
-                   encoding="utf-8") as handle:  # fmt: skip
+    with os.fdopen(
+        os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8"
+    ) as handle:
         handle.write(text)
     tmp.chmod(0o600)
     os.replace(tmp, path)

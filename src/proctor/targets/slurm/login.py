@@ -39,8 +39,14 @@ class LoginHost(Protocol):
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60
     ) -> Result: ...
 
-    def run_submit(self, argv: Sequence[str], job_env: str, secret_names: Sequence[str] = (),
-                   *, timeout: float = 60) -> Result:  # fmt: skip
+    def run_submit(
+        self,
+        argv: Sequence[str],
+        job_env: str,
+        secret_names: Sequence[str] = (),
+        *,
+        timeout: float = 60,
+    ) -> Result:
         """`run` for sbatch, with JOB_ENV naming the job's 0600 environment file `job_env`:
         the login host's secret variables are moved out of sbatch's environment into it
         (slurm/jobenv.py)."""
@@ -74,8 +80,14 @@ class LocalLogin:
     ) -> Result:
         return self._run(argv, {**self.environ, **(env or {})}, timeout)
 
-    def run_submit(self, argv: Sequence[str], job_env: str, secret_names: Sequence[str] = (),
-                   *, timeout: float = 60) -> Result:  # fmt: skip
+    def run_submit(
+        self,
+        argv: Sequence[str],
+        job_env: str,
+        secret_names: Sequence[str] = (),
+        *,
+        timeout: float = 60,
+    ) -> Result:
         environ = dict(self.environ)
         try:
             move_secrets(environ, job_env, secret_names)
@@ -119,8 +131,9 @@ class LocalLogin:
             tmp.unlink(missing_ok=True)
             # Created with `mode` (a secret-holding file is never readable by others, even
             # for a moment), then set exactly (the umask may have taken bits away).
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w",
-                           encoding="utf-8") as f:  # fmt: skip
+            with os.fdopen(
+                os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w", encoding="utf-8"
+            ) as f:
                 f.write(text)
             tmp.chmod(mode)
             os.replace(tmp, target)

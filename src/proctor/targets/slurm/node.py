@@ -141,9 +141,10 @@ def load_job_env() -> None:
     try:
         values = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise UsageError(f"cannot read the job's environment {path}: {error}",
-                         hint="its file is gone, or another proctor submitted the job",
-                         ) from None  # fmt: skip
+        raise UsageError(
+            f"cannot read the job's environment {path}: {error}",
+            hint="its file is gone, or another proctor submitted the job",
+        ) from None
     os.environ.update({str(k): str(v) for k, v in values.items()})
 
 

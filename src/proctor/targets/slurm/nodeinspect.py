@@ -55,8 +55,9 @@ def node_pids(run: RunDir, patterns: list[str], wanted: list[int] | None = None)
     return pids + extra
 
 
-def inspect_node(run_dir: Path, timeout_s: float, patterns: list[str],
-                 wanted: list[int] | None = None) -> dict[str, Any]:
+def inspect_node(
+    run_dir: Path, timeout_s: float, patterns: list[str], wanted: list[int] | None = None
+) -> dict[str, Any]:
     """This node's answer: {"node", "rows", "files" (name -> text), "error", "exit"}."""
     from proctor.supervise.inspect import inspect
 
@@ -65,8 +66,11 @@ def inspect_node(run_dir: Path, timeout_s: float, patterns: list[str],
     run = RunDir(run_dir / "nodes" / node)
     pids = node_pids(run, patterns, wanted)
     if not pids:
-        what = f"none of pids {wanted} is a live process of this run" if wanted else (
-            "no live process of this run")
+        what = (
+            f"none of pids {wanted} is a live process of this run"
+            if wanted
+            else ("no live process of this run")
+        )
         answer.update(error=f"{what} on {node}", exit=64)
         return answer
     with tempfile.TemporaryDirectory(prefix="proctor-inspect-") as tmp:
@@ -85,8 +89,10 @@ def inspect_node(run_dir: Path, timeout_s: float, patterns: list[str],
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 3:
-        sys.stderr.write("usage: python -m proctor.targets.slurm.nodeinspect REMOTE_RUN_DIR "
-                         "OUT_DIR TIMEOUT_S [--pids P,Q] [PATTERN...]\n")  # fmt: skip
+        sys.stderr.write(
+            "usage: python -m proctor.targets.slurm.nodeinspect REMOTE_RUN_DIR "
+            "OUT_DIR TIMEOUT_S [--pids P,Q] [PATTERN...]\n"
+        )
         return 64
     rest = list(args[3:])
     wanted = None

@@ -159,9 +159,11 @@ def resolve_slurm_options(
 ) -> SlurmOptions:
     table = load_slurm_config(config)
     pick = Settings(
-        flags=dataclasses.asdict(flags), table=table.model_dump(),
-        table_origin=config_origin(config.source_path), environ={},
-    ).pick  # fmt: skip
+        flags=dataclasses.asdict(flags),
+        table=table.model_dump(),
+        table_origin=config_origin(config.source_path),
+        environ={},
+    ).pick
 
     target = pick("target", None)
     if target.value is None:

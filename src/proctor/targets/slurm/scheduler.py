@@ -135,8 +135,9 @@ class Slurm:
     def submit(self, script: str, job_env: str, secret_names: Sequence[str] = ()) -> int:
         """sbatch, the job's environment file named to it; the login host's secret variables
         go in that file, not in sbatch's environment (slurmctld saves that on disk)."""
-        result = self.login.run_submit(["sbatch", "--parsable", script], job_env, secret_names,
-                                       timeout=120)
+        result = self.login.run_submit(
+            ["sbatch", "--parsable", script], job_env, secret_names, timeout=120
+        )
         if result.returncode != 0:
             message = result.first_error_line()
             lowered = message.lower()

@@ -92,15 +92,24 @@ def start_slurm_server(
     launch_env = {k: fill([v], values)[0] for k, v in launch.env.items()}
     env = {**env, **launch_env}
     plan = server_plan(
-        flags or RunFlags(argv=[]), config, argv=head, name=f"{server_name(request)}-slurm{nodes}",
-        env=env, origin=f"profile:{engine.name}/{model_profile}",
-    )  # fmt: skip
+        flags or RunFlags(argv=[]),
+        config,
+        argv=head,
+        name=f"{server_name(request)}-slurm{nodes}",
+        env=env,
+        origin=f"profile:{engine.name}/{model_profile}",
+    )
     redactor = plan.redactor()
     name = parallel or (next(iter(engine.multinode)) if nodes > 1 else None)
     applied = {
         **applied_facts(
-            request, redactor, engine=engine.name, model_profile=model_profile, argv=head,
-            plan=plan, chat=chat,
+            request,
+            redactor,
+            engine=engine.name,
+            model_profile=model_profile,
+            argv=head,
+            plan=plan,
+            chat=chat,
         ),
         "host": None,  # the head node's address, once the tracker has seen it
         "listen": LISTEN_ALL,
@@ -132,8 +141,12 @@ def start_slurm_server(
     return started, applied
 
 
-def wait_for_head(run: RunDir, timeout_s: float, poll_s: float = 0.2,
-                  interrupted: Callable[[], bool] = lambda: False) -> dict[str, Any]:  # fmt: skip
+def wait_for_head(
+    run: RunDir,
+    timeout_s: float,
+    poll_s: float = 0.2,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> dict[str, Any]:
     """Block until the allocation runs and the tracker recorded the head node; on timeout the
     job is cancelled (nothing is left pending) and NotReady (5) raised; once `interrupted()`
     (Ctrl-C), it is cancelled too and Interrupted (130) raised: a pending job left behind
@@ -147,8 +160,9 @@ def wait_for_head(run: RunDir, timeout_s: float, poll_s: float = 0.2,
             job = slurm.get("job_id")
             request_stop(run)
             wait_run(run, 60)
-            raise Interrupted(f"server run {run.run_id} stopped on interrupt (Slurm job {job} "
-                              "cancelled)")  # fmt: skip
+            raise Interrupted(
+                f"server run {run.run_id} stopped on interrupt (Slurm job {job} cancelled)"
+            )
         if head:
             return dict(head)
         if run_state(run).state not in ("running", "starting"):

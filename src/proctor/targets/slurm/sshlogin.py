@@ -97,8 +97,14 @@ class SshLogin:
             )
         return Result(rc, out.decode(errors="replace"), err.decode(errors="replace"))
 
-    def run_submit(self, argv: Sequence[str], job_env: str, secret_names: Sequence[str] = (),
-                   *, timeout: float = 60) -> Result:  # fmt: skip
+    def run_submit(
+        self,
+        argv: Sequence[str],
+        job_env: str,
+        secret_names: Sequence[str] = (),
+        *,
+        timeout: float = 60,
+    ) -> Result:
         """sbatch sees the environment of this SSH session on the login host (sshd's, what the
         remote shell's startup files and env.sh export; nothing of the local shell): its
         secrets are moved into `job_env` there, by the proctor package shipped there."""
@@ -106,11 +112,17 @@ class SshLogin:
         # The shipped package on sys.path, not in PYTHONPATH: sbatch's environment stays the
         # session's own.
         path = [prepared.proctor_path] if prepared.proctor_path else []
-        code = (f"import sys;sys.path[:0]={path!r};"
-                "from proctor.targets.slurm.jobenv import main;sys.exit(main())")  # fmt: skip
+        code = (
+            f"import sys;sys.path[:0]={path!r};"
+            "from proctor.targets.slurm.jobenv import main;sys.exit(main())"
+        )
         line = f"{self._prefix()}exec {shlex.quote(prepared.python)} -c {shlex.quote(code)}"
-        request = {"argv": list(argv), "env": {JOB_ENV: job_env}, "job_env": job_env,
-                   "secret_names": list(secret_names)}  # fmt: skip
+        request = {
+            "argv": list(argv),
+            "env": {JOB_ENV: job_env},
+            "job_env": job_env,
+            "secret_names": list(secret_names),
+        }
         rc, out, err = self.conn.run(line, stdin=json.dumps(request).encode(), timeout=timeout)
         return self._result(argv, rc, out, err)
 

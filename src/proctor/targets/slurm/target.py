@@ -72,8 +72,19 @@ class GroupLaunch:
 
 TRACKER_START_TIMEOUT_S = 15.0
 #: The facts of the group's record each node's record starts from (node-record.json).
-NODE_RECORD_FIELDS = ("schema", "schema_version", "name", "argv", "log", "proctor_version",
-                      "source", "env_overrides", "options", "created_at", "argv_display")
+NODE_RECORD_FIELDS = (
+    "schema",
+    "schema_version",
+    "name",
+    "argv",
+    "log",
+    "proctor_version",
+    "source",
+    "env_overrides",
+    "options",
+    "created_at",
+    "argv_display",
+)
 
 
 def login_for(
@@ -173,8 +184,13 @@ class SlurmTarget:
         """The Slurm job id of a started group run (for `proctor run`'s report)."""
         return {"job_id": (run.read_json(META) or {}).get("job_id")}
 
-    def start_server(self, request: ServerRequest, config: ProjectConfig, flags: RunFlags,
-                     launch: base.ServerLaunch) -> base.ServedRun:  # fmt: skip
+    def start_server(
+        self,
+        request: ServerRequest,
+        config: ProjectConfig,
+        flags: RunFlags,
+        launch: base.ServerLaunch,
+    ) -> base.ServedRun:
         """SERVE: the server on an allocation (node 0 serves HTTP, the others join per the
         profile's multi-node launch); returns once the head node is known (NotReady, 5, and
         the job cancelled when it pends past `launch.wait_s`)."""
@@ -184,9 +200,14 @@ class SlurmTarget:
         # Ctrl-C/SIGTERM from the submission on cancel the job (no server starts later).
         interrupts = guard_start()
         try:
-            started, applied = start_slurm_server(request, self.options, config, flags=flags,
-                                                  parallel=launch.parallel,
-                                                  rpc_port=launch.rpc_port)  # fmt: skip
+            started, applied = start_slurm_server(
+                request,
+                self.options,
+                config,
+                flags=flags,
+                parallel=launch.parallel,
+                rpc_port=launch.rpc_port,
+            )
             run = started.run
             interrupts.attach(run)
             job = (run.read_json(META) or {}).get("job_id")
@@ -196,8 +217,9 @@ class SlurmTarget:
         url = f"http://{head.get('address')}:{request.port}"
         return base.ServedRun(started, applied, {"job_id": job, "head": head, "url": url})
 
-    def inspect_run(self, run_dir: Path, timeout_s: float, patterns: tuple[str, ...],
-                    pids: tuple[int, ...] = ()) -> list[dict[str, Any]]:  # fmt: skip
+    def inspect_run(
+        self, run_dir: Path, timeout_s: float, patterns: tuple[str, ...], pids: tuple[int, ...] = ()
+    ) -> list[dict[str, Any]]:
         """INSPECT: stacks of a live group run's processes on every node (slurm/inspect.py)."""
         from proctor.targets.slurm.inspect import inspect_group
 
@@ -292,8 +314,11 @@ class SlurmTarget:
                 return Started(existing, True, plan.redactor())
             started = self._start(plan, launch or GroupLaunch())
             # The key may be a secret (masked); the directory must stay exact for the next attach.
-            entry = {"key": started.redactor.text(str(key)), "run_id": started.run.run_id,
-                     "dir": str(started.run.path)}  # fmt: skip
+            entry = {
+                "key": started.redactor.text(str(key)),
+                "run_id": started.run.run_id,
+                "dir": str(started.run.path),
+            }
             write_atomic(key_file, json.dumps(entry), mask=False)
             return started
 
@@ -474,8 +499,9 @@ class SlurmTarget:
             cwd=workdir,
             target={"kind": "slurm-node", "login": self.options.target.display()},
         )
-        self.login.write_text(f"{layout.run_dir}/node-plan.json",
-                              json.dumps(node_plan, indent=2, allow_nan=False))  # fmt: skip
+        self.login.write_text(
+            f"{layout.run_dir}/node-plan.json", json.dumps(node_plan, indent=2, allow_nan=False)
+        )
         self.login.write_text(
             f"{layout.run_dir}/node-record.json", json.dumps(node_record, indent=2, allow_nan=False)
         )
@@ -516,6 +542,9 @@ class SlurmTarget:
 def start_tracker(run: RunDir) -> None:
     """Start the detached tracker for a group run and wait until it holds the run."""
     start_detached(
-        "proctor.targets.slurm.tracker", run, what="Slurm job tracker", err_name=".tracker.err",
+        "proctor.targets.slurm.tracker",
+        run,
+        what="Slurm job tracker",
+        err_name=".tracker.err",
         timeout_s=TRACKER_START_TIMEOUT_S,
     )

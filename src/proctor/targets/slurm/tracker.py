@@ -269,13 +269,20 @@ class Tracker:
             # the file says why, then the command's own status (docs/runs.md).
             own = _PROCTOR_CODES[verdict.outcome]
             recorder.write_exit(own, None, verdict.outcome, (verdict.exit_code, verdict.signal))
-            exit_ = {"code": own, "signal": None, "decided_by": "proctor",
-                     "reason": verdict.outcome,
-                     "command": {"code": verdict.exit_code, "signal": verdict.signal}}  # fmt: skip
+            exit_ = {
+                "code": own,
+                "signal": None,
+                "decided_by": "proctor",
+                "reason": verdict.outcome,
+                "command": {"code": verdict.exit_code, "signal": verdict.signal},
+            }
         elif verdict.exit_code is not None:
             recorder.write_exit(verdict.exit_code, verdict.signal)
-            exit_ = {"code": verdict.exit_code, "signal": verdict.signal,
-                     "decided_by": verdict.decided_by}  # fmt: skip
+            exit_ = {
+                "code": verdict.exit_code,
+                "signal": verdict.signal,
+                "decided_by": verdict.decided_by,
+            }
         recorder.update(
             outcome=verdict.outcome,
             exit=exit_,

@@ -30,21 +30,31 @@ from proctor.workloads.loadgen.runner import (
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m proctor.workloads.loadgen",
-                                description="Serving benchmark, OpenAI-compatible server.")
-    p.add_argument("--config-json", metavar="JSON",
-                   help="the whole BenchConfig as JSON (what `proctor bench` passes; other "
-                        "benchmark flags are then not allowed)")
+    p = argparse.ArgumentParser(
+        prog="python -m proctor.workloads.loadgen",
+        description="Serving benchmark, OpenAI-compatible server.",
+    )
+    p.add_argument(
+        "--config-json",
+        metavar="JSON",
+        help="the whole BenchConfig as JSON (what `proctor bench` passes; other "
+        "benchmark flags are then not allowed)",
+    )
     p.add_argument("--base-url", help="server URL (default http://127.0.0.1:PORT)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     # Under a supervised run the wrapper's environment names the run directory.
-    p.add_argument("--output-dir", type=Path, default=os.environ.get("PROCTOR_RUN_DIR"),
-                   required="PROCTOR_RUN_DIR" not in os.environ)
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        default=os.environ.get("PROCTOR_RUN_DIR"),
+        required="PROCTOR_RUN_DIR" not in os.environ,
+    )
     p.add_argument("--model")
     p.add_argument("--tokenizer")
-    p.add_argument("--tokenizer-mode", default="auto",
-                   choices=["auto", "server", "local", "approx"])
+    p.add_argument(
+        "--tokenizer-mode", default="auto", choices=["auto", "server", "local", "approx"]
+    )
     p.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
     p.add_argument("--isl", type=int, default=1024)
     p.add_argument("--osl", type=int, default=1024)
@@ -66,26 +76,56 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout", type=float, default=600.0)
     p.add_argument("--save-detailed", action="store_true")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--max-error-rate", type=float, default=0.0,
-                   help="fraction of requests allowed to fail (default 0)")
-    p.add_argument("--log-every", type=float, default=5.0,
-                   help="seconds between progress lines when not on a terminal (0: none)")
-    p.add_argument("--dataset", default="random",
-                   help="random | jsonl:PATH | sharegpt:PATH | shared-prefix | multi-turn:PATH")
+    p.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=0.0,
+        help="fraction of requests allowed to fail (default 0)",
+    )
+    p.add_argument(
+        "--log-every",
+        type=float,
+        default=5.0,
+        help="seconds between progress lines when not on a terminal (0: none)",
+    )
+    p.add_argument(
+        "--dataset",
+        default="random",
+        help="random | jsonl:PATH | sharegpt:PATH | shared-prefix | multi-turn:PATH",
+    )
     p.add_argument("--prefix-groups", type=int, default=4)
     p.add_argument("--prefix-hit-rate", type=float, default=0.5)
     p.add_argument("--prefix-len", type=int)
     p.add_argument("--repeat", type=int, default=1, help="run the measured phase N times")
-    p.add_argument("--server-metrics", type=float, default=1.0,
-                   help="seconds between scrapes of the server's /metrics (0: none)")
-    p.add_argument("--gpu-sample", type=float, default=1.0,
-                   help="seconds between GPU samples into gpu.csv (0: none)")
-    p.add_argument("--idle-power-w", type=float,
-                   help="idle GPU power (W, all GPUs) for energy/token; default: measured")
-    p.add_argument("--min-requests", type=int, default=100,
-                   help="fewer measured requests make the benchmark INVALID")
-    p.add_argument("--min-window", type=float, default=10.0,
-                   help="a shorter measured window (s) makes the benchmark INVALID")
+    p.add_argument(
+        "--server-metrics",
+        type=float,
+        default=1.0,
+        help="seconds between scrapes of the server's /metrics (0: none)",
+    )
+    p.add_argument(
+        "--gpu-sample",
+        type=float,
+        default=1.0,
+        help="seconds between GPU samples into gpu.csv (0: none)",
+    )
+    p.add_argument(
+        "--idle-power-w",
+        type=float,
+        help="idle GPU power (W, all GPUs) for energy/token; default: measured",
+    )
+    p.add_argument(
+        "--min-requests",
+        type=int,
+        default=100,
+        help="fewer measured requests make the benchmark INVALID",
+    )
+    p.add_argument(
+        "--min-window",
+        type=float,
+        default=10.0,
+        help="a shorter measured window (s) makes the benchmark INVALID",
+    )
     return p
 
 
@@ -113,21 +153,42 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
     try:
         return BenchConfig(
             base_url=a.base_url or f"http://{a.host}:{a.port}",
-            endpoint="chat" if a.chat else "completions", model=a.model, tokenizer=a.tokenizer,
-            tokenizer_mode=a.tokenizer_mode, isl=a.isl, osl=a.osl, concurrency=a.concurrency,
-            prompt_multiplier=a.prompt_multiplier, num_prompts=a.num_prompts,
-            range_ratio=a.range_ratio, num_warmups=a.num_warmups,
-            request_rate=parse_rate(a.request_rate), burstiness=a.burstiness, seed=a.seed,
-            ignore_eos=a.ignore_eos, temperature=a.temperature, profile=a.profile,
-            workers=a.workers, percentiles=[float(x) for x in a.percentiles.split(",") if x],
-            goodput_slos_ms=parse_goodput(a.goodput), request_timeout_s=a.request_timeout,
-            idle_timeout_s=a.idle_timeout, save_detailed=a.save_detailed,
-            progress=not a.no_progress, max_error_rate=a.max_error_rate,
-            log_every_s=a.log_every, dataset=a.dataset, prefix_groups=a.prefix_groups,
-            prefix_hit_rate=a.prefix_hit_rate, prefix_len=a.prefix_len, repeat=a.repeat,
+            endpoint="chat" if a.chat else "completions",
+            model=a.model,
+            tokenizer=a.tokenizer,
+            tokenizer_mode=a.tokenizer_mode,
+            isl=a.isl,
+            osl=a.osl,
+            concurrency=a.concurrency,
+            prompt_multiplier=a.prompt_multiplier,
+            num_prompts=a.num_prompts,
+            range_ratio=a.range_ratio,
+            num_warmups=a.num_warmups,
+            request_rate=parse_rate(a.request_rate),
+            burstiness=a.burstiness,
+            seed=a.seed,
+            ignore_eos=a.ignore_eos,
+            temperature=a.temperature,
+            profile=a.profile,
+            workers=a.workers,
+            percentiles=[float(x) for x in a.percentiles.split(",") if x],
+            goodput_slos_ms=parse_goodput(a.goodput),
+            request_timeout_s=a.request_timeout,
+            idle_timeout_s=a.idle_timeout,
+            save_detailed=a.save_detailed,
+            progress=not a.no_progress,
+            max_error_rate=a.max_error_rate,
+            log_every_s=a.log_every,
+            dataset=a.dataset,
+            prefix_groups=a.prefix_groups,
+            prefix_hit_rate=a.prefix_hit_rate,
+            prefix_len=a.prefix_len,
+            repeat=a.repeat,
             server_metrics_s=a.server_metrics,
-            gpu_sample_s=a.gpu_sample, idle_power_w=a.idle_power_w,
-            min_requests=a.min_requests, min_window_s=a.min_window,
+            gpu_sample_s=a.gpu_sample,
+            idle_power_w=a.idle_power_w,
+            min_requests=a.min_requests,
+            min_window_s=a.min_window,
             api_key=SecretStr(key) if (key := os.environ.get("OPENAI_API_KEY")) else None,
         )
     except ValidationError as e:

@@ -57,18 +57,27 @@ class PlannedRequest:
 
 def make_session(cfg: BenchConfig, limit: int) -> aiohttp.ClientSession:
     """A session whose pool can hold `limit` connections (the default 100 caps concurrency)."""
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300,
-                                     keepalive_timeout=60)
-    timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s,
-                                    sock_read=cfg.idle_timeout_s)
+    connector = aiohttp.TCPConnector(
+        limit=limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60
+    )
+    timeout = aiohttp.ClientTimeout(
+        total=cfg.request_timeout_s,
+        sock_connect=cfg.connect_timeout_s,
+        sock_read=cfg.idle_timeout_s,
+    )
     headers = {"Content-Type": "application/json"}
     if cfg.api_key is not None:
         headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
     # No Accept-Encoding (bodies are never decompressed) and no User-Agent/Accept: fewer
     # header operations per request, which aiohttp otherwise repeats for every POST.
-    return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers,
-                                 read_bufsize=READ_BUFSIZE, auto_decompress=False,
-                                 skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent"))
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        headers=headers,
+        read_bufsize=READ_BUFSIZE,
+        auto_decompress=False,
+        skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent"),
+    )
 
 
 def build_payload(cfg: BenchConfig, model: str, req: PlannedRequest) -> tuple[str, bytes]:
@@ -87,7 +96,7 @@ def build_payload(cfg: BenchConfig, model: str, req: PlannedRequest) -> tuple[st
 
 
 def http_path(cfg: BenchConfig) -> str:
-    """"fast" (the raw HTTP/1.1 client) or "aiohttp": the path the requests will take."""
+    """ "fast" (the raw HTTP/1.1 client) or "aiohttp": the path the requests will take."""
     if os.environ.get(HTTP_CLIENT_ENV, "auto").strip().lower() == "aiohttp":
         return "aiohttp"
     url = urlsplit(cfg.base_url)
@@ -101,9 +110,14 @@ def http_path(cfg: BenchConfig) -> str:
 class Sender(Protocol):
     path: str
 
-    async def send(self, cfg: BenchConfig, model: str, req: PlannedRequest,
-                   record: RequestRecord,
-                   count_tokens: Callable[[str], int] | None = None) -> RequestRecord: ...
+    async def send(
+        self,
+        cfg: BenchConfig,
+        model: str,
+        req: PlannedRequest,
+        record: RequestRecord,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> RequestRecord: ...
 
 
 class AiohttpSender:
@@ -112,9 +126,14 @@ class AiohttpSender:
     def __init__(self, session: aiohttp.ClientSession) -> None:
         self.session = session
 
-    async def send(self, cfg: BenchConfig, model: str, req: PlannedRequest,
-                   record: RequestRecord,
-                   count_tokens: Callable[[str], int] | None = None) -> RequestRecord:
+    async def send(
+        self,
+        cfg: BenchConfig,
+        model: str,
+        req: PlannedRequest,
+        record: RequestRecord,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> RequestRecord:
         return await send_request(self.session, cfg, model, req, record, count_tokens)
 
 
@@ -124,9 +143,14 @@ class FastSender:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
-    async def send(self, cfg: BenchConfig, model: str, req: PlannedRequest,
-                   record: RequestRecord,
-                   count_tokens: Callable[[str], int] | None = None) -> RequestRecord:
+    async def send(
+        self,
+        cfg: BenchConfig,
+        model: str,
+        req: PlannedRequest,
+        record: RequestRecord,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> RequestRecord:
         return await send_fast(self.pool, cfg, model, req, record, count_tokens)
 
 
@@ -145,8 +169,10 @@ async def open_sender(cfg: BenchConfig, limit: int) -> AsyncIterator[Sender]:
 
 
 def _timeout_error(cfg: BenchConfig, name: str) -> str:
-    return (f"{name}: no answer within the request or idle timeout "
-            f"(total {cfg.request_timeout_s:g}s, idle {cfg.idle_timeout_s:g}s)")
+    return (
+        f"{name}: no answer within the request or idle timeout "
+        f"(total {cfg.request_timeout_s:g}s, idle {cfg.idle_timeout_s:g}s)"
+    )
 
 
 async def send_fast(
@@ -171,8 +197,9 @@ async def send_fast(
             conn = await pool.acquire()
         except asyncio.TimeoutError:
             record.reason = "timeout"
-            record.error = f"ConnectionTimeoutError: no connection within " \
-                           f"{cfg.connect_timeout_s:g}s"
+            record.error = (
+                f"ConnectionTimeoutError: no connection within {cfg.connect_timeout_s:g}s"
+            )
             return record
         except OSError as e:
             record.reason, record.error = "connect_error", f"{type(e).__name__}: {e}"
@@ -225,8 +252,9 @@ async def _send(
     record.start_time = st
     state = StreamState(record, cfg.endpoint == "chat", st)
     try:
-        async with session.post(cfg.base_url + path, data=payload,
-                                timeout=_stream_timeout(cfg.connect_timeout_s)) as resp:
+        async with session.post(
+            cfg.base_url + path, data=payload, timeout=_stream_timeout(cfg.connect_timeout_s)
+        ) as resp:
             record.status = resp.status
             if resp.status != 200:
                 body = (await resp.text(errors="replace"))[:ERROR_EXCERPT]
@@ -259,8 +287,11 @@ async def _send(
     except aiohttp.ClientConnectorError as e:
         record.reason, record.error = "connect_error", f"{type(e).__name__}: {e}"
         return record
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-            aiohttp.ClientOSError) as e:
+    except (
+        aiohttp.ClientPayloadError,
+        aiohttp.ServerDisconnectedError,
+        aiohttp.ClientOSError,
+    ) as e:
         record.reason, record.error = "disconnect", f"{type(e).__name__}: {e}"
         return record
     except (aiohttp.ClientError, OSError, ValueError) as e:

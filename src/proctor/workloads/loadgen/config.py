@@ -19,6 +19,7 @@ SLO_KEYS = ("ttft", "tpot", "e2el")
 
 class BenchConfig(BaseModel):
     """Everything a serving benchmark needs: server, dataset shape, load shape, limits, outputs."""
+
     model_config = ConfigDict(extra="forbid")
 
     base_url: str = "http://127.0.0.1:8000"
@@ -102,8 +103,10 @@ class BenchConfig(BaseModel):
     def _check_dataset(cls, v: str) -> str:
         kind, path = split_dataset(v)
         if kind not in DATASET_KINDS:
-            raise ValueError(f"dataset {v!r} must be one of: random, jsonl:PATH, sharegpt:PATH, "
-                             "shared-prefix, multi-turn:PATH")
+            raise ValueError(
+                f"dataset {v!r} must be one of: random, jsonl:PATH, sharegpt:PATH, "
+                "shared-prefix, multi-turn:PATH"
+            )
         if kind in FILE_DATASETS and not path:
             raise ValueError(f"dataset {kind} needs a file: {kind}:PATH")
         if kind not in FILE_DATASETS and path:
@@ -115,8 +118,10 @@ class BenchConfig(BaseModel):
         if self.workers > self.concurrency:
             raise ValueError("workers must not exceed concurrency")
         if self.dataset_kind == "multi-turn" and (self.workers > 1 or self.rate_or_none):
-            raise ValueError("multi-turn runs conversations at --concurrency sessions; "
-                             "it takes neither --workers nor a finite --request-rate")
+            raise ValueError(
+                "multi-turn runs conversations at --concurrency sessions; "
+                "it takes neither --workers nor a finite --request-rate"
+            )
         return self
 
     @property

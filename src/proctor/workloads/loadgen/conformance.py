@@ -77,15 +77,29 @@ def _input(ok: Sequence[RequestRecord], prompt_source: str, chat: bool) -> dict[
         for r in counted
         if abs((r.prompt_tokens or 0) - r.prompt_len) > input_allowed(r.prompt_len)
     ]
-    return {"judged": True, "checked": len(counted), "off": len(off),
-            "tolerance": {"tokens": INPUT_TOLERANCE_TOKENS,
-                          "fraction": INPUT_TOLERANCE_FRACTION},
-            "examples": [{"index": r.index, "planned": r.prompt_len, "server": r.prompt_tokens}
-                         for r in off[:EXAMPLES]]}  # fmt: skip
+    return {
+        "judged": True,
+        "checked": len(counted),
+        "off": len(off),
+        "tolerance": {"tokens": INPUT_TOLERANCE_TOKENS, "fraction": INPUT_TOLERANCE_FRACTION},
+        "examples": [
+            {"index": r.index, "planned": r.prompt_len, "server": r.prompt_tokens}
+            for r in off[:EXAMPLES]
+        ],
+    }
 
 
-def conformance_report(measured: Sequence[RequestRecord], *, ignore_eos: bool, chat: bool,
-                       prompt_source: str, prompts_hash: str | None) -> dict[str, Any]:  # fmt: skip
+def conformance_report(
+    measured: Sequence[RequestRecord],
+    *,
+    ignore_eos: bool,
+    chat: bool,
+    prompt_source: str,
+    prompts_hash: str | None,
+) -> dict[str, Any]:
     ok = [r for r in measured if r.success]
-    return {"output": _output(ok, ignore_eos), "input": _input(ok, prompt_source, chat),
-            "prompts_sha256": prompts_hash}  # fmt: skip
+    return {
+        "output": _output(ok, ignore_eos),
+        "input": _input(ok, prompt_source, chat),
+        "prompts_sha256": prompts_hash,
+    }

@@ -72,16 +72,18 @@ def _read(path: str) -> bytes:
         with open(path, "rb") as f:
             while chunk := f.read(_CHUNK):
                 if (nul := chunk.find(b"\0")) >= 0:
-                    raise _bad(path, None, f"not a text file (a NUL byte at byte "
-                                           f"{size + nul + 1})")
+                    raise _bad(path, None, f"not a text file (a NUL byte at byte {size + nul + 1})")
                 size += len(chunk)
                 if size > MAX_DATASET_BYTES:
-                    raise _bad(path, None, f"larger than {MAX_DATASET_BYTES >> 30} GiB: not read "
-                                           "further")
+                    raise _bad(
+                        path, None, f"larger than {MAX_DATASET_BYTES >> 30} GiB: not read further"
+                    )
                 parts.append(chunk)
     except OSError as e:
-        raise UsageError(f"cannot read dataset {path}: {e.strerror}",
-                         hint="give an existing file: --dataset KIND:PATH") from e
+        raise UsageError(
+            f"cannot read dataset {path}: {e.strerror}",
+            hint="give an existing file: --dataset KIND:PATH",
+        ) from e
     return b"".join(parts)
 
 
@@ -178,8 +180,9 @@ def read_sharegpt(path: str) -> tuple[list[Conversation], FileData]:
     convs = [c for n, obj in entries if (c := _conversation(path, n, obj)) is not None]
     if not convs:
         raise _bad(path, None, "no conversation with a human turn")
-    info = FileData(path, hashlib.sha256(raw).hexdigest(), len(entries),
-                    skipped=len(entries) - len(convs))
+    info = FileData(
+        path, hashlib.sha256(raw).hexdigest(), len(entries), skipped=len(entries) - len(convs)
+    )
     return convs, info
 
 

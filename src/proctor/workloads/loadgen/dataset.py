@@ -93,8 +93,10 @@ class LocalTokenizer:
         try:
             self._tok = AutoTokenizer.from_pretrained(name)
         except (OSError, ValueError) as e:
-            raise UsageError(f"cannot load tokenizer {name!r}: {type(e).__name__}",
-                             hint="give a local tokenizer directory") from e
+            raise UsageError(
+                f"cannot load tokenizer {name!r}: {type(e).__name__}",
+                hint="give a local tokenizer directory",
+            ) from e
 
     def count(self, text: str) -> int:
         return len(self._tok(text, add_special_tokens=False).input_ids)
@@ -116,8 +118,9 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(n))
 
 
-async def exact_prompt(tok: Tokenizer, rng: random.Random, target: int, n_special: int,
-                        rounds: int = 4) -> tuple[str, int]:
+async def exact_prompt(
+    tok: Tokenizer, rng: random.Random, target: int, n_special: int, rounds: int = 4
+) -> tuple[str, int]:
     want = max(1, target - n_special)
     pool = await tok.encode(_words(rng, want + 16), special=False)
     while len(pool) < want + 8:
@@ -136,16 +139,19 @@ async def exact_prompt(tok: Tokenizer, rng: random.Random, target: int, n_specia
     return text, actual
 
 
-async def resolve_tokenizer(cfg: BenchConfig, session: aiohttp.ClientSession,
-                            model: str) -> Tokenizer | None:
+async def resolve_tokenizer(
+    cfg: BenchConfig, session: aiohttp.ClientSession, model: str
+) -> Tokenizer | None:
     """The tokenizer that counts lengths, in order of preference; None: approximate."""
     if cfg.tokenizer_mode in ("auto", "server") and cfg.tokenizer is None:
         server = ServerTokenizer(session, cfg.base_url, model)
         if await server.available():
             return server
         if cfg.tokenizer_mode == "server":
-            raise UsageError("the server has no working /tokenize and /detokenize",
-                             hint="pass --tokenizer DIR or use --tokenizer-mode approx")
+            raise UsageError(
+                "the server has no working /tokenize and /detokenize",
+                hint="pass --tokenizer DIR or use --tokenizer-mode approx",
+            )
     if cfg.tokenizer is not None and cfg.tokenizer_mode != "approx":
         return LocalTokenizer(cfg.tokenizer)
     return None
@@ -157,8 +163,11 @@ def words(rng: random.Random, n: int) -> str:
 
 
 async def build_requests(
-    cfg: BenchConfig, session: aiohttp.ClientSession, model: str,
-    on_progress: Callable[[int], None] | None = None, measured: int | None = None,
+    cfg: BenchConfig,
+    session: aiohttp.ClientSession,
+    model: str,
+    on_progress: Callable[[int], None] | None = None,
+    measured: int | None = None,
 ) -> tuple[list[PlannedRequest], str]:
     """Warmup requests first (flagged), then the measured ones (`measured`, default
     --num-prompts; more for --repeat); and the length source."""
@@ -183,8 +192,7 @@ async def build_requests(
     async def one(i: int) -> PlannedRequest:
         nonlocal done
         async with sem:
-            text, actual = await exact_prompt(tok, random.Random(seeds[i]), in_lens[i],
-                                               n_special)
+            text, actual = await exact_prompt(tok, random.Random(seeds[i]), in_lens[i], n_special)
         done += 1
         if on_progress:
             on_progress(done)
@@ -195,6 +203,8 @@ async def build_requests(
         n_special = len(await tok.encode(probe, True)) - len(await tok.encode(probe, False))
         out = list(await asyncio.gather(*(one(i) for i in range(total))))
     except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError, TypeError) as e:
-        raise UsageError(f"building prompts through the tokenizer failed: {type(e).__name__}",
-                         hint="use --tokenizer-mode approx to skip exact lengths") from e
+        raise UsageError(
+            f"building prompts through the tokenizer failed: {type(e).__name__}",
+            hint="use --tokenizer-mode approx to skip exact lengths",
+        ) from e
     return out, tok.source

@@ -55,8 +55,9 @@ class Deadlines:
         self._period = 1.0
 
 
-_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = \
+_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = (
     weakref.WeakKeyDictionary()
+)
 
 
 def for_loop() -> Deadlines:

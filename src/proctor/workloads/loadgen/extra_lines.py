@@ -24,9 +24,11 @@ def extra_lines(res: BenchResult) -> list[str]:
         out.append(f"Dataset: {info['kind']}{where}")
     prefix = res.prefix_cache or {}
     if info.get("kind") == "shared-prefix":
-        out.append(f"Prefix cache hit rate: expected {_pct(info.get('expected_hit_rate'))}, "
-                   f"achieved {_pct(prefix.get('hit_rate'))} (server /metrics)"
-                   + (f"; {prefix['reason']}" if prefix.get("reason") else ""))
+        out.append(
+            f"Prefix cache hit rate: expected {_pct(info.get('expected_hit_rate'))}, "
+            f"achieved {_pct(prefix.get('hit_rate'))} (server /metrics)"
+            + (f"; {prefix['reason']}" if prefix.get("reason") else "")
+        )
     elif prefix.get("hit_rate") is not None:
         out.append(f"Prefix cache hit rate: {_pct(prefix['hit_rate'])} (server /metrics)")
     if res.per_repeat:
@@ -42,9 +44,11 @@ def steady_line(w: dict[str, object]) -> str | None:
     """One line for the plateau (metrics.json "steady_state"), or None when there is none."""
     if not w.get("found") or not isinstance(w.get("output_throughput"), float):
         return None
-    line = (f"Steady state: {w['duration_s']:.1f} s ({_pct(w['fraction_of_run'])} of the run) "
-            f"at >= {w['threshold_in_flight']} of {w['peak_in_flight']} in flight: "
-            f"output {w['output_throughput']:.1f} tok/s")
+    line = (
+        f"Steady state: {w['duration_s']:.1f} s ({_pct(w['fraction_of_run'])} of the run) "
+        f"at >= {w['threshold_in_flight']} of {w['peak_in_flight']} in flight: "
+        f"output {w['output_throughput']:.1f} tok/s"
+    )
     if isinstance(w.get("median_ttft_ms"), float):
         line += f", TTFT p50 {w['median_ttft_ms']:.2f} ms"
     return line

@@ -36,8 +36,9 @@ class _Exchange:
 
     __slots__ = ("err_body", "fut", "outcome", "record", "state", "status")
 
-    def __init__(self, record: RequestRecord, state: StreamState,
-                 fut: asyncio.Future[None]) -> None:
+    def __init__(
+        self, record: RequestRecord, state: StreamState, fut: asyncio.Future[None]
+    ) -> None:
         self.record, self.state, self.fut = record, state, fut
         self.status = 0
         self.err_body: list[bytes] = []
@@ -91,8 +92,11 @@ class Conn(asyncio.Protocol):
         if not self.in_head and self.framing == _TO_EOF:
             self._body_end(ex, time.perf_counter())
             return
-        why = f"{type(exc).__name__}: {exc}" if exc else \
-            "ServerDisconnectedError: the server closed the connection mid-response"
+        why = (
+            f"{type(exc).__name__}: {exc}"
+            if exc
+            else "ServerDisconnectedError: the server closed the connection mid-response"
+        )
         self._fail(ex, "disconnect", why)
 
     def data_received(self, data: bytes) -> None:
@@ -129,7 +133,7 @@ class Conn(asyncio.Protocol):
             if not status_line.startswith(b"HTTP/1."):
                 raise ValueError(f"not an HTTP/1.x response: {status_line[:40]!r}")
             status = int(status_line[9:12])
-            buf = buf[end + 4:]
+            buf = buf[end + 4 :]
             if 100 <= status < 200:  # 100 Continue and friends: a final head follows
                 continue
             break
@@ -167,7 +171,7 @@ class Conn(asyncio.Protocol):
             payload, done = self._dechunk(data)
         elif self.framing == _LENGTH:
             if len(data) >= self.length_left:
-                payload, done = data[:self.length_left], True
+                payload, done = data[: self.length_left], True
                 self.length_left = 0
             else:
                 payload = data
@@ -199,12 +203,12 @@ class Conn(asyncio.Protocol):
                 end = pos + left
                 if end <= n:
                     if left > 2:
-                        append(data[pos:end - 2])
+                        append(data[pos : end - 2])
                     pos = end
                     self.chunk_left = 0
                 else:
                     if left > 2:
-                        append(data[pos:min(n, end - 2)])
+                        append(data[pos : min(n, end - 2)])
                     self.chunk_left = end - n
                     pos = n
                 continue
@@ -298,12 +302,17 @@ class Pool:
         elif cfg.api_key is not None:
             auth = f"Authorization: Bearer {cfg.api_key.get_secret_value()}\r\n"
         self.prefix = u.path.rstrip("/")
-        self._head = (f"Host: {netloc}\r\nContent-Type: application/json\r\n{auth}"
-                      "Content-Length: ").encode()
+        self._head = (
+            f"Host: {netloc}\r\nContent-Type: application/json\r\n{auth}Content-Length: "
+        ).encode()
 
     def request_bytes(self, path: str, body: bytes) -> bytes:
-        return b"POST %s HTTP/1.1\r\n%s%d\r\n\r\n%s" % ((self.prefix + path).encode(),
-                                                       self._head, len(body), body)
+        return b"POST %s HTTP/1.1\r\n%s%d\r\n\r\n%s" % (
+            (self.prefix + path).encode(),
+            self._head,
+            len(body),
+            body,
+        )
 
     async def acquire(self) -> Conn:
         idle = self.idle
@@ -313,8 +322,8 @@ class Pool:
                 return conn
         loop = asyncio.get_running_loop()
         _, proto = await asyncio.wait_for(
-            loop.create_connection(lambda: Conn(self), self.host, self.port),
-            self.connect_timeout)
+            loop.create_connection(lambda: Conn(self), self.host, self.port), self.connect_timeout
+        )
         return proto
 
     def close(self) -> None:
@@ -323,8 +332,9 @@ class Pool:
         self.idle.clear()
 
 
-async def exchange(conn: Conn, request: bytes, record: RequestRecord, state: StreamState,
-                   flight: Flight) -> str:
+async def exchange(
+    conn: Conn, request: bytes, record: RequestRecord, state: StreamState, flight: Flight
+) -> str:
     """Send `request` on `conn` and wait for its end; the outcome ("done" or a reason)."""
     fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     ex = _Exchange(record, state, fut)

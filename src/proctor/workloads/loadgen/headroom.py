@@ -95,8 +95,9 @@ def summarize(samples: list[Sample], *, path: str, loop: str) -> dict[str, Any]:
         who = "the client" if len(samples) == 1 else "a client worker"
         reasons.append(f"{who} used {busiest:.0f}% of one core (> {CPU_BOUND_PERCENT:.0f}%)")
     if p99 > LAG_BOUND_MS:
-        reasons.append(f"event-loop lag p99 {p99:.1f} ms (> {LAG_BOUND_MS:g} ms): timestamps "
-                       "were taken late")
+        reasons.append(
+            f"event-loop lag p99 {p99:.1f} ms (> {LAG_BOUND_MS:g} ms): timestamps were taken late"
+        )
     return {
         "cpu_percent": round(cpu, 1),
         "cpu_percent_per_process": [round(x, 1) for x in per_proc],
@@ -125,8 +126,13 @@ def format_headroom(client: dict[str, Any] | None) -> str:
     if not client:
         return "client headroom: not measured"
     if client.get("client_bound"):
-        return ("client-bound: " + "; ".join(client.get("reasons", []))
-                + " -- these figures may be the client's limits, not the server's")
-    return (f"client headroom: ok (CPU {client['cpu_percent']:.0f}% of one core, "
-            f"loop lag p99 {client['loop_lag_p99_ms']:.1f} ms; {client['path']} client, "
-            f"{client['loop']} loop)")
+        return (
+            "client-bound: "
+            + "; ".join(client.get("reasons", []))
+            + " -- these figures may be the client's limits, not the server's"
+        )
+    return (
+        f"client headroom: ok (CPU {client['cpu_percent']:.0f}% of one core, "
+        f"loop lag p99 {client['loop_lag_p99_ms']:.1f} ms; {client['path']} client, "
+        f"{client['loop']} loop)"
+    )

@@ -19,7 +19,7 @@ ENV = "PROCTOR_EVENT_LOOP"
 
 
 def loop_name() -> str:
-    """"uvloop" or "asyncio": the loop run() will use."""
+    """ "uvloop" or "asyncio": the loop run() will use."""
     if os.environ.get(ENV, "auto").strip().lower() == "asyncio":
         return "asyncio"
     try:

@@ -192,11 +192,7 @@ def compute_metrics(
     if goodput_slos_ms:
         series = {"ttft": ttfts, "tpot": all_tpots, "e2el": e2els}
         chosen = [(series[k], v / 1000.0) for k, v in goodput_slos_ms.items() if k in series]
-        good = sum(
-            1
-            for i in range(len(ok))
-            if all(slo >= values[i] for values, slo in chosen)
-        )
+        good = sum(1 for i in range(len(ok)) if all(slo >= values[i] for values, slo in chosen))
         goodput = rate(good)
 
     peak_tok, peak_req = _peaks(ok)

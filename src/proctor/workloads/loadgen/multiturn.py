@@ -31,7 +31,10 @@ def conversations(requests: Sequence[PlannedRequest]) -> list[list[PlannedReques
 
 async def run_conversations(
     send: Callable[[PlannedRequest, RequestRecord], Awaitable[Any]],
-    requests: Sequence[PlannedRequest], *, concurrency: int, counter: Counter | None = None,
+    requests: Sequence[PlannedRequest],
+    *,
+    concurrency: int,
+    counter: Counter | None = None,
 ) -> list[RequestRecord]:
     """`send(req, record)` sends one request and fills its record (the client's send)."""
     convs = iter(conversations(requests))
@@ -40,10 +43,15 @@ async def run_conversations(
     async def session_loop() -> None:
         for conv in convs:
             for req in conv:
-                rec = RequestRecord(index=req.index, prompt_len=req.prompt_len,
-                                    expected_output_len=req.output_len, warmup=req.warmup,
-                                    queued_at=time.perf_counter(),
-                                    conversation=req.conversation, turn=req.turn)
+                rec = RequestRecord(
+                    index=req.index,
+                    prompt_len=req.prompt_len,
+                    expected_output_len=req.output_len,
+                    warmup=req.warmup,
+                    queued_at=time.perf_counter(),
+                    conversation=req.conversation,
+                    turn=req.turn,
+                )
                 await send(req, rec)
                 records.append(rec)
                 if counter is not None:

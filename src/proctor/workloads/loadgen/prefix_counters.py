@@ -35,7 +35,7 @@ def parse_counters(text: str) -> dict[str, float]:
         if not line or line.startswith("#"):
             continue
         if "{" in line and "}" in line:
-            name_part, rest = line[:line.index("{")], line[line.rindex("}") + 1:]
+            name_part, rest = line[: line.index("{")], line[line.rindex("}") + 1 :]
         else:
             name_part, _, rest = line.partition(" ")
         fields = rest.split()
@@ -86,11 +86,14 @@ async def read(session: aiohttp.ClientSession, base_url: str) -> Reading | None:
 def achieved(before: Reading | None, after: Reading | None) -> dict[str, Any]:
     """metrics.json `prefix_cache`: the counters' increase over the measured phase."""
     if before is None or after is None:
-        return {"hit_rate": None,
-                "reason": "the server's /metrics has no prefix-cache counters"}
+        return {"hit_rate": None, "reason": "the server's /metrics has no prefix-cache counters"}
     queries, hits = after.queries - before.queries, after.hits - before.hits
-    return {"hit_rate": hits / queries if queries > 0 else None, "queries_tokens": queries,
-            "hits_tokens": hits, "source": "server /metrics (vllm:prefix_cache_*)"}
+    return {
+        "hit_rate": hits / queries if queries > 0 else None,
+        "queries_tokens": queries,
+        "hits_tokens": hits,
+        "source": "server /metrics (vllm:prefix_cache_*)",
+    }
 
 
 def merge(windows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -100,8 +103,11 @@ def merge(windows: list[dict[str, Any]]) -> dict[str, Any]:
         return windows[0] if windows else achieved(None, None)
     queries = sum(w["queries_tokens"] for w in known)
     hits = sum(w["hits_tokens"] for w in known)
-    return {"hit_rate": hits / queries if queries > 0 else None, "queries_tokens": queries,
-            "hits_tokens": hits, "source": known[0]["source"],
-            "per_repeat": [w.get("hit_rate") for w in windows],
-            **({"includes_warmup": True} if any(w.get("includes_warmup") for w in windows)
-               else {})}
+    return {
+        "hit_rate": hits / queries if queries > 0 else None,
+        "queries_tokens": queries,
+        "hits_tokens": hits,
+        "source": known[0]["source"],
+        "per_repeat": [w.get("hit_rate") for w in windows],
+        **({"includes_warmup": True} if any(w.get("includes_warmup") for w in windows) else {}),
+    }

@@ -47,14 +47,23 @@ class _Phase:
         done, failed = self.counts()
         took = time.monotonic() - self.started
         rate = done / took if took > 0 else 0.0
-        return (f"[bench] {self.name}: {done}/{self.total} done, {failed} failed, "
-                f"{rate:.1f} req/s, {took:.1f}s")
+        return (
+            f"[bench] {self.name}: {done}/{self.total} done, {failed} failed, "
+            f"{rate:.1f} req/s, {took:.1f}s"
+        )
 
 
 class PollingProgress:
-    def __init__(self, enabled: bool, interval: float = 0.25, *, log_every_s: float = 0.0,
-                 stream: TextIO | None = None, console: Console | None = None,
-                 on_phase: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        interval: float = 0.25,
+        *,
+        log_every_s: float = 0.0,
+        stream: TextIO | None = None,
+        console: Console | None = None,
+        on_phase: Callable[[str], None] | None = None,
+    ) -> None:
         self.interval = interval
         # Told when a phase begins, display or not (the bench's telemetry marks its window).
         self.on_phase = on_phase
@@ -74,10 +83,16 @@ class PollingProgress:
     def __enter__(self) -> PollingProgress:
         if self.bar:
             self._progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[failed]} failed"), TextColumn("{task.fields[rate]}"),
-                TimeElapsedColumn(), TimeRemainingColumn(),
-                console=self._console, transient=False, refresh_per_second=4,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[failed]} failed"),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=self._console,
+                transient=False,
+                refresh_per_second=4,
             )
             self._progress.start()
         if self.bar or self.lines:
@@ -85,8 +100,13 @@ class PollingProgress:
             self._thread.start()
         return self
 
-    def phase(self, description: str, total: int, get_count: Callable[[], int],
-              get_failed: Callable[[], int] | None = None) -> None:
+    def phase(
+        self,
+        description: str,
+        total: int,
+        get_count: Callable[[], int],
+        get_failed: Callable[[], int] | None = None,
+    ) -> None:
         """Start tracking a new phase (warmup, benchmark); the previous one is completed."""
         if self.on_phase is not None:
             self.on_phase(description)
@@ -94,8 +114,9 @@ class PollingProgress:
             return
         self._finish_phase()
         failed = get_failed or (lambda: 0)
-        phase = _Phase(description, total, get_count, failed, get_count(), failed(),
-                       time.monotonic())
+        phase = _Phase(
+            description, total, get_count, failed, get_count(), failed(), time.monotonic()
+        )
         if self._progress is not None:
             phase.task = self._progress.add_task(description, total=total, failed=0, rate="")
         self._next_line = time.monotonic() + self.log_every_s
@@ -133,8 +154,9 @@ class PollingProgress:
                 self._next_line = time.monotonic() + self.log_every_s
                 self._write_line(phase)
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         if self._thread:
             self._thread.join(2)

@@ -30,8 +30,10 @@ def summarize(per_repeat: list[dict[str, Any]]) -> dict[str, dict[str, float | i
     out: dict[str, dict[str, float | int]] = {}
     for key in per_repeat[0]:
         values = [m.get(key) for m in per_repeat]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-               for v in values):
+        if all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values
+        ):
             out[key] = describe([float(v) for v in values])  # type: ignore[arg-type]
     return out
 
@@ -46,37 +48,48 @@ def combine(per_repeat: list[BenchMetrics]) -> BenchMetrics:
     stats: dict[str, Stat] = {}
     for kind in first.stats_ms:
         ss = [m.stats_ms[kind] for m in per_repeat if kind in m.stats_ms]
-        stats[kind] = Stat(mean=_mean([s.mean for s in ss]), median=_mean([s.median for s in ss]),
-                           std=_mean([s.std for s in ss]),
-                           percentiles={p: _mean([s.percentiles.get(p, 0.0) for s in ss])
-                                        for p in ss[0].percentiles})
+        stats[kind] = Stat(
+            mean=_mean([s.mean for s in ss]),
+            median=_mean([s.median for s in ss]),
+            std=_mean([s.std for s in ss]),
+            percentiles={
+                p: _mean([s.percentiles.get(p, 0.0) for s in ss]) for p in ss[0].percentiles
+            },
+        )
     failures: dict[str, int] = {}
     for m in per_repeat:
         for reason, n in m.failures_by_reason.items():
             failures[reason] = failures.get(reason, 0) + n
     goodputs = [m.request_goodput for m in per_repeat if m.request_goodput is not None]
-    return first.model_copy(update={
-        **{k: sum(getattr(m, k) for m in per_repeat) for k in _COUNTS},
-        "duration_s": math.fsum(m.duration_s for m in per_repeat),
-        "request_throughput": _mean([m.request_throughput for m in per_repeat]),
-        "request_goodput": _mean(goodputs) if goodputs else None,
-        "output_throughput": _mean([m.output_throughput for m in per_repeat]),
-        "total_token_throughput": _mean([m.total_token_throughput for m in per_repeat]),
-        "max_output_tokens_per_s": max(m.max_output_tokens_per_s for m in per_repeat),
-        "max_concurrent_requests": max(m.max_concurrent_requests for m in per_repeat),
-        "peak_concurrency": max(m.peak_concurrency for m in per_repeat),
-        "stats_ms": stats,
-        "failures_by_reason": failures,
-    })
+    return first.model_copy(
+        update={
+            **{k: sum(getattr(m, k) for m in per_repeat) for k in _COUNTS},
+            "duration_s": math.fsum(m.duration_s for m in per_repeat),
+            "request_throughput": _mean([m.request_throughput for m in per_repeat]),
+            "request_goodput": _mean(goodputs) if goodputs else None,
+            "output_throughput": _mean([m.output_throughput for m in per_repeat]),
+            "total_token_throughput": _mean([m.total_token_throughput for m in per_repeat]),
+            "max_output_tokens_per_s": max(m.max_output_tokens_per_s for m in per_repeat),
+            "max_concurrent_requests": max(m.max_concurrent_requests for m in per_repeat),
+            "peak_concurrency": max(m.peak_concurrency for m in per_repeat),
+            "stats_ms": stats,
+            "failures_by_reason": failures,
+        }
+    )
 
 
 # The metrics the summary shows with their interval (the rest are in metrics.json).
-SHOWN = (("request_throughput", "Request throughput (req/s)"),
-         ("output_throughput", "Output token throughput (tok/s)"),
-         ("total_token_throughput", "Total token throughput (tok/s)"),
-         ("mean_ttft_ms", "Mean TTFT (ms)"), ("p99_ttft_ms", "P99 TTFT (ms)"),
-         ("mean_tpot_ms", "Mean TPOT (ms)"), ("p99_tpot_ms", "P99 TPOT (ms)"),
-         ("mean_itl_ms", "Mean ITL (ms)"), ("mean_e2el_ms", "Mean E2EL (ms)"))
+SHOWN = (
+    ("request_throughput", "Request throughput (req/s)"),
+    ("output_throughput", "Output token throughput (tok/s)"),
+    ("total_token_throughput", "Total token throughput (tok/s)"),
+    ("mean_ttft_ms", "Mean TTFT (ms)"),
+    ("p99_ttft_ms", "P99 TTFT (ms)"),
+    ("mean_tpot_ms", "Mean TPOT (ms)"),
+    ("p99_tpot_ms", "P99 TPOT (ms)"),
+    ("mean_itl_ms", "Mean ITL (ms)"),
+    ("mean_e2el_ms", "Mean E2EL (ms)"),
+)
 
 
 def format_repeats(stats: dict[str, dict[str, float | int]], n: int) -> str:
@@ -87,7 +100,8 @@ def format_repeats(stats: dict[str, dict[str, float | int]], n: int) -> str:
         s = stats.get(key)
         if s is None:
             continue
-        out.append(f"{label + ':':<34} {s['mean']:.2f} ± {s['ci95_half']:.2f} "
-                   f"(sd {s['stdev']:.2f})")
+        out.append(
+            f"{label + ':':<34} {s['mean']:.2f} ± {s['ci95_half']:.2f} (sd {s['stdev']:.2f})"
+        )
     out.append("=" * 50)
     return "\n".join(out)

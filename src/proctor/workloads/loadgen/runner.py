@@ -85,7 +85,6 @@ class BenchResult:
         return judge(self.measured, self.config.max_error_rate)
 
 
-
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
@@ -99,31 +98,43 @@ async def resolve_model(session: aiohttp.ClientSession, cfg: BenchConfig) -> str
             if r.status == 200:
                 data = await r.json(content_type=None)
                 listed = data.get("data") if isinstance(data, dict) else None
-                ids = [m.get("id") for m in (listed if isinstance(listed, list) else [])
-                       if isinstance(m, dict)]
+                ids = [
+                    m.get("id")
+                    for m in (listed if isinstance(listed, list) else [])
+                    if isinstance(m, dict)
+                ]
                 if cfg.model:
                     return cfg.model
                 if ids and isinstance(ids[0], str):
                     return ids[0]
             if cfg.model:
                 return cfg.model
-            raise UsageError(f"{url} answered {r.status} and listed no model",
-                             hint="pass --model NAME")
-    except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError,
-            asyncio.TimeoutError) as e:
-        raise TargetUnavailable(f"cannot reach the server at {cfg.base_url}: {type(e).__name__}",
-                                hint="check --base-url/--port and that the server is ready") from e
+            raise UsageError(
+                f"{url} answered {r.status} and listed no model", hint="pass --model NAME"
+            )
+    except (
+        aiohttp.ClientConnectorError,
+        aiohttp.ServerDisconnectedError,
+        asyncio.TimeoutError,
+    ) as e:
+        raise TargetUnavailable(
+            f"cannot reach the server at {cfg.base_url}: {type(e).__name__}",
+            hint="check --base-url/--port and that the server is ready",
+        ) from e
     except (aiohttp.ClientError, ValueError) as e:
         if cfg.model:
             return cfg.model
-        raise TargetUnavailable(f"{url} did not answer usefully: {type(e).__name__}",
-                                hint="pass --model NAME") from e
+        raise TargetUnavailable(
+            f"{url} did not answer usefully: {type(e).__name__}", hint="pass --model NAME"
+        ) from e
 
 
 async def _profile(cfg: BenchConfig, which: str, status: ProfileStatus) -> None:
     try:
-        async with make_session(cfg, limit=2) as session, \
-                session.post(f"{cfg.base_url}/{which}_profile") as r:
+        async with (
+            make_session(cfg, limit=2) as session,
+            session.post(f"{cfg.base_url}/{which}_profile") as r,
+        ):
             ok = r.status == 200
             if not ok:
                 status.error = f"/{which}_profile answered {r.status}"
@@ -168,11 +179,15 @@ def _count_fn(cfg: BenchConfig) -> Callable[[str], int] | None:
     return None
 
 
-async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
-                      bar: PollingProgress, profile: ProfileStatus,
-                      prefix: list[prefix_counters.Reading | None] | None = None,
-                      reader: PrefixReader | None = None,
-                      ) -> tuple[list[RequestRecord], float, Sample]:
+async def _run_single(
+    cfg: BenchConfig,
+    model: str,
+    reqs: list[PlannedRequest],
+    bar: PollingProgress,
+    profile: ProfileStatus,
+    prefix: list[prefix_counters.Reading | None] | None = None,
+    reader: PrefixReader | None = None,
+) -> tuple[list[RequestRecord], float, Sample]:
     counter = Counter()
     count = _count_fn(cfg)
     warm = [r for r in reqs if r.warmup]
@@ -181,9 +196,17 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
         records: list[RequestRecord] = []
         if warm:
             bar.phase("warmup", len(warm), lambda: counter.value, lambda: counter.failed)
-            records += await run_requests(sender, cfg, model, warm, concurrency=cfg.concurrency,
-                                          rate=float("inf"), seed=cfg.seed, counter=counter,
-                                          count_tokens=count)
+            records += await run_requests(
+                sender,
+                cfg,
+                model,
+                warm,
+                concurrency=cfg.concurrency,
+                rate=float("inf"),
+                seed=cfg.seed,
+                counter=counter,
+                count_tokens=count,
+            )
         if cfg.profile:
             await _profile(cfg, "start", profile)
         bar.phase("benchmark", len(meas), lambda: counter.value, lambda: counter.failed)
@@ -199,13 +222,21 @@ async def _run_single(cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
                 async def send(req: PlannedRequest, rec: RequestRecord) -> RequestRecord:
                     return await sender.send(cfg, model, req, rec, count)
 
-                records += await run_conversations(send, meas, concurrency=cfg.concurrency,
-                                                   counter=counter)
+                records += await run_conversations(
+                    send, meas, concurrency=cfg.concurrency, counter=counter
+                )
             else:
-                records += await run_requests(sender, cfg, model, meas,
-                                              concurrency=cfg.concurrency, rate=cfg.request_rate,
-                                              seed=cfg.seed + 1, counter=counter,
-                                              count_tokens=count)
+                records += await run_requests(
+                    sender,
+                    cfg,
+                    model,
+                    meas,
+                    concurrency=cfg.concurrency,
+                    rate=cfg.request_rate,
+                    seed=cfg.seed + 1,
+                    counter=counter,
+                    count_tokens=count,
+                )
             duration = time.perf_counter() - t0
             sample = probe.stop()
         if prefix is not None:
@@ -227,8 +258,9 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
         per_repeat: list[BenchMetrics] = []
         windows: list[dict[str, Any]] = []
         samples: list[Sample] = []
-        with PollingProgress(cfg.progress, log_every_s=cfg.log_every_s,
-                             on_phase=telemetry.phase) as bar:
+        with PollingProgress(
+            cfg.progress, log_every_s=cfg.log_every_s, on_phase=telemetry.phase
+        ) as bar:
             for r, measured in enumerate(work.repeats):
                 # Warmups once, before the first repeat; profiling covers the first repeat only.
                 reqs = (work.warmup if r == 0 else []) + measured
@@ -243,8 +275,9 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
                     got, duration, got_samples = run_workers(phase_cfg, model, reqs, bar, profile)
                     readings.append(run_loop(reader.read()))
                 else:
-                    got, duration, sample = run_loop(_run_single(phase_cfg, model, reqs, bar,
-                                                                 profile, readings, reader))
+                    got, duration, sample = run_loop(
+                        _run_single(phase_cfg, model, reqs, bar, profile, readings, reader)
+                    )
                     got_samples = [sample]
                 samples += got_samples
                 for rec in got:
@@ -254,37 +287,59 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
                 windows.append(prefix_counters.achieved(readings[0], readings[-1]))
                 if cfg.workers > 1 and r == 0 and work.warmup:
                     windows[-1]["includes_warmup"] = True
-                per_repeat.append(compute_metrics(
-                    got, duration, percentiles=cfg.percentiles,
-                    goodput_slos_ms=cfg.goodput_slos_ms or None, max_concurrency=cfg.concurrency,
-                    request_rate=cfg.rate_or_none))
+                per_repeat.append(
+                    compute_metrics(
+                        got,
+                        duration,
+                        percentiles=cfg.percentiles,
+                        goodput_slos_ms=cfg.goodput_slos_ms or None,
+                        max_concurrency=cfg.concurrency,
+                        request_rate=cfg.rate_or_none,
+                    )
+                )
         telemetry.end()
     metrics = per_repeat[0] if len(per_repeat) == 1 else repeats.combine(per_repeat)
     prefix = windows[0] if len(windows) == 1 else prefix_counters.merge(windows)
     client = summarize(samples, path=http_path(cfg), loop=loop_name())
-    res = BenchResult(cfg, model, metrics, records, work.source, started, _now(), profile,
-                      dataset=work.info, prefix_cache=prefix,
-                      per_repeat=per_repeat if len(per_repeat) > 1 else [], client=client)
+    res = BenchResult(
+        cfg,
+        model,
+        metrics,
+        records,
+        work.source,
+        started,
+        _now(),
+        profile,
+        dataset=work.info,
+        prefix_cache=prefix,
+        per_repeat=per_repeat if len(per_repeat) > 1 else [],
+        client=client,
+    )
     res.telemetry = telemetry.sections(metrics, res.measured)
     res.prompts_hash = prompts_sha256(
         r.prompt if r.messages is None else json.dumps(r.messages, sort_keys=True)
-        for measured in work.repeats for r in measured)
+        for measured in work.repeats
+        for r in measured
+    )
     return res
 
 
 def _dist(values: list[int]) -> dict[str, Any]:
     if not values:
         return {"count": 0}
-    return {"count": len(values), "min": min(values), "max": max(values),
-            "mean": statistics.fmean(values)}
+    return {
+        "count": len(values),
+        "min": min(values),
+        "max": max(values),
+        "mean": statistics.fmean(values),
+    }
 
 
 def result_document(res: BenchResult) -> dict[str, Any]:
     meas = res.measured
     verdict = res.verdict()
     failed = [r for r in meas if not r.success]
-    actual_prompt = [r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len
-                     for r in meas]
+    actual_prompt = [r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len for r in meas]
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -293,19 +348,26 @@ def result_document(res: BenchResult) -> dict[str, Any]:
         "finished_at": res.finished_at,
         "model": res.model,
         "config": res.config.public_dict(),
-        "metrics": {**res.metrics.flat(), "error_rate": verdict.error_rate,
-                    "max_error_rate": verdict.max_error_rate,
-                    "workload_failed": int(not verdict.ok)},
+        "metrics": {
+            **res.metrics.flat(),
+            "error_rate": verdict.error_rate,
+            "max_error_rate": verdict.max_error_rate,
+            "workload_failed": int(not verdict.ok),
+        },
         "verdict": verdict.to_dict(),
         "stats_ms": {k: v.model_dump() for k, v in res.metrics.stats_ms.items()},
         "failures": {
             "count": len(failed),
             "by_reason": res.metrics.failures_by_reason,
-            "examples": [{"index": r.index, "status": r.status, "reason": r.reason,
-                          "error": r.error} for r in failed[:10]],
+            "examples": [
+                {"index": r.index, "status": r.status, "reason": r.reason, "error": r.error}
+                for r in failed[:10]
+            ],
         },
-        "warmup": {"count": sum(r.warmup for r in res.records),
-                   "failed": sum(r.warmup and not r.success for r in res.records)},
+        "warmup": {
+            "count": sum(r.warmup for r in res.records),
+            "failed": sum(r.warmup and not r.success for r in res.records),
+        },
         "prompt_lengths": {
             "source": res.prompt_source,
             "target": _dist([r.prompt_len for r in meas]),
@@ -323,10 +385,13 @@ def result_document(res: BenchResult) -> dict[str, Any]:
         **({"repeats": _repeats_section(res)} if res.per_repeat else {}),
         "client": res.client,
         "schedule": _schedule(res),
-        "conformance": conformance_report(meas, ignore_eos=res.config.ignore_eos,
-                                          chat=res.config.endpoint == "chat",
-                                          prompt_source=res.prompt_source,
-                                          prompts_hash=res.prompts_hash),
+        "conformance": conformance_report(
+            meas,
+            ignore_eos=res.config.ignore_eos,
+            chat=res.config.endpoint == "chat",
+            prompt_source=res.prompt_source,
+            prompts_hash=res.prompts_hash,
+        ),
         "steady_state": steady_state(meas, res.config.percentiles, len(res.per_repeat) or 1),
     }
     doc.update(res.telemetry)
@@ -339,8 +404,10 @@ def _schedule(res: BenchResult) -> dict[str, Any]:
     rate = res.config.rate_or_none
     out: dict[str, Any] = dict(schedule_report(res.measured, rate))
     if res.per_repeat:
-        per = [schedule_report([r for r in res.measured if r.repeat == k], rate)["achieved_rate"]
-               for k in range(len(res.per_repeat))]
+        per = [
+            schedule_report([r for r in res.measured if r.repeat == k], rate)["achieved_rate"]
+            for k in range(len(res.per_repeat))
+        ]
         known = [float(x) for x in per if x is not None]
         out["achieved_rate"] = sum(known) / len(known) if known else None
         out["per_repeat_achieved_rate"] = per
@@ -350,17 +417,22 @@ def _schedule(res: BenchResult) -> dict[str, Any]:
 def with_validity(doc: dict[str, Any], res: BenchResult) -> dict[str, Any]:
     """Add "validity" (results.validity) and the store's metrics: valid, energy per token."""
     trend = ttft_trend([(r.start_time, r.ttft) for r in res.measured if r.success])
-    validity = judge_validity(doc, trend, min_requests=res.config.min_requests,
-                              min_window_s=res.config.min_window_s,
-                              sent=sent_rates([(r.queued_at, r.start_time)
-                                               for r in res.measured])).to_dict()
+    validity = judge_validity(
+        doc,
+        trend,
+        min_requests=res.config.min_requests,
+        min_window_s=res.config.min_window_s,
+        sent=sent_rates([(r.queued_at, r.start_time) for r in res.measured]),
+    ).to_dict()
     if trend is not None:
         validity["ttft_trend"] = trend
     doc["validity"] = validity
     doc["metrics"]["valid"] = int(validity["verdict"] == "VALID")
     energy = doc.get("energy") or {}
-    for key, name in (("j_per_output_token", "energy_per_output_token_j"),
-                      ("mean_power_w", "gpu_power_mean_w")):
+    for key, name in (
+        ("j_per_output_token", "energy_per_output_token_j"),
+        ("mean_power_w", "gpu_power_mean_w"),
+    ):
         if energy.get(key) is not None:
             doc["metrics"][name] = energy[key]
     return doc
@@ -381,19 +453,27 @@ def _per_turn(meas: list[RequestRecord]) -> list[dict[str, Any]]:
     for turn in sorted({r.turn for r in meas if r.turn is not None}):
         ok = [r for r in meas if r.turn == turn and r.success]
         n_all = sum(r.turn == turn for r in meas)
-        out.append({"turn": turn, "requests": n_all, "completed": len(ok),
-                    "mean_prompt_len": statistics.fmean([r.prompt_len for r in ok]) if ok
-                    else None,
-                    "mean_ttft_ms": statistics.fmean([r.ttft for r in ok]) * 1000 if ok
-                    else None})
+        out.append(
+            {
+                "turn": turn,
+                "requests": n_all,
+                "completed": len(ok),
+                "mean_prompt_len": statistics.fmean([r.prompt_len for r in ok]) if ok else None,
+                "mean_ttft_ms": statistics.fmean([r.ttft for r in ok]) * 1000 if ok else None,
+            }
+        )
     return out
 
 
 def _repeats_section(res: BenchResult) -> dict[str, Any]:
     per = [m.flat() for m in res.per_repeat]
-    return {"n": len(per), "confidence": repeats.CONFIDENCE,
-            "method": "mean over repeats; 95% CI = mean ± t(0.975, n-1) * stdev/sqrt(n)",
-            "stats": repeats.summarize(per), "per_repeat": per}
+    return {
+        "n": len(per),
+        "confidence": repeats.CONFIDENCE,
+        "method": "mean over repeats; 95% CI = mean ± t(0.975, n-1) * stdev/sqrt(n)",
+        "stats": repeats.summarize(per),
+        "per_repeat": per,
+    }
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -424,6 +504,7 @@ def check_outcome(res: BenchResult) -> None:
     verdict = res.verdict()
     if not verdict.ok:
         by = ", ".join(f"{k}={v}" for k, v in res.metrics.failures_by_reason.items())
-        raise WorkloadFailed(f"benchmark failed: {verdict.message()}"
-                             + (f" [{by}]" if by else ""),
-                             hint="see failures in metrics.json; --max-error-rate R allows some")
+        raise WorkloadFailed(
+            f"benchmark failed: {verdict.message()}" + (f" [{by}]" if by else ""),
+            hint="see failures in metrics.json; --max-error-rate R allows some",
+        )

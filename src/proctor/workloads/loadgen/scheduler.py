@@ -77,8 +77,9 @@ async def run_requests(
     inf only), lanes take the index claim() returns instead of the next in order, and stop at
     an index past the end: workers sharing one list then finish together."""
     if math.isinf(rate):
-        return await _pool(sender, cfg, model, requests, concurrency, worker, counter,
-                           count_tokens, claim)
+        return await _pool(
+            sender, cfg, model, requests, concurrency, worker, counter, count_tokens, claim
+        )
     sem = asyncio.Semaphore(concurrency)
     send = sender.send
     offsets = arrival_offsets(len(requests), rate, cfg.burstiness, seed)
@@ -97,17 +98,27 @@ async def run_requests(
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        rec = RequestRecord(index=req.index, prompt_len=req.prompt_len,
-                            expected_output_len=req.output_len, warmup=req.warmup,
-                            worker=worker, queued_at=due)
+        rec = RequestRecord(
+            index=req.index,
+            prompt_len=req.prompt_len,
+            expected_output_len=req.output_len,
+            warmup=req.warmup,
+            worker=worker,
+            queued_at=due,
+        )
         tasks.append(asyncio.create_task(one(req, rec)))
     return list(await asyncio.gather(*tasks))
 
 
 async def _pool(
-    sender: Sender, cfg: BenchConfig, model: str,
-    requests: Sequence[PlannedRequest], concurrency: int, worker: int,
-    counter: Counter | None, count_tokens: Callable[[str], int] | None,
+    sender: Sender,
+    cfg: BenchConfig,
+    model: str,
+    requests: Sequence[PlannedRequest],
+    concurrency: int,
+    worker: int,
+    counter: Counter | None,
+    count_tokens: Callable[[str], int] | None,
     claim: Callable[[], int] | None = None,
 ) -> list[RequestRecord]:
     """Rate inf: `concurrency` lanes take requests in order. Same semantics as a semaphore
@@ -123,9 +134,14 @@ async def _pool(
             if i >= n:
                 break
             req = requests[i]
-            rec = RequestRecord(index=req.index, prompt_len=req.prompt_len,
-                                expected_output_len=req.output_len, warmup=req.warmup,
-                                worker=worker, queued_at=t0)
+            rec = RequestRecord(
+                index=req.index,
+                prompt_len=req.prompt_len,
+                expected_output_len=req.output_len,
+                warmup=req.warmup,
+                worker=worker,
+                queued_at=t0,
+            )
             taken[i] = rec
             await send(cfg, model, req, rec, count_tokens)
             if counter is not None:
@@ -135,8 +151,9 @@ async def _pool(
     return [taken[i] for i in sorted(taken)]
 
 
-def schedule_report(records: Sequence[RequestRecord], target_rate: float | None
-                    ) -> dict[str, float | int | None]:
+def schedule_report(
+    records: Sequence[RequestRecord], target_rate: float | None
+) -> dict[str, float | int | None]:
     """metrics.json "schedule": did the client send when it said it would?
 
     Schedule delay = actual send time (start_time, just before the POST) - intended send time
@@ -151,8 +168,11 @@ def schedule_report(records: Sequence[RequestRecord], target_rate: float | None
     span = starts[-1] - starts[0] if len(starts) > 1 else 0.0
     achieved = (len(starts) - 1) / span if span > 0 else None
     out: dict[str, float | int | None] = {
-        "target_rate": target_rate, "achieved_rate": achieved, "sent": len(sent),
-        "schedule_delay_p50_ms": None, "schedule_delay_p99_ms": None,
+        "target_rate": target_rate,
+        "achieved_rate": achieved,
+        "sent": len(sent),
+        "schedule_delay_p50_ms": None,
+        "schedule_delay_p99_ms": None,
         "schedule_delay_max_ms": None,
     }
     if target_rate is not None and sent:

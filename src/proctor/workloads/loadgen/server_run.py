@@ -40,8 +40,11 @@ def check_live(run: RunDir) -> None:
     state = run_state(run)
     if state.state in ("running", "starting"):
         return
-    how = (f"ended with exit {state.exit.code}" if state.exit is not None
-           else "is no longer running (result unknown)")
+    how = (
+        f"ended with exit {state.exit.code}"
+        if state.exit is not None
+        else "is no longer running (result unknown)"
+    )
     raise TargetUnavailable(
         f"server run {run.run_id} {how}; refusing to benchmark whatever listens on its port now",
         hint="start a server with `proctor serve start`, or pass --base-url to bench a URL",

@@ -39,8 +39,10 @@ def prefix_tokens(cfg: BenchConfig) -> int:
     """P for the config: --prefix-len, else sized for --prefix-hit-rate."""
     t, n = cfg.total_prompts, cfg.prefix_groups
     if t <= n:
-        raise UsageError(f"shared-prefix needs more prompts ({t}) than --prefix-groups ({n})",
-                         hint="raise --num-prompts or lower --prefix-groups")
+        raise UsageError(
+            f"shared-prefix needs more prompts ({t}) than --prefix-groups ({n})",
+            hint="raise --num-prompts or lower --prefix-groups",
+        )
     if cfg.prefix_len is not None:
         p = cfg.prefix_len
     else:
@@ -88,8 +90,9 @@ class _Texts:
         return text, len(await self.tok.encode(text, True))
 
 
-async def build_shared_prefix(cfg: BenchConfig, session: aiohttp.ClientSession, model: str
-                              ) -> Workload:
+async def build_shared_prefix(
+    cfg: BenchConfig, session: aiohttp.ClientSession, model: str
+) -> Workload:
     tok = await resolve_tokenizer(cfg, session, model)
     n_special = 0
     if tok is not None:
@@ -101,24 +104,32 @@ async def build_shared_prefix(cfg: BenchConfig, session: aiohttp.ClientSession, 
     t, n_groups, reps = cfg.total_prompts, cfg.prefix_groups, cfg.repeat
     outs = lengths(cfg.warmups + t * reps, cfg.osl, cfg.range_ratio, rng)
     seeds = [rng.randrange(2**32) for _ in range(cfg.warmups + t * reps + n_groups * reps)]
-    prefixes = await gather_counts([texts.prefix(random.Random(seeds[i]), p)
-                              for i in range(n_groups * reps)])
-    seeds = seeds[n_groups * reps:]
+    prefixes = await gather_counts(
+        [texts.prefix(random.Random(seeds[i]), p) for i in range(n_groups * reps)]
+    )
+    seeds = seeds[n_groups * reps :]
     plan: list[tuple[str, int]] = [("", -1)] * cfg.warmups  # warmups: no shared prefix
     for r in range(reps):
         plan += [(prefixes[r * n_groups + i % n_groups][0], i % n_groups) for i in range(t)]
-    built = await gather_counts([texts.joined(pre, random.Random(seeds[i]), cfg.isl)
-                           for i, (pre, _) in enumerate(plan)])
-    reqs = [PlannedRequest(i, text, n, outs[i], warmup=i < cfg.warmups)
-            for i, (text, n) in enumerate(built)]
-    warm = reqs[:cfg.warmups]
-    repeats = [reqs[cfg.warmups + r * t:cfg.warmups + (r + 1) * t] for r in range(reps)]
+    built = await gather_counts(
+        [texts.joined(pre, random.Random(seeds[i]), cfg.isl) for i, (pre, _) in enumerate(plan)]
+    )
+    reqs = [
+        PlannedRequest(i, text, n, outs[i], warmup=i < cfg.warmups)
+        for i, (text, n) in enumerate(built)
+    ]
+    warm = reqs[: cfg.warmups]
+    repeats = [reqs[cfg.warmups + r * t : cfg.warmups + (r + 1) * t] for r in range(reps)]
     p_actual = prefixes[0][1] if prefixes else 0
     first = repeats[0]
-    expected = expected_hit_rate([q.prompt_len for q in first],
-                                 [g for _, g in plan[cfg.warmups:cfg.warmups + t]], p_actual)
+    expected = expected_hit_rate(
+        [q.prompt_len for q in first], [g for _, g in plan[cfg.warmups : cfg.warmups + t]], p_actual
+    )
     info = {
-        "kind": "shared-prefix", "isl": cfg.isl, "osl": cfg.osl, "groups": n_groups,
+        "kind": "shared-prefix",
+        "isl": cfg.isl,
+        "osl": cfg.osl,
+        "groups": n_groups,
         "prefix_len": p_actual,
         "target_hit_rate": None if cfg.prefix_len is not None else cfg.prefix_hit_rate,
         "expected_hit_rate": expected,

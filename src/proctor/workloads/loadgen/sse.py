@@ -142,8 +142,18 @@ def _parse_batch(bodies: list[bytes]) -> list[Any] | None:
 class StreamState:
     """What one 200 streaming response has said so far, written into its record."""
 
-    __slots__ = ("chat", "cr", "got_first", "last", "pieces", "record", "st", "tail",
-                 "tail_len", "usage_tokens")
+    __slots__ = (
+        "chat",
+        "cr",
+        "got_first",
+        "last",
+        "pieces",
+        "record",
+        "st",
+        "tail",
+        "tail_len",
+        "usage_tokens",
+    )
 
     def __init__(self, record: RequestRecord, chat: bool, start: float) -> None:
         self.record, self.chat, self.st = record, chat, start
@@ -173,8 +183,10 @@ class StreamState:
                 self.tail.append(data)
                 self.tail_len += len(data)
                 if self.tail_len > MAX_MESSAGE_BYTES:
-                    raise Malformed(f"no message boundary in {MAX_MESSAGE_BYTES >> 20} MiB",
-                                    b"".join(self.tail[:2]))
+                    raise Malformed(
+                        f"no message boundary in {MAX_MESSAGE_BYTES >> 20} MiB",
+                        b"".join(self.tail[:2]),
+                    )
                 return False
             data = b"".join(self.tail) + data
             self.tail = []
@@ -216,12 +228,22 @@ class StreamState:
             text: str | None = None
             # The common message: a first choice with a text (or a chat delta with only content),
             # no usage; anything else goes through message_parts, which checks every shape.
-            if type(choices) is list and choices and "usage" not in obj \
-                    and type(first := choices[0]) is dict and (
-                        type(text := first.get("text")) is str if not chat else
-                        (type(delta := first.get("delta")) is dict
-                         and type(text := delta.get("content")) is str
-                         and "reasoning_content" not in delta and "reasoning" not in delta)):
+            if (
+                type(choices) is list
+                and choices
+                and "usage" not in obj
+                and type(first := choices[0]) is dict
+                and (
+                    type(text := first.get("text")) is str
+                    if not chat
+                    else (
+                        type(delta := first.get("delta")) is dict
+                        and type(text := delta.get("content")) is str
+                        and "reasoning_content" not in delta
+                        and "reasoning" not in delta
+                    )
+                )
+            ):
                 pass
             else:
                 try:
@@ -235,8 +257,9 @@ class StreamState:
                         rec.prompt_tokens = usage[1]
             if text is not None:
                 if (bad := _failed_finish(obj)) is not None:
-                    return self._refuse("aborted", f"the server ended the request with "
-                                                   f"finish_reason {bad!r}")
+                    return self._refuse(
+                        "aborted", f"the server ended the request with finish_reason {bad!r}"
+                    )
                 if not text and chat and not self.got_first and _role_only(obj):
                     continue
                 if self.got_first:
@@ -286,10 +309,12 @@ class StreamState:
             except (TypeError, AttributeError, ValueError, OverflowError) as e:
                 raise Malformed(f"unexpected shape ({e})", body) from e
             if text is not None and (bad := _failed_finish(obj)) is not None:
-                return self._refuse("aborted", f"the server ended the request with "
-                                               f"finish_reason {bad!r}")
-            if text is not None and not (not text and chat and not self.got_first
-                                         and _role_only(obj)):
+                return self._refuse(
+                    "aborted", f"the server ended the request with finish_reason {bad!r}"
+                )
+            if text is not None and not (
+                not text and chat and not self.got_first and _role_only(obj)
+            ):
                 if self.got_first:
                     rec.itl.append(ts - self.last)
                 else:
@@ -319,8 +344,10 @@ class StreamState:
             # More tokens than the request allowed (max_tokens): the server's count is wrong,
             # and every throughput built on it would be.
             rec.reason = "bad_usage"
-            rec.error = (f"usage.completion_tokens {self.usage_tokens} is more than the "
-                         f"{rec.expected_output_len} the request allowed (max_tokens)")
+            rec.error = (
+                f"usage.completion_tokens {self.usage_tokens} is more than the "
+                f"{rec.expected_output_len} the request allowed (max_tokens)"
+            )
             return rec
         if self.usage_tokens is not None:
             rec.output_tokens, rec.output_tokens_source = self.usage_tokens, "usage"

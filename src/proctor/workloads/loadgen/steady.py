@@ -125,9 +125,12 @@ def window_report(records: Sequence[RequestRecord], percentiles: Sequence[float]
         out["latency_reason"] = f"fewer than {MIN_REQUESTS} requests started and ended inside"
         return out
     tpots = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in inside if r.output_tokens > 1]
-    for name, values in (("ttft", [r.ttft for r in inside]), ("tpot", tpots),
-                         ("itl", [g for r in inside for g in r.itl]),
-                         ("e2el", [r.latency for r in inside])):  # fmt: skip
+    for name, values in (
+        ("ttft", [r.ttft for r in inside]),
+        ("tpot", tpots),
+        ("itl", [g for r in inside for g in r.itl]),
+        ("e2el", [r.latency for r in inside]),
+    ):
         stat = describe(values, percentiles)
         out[f"mean_{name}_ms"] = stat.mean
         out[f"median_{name}_ms"] = stat.median
@@ -142,6 +145,7 @@ def steady_state(
     """The section for metrics.json: one window, or one per repeat (each its own phase)."""
     if repeats <= 1:
         return window_report(measured, percentiles)
-    per = [window_report([r for r in measured if r.repeat == k], percentiles)
-           for k in range(repeats)]  # fmt: skip
+    per = [
+        window_report([r for r in measured if r.repeat == k], percentiles) for k in range(repeats)
+    ]
     return {"found": all(w.get("found") for w in per), "per_repeat": per}

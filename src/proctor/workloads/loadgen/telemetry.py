@@ -43,8 +43,9 @@ class BenchTelemetry:
             return self
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if self.cfg.server_metrics_s > 0:
-            self.scraper = ServerMetricsScraper(self.cfg.base_url, self.out_dir / SERVER_CSV,
-                                                interval_s=self.cfg.server_metrics_s)  # fmt: skip
+            self.scraper = ServerMetricsScraper(
+                self.cfg.base_url, self.out_dir / SERVER_CSV, interval_s=self.cfg.server_metrics_s
+            )
             self.scraper.start()
         self.wrapper_gpu = wrapper_samples_gpu(self.out_dir)
         if self.cfg.gpu_sample_s > 0 and not self.wrapper_gpu:
@@ -84,8 +85,12 @@ class BenchTelemetry:
         if self.scraper is not None:
             self.scraper.mark_settled("end", window=False)
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self.scraper is not None:
             self.scraper.stop()
         if self.sampler is not None:
@@ -102,12 +107,17 @@ class BenchTelemetry:
             if server.get("available") and "window" in server:
                 failed_tokens = sum(r.expected_output_len for r in measured if not r.success)
                 mean_ttft = metrics.stats_ms["ttft"].mean if "ttft" in metrics.stats_ms else None
-                server["reconcile"] = reconcile(server, metrics.total_output_tokens, mean_ttft,
-                                                failed_tokens)  # fmt: skip
+                server["reconcile"] = reconcile(
+                    server, metrics.total_output_tokens, mean_ttft, failed_tokens
+                )
             out["server"] = server
         else:
-            out["server"] = {"available": False, "note": "server metrics off (--server-metrics 0)"
-                             if self.out_dir is not None else "no output directory"}  # fmt: skip
+            out["server"] = {
+                "available": False,
+                "note": "server metrics off (--server-metrics 0)"
+                if self.out_dir is not None
+                else "no output directory",
+            }
         out["energy"] = self._energy(metrics)
         if self.sampler is not None:
             summary = self.sampler.summary()
@@ -123,9 +133,14 @@ class BenchTelemetry:
             return unmeasured
         assert self.out_dir is not None
         start, end = self.window
-        return energy_summary(self.out_dir / GPU_CSV, start, end, metrics.total_output_tokens,
-                              idle_before=self.load_began or start,
-                              idle_power_w=self.cfg.idle_power_w)  # fmt: skip
+        return energy_summary(
+            self.out_dir / GPU_CSV,
+            start,
+            end,
+            metrics.total_output_tokens,
+            idle_before=self.load_began or start,
+            idle_power_w=self.cfg.idle_power_w,
+        )
 
     def _why_no_energy(self) -> dict[str, Any] | None:
         if self.out_dir is None:
@@ -135,8 +150,12 @@ class BenchTelemetry:
         if self.wrapper_gpu:
             return None  # the wrapper's gpu.csv, at its interval
         if self.sampler is None:
-            return {"available": False, "reason": "GPU sampling off (--gpu-sample 0)"
-                    if self.cfg.gpu_sample_s <= 0 else "GPU sampling failed to start"}
+            return {
+                "available": False,
+                "reason": "GPU sampling off (--gpu-sample 0)"
+                if self.cfg.gpu_sample_s <= 0
+                else "GPU sampling failed to start",
+            }
         inventory = self.sampler.inventory
         if inventory is None or not inventory.gpus:
             detail = (inventory.reason if inventory else None) or "no GPU"
@@ -154,8 +173,11 @@ def wrapper_samples_gpu(out_dir: Path) -> bool:
         plan = json.loads((out_dir / "plan.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return (isinstance(plan, dict) and bool(plan.get("gpu_present"))
-            and float(plan.get("gpu_sample_s") or 0) > 0)
+    return (
+        isinstance(plan, dict)
+        and bool(plan.get("gpu_present"))
+        and float(plan.get("gpu_sample_s") or 0) > 0
+    )
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:

@@ -35,20 +35,30 @@ class Verdict:
         if self.total == 0:
             return "no request was measured"
         if self.failed == self.total:
-            head = (f"no request succeeded ({self.failed} of {self.total} failed): "
-                    "nothing was measured")
-            return head + ("; first: " + " | ".join(self.first_reasons)
-                           if self.first_reasons else "")
-        head = (f"{self.failed} of {self.total} requests failed "
-                f"({self.error_rate:.1%}; allowed {self.max_error_rate:.1%})")
+            head = (
+                f"no request succeeded ({self.failed} of {self.total} failed): nothing was measured"
+            )
+            return head + (
+                "; first: " + " | ".join(self.first_reasons) if self.first_reasons else ""
+            )
+        head = (
+            f"{self.failed} of {self.total} requests failed "
+            f"({self.error_rate:.1%}; allowed {self.max_error_rate:.1%})"
+        )
         if not self.first_reasons:
             return head
         return f"{head}; first: " + " | ".join(self.first_reasons)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "failed": self.failed, "total": self.total,
-                "error_rate": self.error_rate, "max_error_rate": self.max_error_rate,
-                "first_reasons": self.first_reasons, "message": self.message()}
+        return {
+            "ok": self.ok,
+            "failed": self.failed,
+            "total": self.total,
+            "error_rate": self.error_rate,
+            "max_error_rate": self.max_error_rate,
+            "first_reasons": self.first_reasons,
+            "message": self.message(),
+        }
 
 
 FIRST_REASONS = 3  # distinct reasons quoted; the rest are counted in metrics.json
@@ -78,6 +88,8 @@ def within(failed: int, total: int, max_error_rate: float) -> bool:
 def format_verdict(verdict: Verdict) -> str:
     """The line printed under the summary block (outside it: vLLM's labels stay untouched)."""
     if verdict.ok:
-        return f"Result: ok ({verdict.failed} of {verdict.total} requests failed; " \
-               f"allowed {verdict.max_error_rate:.1%})"
+        return (
+            f"Result: ok ({verdict.failed} of {verdict.total} requests failed; "
+            f"allowed {verdict.max_error_rate:.1%})"
+        )
     return f"Result: FAILED: {verdict.message()}"

@@ -85,10 +85,19 @@ def _claimer(next_index: Synchronized[int]) -> Callable[[], int]:
     return claim
 
 
-async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
-                       concurrency: int, rate: float, shared: Synchronized[int],
-                       shared_failed: Synchronized[int], warm_done: Event, go: Event,
-                       pool: SharedPool | None) -> tuple[list[RequestRecord], float, float, Sample]:
+async def _worker_main(
+    wid: int,
+    cfg: BenchConfig,
+    model: str,
+    reqs: list[PlannedRequest],
+    concurrency: int,
+    rate: float,
+    shared: Synchronized[int],
+    shared_failed: Synchronized[int],
+    warm_done: Event,
+    go: Event,
+    pool: SharedPool | None,
+) -> tuple[list[RequestRecord], float, float, Sample]:
     counter = _SharedCounter(shared, shared_failed)
 
     async def publish() -> None:
@@ -107,9 +116,17 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
     records: list[RequestRecord] = []
     async with open_sender(cfg, limit=concurrency) as sender:
         if warm:
-            records += await run_requests(sender, cfg, model, warm, concurrency=concurrency,
-                                          rate=float("inf"), seed=cfg.seed + 7919 * wid,
-                                          worker=wid, counter=counter)
+            records += await run_requests(
+                sender,
+                cfg,
+                model,
+                warm,
+                concurrency=concurrency,
+                rate=float("inf"),
+                seed=cfg.seed + 7919 * wid,
+                worker=wid,
+                counter=counter,
+            )
         counter.flush()
         warm_done.set()
         while not go.wait(0.05):  # a dead parent is noticed by _exit_with_parent
@@ -117,9 +134,18 @@ async def _worker_main(wid: int, cfg: BenchConfig, model: str, reqs: list[Planne
         with quiet_gc():
             probe = Probe().start()
             t0 = time.perf_counter()
-            records += await run_requests(sender, cfg, model, meas, concurrency=concurrency,
-                                          rate=rate, seed=cfg.seed + 1 + 7919 * wid,
-                                          worker=wid, counter=counter, claim=claim)
+            records += await run_requests(
+                sender,
+                cfg,
+                model,
+                meas,
+                concurrency=concurrency,
+                rate=rate,
+                seed=cfg.seed + 1 + 7919 * wid,
+                worker=wid,
+                counter=counter,
+                claim=claim,
+            )
             t1 = time.perf_counter()
             sample = probe.stop()
     pub.cancel()
@@ -135,19 +161,33 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(3)
 
 
-def _worker(wid: int, cfg: BenchConfig, model: str, reqs: list[PlannedRequest],
-            concurrency: int, rate: float, shared: Synchronized[int],
-            shared_failed: Synchronized[int], warm_done: Event, go: Event,
-            out: mp.Queue[Any], pool: SharedPool | None = None) -> None:
+def _worker(
+    wid: int,
+    cfg: BenchConfig,
+    model: str,
+    reqs: list[PlannedRequest],
+    concurrency: int,
+    rate: float,
+    shared: Synchronized[int],
+    shared_failed: Synchronized[int],
+    warm_done: Event,
+    go: Event,
+    out: mp.Queue[Any],
+    pool: SharedPool | None = None,
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us on Ctrl-C
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-    records, t0, t1, sample = run_loop(_worker_main(wid, cfg, model, reqs, concurrency, rate,
-                                                    shared, shared_failed, warm_done, go, pool))
+    records, t0, t1, sample = run_loop(
+        _worker_main(
+            wid, cfg, model, reqs, concurrency, rate, shared, shared_failed, warm_done, go, pool
+        )
+    )
     out.put((wid, t0, t1, [r.to_dict() for r in records], sample.to_dict()))
 
 
-def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: PollingProgress,
-                profile: Any) -> tuple[list[RequestRecord], float, list[Sample]]:
+def run_workers(
+    cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: PollingProgress, profile: Any
+) -> tuple[list[RequestRecord], float, list[Sample]]:
     from proctor.workloads.loadgen.runner import _profile  # runner imports us lazily
 
     n = cfg.workers
@@ -169,9 +209,25 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
     for wid in range(n):
         ev = ctx.Event()
         share = [r for r in reqs[wid::n] if pool is None or r.warmup]
-        p = ctx.Process(target=_worker, name=f"proctor-loadgen-{wid}",
-                        args=(wid, cfg, model, share, conc[wid], cfg.request_rate / n, shared,
-                              shared_failed, ev, go, out, pool), daemon=True)
+        p = ctx.Process(
+            target=_worker,
+            name=f"proctor-loadgen-{wid}",
+            args=(
+                wid,
+                cfg,
+                model,
+                share,
+                conc[wid],
+                cfg.request_rate / n,
+                shared,
+                shared_failed,
+                ev,
+                go,
+                out,
+                pool,
+            ),
+            daemon=True,
+        )
         p.start()
         procs.append(p)
         warm_events.append(ev)
@@ -182,8 +238,10 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
             code = p.exitcode
             if wid not in results and not p.is_alive() and code not in (None, 0):
                 how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-                raise WorkloadFailed(f"load-generator worker {wid} died ({how})",
-                                     hint="run with --workers 1 to see its error")
+                raise WorkloadFailed(
+                    f"load-generator worker {wid} died ({how})",
+                    hint="run with --workers 1 to see its error",
+                )
 
     stops = (signal.SIGINT, signal.SIGTERM)
 
@@ -200,15 +258,18 @@ def run_workers(cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: P
     try:
         n_warm = sum(r.warmup for r in reqs)
         if n_warm:
-            bar.phase("warmup", n_warm, lambda: int(shared.value),
-                      lambda: int(shared_failed.value))
+            bar.phase("warmup", n_warm, lambda: int(shared.value), lambda: int(shared_failed.value))
         while not all(ev.is_set() for ev in warm_events):
             check_alive()
             time.sleep(0.05)
         if cfg.profile:
             run_loop(_profile(cfg, "start", profile))
-        bar.phase("benchmark", len(reqs) - n_warm, lambda: int(shared.value),
-                  lambda: int(shared_failed.value))
+        bar.phase(
+            "benchmark",
+            len(reqs) - n_warm,
+            lambda: int(shared.value),
+            lambda: int(shared_failed.value),
+        )
         go.set()
         while len(results) < n:
             try:

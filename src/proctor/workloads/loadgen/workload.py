@@ -72,9 +72,10 @@ async def gather_counts(items: Sequence[Awaitable[T]]) -> list[T]:
     try:
         return list(await asyncio.gather(*items))
     except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError, TypeError) as e:
-        raise UsageError(f"counting prompt tokens through the tokenizer failed: "
-                         f"{type(e).__name__}",
-                         hint="use --tokenizer-mode approx to count words instead") from e
+        raise UsageError(
+            f"counting prompt tokens through the tokenizer failed: {type(e).__name__}",
+            hint="use --tokenizer-mode approx to count words instead",
+        ) from e
 
 
 def _cycle(n_items: int, n_warm: int, n_meas: int, repeats: int) -> tuple[list[int], list[int]]:
@@ -85,26 +86,36 @@ def _cycle(n_items: int, n_warm: int, n_meas: int, repeats: int) -> tuple[list[i
     return warm, meas
 
 
-def _split(reqs: list[PlannedRequest], n_warm: int, n_meas: int, repeats: int
-           ) -> tuple[list[PlannedRequest], list[list[PlannedRequest]]]:
+def _split(
+    reqs: list[PlannedRequest], n_warm: int, n_meas: int, repeats: int
+) -> tuple[list[PlannedRequest], list[list[PlannedRequest]]]:
     warm = reqs[:n_warm]
     rest = reqs[n_warm:]
-    return warm, [rest[r * n_meas:(r + 1) * n_meas] for r in range(repeats)]
+    return warm, [rest[r * n_meas : (r + 1) * n_meas] for r in range(repeats)]
 
 
 def _file_info(kind: str, data: FileData) -> dict[str, Any]:
-    return {"kind": kind, "path": data.path, "sha256": data.sha256, "entries": data.entries,
-            "skipped": data.skipped, "id": f"{kind}:sha256:{data.sha256[:16]}"}
+    return {
+        "kind": kind,
+        "path": data.path,
+        "sha256": data.sha256,
+        "entries": data.entries,
+        "skipped": data.skipped,
+        "id": f"{kind}:sha256:{data.sha256[:16]}",
+    }
 
 
-async def _from_samples(cfg: BenchConfig, count: Counter, samples: list[tuple[str, int | None]]
-                        ) -> list[PlannedRequest]:
+async def _from_samples(
+    cfg: BenchConfig, count: Counter, samples: list[tuple[str, int | None]]
+) -> list[PlannedRequest]:
     n_warm, n_meas = cfg.warmups, cfg.total_prompts
     warm, meas = _cycle(len(samples), n_warm, n_meas, cfg.repeat)
     order = warm + meas
     lens = await gather_counts([count.count(samples[i][0]) for i in range(len(samples))])
-    return [PlannedRequest(k, samples[i][0], lens[i], samples[i][1] or cfg.osl,
-                           warmup=k < n_warm) for k, i in enumerate(order)]
+    return [
+        PlannedRequest(k, samples[i][0], lens[i], samples[i][1] or cfg.osl, warmup=k < n_warm)
+        for k, i in enumerate(order)
+    ]
 
 
 async def _jsonl(cfg: BenchConfig, count: Counter) -> tuple[list[PlannedRequest], dict[str, Any]]:
@@ -113,16 +124,17 @@ async def _jsonl(cfg: BenchConfig, count: Counter) -> tuple[list[PlannedRequest]
     return reqs, _file_info("jsonl", data)
 
 
-async def _sharegpt(cfg: BenchConfig, count: Counter
-                    ) -> tuple[list[PlannedRequest], dict[str, Any]]:
+async def _sharegpt(
+    cfg: BenchConfig, count: Counter
+) -> tuple[list[PlannedRequest], dict[str, Any]]:
     convs, data = read_sharegpt(cfg.dataset_path)
     firsts = [c.turns[0] for c in convs]
     # The output length is the token length of the reply in the file (vLLM's rule); a first
     # turn without a reply gets --osl.
-    outs = await gather_counts([count.count(t.reply, special=False) if t.reply else _const(cfg.osl)
-                          for t in firsts])
-    reqs = await _from_samples(cfg, count, [(t.user, o) for t, o in zip(firsts, outs,
-                                                                        strict=True)])
+    outs = await gather_counts(
+        [count.count(t.reply, special=False) if t.reply else _const(cfg.osl) for t in firsts]
+    )
+    reqs = await _from_samples(cfg, count, [(t.user, o) for t, o in zip(firsts, outs, strict=True)])
     return reqs, _file_info("sharegpt", data)
 
 
@@ -140,8 +152,9 @@ def _history(conv: Conversation, upto: int) -> list[dict[str, str]]:
     return messages
 
 
-async def _multi_turn(cfg: BenchConfig, count: Counter
-                      ) -> tuple[list[PlannedRequest], dict[str, Any], int]:
+async def _multi_turn(
+    cfg: BenchConfig, count: Counter
+) -> tuple[list[PlannedRequest], dict[str, Any], int]:
     """Warmups: first turns of conversations from the file's end. Measured: --num-prompts
     conversations per repeat (default every conversation once), every turn of each."""
     convs, data = read_sharegpt(cfg.dataset_path)
@@ -156,29 +169,52 @@ async def _multi_turn(cfg: BenchConfig, count: Counter
             plan.append((k, c, t, _history(convs[c], t), convs[c].turns[t].reply))
     texts = ["\n\n".join(m["content"] for m in msgs) for _, _, _, msgs, _ in plan]
     lens = await gather_counts([count.count(text) for text in texts])
-    outs = await gather_counts([count.count(reply, special=False) if reply else _const(cfg.osl)
-                          for *_, reply in plan])
-    reqs = [PlannedRequest(i, texts[i], lens[i], outs[i], warmup=conv_k < 0,
-                           messages=msgs if chat else None,
-                           conversation=None if conv_k < 0 else conv_k, turn=turn)
-            for i, (conv_k, _, turn, msgs, _) in enumerate(plan)]
+    outs = await gather_counts(
+        [count.count(reply, special=False) if reply else _const(cfg.osl) for *_, reply in plan]
+    )
+    reqs = [
+        PlannedRequest(
+            i,
+            texts[i],
+            lens[i],
+            outs[i],
+            warmup=conv_k < 0,
+            messages=msgs if chat else None,
+            conversation=None if conv_k < 0 else conv_k,
+            turn=turn,
+        )
+        for i, (conv_k, _, turn, msgs, _) in enumerate(plan)
+    ]
     info = _file_info("multi-turn", data)
-    info.update(conversations=n_conv, history="dataset replies",
-                turns=sum(len(convs[c].turns) for c in meas[:n_conv]))
+    info.update(
+        conversations=n_conv,
+        history="dataset replies",
+        turns=sum(len(convs[c].turns) for c in meas[:n_conv]),
+    )
     return reqs, info, n_conv
 
 
-async def build_workload(cfg: BenchConfig, session: aiohttp.ClientSession, model: str,
-                         on_progress: Callable[[int], None] | None = None) -> Workload:
+async def build_workload(
+    cfg: BenchConfig,
+    session: aiohttp.ClientSession,
+    model: str,
+    on_progress: Callable[[int], None] | None = None,
+) -> Workload:
     kind = cfg.dataset_kind
     n_warm, n_meas, reps = cfg.warmups, cfg.total_prompts, cfg.repeat
     if kind == "random":
-        reqs, source = await build_requests(cfg, session, model, on_progress,
-                                            measured=n_meas * reps)
+        reqs, source = await build_requests(
+            cfg, session, model, on_progress, measured=n_meas * reps
+        )
         warm, repeats = _split(reqs, n_warm, n_meas, reps)
-        info = {"kind": "random", "isl": cfg.isl, "osl": cfg.osl,
-                "range_ratio": cfg.range_ratio, "seed": cfg.seed,
-                "id": f"random:isl={cfg.isl}:osl={cfg.osl}:ratio={cfg.range_ratio:g}"}
+        info = {
+            "kind": "random",
+            "isl": cfg.isl,
+            "osl": cfg.osl,
+            "range_ratio": cfg.range_ratio,
+            "seed": cfg.seed,
+            "id": f"random:isl={cfg.isl}:osl={cfg.osl}:ratio={cfg.range_ratio:g}",
+        }
         return Workload(warm, repeats, source, info)
     if kind == "shared-prefix":
         from proctor.workloads.loadgen.shared_prefix import build_shared_prefix
