@@ -25,6 +25,7 @@ boundary that sees them; the CLI maps the tree to exit codes through `exit_code_
 from __future__ import annotations
 
 import enum
+from typing import Any, TypeVar
 
 
 class ExitCode(enum.IntEnum):
@@ -158,3 +159,68 @@ def exit_code_for(error: BaseException) -> int:
     if isinstance(error, KeyboardInterrupt):
         return int(ExitCode.INTERRUPTED)
     return int(ExitCode.INTERNAL)
+
+
+# ---- a pydantic ValidationError as one line -----------------------------------------------
+# Every model proctor validates user input with (config tables, profiles, flow files, bench
+# options, requests, records, baselines) reports a rejection through these two functions, so
+# the wording is one: `WHAT: FIELD.PATH: why (got VALUE)`, the other problems counted.
+# Duck-typed on `.errors()` so this foundation module never imports pydantic.
+
+_SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
+_VALUE_WIDTH = 60
+
+
+def _field_path(loc: tuple[object, ...]) -> str:
+    parts = []
+    for part in loc:
+        if part == "[key]":
+            continue  # pydantic's marker for a dict key's own error
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        else:
+            text = str(part)
+            parts.append(f".{text!r}" if (" " in text or "." in text) else f".{text}")
+    return "".join(parts).lstrip(".")
+
+
+def _shown_value(path: str, value: object) -> str:
+    """The rejected value, short, where showing it is safe and helps."""
+    if any(word in path.lower() for word in _SECRET_WORDS):
+        return ""  # never echo what may be a credential
+    if not isinstance(value, (str, int, float, bool)) or value is None:
+        return ""  # a whole table (missing field) or an object: the path says enough
+    text = repr(value)
+    if len(text) > _VALUE_WIDTH:
+        text = text[: _VALUE_WIDTH - 1] + "…"
+    return f" (got {text})"
+
+
+def validation_problem(error: Any, *, what: str = "", at: str = "", limit: int = 3) -> str:
+    """`error` (a pydantic ValidationError) as one line: each problem's field path (below the
+    table `at`, where the model was validated), why, and the value given, the first `limit` of
+    them, then how many more."""
+    problems = []
+    for item in error.errors():
+        path = ".".join(p for p in (at, _field_path(tuple(item.get("loc", ())))) if p)
+        why = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        shown = _shown_value(path, item.get("input"))
+        problems.append(f"{path}: {why}{shown}" if path else f"{why}{shown}")
+    more = f" (+{len(problems) - limit} more)" if len(problems) > limit else ""
+    body = "; ".join(problems[:limit]) + more
+    return f"{what}: {body}" if what else body
+
+
+E = TypeVar("E", bound=ProctorError)
+
+
+def invalid(
+    error: Any,
+    *,
+    what: str,
+    at: str = "",
+    hint: str | None = None,
+    cls: type[E] = UsageError,  # type: ignore[assignment]
+) -> E:
+    """The one usage error for a rejected model: raise it `from None` at the boundary."""
+    return cls(validation_problem(error, what=what, at=at), hint=hint)

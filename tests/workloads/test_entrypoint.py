@@ -218,7 +218,7 @@ def test_a_typed_request_runs_the_same_bench_and_a_bad_one_is_64(
     config = json.loads((out / "metrics.json").read_text())["config"]
     assert (config["isl"], config["num_prompts"], config["request_rate"]) == (16, 4, "inf")
     bad = loadgen("--config-json", json.dumps({**request, "isl": -1}), "--output-dir", str(out))
-    assert bad.returncode == 64 and "invalid --config-json isl" in bad.stderr
+    assert bad.returncode == 64 and "invalid --config-json: isl:" in bad.stderr
     assert loadgen("--config-json", "[1]", "--output-dir", str(out)).returncode == 64
 
 

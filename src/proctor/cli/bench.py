@@ -18,7 +18,7 @@ from pydantic import SecretStr, ValidationError
 
 from proctor.cli.output import console, print_json
 from proctor.cli.targethelp import TARGET_HELP
-from proctor.errors import UsageError
+from proctor.errors import UsageError, invalid
 from proctor.record.rundir import RunDir
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
 from proctor.workloads.loadgen.printed import result_lines
@@ -194,9 +194,7 @@ def bench(
             min_window_s=min_window,
         )
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise UsageError(f"invalid {where}: {err['msg']}", hint="see proctor bench --help") from e
+        raise invalid(e, what="invalid option", hint="see proctor bench --help") from None
     except ValueError as e:
         raise UsageError(str(e), hint="see proctor bench --help") from e
     if target:
@@ -445,11 +443,7 @@ def _sweep_dataset(
                     isl=isl, osl=osl, concurrency=conc, request_rate=parse_rate(rate), **shape
                 )
             except ValidationError as e:
-                err = e.errors()[0]
-                where = ".".join(str(x) for x in err["loc"]) or "options"
-                raise UsageError(
-                    f"invalid {where}: {err['msg']}", hint="see proctor sweep --help"
-                ) from e
+                raise invalid(e, what="invalid option", hint="see proctor sweep --help") from None
     shape["dataset"] = checked_dataset(dataset)
     defaults = {
         "dataset": "random",

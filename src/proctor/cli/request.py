@@ -16,7 +16,7 @@ import click
 import typer
 from click.core import ParameterSource
 
-from proctor.errors import UsageError
+from proctor.errors import UsageError, invalid
 from proctor.targets.remote.requests import CommandRequest, JsonValue
 
 # Options whose meaning is local (where the local runs go, how output is shown): not sent.
@@ -106,9 +106,7 @@ def main() -> int:
         try:
             request = CommandRequest.model_validate_json(raw)
         except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "request"
-            raise UsageError(f"proctor request: {where}: {first['msg']}") from None
+            raise invalid(error, what="proctor request") from None
         return invoke(request)
 
     return guarded(go, ["proctor", "request"])

@@ -40,7 +40,7 @@ from typing import Annotated, Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from proctor.errors import RecordError
+from proctor.errors import RecordError, validation_problem
 from proctor.record.version import KNOWN_VERSIONS, SCHEMA_ID, SCHEMA_VERSION
 
 Outcome = Literal["starting", "running", "ok", "failed", "timeout", "stopped", "unknown"]
@@ -374,9 +374,7 @@ def parse_record(data: dict[str, Any]) -> RecordCore:
 
 def _one_line(error: ValidationError) -> str:
     """What the model rejected, in one line: each field's path and why."""
-    parts = [f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in error.errors()]
-    more = f" (+{len(parts) - 3} more)" if len(parts) > 3 else ""
-    return f"rejected as a {error.title}: " + "; ".join(parts[:3]) + more
+    return validation_problem(error, what=f"rejected as a {error.title}")
 
 
 def parse_as(model: type[R], data: dict[str, Any]) -> R:

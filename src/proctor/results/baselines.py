@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from proctor.errors import ConfigError, UsageError
+from proctor.errors import ConfigError, UsageError, invalid
 from proctor.results.model import Metric
 from proctor.results.names import Direction, metric_info
 from proctor.results.reading import read_bounded
@@ -114,9 +114,7 @@ Baseline = PerfBaseline | list[AccuracyEntry]
 
 
 def _err(path: Path, e: ValidationError) -> ConfigError:
-    first = e.errors()[0]
-    where = ".".join(str(x) for x in first["loc"])
-    return ConfigError(f"{path}: {where}: {first['msg']}", hint="fix the baseline file")
+    return invalid(e, what=str(path), hint="fix the baseline file", cls=ConfigError)
 
 
 def load_baseline(path: str | Path) -> Baseline:

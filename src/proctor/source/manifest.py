@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from proctor.errors import ConfigError
+from proctor.errors import ConfigError, invalid
 from proctor.source.identity import file_digest
 
 MANIFEST_SHA256 = "manifest.sha256"
@@ -65,10 +65,9 @@ class Manifest(BaseModel):
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
-            raise ConfigError(
-                f"invalid manifest JSON: {exc.errors()[0]['msg']}",
-                hint="regenerate the manifest",
-            ) from exc
+            raise invalid(
+                exc, what="invalid manifest JSON", hint="regenerate the manifest", cls=ConfigError
+            ) from None
 
     @classmethod
     def from_sha256sum(cls, text: str) -> Manifest:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from proctor.errors import ConfigError
+from proctor.errors import ConfigError, invalid
 from proctor.spec.envnames import EnvTable
 
 # The store's file name, next to the run directories unless [store] path says otherwise.
@@ -153,12 +153,8 @@ def load_config(path: Path | None = None, *, start: Path | None = None) -> Proje
     try:
         config = ProjectConfig.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(_key_text(p) for p in first["loc"] if p != "[key]")
-        message = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(
-            f"{path}: {where}: {message}",
-            hint=f"fix {where} in {path.name} ({error.error_count()} problem(s) in all)",
+        raise invalid(
+            error, what=str(path), hint=f"fix it in {path.name}", cls=ConfigError
         ) from None
     config.source_path = path
     return config

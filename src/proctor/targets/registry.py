@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from proctor.errors import UsageError
+from proctor.errors import UsageError, invalid
 from proctor.spec.config import ProjectConfig
 from proctor.targets.base import Target
 
@@ -189,9 +189,7 @@ def target_options(
     try:
         return kind.parse(url or "local", config or ProjectConfig(), given)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UsageError(f"--target {url}: {where}: {first['msg']}", hint=kind.syntax) from None
+        raise invalid(error, what=f"--target {url}", hint=kind.syntax) from None
 
 
 def options_from_dict(data: dict[str, Any]) -> TargetOptions:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from proctor.errors import ConfigError
+from proctor.errors import ConfigError, invalid
 from proctor.spec.profiles.models import AddonProfile, EngineProfile, FaultSet, ModelProfile
 
 if sys.version_info >= (3, 11):
@@ -59,13 +59,6 @@ def merge_tables(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[s
                 )
             out[section][name] = {**out[section].get(name, {}), **body}
     return out
-
-
-def _field_path(section: str, name: str, exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    loc = ".".join(repr(p) if " " in str(p) else str(p) for p in first["loc"] if p != "[key]")
-    msg = first["msg"].removeprefix("Value error, ")
-    return f"{section}.{name}.{loc}: {msg}" if loc else f"{section}.{name}: {msg}"
 
 
 P = TypeVar("P")
@@ -176,10 +169,13 @@ def load_profiles(
                     body = {**body, "included_fault_patterns": _included(result, name, body)}
                 profile = model_cls.model_validate({**body, "name": name})
             except ValidationError as exc:
-                raise ConfigError(
-                    f"invalid profile: {_field_path(section, name, exc)}",
+                raise invalid(
+                    exc,
+                    what="invalid profile",
+                    at=f"{section}.{name}",
                     hint=f"fix [{section}.{name}] in {origin}",
-                ) from exc
+                    cls=ConfigError,
+                ) from None
             getattr(result, section)[name] = profile
             in_user = name in user.get(section, {})
             in_builtin = name in builtin.get(section, {})

@@ -112,7 +112,7 @@ def request_for(command: str, data: dict[str, Any] | AgentRequest) -> AgentReque
     """`data` as the model of `command` (validated); UsageError naming the field if it is not."""
     from pydantic import ValidationError
 
-    from proctor.errors import UsageError
+    from proctor.errors import UsageError, invalid
 
     model = REQUESTS.get(command)
     if model is None:
@@ -122,9 +122,7 @@ def request_for(command: str, data: dict[str, Any] | AgentRequest) -> AgentReque
     try:
         return model.model_validate(data if isinstance(data, dict) else data.model_dump())
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "request"
-        raise UsageError(f"agent {command}: {where}: {first['msg']}") from None
+        raise invalid(error, what=f"agent {command}") from None
 
 
 __all__ = [

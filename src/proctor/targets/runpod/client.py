@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import httpx
 import pydantic
 
-from proctor.errors import NotAuthorised, TargetUnavailable, UsageError
+from proctor.errors import NotAuthorised, TargetUnavailable, UsageError, validation_problem
 from proctor.targets.runpod.models import (
     NetworkVolume,
     NetworkVolumeCreateInput,
@@ -314,8 +314,7 @@ def _parse(model: type[_M], data: Any, what: str) -> _M:
         return model.model_validate(data)
     except pydantic.ValidationError as error:
         raise ApiUnavailable(
-            f"unexpected response to {what}: {error.error_count()} field error(s), "
-            f"first at {'.'.join(str(p) for p in error.errors()[0]['loc'])}"
+            validation_problem(error, what=f"unexpected response to {what}")
         ) from None
 
 

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from proctor.errors import ConfigError, UsageError
+from proctor.errors import ConfigError, UsageError, invalid
 from proctor.spec.config import ProjectConfig
 from proctor.spec.durations import parse_duration
 from proctor.spec.merge import Settings, config_origin
@@ -147,10 +147,12 @@ def load_slurm_config(config: ProjectConfig) -> SlurmConfig:
     try:
         return SlurmConfig.model_validate(config.table("slurm"))
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(
-            f"{config.source_path}: slurm.{where}: {first['msg']}", hint=f"fix slurm.{where}"
+        raise invalid(
+            error,
+            what=str(config.source_path),
+            at="slurm",
+            hint="fix the [slurm] table",
+            cls=ConfigError,
         ) from None
 
 

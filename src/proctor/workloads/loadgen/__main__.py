@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import SecretStr, ValidationError
 
 from proctor import redact
-from proctor.errors import ExitCode, ProctorError, UsageError
+from proctor.errors import ExitCode, ProctorError, UsageError, invalid
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
 from proctor.workloads.loadgen.printed import result_lines
 from proctor.workloads.loadgen.runner import (
@@ -138,9 +138,7 @@ def config_from_json(text: str) -> BenchConfig:
             raise ValueError("a JSON object is needed")
         cfg = BenchConfig.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(x) for x in err["loc"]) or "config"
-        raise UsageError(f"invalid --config-json {field}: {err['msg']}") from e
+        raise invalid(e, what="invalid --config-json") from None
     except ValueError as e:
         raise UsageError(f"invalid --config-json: {e}") from e
     key = os.environ.get("OPENAI_API_KEY")
@@ -192,9 +190,7 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
             api_key=SecretStr(key) if (key := os.environ.get("OPENAI_API_KEY")) else None,
         )
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(x) for x in err["loc"]) or "config"
-        raise UsageError(f"invalid {field}: {err['msg']}", hint="see --help") from e
+        raise invalid(e, what="invalid option", hint="see --help") from None
     except ValueError as e:
         raise UsageError(str(e), hint="see --help") from e
 
