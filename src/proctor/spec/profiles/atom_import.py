@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from proctor.errors import ConfigError
+from proctor.errors import ConfigError, invalid
 from proctor.spec.profiles.models import ModelProfile
 
 _TP_FLAGS = ("-tp", "--tensor-parallel-size", "--tp")
@@ -104,9 +104,9 @@ def import_models_accuracy(source: str | os.PathLike[str] | list[Any]) -> dict[s
                 mtp_accept_threshold=entry.get("mtp_accept_threshold"),
             )
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"{at}.{loc}: {first['msg']}", hint="fix the entry") from exc
+            raise invalid(
+                exc, what="invalid entry", at=at, hint="fix the entry", cls=ConfigError
+            ) from None
         profiles[name] = profile
     return profiles
 
