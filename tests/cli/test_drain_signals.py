@@ -193,3 +193,41 @@ def test_a_server_proctor_stopped_during_a_drain_is_stopped_not_died(
     answer = json.loads(out)
     assert answer["outcome"] == "stopped" and "stop requested" in answer["reason"], answer
     proctor("runs", "stop", client)
+
+
+def test_requests_the_bench_gave_up_on_are_a_hang_not_error_answers(
+    fake_engine: int,
+    isolated_runs: Path,
+    tmp_path: Path,
+) -> None:
+    """A server that stops answering while the bench's --idle-timeout (1 s) is shorter than
+    the drain's stuck window (5 polls): every later request fails as a timeout. A timeout is
+    no answer at all, not an error answer: the drain says hang (1), with the server's stacks
+    taken, never fault (2). The progress line counts them apart (`N failed (T timed out)`)."""
+    port = fake_engine
+    path = tmp_path / "flow.toml"
+    path.write_text(f"""
+[flow]
+engine = "fake"
+model = "m"
+port = {port}
+poll = "1s"
+stuck_polls = 5
+max = "90s"
+extra = ["--hang-after-requests", "6", "--hang-whole-engine", "--itl", "0.01"]
+
+[[flow.workload]]
+bench = {{ isl = 8, osl = 16, concurrency = 2, num_prompts = 400, num_warmups = 0, log_every = 0.5, idle_timeout = 1 }}
+""")
+    result = proctor("flow", "--file", str(path), "--json", timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:] + log_tails(isolated_runs)
+    flow = json.loads(result.stdout)
+    assert _drain_step(flow)["outcome"] == "hang", flow
+    assert list((isolated_runs / flow["server_run"] / "inspect").glob("*-pyspy.txt"))
+    (bench_log,) = [
+        p
+        for p in (isolated_runs / flow["workload_runs"][0]["run_id"]).glob("*.log")
+        if "[bench] benchmark:" in p.read_text()
+    ]
+    timed_out = re.findall(r"(\d+) failed \((\d+) timed out\)", bench_log.read_text())
+    assert timed_out and int(timed_out[-1][1]) >= 2, bench_log.read_text()[-2000:]

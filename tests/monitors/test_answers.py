@@ -40,6 +40,19 @@ def test_client_progress_lines_count_failed_requests() -> None:
     assert "load generator's progress" in (tally.broken(5) or "")
 
 
+def test_requests_the_client_gave_up_on_are_no_answers_not_errors() -> None:
+    """`N failed (T timed out)`: the T got no answer at all (a hang's sign, read by the progress
+    monitor), so only N - T are error answers; a streak of timeouts never makes a fault."""
+    tally = AnswerTally()
+    tally.feed("w.log", b"[bench] benchmark: 4/40 done, 0 failed, 9.0 req/s, 0.4s\n")
+    tally.feed("w.log", b"[bench] benchmark: 14/40 done, 10 failed (10 timed out), 1.0 req/s\n")
+    assert tally.clients.errors == 0 and tally.broken(5) is None
+    assert tally.broken(5, finished=True) is None
+    tally.feed("w.log", b"[bench] benchmark: 20/40 done, 16 failed (11 timed out), 1.0 req/s\n")
+    assert tally.clients.errors == 5 and tally.clients.streak == 5  # five error answers
+    assert tally.broken(5) is not None
+
+
 def test_scanner_feeds_observers_with_new_bytes_only(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_bytes(ERR * 9)

@@ -7,7 +7,9 @@ evidence is in two places drain already reads, new bytes only:
 - the server's access log: `"POST /v1/completions HTTP/1.1" 500` (uvicorn, as vLLM and SGLang
   print it); a 5xx is an error answer, a 2xx a good one (4xx is the client's problem);
 - the load generator's progress lines in a workload's log:
-  `[bench] benchmark: 120/400 done, 118 failed, ...` (errors inside a 200 stream count here);
+  `[bench] benchmark: 120/400 done, 118 failed, ...` (errors inside a 200 stream count here;
+  the requests it gave up on, `118 failed (30 timed out)`, are no answer, not error answers:
+  a hang, which the progress monitor sees, never a fault);
 - the server's /metrics, where it counts HTTP answers by handler and status class
   (`http_requests_total{handler="/v1/completions",status="5xx"}`, as vLLM exports).
 
@@ -70,7 +72,7 @@ class AnswerTally:
     server: Streak = field(default_factory=Streak)
     clients: Streak = field(default_factory=Streak)
     metrics: Streak = field(default_factory=Streak)
-    _phases: dict[tuple[str, bytes], tuple[int, int]] = field(default_factory=dict)
+    _phases: dict[tuple[str, bytes], tuple[int, int, int]] = field(default_factory=dict)
     _http_totals: tuple[float, float] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -85,11 +87,12 @@ class AnswerTally:
             for m in PROGRESS_LINE.finditer(data):
                 key = (path, m.group("phase"))
                 done, failed = int(m.group("done")), int(m.group("failed"))
-                was_done, was_failed = self._phases.get(key, (0, 0))
-                self._phases[key] = (done, failed)
-                new_failed = max(0, failed - was_failed)
+                errors = failed - int(m.group("timed_out") or 0)  # answered, with an error
+                was_done, was_failed, was_errors = self._phases.get(key, (0, 0, 0))
+                self._phases[key] = (done, failed, errors)
+                new_errors = max(0, errors - was_errors)
                 new_good = max(0, (done - failed) - (was_done - was_failed))
-                self.clients.add(new_good, new_failed, "failed requests")
+                self.clients.add(new_good, new_errors, "failed requests")
 
     def feed_metrics(self, text: str) -> None:
         """One /metrics scrape: the change in 2xx and 5xx answers of generation handlers."""

@@ -77,6 +77,7 @@ def fetch_metrics_text(
 # One line of proctor's bench (loadgen/progress.py), written every few seconds whatever happens.
 BENCH_LINE = re.compile(
     rb"\[bench\] (?P<phase>[a-z]+): (?P<done>\d+)/\d+ done, (?P<failed>\d+) failed"
+    rb"(?: \((?P<timed_out>\d+) timed out\))?"
 )
 # Server-log lines that are not work: GET/HEAD access lines (health checks, proctor's own
 # /metrics scrapes, /v1/models) and an engine's periodic stats line with nothing generated.

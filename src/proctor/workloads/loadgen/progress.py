@@ -5,6 +5,10 @@ else (a supervised run's log, a pipe): a plain line every `log_every_s` seconds 
 end of each phase, so a detached bench's log grows while it runs:
 
     [bench] benchmark: 120/400 done, 3 failed, 12.5 req/s, 9.6s
+    [bench] benchmark: 130/400 done, 13 failed (10 timed out), 11.0 req/s, 11.8s
+
+"timed out": failed requests the client gave up on without an answer (a part of "failed");
+the drain reads them as no answer (a hang's sign), the rest of "failed" as error answers.
 """
 
 from __future__ import annotations
@@ -39,16 +43,20 @@ class _Phase:
     base_failed: int
     started: float
     task: TaskID | None = None
+    get_timed_out: Callable[[], int] = lambda: 0
+    base_timed_out: int = 0
 
     def counts(self) -> tuple[int, int]:
         return self.get_done() - self.base_done, self.get_failed() - self.base_failed
 
     def line(self) -> str:
         done, failed = self.counts()
+        timed_out = self.get_timed_out() - self.base_timed_out
         took = time.monotonic() - self.started
         rate = done / took if took > 0 else 0.0
+        gave_up = f" ({timed_out} timed out)" if timed_out else ""
         return (
-            f"[bench] {self.name}: {done}/{self.total} done, {failed} failed, "
+            f"[bench] {self.name}: {done}/{self.total} done, {failed} failed{gave_up}, "
             f"{rate:.1f} req/s, {took:.1f}s"
         )
 
@@ -106,6 +114,7 @@ class PollingProgress:
         total: int,
         get_count: Callable[[], int],
         get_failed: Callable[[], int] | None = None,
+        get_timed_out: Callable[[], int] | None = None,
     ) -> None:
         """Start tracking a new phase (warmup, benchmark); the previous one is completed."""
         if self.on_phase is not None:
@@ -114,8 +123,17 @@ class PollingProgress:
             return
         self._finish_phase()
         failed = get_failed or (lambda: 0)
+        timed_out = get_timed_out or (lambda: 0)
         phase = _Phase(
-            description, total, get_count, failed, get_count(), failed(), time.monotonic()
+            description,
+            total,
+            get_count,
+            failed,
+            get_count(),
+            failed(),
+            time.monotonic(),
+            get_timed_out=timed_out,
+            base_timed_out=timed_out(),
         )
         if self._progress is not None:
             phase.task = self._progress.add_task(description, total=total, failed=0, rate="")

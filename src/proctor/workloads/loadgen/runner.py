@@ -195,7 +195,13 @@ async def _run_single(
     async with open_sender(cfg, limit=cfg.concurrency) as sender:
         records: list[RequestRecord] = []
         if warm:
-            bar.phase("warmup", len(warm), lambda: counter.value, lambda: counter.failed)
+            bar.phase(
+                "warmup",
+                len(warm),
+                lambda: counter.value,
+                lambda: counter.failed,
+                lambda: counter.timed_out,
+            )
             records += await run_requests(
                 sender,
                 cfg,
@@ -209,7 +215,13 @@ async def _run_single(
             )
         if cfg.profile:
             await _profile(cfg, "start", profile)
-        bar.phase("benchmark", len(meas), lambda: counter.value, lambda: counter.failed)
+        bar.phase(
+            "benchmark",
+            len(meas),
+            lambda: counter.value,
+            lambda: counter.failed,
+            lambda: counter.timed_out,
+        )
         reader = reader or PrefixReader(cfg)
         if prefix is not None:  # the server's prefix-cache counters around the measured phase
             prefix.append(await reader.read())

@@ -26,15 +26,22 @@ from proctor.workloads.loadgen.records import RequestRecord
 
 
 class Counter:
-    """Finished and failed request counts, read by the progress display from another thread."""
+    """Finished and failed request counts, read by the progress display from another thread.
+
+    `timed_out` (a part of `failed`): requests the client gave up on with no answer. The drain
+    reads them apart: no answer is a hang's sign, never an error answer (a fault's).
+    """
 
     def __init__(self) -> None:
         self.value = 0
         self.failed = 0
+        self.timed_out = 0
 
     def done(self, record: RequestRecord) -> None:
         if not record.success:
             self.failed += 1
+            if record.reason == "timeout":
+                self.timed_out += 1
         self.value += 1
 
 

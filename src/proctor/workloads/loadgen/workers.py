@@ -47,12 +47,19 @@ from proctor.workloads.loadgen.scheduler import Counter, run_requests
 class _SharedCounter(Counter):
     """Counter that also publishes to a shared value every few requests."""
 
-    def __init__(self, shared: Synchronized[int], shared_failed: Synchronized[int]) -> None:
+    def __init__(
+        self,
+        shared: Synchronized[int],
+        shared_failed: Synchronized[int],
+        shared_timed_out: Synchronized[int],
+    ) -> None:
         super().__init__()
         self._shared = shared
         self._shared_failed = shared_failed
+        self._shared_timed_out = shared_timed_out
         self._published = 0
         self._published_failed = 0
+        self._published_timed_out = 0
 
     def flush(self) -> None:
         with self._shared.get_lock():
@@ -61,6 +68,9 @@ class _SharedCounter(Counter):
         with self._shared_failed.get_lock():
             self._shared_failed.value += self.failed - self._published_failed
         self._published_failed = self.failed
+        with self._shared_timed_out.get_lock():
+            self._shared_timed_out.value += self.timed_out - self._published_timed_out
+        self._published_timed_out = self.timed_out
 
 
 @dataclass(frozen=True)
@@ -94,11 +104,12 @@ async def _worker_main(
     rate: float,
     shared: Synchronized[int],
     shared_failed: Synchronized[int],
+    shared_timed_out: Synchronized[int],
     warm_done: Event,
     go: Event,
     pool: SharedPool | None,
 ) -> tuple[list[RequestRecord], float, float, Sample]:
-    counter = _SharedCounter(shared, shared_failed)
+    counter = _SharedCounter(shared, shared_failed, shared_timed_out)
 
     async def publish() -> None:
         while True:
@@ -170,6 +181,7 @@ def _worker(
     rate: float,
     shared: Synchronized[int],
     shared_failed: Synchronized[int],
+    shared_timed_out: Synchronized[int],
     warm_done: Event,
     go: Event,
     out: mp.Queue[Any],
@@ -179,7 +191,18 @@ def _worker(
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     records, t0, t1, sample = run_loop(
         _worker_main(
-            wid, cfg, model, reqs, concurrency, rate, shared, shared_failed, warm_done, go, pool
+            wid,
+            cfg,
+            model,
+            reqs,
+            concurrency,
+            rate,
+            shared,
+            shared_failed,
+            shared_timed_out,
+            warm_done,
+            go,
+            pool,
         )
     )
     out.put((wid, t0, t1, [r.to_dict() for r in records], sample.to_dict()))
@@ -194,6 +217,7 @@ def run_workers(
     ctx = mp.get_context("spawn")  # no inherited event loop or threads
     shared: Synchronized[int] = ctx.Value("q", 0)
     shared_failed: Synchronized[int] = ctx.Value("q", 0)
+    shared_timed_out: Synchronized[int] = ctx.Value("q", 0)
     out: mp.Queue[Any] = ctx.Queue()
     go = ctx.Event()
     conc = split(cfg.concurrency, n)
@@ -221,6 +245,7 @@ def run_workers(
                 cfg.request_rate / n,
                 shared,
                 shared_failed,
+                shared_timed_out,
                 ev,
                 go,
                 out,
@@ -258,7 +283,13 @@ def run_workers(
     try:
         n_warm = sum(r.warmup for r in reqs)
         if n_warm:
-            bar.phase("warmup", n_warm, lambda: int(shared.value), lambda: int(shared_failed.value))
+            bar.phase(
+                "warmup",
+                n_warm,
+                lambda: int(shared.value),
+                lambda: int(shared_failed.value),
+                lambda: int(shared_timed_out.value),
+            )
         while not all(ev.is_set() for ev in warm_events):
             check_alive()
             time.sleep(0.05)
@@ -269,6 +300,7 @@ def run_workers(
             len(reqs) - n_warm,
             lambda: int(shared.value),
             lambda: int(shared_failed.value),
+            lambda: int(shared_timed_out.value),
         )
         go.set()
         while len(results) < n:
