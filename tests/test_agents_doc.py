@@ -215,6 +215,7 @@ def test_every_command_runs_with_the_exit_code_the_document_claims(tmp_path: Pat
                 timeout=120,
             )
     _check_json_shapes(text, outputs)
+    _check_run_directory_table(tmp_path / "runs")
     # Nothing the document started is left running.
     listed = subprocess.run(
         [sys.executable, "-m", "proctor.cli.main", "runs", "list", "--json"],
@@ -249,3 +250,27 @@ def _check_json_shapes(text: str, outputs: dict[str, str]) -> None:
         doc = _json_out(outputs[line])
         missing = [key for key in keys if not _has(doc, key)]
         assert not missing, f"`proctor {name} --json` has no {missing}: {outputs[line][:1500]}"
+
+
+def _check_run_directory_table(runs_dir: Path) -> None:
+    """The README's run-directory table names every file these runs left (server, bench,
+    eval, flow, command runs), and what lies beside them."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = _section(readme, "A run directory (")
+    names = set()
+    for row in _table_rows(table):
+        names |= {name.rstrip("/") for name in re.findall(r"`([^`]+)`", row[0])}
+    beside = readme[readme.index("Beside the run directories") :].split("\n\n")[0]
+    names |= {name.rstrip("/") for name in re.findall(r"`([^`]+)`", beside)}
+    kinds, unnamed = set(), []
+    for entry in sorted(runs_dir.iterdir()):
+        if not entry.is_dir() or entry.name.startswith("."):
+            if entry.name not in names:
+                unnamed.append(entry.name)
+            continue
+        kinds.add(json.loads((entry / "record.json").read_text())["kind"])
+        for item in entry.iterdir():
+            if item.name not in names and not (item.suffix == ".log" and "<name>.log" in names):
+                unnamed.append(f"{entry.name}/{item.name}")
+    assert {"command", "server", "bench", "eval", "flow"} <= kinds, kinds
+    assert not unnamed, f"the README's run-directory table does not name: {unnamed}"
