@@ -366,7 +366,8 @@ def find_lm_eval(explicit: str | None = None) -> tuple[str, ...]:
     if importlib.util.find_spec("lm_eval") is not None:
         return (sys.executable, "-m", "lm_eval")
     raise TargetUnavailable(
-        "lm-eval is not installed", hint="pip install 'proctor[eval]' (lm-eval[api]>=0.4.10)"
+        "lm-eval is not installed",
+        hint="pip install 'lm-eval[api]>=0.4.10' into proctor's environment (the eval extra)",
     )
 
 
@@ -428,7 +429,7 @@ def run_gsm8k(
         _atomic_write_json(metrics_path, record)
         raise TargetUnavailable(
             f"could not start lm-eval ({argv[0]}): {error.strerror or error}",
-            hint="install proctor[eval] or pass --lm-eval PATH",
+            hint="pip install 'lm-eval[api]>=0.4.10' (the eval extra) or pass --lm-eval PATH",
         ) from error
     record["lm_eval_exit_code"] = rc
     record["wall_time_s"] = round(time.time() - started, 3)

@@ -222,7 +222,7 @@ def plot_unavailable() -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
-        return "matplotlib is not installed (pip install 'proctor[plot]')"
+        return "matplotlib is not installed (pip install 'matplotlib>=3.8': the plot extra)"
     return None
 
 

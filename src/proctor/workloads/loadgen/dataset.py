@@ -84,11 +84,14 @@ class LocalTokenizer:
 
     def __init__(self, name: str) -> None:
         try:
-            from transformers import AutoTokenizer  # optional extra: proctor[tokenizer]
+            from transformers import AutoTokenizer  # optional: the tokenizer extra
         except ImportError as e:
             raise UsageError(
                 f"--tokenizer {name} needs the transformers package",
-                hint="pip install 'proctor[tokenizer]', or omit --tokenizer to use the server's",
+                hint=(
+                    "pip install 'transformers>=4.40' into proctor's environment (the tokenizer"
+                    " extra), or omit --tokenizer to use the server's"
+                ),
             ) from e
         try:
             self._tok = AutoTokenizer.from_pretrained(name)

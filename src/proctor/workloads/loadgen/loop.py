@@ -1,7 +1,7 @@
 """The event loop the client runs on: uvloop when installed (`proctor[fast]`), else asyncio.
 
 uvloop's C transports and timers roughly halve the per-chunk cost of the event loop, which
-is most of what one client core spends at high concurrency (see docs/bench.md, Capacity).
+is most of what one client core spends at high concurrency (see bench/NOTES.md, Capacity).
 PROCTOR_EVENT_LOOP=asyncio forces the standard loop (the bench's before/after row).
 """
 
