@@ -1,7 +1,7 @@
 """Files a command reads, shipped with it to a far target: the far side must read these bytes,
 not whatever has that path there.
 
-    bench|sweep --dataset KIND:PATH    the dataset file
+    bench|sweep --dataset KIND:PATH    the dataset file (jsonl, sharegpt, multi-turn, trace)
     eval gsm8k --data DIR              the splits it reads (train.jsonl, test.jsonl)
     flow|sweep --file FLOW             the flow file itself, rewritten so that every file its
                                        workloads name (flow.py: flow_document) names the far copy
@@ -30,10 +30,11 @@ from proctor.source.manifest import digest_of
 from proctor.spec.tomlwrite import dump_toml
 from proctor.targets.base import AGENT, FILES, Target, capable
 from proctor.targets.remote.requests import CommandRequest
+from proctor.workloads.loadgen.config import FILE_DATASETS
 
 # Request parameters that may name a local file, and the dataset kinds that are files.
 DATASET_PARAM = "dataset"
-FILE_KINDS = ("jsonl", "sharegpt", "multi-turn")
+FILE_KINDS = FILE_DATASETS  # declared once, with the dataset kinds
 # `eval gsm8k --data DIR`: the files it reads there (workloads/gsm8k.py, write_offline_task).
 DATA_PARAM = "data"
 GSM8K_SPLITS = ("train.jsonl", "test.jsonl")

@@ -195,5 +195,10 @@ def checked_dataset(spec: str) -> str:
     kind, path = split_dataset(spec)
     if not path:
         return spec
-    read_jsonl(path) if kind == "jsonl" else read_sharegpt(path)
+    if kind == "trace":
+        from proctor.workloads.loadgen.tracefiles import read_trace
+
+        read_trace(path, limit=0)  # every record checked, none held
+    else:
+        read_jsonl(path) if kind == "jsonl" else read_sharegpt(path)
     return f"{kind}:{Path(path).resolve()}"
