@@ -96,9 +96,9 @@ def _chain_trace(path: Path, rng: random.Random, n: int) -> list[dict[str, Any]]
             base = base[: rng.randint(1, len(base))] if base else []
         else:
             base = []
-        shared = base + [next_id + k for k in range(rng.randint(0, 2))]
+        shared = [*base, *(next_id + k for k in range(rng.randint(0, 2)))]
         next_id += 3
-        ids = shared + [next_id]
+        ids = [*shared, next_id]
         next_id += 1
         n_in = BLOCK_TOKENS * (len(ids) - 1) + rng.randint(BLOCK_TOKENS // 2, BLOCK_TOKENS)
         lines.append(
