@@ -25,7 +25,7 @@ from proctor.workloads.loadgen.trace_workload import (
     expected_hits,
     trace_note,
 )
-from proctor.workloads.loadgen.tracefiles import BLOCK_TOKENS, read_trace
+from proctor.workloads.loadgen.tracefiles import BLOCK_TOKENS, MAX_HELD_TOKENS, read_trace
 from tests.workloads.conftest import FakeProcess
 from tests.workloads.test_entrypoint import loadgen, started
 
@@ -461,3 +461,27 @@ def test_blocks_named_alike_are_the_same_words_and_the_hits_oracle_agrees(
             hits += BLOCK_TOKENS if run else 0
             seen.add(key)
     assert expected_hits([n for _, n in chains], [tuple(i) for i, _ in chains], n_special) == hits
+
+
+def test_a_trace_of_absurd_lengths_is_cut_at_the_token_cap_or_refused(tmp_path: Path) -> None:
+    """Every prompt is built before the replay: lengths that would not fit in memory are cut
+    (the held records stay a prefix), and a first record alone over the cap is refused."""
+    trace = tmp_path / "t.jsonl"
+    lengths = [400, 500, 10**12, 3]
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": i, "input_length": n, "output_length": 1}) + "\n"
+            for i, n in enumerate(lengths)
+        )
+    )
+    held = read_trace(str(trace), limit=10, token_limit=1000)
+    assert list(held.input_lens) == [400, 500] and held.kept == 4 and held.token_cut
+    cfg = BenchConfig(dataset=f"trace:{trace}")
+    info = _info(cfg, held, list(held.times_s), None)
+    assert info["cut"] == {
+        "records": 4,
+        "replayed": 2,
+        "by": f"the cap of {MAX_HELD_TOKENS:,} prompt tokens held by one bench",
+    }
+    with pytest.raises(UsageError, match="its first request alone asks for more than 300"):
+        read_trace(str(trace), limit=10, token_limit=300)

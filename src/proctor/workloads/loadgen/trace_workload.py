@@ -3,7 +3,8 @@
 Each record becomes one measured request, due `timestamp / --trace-speed` seconds after the
 first (the first at 0), with the record's input length and its output length (forced with
 ignore-eos, as every dataset). `--num-prompts N` replays the first N records; without it the
-whole trace, up to MAX_TRACE_REQUESTS (a longer trace is cut, and metrics.json says so).
+whole trace, up to MAX_TRACE_REQUESTS, and never more than MAX_HELD_TOKENS input tokens in all
+(a longer trace is cut, and metrics.json says so).
 
 Prompts are built from blocks of BLOCK_TOKENS (512) tokens, the trace's own block: block b of a
 prompt is the block its hash_ids[b] names, so the same id gives the same tokens in every prompt
@@ -32,7 +33,13 @@ from proctor.errors import UsageError
 from proctor.workloads.loadgen.client import PlannedRequest
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.dataset import _WORDS, Tokenizer, resolve_tokenizer
-from proctor.workloads.loadgen.tracefiles import BLOCK_TOKENS, MOONCAKE, Trace, read_trace
+from proctor.workloads.loadgen.tracefiles import (
+    BLOCK_TOKENS,
+    MAX_HELD_TOKENS,
+    MOONCAKE,
+    Trace,
+    read_trace,
+)
 from proctor.workloads.loadgen.workload import Workload
 
 # The most records one bench replays when --num-prompts does not say: every prompt is built
@@ -134,11 +141,12 @@ def _info(
     duration = offsets[-1]
     cut = None
     if trace.kept > n:
-        by = (
-            f"--num-prompts {cfg.num_prompts}"
-            if cfg.num_prompts
-            else f"the cap of {MAX_TRACE_REQUESTS:,} requests (--num-prompts N to choose)"
-        )
+        if trace.token_cut:
+            by = f"the cap of {MAX_HELD_TOKENS:,} prompt tokens held by one bench"
+        elif cfg.num_prompts:
+            by = f"--num-prompts {cfg.num_prompts}"
+        else:
+            by = f"the cap of {MAX_TRACE_REQUESTS:,} requests (--num-prompts N to choose)"
         cut = {"records": trace.kept, "replayed": n, "by": by}
     return {
         "kind": "trace",

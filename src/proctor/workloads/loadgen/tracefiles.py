@@ -36,6 +36,10 @@ MOONCAKE = "mooncake"
 BURSTGPT = "burstgpt"
 BLOCK_TOKENS = 512  # Mooncake's hash block: 512 tokens a block
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
+# The input tokens of all held records together: every prompt is built before the replay
+# starts (about 6 bytes a token: 200 M tokens hold 1.2 GB), so a trace of absurd lengths is
+# cut here, not built until memory runs out.
+MAX_HELD_TOKENS = 200_000_000
 
 
 @dataclass
@@ -52,6 +56,7 @@ class Trace:
     records: int = 0  # records read (lines or rows, blank lines not counted)
     kept: int = 0  # records with both lengths above zero, held or not
     skipped: int = 0  # records with a zero length
+    token_cut: bool = False  # held records stopped at the token limit, not the record limit
 
     def __len__(self) -> int:
         return len(self.times_s)
@@ -60,8 +65,9 @@ class Trace:
 class _Builder:
     """Adds records in order, checking the clock never goes back."""
 
-    def __init__(self, trace: Trace, limit: int, unit_s: float) -> None:
+    def __init__(self, trace: Trace, limit: int, unit_s: float, token_limit: int) -> None:
         self.trace, self.limit, self.unit_s = trace, limit, unit_s
+        self.token_limit, self.tokens, self.full = token_limit, 0, False
         self.first: float | None = None
         self.last = -math.inf
         self.last_where: int | None = None
@@ -81,8 +87,12 @@ class _Builder:
             t.skipped += 1
             return
         t.kept += 1
-        if len(t.times_s) >= self.limit:
+        if self.full or len(t.times_s) >= self.limit:
             return
+        if self.tokens + n_in > self.token_limit:  # the held records stay a prefix
+            self.full = t.token_cut = True
+            return
+        self.tokens += n_in
         if self.first is None:
             self.first = stamp
         t.times_s.append((stamp - self.first) * self.unit_s)
@@ -196,8 +206,9 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def read_trace(path: str, limit: int) -> Trace:
-    """The trace in `path`, its first `limit` kept records held; UsageError on a bad record."""
+def read_trace(path: str, limit: int, token_limit: int = MAX_HELD_TOKENS) -> Trace:
+    """The trace in `path`, its first `limit` kept records held (no more than `token_limit`
+    input tokens in all); UsageError on a bad record."""
     raw = _read(path)
     try:
         text = raw.decode("utf-8")
@@ -210,9 +221,9 @@ def read_trace(path: str, limit: int) -> Trace:
     kind = MOONCAKE if first.startswith("{") else BURSTGPT
     trace = Trace(path, hashlib.sha256(raw).hexdigest(), kind)
     if kind == MOONCAKE:
-        _mooncake(trace, text, _Builder(trace, limit, 1e-3))
+        _mooncake(trace, text, _Builder(trace, limit, 1e-3, token_limit))
     elif first and "," in first:
-        _burstgpt(trace, text, _Builder(trace, limit, 1.0))
+        _burstgpt(trace, text, _Builder(trace, limit, 1.0, token_limit))
     else:
         raise _bad(
             path,
@@ -222,7 +233,14 @@ def read_trace(path: str, limit: int) -> Trace:
     if not trace.kept:
         why = f" ({trace.skipped} with a zero length)" if trace.skipped else ""
         raise _bad(path, None, f"no request in the trace{why}")
+    if limit and not len(trace):
+        raise _bad(
+            path,
+            None,
+            f"its first request alone asks for more than {token_limit:,} input tokens, "
+            "the most one bench builds",
+        )
     return trace
 
 
-__all__ = ["BLOCK_TOKENS", "BURSTGPT", "MOONCAKE", "Trace", "read_trace"]
+__all__ = ["BLOCK_TOKENS", "BURSTGPT", "MAX_HELD_TOKENS", "MOONCAKE", "Trace", "read_trace"]
