@@ -485,3 +485,67 @@ def test_a_trace_of_absurd_lengths_is_cut_at_the_token_cap_or_refused(tmp_path: 
     }
     with pytest.raises(UsageError, match="its first request alone asks for more than 300"):
         read_trace(str(trace), limit=10, token_limit=300)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(0, 10**7), st.integers(0, 5000), st.integers(0, 900), st.integers(0, 4)
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    burstgpt=st.booleans(),
+    limit=st.integers(1, 40),
+)
+def test_any_sorted_trace_reads_back_relative_to_its_first_kept_record(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[tuple[int, int, int, int]],
+    burstgpt: bool,
+    limit: int,
+) -> None:
+    """A law over any sorted trace, in both forms: the held records are the first `limit` with
+    both lengths above zero, in order, their times from the first of them (ms or s as the
+    format says), the zero-length ones counted as skipped."""
+    stamps = sorted(r[0] for r in rows)
+    rows = [(s, n_in, n_out, k) for s, (_, n_in, n_out, k) in zip(stamps, rows, strict=True)]
+    path = tmp_path_factory.mktemp("law") / ("t.csv" if burstgpt else "t.jsonl")
+    if burstgpt:
+        path.write_text(
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            + "".join(f"{s},GPT-4,{i},{o},{i + o},API log\n" for s, i, o, _ in rows)
+        )
+    else:
+        path.write_text(
+            "".join(
+                json.dumps(
+                    {"timestamp": s, "input_length": i, "output_length": o, "hash_ids": [*range(k)]}
+                )
+                + "\n"
+                for s, i, o, k in rows
+            )
+        )
+    kept = [r for r in rows if r[1] > 0 and r[2] > 0]
+    if not kept:
+        with pytest.raises(UsageError, match="no request in the trace"):
+            read_trace(str(path), limit=limit)
+        return
+    held = read_trace(str(path), limit=limit)
+    want = kept[:limit]
+    unit = 1.0 if burstgpt else 1e-3
+    assert held.format == ("burstgpt" if burstgpt else "mooncake")
+    assert (held.records, held.kept, held.skipped) == (len(rows), len(kept), len(rows) - len(kept))
+    assert list(held.input_lens) == [r[1] for r in want]
+    assert list(held.output_lens) == [r[2] for r in want]
+    assert list(held.times_s) == pytest.approx([(r[0] - want[0][0]) * unit for r in want])
+    assert held.hash_ids == [() if burstgpt else tuple(range(r[3])) for r in want]
+
+
+def test_blocks_follow_the_seed_and_each_repeat_gets_its_own() -> None:
+    words = [f"w{i}" for i in range(50)]
+    a = Blocks(words, 1, seed=5).prompt(1500, (0, 1, 2), "r0", "r0:0")
+    assert a == Blocks(words, 1, seed=5).prompt(1500, (0, 1, 2), "r0", "r0:0")  # reproducible
+    assert a != Blocks(words, 1, seed=6).prompt(1500, (0, 1, 2), "r0", "r0:0")  # another seed
+    again = Blocks(words, 1, seed=5).prompt(1500, (0, 1, 2), "r1", "r1:0")  # the next repeat
+    assert a[0].split()[:8] != again[0].split()[:8]
