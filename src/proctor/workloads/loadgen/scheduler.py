@@ -102,9 +102,8 @@ async def run_requests(
     tasks: list[asyncio.Task[RequestRecord]] = []
     for req, off in zip(requests, offsets, strict=True):
         due = t0 + off
-        # uvloop's timers count whole milliseconds and may fire up to one early: sleep again
-        # for what is left, so no request leaves before its time (a negative delay).
-        while (delay := due - time.perf_counter()) > 0:
+        delay = due - time.perf_counter()
+        if delay > 0:
             await asyncio.sleep(delay)
         rec = RequestRecord(
             index=req.index,
