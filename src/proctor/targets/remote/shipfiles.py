@@ -30,11 +30,10 @@ from proctor.source.manifest import digest_of
 from proctor.spec.tomlwrite import dump_toml
 from proctor.targets.base import AGENT, FILES, Target, capable
 from proctor.targets.remote.requests import CommandRequest
-from proctor.workloads.loadgen.config import FILE_DATASETS
 
-# Request parameters that may name a local file, and the dataset kinds that are files.
+# Request parameters that may name a local file (the dataset kinds that are files are
+# loadgen.config.FILE_DATASETS, read when a dataset is named: that package is not light).
 DATASET_PARAM = "dataset"
-FILE_KINDS = FILE_DATASETS  # declared once, with the dataset kinds
 # `eval gsm8k --data DIR`: the files it reads there (workloads/gsm8k.py, write_offline_task).
 DATA_PARAM = "data"
 GSM8K_SPLITS = ("train.jsonl", "test.jsonl")
@@ -161,9 +160,10 @@ def dataset_value(value: object, where: tuple[str | int, ...]) -> Shipped | None
     """`KIND:PATH` of a file kind as a shipped value; None for what is not a file (random)."""
     if not isinstance(value, str):
         return None
-    kind, _, path = value.partition(":")
-    kind = kind.strip().lower()
-    if kind not in FILE_KINDS or not path:
+    from proctor.workloads.loadgen.config import FILE_DATASETS, split_dataset
+
+    kind, path = split_dataset(value)
+    if kind not in FILE_DATASETS or not path:
         return None  # not a file: the far side checks the spec as bench does
     return Shipped(where, (read_file(path, "dataset"),), prefix=f"{kind}:")
 
