@@ -15,6 +15,7 @@ from tests.helpers import proctor
 pytestmark = pytest.mark.timeout(180)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
 
 def sweep(cwd: Path, url: str, *extra: str) -> tuple[int, str, str]:
@@ -68,6 +69,24 @@ def test_multi_turn_sweep_records_turns(isolated_runs: Path) -> None:
         assert doc["dataset"]["kind"] == "multi-turn" and doc["dataset"]["per_turn"]
 
 
+def test_every_point_replays_the_trace_at_its_speed(isolated_runs: Path) -> None:
+    with FakeServer() as srv:
+        code, out, err = sweep(
+            Path.cwd(),
+            srv.base_url,
+            "--dataset",
+            f"trace:{TRACES / 'burstgpt_head.csv'}",
+            "--trace-speed",
+            "500",
+        )
+    assert code == 0, err
+    for point in json.loads(out)["points"]:
+        doc = json.loads((isolated_runs / point["run_id"] / "metrics.json").read_text())
+        info = doc["dataset"]
+        assert info["kind"] == "trace" and info["format"] == "burstgpt" and info["speed"] == 500
+        assert info["replayed"] == 3 and doc["schedule"]["target_rate"] is not None
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -84,8 +103,11 @@ def test_multi_turn_sweep_records_turns(isolated_runs: Path) -> None:
         ),
         (["--dataset", "jsonl:missing.jsonl"], "cannot read dataset missing.jsonl"),
         (["--dataset", "jsonl:bad.jsonl"], "bad.jsonl:2: prompt must be a non-empty string"),
-        (["--dataset", "parquet:x"], "must be one of: random, jsonl:PATH"),
+        (["--dataset", "parquet:x"], "must be one of: random | jsonl:PATH"),
         (["--dataset", "shared-prefix:x"], "dataset shared-prefix takes no file"),
+        (["--dataset", "trace:unsorted.jsonl"], "unsorted.jsonl:2: timestamp 4 is before"),
+        (["--dataset", "trace:{traces}/burstgpt_head.csv", "--request-rate", "2"], "a trace"),
+        (["--trace-speed", "2"], "--trace-speed applies to --dataset trace:PATH only"),
     ],
 )
 def test_bad_dataset_is_refused_before_any_point(
@@ -93,7 +115,11 @@ def test_bad_dataset_is_refused_before_any_point(
 ) -> None:
     work = Path.cwd()
     (work / "bad.jsonl").write_text('{"prompt": "ok"}\n{"prompt": ""}\n')
-    args = [a.replace("{data}", str(DATA)) for a in args]
+    (work / "unsorted.jsonl").write_text(
+        '{"timestamp": 5, "input_length": 3, "output_length": 2}\n'
+        '{"timestamp": 4, "input_length": 3, "output_length": 2}\n'
+    )
+    args = [a.replace("{data}", str(DATA)).replace("{traces}", str(TRACES)) for a in args]
     # Nothing listens on this port: a refusal must come before any point tries it.
     code, _, err = sweep(work, "http://127.0.0.1:9", *args)
     assert code == 64, err

@@ -8,6 +8,7 @@ and one registry entry, with no change in the CLI."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from pathlib import Path
@@ -315,6 +316,38 @@ def test_a_dataset_file_is_shipped_with_bench_and_sweep(
         assert Path(far_copy).read_bytes() == prompts.read_bytes()
         fetched = json.loads((isolated_runs / answer["run_id"] / "metrics.json").read_text())
         assert fetched["dataset"]["sha256"] == sha
+        # A trace is a dataset file too: shipped the same way, replayed from the far copy.
+        trace = prompts.parent / "t.jsonl"
+        trace.write_text(
+            "".join(
+                json.dumps({"timestamp": 10 * i, "input_length": 5, "output_length": 2}) + "\n"
+                for i in range(4)
+            )
+        )
+        trace_sha = hashlib.sha256(trace.read_bytes()).hexdigest()
+        replay = proctor(
+            "bench",
+            "--target",
+            url,
+            "--server",
+            server_id,
+            "--concurrency",
+            "2",
+            "--num-warmups",
+            "0",
+            "--dataset",
+            "trace:../data/t.jsonl",
+            "--trace-speed",
+            "4",
+            "--json",
+            cwd=repo,
+            timeout=180,
+        )
+        assert replay.returncode == 0, replay.stderr
+        replayed = json.loads(replay.stdout)["answer"]["dataset"]
+        trace_copy = f"{far_place.workspace}/proctor/data/{trace_sha}/t.jsonl"
+        assert replayed["sha256"] == trace_sha and replayed["path"] == trace_copy
+        assert replayed["kind"] == "trace" and replayed["speed"] == 4
         sweep = proctor(
             "sweep",
             "--target",

@@ -93,3 +93,38 @@ def test_vllm_multi_turn_sends_the_history(vllm_server: EngineServer) -> None:
     # and the server's counters say so rather than proctor guessing.
     print(f"vLLM CPU multi-turn: prefix cache {doc['prefix_cache']}")
     assert doc["prefix_cache"]["hit_rate"] is not None
+
+
+def test_vllm_trace_blocks_are_the_trace_lengths_and_hit_as_the_trace_shares(
+    vllm_server: EngineServer, tmp_path: Path
+) -> None:
+    """A Mooncake trace against the real tokenizer and prefix cache: every prompt is exactly its
+    record's input length as vLLM counts it (the one-token words), and vLLM's counters hit the
+    shared 512-token blocks (whole 128-token blocks of its own) as a perfect cache would."""
+    import json
+
+    records = [
+        (0, 1100, [1, 2, 3]),
+        (100, 1300, [1, 2, 4]),
+        (200, 700, [1, 5]),
+        (300, 1500, [1, 2, 3, 6]),
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": t, "input_length": n, "output_length": 3, "hash_ids": ids})
+            + "\n"
+            for t, n, ids in records
+        )
+    )
+    res = bench(vllm_server, dataset=f"trace:{trace}", isl=64, tokenizer_mode="server")
+    assert res.metrics.completed == 4, [r.error for r in res.measured]
+    assert [r.prompt_tokens for r in res.measured] == [n for _, n, _ in records]
+    doc = result_document(res)
+    assert doc["conformance"]["input"]["judged"] and doc["conformance"]["input"]["off"] == 0
+    # Whole 512-token blocks sent before, in order: [1, 2] (1024), [1] (512), [1, 2] (1024);
+    # block 3 of the last was partial in the first (76 tokens): never cached.
+    cache = doc["dataset"]["prefix_cache"]
+    assert doc["dataset"]["expected_hit_rate"] == pytest.approx(2560 / 4600)
+    assert cache["hits_tokens"] == 2560 and cache["queries_tokens"] == 4600
+    print(f"vLLM CPU trace: hit {cache['hits_tokens']:.0f} of {cache['queries_tokens']:.0f}")

@@ -20,6 +20,7 @@ from proctor.cli.output import console, print_json
 from proctor.cli.targethelp import TARGET_HELP
 from proctor.errors import UsageError, invalid
 from proctor.record.rundir import RunDir
+from proctor.spec.datasets import DATASET_SPECS
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
 from proctor.workloads.loadgen.printed import result_lines
 from proctor.workloads.loadgen.runner import (
@@ -29,6 +30,8 @@ from proctor.workloads.loadgen.runner import (
     write_outputs,
 )
 from proctor.workloads.loadgen.server_run import live_server_facts
+
+TRACE_SPEED_HELP = "trace: replay the trace's clock this many times faster (2 = twice as fast)."
 
 app = typer.Typer(
     help="Serving benchmarks against OpenAI-compatible servers.", no_args_is_help=True
@@ -119,7 +122,7 @@ def bench(
     dataset: str = typer.Option(
         "random",
         "--dataset",
-        help="What to send: random | jsonl:PATH (prompt, output_len per line) | sharegpt:PATH (first human turn; the gpt reply's length) | shared-prefix (groups sharing a prefix) | multi-turn:PATH (ShareGPT conversations, turn by turn). docs/bench.md#datasets.",
+        help="What to send: random | jsonl:PATH (prompt, output_len per line) | sharegpt:PATH (first human turn; the gpt reply's length) | shared-prefix (groups sharing a prefix) | multi-turn:PATH (ShareGPT conversations, turn by turn) | trace:PATH (a Mooncake JSONL or BurstGPT CSV trace, replayed on its own clock). docs/bench.md#datasets.",
     ),
     prefix_groups: int = typer.Option(
         4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."
@@ -132,6 +135,7 @@ def bench(
     prefix_len: int | None = typer.Option(
         None, "--prefix-len", help="shared-prefix: prefix tokens (overrides --prefix-hit-rate)."
     ),
+    trace_speed: float = typer.Option(1.0, "--trace-speed", help=TRACE_SPEED_HELP),
     repeat: int = typer.Option(
         1,
         "--repeat",
@@ -186,6 +190,7 @@ def bench(
             prefix_groups=prefix_groups,
             prefix_hit_rate=prefix_hit_rate,
             prefix_len=prefix_len,
+            trace_speed=trace_speed,
             repeat=repeat,
             server_metrics_s=server_metrics,
             gpu_sample_s=gpu_sample,
@@ -418,6 +423,7 @@ def _sweep_dataset(
     prefix_groups: int,
     prefix_hit_rate: float,
     prefix_len: int | None,
+    trace_speed: float,
     workers: int,
     points: list[int],
     rates: list[str] | None,
@@ -434,6 +440,7 @@ def _sweep_dataset(
         "prefix_groups": prefix_groups,
         "prefix_hit_rate": prefix_hit_rate,
         "prefix_len": prefix_len,
+        "trace_speed": trace_speed,
         "workers": workers,
     }
     for conc in points:
@@ -450,6 +457,7 @@ def _sweep_dataset(
         "prefix_groups": 4,
         "prefix_hit_rate": 0.5,
         "prefix_len": None,
+        "trace_speed": 1.0,
         "workers": 1,
     }
     return {k: v for k, v in shape.items() if v != defaults[k]}
@@ -538,7 +546,7 @@ def register_sweep(root: typer.Typer) -> None:
         dataset: str = typer.Option(
             "random",
             "--dataset",
-            help="What every point sends, as bench: random | jsonl:PATH | sharegpt:PATH | shared-prefix | multi-turn:PATH. docs/bench.md#datasets.",
+            help=f"What every point sends, as bench: {DATASET_SPECS}. docs/bench.md#datasets.",
         ),
         prefix_groups: int = typer.Option(
             4, "--prefix-groups", help="shared-prefix: groups of prompts sharing one prefix."
@@ -549,6 +557,7 @@ def register_sweep(root: typer.Typer) -> None:
         prefix_len: int | None = typer.Option(
             None, "--prefix-len", help="shared-prefix: prefix tokens."
         ),
+        trace_speed: float = typer.Option(1.0, "--trace-speed", help=TRACE_SPEED_HELP),
         workers: int = typer.Option(1, "--workers", help="Client processes per bench."),
         extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
     ) -> None:
@@ -582,6 +591,7 @@ def register_sweep(root: typer.Typer) -> None:
             prefix_groups,
             prefix_hit_rate,
             prefix_len,
+            trace_speed,
             workers,
             points,
             _rates(request_rate),

@@ -262,6 +262,7 @@ SWEEP_FLAGS: dict[str, type | None] = {
     "prefix-groups": int,
     "prefix-hit-rate": float,
     "prefix-len": int,
+    "trace-speed": float,
     "workers": int,
 }
 

@@ -1,7 +1,7 @@
 """Files a command reads, shipped with it to a far target: the far side must read these bytes,
 not whatever has that path there.
 
-    bench|sweep --dataset KIND:PATH    the dataset file
+    bench|sweep --dataset KIND:PATH    the dataset file (jsonl, sharegpt, multi-turn, trace)
     eval gsm8k --data DIR              the splits it reads (train.jsonl, test.jsonl)
     flow|sweep --file FLOW             the flow file itself, rewritten so that every file its
                                        workloads name (flow.py: flow_document) names the far copy
@@ -27,13 +27,14 @@ from typing import Any
 
 from proctor.errors import FaultDetected, UsageError
 from proctor.source.manifest import digest_of
+from proctor.spec.datasets import FILE_DATASETS, split_dataset
 from proctor.spec.tomlwrite import dump_toml
 from proctor.targets.base import AGENT, FILES, Target, capable
 from proctor.targets.remote.requests import CommandRequest
 
-# Request parameters that may name a local file, and the dataset kinds that are files.
+# Request parameters that may name a local file (the dataset kinds that are files:
+# spec.datasets.FILE_DATASETS).
 DATASET_PARAM = "dataset"
-FILE_KINDS = ("jsonl", "sharegpt", "multi-turn")
 # `eval gsm8k --data DIR`: the files it reads there (workloads/gsm8k.py, write_offline_task).
 DATA_PARAM = "data"
 GSM8K_SPLITS = ("train.jsonl", "test.jsonl")
@@ -160,9 +161,8 @@ def dataset_value(value: object, where: tuple[str | int, ...]) -> Shipped | None
     """`KIND:PATH` of a file kind as a shipped value; None for what is not a file (random)."""
     if not isinstance(value, str):
         return None
-    kind, _, path = value.partition(":")
-    kind = kind.strip().lower()
-    if kind not in FILE_KINDS or not path:
+    kind, path = split_dataset(value)
+    if kind not in FILE_DATASETS or not path:
         return None  # not a file: the far side checks the spec as bench does
     return Shipped(where, (read_file(path, "dataset"),), prefix=f"{kind}:")
 

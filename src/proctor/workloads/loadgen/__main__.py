@@ -20,6 +20,7 @@ from pydantic import SecretStr, ValidationError
 
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError, invalid
+from proctor.spec.datasets import DATASET_SPECS
 from proctor.workloads.loadgen.config import BenchConfig, parse_goodput, parse_rate
 from proctor.workloads.loadgen.printed import result_lines
 from proctor.workloads.loadgen.runner import (
@@ -91,11 +92,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dataset",
         default="random",
-        help="random | jsonl:PATH | sharegpt:PATH | shared-prefix | multi-turn:PATH",
+        help=DATASET_SPECS,
     )
     p.add_argument("--prefix-groups", type=int, default=4)
     p.add_argument("--prefix-hit-rate", type=float, default=0.5)
     p.add_argument("--prefix-len", type=int)
+    p.add_argument(
+        "--trace-speed",
+        type=float,
+        default=1.0,
+        help="trace: replay the trace's clock this many times faster (2 = twice as fast)",
+    )
     p.add_argument("--repeat", type=int, default=1, help="run the measured phase N times")
     p.add_argument(
         "--server-metrics",
@@ -181,6 +188,7 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
             prefix_groups=a.prefix_groups,
             prefix_hit_rate=a.prefix_hit_rate,
             prefix_len=a.prefix_len,
+            trace_speed=a.trace_speed,
             repeat=a.repeat,
             server_metrics_s=a.server_metrics,
             gpu_sample_s=a.gpu_sample,

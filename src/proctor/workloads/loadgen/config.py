@@ -12,6 +12,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from proctor.spec.datasets import (
+    DATASET_KINDS,
+    DATASET_SPECS,
+    FILE_DATASETS,
+    split_dataset,
+)
+
 Endpoint = Literal["completions", "chat"]
 TokenizerMode = Literal["auto", "server", "local", "approx"]
 SLO_KEYS = ("ttft", "tpot", "e2el")
@@ -53,12 +60,13 @@ class BenchConfig(BaseModel):
     # Seconds between progress lines on stdout (the run's log); 0 = none.
     log_every_s: float = Field(default=5.0, ge=0.0)
     api_key: SecretStr | None = Field(default=None, exclude=True)
-    # What is sent (docs/bench.md#datasets): random | jsonl:PATH | sharegpt:PATH |
-    # shared-prefix | multi-turn:PATH.
+    # What is sent (docs/bench.md#datasets): DATASET_SPECS.
     dataset: str = "random"
     prefix_groups: int = Field(default=4, ge=1)  # shared-prefix: groups sharing one prefix
     prefix_hit_rate: float = Field(default=0.5, ge=0.0, lt=1.0)  # target prefix-cache hits
     prefix_len: int | None = Field(default=None, ge=1)  # overrides the target hit rate
+    # trace: the trace's clock divided by this (2 = twice as fast); finite.
+    trace_speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     # The measured phase is run this many times; metrics get mean, stdev and a 95% CI.
     repeat: int = Field(default=1, ge=1)
     # Telemetry (docs/monitors.md): the server's /metrics every N s (0: off), GPU samples every
@@ -103,10 +111,7 @@ class BenchConfig(BaseModel):
     def _check_dataset(cls, v: str) -> str:
         kind, path = split_dataset(v)
         if kind not in DATASET_KINDS:
-            raise ValueError(
-                f"dataset {v!r} must be one of: random, jsonl:PATH, sharegpt:PATH, "
-                "shared-prefix, multi-turn:PATH"
-            )
+            raise ValueError(f"dataset {v!r} must be one of: {DATASET_SPECS}")
         if kind in FILE_DATASETS and not path:
             raise ValueError(f"dataset {kind} needs a file: {kind}:PATH")
         if kind not in FILE_DATASETS and path:
@@ -122,6 +127,13 @@ class BenchConfig(BaseModel):
                 "multi-turn runs conversations at --concurrency sessions; "
                 "it takes neither --workers nor a finite --request-rate"
             )
+        if self.dataset_kind == "trace" and (self.workers > 1 or self.rate_or_none):
+            raise ValueError(
+                "a trace is sent on its own clock (--trace-speed scales it), from one client "
+                "process; it takes neither --workers nor a finite --request-rate"
+            )
+        if self.dataset_kind != "trace" and self.trace_speed != 1.0:
+            raise ValueError("--trace-speed applies to --dataset trace:PATH only")
         return self
 
     @property
@@ -150,16 +162,6 @@ class BenchConfig(BaseModel):
         if math.isinf(self.request_rate):
             data["request_rate"] = "inf"
         return data
-
-
-DATASET_KINDS = ("random", "jsonl", "sharegpt", "shared-prefix", "multi-turn")
-FILE_DATASETS = ("jsonl", "sharegpt", "multi-turn")
-
-
-def split_dataset(spec: str) -> tuple[str, str]:
-    """`jsonl:data/p.jsonl` -> ("jsonl", "data/p.jsonl"); `random` -> ("random", "")."""
-    kind, _, path = spec.partition(":")
-    return kind.strip().lower(), path
 
 
 def parse_rate(text: str) -> float:

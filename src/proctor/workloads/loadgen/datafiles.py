@@ -190,10 +190,15 @@ def checked_dataset(spec: str) -> str:
     """`spec` with its file checked now, strictly, as the bench will read it (a bad line is a
     UsageError naming it), and its path made absolute: for a command that starts several runs
     (a sweep), so a bad file fails before the first and every run reads the same file."""
-    from proctor.workloads.loadgen.config import split_dataset
+    from proctor.spec.datasets import split_dataset
 
     kind, path = split_dataset(spec)
     if not path:
         return spec
-    read_jsonl(path) if kind == "jsonl" else read_sharegpt(path)
+    if kind == "trace":
+        from proctor.workloads.loadgen.tracefiles import read_trace
+
+        read_trace(path, limit=0)  # every record checked, none held
+    else:
+        read_jsonl(path) if kind == "jsonl" else read_sharegpt(path)
     return f"{kind}:{Path(path).resolve()}"

@@ -22,8 +22,12 @@ def extra_lines(res: BenchResult) -> list[str]:
     if info.get("kind") not in (None, "random"):
         where = f" {info['path']}" if info.get("path") else ""
         out.append(f"Dataset: {info['kind']}{where}")
+    if info.get("kind") == "trace":
+        from proctor.workloads.loadgen.trace_workload import trace_note
+
+        out.append(trace_note(info))
     prefix = res.prefix_cache or {}
-    if info.get("kind") == "shared-prefix":
+    if info.get("kind") == "shared-prefix" or info.get("expected_hit_rate") is not None:
         out.append(
             f"Prefix cache hit rate: expected {_pct(info.get('expected_hit_rate'))}, "
             f"achieved {_pct(prefix.get('hit_rate'))} (server /metrics)"

@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -72,6 +73,13 @@ class BenchResult:
     telemetry: dict[str, Any] = field(default_factory=dict)  # "server", "energy" (telemetry.py)
     client: dict[str, Any] | None = None  # headroom.summarize(): CPU, loop lag, client_bound
     prompts_hash: str | None = None  # conformance.prompts_sha256 of the measured prompts
+    # The schedule's rate when the dataset sets it (a trace's mean offered rate), else None.
+    schedule_rate: float | None = None
+
+    @property
+    def target_rate(self) -> float | None:
+        """The rate the measured requests were scheduled at: --request-rate or the trace's."""
+        return self.schedule_rate if self.schedule_rate is not None else self.config.rate_or_none
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -187,6 +195,7 @@ async def _run_single(
     profile: ProfileStatus,
     prefix: list[prefix_counters.Reading | None] | None = None,
     reader: PrefixReader | None = None,
+    schedule: list[float] | None = None,
 ) -> tuple[list[RequestRecord], float, Sample]:
     counter = Counter()
     count = _count_fn(cfg)
@@ -248,6 +257,7 @@ async def _run_single(
                     seed=cfg.seed + 1,
                     counter=counter,
                     count_tokens=count,
+                    schedule=schedule,
                 )
             duration = time.perf_counter() - t0
             sample = probe.stop()
@@ -266,6 +276,10 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
     with BenchTelemetry(cfg, out_dir) as telemetry:
         reader = PrefixReader(cfg, telemetry.metrics_gave_up)
         model, work = run_loop(prepare(cfg))
+        if work.info.get("kind") == "trace":  # before a replay that may be long: how long
+            from proctor.workloads.loadgen.trace_workload import trace_note
+
+            print(f"proctor: {trace_note(work.info)}", file=sys.stderr, flush=True)
         records: list[RequestRecord] = []
         per_repeat: list[BenchMetrics] = []
         windows: list[dict[str, Any]] = []
@@ -288,7 +302,9 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
                     readings.append(run_loop(reader.read()))
                 else:
                     got, duration, sample = run_loop(
-                        _run_single(phase_cfg, model, reqs, bar, profile, readings, reader)
+                        _run_single(
+                            phase_cfg, model, reqs, bar, profile, readings, reader, work.schedule
+                        )
                     )
                     got_samples = [sample]
                 samples += got_samples
@@ -306,7 +322,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
                         percentiles=cfg.percentiles,
                         goodput_slos_ms=cfg.goodput_slos_ms or None,
                         max_concurrency=cfg.concurrency,
-                        request_rate=cfg.rate_or_none,
+                        request_rate=work.target_rate or cfg.rate_or_none,
                     )
                 )
         telemetry.end()
@@ -326,6 +342,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
         prefix_cache=prefix,
         per_repeat=per_repeat if len(per_repeat) > 1 else [],
         client=client,
+        schedule_rate=work.target_rate,
     )
     res.telemetry = telemetry.sections(metrics, res.measured)
     res.prompts_hash = prompts_sha256(
@@ -413,7 +430,7 @@ def result_document(res: BenchResult) -> dict[str, Any]:
 def _schedule(res: BenchResult) -> dict[str, Any]:
     """The send schedule; with --repeat each repeat is its own schedule, so the achieved rate is
     the mean of the repeats' rates (one span over all would count the gaps between them)."""
-    rate = res.config.rate_or_none
+    rate = res.target_rate
     out: dict[str, Any] = dict(schedule_report(res.measured, rate))
     if res.per_repeat:
         per = [

@@ -5,6 +5,8 @@ vLLM's arrival process (vllm/benchmarks/serve.py get_request): one gap per reque
 gamma distribution with shape = burstiness (1.0 = Poisson; inf = every gap 1/rate), summed,
 then rescaled so the last request arrives at exactly N / rate. The offered rate is then the
 rate asked for, whatever the seed; only the order of the gaps is random.
+A trace (--dataset trace:PATH) brings its own schedule: each record due at its timestamp /
+--trace-speed after the start, sent by the same loop.
 Arrivals follow an absolute schedule, so sleep drift does not lower the offered rate.
 Each record keeps its intended send time (queued_at) and its actual one (start_time, just
 before the POST); their difference is the request's schedule delay, which includes any wait
@@ -79,17 +81,22 @@ async def run_requests(
     counter: Counter | None = None,
     count_tokens: Callable[[str], int] | None = None,
     claim: Callable[[], int] | None = None,
+    schedule: Sequence[float] | None = None,
 ) -> list[RequestRecord]:
-    """The records of `requests`, sent as `rate` and `concurrency` say. With `claim` (rate
-    inf only), lanes take the index claim() returns instead of the next in order, and stop at
-    an index past the end: workers sharing one list then finish together."""
-    if math.isinf(rate):
+    """The records of `requests`, sent as `rate` and `concurrency` say, or at `schedule` (a
+    trace: the seconds after the start each one is due). With `claim` (rate inf only), lanes
+    take the index claim() returns instead of the next in order, and stop at an index past the
+    end: workers sharing one list then finish together."""
+    if schedule is None and math.isinf(rate):
         return await _pool(
             sender, cfg, model, requests, concurrency, worker, counter, count_tokens, claim
         )
     sem = asyncio.Semaphore(concurrency)
     send = sender.send
-    offsets = arrival_offsets(len(requests), rate, cfg.burstiness, seed)
+    if schedule is not None:
+        offsets = list(schedule)
+    else:
+        offsets = arrival_offsets(len(requests), rate, cfg.burstiness, seed)
 
     async def one(req: PlannedRequest, rec: RequestRecord) -> RequestRecord:
         async with sem:

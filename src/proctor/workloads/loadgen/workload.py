@@ -9,6 +9,8 @@ about them (`dataset`).
                       the group, the prefix sized for --prefix-hit-rate (shared_prefix.py)
     multi-turn:PATH   ShareGPT conversations, each sent turn by turn on one session, each turn
                       carrying the history with the dataset's replies (multiturn.py)
+    trace:PATH        a Mooncake or BurstGPT trace, each record sent at its own time with its
+                      lengths, shared hash-id blocks as shared prefixes (trace_workload.py)
 
 Every repeat of the measured phase gets its own requests (the next ones in the file, cycling;
 new random prompts for generated datasets): re-sending the same prompts would be answered
@@ -45,6 +47,10 @@ class Workload:
     repeats: list[list[PlannedRequest]]  # the measured requests of each repeat
     source: str  # where token lengths came from: server | local | approx
     info: dict[str, Any] = field(default_factory=dict)  # metrics.json "dataset"
+    # A trace: the seconds after the start at which each measured request of a repeat is due,
+    # and the rate they offer (None: all due at once); None for the other datasets.
+    schedule: list[float] | None = None
+    target_rate: float | None = None
 
 
 class Counter:
@@ -220,6 +226,10 @@ async def build_workload(
         from proctor.workloads.loadgen.shared_prefix import build_shared_prefix
 
         return await build_shared_prefix(cfg, session, model)
+    if kind == "trace":
+        from proctor.workloads.loadgen.trace_workload import build_trace
+
+        return await build_trace(cfg, session, model)
     count = Counter(await resolve_tokenizer(cfg, session, model))
     if kind == "multi-turn":
         reqs, info, n_conv = await _multi_turn(cfg, count)
