@@ -76,7 +76,7 @@ class FlowOptions:
     workload_argv: list[str]
     runs_dir: str | None = None
     ready_timeout_s: float = 900.0
-    ready_poll_s: float = 1.0
+    ready_poll_s: float = 15.0  # a ready status line this often while nothing changes
     drain: DrainConfig = field(default_factory=DrainConfig)
     client_pattern: str | None = None
     inspect_on_hang: bool = True

@@ -493,7 +493,7 @@ def flow_options(
         workload_argv=argv,
         runs_dir=pick("runs_dir"),
         ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
-        ready_poll_s=parse_duration(str(pick("ready_poll", "1s")), option="--ready-poll"),
+        ready_poll_s=parse_duration(str(pick("ready_poll", "15s")), option="--ready-poll"),
         drain=DrainConfig(
             max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
             poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
