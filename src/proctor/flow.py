@@ -43,6 +43,7 @@ from proctor.record.status import run_state
 from proctor.serve import (
     RunWatch,
     ServerRequest,
+    check_startable,
     live_runs,
     profiles_for,
     recorded_server,
@@ -123,6 +124,8 @@ class Flow:
         say: Callable[[str], None] = print,
         run: RunDir | None = None,
     ) -> None:
+        if run is None:  # a server that cannot start is refused before the flow's directory
+            check_startable(options.server, config)
         self.options = options
         self.config = config
         self.say = say

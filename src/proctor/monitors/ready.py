@@ -127,8 +127,7 @@ class ReadyResult:
             status = "unknown status" if self.exit_status is None else f"status {self.exit_status}"
             return f"server exited ({status}) after {self.elapsed_s:.1f}s before it was ready"
         return (
-            f"server at {self.base_url} not ready after {self.elapsed_s:.0f}s"
-            f" (last answer: {last})"
+            f"server at {self.base_url} not ready after {self.elapsed_s:.0f}s (last answer: {last})"
         )
 
     def error(self) -> ProctorError | None:
