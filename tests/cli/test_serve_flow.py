@@ -4,6 +4,7 @@ drain monitor and the stop must tell apart, through the real CLI."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -293,20 +294,34 @@ def test_stop_kills_sigterm_ignorer_and_escaped_grandchild(
 
 def test_serve_start_prints_the_profile_it_applied(isolated_runs: Path, tmp_path: Path) -> None:
     """A required model-family setting that was not applied must be impossible to miss."""
+    # ATOM is not installed here: a stand-in module where its launcher looks (serve start now
+    # refuses an engine its python cannot import), and a model directory the profile matches.
+    site = tmp_path / "site"
+    server = site / "atom" / "entrypoints" / "openai_server.py"
+    server.parent.mkdir(parents=True)
+    for package in (site / "atom", server.parent):
+        (package / "__init__.py").write_text("")
+    server.write_text("import time\ntime.sleep(120)\n")
+    model = tmp_path / "DeepSeek-V4-Pro"
+    model.mkdir()
+    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     result = proctor(
         "serve",
         "start",
         "--engine",
         "atom",
         "--model",
-        "/data/DeepSeek-V4-Pro",
+        str(model),
         "--python",
         sys.executable,
         "--port",
         str(free_port()),
+        env={"PYTHONPATH": pythonpath},
     )
-    # ATOM is not installed here: the start itself fails fast, but after saying what it applied?
-    assert "AITER_BF16_FP8_MOE_BOUND=0" in result.stderr or result.returncode == 69, result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "model profile DeepSeek-V4-Pro" in result.stderr
+    assert "AITER_BF16_FP8_MOE_BOUND=0" in result.stderr
+    assert proctor("serve", "stop", result.stdout.strip()).returncode == 0
 
 
 def test_bench_against_a_server_run_is_a_run_with_metrics_in_the_store(
