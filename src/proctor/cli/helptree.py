@@ -6,6 +6,8 @@ Two things Click and Typer do not give on their own, fixed once over the whole c
 - Typer (<= 0.24) sets a positional argument's help before calling Click's `Argument.__init__`,
   which since Click 8.5 takes `help` itself and resets it to None: every `REF`, `RUN`, `A`, `B`
   lost its text. It is read back from the command's own signature (`typer.Argument(help=...)`).
+  Typer lists arguments in its own "Arguments" section; Click 8.5 would add a second one
+  ("Positional arguments") for arguments with help, so Click's is left out.
 - Click cuts a command's summary in a group's list to fit the terminal (`Wait for the workload
   to drain: 0 drained; 1 hang; 2 fault; 3...`). Each command's summary is its first sentence,
   set as its short help, so a narrow terminal wraps it rather than cutting it mid-phrase.
@@ -18,6 +20,7 @@ import inspect
 from typing import Any, get_args
 
 import click
+from typer.core import TyperCommand, TyperGroup
 
 
 def first_sentence(text: str) -> str:
@@ -53,8 +56,14 @@ def _declared_help(command: click.Command) -> dict[str, str]:
     return found
 
 
+def _typer_lists_arguments(ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    """Click's "Positional arguments" section, left out: Typer's "Arguments" lists them."""
+
+
 def complete_help(command: click.Command) -> click.Command:
     """`command` (its subcommands too) with argument help restored and whole summaries."""
+    if isinstance(command, TyperCommand | TyperGroup) and hasattr(command, "format_arguments"):
+        setattr(command, "format_arguments", _typer_lists_arguments)  # noqa: B010
     declared = _declared_help(command)
     for param in command.params:
         if isinstance(param, click.Argument) and not getattr(param, "help", None):
