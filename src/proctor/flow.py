@@ -43,6 +43,7 @@ from proctor.record.status import run_state
 from proctor.serve import (
     RunWatch,
     ServerRequest,
+    check_startable,
     live_runs,
     profiles_for,
     recorded_server,
@@ -76,7 +77,7 @@ class FlowOptions:
     workload_argv: list[str]
     runs_dir: str | None = None
     ready_timeout_s: float = 900.0
-    ready_poll_s: float = 1.0
+    ready_poll_s: float = 15.0  # a ready status line this often while nothing changes
     drain: DrainConfig = field(default_factory=DrainConfig)
     client_pattern: str | None = None
     inspect_on_hang: bool = True
@@ -123,6 +124,8 @@ class Flow:
         say: Callable[[str], None] = print,
         run: RunDir | None = None,
     ) -> None:
+        if run is None:  # a server that cannot start is refused before the flow's directory
+            check_startable(options.server, config)
         self.options = options
         self.config = config
         self.say = say

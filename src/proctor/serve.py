@@ -89,6 +89,32 @@ def stopped_by_proctor(run: RunDir) -> str | None:
 
 
 # -- pre-flight -------------------------------------------------------------------------------
+def looks_local(model: str) -> bool:
+    """A model that can only be a path on this machine: absolute, relative with ./ or ../ or
+    ~, or with more than one slash. `org/model` (a hub name) and a bare name are not."""
+    return (
+        model.startswith(("/", "./", "../", "~"))
+        or model in (".", "..")
+        or model.count("/") >= 2
+        or model.endswith("/")
+    )
+
+
+def check_startable(request: ServerRequest, config: ProjectConfig) -> None:
+    """Refuse, before anything is started or written, a server that cannot start here: a local
+    model path that does not exist (64), an engine whose module or command its python cannot
+    run (69). `serve start`, `flow` and a server sweep call it first."""
+    from proctor.spec.profiles.command import check_runnable
+
+    if looks_local(request.model) and not Path(request.model).exists():
+        raise UsageError(
+            f"model path {request.model} does not exist",
+            hint="give an existing directory or file, or a hub name such as org/model",
+        )
+    _, _, argv, _, _ = server_command(request, profiles_for(config))
+    check_runnable(request.engine, argv)
+
+
 def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -166,6 +192,7 @@ def start_server(
         if on_applied is not None:
             on_applied(applied)
         return Started(live, True, plan.redactor()), applied
+    check_startable(request, config)  # after attaching: a live server started already
     applied["preflight"] = preflight(request, Path(plan.runs_dir.value))
     if on_applied is not None:
         on_applied(applied)

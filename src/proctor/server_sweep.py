@@ -29,7 +29,7 @@ from proctor.flow import Flow, FlowOptions
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
 from proctor.record.schema import FlowRecord, read_view
-from proctor.serve import ServerRequest
+from proctor.serve import ServerRequest, check_startable
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
@@ -205,6 +205,8 @@ def run_server_sweep(
 ) -> ServerSweepResult:
     """Run every server point of `grid` as its own flow under `group`; reuse the points an
     earlier invocation of the same group finished with exit 0."""
+    # Every point serves the same model with the same engine: refused before any directory.
+    check_startable(base.server, config)
     runs_root = Path(resolve_runs_dir(base.runs_dir, config).value)
     recorder = Recorder.create(runs_root)
     sweep = recorder.run

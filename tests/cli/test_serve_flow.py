@@ -4,6 +4,7 @@ drain monitor and the stop must tell apart, through the real CLI."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -293,20 +294,34 @@ def test_stop_kills_sigterm_ignorer_and_escaped_grandchild(
 
 def test_serve_start_prints_the_profile_it_applied(isolated_runs: Path, tmp_path: Path) -> None:
     """A required model-family setting that was not applied must be impossible to miss."""
+    # ATOM is not installed here: a stand-in module where its launcher looks (serve start now
+    # refuses an engine its python cannot import), and a model directory the profile matches.
+    site = tmp_path / "site"
+    server = site / "atom" / "entrypoints" / "openai_server.py"
+    server.parent.mkdir(parents=True)
+    for package in (site / "atom", server.parent):
+        (package / "__init__.py").write_text("")
+    server.write_text("import time\ntime.sleep(120)\n")
+    model = tmp_path / "DeepSeek-V4-Pro"
+    model.mkdir()
+    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     result = proctor(
         "serve",
         "start",
         "--engine",
         "atom",
         "--model",
-        "/data/DeepSeek-V4-Pro",
+        str(model),
         "--python",
         sys.executable,
         "--port",
         str(free_port()),
+        env={"PYTHONPATH": pythonpath},
     )
-    # ATOM is not installed here: the start itself fails fast, but after saying what it applied?
-    assert "AITER_BF16_FP8_MOE_BOUND=0" in result.stderr or result.returncode == 69, result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "model profile DeepSeek-V4-Pro" in result.stderr
+    assert "AITER_BF16_FP8_MOE_BOUND=0" in result.stderr
+    assert proctor("serve", "stop", result.stdout.strip()).returncode == 0
 
 
 def test_bench_against_a_server_run_is_a_run_with_metrics_in_the_store(
@@ -496,3 +511,58 @@ def test_drain_a_server_proctor_did_not_start(fake_engine: int, tmp_path: Path) 
     finally:
         server.kill()
         server.wait()
+
+
+def _status_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("[t=")]
+
+
+def test_ready_prints_on_change_not_every_second(fake_engine: int) -> None:
+    # A start of several seconds printed one line a second ("31 lines for a 31 s start").
+    run_id = start(fake_engine, "--startup-delay", "6")
+    result = proctor("serve", "ready", run_id, "--timeout", "120s")
+    assert result.returncode == 0, result.stderr
+    elapsed = float(result.stderr.split("ready after ")[1].split("s")[0])
+    lines = _status_lines(result.stderr)
+    # What changed (nothing listening, then ready), plus a line per 15 s of nothing new.
+    assert 1 <= len(lines) <= 2 + int(elapsed // 15), lines
+    assert f"nothing listening on 127.0.0.1:{fake_engine} (connection refused)" in lines[0]
+    assert "server process alive" in lines[0] and "alive=" not in result.stderr
+    proctor("serve", "stop", run_id, check=True)
+
+
+def test_ready_on_a_port_with_nothing_says_nothing_listens(fake_engine: int) -> None:
+    # It said `alive=True` with no process at all on the port.
+    result = proctor(
+        "serve", "ready", "--port", str(fake_engine), "--engine", "fake", "--timeout", "3s"
+    )
+    assert result.returncode == 5, result.stderr
+    assert "alive" not in result.stderr
+    lines = _status_lines(result.stderr)
+    assert 1 <= len(lines) <= 2, lines
+    assert all("nothing listening on 127.0.0.1" in line for line in lines)
+    assert "last answer: nothing listening" in result.stderr
+
+
+def test_drain_tail_leaves_out_proctors_own_requests(fake_engine: int, isolated_runs: Path) -> None:
+    # A drain's tail was 30 lines of its own `GET /metrics` scrapes.
+    port = fake_engine
+    run_id = start(port, "--log-probes", "--fault-after-requests", "1")
+    assert proctor("serve", "ready", run_id, "--timeout", "60s").returncode == 0
+    client = json.loads(
+        proctor(
+            "run", "-d", "--json", "--", "bash", "-c", f"sleep 10; {curl(port)}; sleep 30"
+        ).stdout
+    )
+    try:
+        result = proctor("drain", run_id, "--poll", "1s", "--client", client["run_id"])
+        assert result.returncode == 2, result.stderr
+        text = "\n".join(p.read_text() for p in (isolated_runs / run_id).glob("*.log"))
+        assert text.count('"GET /metrics HTTP/1.1"') >= 3  # the scrapes are in the log ...
+        tail = result.stderr.split("--- last lines of", 1)[1]
+        assert '"GET /metrics' not in tail and '"GET /health' not in tail  # ... not the tail
+        assert '"POST /v1/completions HTTP/1.1" 200' in tail
+        assert "Memory access fault" in tail
+    finally:
+        proctor("runs", "stop", client["run_id"])
+        proctor("serve", "stop", run_id)

@@ -16,6 +16,7 @@ from typing import Any
 import typer
 from pydantic import SecretStr, ValidationError
 
+from proctor.cli.helptext import EXTRA_ENGINE_HELP, JSON_HELP, RUNS_DIR_HELP
 from proctor.cli.output import console, print_json
 from proctor.cli.targethelp import TARGET_HELP
 from proctor.errors import UsageError, invalid
@@ -57,7 +58,7 @@ def bench(
     ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
     timeout: str | None = typer.Option(None, "--timeout", help="Time limit of the run (exit 4)."),
-    runs_dir: str | None = typer.Option(None, "--runs-dir"),
+    runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
     base_url: str | None = typer.Option(None, "--base-url", help="Server URL."),
     port: int = typer.Option(
         8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when no --base-url."
@@ -79,8 +80,12 @@ def bench(
     num_warmups: int | None = typer.Option(None, "--num-warmups", help="Default 2 x concurrency."),
     request_rate: str = typer.Option("inf", "--request-rate", help="inf or requests/s."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="1 = Poisson, else gamma."),
-    seed: int = typer.Option(0, "--seed"),
-    ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos"),
+    seed: int = typer.Option(0, "--seed", help="Seed N of the prompts and arrival times."),
+    ignore_eos: bool = typer.Option(
+        True,
+        "--ignore-eos/--no-ignore-eos",
+        help="Ask the server to generate --osl tokens whatever the model says (as vLLM's bench).",
+    ),
     profile: bool = typer.Option(False, "--profile", help="Call /start_profile, /stop_profile."),
     workers: int = typer.Option(1, "--workers", help="Client processes."),
     percentiles: str = typer.Option("99", "--percentiles", help="e.g. 50,90,99"),
@@ -142,8 +147,10 @@ def bench(
         help="Run the measured phase N times: each metric gets mean, stdev and a 95% confidence interval.",
     ),
 ) -> None:
-    """Run a serving benchmark as a supervised run (its log holds vLLM's `Serving Benchmark
-    Result` block and progress lines; metrics.json and the store hold the metrics). Exit 3 if
+    """Run a serving benchmark against a server, as a supervised run.
+
+    Its log holds vLLM's `Serving Benchmark Result` block and progress lines; metrics.json
+    and the store hold the metrics. Exit 3 if
     more requests failed than --max-error-rate allows (default: any), 69 if the server cannot be
     reached or the --server run has ended or serves another model."""
     server_facts: dict[str, object] = {}
@@ -472,18 +479,30 @@ def register_sweep(root: typer.Typer) -> None:
             "4,8,16,32,64,128", "--concurrency", help="Comma-separated points."
         ),
         server: str | None = typer.Option(None, "--server", help="A server run to benchmark."),
-        base_url: str | None = typer.Option(None, "--base-url"),
-        port: int = typer.Option(8000, "--port", min=1, max=65535),
-        model: str | None = typer.Option(None, "--model"),
-        isl: int = typer.Option(1024, "--isl"),
-        osl: int = typer.Option(1024, "--osl"),
-        prompt_multiplier: int = typer.Option(10, "--prompt-multiplier"),
-        range_ratio: float = typer.Option(0.8, "--range-ratio"),
-        chat: bool = typer.Option(False, "--chat"),
-        seed: int = typer.Option(0, "--seed"),
-        name: str = typer.Option("sweep", "--name"),
-        runs_dir: str | None = typer.Option(None, "--runs-dir"),
-        json_out: bool = typer.Option(False, "--json"),
+        base_url: str | None = typer.Option(
+            None, "--base-url", help="Server URL, e.g. http://127.0.0.1:8000."
+        ),
+        port: int = typer.Option(
+            8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when no --base-url."
+        ),
+        model: str | None = typer.Option(
+            None,
+            "--model",
+            help="Model name (default: /v1/models); with --server-grid, the model to serve.",
+        ),
+        isl: int = typer.Option(1024, "--isl", help="Input length (tokens)."),
+        osl: int = typer.Option(1024, "--osl", help="Output length (tokens)."),
+        prompt_multiplier: int = typer.Option(
+            10, "--prompt-multiplier", help="Prompts per point = concurrency x this."
+        ),
+        range_ratio: float = typer.Option(0.8, "--range-ratio", help="Lengths on L(1±r), as vLLM."),
+        chat: bool = typer.Option(False, "--chat", help="Use /v1/chat/completions."),
+        seed: int = typer.Option(0, "--seed", help="Seed N of the prompts and arrival times."),
+        name: str = typer.Option(
+            "sweep", "--name", help="NAME of the sweep (its points are NAME-cN)."
+        ),
+        runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+        json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
         max_error_rate: float = typer.Option(
             0.0,
             "--max-error-rate",
@@ -559,9 +578,13 @@ def register_sweep(root: typer.Typer) -> None:
         ),
         trace_speed: float = typer.Option(1.0, "--trace-speed", help=TRACE_SPEED_HELP),
         workers: int = typer.Option(1, "--workers", help="Client processes per bench."),
-        extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
+        extra: list[str] = typer.Argument(
+            None, metavar="[-- EXTRA ENGINE ARGS]", help="Server grid: " + EXTRA_ENGINE_HELP
+        ),
     ) -> None:
-        """A bench per concurrency, grouped under one sweep id; a summary table (text, JSON,
+        """Run a bench per concurrency (or server point), one summary.
+
+        Each point is a bench grouped under one sweep id; a summary table (text, JSON,
         CSV) in the sweep's directory, rewritten after each point so earlier points are kept if
         a later one fails. A point whose requests failed beyond --max-error-rate is a failed
         point (exit 3). Exit 0 if every point succeeded, else the first failing point's.

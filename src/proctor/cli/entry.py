@@ -40,15 +40,15 @@ def render_root_help(prog: str = PROG) -> str:
     import contextlib
     import io
 
-    from proctor.cli import groups, main
+    from proctor.cli import main
 
-    groups.mount(main.app, [])
+    command = main.command_tree([])
     out = io.StringIO()
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "200"
     try:
         with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-            main.app(args=["--help"], prog_name=prog, standalone_mode=False)
+            command.main(args=["--help"], prog_name=prog, standalone_mode=False)
     finally:
         if old is None:
             del os.environ["COLUMNS"]

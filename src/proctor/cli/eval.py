@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from proctor.cli.helptext import RUNS_DIR_HELP
 from proctor.cli.output import console, print_json
 from proctor.cli.targethelp import TARGET_HELP
 from proctor.errors import UsageError
@@ -53,7 +54,7 @@ def gsm8k(
     server: str | None = typer.Option(None, "--server", help="A server run to evaluate."),
     name: str | None = typer.Option(None, "--name", help="Run name (default gsm8k-Nshot)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
-    runs_dir: str | None = typer.Option(None, "--runs-dir"),
+    runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
     log_samples: bool = typer.Option(False, "--log-samples", help="Keep lm-eval's samples."),
     lm_eval: str | None = typer.Option(None, "--lm-eval", help="Path of the lm_eval executable."),
     as_json: bool = typer.Option(False, "--json", help="Print metrics.json's metrics as JSON."),
@@ -64,8 +65,9 @@ def gsm8k(
     ),
     target: str | None = typer.Option(None, "--target", help=TARGET_HELP),
 ) -> None:
-    """Run GSM8K with lm-eval against a server; exit 3 when lm-eval fails, leaves no results,
-    or more requests went unanswered than --max-error-rate allows (default: any)."""
+    """Run GSM8K with lm-eval against a server, as a supervised run.
+
+    Exit 3 when lm-eval fails, leaves no results, or more requests went unanswered than --max-error-rate allows (default: any)."""
     if target:
         from proctor.cli.remote import hand_off
 

@@ -15,6 +15,7 @@ from typing import Any
 import click
 import typer
 
+from proctor.cli.helptree import complete_help
 from proctor.cli.output import print_error
 from proctor.cli.params import finite_floats
 from proctor.crash import report_internal
@@ -83,15 +84,20 @@ def _check_cwd() -> None:
         ) from None
 
 
+def command_tree(argv: list[str]) -> click.Command:
+    """The Click command that answers `argv`: the groups it needs mounted, every float
+    finite, every argument's help and every summary whole."""
+    _mount(argv)
+    return complete_help(finite_floats(typer.main.get_command(app)))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
 
     def go() -> Any:
         _check_cwd()
         _check_text(args)
-        _mount(args)
-        command = finite_floats(typer.main.get_command(app))
-        return command.main(args=argv, standalone_mode=False)
+        return command_tree(args).main(args=argv, standalone_mode=False)
 
     return guarded(go, ["proctor", *args])
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from proctor.cli.helptext import RUNS_DIR_HELP
 from proctor.cli.output import print_json
 from proctor.spec.config import load_config
 from proctor.workloads.offline import OfflineRequest, start_offline
@@ -33,7 +34,12 @@ Exit status: 0 ok; 2 fault pattern printed; 3 the command failed; 4 --timeout; 6
 def register(app: typer.Typer) -> None:
     @app.command("offline", help=OFFLINE_HELP, context_settings={"allow_interspersed_args": False})
     def offline(
-        words: list[str] = typer.Argument(None, metavar="[-- EXTRA | CMD]...", show_default=False),
+        words: list[str] = typer.Argument(
+            None,
+            metavar="[-- EXTRA | CMD]...",
+            show_default=False,
+            help="After --: extra arguments for the engine's offline entry point (with --cmd: the whole command).",
+        ),
         engine: str = typer.Option(
             ...,
             "--engine",
@@ -71,7 +77,7 @@ def register(app: typer.Typer) -> None:
         detach: bool = typer.Option(
             False, "--detach", "-d", help="Start the run and print its id."
         ),
-        runs_dir: str = typer.Option(None, "--runs-dir"),
+        runs_dir: str = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
         config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
         as_json: bool = typer.Option(
             False, "--json", help="Print the run id, outcome and parsed metrics as JSON."

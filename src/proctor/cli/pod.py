@@ -22,7 +22,7 @@ from proctor.targets.runpod.pods import FinalState, release, wait_ssh
 from proctor.targets.runpod.retry import poll
 
 app = typer.Typer(
-    help="Runpod pods: list, status, stop, start, terminate (verified through the API).",
+    help="List and control Runpod pods, each change verified.",
     no_args_is_help=True,
 )
 
@@ -119,7 +119,7 @@ def list_pods(
 
 @app.command("status")
 def status(
-    pod_id: str = typer.Argument(..., help="Pod id."),
+    pod_id: str = typer.Argument(..., help="POD_ID, as `proctor pod list` shows it."),
     api_url: str | None = _API_URL,
     as_json: bool = _JSON,
 ) -> None:
@@ -134,7 +134,7 @@ def status(
 
 @app.command("stop")
 def stop(
-    pod_id: str = typer.Argument(..., help="Pod id."),
+    pod_id: str = typer.Argument(..., help="POD_ID, as `proctor pod list` shows it."),
     timeout: str = _TIMEOUT,
     api_url: str | None = _API_URL,
     as_json: bool = _JSON,
@@ -145,7 +145,7 @@ def stop(
 
 @app.command("terminate")
 def terminate(
-    pod_id: str = typer.Argument(..., help="Pod id."),
+    pod_id: str = typer.Argument(..., help="POD_ID, as `proctor pod list` shows it."),
     allow_terminate: bool = typer.Option(
         False, "--allow-terminate", help="Authorise deleting the pod and its container disk."
     ),
@@ -153,7 +153,9 @@ def terminate(
     api_url: str | None = _API_URL,
     as_json: bool = _JSON,
 ) -> None:
-    """Terminate (delete) a pod: needs --allow-terminate; verified gone afterwards."""
+    """Terminate (delete) a pod; needs --allow-terminate.
+
+    The pod is verified gone afterwards."""
     _release(
         pod_id,
         api_url,
@@ -166,7 +168,7 @@ def terminate(
 
 @app.command("start")
 def start(
-    pod_id: str = typer.Argument(..., help="Pod id."),
+    pod_id: str = typer.Argument(..., help="POD_ID, as `proctor pod list` shows it."),
     wait_for_ssh: bool = typer.Option(
         False, "--wait-ssh", help="Also wait for a public IP and port 22 mapping."
     ),

@@ -10,13 +10,16 @@ from pathlib import Path
 
 import typer
 
+from proctor.cli.helptext import REF_FORMS
 from proctor.cli.output import err_console, print_json
 from proctor.report import build_report, write_report
 from proctor.results.baselines import load_baseline
 from proctor.spec.config import load_config
 from proctor.spec.plan import resolve_runs_dir
 
-REPORT_HELP = """Write an HTML report of a run, a sweep (runs sharing a group), or runs compared.
+REPORT_HELP = """Write an HTML report of a run, a sweep, or runs compared.
+
+A sweep is the runs sharing a group.
 
 The file needs no network to view (plotly.js is inline) and holds: outcome and exit status,
 source identity, target and GPU, timestamps, the command, the completion checks; the GPU
@@ -30,7 +33,12 @@ Default output: RUNS_DIR/reports/<run id | sweep | compare-...>.html.
 def register(app: typer.Typer) -> None:
     @app.command("report", help=REPORT_HELP)
     def report_command(
-        refs: list[str] = typer.Argument(None, metavar="RUN|SWEEP [MORE]...", show_default=False),
+        refs: list[str] = typer.Argument(
+            None,
+            metavar="RUN|SWEEP [MORE]...",
+            show_default=False,
+            help="Each a run (" + REF_FORMS + ") or a sweep's group name.",
+        ),
         compare: bool = typer.Option(
             False, "--compare", help="Put every run (or sweep) given side by side, the first as A."
         ),

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from proctor.cli.helptext import JSON_HELP, REF_FORMS, RUNS_DIR_HELP
 from proctor.cli.output import console, err_console, print_json
 from proctor.cli.runs_compare import ALLOW, ALLOW_HELP
 from proctor.errors import NotAuthorised, Regression, ResultUnknown
@@ -53,9 +54,10 @@ def _refuse_or_mark(
 @app.command("parse")
 def parse_cmd(
     file: str = typer.Argument(
-        ..., help="Log, result JSON, lm-eval JSON, run directory, run id or 'last'."
+        ...,
+        help="What to parse: a log, result JSON or lm-eval JSON, or a run: " + REF_FORMS + ".",
     ),
-    json_out: bool = typer.Option(False, "--json"),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Print the metrics found in FILE, with normalized names and units."""
     res = _parse(_run_path(file, None))
@@ -72,13 +74,17 @@ def parse_cmd(
 
 @app.command("check")
 def check_cmd(
-    file: str = typer.Argument(..., help="Result file, run directory, run id or 'last'."),
+    file: str = typer.Argument(
+        ..., help="What to check: a result file, or a run: " + REF_FORMS + "."
+    ),
     baselines: Path = typer.Option(..., "--baselines", help="models_accuracy.json or perf TOML."),
     model: str | None = typer.Option(None, "--model", help="Entry in models_accuracy.json."),
-    json_out: bool = typer.Option(False, "--json"),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
 ) -> None:
-    """Verdict per baselined metric. Exit 7 on regression, 6 when a metric is missing or the
+    """Judge a result against baselines, metric by metric.
+
+    Exit 7 on regression, 6 when a metric is missing or the
     benchmark's validity verdict is INVALID (its reasons are printed), 77 when the baseline's
     [meta] names a source, engine args, dataset or GPU the result differs in."""
     path = _run_path(file, None)
@@ -207,12 +213,14 @@ def refuse_invalid(res: ParsedResult) -> None:
 
 @app.command("compare")
 def compare_cmd(
-    a: str = typer.Argument(..., help="Result A (file, run directory, run id or 'last')."),
-    b: str = typer.Argument(..., help="Result B."),
-    json_out: bool = typer.Option(False, "--json"),
+    a: str = typer.Argument(..., help="Result A: a result file, or a run: " + REF_FORMS + "."),
+    b: str = typer.Argument(..., help="Result B: a result file, or a run: " + REF_FORMS + "."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
 ) -> None:
-    """Each metric of A and B side by side, with the change and its noise band (the 95% CI of
+    """Compare two results metric by metric, with noise bands.
+
+    Each metric of A and B side by side, with the change and its noise band (the 95% CI of
     the difference when both come from bench --repeat). Exit 77 when A and B differ in source,
     engine args, dataset or GPU, unless --allow-mismatch."""
     path_a, path_b = _run_path(a, None), _run_path(b, None)
@@ -262,15 +270,18 @@ def register(root: typer.Typer) -> None:
 
     @root.command("check")
     def check_run(
-        run: str = typer.Argument(..., help="Run id, 'last', a run directory or a result file."),
+        run: str = typer.Argument(
+            ..., help="What to check: a run (" + REF_FORMS + ") or a result file."
+        ),
         baselines: Path = typer.Option(
             ..., "--baselines", help="models_accuracy.json or perf TOML."
         ),
         model: str | None = typer.Option(None, "--model", help="Entry in models_accuracy.json."),
-        runs_dir: str | None = typer.Option(None, "--runs-dir"),
-        json_out: bool = typer.Option(False, "--json"),
+        runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+        json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
         allow_mismatch: bool = typer.Option(False, _ALLOW, help=_ALLOW_HELP),
     ) -> None:
-        """Verdicts against baselines: pass, within noise, regression (exit 7), missing (exit 6);
-        exit 77 when the baseline's [meta] identity differs from the run's."""
+        """Judge a run against baselines, metric by metric.
+
+        Verdicts: pass, within noise, regression (exit 7), missing (exit 6); exit 77 when the baseline's [meta] identity differs from the run's."""
         check_cmd(str(_run_path(run, runs_dir)), baselines, model, json_out, allow_mismatch)

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from proctor.cli.helptext import GPU_SAMPLE_HELP, JSON_HELP, RUNS_DIR_HELP
 from proctor.cli.output import console, err_console, print_json
 from proctor.errors import ExitCode, UsageError
 from proctor.record.schema import load_record
@@ -184,7 +185,12 @@ def register(app: typer.Typer) -> None:
         context_settings={"allow_interspersed_args": False},
     )
     def run_command(
-        command: list[str] = typer.Argument(None, metavar="-- CMD [ARGS]...", show_default=False),
+        command: list[str] = typer.Argument(
+            None,
+            metavar="-- CMD [ARGS]...",
+            show_default=False,
+            help="The command to run and its arguments, after -- (proctor's options go before).",
+        ),
         name: str = typer.Option(
             None, "--name", "-n", help="Run name (log file name); default: derived from CMD."
         ),
@@ -273,11 +279,27 @@ def register(app: typer.Typer) -> None:
         terminate: bool = typer.Option(
             False, "--terminate", help="Terminate the pod afterwards (needs --allow-terminate)."
         ),
-        allow_terminate: bool = typer.Option(False, "--allow-terminate"),
-        allow_create_volume: bool = typer.Option(False, "--allow-create-volume"),
-        allow_other_volume: bool = typer.Option(False, "--allow-other-volume"),
-        allow_gpu_substitution: bool = typer.Option(False, "--allow-gpu-substitution"),
-        allow_more_capacity: bool = typer.Option(False, "--allow-more-capacity"),
+        allow_terminate: bool = typer.Option(
+            False, "--allow-terminate", help="Runpod: authorise terminating (deleting) the pod."
+        ),
+        allow_create_volume: bool = typer.Option(
+            False, "--allow-create-volume", help="Runpod: authorise creating a network volume."
+        ),
+        allow_other_volume: bool = typer.Option(
+            False,
+            "--allow-other-volume",
+            help="Runpod: authorise using a volume not named for the project.",
+        ),
+        allow_gpu_substitution: bool = typer.Option(
+            False,
+            "--allow-gpu-substitution",
+            help="Runpod: authorise another GPU type than asked (and the config's fallbacks).",
+        ),
+        allow_more_capacity: bool = typer.Option(
+            False,
+            "--allow-more-capacity",
+            help="Runpod: authorise a pod with more GPUs than asked.",
+        ),
         api_url: str = typer.Option(
             None, "--api-url", envvar="PROCTOR_RUNPOD_API_URL", help="Runpod API base URL."
         ),
@@ -360,19 +382,37 @@ def register(app: typer.Typer) -> None:
 
     @app.command("plan", context_settings={"allow_interspersed_args": False})
     def plan_command(
-        command: list[str] = typer.Argument(None, metavar="-- CMD [ARGS]..."),
-        name: str = typer.Option(None, "--name", "-n"),
-        runs_dir: str = typer.Option(None, "--runs-dir"),
-        timeout: str = typer.Option(None, "--timeout"),
-        grace: str = typer.Option(None, "--grace"),
-        gpu_sample: float = typer.Option(None, "--gpu-sample"),
-        env: list[str] = typer.Option(None, "--env", "-e"),
-        key: str = typer.Option(None, "--key"),
-        cwd: str = typer.Option(None, "--cwd"),
-        config: Path = typer.Option(None, "--config"),
-        as_json: bool = typer.Option(False, "--json"),
+        command: list[str] = typer.Argument(
+            None,
+            metavar="-- CMD [ARGS]...",
+            help="The command `proctor run` would run, after -- (as for `proctor run`).",
+        ),
+        name: str = typer.Option(
+            None, "--name", "-n", help="Run name (log file name); default: derived from CMD."
+        ),
+        runs_dir: str = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+        timeout: str = typer.Option(
+            None, "--timeout", help="Time limit, a duration such as 90s, 15m, 2h."
+        ),
+        grace: str = typer.Option(
+            None, "--grace", help="Seconds between SIGTERM and SIGKILL when stopping (default 10s)."
+        ),
+        gpu_sample: float = typer.Option(None, "--gpu-sample", help=GPU_SAMPLE_HELP),
+        env: list[str] = typer.Option(
+            None, "--env", "-e", help="NAME=VALUE for the command (repeatable)."
+        ),
+        key: str = typer.Option(
+            None,
+            "--key",
+            help="While a run with this key is alive, attach to it instead of starting a copy.",
+        ),
+        cwd: str = typer.Option(None, "--cwd", help="Working directory for the command."),
+        config: Path = typer.Option(
+            None, "--config", help="proctor.toml to use (default: found at the project root)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
-        """Print what `proctor run` would run, with the origin of every value."""
+        """Print what `proctor run` would run, with each value's origin."""
         flags = flags_from(
             command, name, runs_dir, timeout, grace, gpu_sample, env, key, False, cwd
         )

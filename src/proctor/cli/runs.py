@@ -9,6 +9,7 @@ from typing import Any, get_args
 
 import typer
 
+from proctor.cli.helptext import ref_help
 from proctor.cli.output import console, err_console, print_json, styled
 from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
 from proctor.record.finish import iso_at
@@ -33,6 +34,7 @@ app = typer.Typer(
     help="List, show, follow, wait for, stop, verify and reindex runs.", no_args_is_help=True
 )
 
+REF_HELP = ref_help()
 RunsDirOpt = typer.Option(None, "--runs-dir", help="Runs directory (env PROCTOR_RUNS_DIR).")
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 
@@ -101,7 +103,9 @@ def list_runs(
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Runs, newest first, with the outcome as the evidence says (never 'ok' without a status)."""
+    """List runs, newest first, with the outcome the evidence gives.
+
+    Never 'ok' without an exit status."""
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
     if outcome and outcome not in OUTCOMES:
@@ -179,7 +183,7 @@ def _since(text: str) -> str:
 
 @app.command("show")
 def show(
-    ref: str = typer.Argument(..., help="Run id, unique prefix, directory, or 'last'."),
+    ref: str = typer.Argument(..., help=REF_HELP),
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -226,7 +230,7 @@ def show(
 
 @app.command("logs")
 def logs(
-    ref: str = typer.Argument(...),
+    ref: str = typer.Argument(..., help=REF_HELP),
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Keep printing as the log grows, until the run ends."
     ),
@@ -243,8 +247,10 @@ def logs(
 
 
 @app.command("attach")
-def attach(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
-    """Follow a run's log until it ends, then exit with its status (like `proctor run`)."""
+def attach(ref: str = typer.Argument(..., help=REF_HELP), runs_dir: str = RunsDirOpt) -> None:
+    """Follow a run's log until it ends; exit with its status.
+
+    As `proctor run` would have."""
     run = _find(ref, runs_dir)
     if _far(run):
         from proctor.cli.remote import attach as attach_remote
@@ -262,12 +268,14 @@ def attach(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
 
 @app.command("wait")
 def wait(
-    ref: str = typer.Argument(...),
+    ref: str = typer.Argument(..., help=REF_HELP),
     timeout: str = typer.Option(None, "--timeout", help="Give up after this long (exit 4)."),
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Wait for a run to end and exit with its status (6 if unknown, 4 if it timed out)."""
+    """Wait for a run to end; exit with its status.
+
+    6 if it is unknown, 4 if it timed out."""
     run = _find(ref, runs_dir)
     if _far(run):
         from proctor.cli.remote import attach as attach_remote
@@ -290,12 +298,14 @@ def wait(
 
 @app.command("stop")
 def stop(
-    ref: str = typer.Argument(...),
+    ref: str = typer.Argument(..., help=REF_HELP),
     runs_dir: str = RunsDirOpt,
     wait_for: str = typer.Option("60s", "--wait", help="How long to wait for it to end."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Stop a run: SIGTERM to its whole tree, its grace period, then SIGKILL. Idempotent."""
+    """Stop a run (SIGTERM, its grace period, SIGKILL).
+
+    To its whole process tree. Idempotent."""
     run = _find(ref, runs_dir)
     if _far(run):
         from proctor.targets.remote.orchestrate import remote_stop
@@ -355,9 +365,13 @@ def stop(
 
 @app.command("verify")
 def verify(
-    ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt
+    ref: str = typer.Argument(..., help=REF_HELP),
+    runs_dir: str = RunsDirOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
-    """Check every artifact against the run's manifest.sha256 (exit 2 on a mismatch)."""
+    """Check a run's files against its manifest.sha256.
+
+    Exit 2 on a mismatch."""
     run = _find(ref, runs_dir)
     check = verify_run_manifest(run)
     view = {
@@ -386,7 +400,9 @@ def verify(
 
 @app.command("reindex")
 def reindex_command(runs_dir: str = RunsDirOpt, as_json: bool = JsonOpt) -> None:
-    """Rebuild the SQLite store from the run directories (they are the source of truth)."""
+    """Rebuild the SQLite store from the run directories.
+
+    They are the source of truth."""
     directory = _runs_dir(runs_dir)
     path = _store_path(directory)
     skipped: list[tuple[Path, str]] = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import typer
 
+from proctor.cli.helptext import JSON_HELP, REF_FORMS, RUNS_DIR_HELP
+
 ALLOW = "--allow-mismatch"
 ALLOW_HELP = (
     "Compare even when the two sides differ in source, engine args, dataset or GPU "
@@ -15,13 +17,15 @@ ALLOW_HELP = (
 def register_compare(runs_app: typer.Typer) -> None:
     @runs_app.command("compare")
     def compare_runs(
-        a: str = typer.Argument(..., help="Run A (id, 'last', directory or result file)."),
-        b: str = typer.Argument(..., help="Run B."),
-        runs_dir: str | None = typer.Option(None, "--runs-dir"),
-        json_out: bool = typer.Option(False, "--json"),
+        a: str = typer.Argument(..., help="Run A: " + REF_FORMS + "; or a result file."),
+        b: str = typer.Argument(..., help="Run B: " + REF_FORMS + "; or a result file."),
+        runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+        json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
         allow_mismatch: bool = typer.Option(False, ALLOW, help=ALLOW_HELP),
     ) -> None:
-        """Each metric of two runs side by side, with the change and its noise band (the 95% CI
+        """Compare two runs metric by metric, with noise bands.
+
+        Each metric of two runs side by side, with the change and its noise band (the 95% CI
         of the difference when both ran bench --repeat). Exit 77 when the runs differ in
         source, engine args, dataset or GPU, unless --allow-mismatch."""
         from proctor.cli.results import _run_path, compare_cmd

@@ -7,6 +7,15 @@ from typing import Any
 
 import typer
 
+from proctor.cli.helptext import (
+    EXTRA_ENGINE_HELP,
+    GPU_SAMPLE_HELP,
+    HOST_HELP,
+    JSON_HELP,
+    RUNS_DIR_HELP,
+    SERVED_MODEL_NAME_HELP,
+    ref_help,
+)
 from proctor.cli.output import console, err_console, print_evidence, print_json, styled
 from proctor.cli.targethelp import RUN_TARGET_HELP, SERVE_TARGET_HELP
 from proctor.errors import FaultDetected, ProctorError, UsageError
@@ -29,7 +38,7 @@ from proctor.spec.plan import RunFlags, resolve_runs_dir
 from proctor.targets.base import ServedRun, ServerLaunch
 
 app = typer.Typer(
-    help="Start an inference server as a detached run, gate on its readiness, stop it.",
+    help="Start, gate and stop an inference server (a detached run).",
     no_args_is_help=True,
 )
 
@@ -113,11 +122,16 @@ def start(
         help="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml.",
     ),
     model: str = typer.Option(
-        ..., "--model", "-m", help="Model path (or name the engine understands)."
+        ...,
+        "--model",
+        "-m",
+        help="Model: a local path (must exist) or a hub name such as org/model.",
     ),
     tp: int = typer.Option(None, "--tp", help="Tensor parallelism (default: the model profile's)."),
-    port: int = typer.Option(8000, "--port", "-p", min=1, max=65535),
-    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(
+        8000, "--port", "-p", min=1, max=65535, help="PORT the server listens on."
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
     model_profile: str = typer.Option(
         None,
         "--model-profile",
@@ -130,9 +144,11 @@ def start(
         None, "--mtp", help="Shortcut for --addon mtp:num_speculative_tokens=N."
     ),
     python: str = typer.Option(
-        None, "--python", help="Interpreter of the engine's environment (default: found on PATH)."
+        None,
+        "--python",
+        help="PATH of the engine environment's interpreter (default: python3 on PATH).",
     ),
-    served_model_name: str = typer.Option(None, "--served-model-name"),
+    served_model_name: str = typer.Option(None, "--served-model-name", help=SERVED_MODEL_NAME_HELP),
     name: str = typer.Option(None, "--name", help="Run name (default serve-ENGINE-MODEL-pPORT)."),
     key: str = typer.Option(
         None, "--key", help="Attach to a live server run with this key instead of starting another."
@@ -140,13 +156,15 @@ def start(
     env: list[str] = typer.Option(
         None, "--env", help="NAME=VALUE for the server (beats profiles)."
     ),
-    gpu_sample: float = typer.Option(None, "--gpu-sample"),
+    gpu_sample: float = typer.Option(None, "--gpu-sample", help=GPU_SAMPLE_HELP),
     min_free_disk: float = typer.Option(
         1.0, "--min-free-disk", help="GiB that must be free under the runs dir."
     ),
-    runs_dir: str = typer.Option(None, "--runs-dir"),
-    extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
-    as_json: bool = typer.Option(False, "--json"),
+    runs_dir: str = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+    extra: list[str] = typer.Argument(
+        None, metavar="[-- EXTRA ENGINE ARGS]", help=EXTRA_ENGINE_HELP
+    ),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     target: str = typer.Option(None, "--target", help=SERVE_TARGET_HELP),
     nodes: int = typer.Option(
         None, "--nodes", "-N", help="Slurm: nodes of the allocation (default 1 or [slurm] nodes)."
@@ -174,8 +192,12 @@ def start(
         help="Slurm: how long the allocation may pend before it is cancelled (exit 5; default 10m).",
     ),
 ) -> None:
-    """Pre-flight (port free, GPU memory held by others, free disk), then start the server as a
-    detached run with its own log; returns at once with the run id. Gate with `serve ready`.
+    """Start an inference server as a detached run; print its id.
+
+    Refused before anything starts (one line): the engine cannot start with its python (69),
+    a local model path does not exist (64), the port is taken (69), too little disk (69).
+    GPU memory held by others is reported. The server runs detached with its own log; this
+    returns at once with the run id. Gate with `serve ready`.
     On Slurm: returns once the head node is known (the server's run is local)."""
     spec = None
     launch = (
@@ -269,22 +291,37 @@ def print_ready(result: ReadyResult) -> None:
 @app.command("ready")
 def ready(
     ref: str = typer.Argument(
-        None, help="Server run (default: the live server on --port, or the newest)."
+        None,
+        help=ref_help("Server run (default: the live one on --port, else the newest live one)"),
     ),
-    port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
-    timeout: str = typer.Option("15m", "--timeout"),
+    port: int = typer.Option(
+        None,
+        "--port",
+        "-p",
+        min=1,
+        max=65535,
+        help="PORT: its live server run, else a server proctor did not start.",
+    ),
+    timeout: str = typer.Option(
+        "15m", "--timeout", help="Give up after this duration (exit 5), e.g. 90s, 15m."
+    ),
     poll: str = typer.Option(
-        "1s", "--poll", help="Status line interval; detection itself never waits a poll."
+        "15s",
+        "--poll",
+        help="A status line this often while nothing changes (a change prints at once);"
+        " detection never waits for it.",
     ),
     engine: str = typer.Option(
         "vllm", "--engine", help="Engine profile for a server proctor did not start."
     ),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    runs_dir: str = typer.Option(None, "--runs-dir"),
-    as_json: bool = typer.Option(False, "--json"),
+    host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
+    runs_dir: str = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     target: str = typer.Option(None, "--target", help=RUN_TARGET_HELP),
 ) -> None:
-    """The one gate: 0 ready; 2 startup fault; 3 server exited; 5 not ready in time."""
+    """Wait until a server answers; the one gate before a workload.
+
+    Exit 0 ready; 2 startup fault; 3 server exited; 5 not ready in time."""
     if target:
         from proctor.cli.remote import hand_off_or_here
 
@@ -344,7 +381,7 @@ def ready(
 
 @app.command("stop")
 def stop(
-    ref: str = typer.Argument(None, help="Server run to stop."),
+    ref: str = typer.Argument(None, help=ref_help("Server run to stop")),
     port: int = typer.Option(
         None,
         "--port",
@@ -364,11 +401,13 @@ def stop(
         "--vram-timeout",
         help="How long to wait for GPU memory to return to the start baseline.",
     ),
-    runs_dir: str = typer.Option(None, "--runs-dir"),
-    as_json: bool = typer.Option(False, "--json"),
+    runs_dir: str = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     target: str = typer.Option(None, "--target", help=RUN_TARGET_HELP),
 ) -> None:
-    """Idempotent scoped stop: the kill ladder on the server's process group and every
+    """Stop a server run and wait for its GPU memory to come back.
+
+    Idempotent and scoped: the kill ladder on the server's process group and every
     descendant, then wait for its GPUs' memory to return to the pre-start baseline (exit 2 with
     the holders if it does not). Never kills by a machine-wide name pattern."""
     if target:

@@ -13,6 +13,11 @@ from typing import Any
 
 import typer
 
+from proctor.cli.helptext import (
+    EXTRA_ENGINE_HELP,
+    REF_FORMS,
+    SERVED_MODEL_NAME_HELP,
+)
 from proctor.cli.output import console, err_console, print_json
 from proctor.cli.run import flags_from
 from proctor.errors import Interrupted, TargetUnavailable
@@ -140,7 +145,12 @@ def run_on_slurm(
 
 @app.command("run", context_settings={"allow_interspersed_args": False})
 def run_command(
-    command: list[str] = typer.Argument(None, metavar="-- CMD [ARGS]...", show_default=False),
+    command: list[str] = typer.Argument(
+        None,
+        metavar="-- CMD [ARGS]...",
+        show_default=False,
+        help="The command to run on every node and its arguments, after --.",
+    ),
     target: str = TargetOpt,
     nodes: int = typer.Option(None, "--nodes", "-N", help="Nodes (default 1 or [slurm] nodes)."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 0)."),
@@ -165,7 +175,9 @@ def run_command(
     config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Run CMD on N nodes under Slurm: exact source shipped, one supervised run per node.
+    """Run CMD on N nodes under Slurm, one supervised run per node.
+
+    The exact source is shipped.
 
     Exit status: as `proctor run`; 4 if Slurm's or proctor's time limit ended it; 2 if a node
     failed; 6 if no status could be established; 69 cluster unavailable.
@@ -223,14 +235,20 @@ def serve(
     known_hosts: str = KnownHostsOpt,
     insecure_accept_host_key: bool = InsecureOpt,
     jump: str = JumpOpt,
-    model_profile: str = typer.Option(None, "--model-profile"),
+    model_profile: str = typer.Option(
+        None,
+        "--model-profile",
+        help="Model profile NAME (default: matched from the path, else the engine's default).",
+    ),
     addon: list[str] = typer.Option(
         None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."
     ),
-    mtp: int = typer.Option(None, "--mtp"),
+    mtp: int = typer.Option(
+        None, "--mtp", help="N: shortcut for --addon mtp:num_speculative_tokens=N."
+    ),
     python: str = typer.Option(None, "--python", help="Interpreter of the engine's environment."),
-    served_model_name: str = typer.Option(None, "--served-model-name"),
-    name: str = typer.Option(None, "--name"),
+    served_model_name: str = typer.Option(None, "--served-model-name", help=SERVED_MODEL_NAME_HELP),
+    name: str = typer.Option(None, "--name", help="Run name (default serve-ENGINE-MODEL-pPORT)."),
     key: str = typer.Option(None, "--key", help="Attach to a live server run with this key."),
     env: list[str] = typer.Option(
         None, "--env", help="NAME=VALUE for the server (beats profiles)."
@@ -240,11 +258,14 @@ def serve(
     ),
     runs_dir: str = RunsDirOpt,
     config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
-    extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
+    extra: list[str] = typer.Argument(
+        None, metavar="[-- EXTRA ENGINE ARGS]", help=EXTRA_ENGINE_HELP
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Start an inference server on a Slurm allocation: node 0 serves HTTP, the other nodes
-    join it per the engine profile's multi-node launch. Returns the run id once the head node
+    """Start an inference server on a Slurm allocation.
+
+    Node 0 serves HTTP, the other nodes join it per the engine profile's multi-node launch. Returns the run id once the head node
     is known; then `proctor serve ready RUN`, `proctor drain RUN`, `proctor serve stop RUN`.
     The same as `proctor serve start --target slurm://...`."""
     from proctor.cli.serve import print_applied, print_started, start_request
@@ -299,10 +320,12 @@ def serve(
 
 @app.command("stop")
 def stop(
-    ref: str = typer.Argument(..., help="Run id, prefix, directory or 'last'."),
+    ref: str = typer.Argument(..., help="The Slurm run: " + REF_FORMS + "."),
     runs_dir: str = RunsDirOpt,
 ) -> None:
-    """scancel a Slurm run's job (through its tracker, which records the outcome)."""
+    """Cancel a Slurm run's job (scancel, through its tracker).
+
+    The tracker records the outcome."""
     from proctor.targets.slurm.target import SlurmTarget
 
     run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
@@ -311,7 +334,10 @@ def stop(
 
 
 @app.command("track")
-def track(ref: str = typer.Argument(...), runs_dir: str = RunsDirOpt) -> None:
+def track(
+    ref: str = typer.Argument(..., help="The Slurm run: " + REF_FORMS + "."),
+    runs_dir: str = RunsDirOpt,
+) -> None:
     """Resume tracking a Slurm run whose tracker is gone (idempotent)."""
     from proctor.record.status import is_alive, read_wrapper_ref
     from proctor.targets.slurm.target import start_tracker

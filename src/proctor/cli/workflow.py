@@ -8,6 +8,15 @@ from typing import Any
 
 import typer
 
+from proctor.cli.helptext import (
+    EXTRA_ENGINE_HELP,
+    GPU_SAMPLE_HELP,
+    HOST_HELP,
+    JSON_HELP,
+    RUNS_DIR_HELP,
+    SERVED_MODEL_NAME_HELP,
+    ref_help,
+)
 from proctor.cli.output import console, err_console, print_evidence, print_json
 from proctor.cli.serve import print_ready, runs_dir_of, start_request
 from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
@@ -42,9 +51,17 @@ def register(app: typer.Typer) -> None:
     @app.command("drain")
     def drain(
         ref: str = typer.Argument(
-            None, help="Server run (default: the live server on --port, or the newest)."
+            None,
+            help=ref_help("Server run (default: the live one on --port, else the newest live one)"),
         ),
-        port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
+        port: int = typer.Option(
+            None,
+            "--port",
+            "-p",
+            min=1,
+            max=65535,
+            help="PORT of the server: its live server run, else a server proctor did not start.",
+        ),
         max_: str = typer.Option("30m", "--max", help="Give up after this long (exit 4)."),
         poll: str = typer.Option(
             "10s", "--poll", help="Progress poll; faults are caught within 1 s regardless."
@@ -82,13 +99,15 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option(
             "vllm", "--engine", help="Engine profile when the run does not name one."
         ),
-        host: str = typer.Option("127.0.0.1", "--host"),
-        runs_dir: str = typer.Option(None, "--runs-dir"),
-        as_json: bool = typer.Option(False, "--json"),
+        host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
+        runs_dir: str = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
         target: str = typer.Option(None, "--target", help=RUN_TARGET_HELP),
     ) -> None:
-        """Wait for the workload to drain: 0 drained; 1 hang; 2 fault; 3 server died or offline
-        job failed; 4 time limit or no client. A status line each poll; log tails on failure."""
+        """Wait for a server's workload to end; catch hangs and faults.
+
+        Exit 0 drained; 1 hang; 2 fault; 3 server died or offline job failed; 4 time limit or
+        no client. A status line each poll; log tails on failure."""
         if target:
             from proctor.cli.remote import hand_off_or_here
 
@@ -182,23 +201,30 @@ def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect_command(
         ref: str = typer.Argument(
-            None, help="Server run (default: the live server on --port, or the newest)."
+            None,
+            help=ref_help("Server run (default: the live one on --port, else the newest live one)"),
         ),
-        port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
+        port: int = typer.Option(
+            None, "--port", "-p", min=1, max=65535, help="PORT: the live server run on it."
+        ),
         pid: list[int] = typer.Option(
             None,
             "--pid",
             help="Inspect these pids instead of the server's workers (on Slurm: pids of the run's processes on its nodes).",
         ),
-        timeout: str = typer.Option("90s", "--timeout", help="Per tool and process."),
-        runs_dir: str = typer.Option(None, "--runs-dir"),
-        as_json: bool = typer.Option(False, "--json"),
+        timeout: str = typer.Option(
+            "90s", "--timeout", help="Limit per tool and process, a duration such as 90s."
+        ),
+        runs_dir: str = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
         target: str = typer.Option(
             None, "--target", help="Inspect the server where it runs. " + RUN_TARGET_HELP
         ),
     ) -> None:
-        """Stacks of a hung server's workers (py-spy dump; gdb/cuda-gdb/rocgdb in batch mode, detach
-        before quit) into RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`.
+        """Take the stacks of a hung server's workers; kill nothing.
+
+        py-spy dump, and gdb/cuda-gdb/rocgdb in batch mode (detach before quit), into
+        RUN/inspect/PID-TOOL.txt. Kills nothing. Run it before `serve stop`.
         A server on a Slurm allocation is inspected on every node: RUN/inspect/NODE/PID-TOOL.txt."""
         if target:
             from proctor.cli.remote import hand_off_or_here
@@ -245,40 +271,99 @@ def register(app: typer.Typer) -> None:
 
     @app.command("flow")
     def flow(
-        engine: str = typer.Option(None, "--engine", "-e"),
-        model: str = typer.Option(None, "--model", "-m"),
-        tp: int = typer.Option(None, "--tp"),
-        port: int = typer.Option(None, "--port", "-p", min=1, max=65535),
-        host: str = typer.Option(None, "--host"),
-        model_profile: str = typer.Option(None, "--model-profile"),
-        addon: list[str] = typer.Option(None, "--addon"),
-        mtp: int = typer.Option(None, "--mtp"),
-        python: str = typer.Option(None, "--python"),
-        served_model_name: str = typer.Option(None, "--served-model-name"),
+        engine: str = typer.Option(
+            None,
+            "--engine",
+            "-e",
+            help="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml.",
+        ),
+        model: str = typer.Option(
+            None,
+            "--model",
+            "-m",
+            help="Model: a local path (must exist) or a hub name such as org/model.",
+        ),
+        tp: int = typer.Option(
+            None, "--tp", help="Tensor parallelism N (default: the model profile's)."
+        ),
+        port: int = typer.Option(
+            None,
+            "--port",
+            "-p",
+            min=1,
+            max=65535,
+            help="PORT the server listens on (default 8000).",
+        ),
+        host: str = typer.Option(None, "--host", help=HOST_HELP),
+        model_profile: str = typer.Option(
+            None,
+            "--model-profile",
+            help="Model profile NAME (default: matched from the path, else the engine's default).",
+        ),
+        addon: list[str] = typer.Option(
+            None,
+            "--addon",
+            help="Add-on profile, e.g. mtp:num_speculative_tokens=3 (repeatable).",
+        ),
+        mtp: int = typer.Option(
+            None, "--mtp", help="N: shortcut for --addon mtp:num_speculative_tokens=N."
+        ),
+        python: str = typer.Option(
+            None,
+            "--python",
+            help="PATH of the engine environment's interpreter (default: python3 on PATH).",
+        ),
+        served_model_name: str = typer.Option(
+            None, "--served-model-name", help=SERVED_MODEL_NAME_HELP
+        ),
         workload_cmd: str = typer.Option(
             None, "--workload-cmd", help="The workload, as a shell-quoted command line."
         ),
         ready_timeout: str = typer.Option(
             None, "--ready-timeout", help="Ready gate limit (default 15m)."
         ),
-        ready_poll: str = typer.Option(None, "--ready-poll"),
+        ready_poll: str = typer.Option(
+            None,
+            "--ready-poll",
+            help="While not ready, a status line this often if nothing changes (default 15s).",
+        ),
         max_: str = typer.Option(None, "--max", help="Drain limit (default 30m)."),
         poll: str = typer.Option(None, "--poll", help="Drain poll (default 10s)."),
-        stuck_polls: int = typer.Option(None, "--stuck-polls"),
+        stuck_polls: int = typer.Option(
+            None,
+            "--stuck-polls",
+            help="N polls without progress, work in flight: hang (default 6).",
+        ),
         error_streak: int = typer.Option(
             None,
             "--error-streak",
             min=1,
             help="Error answers in a row that are a fault (default 5).",
         ),
-        startup_max: str = typer.Option(None, "--startup-max"),
-        client_pattern: str = typer.Option(None, "--client-pattern"),
+        startup_max: str = typer.Option(
+            None,
+            "--startup-max",
+            help="No workload seen within this duration: exit 4 (default 15m).",
+        ),
+        client_pattern: str = typer.Option(
+            None,
+            "--client-pattern",
+            help="REGEX: also count foreign client processes whose command line matches.",
+        ),
         no_inspect: bool = typer.Option(
             False, "--no-inspect", help="Do not take stacks on a hang."
         ),
-        gpu_processes: bool = typer.Option(False, "--gpu-processes"),
-        vram_timeout: str = typer.Option(None, "--vram-timeout"),
-        gpu_sample: float = typer.Option(None, "--gpu-sample"),
+        gpu_processes: bool = typer.Option(
+            False,
+            "--gpu-processes",
+            help="At teardown, also SIGKILL GPU processes left on the server's GPUs.",
+        ),
+        vram_timeout: str = typer.Option(
+            None,
+            "--vram-timeout",
+            help="How long teardown waits for GPU memory to return to its baseline (default 60s).",
+        ),
+        gpu_sample: float = typer.Option(None, "--gpu-sample", help=GPU_SAMPLE_HELP),
         env: list[str] = typer.Option(
             None, "--env", help="NAME=VALUE for the server (beats profiles)."
         ),
@@ -299,12 +384,16 @@ def register(app: typer.Typer) -> None:
         resume: str = typer.Option(
             None, "--resume", help="Continue this flow after a dead controller (no second server)."
         ),
-        runs_dir: str = typer.Option(None, "--runs-dir"),
-        extra: list[str] = typer.Argument(None, metavar="[-- EXTRA ENGINE ARGS]"),
-        as_json: bool = typer.Option(False, "--json"),
+        runs_dir: str = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+        extra: list[str] = typer.Argument(
+            None, metavar="[-- EXTRA ENGINE ARGS]", help=EXTRA_ENGINE_HELP
+        ),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
         target: str = typer.Option(None, "--target", help=TARGET_HELP),
     ) -> None:
-        """stop -> start -> ready -> (workload -> drain)... -> inspect on hang -> stop, teardown
+        """The whole workflow: start a server, run workloads, stop it.
+
+        stop -> start -> ready -> (workload -> drain)... -> inspect on hang -> stop, teardown
         always. A flow file's [[flow.workload]] list runs in order against the same server,
         stopping at the first failure unless continue_on_failure. Exit code: the first failing
         step's (as `serve ready` and `drain`)."""
@@ -404,7 +493,7 @@ def flow_options(
         workload_argv=argv,
         runs_dir=pick("runs_dir"),
         ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
-        ready_poll_s=parse_duration(str(pick("ready_poll", "1s")), option="--ready-poll"),
+        ready_poll_s=parse_duration(str(pick("ready_poll", "15s")), option="--ready-poll"),
         drain=DrainConfig(
             max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
             poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),

@@ -15,6 +15,8 @@ idle server's stats lines. Clients gone: drained once the engine says nothing is
 (its running gauge at 0, or its markers quiet for a poll); with no signal from the engine,
 drained at once, whatever lines the server goes on printing. The time limits (--max,
 --startup-max) are checked on every tick, so `--max 3s` ends after 3 s, not at the next poll.
+The log tails shown on a failure leave out the access lines of proctor's own requests (its
+/metrics scrapes, the ready gate's /health probes): they are not what the server was doing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -39,7 +42,7 @@ from proctor.errors import (
     WorkloadFailed,
 )
 from proctor.monitors.answers import AnswerTally
-from proctor.monitors.logscan import LogFollower, LogMatch, LogScanner
+from proctor.monitors.logscan import LogFollower, LogMatch, LogScanner, own_requests
 from proctor.monitors.progress import (
     BenchCounts,
     ServerActivity,
@@ -299,6 +302,7 @@ def drain(
     client_pattern: str | None = None,
     from_end: bool = False,
     reused_logs: Sequence[str | Path] = (),
+    probe_paths: Sequence[str] = (),
     tick_s: float = 0.1,
     tail_lines: int = 30,
     on_status: Callable[[str], None] | None = None,
@@ -309,6 +313,7 @@ def drain(
     Server mode needs `server`; offline mode (`config.offline`) needs `offline`. `clients` are
     the workload runs proctor started; `client_pattern` also counts foreign processes whose
     command line matches (observed only). `from_end`: skip what reused logs already hold.
+    `probe_paths` (and `metrics_url`'s path): proctor's own requests, kept out of the tails.
     """
     watched = offline if config.offline else server
     if watched is None:
@@ -320,8 +325,13 @@ def drain(
     bench = BenchCounts()
     activity = ServerActivity(str(server_log)) if server_log is not None else None
     observers = [answers.feed, bench.feed] + ([activity.feed] if activity is not None else [])
+    own = [*probe_paths, *([urlsplit(metrics_url).path] if metrics_url else [])]
     scanner = LogScanner(
-        fault_patterns, marker_patterns=marker_patterns, tail_lines=50, observers=observers
+        fault_patterns,
+        marker_patterns=marker_patterns,
+        tail_lines=50,
+        observers=observers,
+        tail_skip=own_requests(own),
     )
     logs = ([server_log] if server_log is not None else []) + list(extra_logs)
     for path in logs:
@@ -488,5 +498,6 @@ def drain_for_engine(
         client_pattern=client_pattern,
         from_end=from_end,
         reused_logs=reused_logs,
+        probe_paths=[*engine.ready_endpoints, engine.metrics_path or ""],
         on_status=on_status,
     )

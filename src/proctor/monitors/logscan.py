@@ -8,6 +8,11 @@ chunks, so clean text costs one regex scan, not a Python loop per line.
 
 `LogFollower` polls a scanner from a background thread every ~0.1 s, so a fault is seen within a
 second of its line being written, whatever the caller's decision interval.
+
+The tail shown to a user on a failure leaves out lines matching `tail_skip`: the monitors pass
+the access lines of proctor's own requests (`GET /metrics`, `GET /health`, see `own_requests`),
+which otherwise fill a drain's tail with its scrapes. Faults, markers and observers still see
+every line.
 """
 
 from __future__ import annotations
@@ -72,6 +77,34 @@ class FileState:
     markers: dict[str, int] = field(default_factory=dict)
 
 
+def own_requests(paths: Iterable[str]) -> re.Pattern[bytes] | None:
+    """Access-log lines of GET/HEAD requests to `paths` (proctor's own probes and scrapes):
+    `"GET /metrics HTTP/1.1" 200` as uvicorn (vLLM, SGLang) and aiohttp print them."""
+    wanted = sorted({p for p in paths if p})
+    if not wanted:
+        return None
+    alternatives = b"|".join(re.escape(p.encode()) for p in wanted)
+    return re.compile(rb'"(?:GET|HEAD) (?:' + alternatives + rb')(?:\?[^" ]*)? HTTP/[0-9.]+"')
+
+
+def _last_lines(data: bytes, count: int, skip: re.Pattern[bytes] | None) -> list[bytes]:
+    """The last `count` complete lines of `data` that `skip` does not match; only lines from
+    the end are looked at until enough are kept."""
+    body = data.rstrip(b"\n")
+    if skip is None:
+        return body.rsplit(b"\n", count)[-count:]
+    kept: list[bytes] = []
+    end = len(body)
+    while end > 0 and len(kept) < count:
+        start = body.rfind(b"\n", 0, end) + 1
+        line = body[start:end]
+        if not skip.search(line):
+            kept.append(line)
+        end = start - 1
+    kept.reverse()
+    return kept
+
+
 def compile_patterns(patterns: Iterable[str]) -> list[tuple[str, re.Pattern[bytes]]]:
     """Compile text patterns into byte regexes; a bad pattern is a config error."""
     compiled: list[tuple[str, re.Pattern[bytes]]] = []
@@ -103,6 +136,7 @@ class LogScanner:
         tail_lines: int = 200,
         max_matches: int = 1000,
         observers: Sequence[Callable[[str, bytes], None]] = (),
+        tail_skip: re.Pattern[bytes] | None = None,
     ) -> None:
         # Observers see every chunk of complete lines once (path, bytes), e.g. answer statuses.
         self._observers = list(observers)
@@ -110,6 +144,7 @@ class LogScanner:
         self._fault_any = _combined(self._faults)
         self._markers = compile_patterns(marker_patterns)
         self._tail_lines = tail_lines
+        self._tail_skip = tail_skip  # lines left out of the tail (proctor's own requests)
         self._files: dict[str, FileState] = {}
         self.matches: list[LogMatch] = []
         self._max_matches = max_matches
@@ -257,7 +292,7 @@ class LogScanner:
             observe(str(state.path), data)
         state.line_no += data.count(b"\n")
         # Tail: only the last lines of the chunk are ever decoded.
-        lines = data.rstrip(b"\n").rsplit(b"\n", self._tail_lines)[-self._tail_lines :]
+        lines = _last_lines(data, self._tail_lines, self._tail_skip)
         state.tail.extend(clip_line(line) for line in lines)
 
     # -- views -----------------------------------------------------------------------------
@@ -270,7 +305,7 @@ class LogScanner:
             self._files[str(Path(path))] if path is not None else next(iter(self._files.values()))
         )
         out = list(state.tail)
-        if state.partial:
+        if state.partial and not (self._tail_skip and self._tail_skip.search(state.partial)):
             out.append(clip_line(state.partial))
         return out[-lines:]
 

@@ -3,9 +3,15 @@
 `ReadyGate` is the decision: a pure state machine fed `ReadyObservation`s with an injected
 clock, so each rule is tested without sleeping. `wait_ready` gathers real observations:
 a prober thread asks the readiness endpoints every 0.25 s, a `LogFollower` reads new log
-bytes every 0.1 s, and the decision loop checks liveness every 0.1 s. `poll_s` only sets how
-often a status line is printed, so detection never waits a poll: readiness is seen within
-~0.25 s of the endpoint answering, a fault within ~0.2 s of its line being written.
+bytes every 0.1 s, and the decision loop checks liveness every 0.1 s. Detection never waits a
+poll: readiness is seen within ~0.25 s of the endpoint answering, a fault within ~0.2 s of
+its line being written.
+
+Status lines say what was seen, and only when it changes: nothing listening on the port, a
+listener that does not answer, the endpoint's HTTP status, the server process gone. While
+nothing changes, one line every `poll_s` (15 s by default) says it still waits, so a 30 s
+start prints a few lines, not one a second. Without a process to watch (a server proctor did
+not start) nothing is said about one.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from proctor.errors import (
     ProctorError,
     WorkloadFailed,
 )
-from proctor.monitors.logscan import LogFollower, LogMatch, LogScanner
+from proctor.monitors.logscan import LogFollower, LogMatch, LogScanner, own_requests
 from proctor.monitors.watch import ProcStatus, Watched
 from proctor.spec.profiles.models import EngineProfile
 
@@ -106,6 +112,7 @@ class ReadyResult:
         return self.outcome.exit_code
 
     def message(self) -> str:
+        last = describe_probe(self.last_probe, self.base_url) if self.last_probe else "none"
         if self.outcome is ReadyOutcome.READY:
             return f"server ready at {self.base_url} after {self.elapsed_s:.1f}s"
         if self.outcome is ReadyOutcome.FAULT:
@@ -120,8 +127,7 @@ class ReadyResult:
             status = "unknown status" if self.exit_status is None else f"status {self.exit_status}"
             return f"server exited ({status}) after {self.elapsed_s:.1f}s before it was ready"
         return (
-            f"server at {self.base_url} not ready after {self.elapsed_s:.0f}s"
-            f" (last answer: {self.last_probe or 'none'})"
+            f"server at {self.base_url} not ready after {self.elapsed_s:.0f}s (last answer: {last})"
         )
 
     def error(self) -> ProctorError | None:
@@ -207,6 +213,40 @@ class EndpointProber:
                 self._stop.wait(self.interval_s)
 
 
+_TIMEOUTS = ("ConnectTimeout", "ReadTimeout", "PoolTimeout", "WriteTimeout", "TimeoutException")
+_CLOSED = ("RemoteProtocolError", "ReadError", "WriteError")
+
+
+def describe_probe(last: str, base_url: str) -> str:
+    """What a probe's answer says about the port, in words: `/health: ConnectError` is
+    nothing listening, an HTTP status is a listener that answered."""
+    if not last:
+        return "no answer yet"
+    if last == "ok":
+        return "answering"
+    path, _, what = last.partition(": ")
+    where = base_url.split("://", 1)[-1]
+    if what == "ConnectError":
+        return f"nothing listening on {where} (connection refused)"
+    if what in _TIMEOUTS:
+        return f"a listener on {where} that did not answer {path} in time ({what})"
+    if what in _CLOSED:
+        return f"a listener on {where} that closed the connection on {path} ({what})"
+    if what.startswith("HTTP "):
+        return f"{path} answers {what}"
+    return last
+
+
+def _status_line(
+    elapsed: float, base_url: str, probe: str, status: ProcStatus | None, timeout_s: float
+) -> str:
+    process = "" if status is None else "; server process alive" if status.alive else ""
+    return (
+        f"[t={elapsed:.0f}s] waiting for {base_url}: {describe_probe(probe, base_url)}"
+        f"{process} (timeout {timeout_s:.0f}s)"
+    )
+
+
 def wait_ready(
     base_url: str,
     *,
@@ -215,7 +255,7 @@ def wait_ready(
     logs: Sequence[str | Path] = (),
     fault_patterns: Sequence[str] = (),
     timeout_s: float = 900.0,
-    poll_s: float = 1.0,
+    poll_s: float = 15.0,
     from_end: bool = False,
     probe_interval_s: float = 0.25,
     tick_s: float = 0.1,
@@ -226,11 +266,15 @@ def wait_ready(
     """Block until the server at `base_url` is ready, faulted, exited or out of time.
 
     `logs` are scanned from their start (a log proctor created for this run) unless
-    `from_end` (a reused log: old lines are not this start's faults).
+    `from_end` (a reused log: old lines are not this start's faults). `on_status` gets a line
+    when what is seen changes, else one every `poll_s`. The log tails kept for a failure leave
+    out the access lines of proctor's own probes of `endpoints`.
     """
     started = clock()
     gate = ReadyGate(timeout_s, started)
-    scanner = LogScanner(fault_patterns, tail_lines=max(tail_lines, 50))
+    scanner = LogScanner(
+        fault_patterns, tail_lines=max(tail_lines, 50), tail_skip=own_requests(endpoints)
+    )
     for path in logs:
         scanner.add(path, from_end=from_end)
     follower = LogFollower(scanner, interval_s=tick_s)
@@ -238,6 +282,7 @@ def wait_ready(
     follower.start()
     prober.start()
     next_status = started + poll_s
+    shown: tuple[str, bool] | None = None  # (probe answer, process alive) last printed
     status = ProcStatus(alive=True)
     try:
         while True:
@@ -256,13 +301,13 @@ def wait_ready(
             )
             if outcome is not None:
                 break
-            if on_status is not None and now >= next_status:
-                on_status(
-                    f"[t={now - started:.0f}s] waiting for {base_url}"
-                    f" ({prober.last or 'no answer yet'}); alive={status.alive}"
-                    f" faults=0 timeout={timeout_s:.0f}s"
-                )
-                next_status = now + poll_s
+            if on_status is not None:
+                seen = (prober.last, status.alive)
+                # A change prints at once (once there is an answer to tell); else every poll.
+                if (seen != shown and prober.last) or now >= next_status:
+                    watched = status if process is not None else None
+                    on_status(_status_line(now - started, base_url, seen[0], watched, timeout_s))
+                    shown, next_status = seen, now + poll_s
     finally:
         prober.stop()
         follower.stop()
@@ -290,7 +335,7 @@ def ready_for_engine(
     process: Watched | None = None,
     logs: Sequence[str | Path] = (),
     timeout_s: float = 900.0,
-    poll_s: float = 1.0,
+    poll_s: float = 15.0,
     from_end: bool = False,
     on_status: Callable[[str], None] | None = None,
 ) -> ReadyResult:

@@ -157,6 +157,22 @@ def choose_launcher(engine: EngineProfile, python: str | None = None) -> Launche
     )
 
 
+def check_runnable(engine: str, argv: Sequence[str]) -> None:
+    """Refuse (TargetUnavailable, 69) a server command that cannot start: `choose_launcher`
+    takes an engine's last module launcher without asking its python, so `python -m vllm...`
+    with no vLLM in that python started, and failed only at the ready gate."""
+    if len(argv) < 3 or argv[1] != "-m":
+        return  # a command launcher was found on PATH (and its distribution checked)
+    python, module = argv[0], argv[2]
+    _, found = _probe(python, "", module, os.environ.get("PYTHONPATH", ""))
+    if found is None:
+        raise TargetUnavailable(
+            f"engine {engine!r} cannot start: module {module} is not importable by {python}",
+            hint=f"install the engine there, or pass --python (or [engines.{engine}] python)"
+            " with the interpreter of the environment that has it",
+        )
+
+
 def build_server_command(
     engine: EngineProfile,
     model_profile: ModelProfile | None,
