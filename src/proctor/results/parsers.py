@@ -3,7 +3,8 @@
 Understood: the printed `Serving Benchmark Result` block of vLLM, SGLang and ATOM (labels
 matched case-insensitively; the last block in a log wins) and SGLang's `Offline Throughput
 Benchmark Result` block, vLLM/ATOM result JSON, SGLang result JSON or JSONL (last line),
-proctor's metrics.json (bench, GSM8K, offline), lm-eval's results JSON and the table it prints.
+proctor's metrics.json (bench, GSM8K, offline, an imported result), lm-eval's results JSON and
+the table it prints.
 """
 
 from __future__ import annotations
@@ -286,6 +287,18 @@ def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
         return _gsm8k_metrics(obj, path)
     if obj.get("kind") == "offline" and str(schema).startswith("proctor."):
         return _flat_metrics(obj, "offline", path)
+    if schema == "proctor.imported.metrics":  # `proctor results import` (results/exchange/)
+        res = _flat_metrics(obj, "imported", path)
+        res.meta.update(
+            imported_from=obj.get("tool"),
+            format=obj.get("format"),
+            lacks=obj.get("lacks") if isinstance(obj.get("lacks"), list) else [],
+        )
+        if isinstance(obj.get("validity"), dict):
+            res.meta["validity"] = obj["validity"]
+        if isinstance(obj.get("not_numbers"), dict):
+            res.meta["not_numbers"] = obj["not_numbers"]
+        return res
     if obj.get("schema") == "proctor.bench.metrics":
         res = _serving_json(obj.get("metrics") or {}, "proctor-metrics", path)
         res.meta.update(

@@ -1,0 +1,201 @@
+"""Results in and out of proctor: exports others can read, imports of others' results.
+
+    export_run(run_dir, "br-0.2")      llm-d's Benchmark Report v0.2 (br.py)
+    export_run(run_dir, "proctor")     proctor's own export (native.py; schema committed)
+    read_result_file(path, fmt=None)   (format, [ImportedResult]): vLLM --save-result JSON,
+                                       GuideLLM benchmarks JSON, AIPerf profile export,
+                                       a Benchmark Report (JSON or YAML), a proctor export;
+                                       the format found from the file unless `fmt` forces it
+    import_file(path, runs_dir, store_path, fmt=None) -> [run directory]
+                                       each result a run of its own, kind "imported"
+
+An imported run is an ordinary run directory written by the one Recorder: record.json (kind
+"imported", `imported`: the tool, format, the file's name and sha256, what it lacks),
+metrics.json (`schema: proctor.imported.metrics`, proctor's metric names and units), the
+original file, exit_code 0, manifest.sha256 and the store row; so `runs list`, `runs
+compare` and `check` treat it as any result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from proctor.errors import UsageError
+from proctor.results.exchange.model import ImportedResult
+
+#: Export formats (`results export --format`).
+EXPORT_FORMATS = ("proctor", "br-0.2")
+#: Import formats (`results import --format`), in the order autodetection tries them.
+IMPORT_FORMATS = ("proctor", "br-0.2", "guidellm", "aiperf", "vllm")
+IMPORTED_SCHEMA = "proctor.imported.metrics"
+_WHAT = (
+    "vLLM --save-result JSON, GuideLLM benchmarks JSON, AIPerf profile_export_aiperf.json,"
+    " an llm-d Benchmark Report v0.2, or a proctor export"
+)
+
+
+def export_run(run_dir: Path, fmt: str) -> dict[str, Any]:
+    """The export of one run directory in `fmt` (EXPORT_FORMATS), as a JSON-ready dict."""
+    from proctor.results.exchange.exporting import export_br, export_native
+
+    if fmt == "br-0.2":
+        return export_br(run_dir)
+    if fmt == "proctor":
+        return export_native(run_dir)
+    raise UsageError(
+        f"unknown export format {fmt!r}", hint=f"choose one of {', '.join(EXPORT_FORMATS)}"
+    )
+
+
+def detect(obj: Any) -> str | None:
+    """The import format of a loaded document, or None."""
+    if not isinstance(obj, dict):
+        return None
+    if obj.get("schema") == "proctor.results.export":
+        return "proctor"
+    if isinstance(obj.get("run"), dict) and "results" in obj and "uid" in obj["run"]:
+        return "br-0.2"
+    benchmarks = obj.get("benchmarks")
+    if isinstance(benchmarks, list) and benchmarks and isinstance(benchmarks[0], dict):
+        if "metrics" in benchmarks[0]:
+            return "guidellm"
+    if isinstance(obj.get("records"), dict) or (
+        "input_config" in obj
+        and any(isinstance(v, dict) and "avg" in v and "unit" in v for v in obj.values())
+    ):
+        return "aiperf"
+    if any(k in obj for k in ("mean_ttft_ms", "request_throughput", "output_throughput")):
+        if "mean_e2e_latency_ms" not in obj:  # SGLang's result JSON: results parse reads it
+            return "vllm"
+    return None
+
+
+def _readers() -> dict[str, Callable[[dict[str, Any], str], list[ImportedResult]]]:
+    from proctor.results.exchange.br import read_br
+    from proctor.results.exchange.exporting import read_native
+    from proctor.results.exchange.peers import read_aiperf, read_guidellm, read_vllm
+
+    return {
+        "proctor": read_native,
+        "br-0.2": read_br,
+        "guidellm": read_guidellm,
+        "aiperf": read_aiperf,
+        "vllm": read_vllm,
+    }
+
+
+def read_result_file(path: Path, fmt: str | None = None) -> tuple[str, list[ImportedResult]]:
+    """(the format, the results) of another tool's result file; UsageError (exit 64, one
+    line) for a file that is none of IMPORT_FORMATS, or not one that `fmt` names."""
+    from proctor.results.exchange.loading import load_document
+
+    if fmt is not None and fmt not in IMPORT_FORMATS:
+        raise UsageError(
+            f"unknown import format {fmt!r}", hint=f"choose one of {', '.join(IMPORT_FORMATS)}"
+        )
+    obj = load_document(path)
+    found = fmt or detect(obj)
+    if found is None:
+        raise UsageError(
+            f"{path}: not a result proctor can import",
+            hint=f"give {_WHAT}; --format forces one",
+        )
+    if not isinstance(obj, dict):
+        raise UsageError(f"{path}: a {found} result is a JSON object, this is not one")
+    return found, _readers()[found](obj, str(path))
+
+
+def import_file(
+    path: Path, runs_dir: Path, store_path: str | Path | None, fmt: str | None = None
+) -> list[tuple[Path, ImportedResult]]:
+    """Each result in `path` as an imported run under `runs_dir` (indexed in the store)."""
+    from proctor.results.exchange.loading import read_all
+
+    found, results = read_result_file(path, fmt)
+    raw = read_all(path)
+    digest = hashlib.sha256(raw).hexdigest()
+    return [
+        (_write_run(res, found, path, raw, digest, runs_dir, store_path, i, len(results)), res)
+        for i, res in enumerate(results)
+    ]
+
+
+def _write_run(
+    res: ImportedResult,
+    fmt: str,
+    path: Path,
+    raw: bytes,
+    digest: str,
+    runs_dir: Path,
+    store_path: str | Path | None,
+    index: int,
+    count: int,
+) -> Path:
+    from proctor.record.recorder import Recorder
+    from proctor.version import __version__
+
+    rec = Recorder.create(runs_dir)
+    suffix = path.suffix if path.suffix in (".json", ".yaml", ".yml") else ".json"
+    copy = f"imported-{fmt}{suffix}"
+    imported = {
+        "tool": res.tool,
+        "format": fmt,
+        "tool_version": res.tool_version,
+        "file": path.name,
+        "sha256": digest,
+        "copy": copy,
+        "lacks": res.lacks,
+        **({"part": f"{index + 1} of {count}"} if count > 1 else {}),
+        "measured_started_at": res.started_at,
+        "measured_ended_at": res.ended_at,
+    }
+    rec.start(
+        {
+            "kind": "imported",
+            "name": res.name,
+            "argv": ["proctor", "results", "import", path.name, "--format", fmt],
+            "proctor_version": __version__,
+            "target": {"kind": "local"},
+            "imported": imported,
+            "outcome": "running",
+        }
+    )
+    (rec.run.path / copy).write_bytes(raw)
+    doc: dict[str, Any] = {
+        "schema": IMPORTED_SCHEMA,
+        "schema_version": 1,
+        "tool": res.tool,
+        "format": fmt,
+        "tool_version": res.tool_version,
+        "model": res.model,
+        "started_at": res.started_at,
+        "finished_at": res.ended_at,
+        "metrics": res.metrics,
+        "units": res.units(),
+        "settings": res.settings,
+        "lacks": res.lacks,
+        **({"not_numbers": res.not_numbers} if res.not_numbers else {}),
+        **({"validity": res.validity} if res.validity else {}),
+    }
+    dataset = res.settings.get("dataset_id")
+    if isinstance(dataset, str) and dataset:
+        doc["dataset"] = {"id": dataset}
+    rec.run.write_json("metrics.json", json.loads(json.dumps(doc, default=str)))
+    rec.finish(code=0, outcome="ok", store_path=store_path, who="results import")
+    return rec.run.path
+
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "IMPORTED_SCHEMA",
+    "IMPORT_FORMATS",
+    "ImportedResult",
+    "detect",
+    "export_run",
+    "import_file",
+    "read_result_file",
+]
