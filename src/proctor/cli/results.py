@@ -335,7 +335,7 @@ def import_cmd(
     if json_out:
         print_json(rows)
         return
-    for row in rows:
+    for row, (_, res) in zip(rows, done, strict=True):
         console.print(
             f"imported {file.name} ({row['format']}, from {row['tool']}) as run {row['run_id']}:"
             f" {row['metrics']} metrics",
@@ -344,7 +344,7 @@ def import_cmd(
             soft_wrap=True,
         )
         console.print(
-            f"  lacks: {'; '.join(row['lacks'])}", markup=False, highlight=False, soft_wrap=True
+            f"  lacks: {'; '.join(res.lacks)}", markup=False, highlight=False, soft_wrap=True
         )
 
 

@@ -60,18 +60,20 @@ def detect(obj: Any) -> str | None:
     if isinstance(obj.get("run"), dict) and "results" in obj and "uid" in obj["run"]:
         return "br-0.2"
     benchmarks = obj.get("benchmarks")
-    if isinstance(benchmarks, list) and benchmarks and isinstance(benchmarks[0], dict):
-        if "metrics" in benchmarks[0]:
-            return "guidellm"
+    first = benchmarks[0] if isinstance(benchmarks, list) and benchmarks else None
+    if isinstance(first, dict) and "metrics" in first:
+        return "guidellm"
     if isinstance(obj.get("records"), dict) or (
         "input_config" in obj
-        and any(isinstance(v, dict) and "avg" in v and "unit" in v for v in obj.values())
+        and (
+            "records" in obj
+            or any(isinstance(v, dict) and "avg" in v and "unit" in v for v in obj.values())
+        )
     ):
         return "aiperf"
-    if any(k in obj for k in ("mean_ttft_ms", "request_throughput", "output_throughput")):
-        if "mean_e2e_latency_ms" not in obj:  # SGLang's result JSON: results parse reads it
-            return "vllm"
-    return None
+    serving = any(k in obj for k in ("mean_ttft_ms", "request_throughput", "output_throughput"))
+    # SGLang's result JSON (mean_e2e_latency_ms) is no vLLM result: `results parse` reads it
+    return "vllm" if serving and "mean_e2e_latency_ms" not in obj else None
 
 
 def _readers() -> dict[str, Callable[[dict[str, Any], str], list[ImportedResult]]]:

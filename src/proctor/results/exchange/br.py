@@ -214,7 +214,7 @@ def _load(
     config = bench.get("config") if isinstance(bench.get("config"), dict) else None
     if config is None:
         return None
-    dataset = bench.get("dataset") if isinstance(bench.get("dataset"), dict) else {}
+    dataset: dict[str, Any] = bench["dataset"] if isinstance(bench.get("dataset"), dict) else {}
     isl = _seq(config.get("isl"), config.get("range_ratio"))
     standardized: dict[str, Any] = {
         "tool": "proctor" if imported is None else str(imported.get("tool")),
@@ -319,17 +319,21 @@ def read_br(obj: dict[str, Any], source: str) -> list[ImportedResult]:
     load = _object(scenario.get("load"), "scenario.load")
     std = _object(load.get("standardized"), "scenario.load.standardized")
     stack = scenario.get("stack")
-    engines = [
-        c.get("standardized")
-        for c in stack
-        if isinstance(c, dict) and isinstance(c.get("standardized"), dict)
-    ] if isinstance(stack, list) else []
+    engines: list[dict[str, Any]] = (
+        [
+            c["standardized"]
+            for c in stack
+            if isinstance(c, dict) and isinstance(c.get("standardized"), dict)
+        ]
+        if isinstance(stack, list)
+        else []
+    )
     engine = next((e for e in engines if e.get("kind") == "inference_engine"), None)
     model = None
     if engine and isinstance(engine.get("model"), dict):
         model = text(engine["model"].get("name"))
     tool = text(std.get("tool"), 60) or "unknown"
-    keywords = run.get("keywords") if isinstance(run.get("keywords"), list) else []
+    keywords: list[Any] = run["keywords"] if isinstance(run.get("keywords"), list) else []
     res = ImportedResult(
         tool=tool,
         format="br-0.2",
@@ -375,9 +379,7 @@ def read_br(obj: dict[str, Any], source: str) -> list[ImportedResult]:
         stats = _object(throughput.get(field), f"aggregate.throughput.{field}")
         if stats and str(stats.get("units")) in _TO_PER_S:
             res.put(name, stats.get("mean"))
-    res.settings = {
-        k: std[k] for k in ("rate_qps", "concurrency", "stage", "source") if k in std
-    }
+    res.settings = {k: std[k] for k in ("rate_qps", "concurrency", "stage", "source") if k in std}
     res.settings["keywords"] = [str(k)[:60] for k in keywords[:20]]
     verdict = next(
         (str(k).split(":", 1)[1] for k in keywords if str(k).startswith("validity:")), None

@@ -93,6 +93,7 @@ def export_native(run_dir: Path) -> dict[str, Any]:
         settings = metrics_doc["settings"]
     model = parsed.meta.get("model") or parsed.meta.get("model_id")
     doc = ProctorExport(
+        schema="proctor.results.export",
         exported_at=now_iso(),
         result_kind=parsed.kind,
         model=str(model) if model else None,

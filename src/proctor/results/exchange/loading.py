@@ -78,7 +78,9 @@ def _yaml(path: Path, body: str, json_error: str) -> Any:
     except yaml.YAMLError as error:
         where = getattr(error, "problem_mark", None)
         line = f", line {where.line + 1}" if where is not None else ""
-        raise UsageError(f"{path}: neither JSON nor YAML ({json_error}{line})", hint=_HINT) from None
+        raise UsageError(
+            f"{path}: neither JSON nor YAML ({json_error}{line})", hint=_HINT
+        ) from None
     if not isinstance(obj, dict):
         raise UsageError(f"{path}: not JSON ({json_error}), and no YAML mapping", hint=_HINT)
     return _plain(obj)

@@ -86,8 +86,8 @@ class ProctorExport(_Strict):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
 
-    schema_id: Literal["proctor.results.export"] = Field(EXPORT_SCHEMA, alias="schema")
-    schema_version: Literal[1] = EXPORT_VERSION
+    schema_id: Literal["proctor.results.export"] = Field("proctor.results.export", alias="schema")
+    schema_version: Literal[1] = 1
     exported_at: str
     result_kind: str = Field(description="what proctor parsed: proctor-metrics, vllm-json, ...")
     model: str | None = None

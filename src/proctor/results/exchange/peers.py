@@ -93,6 +93,7 @@ _AIPERF_FIXED = {
     "output_token_throughput": "output_throughput",
     "total_token_throughput": "total_token_throughput",
     "request_count": "completed",
+    "completed_request_count": "completed",
     "error_request_count": "failed",
     "benchmark_duration": "duration",
     "total_isl": "total_input_tokens",
@@ -120,12 +121,8 @@ def _aiperf_entries(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def read_aiperf(obj: dict[str, Any], source: str) -> list[ImportedResult]:
     """AIPerf's profile_export_aiperf.json."""
-    config = obj.get("input_config") if isinstance(obj.get("input_config"), dict) else {}
-    assert isinstance(config, dict)
-    endpoint = config.get("endpoint") if isinstance(config.get("endpoint"), dict) else {}
-    assert isinstance(endpoint, dict)
-    names = endpoint.get("model_names")
-    model = text(names[0]) if isinstance(names, list) and names else None
+    config = _dict(obj.get("input_config"))
+    model = _aiperf_model(config)
     res = ImportedResult(
         tool="aiperf",
         format="aiperf",
@@ -135,7 +132,8 @@ def read_aiperf(obj: dict[str, Any], source: str) -> list[ImportedResult]:
         started_at=text(obj.get("start_time"), 40),
         ended_at=text(obj.get("end_time"), 40),
     )
-    for tag, entry in _aiperf_entries(obj).items():
+    entries = _aiperf_entries(obj)
+    for tag, entry in entries.items():
         unit = str(entry.get("unit") or "")
         kind = _AIPERF_KIND.get(tag)
         if kind is not None:
@@ -149,19 +147,15 @@ def read_aiperf(obj: dict[str, Any], source: str) -> list[ImportedResult]:
                     res.put(f"{_STAT_NAME.get(stat, stat)}_{kind}_ms", value * scale)
             continue
         name = _AIPERF_FIXED.get(tag)
-        if name is None:
-            continue
+        if name is None or (tag == "request_count" and "completed_request_count" in entries):
+            continue  # later AIPerf counts completed requests under their own tag
         value = entry.get("avg")
-        if name == "duration" and number(value) is not None:
-            value = float(value) * _TO_S.get(unit, 1.0)
+        seconds = number(value)
+        if name == "duration" and seconds is not None:
+            value = seconds * _TO_S.get(unit, 1.0)
         res.put(name, value)
-    loadgen = config.get("loadgen") if isinstance(config.get("loadgen"), dict) else {}
-    assert isinstance(loadgen, dict)
-    res.settings = {
-        k: v for k, v in loadgen.items() if isinstance(v, (str, int, float, bool)) or v is None
-    }
-    if isinstance(config.get("cli_command"), str):  # may carry an API key: redacted
-        res.settings["command"] = redact_data(config["cli_command"])
+    res.settings = _aiperf_settings(obj, config)
+    res.put("max_concurrency", res.settings.get("concurrency"))
     errors = obj.get("error_summary")
     if isinstance(errors, list) and errors:
         res.settings["errors"] = redact_data(errors[:10])
@@ -177,18 +171,52 @@ def read_aiperf(obj: dict[str, Any], source: str) -> list[ImportedResult]:
     return [_require_metrics(res, source, "AIPerf export")]
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _aiperf_model(config: dict[str, Any]) -> str | None:
+    """The model: `models.items[].name` (AIPerf 0.13) or `endpoint.model_names` (earlier)."""
+    items = _dict(config.get("models")).get("items")
+    if isinstance(items, list) and items and isinstance(items[0], dict):
+        return text(items[0].get("name"))
+    names = _dict(config.get("endpoint")).get("model_names")
+    return text(names[0]) if isinstance(names, list) and names else None
+
+
+def _aiperf_settings(obj: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The load asked for: `phases` (0.13) or `loadgen` (earlier), the lengths asked, and
+    the command (redacted: it may carry an API key)."""
+    plain = (str, int, float, bool)
+    out: dict[str, Any] = {}
+    phases = config.get("phases")
+    source = (
+        next((p for p in phases if isinstance(p, dict) and p.get("kind") == "profiling"), None)
+        if isinstance(phases, list)
+        else None
+    )
+    for key, value in _dict(source or config.get("loadgen")).items():
+        if isinstance(value, plain):
+            out[key] = value
+    datasets = config.get("datasets")
+    if isinstance(datasets, list) and datasets and isinstance(datasets[0], dict):
+        prompts = _dict(datasets[0].get("prompts"))
+        for key in ("isl", "osl"):
+            mean = number(_dict(prompts.get(key)).get("mean"))
+            if mean is not None:
+                out[f"{key}_mean"] = mean
+    command = _dict(obj.get("run_info")).get("cli_command") or config.get("cli_command")
+    if isinstance(command, str):
+        out["command"] = redact_data(command[:2000])
+    return out
+
+
 # -- GuideLLM ------------------------------------------------------------------------------
 _GL_KIND = {
     "time_to_first_token_ms": ("ttft", 1.0),
     "inter_token_latency_ms": ("tpot", 1.0),
     "time_per_output_token_ms": ("tpot_all", 1.0),
     "request_latency": ("e2el", 1e3),
-}
-_GL_RATE = {
-    "requests_per_second": "request_throughput",
-    "output_tokens_per_second": "output_throughput",
-    "tokens_per_second": "total_token_throughput",
-    "prompt_tokens_per_second": "input_throughput",
 }
 _GL_PCT = re.compile(r"^p(\d+)$")
 
@@ -231,26 +259,31 @@ def _gl_successful(metric: Any) -> Any:
 
 
 def read_guidellm(obj: dict[str, Any], source: str) -> list[ImportedResult]:
-    """GuideLLM's benchmarks JSON (`guidellm benchmark --output-path benchmarks.json`)."""
+    """GuideLLM's benchmarks JSON (`guidellm run ... --output kind=json`; `benchmark` before)."""
     benchmarks = obj.get("benchmarks")
     if not isinstance(benchmarks, list) or not benchmarks:
         raise UsageError(f"{source}: GuideLLM file without benchmarks", hint=_FIX_FILE)
-    version = None
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        version = text(meta.get("guidellm_version"), 40)
-    out: list[ImportedResult] = []
-    for index, bench in enumerate(benchmarks):
+    version = text(_dict(obj.get("metadata")).get("guidellm_version"), 40)
+    backend = _dict(_dict(_dict(obj.get("config")).get("spec")).get("backend"))
+    model = text(backend.get("model"))
+    for index, bench in enumerate(benchmarks):  # every shape first: all imported or none
         if not isinstance(bench, dict) or not isinstance(bench.get("metrics"), dict):
             raise UsageError(
                 f"{source}: benchmarks[{index}] has no `metrics` object", hint=_FIX_FILE
             )
-        out.append(_guidellm_one(bench, index, len(benchmarks), version, source))
-    return out
+    return [
+        _guidellm_one(bench, index, len(benchmarks), version, model, source)
+        for index, bench in enumerate(benchmarks)
+    ]
 
 
 def _guidellm_one(
-    bench: dict[str, Any], index: int, count: int, version: str | None, source: str
+    bench: dict[str, Any],
+    index: int,
+    count: int,
+    version: str | None,
+    model: str | None,
+    source: str,
 ) -> ImportedResult:
     metrics = bench["metrics"]
     strategy = _gl_strategy(bench)
@@ -259,33 +292,46 @@ def _guidellm_one(
         format="guidellm",
         tool_version=version,
         name=f"guidellm-{index + 1}of{count}-{strategy.get('type_') or 'benchmark'}",
+        model=model or _gl_model(bench),
     )
     for key, (kind, scale) in _GL_KIND.items():
         if kind == "tpot_all":
             continue  # GuideLLM's TPOT counts the first token in: no vLLM equivalent
         for stat, value in _gl_stats(_gl_successful(metrics.get(key))).items():
             res.put(f"{stat}_{kind}_ms", value * scale)
-    for key, name in _GL_RATE.items():
-        stats = _gl_stats(_gl_successful(metrics.get(key)))
-        if "mean" in stats:
-            res.put(name, stats["mean"])
-    totals = metrics.get("request_totals") or bench.get("request_totals")
-    if isinstance(totals, dict):
-        res.put("completed", totals.get("successful"))
-        failed = [number(totals.get(k)) for k in ("errored", "incomplete")]
-        if any(v is not None for v in failed):
-            res.put("failed", sum(v for v in failed if v is not None))
-    for key, name in (("prompt_token_count", "total_input_tokens"),
-                      ("output_token_count", "total_output_tokens")):
-        successful = _gl_successful(metrics.get(key))
-        if isinstance(successful, dict):
-            res.put(name, successful.get("total_sum"))
-    res.put("duration", bench.get("duration") if "duration" in bench else _gl_duration(bench))
+    totals = _dict(metrics.get("request_totals") or bench.get("request_totals"))
+    completed = number(totals.get("successful"))
+    res.put("completed", completed)
+    failed = [number(totals.get(k)) for k in ("errored", "incomplete")]
+    if any(v is not None for v in failed):
+        res.put("failed", sum(v for v in failed if v is not None))
+    tokens = {}
+    for key, name in (
+        ("prompt_token_count", "total_input_tokens"),
+        ("output_token_count", "total_output_tokens"),
+    ):
+        tokens[name] = number(_dict(_gl_successful(metrics.get(key))).get("total_sum"))
+        res.put(name, tokens[name])
+    duration = number(bench.get("duration")) or _gl_duration(bench)
+    res.put("duration", duration)
+    # Throughputs as vLLM and proctor define them (totals over the measured duration);
+    # GuideLLM's requests_per_second is a mean of instantaneous rates, kept as a setting.
+    if duration and completed is not None:
+        res.put("request_throughput", completed / duration)
+        inp, out = tokens["total_input_tokens"], tokens["total_output_tokens"]
+        if out is not None:
+            res.put("output_throughput", out / duration)
+        if inp is not None:
+            res.put("input_throughput", inp / duration)
+        if inp is not None and out is not None:
+            res.put("total_token_throughput", (inp + out) / duration)
     res.started_at = _epoch_iso(bench.get("start_time"))
     res.ended_at = _epoch_iso(bench.get("end_time"))
-    model = _gl_model(bench)
-    res.model = model
     res.settings = {k: v for k, v in strategy.items() if isinstance(v, (str, int, float))}
+    res.put("max_concurrency", strategy.get("max_concurrency"))
+    rps = _gl_stats(_gl_successful(metrics.get("requests_per_second"))).get("mean")
+    if rps is not None:
+        res.settings["guidellm_requests_per_second_mean"] = rps
     res.lacks = [
         *ALWAYS_LACKS,
         *([] if version else ["GuideLLM version (this file does not record it)"]),
