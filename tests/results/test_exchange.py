@@ -428,3 +428,30 @@ def test_export_refusals(isolated_runs: Path, tmp_path: Path) -> None:
     (row,) = imported(isolated_runs, VLLM_RESULT)
     r = proctor("results", "export", row["run_id"], "--format", "csv")
     assert r.returncode == 64 and "unknown export format" in r.stderr, r.stderr
+
+
+def test_a_failure_mid_import_leaves_no_half_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk (or Ctrl-C) while the run is written: its directory is removed, not left
+    as a run that never ended."""
+    import errno
+
+    from proctor.record.imported import import_file
+    from proctor.record.rundir import RunDir
+
+    real = RunDir.write_json
+
+    def full_disk(self: RunDir, filename: str, data: dict[str, Any], mask: bool = True) -> None:
+        if filename == "metrics.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, filename, data, mask)
+
+    monkeypatch.setattr(RunDir, "write_json", full_disk)
+    runs = tmp_path / "runs"
+    with pytest.raises(OSError, match="No space"):
+        import_file(VLLM_RESULT, runs, None)
+    assert runs_in(runs) == set()
+    monkeypatch.setattr(RunDir, "write_json", real)
+    ((path, res),) = import_file(VLLM_RESULT, runs, None)
+    assert runs_in(runs) == {path.name} and res.tool == "vllm"

@@ -310,7 +310,7 @@ def import_cmd(
     metrics take proctor's names and units, so `runs compare` and `check` work across tools.
     Each run says which tool it came from and what it lacks. Exit 64, one line, for a file
     that is none of them (not UTF-8, not JSON, the wrong shape, over 64 MiB)."""
-    from proctor.results.exchange import import_file
+    from proctor.record.imported import import_file
     from proctor.spec.config import load_config
     from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 

@@ -6,10 +6,10 @@
                                        GuideLLM benchmarks JSON, AIPerf profile export,
                                        a Benchmark Report (JSON or YAML), a proctor export;
                                        the format found from the file unless `fmt` forces it
-    import_file(path, runs_dir, store_path, fmt=None) -> [run directory]
-                                       each result a run of its own, kind "imported"
 
-An imported run is an ordinary run directory written by the one Recorder: record.json (kind
+Pure functions of files, like the rest of `results`; writing an imported run is the record
+layer's (`proctor.record.imported.import_file`). An imported run is an ordinary run directory
+written by the one Recorder: record.json (kind
 "imported", `imported`: the tool, format, the file's name and sha256, what it lacks),
 metrics.json (`schema: proctor.imported.metrics`, proctor's metric names and units), the
 original file, exit_code 0, manifest.sha256 and the store row; so `runs list`, `runs
@@ -18,8 +18,6 @@ compare` and `check` treat it as any result.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -111,86 +109,6 @@ def read_result_file(path: Path, fmt: str | None = None) -> tuple[str, list[Impo
     return found, _readers()[found](obj, str(path))
 
 
-def import_file(
-    path: Path, runs_dir: Path, store_path: str | Path | None, fmt: str | None = None
-) -> list[tuple[Path, ImportedResult]]:
-    """Each result in `path` as an imported run under `runs_dir` (indexed in the store)."""
-    from proctor.results.exchange.loading import read_all
-
-    found, results = read_result_file(path, fmt)
-    raw = read_all(path)
-    digest = hashlib.sha256(raw).hexdigest()
-    return [
-        (_write_run(res, found, path, raw, digest, runs_dir, store_path, i, len(results)), res)
-        for i, res in enumerate(results)
-    ]
-
-
-def _write_run(
-    res: ImportedResult,
-    fmt: str,
-    path: Path,
-    raw: bytes,
-    digest: str,
-    runs_dir: Path,
-    store_path: str | Path | None,
-    index: int,
-    count: int,
-) -> Path:
-    from proctor.record.recorder import Recorder
-    from proctor.version import __version__
-
-    rec = Recorder.create(runs_dir)
-    suffix = path.suffix if path.suffix in (".json", ".yaml", ".yml") else ".json"
-    copy = f"imported-{fmt}{suffix}"
-    imported = {
-        "tool": res.tool,
-        "format": fmt,
-        "tool_version": res.tool_version,
-        "file": path.name,
-        "sha256": digest,
-        "copy": copy,
-        "lacks": res.lacks,
-        **({"part": f"{index + 1} of {count}"} if count > 1 else {}),
-        "measured_started_at": res.started_at,
-        "measured_ended_at": res.ended_at,
-    }
-    rec.start(
-        {
-            "kind": "imported",
-            "name": res.name,
-            "argv": ["proctor", "results", "import", path.name, "--format", fmt],
-            "proctor_version": __version__,
-            "target": {"kind": "local"},
-            "imported": imported,
-            "outcome": "running",
-        }
-    )
-    (rec.run.path / copy).write_bytes(raw)
-    doc: dict[str, Any] = {
-        "schema": IMPORTED_SCHEMA,
-        "schema_version": 1,
-        "tool": res.tool,
-        "format": fmt,
-        "tool_version": res.tool_version,
-        "model": res.model,
-        "started_at": res.started_at,
-        "finished_at": res.ended_at,
-        "metrics": res.metrics,
-        "units": res.units(),
-        "settings": res.settings,
-        "lacks": res.lacks,
-        **({"not_numbers": res.not_numbers} if res.not_numbers else {}),
-        **({"validity": res.validity} if res.validity else {}),
-    }
-    dataset = res.settings.get("dataset_id")
-    if isinstance(dataset, str) and dataset:
-        doc["dataset"] = {"id": dataset}
-    rec.run.write_json("metrics.json", json.loads(json.dumps(doc, default=str)))
-    rec.finish(code=0, outcome="ok", store_path=store_path, who="results import")
-    return rec.run.path
-
-
 __all__ = [
     "EXPORT_FORMATS",
     "IMPORTED_SCHEMA",
@@ -198,6 +116,5 @@ __all__ = [
     "ImportedResult",
     "detect",
     "export_run",
-    "import_file",
     "read_result_file",
 ]

@@ -4,13 +4,13 @@ proctor export back."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from proctor.errors import UsageError
-from proctor.record.finish import now_iso
 from proctor.results.exchange.model import ImportedResult, number
 from proctor.results.exchange.native import (
     ExportIdentity,
@@ -94,7 +94,7 @@ def export_native(run_dir: Path) -> dict[str, Any]:
     model = parsed.meta.get("model") or parsed.meta.get("model_id")
     doc = ProctorExport(
         schema="proctor.results.export",
-        exported_at=now_iso(),
+        exported_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         result_kind=parsed.kind,
         model=str(model) if model else None,
         run=ExportRun(
