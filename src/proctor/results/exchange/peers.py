@@ -335,7 +335,7 @@ def _guidellm_one(
     res.lacks = [
         *ALWAYS_LACKS,
         *([] if version else ["GuideLLM version (this file does not record it)"]),
-        "vLLM's per-chunk ITL (GuideLLM's inter-token latency is per token: read as TPOT)",
+        "vLLM's per-chunk ITL (GuideLLM's inter-token latency is per token, read as TPOT)",
     ]
     return _require_metrics(res, f"{source} benchmarks[{index}]", "GuideLLM benchmark")
 
