@@ -101,7 +101,7 @@ def _fill_run(
         "model": res.model,
         "started_at": res.started_at,
         "finished_at": res.ended_at,
-        "metrics": res.metrics,
+        "metrics": res.metrics_doc(),
         "units": res.units(),
         "settings": res.settings,
         "lacks": res.lacks,

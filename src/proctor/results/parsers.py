@@ -244,19 +244,22 @@ def _gsm8k_metrics(obj: dict[str, Any], path: str | None) -> ParsedResult:
 
 
 def _flat_metrics(obj: dict[str, Any], kind: str, path: str | None) -> ParsedResult:
-    """proctor's flat metrics.json ({"metrics": {name: value | {value, unit, stderr}}})."""
+    """proctor's flat metrics.json ({"metrics": {name: value | {value, unit, stderr, n}}})."""
     res = ParsedResult(kind=kind, path=path)
     units = obj.get("units") if isinstance(obj.get("units"), dict) else {}
     assert isinstance(units, dict)
     for name, value in (obj.get("metrics") or {}).items():
-        stderr = None
+        stderr = n = None
         unit = units.get(name)
         if isinstance(value, dict):
-            unit, stderr, value = value.get("unit", unit), value.get("stderr"), value.get("value")
+            unit, stderr, n = value.get("unit", unit), value.get("stderr"), value.get("n")
+            value = value.get("value")
         if _finite(value):
             res.add(str(name), value, float(stderr) if _finite(stderr) else None)
             if isinstance(unit, str) and unit:
                 res.metrics[str(name)].unit = unit
+            if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+                res.metrics[str(name)].n = n  # repeats behind the stderr (an imported export)
     for key in ("status", "engine", "model", "exit_code", "wall_time_s"):
         if obj.get(key) is not None:
             res.meta[key] = obj[key]

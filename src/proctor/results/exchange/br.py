@@ -308,7 +308,8 @@ def _object(obj: Any, path: str) -> dict[str, Any]:
 
 def read_br(obj: dict[str, Any], source: str) -> list[ImportedResult]:
     """A Benchmark Report v0.2 (JSON or YAML, already loaded) as one imported result."""
-    version = str(obj.get("version") or "")
+    # No version: the schema's default (0.2.1) applies
+    version = str(obj.get("version") or BR_VERSION)
     if not version.startswith("0.2"):
         raise UsageError(
             f"{source}: Benchmark Report version {version[:20]!r} is not v0.2",

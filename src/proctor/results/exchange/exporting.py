@@ -170,6 +170,10 @@ def read_native(obj: dict[str, Any], source: str) -> list[ImportedResult]:
     )
     for metric in doc.metrics:
         res.put(metric.name, metric.value)
+        if metric.stderr is not None and metric.name in res.metrics:
+            res.stderr[metric.name] = metric.stderr
+            if metric.n is not None and metric.n > 1:
+                res.repeats[metric.name] = metric.n
     res.settings = dict(doc.settings)
     if doc.identity.dataset:
         res.settings["dataset_id"] = doc.identity.dataset

@@ -35,6 +35,9 @@ class ImportedResult(BaseModel):
     # Values the file gives that are no number (NaN, text): left out, named here.
     not_numbers: dict[str, str] = Field(default_factory=dict)
     validity: dict[str, Any] | None = None  # only a proctor export carries one
+    # Standard errors and repeats behind a metric (a proctor export of bench --repeat)
+    stderr: dict[str, float] = Field(default_factory=dict)
+    repeats: dict[str, int] = Field(default_factory=dict)
 
     def put(self, name: str, value: Any) -> None:
         """A metric, if `value` is a finite number (never a bool); else named in not_numbers."""
@@ -55,6 +58,18 @@ class ImportedResult(BaseModel):
 
     def units(self) -> dict[str, str]:
         return {name: metric_info(name).unit for name in self.metrics}
+
+    def metrics_doc(self) -> dict[str, Any]:
+        """metrics.json's `metrics`: a number, or {value, stderr, n} where noise is known."""
+        out: dict[str, Any] = {}
+        for name, value in self.metrics.items():
+            if name in self.stderr:
+                out[name] = {"value": value, "stderr": self.stderr[name]}
+                if name in self.repeats:
+                    out[name]["n"] = self.repeats[name]
+            else:
+                out[name] = value
+        return out
 
 
 def number(value: Any) -> float | None:
