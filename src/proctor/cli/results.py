@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -318,7 +319,7 @@ def import_cmd(
     runs = Path(resolve_runs_dir(runs_dir, config).value)
     store = resolve_store_path(config, runs).value
     done = import_file(file, runs, store, None if fmt == "auto" else fmt)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "run_id": path.name,
             "dir": str(path),
@@ -329,6 +330,7 @@ def import_cmd(
             "metrics": len(res.metrics),
             "lacks": res.lacks,
             "not_numbers": res.not_numbers,
+            "validity": _validity_of(path),
         }
         for path, res in done
     ]
@@ -346,6 +348,24 @@ def import_cmd(
         console.print(
             f"  lacks: {'; '.join(res.lacks)}", markup=False, highlight=False, soft_wrap=True
         )
+        validity = row["validity"] or {}
+        reasons = "; ".join(validity.get("reasons") or [])
+        console.print(
+            f"  validity: {validity.get('verdict')}" + (f" ({reasons})" if reasons else ""),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _validity_of(run_dir: Path) -> dict[str, Any] | None:
+    """The validity section an imported run's metrics.json holds."""
+    try:
+        doc = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    validity = doc.get("validity") if isinstance(doc, dict) else None
+    return validity if isinstance(validity, dict) else None
 
 
 def _run_path(ref: str | Path, runs_dir: str | None) -> Path:

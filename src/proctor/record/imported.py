@@ -15,6 +15,7 @@ from typing import Any
 
 from proctor.record.recorder import Recorder
 from proctor.results.exchange import IMPORTED_SCHEMA, ImportedResult, read_result_file
+from proctor.results.exchange.judge import judge_imported
 from proctor.results.exchange.loading import read_all
 
 
@@ -106,7 +107,8 @@ def _fill_run(
         "settings": res.settings,
         "lacks": res.lacks,
         **({"not_numbers": res.not_numbers} if res.not_numbers else {}),
-        **({"validity": res.validity} if res.validity else {}),
+        # a proctor export's own verdict; else proctor's rules on the figures (judge.py)
+        "validity": res.validity or judge_imported(res),
     }
     dataset = res.settings.get("dataset_id")
     if isinstance(dataset, str) and dataset:

@@ -386,7 +386,7 @@ def read_br(obj: dict[str, Any], source: str) -> list[ImportedResult]:
         (str(k).split(":", 1)[1] for k in keywords if str(k).startswith("validity:")), None
     )
     res.lacks = [
-        f"validity verdict (the report says {verdict}; proctor did not watch the run)"
+        f"a full validity verdict (the report says {verdict}; proctor did not watch the run)"
         if verdict
         else ALWAYS_LACKS[0],
         *ALWAYS_LACKS[1:],

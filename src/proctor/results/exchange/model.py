@@ -11,7 +11,8 @@ from proctor.results.names import metric_info
 
 #: What every imported result lacks, whatever the tool: proctor did not run or watch it.
 ALWAYS_LACKS = (
-    "validity verdict (proctor did not watch the run)",
+    "a full validity verdict (proctor did not watch the run: only errors, request count and"
+    " window are judged)",
     "source identity of the engine",
     "run record of the server (engine args, GPU, logs)",
 )
