@@ -105,6 +105,13 @@ RECORDS: dict[str, dict[str, Any]] = {
         "target": {"kind": "runpod", "pod_id": "p"},
         "remote_dir": "/ws/x",
     },
+    "imported": {
+        "kind": "imported",
+        "name": "vllm-bench-smollm2",
+        "outcome": "ok",
+        "exit": {"code": 0, "signal": None, "decided_by": "proctor"},
+        "imported": {"tool": "vllm", "format": "vllm", "sha256": "ab", "lacks": ["gpu"]},
+    },
     # Version 1 (upgraded on read) and records a crash left half-written.
     "v1-command": {**LAUNCHED, "schema_version": 1, "kind": "command"},
     "v1-no-kind": {"schema_version": 1, "name": "old", "argv": ["ls"]},

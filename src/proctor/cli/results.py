@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -10,7 +12,7 @@ from rich.table import Table
 from proctor.cli.helptext import JSON_HELP, REF_FORMS, RUNS_DIR_HELP
 from proctor.cli.output import console, err_console, print_json
 from proctor.cli.runs_compare import ALLOW, ALLOW_HELP
-from proctor.errors import NotAuthorised, Regression, ResultUnknown
+from proctor.errors import NotAuthorised, Regression, ResultUnknown, UsageError
 from proctor.results import PerfBaseline, check, compare, load_baseline, parse_path, worst_status
 from proctor.results.identity import FIELDS, identity_of, mismatches
 from proctor.results.model import ParsedResult
@@ -189,6 +191,15 @@ def _warn_untrusted(side: str, path: Path, res: ParsedResult) -> None:
             markup=False,
             highlight=False,
         )
+    if res.kind == "imported":  # another tool's figures: say what proctor could not check
+        lacks = res.meta.get("lacks") or []
+        err_console.print(
+            f"proctor: note: {side} ({path.name}) was imported from"
+            f" {res.meta.get('imported_from')}; it lacks: {'; '.join(map(str, lacks[:3]))}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     for name, value in (res.meta.get("not_numbers") or {}).items():
         err_console.print(
             f"proctor: warning: {side} gives {name} as {value}, not a number",
@@ -251,6 +262,118 @@ def compare_cmd(
             r.assessment,
         )
     console.print(table)
+
+
+_EXPORT_HELP = (
+    "br-0.2: llm-d's Benchmark Report v0.2 (version 0.2.1 of its schema); proctor: proctor's"
+    " own export (schema proctor.results.export, committed in the package)."
+)
+
+
+@app.command("export")
+def export_cmd(
+    run: str = typer.Argument(..., help="Run id, 'last' or a run directory."),
+    fmt: str = typer.Option("proctor", "--format", help=_EXPORT_HELP),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write the export to this file (default: stdout)."
+    ),
+    runs_dir: str | None = typer.Option(None, "--runs-dir"),
+) -> None:
+    """Write a run's result in a public schema: `--format br-0.2` for llm-d-benchmark and
+    llm-d-prism, `--format proctor` for proctor's own versioned export. Exit 64 for an
+    unknown format, a run that is no run directory, or (br-0.2) a run with no serving
+    metrics."""
+    from proctor.record.rundir import write_atomic
+    from proctor.results.exchange import export_run
+
+    doc = export_run(_run_path(run, runs_dir), fmt)
+    if output is None:
+        print_json(doc)
+        return
+    from proctor import redact
+
+    try:
+        text = json.dumps(redact.data(doc), indent=2, allow_nan=False) + "\n"
+        write_atomic(output, text, mask=False)
+    except OSError as error:
+        raise UsageError(
+            f"cannot write {output}: {error.strerror}", hint="give a writable --output path"
+        ) from None
+    err_console.print(f"proctor: wrote {fmt} export to {output}", markup=False, highlight=False)
+
+
+_IMPORT_HELP = "auto (default), vllm, guidellm, aiperf, br-0.2 or proctor."
+
+
+@app.command("import")
+def import_cmd(
+    file: Path = typer.Argument(..., help="The other tool's result file."),
+    fmt: str = typer.Option("auto", "--format", help=_IMPORT_HELP),
+    runs_dir: str | None = typer.Option(None, "--runs-dir"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Read another tool's result into the store as a run of its own (kind "imported"):
+    vLLM's `bench serve --save-result` JSON, GuideLLM's benchmarks JSON (one run per
+    benchmark), AIPerf's profile_export_aiperf.json, an llm-d Benchmark Report v0.2 (JSON or
+    YAML) or a proctor export. The format is found from the file (--format forces one);
+    metrics take proctor's names and units, so `runs compare` and `check` work across tools.
+    Each run says which tool it came from and what it lacks. Exit 64, one line, for a file
+    that is none of them (not UTF-8, not JSON, the wrong shape, over 64 MiB)."""
+    from proctor.record.imported import import_file
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import resolve_runs_dir, resolve_store_path
+
+    config = load_config()
+    runs = Path(resolve_runs_dir(runs_dir, config).value)
+    store = resolve_store_path(config, runs).value
+    done = import_file(file, runs, store, None if fmt == "auto" else fmt)
+    rows: list[dict[str, Any]] = [
+        {
+            "run_id": path.name,
+            "dir": str(path),
+            "tool": res.tool,
+            "format": res.format,
+            "tool_version": res.tool_version,
+            "model": res.model,
+            "metrics": len(res.metrics),
+            "lacks": res.lacks,
+            "not_numbers": res.not_numbers,
+            "validity": _validity_of(path),
+        }
+        for path, res in done
+    ]
+    if json_out:
+        print_json(rows)
+        return
+    for row, (_, res) in zip(rows, done, strict=True):
+        console.print(
+            f"imported {file.name} ({row['format']}, from {row['tool']}) as run {row['run_id']}:"
+            f" {row['metrics']} metrics",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        console.print(
+            f"  lacks: {'; '.join(res.lacks)}", markup=False, highlight=False, soft_wrap=True
+        )
+        validity = row["validity"] or {}
+        reasons = "; ".join(validity.get("reasons") or [])
+        console.print(
+            f"  validity: {validity.get('verdict')}" + (f" ({reasons})" if reasons else ""),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _validity_of(run_dir: Path) -> dict[str, Any] | None:
+    """The validity section an imported run's metrics.json holds."""
+    try:
+        doc = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    validity = doc.get("validity") if isinstance(doc, dict) else None
+    return validity if isinstance(validity, dict) else None
 
 
 def _run_path(ref: str | Path, runs_dir: str | None) -> Path:

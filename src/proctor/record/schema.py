@@ -13,6 +13,8 @@ host, times, outcome, exit, events) and the schema version (record/version.py):
     sweep                        SweepRecord      `proctor sweep` (+ `concurrencies`, `points`)
     remote                       RemoteRecord     a run on a far target, before its record is
                                                   fetched (+ `remote_dir`)
+    imported                     ImportedRecord   a result another tool measured, read by
+                                                  `proctor results import` (+ `imported`)
 
 Records are open (extra fields allowed): a kind may carry facts its model does not name.
 `parse_record` reads any version this proctor knows (older ones are upgraded first) into the
@@ -305,6 +307,16 @@ class RemoteRecord(RecordCore):
     remote_dir: str | None = None
 
 
+class ImportedRecord(RecordCore):
+    """A result another tool measured (vLLM, GuideLLM, AIPerf, a Benchmark Report), read into
+    a run of its own by `proctor results import` (results/exchange/): no process of it ran
+    under proctor. `imported`: the tool, its version where the file says it, the file's name
+    and sha256, the format, and what the result lacks that a proctor bench records."""
+
+    kind: Literal["imported"] = "imported"
+    imported: dict[str, Any] = Field(default_factory=dict)
+
+
 AnyRecord = Annotated[
     CommandRecord
     | ServerRecord
@@ -313,7 +325,8 @@ AnyRecord = Annotated[
     | SlurmNodeRecord
     | FlowRecord
     | SweepRecord
-    | RemoteRecord,
+    | RemoteRecord
+    | ImportedRecord,
     Field(discriminator="kind"),
 ]
 MODELS: dict[str, type[RecordCore]] = {
@@ -328,6 +341,7 @@ MODELS: dict[str, type[RecordCore]] = {
     "flow": FlowRecord,
     "sweep": SweepRecord,
     "remote": RemoteRecord,
+    "imported": ImportedRecord,
 }
 #: Back-compatible name: the record of a launched (wrapper-run) command.
 RunRecord = LaunchedRecord
@@ -497,6 +511,7 @@ __all__ = [
     "FlowStep",
     "FlowWorkloadRun",
     "HostInfo",
+    "ImportedRecord",
     "LaunchedRecord",
     "Outcome",
     "ProcessRef",

@@ -3,7 +3,8 @@
 Understood: the printed `Serving Benchmark Result` block of vLLM, SGLang and ATOM (labels
 matched case-insensitively; the last block in a log wins) and SGLang's `Offline Throughput
 Benchmark Result` block, vLLM/ATOM result JSON, SGLang result JSON or JSONL (last line),
-proctor's metrics.json (bench, GSM8K, offline), lm-eval's results JSON and the table it prints.
+proctor's metrics.json (bench, GSM8K, offline, an imported result), lm-eval's results JSON and
+the table it prints.
 """
 
 from __future__ import annotations
@@ -243,19 +244,22 @@ def _gsm8k_metrics(obj: dict[str, Any], path: str | None) -> ParsedResult:
 
 
 def _flat_metrics(obj: dict[str, Any], kind: str, path: str | None) -> ParsedResult:
-    """proctor's flat metrics.json ({"metrics": {name: value | {value, unit, stderr}}})."""
+    """proctor's flat metrics.json ({"metrics": {name: value | {value, unit, stderr, n}}})."""
     res = ParsedResult(kind=kind, path=path)
     units = obj.get("units") if isinstance(obj.get("units"), dict) else {}
     assert isinstance(units, dict)
     for name, value in (obj.get("metrics") or {}).items():
-        stderr = None
+        stderr = n = None
         unit = units.get(name)
         if isinstance(value, dict):
-            unit, stderr, value = value.get("unit", unit), value.get("stderr"), value.get("value")
+            unit, stderr, n = value.get("unit", unit), value.get("stderr"), value.get("n")
+            value = value.get("value")
         if _finite(value):
             res.add(str(name), value, float(stderr) if _finite(stderr) else None)
             if isinstance(unit, str) and unit:
                 res.metrics[str(name)].unit = unit
+            if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+                res.metrics[str(name)].n = n  # repeats behind the stderr (an imported export)
     for key in ("status", "engine", "model", "exit_code", "wall_time_s"):
         if obj.get(key) is not None:
             res.meta[key] = obj[key]
@@ -286,6 +290,18 @@ def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
         return _gsm8k_metrics(obj, path)
     if obj.get("kind") == "offline" and str(schema).startswith("proctor."):
         return _flat_metrics(obj, "offline", path)
+    if schema == "proctor.imported.metrics":  # `proctor results import` (results/exchange/)
+        res = _flat_metrics(obj, "imported", path)
+        res.meta.update(
+            imported_from=obj.get("tool"),
+            format=obj.get("format"),
+            lacks=obj.get("lacks") if isinstance(obj.get("lacks"), list) else [],
+        )
+        if isinstance(obj.get("validity"), dict):
+            res.meta["validity"] = obj["validity"]
+        if isinstance(obj.get("not_numbers"), dict):
+            res.meta["not_numbers"] = obj["not_numbers"]
+        return res
     if obj.get("schema") == "proctor.bench.metrics":
         res = _serving_json(obj.get("metrics") or {}, "proctor-metrics", path)
         res.meta.update(
