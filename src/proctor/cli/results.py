@@ -272,17 +272,18 @@ _EXPORT_HELP = (
 
 @app.command("export")
 def export_cmd(
-    run: str = typer.Argument(..., help="Run id, 'last' or a run directory."),
+    run: str = typer.Argument(..., help=f"The run to export: {REF_FORMS}."),
     fmt: str = typer.Option("proctor", "--format", help=_EXPORT_HELP),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write the export to this file (default: stdout)."
     ),
-    runs_dir: str | None = typer.Option(None, "--runs-dir"),
+    runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
 ) -> None:
-    """Write a run's result in a public schema: `--format br-0.2` for llm-d-benchmark and
-    llm-d-prism, `--format proctor` for proctor's own versioned export. Exit 64 for an
-    unknown format, a run that is no run directory, or (br-0.2) a run with no serving
-    metrics."""
+    """Write a run's result in a public schema (llm-d's, proctor's).
+
+    `--format br-0.2` for llm-d-benchmark and llm-d-prism, `--format proctor` for proctor's own
+    versioned export. Exit 64 for an unknown format, a run that is no run directory, or
+    (br-0.2) a run with no serving metrics."""
     from proctor.record.rundir import write_atomic
     from proctor.results.exchange import export_run
 
@@ -309,11 +310,12 @@ _IMPORT_HELP = "auto (default), vllm, guidellm, aiperf, br-0.2 or proctor."
 def import_cmd(
     file: Path = typer.Argument(..., help="The other tool's result file."),
     fmt: str = typer.Option("auto", "--format", help=_IMPORT_HELP),
-    runs_dir: str | None = typer.Option(None, "--runs-dir"),
-    json_out: bool = typer.Option(False, "--json"),
+    runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Read another tool's result into the store as a run of its own (kind "imported"):
-    vLLM's `bench serve --save-result` JSON, GuideLLM's benchmarks JSON (one run per
+    """Read another tool's result into the store as a run of its own.
+
+    The run's kind is "imported". Read: vLLM's `bench serve --save-result` JSON, GuideLLM's benchmarks JSON (one run per
     benchmark), AIPerf's profile_export_aiperf.json, an llm-d Benchmark Report v0.2 (JSON or
     YAML) or a proctor export. The format is found from the file (--format forces one);
     metrics take proctor's names and units, so `runs compare` and `check` work across tools.
