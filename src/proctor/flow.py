@@ -558,10 +558,10 @@ class Flow:
 def resume_flow(
     ref: str, config: ProjectConfig, runs_dir: str | None, say: Callable[[str], None]
 ) -> int:
-    from proctor.supervise.launch import resolve_run
+    from proctor.supervise.refs import FLOW_KINDS, resolve_run
 
     directory = Path(resolve_runs_dir(runs_dir, config).value)
-    run = resolve_run(directory, ref)
+    run = resolve_run(directory, ref, FLOW_KINDS)
     # An unreadable record, or one a newer proctor wrote, is RecordError (64) saying so.
     record = load_record(run.path, strict=True)
     if not isinstance(record, FlowRecord):

@@ -25,7 +25,7 @@ from proctor.store.db import (
     open_up_to_date,
     rebuild,
 )
-from proctor.supervise.launch import follow_log, record_of, resolve_run
+from proctor.supervise.launch import follow_log, record_of
 from proctor.supervise.orphans import stop_dead_wrapper_run
 from proctor.targets.service import SupervisedRun, exit_for_state, summary_line
 
@@ -46,13 +46,12 @@ def _store_path(runs_dir: Path) -> Path:
 
 
 def _find(ref: str, runs_dir_flag: str | None) -> RunDir:
-    directory = _runs_dir(runs_dir_flag)
-    if ref == "last":  # from the store's index when it can say: no walk of every run
-        from proctor.store.sync import newest_run_dir
+    """A run of any kind; 'last' and names from the store's index where it can say (no walk
+    of every run)."""
+    from proctor.supervise.refs import resolve_run
 
-        if newest := newest_run_dir(_store_path(directory), directory):
-            return RunDir(newest)
-    return resolve_run(directory, ref)
+    directory = _runs_dir(runs_dir_flag)
+    return resolve_run(directory, ref, store_path=_store_path(directory))
 
 
 def _far(run: RunDir) -> bool:
