@@ -40,6 +40,7 @@ from proctor.record.schema import (
     parse_as,
 )
 from proctor.record.status import run_state
+from proctor.results.headline import headline_of, headline_text
 from proctor.serve import (
     RunWatch,
     ServerRequest,
@@ -464,6 +465,8 @@ class Flow:
                 self.log("[flow] interrupted during the teardown: stopped")
                 code = int(ExitCode.INTERRUPTED)
             stopped = code == int(ExitCode.INTERRUPTED)
+            if len(self.options.listed()) > 1:
+                self.results()
             self.recorder.finish(
                 code=code,
                 outcome="ok" if code == 0 else "stopped" if stopped else "failed",
@@ -540,7 +543,9 @@ class Flow:
         return code
 
     def _result(self, index: int, listed: FlowWorkload, run: RunDir | None, code: int) -> None:
-        """The flow record's one line per workload: what ran, its run, its exit code."""
+        """The flow record's one line per workload: what ran, its run, its exit code, and its
+        headline (score, tok/s, latencies, verdict: results/headline.py), which is printed."""
+        headline = headline_of(run.path) if run is not None else None
         rows = [r for r in self.record.setdefault("workload_runs", []) if r.get("index") != index]
         rows.append(
             {
@@ -549,10 +554,28 @@ class Flow:
                 "kind": listed.kind,
                 "run_id": run.run_id if run else None,
                 "exit_code": code,
+                "headline": headline,
             }
         )
         self.record["workload_runs"] = sorted(rows, key=lambda r: int(r["index"]))
         self.save()
+        self.log(f"[result] {result_line(listed.label, code, headline)}")
+
+    def results(self) -> None:
+        """Every workload's result again, once the flow has ended: what a user reads last."""
+        rows = self.record.get("workload_runs") or []
+        if not rows:
+            return
+        self.log("[flow] results:")
+        for row in rows:
+            line = result_line(str(row.get("name")), row.get("exit_code"), row.get("headline"))
+            self.log(f"  {row.get('run_id') or '(not started)'}  {line}")
+
+
+def result_line(label: str, code: int | None, headline: dict[str, Any] | None) -> str:
+    """'bench-small: exit 0; INVALID: output 1769.7 tok/s, TTFT p50 11.28 ms, ...'."""
+    said = f"{label}: exit {'unknown' if code is None else code}"
+    return f"{said}; {headline_text(headline)}" if headline else said
 
 
 def resume_flow(

@@ -45,7 +45,7 @@ CASES = [
     (("serve", "ready", "--json"), 64, "no server run"),
     (("serve", "start", "--engine", "nope", "--model", "m", "--json"), 64, "nope"),
     (("plan", "--json", "--timeout", "soon", "--", "true"), 64, "--timeout"),
-    (("report", "nope", "--json"), 64, "nope"),
+    (("report", "nope", "--json"), 64, "no runs"),
     (("bench", "--json", "--concurrency", "x", "--model", "m"), 64, "concurrency"),
     (("results", "parse", "missing.json", "--json"), 64, "missing.json"),
 ]

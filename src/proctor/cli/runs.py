@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
 from proctor.record.finish import iso_at
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.rundir import RunDir
-from proctor.record.schema import LaunchedRecord, Outcome, read_view, view_record
+from proctor.record.schema import FlowRecord, LaunchedRecord, Outcome, read_view, view_record
 from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
@@ -182,45 +183,117 @@ def show(
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """The run record, with the state as the evidence says."""
+    """The run record, with the state as the evidence says; a bench's or an eval's headline
+    (verdict, tok/s, latencies, score); a flow's steps and its workloads' results."""
+    from proctor.results.headline import headline_of
+
     run = _find(ref, runs_dir)
     view = _view(run)
+    view["headline"] = headline_of(run.path)
     if as_json:
         print_json(view)
         return
-    keys = (
-        "run_id",
-        "name",
-        "kind",
-        "outcome",
-        "state",
-        "exit",
-        "argv",
-        "cwd",
-        "created_at",
-        "started_at",
-        "ended_at",
-        "duration_s",
-        "dir",
-        "log",
-    )
-    for k in keys:
-        console.print(styled(f"{k:>11}", "bold", f" {view.get(k)}"))
-    if view.get("problem"):
-        console.print(styled(f"{'problem':>11}", "bold", f" {view['problem']}"))
     record = read_view(run.path)
-    commit = record.source_commit or (record.source or {}).get("reason")
-    dirty = " (dirty)" if record.source_dirty else ""
-    console.print(styled(f"{'source':>11}", "bold", f" {commit}{dirty}"))
     launched = record if isinstance(record, LaunchedRecord) else None
     gpu = launched.gpu if launched else {}
-    console.print(styled(f"{'gpu':>11}", "bold", f" {gpu.get('gpus') or gpu.get('reason')}"))
-    if launched and launched.gpu_peaks:
-        console.print(styled(f"{'gpu peaks':>11}", "bold", f" {launched.gpu_peaks}"))
+    commit = record.source_commit or (record.source or {}).get("reason")
+    fields: list[tuple[str, Any]] = [
+        ("run_id", view.get("run_id")),
+        ("name", view.get("name")),
+        ("kind", view.get("kind")),
+        ("outcome", view.get("outcome")),
+        ("state", view.get("state")),
+        ("exit", _exit_text(view.get("exit"))),
+        ("argv", _argv_text(view.get("argv"))),
+        ("cwd", view.get("cwd")),
+        ("created_at", view.get("created_at")),
+        ("started_at", view.get("started_at")),
+        ("ended_at", view.get("ended_at")),
+        ("duration", _duration_text(view.get("duration_s"))),
+        ("dir", view.get("dir")),
+        ("log", view.get("log")),
+        ("problem", view.get("problem")),
+        ("source", f"{commit}{' (dirty)' if record.source_dirty else ''}" if commit else None),
+        ("gpu", (gpu.get("gpus") or gpu.get("reason")) if gpu else None),
+        ("gpu peaks", launched.gpu_peaks if launched and launched.gpu_peaks else None),
+    ]
     if launched and launched.leftovers:
         from proctor.supervise.leftovers import notice
 
-        console.print(styled(f"{'leftovers':>11}", "bold", f" {notice(launched.leftovers)}"))
+        fields.append(("leftovers", notice(launched.leftovers)))
+    # What the record does not hold is left out, never shown as None.
+    for key, value in fields:
+        if value not in (None, "", [], {}):
+            console.print(styled(f"{key:>11}", "bold", f" {value}"))
+    if view["headline"]:
+        _print_headline(view["headline"])
+    if isinstance(record, FlowRecord):
+        _print_flow(record)
+
+
+def _exit_text(exit_: Any) -> str | None:
+    if not isinstance(exit_, dict) or exit_.get("code") is None:
+        return None
+    text = str(exit_["code"])
+    if exit_.get("signal"):
+        text += f" ({exit_['signal']})"
+    if exit_.get("decided_by") == "proctor" and exit_.get("reason"):
+        text += f", decided by proctor: {exit_['reason']}"
+    return text
+
+
+def _argv_text(argv: Any) -> str | None:
+    import shlex
+
+    if not isinstance(argv, list) or not argv:
+        return None
+    return shlex.join(str(a) for a in argv)
+
+
+def _duration_text(seconds: Any) -> str | None:
+    from proctor.spec.durations import format_duration
+
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
+    return format_duration(float(seconds))
+
+
+def _print_headline(headline: dict[str, Any]) -> None:
+    """A bench's verdict and its reasons, then each figure on its own line."""
+    from proctor.results.headline import figure_text
+
+    verdict = headline.get("verdict")
+    if verdict:
+        style = "bold green" if verdict in ("VALID", "ok") else "bold red"
+        console.print(styled(f"{'verdict':>11}", "bold", " ") + styled(verdict, style))
+        for why in headline.get("why") or []:
+            console.print(f"{'':>11}   - {why}")
+    for label, value, unit in headline.get("figures") or []:
+        console.print(styled(f"{label:>11}", "bold", f" {figure_text(value, unit)}"))
+
+
+def _print_flow(record: FlowRecord) -> None:
+    """A flow's steps (when each ran, its exit, what it said), then its workloads' results."""
+    from proctor.flow import result_line
+    from proctor.store.db import instant
+
+    console.print(styled(f"{'steps':>11}", "bold"))
+    for step in record.steps:
+        took = ""
+        if step.ended_at:
+            with contextlib.suppress(ValueError):
+                seconds = (instant(step.ended_at) - instant(step.started_at)).total_seconds()
+                took = _duration_text(seconds) or ""
+        index = getattr(step, "index", None)
+        name = f"{step.step}{'' if index is None else f' {int(index) + 1}'}"
+        code = "running" if step.exit_code is None else f"exit {step.exit_code}"
+        message = getattr(step, "message", None) or ""
+        console.print(f"{'':>11} {name:<12} {code:<8} {took:>7}  {message}")
+    if record.workload_runs:
+        console.print(styled(f"{'workloads':>11}", "bold"))
+        for row in record.workload_runs:
+            line = result_line(str(row.name), row.exit_code, row.headline)
+            console.print(f"{'':>11} {row.run_id or '(not started)'}  {line}")
 
 
 @app.command("logs")
