@@ -98,12 +98,19 @@ def list_runs(
         None, "--since", help="ISO date/time, or a duration ago such as 2h or 7d."
     ),
     limit: int = typer.Option(50, "--limit", help="At most this many (newest first); 0 for all."),
+    kind: str = typer.Option(
+        None,
+        "--kind",
+        help="Only runs of these kinds, comma-separated: bench, eval, offline, flow, sweep,"
+        " server-sweep, server, command, slurm, remote.",
+    ),
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Runs, newest first, with the outcome as the evidence says (never 'ok' without a status)."""
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
+    kinds = _kinds(kind) if kind else None
     if outcome and outcome not in OUTCOMES:
         raise UsageError(f"unknown --outcome {outcome!r}", hint=f"one of: {', '.join(OUTCOMES)}")
     if limit < 0:
@@ -114,7 +121,7 @@ def list_runs(
         err_console.print(f"proctor: warning: {warning}", highlight=False)
     with store:
         # Read as consumed, newest first from the index: the default 50 read 50 rows.
-        rows = store.iter_runs(name=name, commit=commit, since=since_iso)
+        rows = store.iter_runs(name=name, commit=commit, since=since_iso, kinds=kinds)
         out: list[dict[str, Any]] = []
         for row in rows:
             # The state, outcome and status are the run directory's (its exit_code file and
@@ -142,23 +149,110 @@ def list_runs(
     if as_json:
         print_json(out)
         return
+    _print_table(out, console.width)
+
+
+#: Every kind of run a record can name (record/schema.py MODELS, and a server sweep's).
+KINDS: tuple[str, ...] = (
+    "bench",
+    "eval",
+    "offline",
+    "workload",
+    "flow",
+    "sweep",
+    "server-sweep",
+    "server",
+    "command",
+    "slurm",
+    "slurm-node",
+    "remote",
+)
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise UsageError(
+            f"unknown --kind {', '.join(unknown) or repr(text)}",
+            hint=f"one or more of: {', '.join(KINDS)}",
+        )
+    return kinds
+
+
+def _cells(row: dict[str, Any]) -> dict[str, str]:
+    from proctor.spec.durations import format_duration
+
+    exit_text = "" if row["exit_code"] is None else str(row["exit_code"])
+    if row["exit_signal"]:
+        exit_text += f" {row['exit_signal']}"
+    duration = row["duration_s"]
+    commit = (row["source_commit"] or "")[:8] + ("+dirty" if row["source_dirty"] else "")
+    return {
+        "run id": row["id"],
+        "kind": row["kind"] or "",
+        "name": row["name"] or "",
+        "outcome": row["outcome"],
+        "exit": exit_text,
+        "duration": "" if duration is None else format_duration(float(duration)),
+        "commit": commit if row["source_commit"] else "",
+        "gpu": row["gpu"] or "",
+    }
+
+
+#: The columns in the order shown, and the order they go when the terminal is too narrow
+#: (first to go first). A header is never cut: a column is shown whole or not at all; only
+#: the name shrinks (to NAME_MIN, with an ellipsis).
+COLUMNS = ("run id", "kind", "name", "outcome", "exit", "duration", "commit", "gpu")
+DROP_ORDER = ("gpu", "exit", "kind", "duration", "commit")
+NAME_MIN, NAME_MAX, GAP = 10, 32, 2
+
+
+def fit_columns(cells: list[dict[str, str]], width: int) -> dict[str, int]:
+    """Each column shown and its width: the natural widths (header or widest cell), the name
+    shrunk first, then columns dropped in DROP_ORDER, until the table fits `width`."""
+    natural = {
+        col: max([len(col), *(len(c[col]) for c in cells)])
+        for col in COLUMNS
+        if col in ("run id", "name", "outcome") or any(c[col] for c in cells)
+    }
+    natural["name"] = min(natural["name"], NAME_MAX)
+
+    def total(cols: dict[str, int]) -> int:
+        return sum(cols.values()) + GAP * (len(cols) - 1)
+
+    shown = dict(natural)
+    for col in (None, *DROP_ORDER):
+        if col is not None:
+            shown.pop(col, None)
+        over = total(shown) - width
+        if over <= 0:
+            return shown
+        if shown["name"] - over >= NAME_MIN:
+            shown["name"] -= over
+            return shown
+        shown["name"] = max(NAME_MIN, len("name"))
+        if total(shown) <= width:
+            return shown
+    return shown  # wider than the terminal still: it wraps, whole
+
+
+def _print_table(rows: list[dict[str, Any]], width: int) -> None:
     from rich.table import Table
 
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("run id", no_wrap=True, min_width=22)
-    table.add_column("name", no_wrap=True, overflow="ellipsis", min_width=10, max_width=26)
-    with_gpu = any(row["gpu"] for row in out)
-    widths = {"outcome": 7, "exit": 4, "duration": 8, "commit": 8, "gpu": 8}
-    for col in ("outcome", "exit", "duration", "commit", *(("gpu",) if with_gpu else ())):
-        table.add_column(col, no_wrap=True, min_width=widths[col], overflow="ellipsis")
-    for row in out:
-        exit_text = "" if row["exit_code"] is None else str(row["exit_code"])
-        if row["exit_signal"]:
-            exit_text += f" {row['exit_signal']}"
-        duration = "" if row["duration_s"] is None else f"{row['duration_s']:.1f}s"
-        commit_text = (row["source_commit"] or "")[:8] + ("+dirty" if row["source_dirty"] else "")
-        cells = [row["id"], row["name"], row["outcome"], exit_text, duration, commit_text]
-        table.add_row(*cells, *((row["gpu"] or "",) if with_gpu else ()))
+    cells = [_cells(row) for row in rows]
+    widths = fit_columns(cells, width)
+    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, GAP, 0, 0))
+    for col, size in widths.items():
+        table.add_column(
+            col,
+            no_wrap=True,
+            min_width=size,
+            max_width=size,
+            overflow="ellipsis" if col == "name" else "fold",
+        )
+    for cell in cells:
+        table.add_row(*(cell[col] for col in widths))
     console.print(table)
 
 

@@ -118,13 +118,10 @@ def headline_of(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _shown(value: Any) -> str:
+    """Counts whole; rates and latencies to 0.01 under 100, to 0.1 above (as `bench` prints)."""
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if value.is_integer() and abs(value) >= 100:
-            return f"{value:.0f}"
-        if abs(value) < 1:
-            return f"{value:.4f}"
         return f"{value:.2f}" if abs(value) < 100 else f"{value:.1f}"
     return str(value)
 
