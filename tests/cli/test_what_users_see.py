@@ -81,7 +81,7 @@ bench = {{ isl = 16, osl = 8, concurrency = 2, num_prompts = 10, num_warmups = 1
     assert "None" not in shown.stdout  # what the record does not hold is left out
     for word in ("argv", "started_at", "duration", "source", "steps", "teardown", "workloads"):
         assert word in shown.stdout, shown.stdout
-    assert "proctor flow --file" in shown.stdout
+    assert "['proctor', 'flow', '--file'" in shown.stdout
     listed = json.loads(proctor("runs", "list", "--kind", "flow", "--json").stdout)
     assert [r["id"] for r in listed] == [flows[0].name]
     assert listed[0]["duration_s"] > 0 and listed[0]["source_commit"]
@@ -177,7 +177,7 @@ def test_the_columns_fit_whole_or_not_at_all(width: int) -> None:
         if col != "name":
             assert size == max(len(col), len(cells[0][col]))
     total = sum(widths.values()) + 2 * (len(widths) - 1)
-    if 22 + 7 + 10 + 4 <= width:
+    if width >= 22 + 7 + 10 + 4:
         assert total <= width, widths
 
 
@@ -206,8 +206,8 @@ def test_last_means_the_newest_server_for_serve_and_drain(
         wrong = proctor("serve", "ready", newest["run_id"], "--json")
         assert wrong.returncode == 64
         error = json.loads(wrong.stdout)["error"]
-        assert "is a command run, not a server" in error["reason"], error
-        assert "--kind server" in error["fix"]
+        assert "is not a server run: it is a command run" in error["reason"], error
+        assert "--kind server,slurm" in error["fix"]
     finally:
         stopped = proctor("serve", "stop", "last", "--json")
     assert stopped.returncode == 0, stopped.stderr

@@ -337,11 +337,7 @@ def _exit_text(exit_: Any) -> str | None:
 
 
 def _argv_text(argv: Any) -> str | None:
-    import shlex
-
-    if not isinstance(argv, list) or not argv:
-        return None
-    return shlex.join(str(a) for a in argv)
+    return str(argv) if isinstance(argv, list) and argv else None
 
 
 def _duration_text(seconds: Any) -> str | None:

@@ -94,7 +94,7 @@ def _gsm8k(doc: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
 
 def _offline(doc: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
     units = doc.get("units") if isinstance(doc.get("units"), dict) else {}
-    figures = []
+    figures: list[list[Any]] = []
     for name, value in metrics.items():
         number = _num(value)
         if number is not None and len(figures) < OFFLINE_FIGURES:

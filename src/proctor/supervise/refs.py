@@ -35,15 +35,27 @@ RESULT_KINDS: tuple[str, ...] = (
 )
 
 
+#: What a command's kinds are called in its errors (else the kinds themselves).
+_NAMES: dict[tuple[str, ...], str] = {SERVER_KINDS: "server", RESULT_KINDS: "result"}
+
+
 def kinds_text(kinds: Sequence[str]) -> str:
-    """('server', 'slurm') -> 'server or slurm'."""
-    return " or ".join(kinds) if len(kinds) < 3 else ", ".join(kinds[:-1]) + f" or {kinds[-1]}"
+    """('bench', 'eval', 'sweep') -> 'bench, eval or sweep'."""
+    kinds = list(kinds)
+    return kinds[0] if len(kinds) == 1 else f"{', '.join(kinds[:-1])} or {kinds[-1]}"
+
+
+def _name(kinds: Sequence[str]) -> str:
+    return _NAMES.get(tuple(kinds)) or kinds_text(kinds)
 
 
 def _list_hint(kinds: Sequence[str] | None) -> str:
     if not kinds:
         return "see `proctor runs list`"
-    return f"see `proctor runs list --kind {kinds[0]}`"
+    return (
+        f"it takes a run of kind {kinds_text(kinds)}:"
+        f" `proctor runs list --kind {','.join(kinds)}` lists them"
+    )
 
 
 def _newest_of_second(runs_dir: Path, ids: list[str]) -> list[str]:
@@ -75,11 +87,12 @@ def _kind_ok(run: Path, kinds: Sequence[str] | None) -> bool:
 def _checked(run: RunDir, kinds: Sequence[str] | None) -> RunDir:
     if kinds:
         kind = read_view(run.path).kind
-        if kind not in kinds:
+        # A record that cannot say its kind (unreadable, a newer proctor's) is let through:
+        # the command's own reading of it says what is wrong.
+        if kind and kind not in kinds and "kind" in read_view(run.path).model_fields_set:
             raise UsageError(
-                f"run {run.run_id} is a {kind} run, not a {kinds_text(kinds)} run",
-                hint=f"give a {kinds_text(kinds)} run: {_list_hint(kinds).removeprefix('see ')}"
-                " lists them",
+                f"run {run.run_id} is not a {_name(kinds)} run: it is a {kind} run",
+                hint=_list_hint(kinds),
             )
     return run
 
@@ -110,7 +123,6 @@ def resolve_run(
         return _checked(RunDir(candidate.resolve()), kinds)
     if not runs_dir.is_dir():
         raise UsageError(f"no runs in {runs_dir}", hint="pass --runs-dir or set PROCTOR_RUNS_DIR")
-    of = f"{kinds_text(kinds)} " if kinds else ""
     if ref == "last":
         if found := _from_store(store_path, runs_dir, kinds, None):
             return found
@@ -118,6 +130,7 @@ def resolve_run(
         for run_id in _walk_newest(runs_dir, ids):
             if _kind_ok(runs_dir / run_id, kinds):
                 return RunDir(runs_dir / run_id)
+        of = f"{_name(kinds)} " if kinds else ""
         raise UsageError(f"no {of}run in {runs_dir}", hint=_list_hint(kinds))
     ids = sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and is_run_id(p.name))
     matches = [i for i in ids if i == ref] or [i for i in ids if i.startswith(ref) or ref in i]
@@ -137,8 +150,8 @@ def resolve_run(
     if named:
         return _checked(RunDir(runs_dir / named[0]), kinds)  # says which kind it is
     raise UsageError(
-        f"no {of}run {ref!r} in {runs_dir} (no run id, part of one, or run name)",
-        hint=_list_hint(kinds),
+        f"no run {ref!r} in {runs_dir} (no run id, part of one, or run name)",
+        hint="see `proctor runs list`",
     )
 
 
