@@ -127,11 +127,24 @@ def guarded(go: Callable[[], Any], shown: list[str]) -> int:
         if code == 0:
             output.end_json()
         else:
-            output.print_json_error(code, reason or _meaning(code), fix)
+            output.print_json_error(code, reason or _reason_of(output.held_json(), code), fix)
     return code
 
 
-def _meaning(code: int) -> str:
+def _reason_of(doc: Any, code: int) -> str:
+    """Why a command that printed its document ended with `code` and no error of its own: the
+    run's status (a command's own status is passed through by `run`: not the table's
+    meaning), a flow's first failing step, else the table's meaning of the code."""
+    if isinstance(doc, dict) and doc.get("run_id"):
+        said = f"run {doc['run_id']} ended {doc.get('outcome') or 'with an error'}, exit {code}"
+        exit_ = doc.get("exit")
+        if isinstance(exit_, dict) and exit_.get("decided_by") == "command":
+            return f"{said}: its command's own exit status"
+        steps = doc.get("steps")
+        failed = [s for s in steps or [] if isinstance(s, dict) and s.get("exit_code")]
+        if failed:
+            return f"{said}: step {failed[0].get('step')}: {failed[0].get('message')}"
+        return said
     try:
         return EXIT_CODE_MEANINGS[ExitCode(code)]
     except ValueError:

@@ -89,6 +89,11 @@ def json_errors_active() -> bool:
     return _JsonMode.active
 
 
+def held_json() -> Any:
+    """The document the command printed under --json, not yet written (None: none)."""
+    return _JsonMode.pending[-1] if _JsonMode.pending else None
+
+
 def end_json() -> None:
     """The command succeeded: print the document it held."""
     for doc in _JsonMode.pending:
