@@ -123,3 +123,28 @@ def test_without_json_an_error_prints_nothing_on_stdout(
     assert cli_main.main(["runs", "show", "nope"]) == 64
     captured = capsys.readouterr()
     assert captured.out == "" and "no runs in" in captured.err
+
+
+def test_a_bug_under_json_is_one_json_error_with_70(tmp_path: Path) -> None:
+    """A real process whose store read raises what proctor never expected: exit 70, and the
+    JSON names the crash log as the stderr line does."""
+    script = (
+        "import sys\n"
+        "import proctor.store.db as db\n"
+        "def boom(self, **kw):\n"
+        "    raise RuntimeError('boom')\n"
+        "db.Store.runs = db.Store.iter_runs = boom\n"
+        "from proctor.cli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proctor("run", "--", "true", check=True)  # a store to read
+    result = subprocess.run(
+        [sys.executable, "-c", script, "runs", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 70, result.stderr
+    error = the_error(result)["error"]
+    assert "internal error" in error["reason"] and "crash" in error["fix"]  # type: ignore[index]
+    assert "Traceback" not in result.stdout + result.stderr
