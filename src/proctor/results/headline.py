@@ -6,7 +6,9 @@
 A bench: its validity verdict (VALID / INVALID, with the first reasons), output tok/s, TTFT and
 TPOT p50, failed requests. A GSM8K eval: its accuracy (flexible-extract, as ATOM's baseline
 reads it; strict-match beside it) on N samples, ok or failed. An offline job: the metrics its
-output printed. Any other run, or one without metrics.json: None (its exit status says it all).
+output printed. A load sweep (its summary.json): points, how many VALID, the peak output
+tok/s and its concurrency. Any other run, or one without metrics.json: None (its exit status
+says it all).
 Shown by a flow for each workload, by `runs show` and stored in the flow's record; plain JSON
 reading, no model (it runs at every `runs show`).
 """
@@ -29,9 +31,9 @@ def _num(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _read(run_dir: Path) -> dict[str, Any] | None:
+def _read(run_dir: Path, name: str = "metrics.json") -> dict[str, Any] | None:
     try:
-        data = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+        data = json.loads((run_dir / name).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -102,10 +104,35 @@ def _offline(doc: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "offline", "verdict": None, "why": [], "figures": figures}
 
 
+def _sweep(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """A load sweep (summary.json): how many points, how many VALID, the peak output tok/s
+    and the concurrency that reached it."""
+    points = [p for p in summary.get("points") or [] if isinstance(p, dict)]
+    if not points:
+        return None
+    rated: list[tuple[dict[str, Any], float]] = []
+    for point in points:
+        rate = _num(point.get("output_throughput"))
+        if rate is not None:
+            rated.append((point, rate))
+    valid = sum(1 for p in points if _num(p.get("valid")) == 1)
+    figures: list[list[Any]] = [["VALID points", valid, f"of {len(points)}"]]
+    if rated:
+        best, rate = max(rated, key=lambda pair: pair[1])
+        figures.append(["peak output", rate, "tok/s"])
+        if best.get("concurrency") is not None:
+            figures.append(["at concurrency", best["concurrency"], ""])
+    return {"kind": "sweep", "verdict": None, "why": [], "figures": figures}
+
+
 def headline_of(run_dir: Path) -> dict[str, Any] | None:
-    """The headline of the run in `run_dir`, from its metrics.json; None without one."""
+    """The headline of the run in `run_dir`, from its metrics.json (a load sweep: its
+    summary.json); None without one."""
     doc = _read(run_dir)
-    if doc is None or not isinstance(doc.get("metrics"), dict):
+    if doc is None:
+        summary = _read(run_dir, "summary.json")
+        return _sweep(summary) if summary is not None else None
+    if not isinstance(doc.get("metrics"), dict):
         return None
     metrics: dict[str, Any] = doc["metrics"]
     if str(doc.get("schema", "")).startswith("proctor.bench"):
@@ -131,17 +158,13 @@ def figure_text(value: Any, unit: str) -> str:
     return f"{_shown(value)} {unit}".rstrip()
 
 
-#: The figures of the one-line form (the JSON and `runs show` have them all).
-_IN_LINE = ("output", "TTFT p50", "TPOT p50", "failed", "accuracy", "strict-match", "samples")
-
-
 def headline_text(headline: dict[str, Any]) -> str:
     """One line: the verdict and the names of the checks that failed, then the figures, e.g.
     'INVALID (warmup, window): output 1299.4 tok/s, TTFT p50 14.84 ms, ..., 0 of 6 failed'."""
     parts = []
     figures = headline.get("figures") or []
     for label, value, unit in figures:
-        if label not in _IN_LINE and headline.get("kind") != "offline":
+        if "p99" in label:  # the line has the medians; runs show and the JSON have all
             continue
         if label == "failed":
             parts.append(f"{value} {unit} failed")
