@@ -49,6 +49,10 @@ def _name(kinds: Sequence[str]) -> str:
     return _NAMES.get(tuple(kinds)) or kinds_text(kinds)
 
 
+def _a(word: str) -> str:
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
 def _list_hint(kinds: Sequence[str] | None) -> str:
     if not kinds:
         return "see `proctor runs list`"
@@ -91,7 +95,7 @@ def _checked(run: RunDir, kinds: Sequence[str] | None) -> RunDir:
         # the command's own reading of it says what is wrong.
         if kind and kind not in kinds and "kind" in read_view(run.path).model_fields_set:
             raise UsageError(
-                f"run {run.run_id} is not a {_name(kinds)} run: it is a {kind} run",
+                f"run {run.run_id} is not {_a(_name(kinds))} run: it is {_a(kind)} run",
                 hint=_list_hint(kinds),
             )
     return run
