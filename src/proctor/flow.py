@@ -31,6 +31,7 @@ from proctor.monitors.drain import DrainConfig
 from proctor.monitors.server_metrics import ServerMetricsScraper
 from proctor.record import owner
 from proctor.record.finish import now_iso
+from proctor.record.headline import headline_of, result_line
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
 from proctor.record.schema import (
@@ -40,7 +41,6 @@ from proctor.record.schema import (
     parse_as,
 )
 from proctor.record.status import run_state
-from proctor.results.headline import headline_of, headline_text
 from proctor.serve import (
     RunWatch,
     ServerRequest,
@@ -544,7 +544,7 @@ class Flow:
 
     def _result(self, index: int, listed: FlowWorkload, run: RunDir | None, code: int) -> None:
         """The flow record's one line per workload: what ran, its run, its exit code, and its
-        headline (score, tok/s, latencies, verdict: results/headline.py), which is printed."""
+        headline (score, tok/s, latencies, verdict: record/headline.py), which is printed."""
         headline = headline_of(run.path) if run is not None else None
         rows = [r for r in self.record.setdefault("workload_runs", []) if r.get("index") != index]
         rows.append(
@@ -570,12 +570,6 @@ class Flow:
         for row in rows:
             line = result_line(str(row.get("name")), row.get("exit_code"), row.get("headline"))
             self.log(f"  {row.get('run_id') or '(not started)'}  {line}")
-
-
-def result_line(label: str, code: int | None, headline: dict[str, Any] | None) -> str:
-    """'bench-small: exit 0; INVALID: output 1769.7 tok/s, TTFT p50 11.28 ms, ...'."""
-    said = f"{label}: exit {'unknown' if code is None else code}"
-    return f"{said}; {headline_text(headline)}" if headline else said
 
 
 def resume_flow(

@@ -279,7 +279,7 @@ def show(
 ) -> None:
     """The run record, with the state as the evidence says; a bench's or an eval's headline
     (verdict, tok/s, latencies, score); a flow's steps and its workloads' results."""
-    from proctor.results.headline import headline_of
+    from proctor.record.headline import headline_of
 
     run = _find(ref, runs_dir)
     view = _view(run)
@@ -350,7 +350,7 @@ def _duration_text(seconds: Any) -> str | None:
 
 def _print_headline(headline: dict[str, Any]) -> None:
     """A bench's verdict and its reasons, then each figure on its own line."""
-    from proctor.results.headline import figure_text
+    from proctor.record.headline import figure_text
 
     verdict = headline.get("verdict")
     if verdict:
@@ -364,7 +364,7 @@ def _print_headline(headline: dict[str, Any]) -> None:
 
 def _print_flow(record: FlowRecord) -> None:
     """A flow's steps (when each ran, its exit, what it said), then its workloads' results."""
-    from proctor.flow import result_line
+    from proctor.record.headline import result_line
     from proctor.store.db import instant
 
     console.print(styled(f"{'steps':>11}", "bold"))

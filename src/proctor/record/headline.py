@@ -1,4 +1,5 @@
-"""The few numbers a reader of a run looks for first, read from its metrics.json.
+"""The few numbers a reader of a run looks for first, read from its metrics.json (in `record`,
+not `results`: the results package imports its parsers and baselines, which `runs show` need not).
 
     headline_of(run_dir) -> {"kind", "verdict", "why", "figures": [[label, value, unit], ...]}
     headline_text(h)     -> 'INVALID: 1769.7 output tok/s, TTFT p50 11.28 ms, ...'
@@ -185,4 +186,10 @@ def headline_text(headline: dict[str, Any]) -> str:
     return f"{verdict}{failed}: {text}"
 
 
-__all__ = ["figure_text", "headline_of", "headline_text"]
+def result_line(label: str, code: int | None, headline: dict[str, Any] | None) -> str:
+    """A workload's line in a flow: 'bench-c16: exit 0; VALID: output 2391.5 tok/s, ...'."""
+    said = f"{label}: exit {'unknown' if code is None else code}"
+    return f"{said}; {headline_text(headline)}" if headline else said
+
+
+__all__ = ["figure_text", "headline_of", "headline_text", "result_line"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from proctor.results.headline import headline_of, headline_text
+from proctor.record.headline import headline_of, headline_text
 
 
 def _write(tmp_path: Path, name: str, doc: object) -> Path:
