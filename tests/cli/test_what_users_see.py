@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from proctor.cli.runs import fit_columns
 from tests.cli.test_serve_flow import fake_engine  # noqa: F401
 from tests.fixtures.fake_openai_server import FakeServer
 from tests.helpers import git_project, proctor, record
@@ -158,6 +157,8 @@ def test_the_columns_fit_whole_or_not_at_all(width: int) -> None:
     """A law of fit_columns: a shown column is never narrower than its header, the run id and
     the commit never narrower than their widest cell, and the table fits whenever the run id,
     the outcome and a ten-character name can."""
+    from proctor.cli.runs import fit_columns
+
     cells = [
         {
             "run id": "20261206-001047-dfded0",
