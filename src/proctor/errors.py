@@ -152,6 +152,29 @@ class Regression(OutcomeError):
     exit_code = ExitCode.REGRESSION
 
 
+def error_for_code(code: int, message: str, *, hint: str | None = None) -> ProctorError:
+    """The error of the class that owns exit code `code` (a run's status, reported as proctor's
+    own error): a code outside the table is a workload failure that keeps its code."""
+    for cls in (
+        HangDetected,
+        FaultDetected,
+        WorkloadFailed,
+        TimeLimitReached,
+        NotReady,
+        ResultUnknown,
+        Regression,
+        UsageError,
+        TargetUnavailable,
+        InternalError,
+        Interrupted,
+    ):
+        if int(cls.exit_code) == code:
+            return cls(message, hint=hint)
+    error = WorkloadFailed(message, hint=hint)
+    error.exit_code = code  # type: ignore[assignment]  # the run's own status, passed through
+    return error
+
+
 def exit_code_for(error: BaseException) -> int:
     """The process exit code for any error reaching the CLI boundary."""
     if isinstance(error, ProctorError):

@@ -31,6 +31,7 @@ from proctor.monitors.drain import DrainConfig
 from proctor.monitors.server_metrics import ServerMetricsScraper
 from proctor.record import owner
 from proctor.record.finish import now_iso
+from proctor.record.headline import headline_of, result_line
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
 from proctor.record.schema import (
@@ -467,6 +468,8 @@ class Flow:
                 self.log("[flow] interrupted during the teardown: stopped")
                 code = int(ExitCode.INTERRUPTED)
             stopped = code == int(ExitCode.INTERRUPTED)
+            if len(self.options.listed()) > 1:
+                self.results()
             self.recorder.finish(
                 code=code,
                 outcome="ok" if code == 0 else "stopped" if stopped else "failed",
@@ -543,7 +546,9 @@ class Flow:
         return code
 
     def _result(self, index: int, listed: FlowWorkload, run: RunDir | None, code: int) -> None:
-        """The flow record's one line per workload: what ran, its run, its exit code."""
+        """The flow record's one line per workload: what ran, its run, its exit code, and its
+        headline (score, tok/s, latencies, verdict: record/headline.py), which is printed."""
+        headline = headline_of(run.path) if run is not None else None
         rows = [r for r in self.record.setdefault("workload_runs", []) if r.get("index") != index]
         rows.append(
             {
@@ -552,19 +557,31 @@ class Flow:
                 "kind": listed.kind,
                 "run_id": run.run_id if run else None,
                 "exit_code": code,
+                "headline": headline,
             }
         )
         self.record["workload_runs"] = sorted(rows, key=lambda r: int(r["index"]))
         self.save()
+        self.log(f"[result] {result_line(listed.label, code, headline)}")
+
+    def results(self) -> None:
+        """Every workload's result again, once the flow has ended: what a user reads last."""
+        rows = self.record.get("workload_runs") or []
+        if not rows:
+            return
+        self.log("[flow] results:")
+        for row in rows:
+            line = result_line(str(row.get("name")), row.get("exit_code"), row.get("headline"))
+            self.log(f"  {row.get('run_id') or '(not started)'}  {line}")
 
 
 def resume_flow(
     ref: str, config: ProjectConfig, runs_dir: str | None, say: Callable[[str], None]
 ) -> int:
-    from proctor.supervise.launch import resolve_run
+    from proctor.supervise.refs import FLOW_KINDS, resolve_run
 
     directory = Path(resolve_runs_dir(runs_dir, config).value)
-    run = resolve_run(directory, ref)
+    run = resolve_run(directory, ref, FLOW_KINDS)
     # An unreadable record, or one a newer proctor wrote, is RecordError (64) saying so.
     record = load_record(run.path, strict=True)
     if not isinstance(record, FlowRecord):

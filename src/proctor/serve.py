@@ -264,10 +264,10 @@ def live_runs(runs_dir: Path, kind: str | None = None) -> list[RunDir]:
 
 def find_server(runs_dir: Path, ref: str | None, port: int | None) -> RunDir | None:
     """The server run named by `ref`, else the live server run on `port`, else the newest live."""
-    from proctor.supervise.launch import resolve_run
+    from proctor.supervise.refs import SERVER_KINDS, resolve_run
 
-    if ref:
-        return resolve_run(runs_dir, ref)
+    if ref:  # 'last' and a name: the newest server run
+        return resolve_run(runs_dir, ref, SERVER_KINDS)
     servers = live_runs(runs_dir, "server")
     if port is not None:
         servers = [s for s in servers if recorded_server(s).get("port") == port]

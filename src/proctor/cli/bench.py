@@ -332,7 +332,9 @@ def _supervised(
             highlight=False,
         )
     if code := interrupts.exit_code(run, state):
-        raise typer.Exit(code)
+        from proctor.targets.service import run_failure
+
+        raise run_failure(run, code, "bench")
 
 
 def _check_same_bench(run: RunDir, argv: list[str], key: str) -> None:

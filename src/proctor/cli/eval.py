@@ -180,4 +180,4 @@ def _supervised(
     supervised, state = follow(run, "eval", quiet=as_json)
     if as_json:
         print_json({"run_id": run.run_id, **(run.read_json("metrics.json") or {})})
-    finish(supervised, interrupts, state)
+    finish(supervised, interrupts, state, "eval")

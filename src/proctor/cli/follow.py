@@ -6,12 +6,10 @@ from __future__ import annotations
 import os
 import sys
 
-import typer
-
 from proctor.cli.output import err_console
 from proctor.record.rundir import RunDir
 from proctor.record.status import RunState
-from proctor.targets.service import Interrupts, SupervisedRun
+from proctor.targets.service import Interrupts, SupervisedRun, run_failure
 
 
 def follow(run: RunDir, kind: str, *, quiet: bool) -> tuple[SupervisedRun, RunState]:
@@ -22,8 +20,11 @@ def follow(run: RunDir, kind: str, *, quiet: bool) -> tuple[SupervisedRun, RunSt
         return supervised, supervised.follow_to_end(devnull if quiet else sys.stdout.buffer)
 
 
-def finish(supervised: SupervisedRun, interrupts: Interrupts, state: RunState) -> None:
-    """The summary line on stderr, then exit with the run's status (an interrupt's if one came)."""
+def finish(
+    supervised: SupervisedRun, interrupts: Interrupts, state: RunState, kind: str = "workload"
+) -> None:
+    """The summary line on stderr, then exit with the run's status (an interrupt's if one came),
+    as an error that says why: the run's own last error line (under --json, in the JSON)."""
     err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
     if code := interrupts.exit_code(supervised.run, state):
-        raise typer.Exit(code)
+        raise run_failure(supervised.run, code, kind)

@@ -15,11 +15,12 @@ from typing import Any
 import click
 import typer
 
+from proctor.cli import output
 from proctor.cli.helptree import complete_help
 from proctor.cli.output import print_error
 from proctor.cli.params import finite_floats
 from proctor.crash import report_internal
-from proctor.errors import ExitCode, ProctorError, UsageError, exit_code_for
+from proctor.errors import EXIT_CODE_MEANINGS, ExitCode, ProctorError, UsageError, exit_code_for
 from proctor.redact import mask_output
 from proctor.version import __version__
 
@@ -97,38 +98,104 @@ def main(argv: list[str] | None = None) -> int:
     def go() -> Any:
         _check_cwd()
         _check_text(args)
-        return command_tree(args).main(args=argv, standalone_mode=False)
+        command = command_tree(args)
+        output.json_errors(wants_json(command, args))
+        return command.main(args=argv, standalone_mode=False)
 
-    return guarded(go, ["proctor", *args])
+    try:
+        return guarded(go, ["proctor", *args])
+    finally:
+        output.json_errors(False)
+
+
+def wants_json(command: click.Command, args: list[str]) -> bool:
+    """The command `args` name has a --json option and it was given: its errors are JSON too."""
+    words = args[: args.index("--")] if "--" in args else args
+    for word in words:
+        if not isinstance(command, click.Group) or word not in command.commands:
+            break
+        command = command.commands[word]
+    has = any("--json" in param.opts for param in command.params)
+    return has and "--json" in words
+
+
+def _fix_of_usage(error: click.ClickException) -> str:
+    ctx = getattr(error, "ctx", None)
+    where = ctx.command_path if ctx is not None else "proctor"
+    return f"see `{where} --help`"
 
 
 def guarded(go: Callable[[], Any], shown: list[str]) -> int:
-    """Run `go` (a command) and map what it raises to the exit-code table."""
+    """Run `go` (a command) and map what it raises to the exit-code table. Under --json
+    (`output.json_errors`) every failure is also one JSON object on stdout: `error` with the
+    exit code, the reason and the fix, in the command's own document where it printed one."""
+    code, reason, fix = _run(go, shown)
+    if output.json_errors_active():
+        if code == 0:
+            output.end_json()
+        else:
+            output.print_json_error(code, reason or _reason_of(output.held_json(), code), fix)
+    return code
+
+
+def _reason_of(doc: Any, code: int) -> str:
+    """Why a command that printed its document ended with `code` and no error of its own: the
+    run's status (a command's own status is passed through by `run`: not the table's
+    meaning), a flow's first failing step, else the table's meaning of the code."""
+    if isinstance(doc, dict) and doc.get("run_id"):
+        said = f"run {doc['run_id']} ended {doc.get('outcome') or 'with an error'}, exit {code}"
+        exit_ = doc.get("exit")
+        if isinstance(exit_, dict) and exit_.get("decided_by") == "command":
+            return f"{said}: its command's own exit status"
+        steps = doc.get("steps")
+        failed = [s for s in steps or [] if isinstance(s, dict) and s.get("exit_code")]
+        if failed:
+            return f"{said}: step {failed[0].get('step')}: {failed[0].get('message')}"
+        return said
+    try:
+        return EXIT_CODE_MEANINGS[ExitCode(code)]
+    except ValueError:
+        return f"exit status {code}"
+
+
+def _run(go: Callable[[], Any], shown: list[str]) -> tuple[int, str | None, str | None]:
+    """(exit code, reason, fix) of running `go`; the reason is also printed on stderr."""
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        print_error(line)
+
     try:
         result = go()
     except ProctorError as error:
         print_error(error.one_line())
-        return exit_code_for(error)
+        return exit_code_for(error), error.message, error.hint
     except click.exceptions.Exit as exit_:
-        return int(exit_.exit_code)
+        return int(exit_.exit_code), None, None
     except click.exceptions.Abort:
         print_error("interrupted")
-        return int(ExitCode.INTERRUPTED)
+        return int(ExitCode.INTERRUPTED), "interrupted", None
     except click.ClickException as error:
         error.show()
-        return int(ExitCode.USAGE)
+        return int(ExitCode.USAGE), error.format_message(), _fix_of_usage(error)
     except KeyboardInterrupt:
         print_error("interrupted")
-        return int(ExitCode.INTERRUPTED)
+        return int(ExitCode.INTERRUPTED), "interrupted", None
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):
-            return int(exit_.code or 0)
-        return report_internal("proctor", exit_, shown, print_error)
+            return int(exit_.code or 0), None, None
+        code = report_internal("proctor", exit_, shown, say)
+        return code, said[-1] if said else None, _INTERNAL_FIX
     except Exception as error:
         # Anything else is a bug: one line naming the crash log, and a code of its own.
-        return report_internal("proctor", error, shown, print_error)
+        code = report_internal("proctor", error, shown, say)
+        return code, said[-1] if said else None, _INTERNAL_FIX
     # Without standalone mode, Click returns the code of a typer.Exit instead of raising it.
-    return result if isinstance(result, int) else 0
+    return (result if isinstance(result, int) else 0), None, None
+
+
+_INTERNAL_FIX = "a bug in proctor: report it with the crash log the reason names"
 
 
 def entry() -> None:

@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
                     "faults": doc.get("faults", []),
                 }
             )
-        finish(supervised, interrupts, state)
+        finish(supervised, interrupts, state, "offline")
 
 
 __all__ = ["register"]

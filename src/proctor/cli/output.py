@@ -11,7 +11,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.console import Console
 from rich.text import Text
@@ -70,11 +70,70 @@ def print_evidence(faults: Sequence[object], tails: Mapping[str, Sequence[str]] 
             err_console.print(line, highlight=False, markup=False)
 
 
+class _JsonMode:
+    """Under `--json` the command's document is held until the command ends, so that an error
+    after it (a bench that failed, a regression found) goes into the same one object."""
+
+    active = False
+    pending: ClassVar[list[Any]] = []
+
+
+def json_errors(active: bool) -> None:
+    """Turn on (the CLI's error handler, for a command run with --json) or off the holding of
+    the command's JSON document until `end_json` or `print_json_error`."""
+    _JsonMode.active = active
+    _JsonMode.pending = []
+
+
+def json_errors_active() -> bool:
+    return _JsonMode.active
+
+
+def held_json() -> Any:
+    """The document the command printed under --json, not yet written (None: none)."""
+    return _JsonMode.pending[-1] if _JsonMode.pending else None
+
+
+def end_json() -> None:
+    """The command succeeded: print the document it held."""
+    for doc in _JsonMode.pending:
+        _write_json(doc)
+    _JsonMode.pending = []
+
+
+def print_json_error(exit_code: int, reason: str, fix: str | None) -> None:
+    """The one JSON object of a failed command on stdout: its document (run_id, outcome, what
+    it had found) with `error` added, or `error` alone when it printed none. A document that
+    is not an object (a list of rows) goes under `result`."""
+    error = {"error": {"exit_code": exit_code, "reason": reason, "fix": fix}}
+    held, _JsonMode.pending = _JsonMode.pending, []
+    for doc in held[:-1]:
+        _write_json(doc)
+    if not held:
+        _write_json(error)
+    elif isinstance(held[-1], dict):
+        _write_json({**held[-1], **error})
+    else:
+        _write_json({"result": held[-1], **error})
+
+
 def print_json(data: Any) -> None:
     """Strict JSON (RFC 8259): a float that is nan or infinite prints as null, never as the
     `NaN` / `Infinity` tokens that jq and other parsers refuse. Masked as a document, field by
     field (`redact.data`), not as a line: a secret `failed` masks the user's words, never an
-    `"outcome": "failed"`."""
+    `"outcome": "failed"`. Under the CLI's --json error handling, held until the command ends
+    (`end_json`, `print_json_error`); a second document prints the first."""
+    if _JsonMode.active:
+        # Copied through JSON now: the caller may change its dict after printing it.
+        copy = json.loads(json.dumps(_finite(data), default=str))
+        for doc in _JsonMode.pending:
+            _write_json(doc)
+        _JsonMode.pending = [copy]
+        return
+    _write_json(data)
+
+
+def _write_json(data: Any) -> None:
     # Through JSON first, so that what `default=str` writes (paths, times) is masked too.
     masked = redact.data(json.loads(json.dumps(_finite(data), default=str)))
     text = json.dumps(masked, indent=2, sort_keys=False, default=str, allow_nan=False)

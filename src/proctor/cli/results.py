@@ -147,7 +147,10 @@ def check_cmd(
     refuse_invalid(res)
     if status == "regression":
         bad = [v.metric for v in verdicts if v.status == "regression"]
-        raise Regression(f"regression in {', '.join(bad)}", hint="see the table above")
+        raise Regression(
+            f"regression in {', '.join(bad)}",
+            hint="each metric's verdict says how far it moved against its baseline",
+        )
     if status == "missing":
         gone = [v.metric for v in verdicts if v.status == "missing"]
         raise ResultUnknown(
@@ -379,15 +382,22 @@ def _validity_of(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _run_path(ref: str | Path, runs_dir: str | None) -> Path:
-    """A run id (or 'last', or a path) as the directory the parsers read."""
+    """A result file or run directory, or a run id, name or 'last' (the newest run that has
+    results: not a server or a flow), as the path the parsers read."""
     candidate = Path(ref)
     if candidate.exists():
         return candidate
     from proctor.spec.config import load_config
     from proctor.spec.plan import resolve_runs_dir
-    from proctor.supervise.launch import resolve_run
+    from proctor.supervise.refs import RESULT_KINDS, resolve_run
 
-    return resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), str(ref)).path
+    directory = Path(resolve_runs_dir(runs_dir, load_config()).value)
+    if not directory.is_dir():
+        raise UsageError(
+            f"no file {str(ref)!r}, and no runs in {directory} to find a run {str(ref)!r} in",
+            hint="give a result file, a run directory, or a run id with --runs-dir",
+        )
+    return resolve_run(directory, str(ref), RESULT_KINDS).path
 
 
 def register(root: typer.Typer) -> None:

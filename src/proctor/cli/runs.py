@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from proctor.errors import TimeLimitReached, UsageError, WorkloadFailed
 from proctor.record.finish import iso_at
 from proctor.record.manifest import verify_run_manifest
 from proctor.record.rundir import RunDir
-from proctor.record.schema import LaunchedRecord, Outcome, read_view, view_record
+from proctor.record.schema import FlowRecord, LaunchedRecord, Outcome, read_view, view_record
 from proctor.record.status import effective_outcome, run_state
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
@@ -26,7 +27,7 @@ from proctor.store.db import (
     open_up_to_date,
     rebuild,
 )
-from proctor.supervise.launch import follow_log, record_of, resolve_run
+from proctor.supervise.launch import follow_log, record_of
 from proctor.supervise.orphans import stop_dead_wrapper_run
 from proctor.targets.service import SupervisedRun, exit_for_state, summary_line
 
@@ -48,13 +49,12 @@ def _store_path(runs_dir: Path) -> Path:
 
 
 def _find(ref: str, runs_dir_flag: str | None) -> RunDir:
-    directory = _runs_dir(runs_dir_flag)
-    if ref == "last":  # from the store's index when it can say: no walk of every run
-        from proctor.store.sync import newest_run_dir
+    """A run of any kind; 'last' and names from the store's index where it can say (no walk
+    of every run)."""
+    from proctor.supervise.refs import resolve_run
 
-        if newest := newest_run_dir(_store_path(directory), directory):
-            return RunDir(newest)
-    return resolve_run(directory, ref)
+    directory = _runs_dir(runs_dir_flag)
+    return resolve_run(directory, ref, store_path=_store_path(directory))
 
 
 def _far(run: RunDir) -> bool:
@@ -100,6 +100,12 @@ def list_runs(
         None, "--since", help="ISO date/time, or a duration ago such as 2h or 7d."
     ),
     limit: int = typer.Option(50, "--limit", help="At most this many (newest first); 0 for all."),
+    kind: str = typer.Option(
+        None,
+        "--kind",
+        help="Only runs of these kinds, comma-separated: bench, eval, offline, flow, sweep,"
+        " server-sweep, server, command, slurm, remote.",
+    ),
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -108,6 +114,7 @@ def list_runs(
     Never 'ok' without an exit status."""
     directory = _runs_dir(runs_dir)
     since_iso = _since(since) if since else None
+    kinds = _kinds(kind) if kind else None
     if outcome and outcome not in OUTCOMES:
         raise UsageError(f"unknown --outcome {outcome!r}", hint=f"one of: {', '.join(OUTCOMES)}")
     if limit < 0:
@@ -118,7 +125,7 @@ def list_runs(
         err_console.print(f"proctor: warning: {warning}", highlight=False)
     with store:
         # Read as consumed, newest first from the index: the default 50 read 50 rows.
-        rows = store.iter_runs(name=name, commit=commit, since=since_iso)
+        rows = store.iter_runs(name=name, commit=commit, since=since_iso, kinds=kinds)
         out: list[dict[str, Any]] = []
         for row in rows:
             # The state, outcome and status are the run directory's (its exit_code file and
@@ -146,23 +153,110 @@ def list_runs(
     if as_json:
         print_json(out)
         return
+    _print_table(out, console.width)
+
+
+#: Every kind of run a record can name (record/schema.py MODELS, and a server sweep's).
+KINDS: tuple[str, ...] = (
+    "bench",
+    "eval",
+    "offline",
+    "workload",
+    "flow",
+    "sweep",
+    "server-sweep",
+    "server",
+    "command",
+    "slurm",
+    "slurm-node",
+    "remote",
+)
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise UsageError(
+            f"unknown --kind {', '.join(unknown) or repr(text)}",
+            hint=f"one or more of: {', '.join(KINDS)}",
+        )
+    return kinds
+
+
+def _cells(row: dict[str, Any]) -> dict[str, str]:
+    from proctor.spec.durations import format_duration
+
+    exit_text = "" if row["exit_code"] is None else str(row["exit_code"])
+    if row["exit_signal"]:
+        exit_text += f" {row['exit_signal']}"
+    duration = row["duration_s"]
+    commit = (row["source_commit"] or "")[:8] + ("+dirty" if row["source_dirty"] else "")
+    return {
+        "run id": row["id"],
+        "kind": row["kind"] or "",
+        "name": row["name"] or "",
+        "outcome": row["outcome"],
+        "exit": exit_text,
+        "duration": "" if duration is None else format_duration(float(duration)),
+        "commit": commit if row["source_commit"] else "",
+        "gpu": row["gpu"] or "",
+    }
+
+
+#: The columns in the order shown, and the order they go when the terminal is too narrow
+#: (first to go first). A header is never cut: a column is shown whole or not at all; only
+#: the name shrinks (to NAME_MIN, with an ellipsis).
+COLUMNS = ("run id", "kind", "name", "outcome", "exit", "duration", "commit", "gpu")
+DROP_ORDER = ("gpu", "exit", "kind", "duration", "commit")
+NAME_MIN, NAME_MAX, GAP = 10, 32, 2
+
+
+def fit_columns(cells: list[dict[str, str]], width: int) -> dict[str, int]:
+    """Each column shown and its width: the natural widths (header or widest cell), the name
+    shrunk first, then columns dropped in DROP_ORDER, until the table fits `width`."""
+    natural = {
+        col: max([len(col), *(len(c[col]) for c in cells)])
+        for col in COLUMNS
+        if col in ("run id", "name", "outcome") or any(c[col] for c in cells)
+    }
+    natural["name"] = min(natural["name"], NAME_MAX)
+
+    def total(cols: dict[str, int]) -> int:
+        return sum(cols.values()) + GAP * (len(cols) - 1)
+
+    shown = dict(natural)
+    for col in (None, *DROP_ORDER):
+        if col is not None:
+            shown.pop(col, None)
+        over = total(shown) - width
+        if over <= 0:
+            return shown
+        if shown["name"] - over >= NAME_MIN:
+            shown["name"] -= over
+            return shown
+        shown["name"] = max(NAME_MIN, len("name"))
+        if total(shown) <= width:
+            return shown
+    return shown  # wider than the terminal still: it wraps, whole
+
+
+def _print_table(rows: list[dict[str, Any]], width: int) -> None:
     from rich.table import Table
 
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("run id", no_wrap=True, min_width=22)
-    table.add_column("name", no_wrap=True, overflow="ellipsis", min_width=10, max_width=26)
-    with_gpu = any(row["gpu"] for row in out)
-    widths = {"outcome": 7, "exit": 4, "duration": 8, "commit": 8, "gpu": 8}
-    for col in ("outcome", "exit", "duration", "commit", *(("gpu",) if with_gpu else ())):
-        table.add_column(col, no_wrap=True, min_width=widths[col], overflow="ellipsis")
-    for row in out:
-        exit_text = "" if row["exit_code"] is None else str(row["exit_code"])
-        if row["exit_signal"]:
-            exit_text += f" {row['exit_signal']}"
-        duration = "" if row["duration_s"] is None else f"{row['duration_s']:.1f}s"
-        commit_text = (row["source_commit"] or "")[:8] + ("+dirty" if row["source_dirty"] else "")
-        cells = [row["id"], row["name"], row["outcome"], exit_text, duration, commit_text]
-        table.add_row(*cells, *((row["gpu"] or "",) if with_gpu else ()))
+    cells = [_cells(row) for row in rows]
+    widths = fit_columns(cells, width)
+    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, GAP, 0, 0))
+    for col, size in widths.items():
+        table.add_column(
+            col,
+            no_wrap=True,
+            min_width=size,
+            max_width=size,
+            overflow="ellipsis" if col == "name" else "fold",
+        )
+    for cell in cells:
+        table.add_row(*(cell[col] for col in widths))
     console.print(table)
 
 
@@ -187,45 +281,113 @@ def show(
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """The run record, with the state as the evidence says."""
+    """The run record, with the state as the evidence says; a bench's or an eval's headline
+    (verdict, tok/s, latencies, score); a flow's steps and its workloads' results."""
+    from proctor.record.headline import headline_of
+
     run = _find(ref, runs_dir)
     view = _view(run)
+    view["headline"] = headline_of(run.path)
     if as_json:
         print_json(view)
         return
-    keys = (
-        "run_id",
-        "name",
-        "kind",
-        "outcome",
-        "state",
-        "exit",
-        "argv",
-        "cwd",
-        "created_at",
-        "started_at",
-        "ended_at",
-        "duration_s",
-        "dir",
-        "log",
-    )
-    for k in keys:
-        console.print(styled(f"{k:>11}", "bold", f" {view.get(k)}"))
-    if view.get("problem"):
-        console.print(styled(f"{'problem':>11}", "bold", f" {view['problem']}"))
     record = read_view(run.path)
-    commit = record.source_commit or (record.source or {}).get("reason")
-    dirty = " (dirty)" if record.source_dirty else ""
-    console.print(styled(f"{'source':>11}", "bold", f" {commit}{dirty}"))
     launched = record if isinstance(record, LaunchedRecord) else None
     gpu = launched.gpu if launched else {}
-    console.print(styled(f"{'gpu':>11}", "bold", f" {gpu.get('gpus') or gpu.get('reason')}"))
-    if launched and launched.gpu_peaks:
-        console.print(styled(f"{'gpu peaks':>11}", "bold", f" {launched.gpu_peaks}"))
+    commit = record.source_commit or (record.source or {}).get("reason")
+    fields: list[tuple[str, Any]] = [
+        ("run_id", view.get("run_id")),
+        ("name", view.get("name")),
+        ("kind", view.get("kind")),
+        ("outcome", view.get("outcome")),
+        ("state", view.get("state")),
+        ("exit", _exit_text(view.get("exit"))),
+        ("argv", _argv_text(view.get("argv"))),
+        ("cwd", view.get("cwd")),
+        ("created_at", view.get("created_at")),
+        ("started_at", view.get("started_at")),
+        ("ended_at", view.get("ended_at")),
+        ("duration", _duration_text(view.get("duration_s"))),
+        ("dir", view.get("dir")),
+        ("log", view.get("log")),
+        ("problem", view.get("problem")),
+        ("source", f"{commit}{' (dirty)' if record.source_dirty else ''}" if commit else None),
+        ("gpu", (gpu.get("gpus") or gpu.get("reason")) if gpu else None),
+        ("gpu peaks", launched.gpu_peaks if launched and launched.gpu_peaks else None),
+    ]
     if launched and launched.leftovers:
         from proctor.supervise.leftovers import notice
 
-        console.print(styled(f"{'leftovers':>11}", "bold", f" {notice(launched.leftovers)}"))
+        fields.append(("leftovers", notice(launched.leftovers)))
+    # What the record does not hold is left out, never shown as None.
+    for key, value in fields:
+        if value not in (None, "", [], {}):
+            console.print(styled(f"{key:>11}", "bold", f" {value}"))
+    if view["headline"]:
+        _print_headline(view["headline"])
+    if isinstance(record, FlowRecord):
+        _print_flow(record)
+
+
+def _exit_text(exit_: Any) -> str | None:
+    if not isinstance(exit_, dict) or exit_.get("code") is None:
+        return None
+    text = str(exit_["code"])
+    if exit_.get("signal"):
+        text += f" ({exit_['signal']})"
+    if exit_.get("decided_by") == "proctor" and exit_.get("reason"):
+        text += f", decided by proctor: {exit_['reason']}"
+    return text
+
+
+def _argv_text(argv: Any) -> str | None:
+    return str(argv) if isinstance(argv, list) and argv else None
+
+
+def _duration_text(seconds: Any) -> str | None:
+    from proctor.spec.durations import format_duration
+
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
+    return format_duration(float(seconds))
+
+
+def _print_headline(headline: dict[str, Any]) -> None:
+    """A bench's verdict and its reasons, then each figure on its own line."""
+    from proctor.record.headline import figure_text
+
+    verdict = headline.get("verdict")
+    if verdict:
+        style = "bold green" if verdict in ("VALID", "ok") else "bold red"
+        console.print(styled(f"{'verdict':>11}", "bold", " ") + styled(verdict, style))
+        for why in headline.get("why") or []:
+            console.print(f"{'':>11}   - {why}")
+    for label, value, unit in headline.get("figures") or []:
+        console.print(styled(f"{label:>11}", "bold", f" {figure_text(value, unit)}"))
+
+
+def _print_flow(record: FlowRecord) -> None:
+    """A flow's steps (when each ran, its exit, what it said), then its workloads' results."""
+    from proctor.record.headline import result_line
+    from proctor.store.db import instant
+
+    console.print(styled(f"{'steps':>11}", "bold"))
+    for step in record.steps:
+        took = ""
+        if step.ended_at:
+            with contextlib.suppress(ValueError):
+                seconds = (instant(step.ended_at) - instant(step.started_at)).total_seconds()
+                took = _duration_text(seconds) or ""
+        index = getattr(step, "index", None)
+        name = f"{step.step}{'' if index is None else f' {int(index) + 1}'}"
+        code = "running" if step.exit_code is None else f"exit {step.exit_code}"
+        message = getattr(step, "message", None) or ""
+        console.print(f"{'':>11} {name:<12} {code:<8} {took:>7}  {message}")
+    if record.workload_runs:
+        console.print(styled(f"{'workloads':>11}", "bold"))
+        for row in record.workload_runs:
+            line = result_line(str(row.name), row.exit_code, row.headline)
+            console.print(f"{'':>11} {row.run_id or '(not started)'}  {line}")
 
 
 @app.command("logs")

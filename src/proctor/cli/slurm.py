@@ -24,7 +24,7 @@ from proctor.errors import Interrupted, TargetUnavailable
 from proctor.record.schema import SlurmRecord, load_record
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir
-from proctor.supervise.launch import resolve_run
+from proctor.supervise.refs import SLURM_KINDS, resolve_run
 from proctor.targets.service import SupervisedRun, guard_start
 
 app = typer.Typer(help="Multi-node runs on a Slurm cluster (sbatch + srun).", no_args_is_help=True)
@@ -328,7 +328,7 @@ def stop(
     The tracker records the outcome."""
     from proctor.targets.slurm.target import SlurmTarget
 
-    run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
+    run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref, SLURM_KINDS)
     sent = SlurmTarget.stop_run(run)
     err_console.print(f"proctor: {'stop sent to' if sent else 'nothing to stop in'} {run.run_id}")
 
@@ -342,7 +342,7 @@ def track(
     from proctor.record.status import is_alive, read_wrapper_ref
     from proctor.targets.slurm.target import start_tracker
 
-    run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref)
+    run = resolve_run(Path(resolve_runs_dir(runs_dir, load_config()).value), ref, SLURM_KINDS)
     if run.exit_code_path.exists() or is_alive(read_wrapper_ref(run)):
         err_console.print(f"proctor: run {run.run_id} is finished or already tracked")
         return

@@ -132,7 +132,7 @@ def register(app: typer.Typer) -> None:
         say = _say(as_json)
         extra_logs = list(log or [])
         if offline is not None:
-            job = resolve_run(directory, offline)
+            job = resolve_run(directory, offline)  # an offline job: any run that runs one
             profile = profiles_for(config).engine(
                 (read_view(job.path).fact("offline") or {}).get("engine", engine)
             )

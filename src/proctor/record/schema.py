@@ -273,6 +273,8 @@ class FlowWorkloadRun(_Model):
     kind: str | None = None
     run_id: str | None = None
     exit_code: int | None = None
+    # What a reader looks for first (record/headline.py): verdict, figures; None: no metrics.
+    headline: dict[str, Any] | None = None
 
 
 class FlowRecord(RecordCore):

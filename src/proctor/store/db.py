@@ -21,7 +21,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -403,9 +403,12 @@ class Store:
         since: str | None = None,
         key: str | None = None,
         group: str | None = None,
+        kinds: Sequence[str] | None = None,
+        name_is: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """The rows, newest first, read as they are consumed: a reader that stops after N
-        rows reads N rows of the index `runs_newest`, never the whole table."""
+        rows reads N rows of the index `runs_newest`, never the whole table. `name` matches
+        a part of the name, `name_is` the whole; `kinds`: only runs of these kinds."""
         # Each filter given narrows the rows: (condition, its argument).
         given = [
             (condition, value)
@@ -415,11 +418,15 @@ class Store:
                 ("source_commit LIKE ?", commit and f"{commit}%"),
                 ("run_key = ?", key),
                 ("run_group = ?", group),
+                ("name = ?", name_is),
             )
             if value
         ]
         where = [condition for condition, _ in given]
-        args = [value for _, value in given]
+        args: list[Any] = [value for _, value in given]
+        if kinds:
+            where.append(f"kind IN ({', '.join('?' for _ in kinds)})")
+            args.extend(kinds)
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)

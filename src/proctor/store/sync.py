@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 from proctor.store.db import INDEX_PENDING, INDEX_WAIT_S, Store, StoreUnreadable
@@ -109,10 +110,17 @@ def catch_up(store: Store, runs_dir: Path) -> int:
     return count
 
 
-def newest_run_dir(store_path: Path, runs_dir: Path) -> Path | None:
-    """The newest run of `runs_dir` (what 'last' names), from the store brought up to date:
-    the first row of the index `runs_newest` whose directory is in `runs_dir` and exists.
-    None where the store cannot say (none, unreadable, locked): the caller walks the run
+def newest_run_dir(
+    store_path: Path,
+    runs_dir: Path,
+    kinds: Sequence[str] | None = None,
+    *,
+    name: str | None = None,
+) -> Path | None:
+    """The newest run of `runs_dir` (what 'last' names), of one of `kinds` where given, named
+    `name` where given, from the store brought up to date: the first row of the index
+    `runs_newest` that matches, whose directory is in `runs_dir` and exists. None where the
+    store has none or cannot say (none, unreadable, locked): the caller walks the run
     directories instead. Never creates a store."""
     from proctor.record.runid import is_run_id
 
@@ -122,7 +130,7 @@ def newest_run_dir(store_path: Path, runs_dir: Path) -> Path | None:
         with Store(store_path, timeout=INDEX_WAIT_S) as store:
             catch_up(store, runs_dir)
             root = runs_dir.resolve()
-            for row in store.iter_runs():
+            for row in store.iter_runs(kinds=kinds, name_is=name):
                 path = Path(row["dir"])
                 if is_run_id(path.name) and path.parent.resolve() == root and path.is_dir():
                     return root / path.name

@@ -27,11 +27,12 @@ from proctor.record import owner
 from proctor.record.finish import now_iso
 from proctor.record.hostinfo import host_info
 from proctor.record.recorder import Recorder
-from proctor.record.rundir import RunDir, ignore_in_git, is_run_id, write_atomic
-from proctor.record.schema import MODELS, LaunchedRecord, ProcessRef, read_view
+from proctor.record.rundir import RunDir, ignore_in_git, write_atomic
+from proctor.record.schema import MODELS, LaunchedRecord, ProcessRef
 from proctor.record.status import RunState, is_alive, read_wrapper_ref, run_state
 from proctor.redact import Redactor
 from proctor.spec.plan import RunPlan
+from proctor.supervise.refs import resolve_run as resolve_run  # re-exported: callers import it here
 from proctor.version import __version__
 
 WRAPPER_START_TIMEOUT_S = 15.0
@@ -351,36 +352,6 @@ def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
         entry = {"key": redactor.text(str(key)), "run_id": run.run_id, "dir": str(run.path)}
         write_atomic(key_file, json.dumps(entry), mask=False)
         return Started(run, False, redactor)
-
-
-# -- finding runs -----------------------------------------------------------------------------
-def _newest(runs_dir: Path, ids: list[str]) -> str:
-    """The newest of sorted run ids: ids name their second, then a random part, so among those
-    of the newest second the record's creation time (milliseconds) decides."""
-    tied = [i for i in ids if i[:15] == ids[-1][:15]]
-    if len(tied) == 1:
-        return tied[0]
-    return max(tied, key=lambda i: (read_view(runs_dir / i).created_at or "", i))
-
-
-def resolve_run(runs_dir: Path, ref: str) -> RunDir:
-    """A run by id, unique id prefix, a path to its directory, or 'last'."""
-    candidate = Path(ref)
-    if candidate.is_dir() and (candidate / "record.json").exists():
-        return RunDir(candidate.resolve())
-    if not runs_dir.is_dir():
-        raise UsageError(f"no runs in {runs_dir}", hint="pass --runs-dir or set PROCTOR_RUNS_DIR")
-    ids = sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and is_run_id(p.name))
-    if ref == "last":
-        if not ids:
-            raise UsageError(f"no runs in {runs_dir}")
-        return RunDir(runs_dir / _newest(runs_dir, ids))
-    matches = [i for i in ids if i == ref] or [i for i in ids if i.startswith(ref) or ref in i]
-    if len(matches) == 1:
-        return RunDir(runs_dir / matches[0])
-    if not matches:
-        raise UsageError(f"no run {ref!r} in {runs_dir}", hint="see `proctor runs list`")
-    raise UsageError(f"run id {ref!r} is ambiguous ({len(matches)} runs)", hint="give more of it")
 
 
 # -- following and waiting --------------------------------------------------------------------

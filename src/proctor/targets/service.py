@@ -26,7 +26,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import IO, TYPE_CHECKING
 
-from proctor.errors import Interrupted, ResultUnknown, TimeLimitReached
+from proctor.errors import (
+    Interrupted,
+    ProctorError,
+    ResultUnknown,
+    TimeLimitReached,
+    error_for_code,
+)
 from proctor.record.rundir import RunDir
 from proctor.record.schema import CommandStatus, ExitStatus, RecordCore, read_view
 from proctor.record.status import RunState, effective_outcome, read_exit_status
@@ -173,6 +179,37 @@ def summary_line(run: RunDir, state: RunState) -> str:
     return line + leftovers_line(run.run_id, record)
 
 
+#: The prefixes of the error lines of proctor's own workload processes (crash.guarded, main).
+_OWN_PREFIXES = ("proctor", "proctor bench", "proctor eval", "proctor offline")
+#: How much of a log's end is searched for its command's own error line.
+_TAIL_BYTES = 64 * 1024
+
+
+def failure_reason(run: RunDir) -> str | None:
+    """What a failed run of one of proctor's own workloads (bench, eval, offline) said last: the
+    last `proctor...: ` line its log holds (they print their error that way), else None."""
+    try:
+        with run.log_path().open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - _TAIL_BYTES))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        head, sep, said = line.partition(": ")
+        if sep and head in _OWN_PREFIXES and said.strip():
+            return said.strip()
+    return None
+
+
+def run_failure(run: RunDir, code: int, kind: str) -> ProctorError:
+    """A `kind` run that ended with status `code`, as proctor's error of that code: its own
+    last error line as the reason where its log has one, the log as the place to look."""
+    said = failure_reason(run)
+    reason = f"{kind} run {run.run_id} failed (exit {code})" + (f": {said}" if said else "")
+    return error_for_code(code, reason, hint=f"see its log {run.log_path()}")
+
+
 def leftovers_line(run_id: str, record: RecordCore | None) -> str:
     """A second line, when the wrapper stopped processes the command left running."""
     from proctor.supervise.leftovers import notice
@@ -269,7 +306,9 @@ __all__ = [
     "Interrupts",
     "SupervisedRun",
     "exit_for_state",
+    "failure_reason",
     "guard_start",
+    "run_failure",
     "start_held",
     "state_of",
     "summary_line",

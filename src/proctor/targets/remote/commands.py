@@ -401,13 +401,13 @@ def with_server_url(
     must have run on the same kind (a local server's 127.0.0.1 is not the node's)."""
     from proctor.errors import TargetUnavailable
     from proctor.record.status import run_state
-    from proctor.supervise.launch import resolve_run
+    from proctor.supervise.refs import SERVER_KINDS, resolve_run
     from proctor.targets.registry import kind_of_run
 
     ref = request.params.get("server")
     if not isinstance(ref, str) or not ref:
         return request
-    run = resolve_run(runs_dir, ref)
+    run = resolve_run(runs_dir, ref, SERVER_KINDS)
     ran_on = kind_of_run(run.path)
     if ran_on.kind != options.kind:
         raise UsageError(

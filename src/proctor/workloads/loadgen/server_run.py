@@ -23,9 +23,9 @@ MODELS_TIMEOUT_S = 10.0
 def server_run_facts(runs_dir: Path, ref: str) -> dict[str, Any]:
     """The server section of a live server run, with run_id, base_url and the checked model."""
     from proctor.serve import server_facts
-    from proctor.supervise.launch import resolve_run
+    from proctor.supervise.refs import SERVER_KINDS, resolve_run
 
-    run = resolve_run(runs_dir, ref)
+    run = resolve_run(runs_dir, ref, SERVER_KINDS)
     facts = dict(server_facts(run))
     facts["run_id"] = run.run_id
     check_live(run)
