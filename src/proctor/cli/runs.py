@@ -281,8 +281,10 @@ def show(
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """The run record, with the state as the evidence says; a bench's or an eval's headline
-    (verdict, tok/s, latencies, score); a flow's steps and its workloads' results."""
+    """The run record, with its state as the evidence says, and its results.
+
+    A bench's or an eval's headline (verdict, tok/s, latencies, score); a flow's steps and its
+    workloads' results."""
     from proctor.record.headline import headline_of
 
     run = _find(ref, runs_dir)
