@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.fixtures.fake_openai_server import free_port
-from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor, wait_for_flow_step
+from tests.helpers import FAKE_ENGINE_TOML, REPO, proctor, proctor_popen, wait_for_flow_step
 
 FAKE = REPO / "tests/fixtures/fake_openai_server.py"
 FAULT = "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x0."
@@ -489,24 +489,37 @@ def test_drain_a_server_proctor_did_not_start(fake_engine: int, tmp_path: Path) 
             "serve", "ready", "--port", str(port), "--engine", "fake", "--timeout", "30s"
         )
         assert ready.returncode == 0, ready.stderr
+        # The client sends its request once the drain is watching (the drain reads only the
+        # bytes written after its start): a fixed sleep lost that race on a loaded machine.
+        go = tmp_path / "go"
+        wait = f"while [ ! -e {go} ]; do sleep 0.1; done"
         client = json.loads(
             proctor(
-                "run", "-d", "--json", "--", "bash", "-c", f"sleep 3; {curl(port)}; sleep 20"
+                "run", "-d", "--json", "--", "bash", "-c", f"{wait}; {curl(port)}; sleep 20"
             ).stdout
         )
-        result = proctor(
+        drain = proctor_popen(
             "drain",
             "--port",
             str(port),
             "--engine",
             "fake",
             "--poll",
-            "10s",
+            "1s",
             "--client",
             client["run_id"],
         )
-        assert result.returncode == 2, result.stderr
-        assert "Memory access fault" in result.stderr
+        assert drain.stderr is not None
+        seen: list[str] = []
+        for line in drain.stderr:  # the first status line: the drain is watching
+            seen.append(line)
+            if line.startswith("[t="):
+                break
+        go.touch()
+        out, rest = drain.communicate(timeout=120)
+        stderr = "".join(seen) + rest
+        assert drain.returncode == 2, stderr
+        assert "Memory access fault" in stderr
         assert server.poll() is None, "drain must never kill a server it did not start"
     finally:
         server.kill()
