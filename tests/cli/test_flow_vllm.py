@@ -115,6 +115,10 @@ def test_flow_with_real_transformers_serve(isolated_runs: Path, tmp_path: Path) 
         str(port),
         "--poll",
         "2s",
+        # transformers serve loads the model at the first request and prints nothing
+        # meanwhile: on a loaded 2-core machine that took longer than 6 polls (CI).
+        "--stuck-polls",
+        "30",
         "--ready-timeout",
         "3m",
         "--workload-cmd",
