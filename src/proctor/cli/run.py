@@ -10,6 +10,7 @@ import typer
 
 from proctor.cli.output import console, err_console, print_json
 from proctor.errors import ExitCode, UsageError
+from proctor.record.rundir import RunDir
 from proctor.record.schema import load_record
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
@@ -36,7 +37,8 @@ gpu.csv and manifest.sha256. The command runs under a wrapper in its own session
 proctor does not stop it, and `proctor runs wait ID` still gets its status.
 
 Exit status: the command's own; 4 if --timeout stopped it; 6 if no status could be established;
-130 on Ctrl-C (the run is stopped first); 64 bad usage; 69 command not found.
+130 on Ctrl-C (the run is stopped first); 64 bad usage; 69 command not found, or the GPU
+preflight failed (the run is recorded, not started; --allow-unhealthy-gpu).
 """
 
 
@@ -51,6 +53,7 @@ def flags_from(
     key: str | None,
     detach: bool,
     cwd: str | None,
+    allow_unhealthy_gpu: bool = False,
 ) -> RunFlags:
     return RunFlags(
         argv=list(command or []),
@@ -63,7 +66,25 @@ def flags_from(
         key=key,
         detach=detach,
         cwd=cwd,
+        allow_unhealthy_gpu=allow_unhealthy_gpu or None,
     )
+
+
+ALLOW_UNHEALTHY_GPU_HELP = (
+    "Run even when the GPU preflight fails (another process holds GPU memory, uncorrected ECC"
+    " errors, pending page retirement or row remapping, a hardware Xid since boot, clocks held"
+    " down for heat, a failed CUDA check); without it such a run is refused with exit 69."
+    " docs/gpu-health.md."
+)
+
+
+def print_health(run: RunDir) -> None:
+    """The GPU preflight's one line on stderr (docs/gpu-health.md)."""
+    from proctor.monitors.gpu_health import one_line
+
+    health = (run.read_json("record.json") or {}).get("gpu_health")
+    if isinstance(health, dict):
+        err_console.print(f"proctor: {one_line(health)}", markup=False, highlight=False)
 
 
 def plan_view(plan: RunPlan) -> dict[str, Any]:
@@ -122,6 +143,7 @@ def _follow_started(
         "log": str(run.log_path()),
         "attached": started.attached,
         **(facts or {}),
+        "gpu_health": (run.read_json("record.json") or {}).get("gpu_health"),
     }
     if detach:
         if as_json:
@@ -136,6 +158,7 @@ def _follow_started(
         err_console.print(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
     else:
         err_console.print(f"proctor: run {run.run_id} -> {run.path}", highlight=False)
+        print_health(run)
     supervised = SupervisedRun(run)
     state = supervised.follow_to_end(sys.stderr.buffer if as_json else sys.stdout.buffer)
     if as_json:
@@ -219,6 +242,9 @@ def register(app: typer.Typer) -> None:
             False, "--detach", "-d", help="Start and return the run id at once."
         ),
         cwd: str = typer.Option(None, "--cwd", help="Working directory for the command."),
+        allow_unhealthy_gpu: bool = typer.Option(
+            False, "--allow-unhealthy-gpu", help=ALLOW_UNHEALTHY_GPU_HELP
+        ),
         dry_run: bool = typer.Option(
             False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."
         ),
@@ -295,7 +321,17 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         flags = flags_from(
-            command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd
+            command,
+            name,
+            runs_dir,
+            timeout,
+            grace,
+            gpu_sample,
+            env,
+            key,
+            detach,
+            cwd,
+            allow_unhealthy_gpu,
         )
         project = load_config(config)
         spec = target_options(

@@ -218,10 +218,26 @@ def show(
     console.print(styled(f"{'gpu':>11}", "bold", f" {gpu.get('gpus') or gpu.get('reason')}"))
     if launched and launched.gpu_peaks:
         console.print(styled(f"{'gpu peaks':>11}", "bold", f" {launched.gpu_peaks}"))
+    _show_health(view)
     if launched and launched.leftovers:
         from proctor.supervise.leftovers import notice
 
         console.print(styled(f"{'leftovers':>11}", "bold", f" {notice(launched.leftovers)}"))
+
+
+def _show_health(record: dict[str, Any]) -> None:
+    """The GPU preflight and what changed during the run (docs/gpu-health.md)."""
+    from proctor.monitors.gpu_health import change_line, one_line
+
+    before = record.get("gpu_health")
+    if not isinstance(before, dict):
+        return
+    allowed = " (run anyway: --allow-unhealthy-gpu)" if before.get("allowed") else ""
+    console.print(styled(f"{'gpu health':>11}", "bold", f" {one_line(before).removeprefix('gpu health: ')}{allowed}"))
+    change = record.get("gpu_health_change")
+    if before.get("devices"):
+        text = change_line(change if isinstance(change, dict) else None)
+        console.print(styled(f"{'gpu after':>11}", "bold", f" {text}"))
 
 
 @app.command("logs")

@@ -559,6 +559,27 @@ def _finite_float(value: Any) -> float | None:
 
 def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]:
     """Flat numeric metrics from metrics.json: {"metrics": {name: value | {value, unit}}}."""
+    yield from _document_metrics(run_dir)
+    # GPU health before and after the run, from the record (docs/gpu-health.md): every run
+    # with a GPU has them, a metrics.json or not.
+    from proctor.monitors.gpu_health import store_metrics
+
+    try:
+        record = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        record = None
+    for name, number in store_metrics(record if isinstance(record, dict) else {}).items():
+        yield name, number, "s" if name.endswith("_s") else None
+    # The controller's cost beside the fetched evidence (Runpod): results/cost.py.
+    # Imported here: proctor.results' package imports pydantic, which the run wrapper (a store
+    # writer) must never load (tests/record/test_recorder.py).
+    from proctor.results.cost import COST_UNITS, cost_metrics
+
+    for name, value in cost_metrics(run_dir).items():
+        yield name, value, COST_UNITS[name]
+
+
+def _document_metrics(run_dir: Path) -> Iterator[tuple[str, float, str | None]]:
     try:
         data = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -576,13 +597,6 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
         if number is None:  # NaN, Infinity, 1e999, text: no value the metrics table can hold
             continue
         yield str(name), number, None if unit is None else str(unit)
-    # The controller's cost beside the fetched evidence (Runpod): results/cost.py.
-    # Imported here: proctor.results' package imports pydantic, which the run wrapper (a store
-    # writer) must never load (tests/record/test_recorder.py).
-    from proctor.results.cost import COST_UNITS, cost_metrics
-
-    for name, value in cost_metrics(run_dir).items():
-        yield name, value, COST_UNITS[name]
 
 
 # A run directory whose row may be missing or stale in the store: its wrapper could not
