@@ -233,7 +233,13 @@ def _show_health(record: dict[str, Any]) -> None:
     if not isinstance(before, dict):
         return
     allowed = " (run anyway: --allow-unhealthy-gpu)" if before.get("allowed") else ""
-    console.print(styled(f"{'gpu health':>11}", "bold", f" {one_line(before).removeprefix('gpu health: ')}{allowed}"))
+    console.print(
+        styled(
+            f"{'gpu health':>11}",
+            "bold",
+            f" {one_line(before).removeprefix('gpu health: ')}{allowed}",
+        )
+    )
     change = record.get("gpu_health_change")
     if before.get("devices"):
         text = change_line(change if isinstance(change, dict) else None)

@@ -716,6 +716,13 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, An
     return {
         "window_s": None if window is None else round(window, 3),
         "since_uptime_s": since,
+        # Totals over the GPUs, for the store's metrics table (store/db.py).
+        "ecc_new_uncorrected": sum(d["ecc_new"]["volatile_uncorrected"] or 0 for d in devices),
+        "xids_new": sum(x["count"] for d in devices for x in d["xids_new"] or []),
+        "throttled_power_s": round(sum(d["throttled_s"].get("power", 0.0) for d in devices), 3),
+        "throttled_heat_s": round(
+            sum(v for d in devices for k, v in d["throttled_s"].items() if k in HEAT_COUNTERS), 3
+        ),
         "ok": not problems,
         "problems": problems,
         "notes": notes,
@@ -817,40 +824,31 @@ def change_line(change: Mapping[str, Any] | None) -> str:
     return "gpu during the run: " + "; ".join(change.get("problems") or [])
 
 
+def record_text(before: Any, change: Any) -> str:
+    """Both lines for a report or a listing, from a record's fields (typed models or dicts)."""
+    before, change = _plain(before), _plain(change)
+    if before is None:
+        return "not checked"
+    text = one_line(before).removeprefix("gpu health: ")
+    if before.get("allowed"):
+        text += " (run anyway: --allow-unhealthy-gpu)"
+    if before.get("devices"):
+        text += "; " + change_line(change).removeprefix("gpu ")
+    return text
+
+
+def _plain(value: Any) -> dict[str, Any] | None:
+    dump = getattr(value, "model_dump", None)
+    if dump is not None:
+        value = dump(mode="json")
+    return dict(value) if isinstance(value, dict) else None
+
+
 def validity_check(change: Mapping[str, Any] | None) -> tuple[bool, str] | None:
     """The bench validity check "gpu" (results/validity.py): None where not measured."""
     if not change:
         return None
     return bool(change.get("ok")), change_line(change).removeprefix("gpu during the run: ")
-
-
-def store_metrics(record: Mapping[str, Any]) -> dict[str, float]:
-    """Numbers the store keeps per run (metrics table), from the record's health documents."""
-    out: dict[str, float] = {}
-    before = record.get("gpu_health")
-    if isinstance(before, dict) and before.get("status") in ("ok", "failed"):
-        out["gpu_healthy"] = 1.0 if before.get("ok") else 0.0
-    change = record.get("gpu_health_change")
-    if isinstance(change, dict):
-        devices = change.get("devices") or []
-        out["gpu_ecc_new_uncorrected"] = float(
-            sum((d.get("ecc_new") or {}).get("volatile_uncorrected") or 0 for d in devices)
-        )
-        out["gpu_throttle_power_s"] = float(
-            sum((d.get("throttled_s") or {}).get("power") or 0 for d in devices)
-        )
-        out["gpu_throttle_heat_s"] = float(
-            sum(
-                v
-                for d in devices
-                for k, v in (d.get("throttled_s") or {}).items()
-                if k in HEAT_COUNTERS
-            )
-        )
-        out["gpu_xid_new"] = float(
-            sum(x["count"] for d in devices for x in d.get("xids_new") or [])
-        )
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
