@@ -166,7 +166,8 @@ def test_a_kernel_log_that_cannot_be_read_is_said_not_exposed() -> None:
 
 def test_a_cuda_check_that_fails_refuses_the_run() -> None:
     # The real check on this machine, which has no NVIDIA driver: its real failure.
-    probe = run_probe(dict(os.environ))
+    # The run's own PYTHONPATH (here: one that hides proctor) must not break the check.
+    probe = run_probe({**os.environ, "PYTHONPATH": "/nonexistent"})
     assert probe["ok"] is False and "libcuda" in probe["error"]
     doc = assess({**answers("idle"), "probe": probe}, env={})
     assert doc["ok"] is False

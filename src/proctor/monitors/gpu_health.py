@@ -297,7 +297,10 @@ def _uptime() -> float | None:
 def run_probe(env: Mapping[str, str], timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """cuda_probe.py in a child process: this process never holds a CUDA context (it would
     be one more process on the GPUs, and a hung driver call would hang proctor)."""
-    argv = [sys.executable, "-m", "proctor.monitors.cuda_probe", str(PROBE_BYTES)]
+    # The script by its path, in isolated mode (-I): it needs only the standard library, and
+    # the run's own PYTHONPATH or PYTHONHOME must not break the check of its GPUs.
+    script = Path(__file__).with_name("cuda_probe.py")
+    argv = [sys.executable, "-I", str(script), str(PROBE_BYTES)]
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False
