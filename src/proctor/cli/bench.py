@@ -257,7 +257,7 @@ def _supervised(
     allow_unhealthy_gpu: bool = False,
 ) -> None:
     from proctor.cli.output import err_console
-    from proctor.cli.run import print_health
+    from proctor.cli.run import health_of, print_health
     from proctor.record.schema import load_record
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
@@ -299,7 +299,7 @@ def _supervised(
             markup=False,
             highlight=False,
         )
-    health = (run.read_json("record.json") or {}).get("gpu_health")
+    health = health_of(run)
     if detach:
         if json_out:
             print_json(
@@ -326,7 +326,7 @@ def _supervised(
                 **(run.read_json("metrics.json") or {}),
                 "outcome": record.outcome if record else None,
                 "gpu_health": health,
-                "gpu_health_change": (run.read_json("record.json") or {}).get("gpu_health_change"),
+                "gpu_health_change": health_of(run, "gpu_health_change"),
             }
         )
     err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)

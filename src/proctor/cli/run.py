@@ -11,7 +11,7 @@ import typer
 from proctor.cli.output import console, err_console, print_json
 from proctor.errors import ExitCode, UsageError
 from proctor.record.rundir import RunDir
-from proctor.record.schema import load_record
+from proctor.record.schema import load_record, read_view
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
 from proctor.supervise.launch import Started
@@ -78,12 +78,18 @@ ALLOW_UNHEALTHY_GPU_HELP = (
 )
 
 
+def health_of(run: RunDir, name: str = "gpu_health") -> dict[str, Any] | None:
+    """A GPU health field of the run's record (GpuHealth, GpuHealthChange) as JSON, or None."""
+    value = read_view(run.path).fact(name)
+    return value.model_dump(mode="json") if value is not None else None
+
+
 def print_health(run: RunDir) -> None:
     """The GPU preflight's one line on stderr (docs/gpu-health.md)."""
     from proctor.monitors.gpu_health import one_line
 
-    health = (run.read_json("record.json") or {}).get("gpu_health")
-    if isinstance(health, dict):
+    health = health_of(run)
+    if health is not None:
         err_console.print(f"proctor: {one_line(health)}", markup=False, highlight=False)
 
 
@@ -143,7 +149,7 @@ def _follow_started(
         "log": str(run.log_path()),
         "attached": started.attached,
         **(facts or {}),
-        "gpu_health": (run.read_json("record.json") or {}).get("gpu_health"),
+        "gpu_health": health_of(run),
     }
     if detach:
         if as_json:

@@ -246,6 +246,8 @@ def start(
 
 def print_started(served: ServedRun, as_json: bool) -> None:
     """serve start's report, whichever target started the server: the run id on stdout."""
+    from proctor.cli.run import health_of
+
     run, started = served.started.run, served.started
     if as_json:
         print_json(
@@ -256,7 +258,7 @@ def print_started(served: ServedRun, as_json: bool) -> None:
                 "attached": started.attached,
                 **served.facts,
                 "server": served.applied,
-                "gpu_health": (run.read_json("record.json") or {}).get("gpu_health"),
+                "gpu_health": health_of(run),
             }
         )
         return

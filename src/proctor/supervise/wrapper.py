@@ -284,7 +284,7 @@ class Wrapper:
     def gpu_health_after(self) -> None:
         """The preflight's counters again, now the command has ended: the change goes into
         the record and, for a bench, into its validity verdict (docs/gpu-health.md)."""
-        before = (self.run.read_json("record.json") or {}).get("gpu_health")
+        before = self.recorder.read().get("gpu_health")
         if not isinstance(before, dict) or not before.get("devices"):
             return  # no GPU, or not checked: nothing to compare
         try:
