@@ -141,6 +141,11 @@ def bench(
         None, "--prefix-len", help="shared-prefix: prefix tokens (overrides --prefix-hit-rate)."
     ),
     trace_speed: float = typer.Option(1.0, "--trace-speed", help=TRACE_SPEED_HELP),
+    allow_unhealthy_gpu: bool = typer.Option(
+        False,
+        "--allow-unhealthy-gpu",
+        help="Run even when the GPU preflight fails (uncorrected ECC errors, pending page retirement or row remapping, a hardware Xid since boot, clocks held down for heat); without it such a bench is refused with exit 69. The server's processes on the GPUs are recorded, not judged. docs/gpu-health.md.",
+    ),
     repeat: int = typer.Option(
         1,
         "--repeat",
@@ -152,7 +157,8 @@ def bench(
     Its log holds vLLM's `Serving Benchmark Result` block and progress lines; metrics.json
     and the store hold the metrics. Exit 3 if
     more requests failed than --max-error-rate allows (default: any), 69 if the server cannot be
-    reached or the --server run has ended or serves another model."""
+    reached or the --server run has ended or serves another model, or the GPU preflight
+    failed."""
     server_facts: dict[str, object] = {}
     if server and not target:  # with --target, the server run is resolved where it runs
         server_facts = live_server_facts(server, runs_dir)
@@ -223,7 +229,9 @@ def bench(
             detach=detach,
         )
     if output_dir is None:
-        _supervised(cfg, name, key, detach, timeout, runs_dir, server_facts, json_out)
+        _supervised(
+            cfg, name, key, detach, timeout, runs_dir, server_facts, json_out, allow_unhealthy_gpu
+        )
         return
     result = run_benchmark(cfg, output_dir)
     write_outputs(result, output_dir)
@@ -256,8 +264,10 @@ def _supervised(
     runs_dir: str | None,
     server_facts: dict[str, object],
     json_out: bool,
+    allow_unhealthy_gpu: bool = False,
 ) -> None:
     from proctor.cli.output import err_console
+    from proctor.cli.run import health_of, print_health
     from proctor.record.schema import load_record
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
@@ -273,6 +283,7 @@ def _supervised(
         key=key,
         detach=detach,
         gpu_sample=0,
+        allow_unhealthy_gpu=allow_unhealthy_gpu or None,
     )
     plan = resolve_run_plan(flags, load_config())
     extra: dict[str, object] = {
@@ -298,13 +309,22 @@ def _supervised(
             markup=False,
             highlight=False,
         )
+    health = health_of(run)
     if detach:
         if json_out:
-            print_json({"run_id": run.run_id, "dir": str(run.path), "attached": started.attached})
+            print_json(
+                {
+                    "run_id": run.run_id,
+                    "dir": str(run.path),
+                    "attached": started.attached,
+                    "gpu_health": health,
+                }
+            )
         else:
             typer.echo(run.run_id)
         return
     err_console.print(f"proctor: bench run {run.run_id} -> {run.path}", highlight=False)
+    print_health(run)
     supervised = SupervisedRun(run)
     with open(os.devnull, "wb") as devnull:
         state = supervised.follow_to_end(devnull if json_out else sys.stdout.buffer)
@@ -315,6 +335,8 @@ def _supervised(
                 "run_id": run.run_id,
                 **(run.read_json("metrics.json") or {}),
                 "outcome": record.outcome if record else None,
+                "gpu_health": health,
+                "gpu_health_change": health_of(run, "gpu_health_change"),
             }
         )
     err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)

@@ -11,7 +11,8 @@ import typer
 from proctor.cli.helptext import GPU_SAMPLE_HELP, JSON_HELP, RUNS_DIR_HELP
 from proctor.cli.output import console, err_console, print_json
 from proctor.errors import ExitCode, UsageError
-from proctor.record.schema import load_record
+from proctor.record.rundir import RunDir
+from proctor.record.schema import load_record, read_view
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
 from proctor.supervise.launch import Started
@@ -37,7 +38,8 @@ gpu.csv and manifest.sha256. The command runs under a wrapper in its own session
 proctor does not stop it, and `proctor runs wait ID` still gets its status.
 
 Exit status: the command's own; 4 if --timeout stopped it; 6 if no status could be established;
-130 on Ctrl-C (the run is stopped first); 64 bad usage; 69 command not found.
+130 on Ctrl-C (the run is stopped first); 64 bad usage; 69 command not found, or the GPU
+preflight failed (the run is recorded, not started; --allow-unhealthy-gpu).
 """
 
 
@@ -52,6 +54,7 @@ def flags_from(
     key: str | None,
     detach: bool,
     cwd: str | None,
+    allow_unhealthy_gpu: bool = False,
 ) -> RunFlags:
     return RunFlags(
         argv=list(command or []),
@@ -64,7 +67,31 @@ def flags_from(
         key=key,
         detach=detach,
         cwd=cwd,
+        allow_unhealthy_gpu=allow_unhealthy_gpu or None,
     )
+
+
+ALLOW_UNHEALTHY_GPU_HELP = (
+    "Run even when the GPU preflight fails (another process holds GPU memory, uncorrected ECC"
+    " errors, pending page retirement or row remapping, a hardware Xid since boot, clocks held"
+    " down for heat, a failed CUDA check); without it such a run is refused with exit 69."
+    " docs/gpu-health.md."
+)
+
+
+def health_of(run: RunDir, name: str = "gpu_health") -> dict[str, Any] | None:
+    """A GPU health field of the run's record (GpuHealth, GpuHealthChange) as JSON, or None."""
+    value = read_view(run.path).fact(name)
+    return value.model_dump(mode="json") if value is not None else None
+
+
+def print_health(run: RunDir) -> None:
+    """The GPU preflight's one line on stderr (docs/gpu-health.md)."""
+    from proctor.monitors.gpu_health import one_line
+
+    health = health_of(run)
+    if health is not None:
+        err_console.print(f"proctor: {one_line(health)}", markup=False, highlight=False)
 
 
 def plan_view(plan: RunPlan) -> dict[str, Any]:
@@ -123,6 +150,7 @@ def _follow_started(
         "log": str(run.log_path()),
         "attached": started.attached,
         **(facts or {}),
+        "gpu_health": health_of(run),
     }
     if detach:
         if as_json:
@@ -137,6 +165,7 @@ def _follow_started(
         err_console.print(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
     else:
         err_console.print(f"proctor: run {run.run_id} -> {run.path}", highlight=False)
+        print_health(run)
     supervised = SupervisedRun(run)
     state = supervised.follow_to_end(sys.stderr.buffer if as_json else sys.stdout.buffer)
     if as_json:
@@ -225,6 +254,9 @@ def register(app: typer.Typer) -> None:
             False, "--detach", "-d", help="Start and return the run id at once."
         ),
         cwd: str = typer.Option(None, "--cwd", help="Working directory for the command."),
+        allow_unhealthy_gpu: bool = typer.Option(
+            False, "--allow-unhealthy-gpu", help=ALLOW_UNHEALTHY_GPU_HELP
+        ),
         dry_run: bool = typer.Option(
             False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."
         ),
@@ -317,7 +349,17 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         flags = flags_from(
-            command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd
+            command,
+            name,
+            runs_dir,
+            timeout,
+            grace,
+            gpu_sample,
+            env,
+            key,
+            detach,
+            cwd,
+            allow_unhealthy_gpu,
         )
         project = load_config(config)
         spec = target_options(

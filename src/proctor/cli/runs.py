@@ -325,6 +325,7 @@ def show(
     for key, value in fields:
         if value not in (None, "", [], {}):
             console.print(styled(f"{key:>11}", "bold", f" {value}"))
+    _show_health(view)
     if view["headline"]:
         _print_headline(view["headline"])
     if isinstance(record, FlowRecord):
@@ -390,6 +391,27 @@ def _print_flow(record: FlowRecord) -> None:
         for row in record.workload_runs:
             line = result_line(str(row.name), row.exit_code, row.headline)
             console.print(f"{'':>11} {row.run_id or '(not started)'}  {line}")
+
+
+def _show_health(record: dict[str, Any]) -> None:
+    """The GPU preflight and what changed during the run (docs/gpu-health.md)."""
+    from proctor.monitors.gpu_health import change_line, one_line
+
+    before = record.get("gpu_health")
+    if not isinstance(before, dict):
+        return
+    allowed = " (run anyway: --allow-unhealthy-gpu)" if before.get("allowed") else ""
+    console.print(
+        styled(
+            f"{'gpu health':>11}",
+            "bold",
+            f" {one_line(before).removeprefix('gpu health: ')}{allowed}",
+        )
+    )
+    change = record.get("gpu_health_change")
+    if before.get("devices"):
+        text = change_line(change if isinstance(change, dict) else None)
+        console.print(styled(f"{'gpu after':>11}", "bold", f" {text}"))
 
 
 @app.command("logs")

@@ -157,6 +157,11 @@ def start(
         None, "--env", help="NAME=VALUE for the server (beats profiles)."
     ),
     gpu_sample: float = typer.Option(None, "--gpu-sample", help=GPU_SAMPLE_HELP),
+    allow_unhealthy_gpu: bool = typer.Option(
+        False,
+        "--allow-unhealthy-gpu",
+        help="Start even when the GPU preflight fails (another process holds GPU memory, ECC errors, a hardware Xid, clocks held down, a failed CUDA check); without it the server is refused with exit 69. docs/gpu-health.md.",
+    ),
     min_free_disk: float = typer.Option(
         1.0, "--min-free-disk", help="GiB that must be free under the runs dir."
     ),
@@ -242,7 +247,13 @@ def start(
         min_free_disk,
     )
     flags = RunFlags(
-        argv=[], name=name, runs_dir=runs_dir, gpu_sample=gpu_sample, env=list(env or []), key=key
+        argv=[],
+        name=name,
+        runs_dir=runs_dir,
+        gpu_sample=gpu_sample,
+        env=list(env or []),
+        key=key,
+        allow_unhealthy_gpu=allow_unhealthy_gpu or None,
     )
     served = start_server_on(
         spec,
@@ -257,6 +268,8 @@ def start(
 
 def print_started(served: ServedRun, as_json: bool) -> None:
     """serve start's report, whichever target started the server: the run id on stdout."""
+    from proctor.cli.run import health_of
+
     run, started = served.started.run, served.started
     if as_json:
         print_json(
@@ -267,12 +280,17 @@ def print_started(served: ServedRun, as_json: bool) -> None:
                 "attached": started.attached,
                 **served.facts,
                 "server": served.applied,
+                "gpu_health": health_of(run),
             }
         )
         return
     verb = "attached to running server" if started.attached else "server starting as run"
     where = "".join(f", {k} {v}" for k, v in served.facts.items() if k in ("job_id", "url"))
     err_console.print(f"proctor: {verb} {run.run_id}{where}; log {run.log_path()}", highlight=False)
+    if not started.attached:
+        from proctor.cli.run import print_health
+
+        print_health(run)
     typer.echo(run.run_id)
 
 

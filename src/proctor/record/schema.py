@@ -198,6 +198,70 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+class GpuProcess(_Model):
+    pid: int
+    memory_mib: float
+    name: str | None = None
+
+
+class GpuDeviceHealth(_Model):
+    """One GPU as the preflight read it (monitors/gpu_health.py): each counter None where the
+    driver does not expose it (`not_exposed` names those)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    index: int | None = None
+    uuid: str | None = None
+    name: str | None = None
+    ok: bool = True
+    problems: list[str] = Field(default_factory=list)
+    processes: list[GpuProcess] = Field(default_factory=list)
+    ecc_enabled: bool | None = None
+    ecc: dict[str, int | None] = Field(default_factory=dict)
+    retired_pages: dict[str, int | bool | None] = Field(default_factory=dict)
+    remapped_rows: dict[str, int | bool] | None = None
+    clock_event_reasons: list[str] | None = None
+    throttle_ns: dict[str, int | None] = Field(default_factory=dict)
+    power_limit_w: float | None = None
+    enforced_power_limit_w: float | None = None
+    default_power_limit_w: float | None = None
+    xids: list[dict[str, Any]] | None = None
+    probe: dict[str, Any] | None = None
+    not_exposed: list[str] = Field(default_factory=list)
+
+
+class GpuHealth(_Model):
+    """A GPU health reading: the preflight (`gpu_health`) or the same counters after the run
+    (`gpu_health_after`). `status` "no GPU" passes; "failed" refused the run (exit 69) unless
+    --allow-unhealthy-gpu."""
+
+    model_config = ConfigDict(extra="allow")
+
+    checked_at: str | None = None
+    mode: Literal["full", "counters"] = "full"
+    ok: bool = True
+    status: Literal["ok", "failed", "no GPU"] = "ok"
+    reason: str | None = None
+    problems: list[str] = Field(default_factory=list)
+    selection: str | None = None
+    xid_source: str | None = None
+    xid_note: str | None = None
+    devices: list[GpuDeviceHealth] = Field(default_factory=list)
+    allowed: bool | None = None  # failed, and run anyway with --allow-unhealthy-gpu
+
+
+class GpuHealthChange(_Model):
+    """What changed on the run's GPUs between the preflight and the end of the run."""
+
+    model_config = ConfigDict(extra="allow")
+
+    window_s: float | None = None
+    ok: bool = True
+    problems: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    devices: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class LaunchedRecord(RecordCore):
     """A run of one command under the wrapper (prepare_run writes it)."""
 
@@ -217,6 +281,10 @@ class LaunchedRecord(RecordCore):
     # What the command left running when it exited, stopped by the wrapper: pid, name,
     # cmdline (masked), gpu_memory_mib (None: not known), signal, survived.
     leftovers: list[dict[str, Any]] = Field(default_factory=list)
+    # GPU health (docs/gpu-health.md): the preflight, the same counters after, the change.
+    gpu_health: GpuHealth | None = None
+    gpu_health_after: GpuHealth | None = None
+    gpu_health_change: GpuHealthChange | None = None
 
 
 class CommandRecord(LaunchedRecord):
@@ -512,6 +580,9 @@ __all__ = [
     "FlowRecord",
     "FlowStep",
     "FlowWorkloadRun",
+    "GpuDeviceHealth",
+    "GpuHealth",
+    "GpuHealthChange",
     "HostInfo",
     "ImportedRecord",
     "LaunchedRecord",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.errors import ProctorError, UsageError
+from proctor.monitors.gpu_health import record_text
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
 from proctor.record.schema import FlowRecord, read_view
 from proctor.report.cost import cost_block
@@ -175,6 +176,7 @@ def run_header(view: RunView, level: str = "h1", lead: str = "") -> str:
         ),
         ("target", esc(_target_text(view))),
         ("GPU", esc(_gpu_text(gpu))),
+        ("GPU health", esc(record_text(r.fact("gpu_health"), r.fact("gpu_health_change")))),
         *[(f"{k}", esc(v or "not recorded")) for k, v in times],
         ("duration", esc(f"{r.duration_s:.3f} s" if r.duration_s is not None else "unknown")),
         ("kind / group", esc(f"{view.kind} / {r.group or 'none'}")),

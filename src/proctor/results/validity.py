@@ -28,6 +28,11 @@ metrics.json document and says which checks failed. Thresholds (docs/bench.md):
   workloads/loadgen/conformance.py): with ignore-eos every successful request produced exactly
   the output length asked for, and the prompt lengths the server counted match the planned
   ones within the tolerance, where each can be judged. Not measured in older documents.
+- gpu: the GPUs the run used stayed healthy while it ran (monitors/gpu_health.py, added by the
+  run wrapper after the load generator wrote its document): no uncorrected ECC error, retired
+  page, remapped row or Xid appeared, and clocks were not throttled for heat or by a power
+  brake. Time at the power limit is said in the detail, not judged (a compute-bound load at
+  the board's limit is the GPU as configured). Not measured without a GPU.
 - saturation: TTFT did not grow without bound: the least-squares slope of TTFT against request
   start time is at most SATURATION_SLOPE (0.05 s of TTFT per s of run), or the rise the fit
   predicts over the window is at most SATURATION_RISE (50 %) of the mean TTFT.
@@ -68,6 +73,14 @@ class Validity:
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "reasons": self.reasons, "checks": self.checks}
+
+
+def with_check(validity: dict[str, Any], name: str, ok: bool, detail: str) -> dict[str, Any]:
+    """A validity document (to_dict's form) with one check added or replaced, and its verdict
+    and reasons recomputed by the same rule as `Validity`."""
+    v = Validity(checks={k: dict(c) for k, c in (validity.get("checks") or {}).items()})
+    v.add(name, ok, detail)
+    return {**validity, **v.to_dict()}
 
 
 def ttft_trend(points: Sequence[tuple[float, float]]) -> dict[str, float] | None:

@@ -35,6 +35,8 @@ class RunDefaults(BaseModel):
 
     runs_dir: str | None = None
     gpu_sample: float | None = Field(default=None, ge=0)
+    # Run even when the GPU preflight fails (docs/gpu-health.md).
+    allow_unhealthy_gpu: bool | None = None
     grace: str | None = None
     timeout: str | None = None
     env: EnvTable = Field(default_factory=dict)

@@ -38,6 +38,8 @@ class RunFlags:
     key: str | None = None
     detach: bool = False
     cwd: str | None = None
+    # Run even when the GPU preflight fails (docs/gpu-health.md); None: not given.
+    allow_unhealthy_gpu: bool | None = None
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RunPlan:
     cwd: Value
     config_path: str | None
     secret_names: list[str]
+    allow_unhealthy_gpu: Value = field(default_factory=lambda: Value(False, "default"))
 
     @property
     def env_values(self) -> dict[str, str]:
@@ -80,6 +83,7 @@ class RunPlan:
             "key",
             "detach",
             "cwd",
+            "allow_unhealthy_gpu",
         ):
             out[label] = getattr(self, label).as_dict()
         masked = redactor.env(self.env_values)
@@ -212,7 +216,12 @@ def resolve_run_plan(
     store_path = resolve_store_path(config, Path(runs_dir.value), cwd)
 
     settings = Settings(
-        flags={"timeout": flags.timeout, "grace": flags.grace, "gpu_sample": flags.gpu_sample},
+        flags={
+            "timeout": flags.timeout,
+            "grace": flags.grace,
+            "gpu_sample": flags.gpu_sample,
+            "allow_unhealthy_gpu": flags.allow_unhealthy_gpu or None,
+        },
         table=config.run.model_dump(),
         table_origin=origin,
         environ={},
@@ -226,6 +235,7 @@ def resolve_run_plan(
     if flags.gpu_sample is not None and flags.gpu_sample < 0:
         raise UsageError("--gpu-sample must be 0 (off) or a positive number of seconds")
     gpu_sample = settings.pick("gpu_sample", DEFAULT_GPU_SAMPLE_S)
+    allow_unhealthy = settings.pick("allow_unhealthy_gpu", False, parse=bool)
 
     merged: dict[str, Value] = {k: Value(v, origin) for k, v in config.run.env.items()}
     merged.update({k: Value(v, "flag") for k, v in _parse_env(flags.env).items()})
@@ -254,6 +264,7 @@ def resolve_run_plan(
         cwd=Value(str(cwd), "flag" if flags.cwd else "current directory"),
         config_path=str(config.source_path) if config.source_path else None,
         secret_names=list(config.run.secret_names),
+        allow_unhealthy_gpu=allow_unhealthy,
     )
 
 

@@ -566,6 +566,46 @@ def _finite_float(value: Any) -> float | None:
 
 def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]:
     """Flat numeric metrics from metrics.json: {"metrics": {name: value | {value, unit}}}."""
+    yield from _document_metrics(run_dir)
+    # GPU health before and after the run, from the record (docs/gpu-health.md): every run
+    # with a GPU has them, a metrics.json or not.
+    try:
+        record = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        record = None
+    yield from gpu_health_metrics(record if isinstance(record, dict) else {})
+    # The controller's cost beside the fetched evidence (Runpod): results/cost.py.
+    # Imported here: proctor.results' package imports pydantic, which the run wrapper (a store
+    # writer) must never load (tests/record/test_recorder.py).
+    from proctor.results.cost import COST_UNITS, cost_metrics
+
+    for name, value in cost_metrics(run_dir).items():
+        yield name, value, COST_UNITS[name]
+
+
+#: The store's names for the GPU health change's totals (monitors/gpu_health.py compare()).
+GPU_HEALTH_METRICS = {
+    "ecc_new_uncorrected": ("gpu_ecc_new_uncorrected", None),
+    "xids_new": ("gpu_xid_new", None),
+    "throttled_power_s": ("gpu_throttle_power_s", "s"),
+    "throttled_heat_s": ("gpu_throttle_heat_s", "s"),
+}
+
+
+def gpu_health_metrics(record: dict[str, Any]) -> Iterator[tuple[str, float, str | None]]:
+    """gpu_healthy (1/0: the preflight, where a GPU was checked) and the change's totals."""
+    before = record.get("gpu_health")
+    if isinstance(before, dict) and before.get("status") in ("ok", "failed"):
+        yield "gpu_healthy", 1.0 if before.get("ok") else 0.0, None
+    change = record.get("gpu_health_change")
+    if isinstance(change, dict):
+        for key, (name, unit) in GPU_HEALTH_METRICS.items():
+            number = _finite_float(change.get(key))
+            if number is not None:
+                yield name, number, unit
+
+
+def _document_metrics(run_dir: Path) -> Iterator[tuple[str, float, str | None]]:
     try:
         data = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -583,13 +623,6 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
         if number is None:  # NaN, Infinity, 1e999, text: no value the metrics table can hold
             continue
         yield str(name), number, None if unit is None else str(unit)
-    # The controller's cost beside the fetched evidence (Runpod): results/cost.py.
-    # Imported here: proctor.results' package imports pydantic, which the run wrapper (a store
-    # writer) must never load (tests/record/test_recorder.py).
-    from proctor.results.cost import COST_UNITS, cost_metrics
-
-    for name, value in cost_metrics(run_dir).items():
-        yield name, value, COST_UNITS[name]
 
 
 # A run directory whose row may be missing or stale in the store: its wrapper could not

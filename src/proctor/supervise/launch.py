@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from proctor.errors import ProctorError, ResultUnknown, UsageError
+from proctor.errors import ProctorError, ResultUnknown, TargetUnavailable, UsageError
 from proctor.record import owner
 from proctor.record.finish import now_iso
 from proctor.record.hostinfo import host_info
@@ -34,6 +34,9 @@ from proctor.redact import Redactor
 from proctor.spec.plan import RunPlan
 from proctor.supervise.refs import resolve_run as resolve_run  # re-exported: callers import it here
 from proctor.version import __version__
+
+if TYPE_CHECKING:
+    from proctor.monitors.gpu_health import HealthReader
 
 WRAPPER_START_TIMEOUT_S = 15.0
 WRAPPER_FINISH_TIMEOUT_S = 120.0
@@ -92,12 +95,39 @@ def collect_gpu() -> dict[str, Any]:
     return data
 
 
-def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Redactor]:
-    """Create the run directory with plan.json and the first record. Nothing runs yet."""
+#: Kinds that are clients of a server (the server holds the GPUs): their preflight reads the
+#: counters, records the processes without judging them, and runs no CUDA check.
+CLIENT_KINDS = frozenset({"bench", "eval"})
+
+
+def gpu_preflight(plan: RunPlan, kind: str, reader: HealthReader | None = None) -> dict[str, Any]:
+    """The GPU health preflight of a run (monitors/gpu_health.py), under the run's own
+    environment (its CUDA_VISIBLE_DEVICES decides which GPUs are read)."""
+    from proctor.monitors.gpu_health import preflight
+
+    env = {**os.environ, **plan.env_values}
+    try:
+        return preflight(reader, mode="counters" if kind in CLIENT_KINDS else "full", env=env)
+    except Exception as error:  # a bug or a driver that breaks NVML: said, never a crash
+        return {
+            "ok": False,
+            "status": "failed",
+            "problems": [f"the GPU preflight failed: {error!r}"],
+            "devices": [],
+        }
+
+
+def prepare_run(
+    plan: RunPlan, spec: RunSpec | None = None, *, health_reader: HealthReader | None = None
+) -> tuple[RunDir, Redactor]:
+    """Create the run directory with plan.json and the first record. Nothing runs yet.
+
+    A GPU preflight that fails ends the run here, recorded (outcome failed, exit 69), and
+    raises TargetUnavailable, unless the plan allows an unhealthy GPU."""
     recorder: Recorder | None = None
     try:
         recorder = Recorder.create(Path(plan.runs_dir.value))
-        return _prepare_run(plan, spec, recorder)
+        return _prepare_run(plan, spec, recorder, health_reader)
     except OSError as error:
         from proctor.record.space import is_enospc
 
@@ -115,7 +145,7 @@ def prepare_run(plan: RunPlan, spec: RunSpec | None = None) -> tuple[RunDir, Red
 
 
 def _prepare_run(
-    plan: RunPlan, spec: RunSpec | None, recorder: Recorder
+    plan: RunPlan, spec: RunSpec | None, recorder: Recorder, reader: HealthReader | None
 ) -> tuple[RunDir, Redactor]:
     spec = spec or RunSpec()
     redactor = plan.redactor()
@@ -125,6 +155,11 @@ def _prepare_run(
     log_name = f"{plan.name.value}.log"
     argv_display = redactor.argv(plan.argv)
     gpu = collect_gpu() if plan.gpu_sample_s.value else {"present": False, "reason": "sampling off"}
+    # A Slurm group run is prepared on the login host; its GPUs are on the nodes.
+    health = gpu_preflight(plan, spec.kind, reader) if spec.kind != "slurm" else None
+    allowed = bool(plan.allow_unhealthy_gpu.value)
+    if health is not None and not health.get("ok"):
+        health["allowed"] = allowed
     run.write_json(
         "plan.json",
         {
@@ -169,10 +204,34 @@ def _prepare_run(
     data = record.to_record()
     data["host"] = host_info()
     data["argv_display"] = argv_display
+    if health is not None:
+        data["gpu_health"] = health
     data.update(spec.extra)
     recorder.start(data)
     (run.path / log_name).touch()
+    if health is not None and not health.get("ok") and not allowed:
+        _refuse_unhealthy(plan, recorder, health)
     return run, redactor
+
+
+def _refuse_unhealthy(plan: RunPlan, recorder: Recorder, health: dict[str, Any]) -> None:
+    """End the run before it starts: recorded (failed, exit 69, the reasons), then refused."""
+    from proctor.monitors.gpu_health import one_line
+    from proctor.record.recorder import event
+
+    line = one_line(health)
+    recorder.record.setdefault("events", []).append(event("gpu_preflight_failed", line))
+    recorder.finish(
+        code=int(TargetUnavailable.exit_code),
+        outcome="failed",
+        store_path=plan.store_path.value,
+        who="controller",
+        error=line,
+    )
+    raise TargetUnavailable(
+        f"{line} (run {recorder.run.run_id} not started)",
+        hint="free or fix the GPUs, or pass --allow-unhealthy-gpu to run anyway",
+    )
 
 
 def _ignore_store_in_git(store: Path, runs_dir: Path) -> None:

@@ -281,6 +281,42 @@ class Wrapper:
             self.update_record(add_events=[self.event("gpu_sampler_failed", repr(error))])
             return []
 
+    def gpu_health_after(self) -> None:
+        """The preflight's counters again, now the command has ended: the change goes into
+        the record and, for a bench, into its validity verdict (docs/gpu-health.md)."""
+        before = self.recorder.read().get("gpu_health")
+        if not isinstance(before, dict) or not before.get("devices"):
+            return  # no GPU, or not checked: nothing to compare
+        try:
+            from proctor.monitors.gpu_health import after_run, change_line
+
+            after, change = after_run(before)
+            fields: dict[str, Any] = {"gpu_health_after": after, "gpu_health_change": change}
+            if change is not None and not change.get("ok"):
+                fields["add_events"] = [self.event("gpu_health_change", change_line(change))]
+            self.update_record(**fields)
+            if change is not None:
+                self._judge_bench(change)
+        except Exception as error:  # the evidence of the run itself must not depend on it
+            self.update_record(add_events=[self.event("gpu_health_failed", repr(error))])
+
+    def _judge_bench(self, change: dict[str, Any]) -> None:
+        """A bench's metrics.json gets the "gpu" validity check. Its load generator imported
+        pydantic already, so results/ may be imported here (never at the wrapper's start)."""
+        doc = self.run.read_json("metrics.json")
+        if not isinstance(doc, dict) or not isinstance(doc.get("validity"), dict):
+            return
+        from proctor.monitors.gpu_health import validity_check
+        from proctor.results.validity import with_check
+
+        check = validity_check(change)
+        if check is None:
+            return
+        doc["validity"] = with_check(doc["validity"], "gpu", *check)
+        if isinstance(doc.get("metrics"), dict) and "valid" in doc["metrics"]:
+            doc["metrics"]["valid"] = int(doc["validity"]["verdict"] == "VALID")
+        self.run.write_json("metrics.json", doc)
+
     def index(self) -> None:
         """Index the run in the store, after everything else: a locked store costs at most
         INDEX_WAIT_S here, and then the run is left pending for the next indexing."""
@@ -378,6 +414,7 @@ class Wrapper:
                 self.enospc = True
         leftovers = self.stop_leftovers(grace=float(self.plan.get("leftover_grace_s", 2.0)))
         peaks = self.stop_sampler()
+        self.gpu_health_after()
         outcome = self.stop_reason or ("ok" if code == 0 else "failed")
         end = {
             "exit": exit_,

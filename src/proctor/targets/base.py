@@ -148,6 +148,8 @@ class JobSpec:
     cwd: str | None = None  # relative to the synced checkout, or absolute on the far side
     group: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # merged into the far record
+    # Run even when the far side's GPU preflight fails (docs/gpu-health.md).
+    allow_unhealthy_gpu: bool = False
 
     def public(self) -> dict[str, Any]:
         """The job without secret values (for local records)."""

@@ -50,6 +50,7 @@ def plan_for_job(
         key=job.key,
         detach=True,
         cwd=str(cwd),
+        allow_unhealthy_gpu=job.allow_unhealthy_gpu or None,
     )
     plan = resolve_run_plan(flags, config or ProjectConfig(), environ={})
     plan.secret_names = sorted({*plan.secret_names, *job.secret_names})

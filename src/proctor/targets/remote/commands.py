@@ -82,6 +82,7 @@ def job_from_flags(flags: RunFlags, config: ProjectConfig) -> JobSpec:
         gpu_sample_s=flags.gpu_sample if flags.gpu_sample is not None else config.run.gpu_sample,
         key=flags.key,
         cwd=flags.cwd,
+        allow_unhealthy_gpu=bool(flags.allow_unhealthy_gpu or config.run.allow_unhealthy_gpu),
     )
 
 
