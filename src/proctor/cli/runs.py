@@ -281,7 +281,7 @@ def show(
     runs_dir: str = RunsDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """The run record, with its state as the evidence says, and its results.
+    """The run record, its state as the evidence says, and its results.
 
     A bench's or an eval's headline (verdict, tok/s, latencies, score); a flow's steps and its
     workloads' results."""
