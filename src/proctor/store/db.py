@@ -441,6 +441,48 @@ class Store:
             )
         ]
 
+    def metric_history(
+        self,
+        metric: str,
+        *,
+        name: str | None = None,
+        kind: str | None = None,
+        since: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every run with `metric`, oldest first: its row, `value`, `unit`, and `valid` (the
+        run's `valid` metric: 1.0, 0.0, or None where it has none). Filters as `iter_runs`:
+        name contains, kind is, created at or after `since` (an ISO instant)."""
+        given = [
+            (condition, value)
+            for condition, value in (("r.name LIKE ?", name and f"%{name}%"), ("r.kind = ?", kind))
+            if value
+        ]
+        sql = (
+            "SELECT r.*, m.value AS value, m.unit AS unit, v.value AS valid FROM runs r"
+            " JOIN metrics m ON m.run_id = r.id AND m.name = ?"
+            " LEFT JOIN metrics v ON v.run_id = r.id AND v.name = 'valid'"
+        )
+        if given:
+            sql += " WHERE " + " AND ".join(condition for condition, _ in given)
+        args = [metric, *(value for _, value in given)]
+        # Oldest first: the listing's order (NEWEST_FIRST) reversed.
+        sql += " ORDER BY substr(r.id, 1, 15), r.created_at, r.id"
+        after = instant(since) if since else None
+        return [
+            dict(row)
+            for row in self.conn.execute(sql, args)
+            if after is None or _created_after(row["created_at"], after)
+        ]
+
+    def metric_names(self, kind: str | None = None) -> list[str]:
+        """The names of the metrics the store holds (of runs of `kind`), sorted."""
+        sql = "SELECT DISTINCT m.name FROM metrics m"
+        args: list[str] = []
+        if kind:
+            sql += " JOIN runs r ON r.id = m.run_id WHERE r.kind = ?"
+            args.append(kind)
+        return [str(row[0]) for row in self.conn.execute(sql + " ORDER BY m.name", args)]
+
     def known_names(self) -> set[str]:
         """Every run id in the store, and the name of every run directory it indexed."""
         names: set[str] = set()
