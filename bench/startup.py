@@ -8,9 +8,11 @@ too, and the `python -c pass` figure for how loaded this one is.
 
 Run: .venv/bin/python bench/startup.py [--n 15] [--baseline-src DIR]
 
+Every command runs through the venv's `proctor` console script with this checkout's src/ first
+on PYTHONPATH (so a worktree measures its own code, whatever the editable install points at).
 --baseline-src DIR also runs every command from another checkout's source (DIR/src first on
-PYTHONPATH, through `python -m proctor.cli.main`), in the same interleaved loop: a before/after
-on the same load, e.g. `git archive BASE src | tar -x -C /tmp/base` then `--baseline-src /tmp/base`.
+PYTHONPATH, the same console script), in the same interleaved loop: a before/after on the same
+load, e.g. `git archive BASE src | tar -x -C /tmp/base` then `--baseline-src /tmp/base`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+HERE_SRC = Path(__file__).resolve().parent.parent / "src"
 
 # (label, argv after the script, goal in ms or None, goal is over `true` rather than absolute)
 CASES: list[tuple[str, list[str], float | None, bool]] = [
@@ -59,7 +63,7 @@ def main() -> int:
         }
         subprocess.run(
             [str(script), "run", "--", "true"],
-            env=env,
+            env=_env_for("", env, None),
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -68,16 +72,16 @@ def main() -> int:
         commands = {label: [str(script), *argv] for label, argv, _, _ in CASES}
         every = {**anchors, **commands}
         if args.baseline_src is not None:
-            # PYTHONPATH comes before the editable install's path: that checkout's proctor runs.
-            env["PYTHONPATH"] = str(args.baseline_src.resolve() / "src")
-            old = [sys.executable, "-m", "proctor.cli.main"]
-            every.update({f"baseline: {label}": [*old, *argv] for label, argv, _, _ in CASES})
+            every.update(
+                {f"baseline: {label}": [str(script), *argv] for label, argv, _, _ in CASES}
+            )
+        baseline = None if args.baseline_src is None else args.baseline_src.resolve() / "src"
         times: dict[str, list[float]] = {label: [] for label in every}
         for label, argv in every.items():  # one warm-up each (page cache, .pyc)
-            _time(argv, _env_for(label, env))
+            _time(argv, _env_for(label, env, baseline))
         for _ in range(args.n):
             for label, argv in every.items():
-                times[label].append(_time(argv, _env_for(label, env)))
+                times[label].append(_time(argv, _env_for(label, env, baseline)))
     med = {label: statistics.median(values) for label, values in times.items()}
     base, true_ms = med["python -c pass"], med["true"]
     print(f"medians of {args.n} runs; python -c pass {base:.0f} ms, true {true_ms:.1f} ms")
@@ -94,11 +98,16 @@ def main() -> int:
     return 0
 
 
-def _env_for(label: str, env: dict[str, str]) -> dict[str, str]:
-    """The baseline's commands get its PYTHONPATH; everything else runs without it."""
+def _env_for(label: str, env: dict[str, str], baseline: Path | None) -> dict[str, str]:
+    """The baseline's commands get its src first on PYTHONPATH; proctor's commands this
+    checkout's (PYTHONPATH comes before the editable install's path); anchors neither."""
+    clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     if label.startswith("baseline: "):
-        return env
-    return {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        assert baseline is not None
+        return {**clean, "PYTHONPATH": str(baseline)}
+    if label.startswith("proctor") or not label:
+        return {**clean, "PYTHONPATH": str(HERE_SRC)}
+    return clean
 
 
 if __name__ == "__main__":
