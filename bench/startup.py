@@ -55,8 +55,10 @@ def main() -> int:
         sys.exit(f"no console script at {script}: pip install -e . into this interpreter's venv")
     true = shutil.which("true") or "/bin/true"
     with tempfile.TemporaryDirectory() as tmp:
+        # Compiled modules as a user has them: the warm-up writes each checkout's .pyc files
+        # (a shell with PYTHONDONTWRITEBYTECODE=1 would have every call compile every module).
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
             "PROCTOR_RUNS_DIR": str(Path(tmp) / "runs"),
             "COLUMNS": "120",
             "PROCTOR_STATE_DIR": str(Path(tmp) / "state"),
@@ -100,13 +102,16 @@ def main() -> int:
 
 def _env_for(label: str, env: dict[str, str], baseline: Path | None) -> dict[str, str]:
     """The baseline's commands get its src first on PYTHONPATH; proctor's commands this
-    checkout's (PYTHONPATH comes before the editable install's path); anchors neither."""
+    checkout's (PYTHONPATH comes before the editable install's path), each before what the
+    caller's PYTHONPATH held (a directory of packages where none are installed); anchors
+    none."""
     clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    rest = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
     if label.startswith("baseline: "):
         assert baseline is not None
-        return {**clean, "PYTHONPATH": str(baseline)}
+        return {**clean, "PYTHONPATH": os.pathsep.join([str(baseline), *rest])}
     if label.startswith("proctor") or not label:
-        return {**clean, "PYTHONPATH": str(HERE_SRC)}
+        return {**clean, "PYTHONPATH": os.pathsep.join([str(HERE_SRC), *rest])}
     return clean
 
 

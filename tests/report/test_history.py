@@ -77,7 +77,10 @@ def test_no_run_with_the_metric_names_the_metrics_there_are(store: Store) -> Non
         load_history(store, "nope", kind="bench")
     assert caught.value.exit_code == 64
     assert "no run has metric 'nope' (kind bench)" in caught.value.one_line()
-    assert "score, tput, valid" in caught.value.one_line()
+    assert "metrics in the store: score, tput, valid" in caught.value.one_line()
+    with pytest.raises(UsageError) as caught:
+        load_history(store, "tputt")
+    assert "did you mean tput?" in caught.value.one_line()
 
 
 def test_each_verdict_is_its_own_trace_and_marker(store: Store) -> None:

@@ -177,5 +177,5 @@ def test_history_by_commit_and_bad_input(store: pages.Store, tmp_path: Path) -> 
     ):
         r = proctor("report", *args, env=store.env, cwd=store.work, timeout=60)
         assert r.returncode == 64 and says in r.stderr, (args, r.stderr)
-    r = proctor("report", "history", "--metric", "nope", env=store.env, cwd=store.work)
-    assert "output_throughput" in r.stderr  # the hint names the metrics the store has
+    r = proctor("report", "history", "--metric", "output_thruput", env=store.env, cwd=store.work)
+    assert r.returncode == 64 and "did you mean output_throughput" in r.stderr, r.stderr

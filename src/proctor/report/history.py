@@ -14,6 +14,7 @@ reads as a measurement; hovering a point names its run id, name, commit and verd
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,10 +112,12 @@ def load_history(
         if value
     )
     known = store.metric_names(kind)
+    close = difflib.get_close_matches(metric, known, n=3, cutoff=0.6)
     shown = ", ".join(known[:12]) + (f" (+{len(known) - 12} more)" if len(known) > 12 else "")
+    hint = f"metrics in the store: {shown}" if known else "no run in the store has metrics"
     raise UsageError(
         f"no run has metric {metric!r}" + (f" ({filters})" if filters else ""),
-        hint=f"metrics in the store: {shown}" if known else "no run in the store has metrics",
+        hint=f"did you mean {' or '.join(close)}?" if close else hint,
     )
 
 
