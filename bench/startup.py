@@ -8,9 +8,17 @@ too, and the `python -c pass` figure for how loaded this one is.
 
 Run: .venv/bin/python bench/startup.py [--n 15] [--baseline-src DIR]
 
+Measured 2026-12-06, `--n 21 --baseline-src` the source before issue 22's changes (5648173),
+interleaved in one run, the 2-core machine quiet (python -c pass 10 ms, true 0.8 ms):
+  --help 23 ms (before 24), --version 23 (24), runs list 204 (203), runs show last 190 (186),
+  run -- true 341 ms over true (before 454): the goals met but run -- true's, 40 ms over
+  (docs/runs.md, "Start-up", says where the rest goes).
+
+Every command runs through the venv's `proctor` console script with this checkout's src/ first
+on PYTHONPATH (so a worktree measures its own code, whatever the editable install points at).
 --baseline-src DIR also runs every command from another checkout's source (DIR/src first on
-PYTHONPATH, through `python -m proctor.cli.main`), in the same interleaved loop: a before/after
-on the same load, e.g. `git archive BASE src | tar -x -C /tmp/base` then `--baseline-src /tmp/base`.
+PYTHONPATH, the same console script), in the same interleaved loop: a before/after on the same
+load, e.g. `git archive BASE src | tar -x -C /tmp/base` then `--baseline-src /tmp/base`.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+HERE_SRC = Path(__file__).resolve().parent.parent / "src"
 
 # (label, argv after the script, goal in ms or None, goal is over `true` rather than absolute)
 CASES: list[tuple[str, list[str], float | None, bool]] = [
@@ -51,15 +61,17 @@ def main() -> int:
         sys.exit(f"no console script at {script}: pip install -e . into this interpreter's venv")
     true = shutil.which("true") or "/bin/true"
     with tempfile.TemporaryDirectory() as tmp:
+        # Compiled modules as a user has them: the warm-up writes each checkout's .pyc files
+        # (a shell with PYTHONDONTWRITEBYTECODE=1 would have every call compile every module).
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
             "PROCTOR_RUNS_DIR": str(Path(tmp) / "runs"),
             "COLUMNS": "120",
             "PROCTOR_STATE_DIR": str(Path(tmp) / "state"),
         }
         subprocess.run(
             [str(script), "run", "--", "true"],
-            env=env,
+            env=_env_for("", env, None),
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -68,16 +80,16 @@ def main() -> int:
         commands = {label: [str(script), *argv] for label, argv, _, _ in CASES}
         every = {**anchors, **commands}
         if args.baseline_src is not None:
-            # PYTHONPATH comes before the editable install's path: that checkout's proctor runs.
-            env["PYTHONPATH"] = str(args.baseline_src.resolve() / "src")
-            old = [sys.executable, "-m", "proctor.cli.main"]
-            every.update({f"baseline: {label}": [*old, *argv] for label, argv, _, _ in CASES})
+            every.update(
+                {f"baseline: {label}": [str(script), *argv] for label, argv, _, _ in CASES}
+            )
+        baseline = None if args.baseline_src is None else args.baseline_src.resolve() / "src"
         times: dict[str, list[float]] = {label: [] for label in every}
         for label, argv in every.items():  # one warm-up each (page cache, .pyc)
-            _time(argv, _env_for(label, env))
+            _time(argv, _env_for(label, env, baseline))
         for _ in range(args.n):
             for label, argv in every.items():
-                times[label].append(_time(argv, _env_for(label, env)))
+                times[label].append(_time(argv, _env_for(label, env, baseline)))
     med = {label: statistics.median(values) for label, values in times.items()}
     base, true_ms = med["python -c pass"], med["true"]
     print(f"medians of {args.n} runs; python -c pass {base:.0f} ms, true {true_ms:.1f} ms")
@@ -94,11 +106,19 @@ def main() -> int:
     return 0
 
 
-def _env_for(label: str, env: dict[str, str]) -> dict[str, str]:
-    """The baseline's commands get its PYTHONPATH; everything else runs without it."""
+def _env_for(label: str, env: dict[str, str], baseline: Path | None) -> dict[str, str]:
+    """The baseline's commands get its src first on PYTHONPATH; proctor's commands this
+    checkout's (PYTHONPATH comes before the editable install's path), each before what the
+    caller's PYTHONPATH held (a directory of packages where none are installed); anchors
+    none."""
+    clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    rest = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
     if label.startswith("baseline: "):
-        return env
-    return {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        assert baseline is not None
+        return {**clean, "PYTHONPATH": os.pathsep.join([str(baseline), *rest])}
+    if label.startswith("proctor") or not label:
+        return {**clean, "PYTHONPATH": os.pathsep.join([str(HERE_SRC), *rest])}
+    return clean
 
 
 if __name__ == "__main__":

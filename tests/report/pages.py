@@ -1,7 +1,8 @@
 """One real run of every kind a report is written for, in one runs directory, through the real
 CLI: a command run, a bench (INVALID: fewer requests than its minimum, as most quick benches
-are), a second bench against a slower server (for a comparison), a sweep (runs sharing a
-group), a flow with a bench workload against the fake engine (no GPU), and a server sweep.
+are), the same bench held to a bar it meets (VALID), a second bench against a slower server
+(for a comparison), a sweep (runs sharing a group), a flow with a bench workload against the
+fake engine (no GPU), a server sweep, and the history of output_throughput over them all.
 
 A stand-in `nvidia-smi` (first on PATH) gives the real GPU sampler two GPUs with memory, power
 and utilisation; the flow runs with none, as on a CPU engine.
@@ -51,7 +52,7 @@ BENCH = (
     "--save-detailed",
 )
 
-KINDS = ("command", "bench", "compare", "sweep", "flow", "server-sweep")
+KINDS = ("command", "bench", "compare", "sweep", "flow", "server-sweep", "history")
 
 
 @dataclass
@@ -109,6 +110,9 @@ def make_runs(store: Store) -> Store:
     ids["command"] = runs.run_id_of(r)
     with runs.fake_server("--ttft", "0.01", "--itl", "0.003") as fast:
         ids["bench"] = json.loads(cli(store, "bench", "--base-url", fast, *BENCH))["run_id"]
+        # The same bench held to a bar it meets: VALID (the history page draws both verdicts).
+        valid = (*BENCH, "--min-requests", "8", "--min-window", "0")
+        ids["bench-valid"] = json.loads(cli(store, "bench", "--base-url", fast, *valid))["run_id"]
         env = runs.Env(store.runs_dir, {**os.environ, **store.env}, store.root / "gpu-state")
         runs.sweep_runs(env, fast, "sweep-a", [1, 2, 4], 8)
         ids["sweep"] = "sweep-a"
@@ -170,6 +174,8 @@ bench = {{ isl = 8, osl = 8, concurrency = 2, num_prompts = 8, num_warmups = 0 }
 
 
 def report_args(store: Store, kind: str) -> list[str]:
+    if kind == "history":
+        return ["history", "--metric", "output_throughput", "--kind", "bench"]
     if kind == "compare":
         return ["--compare", store.ids["bench"], store.ids["bench-slow"]]
     return [store.ids[kind]]

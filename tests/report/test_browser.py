@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from proctor.report import BrowserCheck, check_page
+from proctor.report.page import plotly_asset_name, plotly_min_js
 from tests.report import runs
 from tests.report.conftest import keep
 
@@ -41,7 +42,7 @@ def assert_clean(check: BrowserCheck, info: dict[str, Any], figures: set[str]) -
         plot = drawn[fig["id"]]
         # Every point the report put in the figure is in the drawn plot, and the SVG has marks.
         assert plot.points == fig["points"] == plot.expected_points > 0, plot
-        assert plot.drew_data, plot
+        assert plot.drew_data and plot.svg > 0, plot
     assert check.screenshot is not None and check.screenshot.stat().st_size > 20_000
     assert check.screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -58,7 +59,12 @@ def test_bench_run_report(
         check, info, {"gpu-memory", "latency-ttft", "latency-tpot", "latency-itl", "latency-e2el"}
     )
     html = out.read_text()
-    assert "<script src" not in html and "http://" not in html.split("<script>")[0]
+    # plotly.js is the file beside the page, loaded from there and from nowhere else.
+    asset = f"assets/{plotly_asset_name()}"
+    assert html.count("<script src") == 1 and f'<script src="{asset}">' in html
+    assert (out.parent / asset).read_text() == plotly_min_js()
+    assert check.requests == [out.resolve().as_uri(), (out.parent / asset).resolve().as_uri()]
+    assert "://" not in html.split("<body")[0] and len(html) < 500_000
     for check_name in ("result known", "logs verified", "machine state verified"):
         assert re.search(rf'class="mark ok">.</span><b>{check_name}</b>', html), check_name
     # The phases are marked on the GPU timeline.
@@ -120,6 +126,49 @@ def test_comparison_report_marks_regressions(
     assert re.search(r"<tr><td>completed</td>.*?>same<", html)
     bars = _figure(html, "compare-change-0")["data"][0]
     assert "mean_ttft_ms" in bars["y"] and "#D55E00" in bars["marker"]["color"]
+
+
+def test_self_contained_and_moved_pages(
+    report_env: runs.Env, served: dict[str, str], chromium: str, tmp_path: Path
+) -> None:
+    """--self-contained: one file that draws with nothing beside it. A linked page moved
+    without its assets folder says where plotly.js should be, instead of blank boxes."""
+    one = tmp_path / "one" / "bench.html"
+    info = report(report_env, one, served["bench"], "--self-contained")
+    assert info["self_contained"] is True and list(one.parent.iterdir()) == [one]
+    html = one.read_text()
+    assert "<script src" not in html and plotly_min_js()[:2000] in html
+    check = check_page(one, chromium=chromium)
+    assert check.ok and check.requests == [one.resolve().as_uri()], check
+    assert all(p.svg > 0 and p.drew_data for p in check.plots) and check.plots
+
+    linked = tmp_path / "linked" / "bench.html"
+    small = report(report_env, linked, served["bench"])
+    assert small["self_contained"] is False
+    # The linked page is the self-contained one less plotly.js.
+    assert info["bytes"] - small["bytes"] > len(plotly_min_js()) * 0.99
+    moved = tmp_path / "moved" / "bench.html"
+    moved.parent.mkdir()
+    moved.write_text(linked.read_text())
+    check = check_page(moved, chromium=chromium)
+    assert check.rendered == "error" and not check.ok
+    assert f"plotly.js did not load from assets/{plotly_asset_name()}" in check.text
+    assert "--self-contained" in check.text
+
+
+def test_the_asset_is_written_once_and_repaired(
+    report_env: runs.Env, served: dict[str, str], tmp_path: Path
+) -> None:
+    """Reports of one directory share one copy; a damaged copy is written again."""
+    asset = tmp_path / "assets" / plotly_asset_name()
+    report(report_env, tmp_path / "a.html", served["bench"])
+    first = asset.stat().st_mtime_ns
+    report(report_env, tmp_path / "b.html", served["slow"])
+    assert asset.stat().st_mtime_ns == first
+    assert sorted(p.name for p in (tmp_path / "assets").iterdir()) == [asset.name]
+    asset.write_text("truncated")
+    report(report_env, tmp_path / "a.html", served["bench"])
+    assert asset.read_text() == plotly_min_js()
 
 
 def _figure(html: str, fig_id: str) -> dict[str, Any]:

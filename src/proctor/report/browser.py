@@ -141,10 +141,11 @@ class PlotCheck:
     traces: int
     points: int
     marks: int
+    svg: int = 0  # plotly's <svg class="main-svg"> elements in the div
 
     @property
     def drew_data(self) -> bool:
-        return self.traces > 0 and self.points > 0 and self.marks > 0
+        return self.svg > 0 and self.traces > 0 and self.points > 0 and self.marks > 0
 
 
 @dataclass
@@ -185,11 +186,15 @@ class BrowserCheck:
 
     @property
     def network_requests(self) -> list[str]:
-        """Requests other than the report itself and inline data."""
+        """Requests other than the report itself, inline data and files beside the report
+        (its assets folder: plotly.js)."""
+        beside = self.url.rsplit("/", 1)[0] + "/" if self.url.startswith("file:") else None
         return [
             u
             for u in self.requests
-            if u != self.url and not u.startswith(("data:", "blob:", "about:"))
+            if u != self.url
+            and not u.startswith(("data:", "blob:", "about:"))
+            and not (beside is not None and u.startswith(beside) and "/../" not in u)
         ]
 
     @property
@@ -373,7 +378,9 @@ async def _drive(
     reply = await cdp.send("Runtime.evaluate", expression=INSPECT_JS, returnByValue=True)
     for p in json.loads((reply.get("result") or {}).get("value") or "[]"):
         result.plots.append(
-            PlotCheck(p["id"], p["title"], p["expected"], p["traces"], p["points"], p["marks"])
+            PlotCheck(
+                p["id"], p["title"], p["expected"], p["traces"], p["points"], p["marks"], p["svg"]
+            )
         )
     reply = await cdp.send("Runtime.evaluate", expression=LAYOUT_JS, returnByValue=True)
     layout = json.loads((reply.get("result") or {}).get("value") or "{}")

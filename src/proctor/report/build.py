@@ -31,7 +31,18 @@ from proctor.report.figures import (
 )
 from proctor.report.headline import headline_card
 from proctor.report.load import RunView, load_run
-from proctor.report.page import badge, esc, figure_block, kv_table, mark, render_page, table
+from proctor.report.page import (
+    PLOTLY_SLOT,
+    badge,
+    esc,
+    figure_block,
+    kv_table,
+    mark,
+    plotly_script,
+    render_page,
+    table,
+    write_plotly_asset,
+)
 from proctor.report.series import read_server_csv
 from proctor.report.telemetry import telemetry_blocks
 from proctor.report.verdict import Verdict, fmt_value, unit_text, verdict_of
@@ -59,12 +70,20 @@ class Subject:
 
 @dataclass
 class Report:
-    kind: str  # run | sweep | compare | flow
+    kind: str  # run | sweep | compare | flow | server-sweep | history
     title: str
     html: str
     subjects: list[Subject]
     figures: list[Figure]
     default_name: str
+    #: The runs it shows, where they are not its subjects' (a history page's).
+    runs: list[str] | None = None
+
+    @property
+    def run_ids(self) -> list[str]:
+        if self.runs is not None:
+            return list(self.runs)
+        return [v.run_id for s in self.subjects for v in s.views]
 
 
 # -- finding what to report on -----------------------------------------------------------------
@@ -374,7 +393,7 @@ def eval_block(
 def _footer() -> str:
     return (
         f"proctor {__version__}, report written "
-        f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}; self-contained, no network needed"
+        f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}; no network needed"
     )
 
 
@@ -682,12 +701,18 @@ def build_report(
     return run_report(subject.views[0], baseline, model)
 
 
-def write_report(report: Report, path: Path) -> Path:
-    """Write the report page atomically at `path`; return the path."""
+def write_report(report: Report, path: Path, *, self_contained: bool = False) -> Path:
+    """Write the report page atomically at `path`; return the path.
+
+    plotly.js goes to `assets/plotly-VERSION.min.js` beside the page, written once and
+    shared by every report of that directory; `self_contained` inlines it (one file)."""
+    html = report.html.replace(PLOTLY_SLOT, plotly_script(self_contained), 1)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not self_contained:
+            write_plotly_asset(path.parent)
         # The page's data was masked as it was loaded (load_run); its script must stay intact.
-        write_atomic(path, report.html, mask=False)
+        write_atomic(path, html, mask=False)
     except OSError as error:
         raise UsageError(
             f"cannot write {path}: {error.strerror}", hint="choose a writable path with -o"

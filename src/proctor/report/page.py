@@ -1,8 +1,15 @@
-"""The HTML page: one self-contained file (plotly.js inline, no URL to fetch), escaped text,
-figures as JSON in a non-executing script element, drawn by a few lines of script.
+"""The HTML page: escaped text, figures as JSON in a non-executing script element, drawn by a
+few lines of script, and plotly.js either beside the page or inline.
 
-The Content-Security-Policy forbids every fetch, so a page that tried one would fail loudly
-in the browser test rather than quietly need a network.
+plotly.min.js is 99 % of a self-contained page (4.6 MB of a 4.8 MB report), so by default a
+page names it by a relative path, `assets/plotly-VERSION.min.js`, which `write_report` puts
+once beside the reports (a directory of reports shares one copy; a report is 100-300 kB).
+`self_contained` inlines it instead: one file to mail, open anywhere. Neither needs a
+network (the reports are opened on air-gapped clusters): there is no CDN URL anywhere.
+
+The Content-Security-Policy forbids every fetch but the page's own directory (the script
+beside it), so a page that tried one would fail loudly in the browser test rather than
+quietly need a network.
 """
 
 from __future__ import annotations
@@ -12,12 +19,14 @@ import json
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
+from proctor.record.rundir import write_atomic
 from proctor.report.figures import Figure
 
 CSP = (
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; "
     "img-src data: blob:; font-src data:; connect-src 'none'"
 )
 
@@ -60,6 +69,19 @@ footer{color:#777;font-size:.8rem;margin-top:3rem}
 RENDER_JS = """
 (function () {
   var figs = JSON.parse(document.getElementById('proctor-figures').textContent);
+  if (figs.length && typeof Plotly === 'undefined') {
+    // The page was moved without the assets folder written beside it: say so where the
+    // plots would be, rather than leave blank boxes.
+    figs.forEach(function (f) {
+      var el = document.getElementById(f.id);
+      el.style.height = 'auto';
+      el.innerHTML = '<p class="warn">plotly.js did not load from ' +
+        document.body.getAttribute('data-plotly') + ': keep the assets folder beside ' +
+        'this page, or write it with proctor report --self-contained.</p>';
+    });
+    document.body.setAttribute('data-rendered', 'error');
+    return;
+  }
   var config = {displaylogo: false, responsive: true, showLink: false};
   var jobs = figs.map(function (f) {
     var el = document.getElementById(f.id);
@@ -81,13 +103,56 @@ def esc(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+#: Where render_page puts plotly.js: write_report replaces it with the inline script or a
+#: <script src> naming the asset beside the page.
+PLOTLY_SLOT = "<!--proctor:plotly.js-->"
+#: The asset's directory, relative to the page.
+ASSETS = "assets"
+
+
 @lru_cache(maxsize=1)
-def plotly_js() -> str:
+def plotly_min_js() -> str:
+    """plotly.min.js as the installed plotly ships it."""
     from plotly.offline import get_plotlyjs
 
-    js = str(get_plotlyjs())
+    return str(get_plotlyjs())
+
+
+def plotly_js() -> str:
+    """plotly.min.js safe inside an inline <script> element."""
     # Inline script ends at the first "</script"; plotly.min.js has none, but never trust it.
-    return js.replace("</script", "<\\/script")
+    return plotly_min_js().replace("</script", "<\\/script")
+
+
+@lru_cache(maxsize=1)
+def plotly_asset_name() -> str:
+    """The file name of plotly.js beside the reports, with its version: a page written by a
+    proctor with another plotly keeps the copy it was drawn with."""
+    from importlib.metadata import version
+
+    return f"plotly-{version('plotly')}.min.js"
+
+
+def write_plotly_asset(directory: Path) -> Path:
+    """plotly.js at DIRECTORY/assets/NAME, written (atomically) only when it is not there
+    already with the same bytes; its path."""
+    path = directory / ASSETS / plotly_asset_name()
+    text = plotly_min_js()
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return path
+    except (OSError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text, mask=False)
+    return path
+
+
+def plotly_script(self_contained: bool) -> str:
+    """The element that loads plotly.js: inline, or from the asset beside the page."""
+    if self_contained:
+        return f"<script>{plotly_js()}</script>"
+    return f'<script src="{ASSETS}/{plotly_asset_name()}"></script>'
 
 
 def _clean(value: Any) -> Any:
@@ -180,7 +245,8 @@ def render_page(
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             '<link rel="icon" href="data:,">',
             f"<title>{esc(title)}</title><style>{STYLE}</style>",
-            f"<script>{plotly_js()}</script></head>\n<body><main>",
+            f"{PLOTLY_SLOT}</head>\n",
+            f'<body data-plotly="{esc(ASSETS + "/" + plotly_asset_name())}"><main>',
             *blocks,
             f"<footer>{esc(footer)}</footer></main>\n",
             f'<script type="application/json" id="proctor-figures">{script_json(figs)}</script>\n',

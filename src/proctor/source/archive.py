@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from proctor.errors import TargetUnavailable, UsageError
 from proctor.source.git import run_git, split_nul
@@ -50,6 +50,9 @@ class SourceMismatch(TargetUnavailable):
 class ShippedSource(BaseModel):
     """The content of `.proctor-source.json`."""
 
+    # Validators built on first use: `proctor run` imports these models, most unused.
+    model_config = ConfigDict(defer_build=True)
+
     schema_version: int = 1
     kind: ArchiveKind
     source_id: str
@@ -58,6 +61,9 @@ class ShippedSource(BaseModel):
 
 
 class ArchiveInfo(BaseModel):
+    # Validators built on first use: `proctor run` imports these models, most unused.
+    model_config = ConfigDict(defer_build=True)
+
     path: str
     sha256: str
     size: int
@@ -261,6 +267,9 @@ def _sha256_file(path: Path) -> str:
 
 class CheckoutReport(BaseModel):
     """What an existing checkout holds, and whether it matches what was asked for."""
+
+    # Validators built on first use: `proctor run` imports these models, most unused.
+    model_config = ConfigDict(defer_build=True)
 
     path: str
     state: Literal["missing", "empty", "proctor-archive", "git", "plain"]

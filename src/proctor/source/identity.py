@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from proctor.source.git import GitFailed, run_git, split_nul
 from proctor.source.unseen import flagged_changes, nested_files
@@ -28,6 +28,9 @@ _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 class Submodule(BaseModel):
     """One submodule: what the superproject records and what is checked out."""
+
+    # Validators built on first use: `proctor run` imports these models, most unused.
+    model_config = ConfigDict(defer_build=True)
 
     path: str
     url: str | None = None
@@ -50,6 +53,9 @@ class Submodule(BaseModel):
 
 class SourceIdentity(BaseModel):
     """Where a run's source came from. Paths in file lists are relative to `repo_root`."""
+
+    # Validators built on first use: `proctor run` imports these models, most unused.
+    model_config = ConfigDict(defer_build=True)
 
     schema_version: int = SCHEMA_VERSION
     is_git: bool

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from proctor.errors import ConfigError, invalid
 from proctor.source.identity import file_digest
@@ -26,6 +26,9 @@ MANIFEST_JSON = "manifest.json"
 
 
 class ManifestEntry(BaseModel):
+    # Validators built on first use: `proctor run` imports these models, most unused.
+    model_config = ConfigDict(defer_build=True)
+
     path: str  # relative, '/'-separated
     size: int | None = None
     sha256: str
@@ -34,6 +37,9 @@ class ManifestEntry(BaseModel):
 
 
 class Manifest(BaseModel):
+    # Validators built on first use: `proctor run` imports these models, most unused.
+    model_config = ConfigDict(defer_build=True)
+
     schema_version: int = 1
     entries: list[ManifestEntry] = Field(default_factory=list)
 
@@ -112,6 +118,9 @@ def _unescape(name: str) -> str:
 
 
 class VerifyReport(BaseModel):
+    # Validators built on first use: `proctor run` imports these models, most unused.
+    model_config = ConfigDict(defer_build=True)
+
     ok: bool
     checked: int
     missing: list[str] = Field(default_factory=list)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from proctor import redact
 from proctor.version import KNOWN_RECORD_VERSIONS as KNOWN_VERSIONS
+from proctor.version import RECORD_SCHEMA_VERSION as CURRENT_RECORD_VERSION
 
 if TYPE_CHECKING:
     from proctor.record.schema import RecordCore
@@ -137,6 +138,124 @@ def row_from_record(record: RecordCore, run_dir: Path) -> dict[str, Any]:
         "host": record.target_host or record.hostname,
         "gpu": gpu_text,
         "argv": json.dumps(record.command),
+        "problem": None,
+    }
+
+
+_OUTCOMES = frozenset({"starting", "running", "ok", "failed", "timeout", "stopped", "unknown"})
+_HOST_TEXT = ("hostname", "os", "kernel", "cpu_model", "python", "timezone")
+_HOST_INT = ("cpu_count", "memory_total_bytes")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _text_or_none(data: dict[str, Any], *names: str) -> bool:
+    return all(data.get(n) is None or isinstance(data[n], str) for n in names)
+
+
+def _plain_exit(value: Any) -> bool:
+    """An `exit` table ExitStatus takes as it is (record/schema.py)."""
+    if value is None:
+        return True
+    if not (isinstance(value, dict) and _is_int(value.get("code"))):
+        return False
+    command = value.get("command")
+    return (
+        _text_or_none(value, "signal", "reason")
+        and value.get("decided_by", "command") in ("command", "proctor")
+        and (
+            command is None
+            or (
+                isinstance(command, dict)
+                and _is_int(command.get("code"))
+                and _text_or_none(command, "signal")
+            )
+        )
+    )
+
+
+def _plain_host(value: Any) -> bool:
+    """A `host` table HostInfo takes as it is: every field it requires, of its type."""
+    if value is None:
+        return True
+    return (
+        isinstance(value, dict)
+        and all(isinstance(value.get(k), str) for k in _HOST_TEXT)
+        and all(_is_int(value.get(k)) for k in _HOST_INT)
+    )
+
+
+def row_from_plain(data: dict[str, Any], run_dir: Path) -> dict[str, Any] | None:
+    """The row of a record whose every field the row reads is plainly of its model's type (a
+    record proctor wrote: the wrapper's own), without pydantic; None where any of them is
+    not, or the record is of another schema version: then `row_from_record` of its typed view
+    decides. Where it gives a row, it is the typed view's row (tests/store/test_plain_row.py
+    holds the two side by side over damaged records): the run wrapper indexes its run
+    without importing pydantic, which would cost a `proctor run` about 0.1 s."""
+    version = data.get("schema_version")
+    if not (_is_int(version) and version == CURRENT_RECORD_VERSION):
+        return None
+    if not (isinstance(data.get("run_id"), str) and isinstance(data.get("kind"), str)):
+        return None
+    if not _text_or_none(data, "name", "group", "created_at", "started_at", "ended_at", "key"):
+        return None
+    argv, shown = data.get("argv", []), data.get("argv_display")
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+        return None
+    if not (shown is None or (isinstance(shown, list) and all(isinstance(a, str) for a in shown))):
+        return None
+    duration = data.get("duration_s")
+    if not (
+        duration is None
+        or (
+            isinstance(duration, (int, float))
+            and not isinstance(duration, bool)
+            and math.isfinite(duration)
+        )
+    ):
+        return None
+    outcome = data.get("outcome", "unknown")
+    if not (isinstance(outcome, str) and outcome in _OUTCOMES):
+        return None
+    source, target, gpu = data.get("source"), data.get("target", {}), data.get("gpu")
+    if not (source is None or isinstance(source, dict)) or not isinstance(target, dict):
+        return None
+    if not (gpu is None or isinstance(gpu, dict)):
+        return None
+    gpus = (gpu or {}).get("gpus")
+    if gpus and not (isinstance(gpus, list) and isinstance(gpus[0], dict)):
+        return None
+    exit_, host = data.get("exit"), data.get("host")
+    if not (_plain_exit(exit_) and _plain_host(host)):
+        return None
+    commit = (source or {}).get("commit")
+    dirty = (source or {}).get("dirty")
+    target_host = target.get("host")
+    return {
+        "id": data["run_id"],
+        "name": data.get("name") or "",
+        "kind": data["kind"],
+        "run_key": data.get("key"),
+        "run_group": data.get("group"),
+        "dir": str(run_dir),
+        "created_at": data.get("created_at"),
+        "started_at": data.get("started_at"),
+        "ended_at": data.get("ended_at"),
+        "duration_s": None if duration is None else float(duration),
+        "outcome": outcome,
+        "exit_code": exit_["code"] if exit_ else None,
+        "exit_signal": exit_.get("signal") if exit_ else None,
+        "source_commit": None if commit is None else str(commit),
+        "source_dirty": None if dirty is None else int(bool(dirty)),
+        "target": (None if target.get("kind") is None else str(target["kind"]))
+        if "target" in data
+        else None,
+        "host": (None if target_host is None else str(target_host))
+        or (host["hostname"] if host else None),
+        "gpu": f"{len(gpus)}x {gpus[0].get('name')}" if gpus else None,
+        "argv": json.dumps(list(shown or argv)),
         "problem": None,
     }
 
@@ -363,14 +482,16 @@ class Store:
                 self.set_metrics(run_dir.name, [])
             return True, problem
         assert data is not None
-        # Imported here: the models need pydantic, which the wrapper's start-up never pays
-        # (tests/record/test_recorder.py); it indexes after its command has started.
-        from proctor.record.schema import view_record
+        row = row_from_plain(data, run_dir)
+        if row is None:
+            # Imported here: the models need pydantic, which the wrapper never pays for a
+            # record it wrote itself (row_from_plain; tests/record/test_recorder.py).
+            from proctor.record.schema import view_record
 
-        record = view_record(data, run_dir.name)
+            row = row_from_record(view_record(data, run_dir.name), run_dir)
         with self.transaction():
-            self.upsert_run(row_from_record(record, run_dir))
-            self.set_metrics(record.run_id, list(metrics_of_run_dir(run_dir)))
+            self.upsert_run(row)
+            self.set_metrics(row["id"], list(metrics_of_run_dir(run_dir)))
         return True, None
 
     def delete_all(self) -> None:
@@ -447,6 +568,48 @@ class Store:
                 "SELECT name, value, unit FROM metrics WHERE run_id = ? ORDER BY name", (run_id,)
             )
         ]
+
+    def metric_history(
+        self,
+        metric: str,
+        *,
+        name: str | None = None,
+        kind: str | None = None,
+        since: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every run with `metric`, oldest first: its row, `value`, `unit`, and `valid` (the
+        run's `valid` metric: 1.0, 0.0, or None where it has none). Filters as `iter_runs`:
+        name contains, kind is, created at or after `since` (an ISO instant)."""
+        given = [
+            (condition, value)
+            for condition, value in (("r.name LIKE ?", name and f"%{name}%"), ("r.kind = ?", kind))
+            if value
+        ]
+        sql = (
+            "SELECT r.*, m.value AS value, m.unit AS unit, v.value AS valid FROM runs r"
+            " JOIN metrics m ON m.run_id = r.id AND m.name = ?"
+            " LEFT JOIN metrics v ON v.run_id = r.id AND v.name = 'valid'"
+        )
+        if given:
+            sql += " WHERE " + " AND ".join(condition for condition, _ in given)
+        args = [metric, *(value for _, value in given)]
+        # Oldest first: the listing's order (NEWEST_FIRST) reversed.
+        sql += " ORDER BY substr(r.id, 1, 15), r.created_at, r.id"
+        after = instant(since) if since else None
+        return [
+            dict(row)
+            for row in self.conn.execute(sql, args)
+            if after is None or _created_after(row["created_at"], after)
+        ]
+
+    def metric_names(self, kind: str | None = None) -> list[str]:
+        """The names of the metrics the store holds (of runs of `kind`), sorted."""
+        sql = "SELECT DISTINCT m.name FROM metrics m"
+        args: list[str] = []
+        if kind:
+            sql += " JOIN runs r ON r.id = m.run_id WHERE r.kind = ?"
+            args.append(kind)
+        return [str(row[0]) for row in self.conn.execute(sql + " ORDER BY m.name", args)]
 
     def known_names(self) -> set[str]:
         """Every run id in the store, and the name of every run directory it indexed."""

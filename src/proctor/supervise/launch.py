@@ -462,12 +462,23 @@ def follow_log(
     stop_check: Callable[[], bool] | None = None,
     poll: float = 0.05,
 ) -> RunState:
-    """Copy the run's log to `out` as it grows; return the run's state once it is done."""
+    """Copy the run's log to `out` as it grows; return the run's state once it is done.
+
+    Polls every 10 ms at first, slowing by half each idle poll to `poll`: a short command's
+    end is seen within a few ms (part of what `proctor run -- true` costs over `true`,
+    bench/startup.py), a long one is polled no more often than before."""
+    wait = min(0.01, poll)
+
+    def pause() -> None:
+        nonlocal wait
+        time.sleep(wait)
+        wait = min(poll, wait * 1.5)
+
     log = run.log_path()
     while not log.exists():
         if run_state(run).state in ("finished", "unknown"):
             return run_state(run)
-        time.sleep(poll)
+        pause()
     copy = _copier(out)
     with log.open("rb") as handle:
         if not from_start:
@@ -486,7 +497,7 @@ def follow_log(
                     pass
                 out.flush()
                 return state
-            time.sleep(poll)
+            pause()
 
 
 def wait_run(run: RunDir, timeout: float | None = None, poll: float = 0.1) -> RunState:

@@ -324,10 +324,16 @@ class Wrapper:
 
         index_quietly(self.plan.get("store_path"), self.run.path, "wrapper")
 
+    def index_running(self) -> None:
+        # A command that has ended already gets its row from finish(): writing the "running"
+        # one first would cost a short run a store transaction (an fsync) for nothing.
+        if self.child_status is None:
+            self.index()
+
     def index_in_background(self) -> None:
         # The "running" row is a convenience; the time limit and the stop must never wait
         # for it, so it is written by a thread the main loop does not wait for.
-        self.indexer = threading.Thread(target=self.index, daemon=True)
+        self.indexer = threading.Thread(target=self.index_running, daemon=True)
         self.indexer.start()
 
     def run_all(self) -> int:
