@@ -737,9 +737,11 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         record = None
     yield from gpu_health_metrics(record if isinstance(record, dict) else {})
-    # The controller's cost beside the fetched evidence (Runpod): results/cost.py.
-    # Imported here: proctor.results' package imports pydantic, which the run wrapper (a store
-    # writer) must never load (tests/record/test_recorder.py).
+    # The controller's cost beside the fetched evidence (Runpod): results/cost.py. Read only
+    # where its file is: the run wrapper (a store writer) imports no more than a run needs
+    # (tests/cli/test_command_imports.py); the file's name is results/cost.py's COST_FILE.
+    if not (run_dir / ".cost.json").exists():
+        return
     from proctor.results.cost import COST_UNITS, cost_metrics
 
     for name, value in cost_metrics(run_dir).items():

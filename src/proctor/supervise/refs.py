@@ -32,6 +32,7 @@ RESULT_KINDS: tuple[str, ...] = (
     "command",
     "slurm",
     "remote",
+    "imported",  # another tool's result, read in by `results import`
 )
 
 
