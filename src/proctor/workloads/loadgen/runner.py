@@ -300,7 +300,8 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
         telemetry.end()
     metrics = per_repeat[0] if len(per_repeat) == 1 else repeats.combine(per_repeat)
     prefix = windows[0] if len(windows) == 1 else prefix_counters.merge(windows)
-    client = summarize(samples, path=http_path(cfg), loop=loop_name())
+    itls = [g for r in records if r.success and not r.warmup for g in r.itl]
+    client = summarize(samples, path=http_path(cfg), loop=loop_name(), itls=itls)
     res = BenchResult(
         cfg,
         model,
