@@ -325,7 +325,8 @@ def main() -> int:
                 n = max(conc * per, 2000)
                 todo: list[tuple[str, dict[str, str] | None]] = [("proctor", None)]
                 if a.old_src:
-                    todo.insert(0, ("proctor old", {"PYTHONPATH": str(a.old_src.resolve())}))
+                    path = [str(a.old_src.resolve()), os.environ.get("PYTHONPATH", "")]
+                    todo.insert(0, ("proctor old", {"PYTHONPATH": os.pathsep.join(path)}))
                 if a.ablate:
                     todo.append(("proctor aiohttp", {"PROCTOR_HTTP_CLIENT": "aiohttp"}))
                 for label, env in todo:

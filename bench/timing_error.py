@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from emulator import start_emulator  # noqa: E402
+
+PYPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 from loadgen_capacity import pinned, plan_cores, proctor_cmd  # noqa: E402
 from proctor.workloads.loadgen.metrics import percentile  # noqa: E402
 
@@ -41,7 +43,7 @@ def measure(
     url: str, conc: int, args: argparse.Namespace, cores: list[int] | None, src: Path, label: str
 ) -> str:
     n = conc * args.requests_per_stream
-    env = {**os.environ, "PYTHONPATH": str(src.resolve())}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src.resolve()), *PYPATH])}
     with tempfile.TemporaryDirectory() as out:
         cmd = [*proctor_cmd(url, out, conc, n, args.isl, args.osl, args.workers), "--save-detailed"]
         r = subprocess.run(
