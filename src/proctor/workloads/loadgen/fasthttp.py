@@ -369,9 +369,11 @@ class Pool:
             f"Host: {netloc}\r\nContent-Type: application/json\r\n{auth}Content-Length: "
         ).encode()
 
-    def request_bytes(self, path: str, body: bytes) -> bytes:
-        return b"POST %s HTTP/1.1\r\n%s%d\r\n\r\n%s" % (
+    def request_bytes(self, path: str, body: bytes, request_id: str = "") -> bytes:
+        rid = b"X-Request-Id: %s\r\n" % request_id.encode() if request_id else b""
+        return b"POST %s HTTP/1.1\r\n%s%s%d\r\n\r\n%s" % (
             (self.prefix + path).encode(),
+            rid,
             self._head,
             len(body),
             body,

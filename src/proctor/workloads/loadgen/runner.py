@@ -27,7 +27,7 @@ from proctor import redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
 from proctor.results.validity import judge_validity, sent_rates, ttft_trend
 from proctor.version import __version__
-from proctor.workloads.loadgen import prefix_counters, repeats
+from proctor.workloads.loadgen import prefix_counters, repeats, request_ids
 from proctor.workloads.loadgen.client import PlannedRequest, http_path, make_session, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.conformance import conformance_report, prompts_sha256
@@ -255,6 +255,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
         reader = PrefixReader(cfg, telemetry.metrics_gave_up)
         model, work = run_loop(prepare(cfg))
         records: list[RequestRecord] = []
+        id_base = request_ids.run_base()
         per_repeat: list[BenchMetrics] = []
         windows: list[dict[str, Any]] = []
         samples: list[Sample] = []
@@ -264,6 +265,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
             for r, measured in enumerate(work.repeats):
                 # Warmups once, before the first repeat; profiling covers the first repeat only.
                 reqs = (work.warmup if r == 0 else []) + measured
+                request_ids.assign(reqs, id_base, r)
                 phase_cfg = cfg if r == 0 else cfg.model_copy(update={"profile": False})
                 readings: list[prefix_counters.Reading | None] = []
                 if cfg.workers > 1:
