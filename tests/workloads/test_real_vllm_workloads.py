@@ -93,3 +93,13 @@ def test_vllm_multi_turn_sends_the_history(vllm_server: EngineServer) -> None:
     # and the server's counters say so rather than proctor guessing.
     print(f"vLLM CPU multi-turn: prefix cache {doc['prefix_cache']}")
     assert doc["prefix_cache"]["hit_rate"] is not None
+
+
+def test_vllm_logs_the_request_id_proctor_sent(vllm_server: EngineServer) -> None:
+    # vLLM takes x-request-id as its request id and, with --enable-log-requests, logs it:
+    # the id recorded in requests.jsonl finds the request in the server's log.
+    res = bench(vllm_server, isl=8, num_prompts=3, num_warmups=0)
+    assert all(r.success for r in res.records)
+    log = vllm_server.log_path.read_text(errors="replace")
+    for r in res.records:
+        assert r.request_id and f"Received request cmpl-{r.request_id}-0:" in log

@@ -22,6 +22,7 @@ import asyncio
 import base64
 import socket
 import time
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from proctor.workloads.loadgen import rxtime
@@ -350,7 +351,7 @@ class Pool:
         self.connect_timeout = cfg.connect_timeout_s
         self.idle: list[Conn] = []
         self.conns: set[Conn] = set()  # every open one, closed with the pool
-        self.addrs: list[tuple[int, int, int, str, tuple[str, int]]] = []
+        self.addrs: list[tuple[Any, ...]] = []  # getaddrinfo's, kept for every new connection
         self.bufs = [bytearray(READ_BYTES)]
         self.view = memoryview(self.bufs[0])
         self.clock = rxtime.ReadClock()  # replaced by the loop's in acquire()

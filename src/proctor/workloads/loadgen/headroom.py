@@ -128,10 +128,15 @@ def summarize(
     if busiest > CPU_BOUND_PERCENT:
         who = "the client" if len(samples) == 1 else "a client worker"
         reasons.append(f"{who} used {busiest:.0f}% of one core (> {CPU_BOUND_PERCENT:.0f}%)")
+    stamps = timing(samples, p50, p99, itls or [])
     if p99 > LAG_BOUND_MS:
-        reasons.append(
-            f"event-loop lag p99 {p99:.1f} ms (> {LAG_BOUND_MS:g} ms): timestamps were taken late"
+        # With kernel stamps a late loop no longer delays token times, only sends.
+        late = (
+            "requests were sent late"
+            if stamps["token_clock"] == rxtime.CLOCK
+            else "timestamps were taken late"
         )
+        reasons.append(f"event-loop lag p99 {p99:.1f} ms (> {LAG_BOUND_MS:g} ms): {late}")
     return {
         "cpu_percent": round(cpu, 1),
         "cpu_percent_per_process": [round(x, 1) for x in per_proc],
@@ -145,7 +150,7 @@ def summarize(
         "path": path,
         "loop": loop,
         "processes": len(samples),
-        "timing": timing(samples, p50, p99, itls or []),
+        "timing": stamps,
     }
 
 
