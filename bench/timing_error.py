@@ -2,7 +2,7 @@
 and ITL minus what the emulator was told to take, and what the bench says of its own error.
 
     .venv/bin/python bench/timing_error.py [--concurrency 1,100,500,1000] [--ttft-ms 50]
-        [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--workers 1]
+        [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--min-requests 20] [--workers 1]
         [--client-cores 1] [--old-src DIR]
 
 --old-src DIR: the `src` of an older proctor (`git archive main src | tar -x -C build/old`),
@@ -42,7 +42,7 @@ from proctor.workloads.loadgen.metrics import percentile  # noqa: E402
 def measure(
     url: str, conc: int, args: argparse.Namespace, cores: list[int] | None, src: Path, label: str
 ) -> str:
-    n = conc * args.requests_per_stream
+    n = max(conc * args.requests_per_stream, args.min_requests)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src.resolve()), *PYPATH])}
     with tempfile.TemporaryDirectory() as out:
         cmd = [*proctor_cmd(url, out, conc, n, args.isl, args.osl, args.workers), "--save-detailed"]
@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--isl", type=int, default=32)
     ap.add_argument("--osl", type=int, default=64)
     ap.add_argument("--requests-per-stream", type=int, default=3)
+    ap.add_argument("--min-requests", type=int, default=20, help="at least this many per point")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--client-cores", type=int, default=1)
     ap.add_argument("--old-src", type=Path, default=None)
