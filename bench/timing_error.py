@@ -2,7 +2,8 @@
 and ITL minus what the emulator was told to take, and what the bench says of its own error.
 
     .venv/bin/python bench/timing_error.py [--concurrency 1,100,500,1000] [--ttft-ms 50]
-        [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--min-requests 20] [--workers 1]
+        [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--min-requests 20]
+        [--workers 1]
         [--client-cores 1] [--old-src DIR]
 
 --old-src DIR: the `src` of an older proctor (`git archive main src | tar -x -C build/old`),
