@@ -3,8 +3,7 @@ and ITL minus what the emulator was told to take, and what the bench says of its
 
     .venv/bin/python bench/timing_error.py [--concurrency 1,100,500,1000] [--ttft-ms 50]
         [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--min-requests 20]
-        [--workers 1]
-        [--client-cores 1] [--old-src DIR]
+        [--workers 1] [--client-cores 1] [--old-src DIR]
 
 --old-src DIR: the `src` of an older proctor (`git archive main src | tar -x -C build/old`),
 measured interleaved with this checkout's at each concurrency, so one run prints both.
@@ -16,6 +15,10 @@ with taskset). Per concurrency, in one run: TTFT error mean / p50 / p99 (measure
 --ttft-ms, per request, from requests.jsonl), ITL error mean and ITL standard deviation, and the
 bench's own estimate of how late its readings were (metrics.json "client".timing). Issue 23's
 targets are printed beside them: mean <= 1 ms, p99 <= 5 ms, ITL sd <= 0.5 ms at 1000.
+Two more columns for the new client: readdly99, the p99 of how late the event loop read bytes
+after the kernel stamped their arrival (what a loop-time stamp adds: the old client's error),
+and shared%, the tokens whose read also held the stream's next token (stamped with that later
+arrival). Figures: docs/bench.md, *Timing error*.
 """
 
 from __future__ import annotations
