@@ -5,6 +5,7 @@ never the bottleneck.
         [--concurrency 64,256,1024] [--isl 64] [--osl 128] [--ttft-ms 0] [--itl-ms 0]
         [--vllm-python PY --tokenizer DIR] [--no-vllm] [--python-emulator] [--py-spy C]
         [--extra-client 'CMD {base_url} {concurrency} {num_prompts} {isl} {osl} {model}']
+        [--old-src DIR]
 
 The emulator (bench/emulator: emu.c built with `cc` now, else the Python fallback, and the
 first line says which) streams every response at once by default (zero TTFT/ITL, one SSE
@@ -23,6 +24,8 @@ the checks of issue 14: proctor >= 2x vLLM at every concurrency, >= 300k chunks/
 "per CPU-s" is proctor's chunks per CPU-second it used (from metrics.json "client"): on a
 shared machine, where the pinned core is not all the client's, it shows the client's own speed.
 --py-spy C samples proctor at concurrency C with py-spy and prints the top frames.
+--old-src DIR (the `src` of an older proctor, e.g. `git archive main src`) adds a "proctor old"
+row at every point, run right before this checkout's, and prints new/old per concurrency.
 """
 
 from __future__ import annotations
@@ -269,6 +272,7 @@ def main() -> int:
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--python-emulator", action="store_true", help="skip emu.c")
     ap.add_argument("--extra-client", help="another client's command template")
+    ap.add_argument("--old-src", type=Path, help="an older proctor's src, measured beside")
     ap.add_argument("--py-spy", type=int, metavar="C", help="profile proctor at concurrency C")
     a = ap.parse_args()
     concs = [int(x) for x in a.concurrency.split(",") if x]
@@ -319,7 +323,10 @@ def main() -> int:
         for rnd in range(1, rounds + 1):
             for conc in concs:
                 n = max(conc * per, 2000)
-                todo = [("proctor", None)]
+                todo: list[tuple[str, dict[str, str] | None]] = [("proctor", None)]
+                if a.old_src:
+                    path = [str(a.old_src.resolve()), os.environ.get("PYTHONPATH", "")]
+                    todo.insert(0, ("proctor old", {"PYTHONPATH": os.pathsep.join(path)}))
                 if a.ablate:
                     todo.append(("proctor aiohttp", {"PROCTOR_HTTP_CLIENT": "aiohttp"}))
                 for label, env in todo:
@@ -378,6 +385,13 @@ def main() -> int:
             )
         else:
             print(f"  c={conc}: proctor {', '.join(f'{x:,.0f}' for x in pro)} (no vLLM client)")
+    for conc in concs if a.old_src else []:
+        new = [r.chunks_s for r in rows if r.client == "proctor" and r.concurrency == conc]
+        old = [r.chunks_s for r in rows if r.client == "proctor old" and r.concurrency == conc]
+        print(
+            f"  c={conc}: new/old chunks/s "
+            f"{', '.join(f'{x / y:.2f}' for x, y in zip(new, old, strict=False))}"
+        )
     best = max((r.chunks_s for r in rows if r.client == "proctor"), default=0.0)
     flagged = [r for r in rows if r.client == "proctor" and r.flag]
     print(

@@ -8,7 +8,8 @@ For each N, on the cores loadgen_workers.py uses (emulator on its own cores):
              Python at all (SMT siblings, shared caches, clocks under load all show here);
   apart      N single-worker clients, each its own `python -m proctor.workloads.loadgen`
              pinned to one core, started together: no coordination between them;
-  workers    `--workers N` as a user runs it (the kernel places the workers).
+  workers    `--workers N` as a user runs it (the kernel places the workers);
+  workers-old  the same with --old-src DIR's proctor (an older `src`), for before/after.
 With --rounds R every point is measured R times, interleaved, and the medians printed (the
 speedup of each round beside them). Each client row also gives per-worker chunks/s (a
 worker's chunks over its own measured window, the mean over workers) and the start/end
@@ -196,6 +197,9 @@ def client_row(
     url: str, n: int, cores: list[int], a: argparse.Namespace, mode: str
 ) -> tuple[float, float, float]:
     total_req = a.concurrency * a.per
+    env = dict(os.environ)
+    if mode.endswith("-old"):
+        env["PYTHONPATH"] = os.pathsep.join([str(a.old_src.resolve()), env.get("PYTHONPATH", "")])
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "apart":
             procs, outs = [], []
@@ -206,6 +210,7 @@ def client_row(
                     subprocess.Popen(
                         pinned(cmd, [cores[i]]),
                         cwd=ROOT,
+                        env=env,
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE,
                     )
@@ -221,6 +226,7 @@ def client_row(
             r = subprocess.run(
                 pinned(cmd, cores),
                 cwd=ROOT,
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=900,
@@ -236,6 +242,7 @@ def main() -> int:
     ap = scaling_args(__doc__, per=32)
     ap.add_argument("--modes", default="cpu,apart,workers")
     ap.add_argument("--rounds", type=int, default=1, help="measure each point this many times")
+    ap.add_argument("--old-src", type=Path, help="an older proctor's src, for workers-old")
     a = parsed(ap)
     counts = [int(x) for x in a.workers.split(",") if x]
     modes = a.modes.split(",")

@@ -2,7 +2,11 @@
 and ITL minus what the emulator was told to take, and what the bench says of its own error.
 
     .venv/bin/python bench/timing_error.py [--concurrency 1,100,500,1000] [--ttft-ms 50]
-        [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--workers 1]
+        [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--min-requests 20]
+        [--workers 1] [--client-cores 1] [--old-src DIR]
+
+--old-src DIR: the `src` of an older proctor (`git archive main src | tar -x -C build/old`),
+measured interleaved with this checkout's at each concurrency, so one run prints both.
 
 The emulator (bench/emulator, emu.c when `cc` builds it) waits exactly --ttft-ms before the
 first token and --itl-ms between tokens; its own delay is part of the error measured here, so
@@ -11,12 +15,17 @@ with taskset). Per concurrency, in one run: TTFT error mean / p50 / p99 (measure
 --ttft-ms, per request, from requests.jsonl), ITL error mean and ITL standard deviation, and the
 bench's own estimate of how late its readings were (metrics.json "client".timing). Issue 23's
 targets are printed beside them: mean <= 1 ms, p99 <= 5 ms, ITL sd <= 0.5 ms at 1000.
+Two more columns for the new client: readdly99, the p99 of how late the event loop read bytes
+after the kernel stamped their arrival (what a loop-time stamp adds: the old client's error),
+and shared%, the tokens whose read also held the stream's next token (stamped with that later
+arrival). Figures: docs/bench.md, *Timing error*.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,16 +37,27 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from emulator import start_emulator  # noqa: E402
+
+PYPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 from loadgen_capacity import pinned, plan_cores, proctor_cmd  # noqa: E402
 from proctor.workloads.loadgen.metrics import percentile  # noqa: E402
 
 
-def measure(url: str, conc: int, args: argparse.Namespace, cores: list[int] | None) -> str:
-    n = conc * args.requests_per_stream
+def measure(
+    url: str, conc: int, args: argparse.Namespace, cores: list[int] | None, src: Path, label: str
+) -> str:
+    n = max(conc * args.requests_per_stream, args.min_requests)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src.resolve()), *PYPATH])}
     with tempfile.TemporaryDirectory() as out:
         cmd = [*proctor_cmd(url, out, conc, n, args.isl, args.osl, args.workers), "--save-detailed"]
         r = subprocess.run(
-            pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT, timeout=900, check=False
+            pinned(cmd, cores),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=900,
+            check=False,
+            env=env,
         )
         if r.returncode != 0:
             raise SystemExit(f"proctor failed at {conc} ({r.returncode}): {r.stderr[-800:]}")
@@ -48,11 +68,13 @@ def measure(url: str, conc: int, args: argparse.Namespace, cores: list[int] | No
     itls = [g * 1000 for x in ok for g in x["itl"]]
     timing = (doc.get("client") or {}).get("timing") or {}
     return (
-        f"{conc:>6} {len(ok):>6} {statistics.fmean(ttft_err):>9.2f} "
+        f"{label:>4} {conc:>6} {len(ok):>6} {statistics.fmean(ttft_err):>9.2f} "
         f"{percentile(ttft_err, 50):>8.2f} {percentile(ttft_err, 99):>8.2f} "
         f"{statistics.fmean(itls) - args.itl_ms:>9.3f} {statistics.pstdev(itls):>7.3f} "
         f"{timing.get('reading_late_p50_ms', float('nan')):>9.3f} "
-        f"{timing.get('reading_late_p99_ms', float('nan')):>9.3f}"
+        f"{timing.get('reading_late_p99_ms', float('nan')):>9.3f} "
+        f"{timing.get('loop_read_delay_p99_ms', float('nan')):>9.3f} "
+        f"{100 * timing.get('tokens_sharing_a_read_fraction', float('nan')):>7.3f}"
     )
 
 
@@ -64,9 +86,16 @@ def main() -> None:
     ap.add_argument("--isl", type=int, default=32)
     ap.add_argument("--osl", type=int, default=64)
     ap.add_argument("--requests-per-stream", type=int, default=3)
+    ap.add_argument("--min-requests", type=int, default=20, help="at least this many per point")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--client-cores", type=int, default=1)
+    ap.add_argument("--old-src", type=Path, default=None)
     a = ap.parse_args()
     client, emu_cores = plan_cores()
+    if client is not None and emu_cores and a.client_cores > 1:
+        client = client + emu_cores[: a.client_cores - 1]
+        emu_cores = [c for c in emu_cores if c not in client] or emu_cores
+    codes = ([("old", a.old_src)] if a.old_src else []) + [("new", ROOT / "src")]
     with start_emulator(
         ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, procs=len(emu_cores or [0]), cores=emu_cores
     ) as emu:
@@ -75,11 +104,14 @@ def main() -> None:
             f"client cores {client}, emulator cores {emu_cores}, workers {a.workers}"
         )
         print(
-            "  conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  late p99"
-            "   (ms; late = the bench's own estimate)"
+            "code   conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  "
+            "late p99 readdly99 shared%\n(ms; late = the bench's own estimate of its error, "
+            "readdly99 = p99 of how late the loop read bytes after they arrived, shared% = "
+            "tokens whose read also held the next one)"
         )
         for conc in (int(c) for c in a.concurrency.split(",")):
-            print(measure(emu.base_url, conc, a, client), flush=True)
+            for label, src in codes:
+                print(measure(emu.base_url, conc, a, client, src, label), flush=True)
     print(
         "targets (issue 23): ttft err mean <= 1, p99 <= 5 at every concurrency; itl sd <= 0.5 "
         "at 1000"

@@ -193,6 +193,9 @@ def vllm_argv(info: EngineInfo, port: int) -> list[str]:
         # vLLM casts a float32 checkpoint to half precision by default; bf16 answers nonsense.
         "--dtype",
         "float32",
+        # "Received request cmpl-ID-0" lines: the x-request-id proctor sent, found in the log
+        # (tests/workloads/test_real_vllm_workloads.py).
+        "--enable-log-requests",
     ]
 
 

@@ -128,3 +128,13 @@ def test_vllm_trace_blocks_are_the_trace_lengths_and_hit_as_the_trace_shares(
     assert doc["dataset"]["expected_hit_rate"] == pytest.approx(2560 / 4600)
     assert cache["hits_tokens"] == 2560 and cache["queries_tokens"] == 4600
     print(f"vLLM CPU trace: hit {cache['hits_tokens']:.0f} of {cache['queries_tokens']:.0f}")
+
+
+def test_vllm_logs_the_request_id_proctor_sent(vllm_server: EngineServer) -> None:
+    # vLLM takes x-request-id as its request id and, with --enable-log-requests, logs it:
+    # the id recorded in requests.jsonl finds the request in the server's log.
+    res = bench(vllm_server, isl=8, num_prompts=3, num_warmups=0)
+    assert all(r.success for r in res.records)
+    log = vllm_server.log_path.read_text(errors="replace")
+    for r in res.records:
+        assert r.request_id and f"Received request cmpl-{r.request_id}-0:" in log

@@ -44,6 +44,7 @@ from proctor.report.page import (
     write_plotly_asset,
 )
 from proctor.report.series import read_server_csv
+from proctor.report.slowest import slowest_block
 from proctor.report.telemetry import telemetry_blocks
 from proctor.report.verdict import Verdict, fmt_value, unit_text, verdict_of
 from proctor.results.baselines import (
@@ -413,6 +414,7 @@ def run_report(view: RunView, baseline: Baseline | None = None, model: str | Non
         blocks.append("<h2>Latency distributions</h2>")
         blocks += [figure_block(f) for f in cdfs] or ['<p class="note">no latency data</p>']
         blocks.append(_failures(view))
+        blocks.append(slowest_block(view.run.path, view.record))
     blocks += ["<h2>Metrics</h2>", metrics_table(view)]
     if view.kind == "bench":
         blocks += ["<h2>Cost</h2>", cost_block(view)]

@@ -53,6 +53,11 @@ class PlannedRequest:
     messages: list[dict[str, str]] | None = None
     conversation: int | None = None
     turn: int | None = None
+    request_id: str = ""  # sent as x-request-id (request_ids.assign); "" sends proctor-INDEX
+
+
+def request_id(req: PlannedRequest) -> str:
+    return req.request_id or f"proctor-{req.index}"
 
 
 def make_session(cfg: BenchConfig, limit: int) -> aiohttp.ClientSession:
@@ -187,7 +192,8 @@ async def send_fast(
     deadlines = for_loop()
     flight = deadlines.add(cfg.request_timeout_s, cfg.idle_timeout_s)
     path, payload = build_payload(cfg, model, req)
-    request = pool.request_bytes(path, payload)
+    record.request_id = rid = request_id(req)
+    request = pool.request_bytes(path, payload, rid)
     # Start = just before the POST (metric definition); the deadlines count from here too.
     st = flight.start = flight.last = time.perf_counter()
     record.start_time = st
@@ -247,13 +253,18 @@ async def _send(
     flight: Flight,
 ) -> RequestRecord:
     path, payload = build_payload(cfg, model, req)
+    record.request_id = rid = request_id(req)
+    headers = {"X-Request-Id": rid}
     # Start = just before the POST (metric definition); the deadlines count from here too.
     st = flight.start = flight.last = time.perf_counter()
     record.start_time = st
     state = StreamState(record, cfg.endpoint == "chat", st)
     try:
         async with session.post(
-            cfg.base_url + path, data=payload, timeout=_stream_timeout(cfg.connect_timeout_s)
+            cfg.base_url + path,
+            data=payload,
+            headers=headers,
+            timeout=_stream_timeout(cfg.connect_timeout_s),
         ) as resp:
             record.status = resp.status
             if resp.status != 200:

@@ -1,10 +1,14 @@
-"""The raw HTTP/1.1 streaming client: one asyncio Protocol per keep-alive connection.
+"""The raw HTTP/1.1 streaming client: one non-blocking socket per keep-alive connection,
+read by the event loop's reader callback with recvmsg.
 
 Why not aiohttp here: at tens of thousands of chunks per second one client core went to
 aiohttp's request set-up, its StreamReader and per-read wake-ups (docs/bench.md, Capacity).
-Here a read is handled inside the protocol's data_received: one perf_counter, chunked decoding
-with bytes.find, the SSE messages parsed by sse.StreamState, and the waiting request task is
-woken once, when its response ends. Metric definitions and records are the same as the aiohttp
+Why not an asyncio transport either: a transport reads the socket itself and hands over bytes
+without the kernel's receive timestamp, so every time would be when the loop got round to the
+bytes, late by however long the loop was busy (issue 23). Here each read is one recvmsg_into a
+shared buffer, its time is when its last segment arrived (rxtime.py), then chunked decoding with
+bytes.find, the SSE messages parsed by sse.StreamState, and the waiting request task is woken
+once, when its response ends. Metric definitions and records are the same as the aiohttp
 path's; failures are classified the same way (http_error, rate_limited, disconnect, timeout,
 malformed_sse, no_output, connect_error, client_error).
 
@@ -16,15 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 import time
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from proctor.workloads.loadgen import rxtime
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.deadlines import Flight
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.sse import ERROR_EXCERPT, Malformed, StreamState
 
 MAX_HEAD_BYTES = 64 * 1024
+READ_BYTES = 256 * 1024  # one read; the buffer is shared by every connection of a pool
 _ERROR_BODY_BYTES = 64 * 1024
 
 # Body framing of the response being read.
@@ -45,30 +53,35 @@ class _Exchange:
         self.outcome = ""  # "" while running; "done", or a failure reason
 
 
-class Conn(asyncio.Protocol):
+class Conn:
     __slots__ = (
         "chunk_left",
         "closed",
         "ex",
+        "fd",
         "flight",
         "framing",
         "head",
         "in_head",
         "keep_alive",
         "length_left",
+        "loop",
+        "pending",
         "pool",
         "size_line",
+        "sock",
         "trailers",
-        "transport",
     )
 
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
-        self.transport: asyncio.Transport | None = None
+    def __init__(self, pool: Pool, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self.pool, self.sock, self.loop = pool, sock, loop
+        self.fd = sock.fileno()
         self.closed = False
         self.ex: _Exchange | None = None
         self.flight: Flight | None = None  # the deadline record of the request in progress
+        self.pending = b""  # request bytes the socket did not take yet
         self._reset()
+        loop.add_reader(self.fd, self._readable)
 
     def _reset(self) -> None:
         self.in_head = True
@@ -80,12 +93,49 @@ class Conn(asyncio.Protocol):
         self.size_line = b""  # a chunk-size line split across reads
         self.trailers = False
 
-    # ------------------------------------------------------------------ asyncio callbacks
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    # ------------------------------------------------------------------ socket events
+    def write(self, data: bytes) -> None:
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as e:
+            self.loop.call_soon(self.connection_lost, e)  # as a transport reports it
+            return
+        if sent < len(data):  # a long prompt: the rest when the socket takes it
+            self.pending = data[sent:]
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            sent = self.sock.send(self.pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.connection_lost(e)
+            return
+        self.pending = self.pending[sent:]
+        if not self.pending:
+            self.loop.remove_writer(self.fd)
+
+    def _readable(self) -> None:
+        pool = self.pool
+        try:
+            n, anc, _, _ = self.sock.recvmsg_into(pool.bufs, rxtime.ANC_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.connection_lost(e)
+            return
+        now = time.perf_counter()
+        if not n:
+            self.connection_lost(None)
+            return
+        self.data_received(pool.view[:n].tobytes(), pool.clock.arrival(anc, now), now)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        if not self.closed:
+            self._close()
         ex = self.ex
         if ex is None or ex.outcome:
             return
@@ -99,17 +149,17 @@ class Conn(asyncio.Protocol):
         )
         self._fail(ex, "disconnect", why)
 
-    def data_received(self, data: bytes) -> None:
-        ts = time.perf_counter()
+    def data_received(self, data: bytes, ts: float, now: float) -> None:
+        """`data` arrived at `ts` (the kernel's stamp) and was read at `now`."""
         ex = self.ex
         if ex is None or ex.outcome:  # nothing was asked: the connection is not reusable
             self._abort()
             return
         if self.flight is not None:
-            self.flight.last = ts
+            self.flight.last = now
         try:
             if self.in_head:
-                data = self._head(ex, data)
+                data = self._head(ex, data, ts)
                 if self.in_head or ex.outcome:
                     return
             self._body(ex, data, ts)
@@ -119,7 +169,7 @@ class Conn(asyncio.Protocol):
             self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
 
     # ------------------------------------------------------------------ parsing
-    def _head(self, ex: _Exchange, data: bytes) -> bytes:
+    def _head(self, ex: _Exchange, data: bytes, ts: float) -> bytes:
         buf = self.head + data if self.head else data
         while True:
             end = buf.find(b"\r\n\r\n")
@@ -160,7 +210,7 @@ class Conn(asyncio.Protocol):
             self.keep_alive = False
         self.framing, self.length_left = framing, length
         if framing == _LENGTH and length == 0:
-            self._body_end(ex, time.perf_counter())
+            self._body_end(ex, ts)
         return buf
 
     def _body(self, ex: _Exchange, data: bytes, ts: float) -> None:
@@ -276,9 +326,17 @@ class Conn(asyncio.Protocol):
         self._settle(ex, reason, reuse=False)
 
     def _abort(self) -> None:
+        if not self.closed:
+            self._close()
+
+    def _close(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
+        self.pool.conns.discard(self)
+        self.loop.remove_reader(self.fd)
+        if self.pending:
+            self.pending = b""
+            self.loop.remove_writer(self.fd)
+        self.sock.close()
 
 
 class Pool:
@@ -292,6 +350,12 @@ class Pool:
         self.port = u.port or 80
         self.connect_timeout = cfg.connect_timeout_s
         self.idle: list[Conn] = []
+        self.conns: set[Conn] = set()  # every open one, closed with the pool
+        self.addrs: list[tuple[Any, ...]] = []  # getaddrinfo's, kept for every new connection
+        self.bufs = [bytearray(READ_BYTES)]
+        self.view = memoryview(self.bufs[0])
+        self.clock = rxtime.ReadClock()  # replaced by the loop's in acquire()
+        self.keeper = rxtime.keep_stamping()
         netloc = u.hostname if u.port is None else f"{u.hostname}:{u.port}"
         if ":" in u.hostname:  # IPv6 literal
             netloc = f"[{u.hostname}]" + (f":{u.port}" if u.port else "")
@@ -306,9 +370,11 @@ class Pool:
             f"Host: {netloc}\r\nContent-Type: application/json\r\n{auth}Content-Length: "
         ).encode()
 
-    def request_bytes(self, path: str, body: bytes) -> bytes:
-        return b"POST %s HTTP/1.1\r\n%s%d\r\n\r\n%s" % (
+    def request_bytes(self, path: str, body: bytes, request_id: str = "") -> bytes:
+        rid = b"X-Request-Id: %s\r\n" % request_id.encode() if request_id else b""
+        return b"POST %s HTTP/1.1\r\n%s%s%d\r\n\r\n%s" % (
             (self.prefix + path).encode(),
+            rid,
             self._head,
             len(body),
             body,
@@ -320,16 +386,39 @@ class Pool:
             conn = idle.pop()
             if not conn.closed:
                 return conn
+        return await asyncio.wait_for(self._connect(), self.connect_timeout)
+
+    async def _connect(self) -> Conn:
         loop = asyncio.get_running_loop()
-        _, proto = await asyncio.wait_for(
-            loop.create_connection(lambda: Conn(self), self.host, self.port), self.connect_timeout
-        )
-        return proto
+        self.clock = rxtime.for_loop()
+        if not self.addrs:
+            self.addrs = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        err: OSError = OSError(f"no address for {self.host}:{self.port}")
+        for family, kind, proto, _, addr in self.addrs:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                rxtime.enable(sock)
+                await loop.sock_connect(sock, addr)
+            except OSError as e:
+                sock.close()
+                err = e
+                continue
+            except BaseException:  # cancelled (the connect timeout): nothing left open
+                sock.close()
+                raise
+            conn = Conn(self, sock, loop)
+            self.conns.add(conn)
+            return conn
+        raise err
 
     def close(self) -> None:
-        for conn in self.idle:
+        for conn in list(self.conns):
             conn._abort()
         self.idle.clear()
+        if self.keeper is not None:
+            self.keeper.close()
 
 
 async def exchange(
@@ -340,8 +429,7 @@ async def exchange(
     ex = _Exchange(record, state, fut)
     conn.ex = ex
     conn.flight = flight
-    assert conn.transport is not None
-    conn.transport.write(request)
+    conn.write(request)
     try:
         await fut
     except BaseException:

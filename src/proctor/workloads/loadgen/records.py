@@ -50,6 +50,8 @@ class RequestRecord:
     repeat: int = 0  # which repeat of the measured phase (--repeat); warmups are 0
     conversation: int | None = None  # multi-turn: the conversation and turn (from 0)
     turn: int | None = None
+    # The x-request-id header the request carried (request_ids.py): finds it in server logs.
+    request_id: str = ""
 
     @property
     def queue_time(self) -> float:

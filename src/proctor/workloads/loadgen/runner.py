@@ -28,7 +28,7 @@ from proctor import redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
 from proctor.results.validity import judge_validity, sent_rates, ttft_trend
 from proctor.version import __version__
-from proctor.workloads.loadgen import prefix_counters, repeats
+from proctor.workloads.loadgen import prefix_counters, repeats, request_ids
 from proctor.workloads.loadgen.client import PlannedRequest, http_path, make_session, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.conformance import conformance_report, prompts_sha256
@@ -281,6 +281,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
 
             print(f"proctor: {trace_note(work.info)}", file=sys.stderr, flush=True)
         records: list[RequestRecord] = []
+        id_base = request_ids.run_base()
         per_repeat: list[BenchMetrics] = []
         windows: list[dict[str, Any]] = []
         samples: list[Sample] = []
@@ -290,6 +291,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
             for r, measured in enumerate(work.repeats):
                 # Warmups once, before the first repeat; profiling covers the first repeat only.
                 reqs = (work.warmup if r == 0 else []) + measured
+                request_ids.assign(reqs, id_base, r)
                 phase_cfg = cfg if r == 0 else cfg.model_copy(update={"profile": False})
                 readings: list[prefix_counters.Reading | None] = []
                 if cfg.workers > 1:
@@ -328,7 +330,8 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
         telemetry.end()
     metrics = per_repeat[0] if len(per_repeat) == 1 else repeats.combine(per_repeat)
     prefix = windows[0] if len(windows) == 1 else prefix_counters.merge(windows)
-    client = summarize(samples, path=http_path(cfg), loop=loop_name())
+    itls = [g for r in records if r.success and not r.warmup for g in r.itl]
+    client = summarize(samples, path=http_path(cfg), loop=loop_name(), itls=itls)
     res = BenchResult(
         cfg,
         model,

@@ -1,0 +1,144 @@
+"""When the bytes arrived: kernel receive timestamps on the client's sockets.
+
+A timestamp taken when the event loop gets round to a read is late by however long the ready
+socket waited for a busy loop (at concurrency 1000 on one core: p99 tens of ms, issue 23). The
+kernel stamps every received segment when it arrives (SO_TIMESTAMPNS, CLOCK_REALTIME); recvmsg
+hands back, for TCP, the stamp of the last segment the read copied. Read promptly, one read
+holds one server write, so each SSE message gets the time its own bytes arrived, however late
+the loop read them. When the loop was so late that a stream's next message had arrived too
+(later than one inter-token gap), both are stamped with the later arrival: that token's
+ITL reads 0 and the earlier one is late; headroom.summarize counts them from the records.
+
+The stamps are mapped onto time.perf_counter (CLOCK_MONOTONIC, the clock of every other time
+in a record) by the offset of the two clocks, read every OFFSET_S: it moves only when the wall
+clock is stepped, never by NTP slewing (both clocks slew together).
+
+The kernel stamps only while some socket asks for stamps, and it starts stamping a moment
+after the first one asks (a deferred switch): a pool keeps one socket asking from its start.
+
+Linux only (the option number is asm-generic's, as on x86-64, arm64, riscv and ppc); anywhere
+the option is refused or a read comes back without a stamp, the read is stamped when the loop
+handled it, as before, and `ReadClock.fallbacks` counts those reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import sys
+import time
+import weakref
+from array import array
+
+SO_TIMESTAMPNS = 35  # == SCM_TIMESTAMPNS; not exported by Python's socket module
+_TIMESPEC = struct.Struct("@qq")  # 64-bit timespec: tv_sec, tv_nsec
+_unpack = _TIMESPEC.unpack_from
+_SOL_SOCKET = socket.SOL_SOCKET
+# The two clocks' offset changes only when the wall clock is stepped: read it this often.
+OFFSET_S = 0.05
+ANC_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+# Read delays kept for the percentiles: beyond this many, every other one is dropped and
+# only every 2nd (4th, ...) read is kept from then on: memory stays bounded at any rate.
+MAX_SAMPLES = 1 << 18
+# A stamp more than this before the read is not believed (a clock step between the two).
+MAX_BELIEVED_S = 60.0
+CLOCK = "kernel receive timestamp (SO_TIMESTAMPNS) of the read's last segment"
+FALLBACK_CLOCK = "time.perf_counter when the event loop handled the read"
+
+
+def enable(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp every segment this socket receives; False where it cannot."""
+    if sys.platform != "linux" or not ANC_SPACE:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def keep_stamping() -> socket.socket | None:
+    """A socket that only asks for stamps, opened before any connection: the kernel's switch
+    is on by the time the first response arrives, and stays on while this is open."""
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError:
+        return None
+    if not enable(s):
+        s.close()
+        return None
+    return s
+
+
+class ReadClock:
+    """Per event loop: turns a read's ancillary data into its arrival time, and records how
+    late the loop read what had arrived (the error a loop-time stamp would have had)."""
+
+    __slots__ = ("delays", "fallbacks", "off", "off_until", "reads", "recording", "stride")
+
+    def __init__(self) -> None:
+        self.delays = array("d")
+        self.reads = 0
+        self.fallbacks = 0
+        self.stride = 1
+        self.recording = False
+        self.off = 0  # CLOCK_REALTIME minus CLOCK_MONOTONIC, ns
+        self.off_until = float("-inf")
+
+    def start(self) -> None:
+        self.delays = array("d")
+        self.reads = self.fallbacks = 0
+        self.stride = 1
+        self.recording = True
+
+    def stop(self) -> tuple[list[float], int, int]:
+        """(sampled read delays in seconds, reads, reads without a kernel stamp)."""
+        self.recording = False
+        return self.delays.tolist(), self.reads, self.fallbacks
+
+    def arrival(self, ancdata: list[tuple[int, int, bytes]], now: float) -> float:
+        """The perf_counter time the read's last segment arrived; `now` when unknown."""
+        ts = now
+        if ancdata:
+            level, kind, data = ancdata[0]  # the only control message asked for
+            if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET and len(data) >= 16:
+                sec, nsec = _unpack(data)
+                if now > self.off_until:  # the clocks' offset, read again every OFFSET_S
+                    self.off = time.time_ns() - time.perf_counter_ns()
+                    self.off_until = now + OFFSET_S
+                # Integer nanoseconds: a float of epoch seconds keeps only ~0.24 us.
+                t = (sec * 1_000_000_000 + nsec - self.off) * 1e-9
+                if t > now - MAX_BELIEVED_S:
+                    # min: the two clock reads may straddle the stamp by nanoseconds
+                    ts = t if t < now else now
+                    if self.recording:
+                        self._record(now - ts)
+                    return ts
+        if self.recording:
+            self.fallbacks += 1
+            self._record(0.0)
+        return ts
+
+    def _record(self, delay: float) -> None:
+        self.reads += 1
+        if self.reads % self.stride == 0:
+            d = self.delays
+            d.append(delay)
+            if len(d) >= MAX_SAMPLES:
+                self.delays = array("d", d[::2])
+                self.stride *= 2
+
+
+_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadClock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def for_loop() -> ReadClock:
+    """The ReadClock of the running loop (created on first use, gone with the loop)."""
+    loop = asyncio.get_running_loop()
+    c = _per_loop.get(loop)
+    if c is None:
+        c = _per_loop[loop] = ReadClock()
+    return c

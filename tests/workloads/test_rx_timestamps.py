@@ -1,0 +1,152 @@
+"""Token times come from when the bytes arrived, not from when a busy loop read them (issue 23).
+
+The oracle is the server itself: it reads time.perf_counter (CLOCK_MONOTONIC, the same clock
+in every process of the host) just before and just after each write. A loopback segment is
+stamped by the kernel inside that write, so a token time the client records must lie in its
+write's window, however long the client's loop was blocked meanwhile, as long as the stream's
+next token had not arrived too before the loop read (then both carry the later stamp: the
+kernel merges queued segments; the bench counts those tokens, see headroom.timing). Here the
+first token arrives while the loop is blocked and the next one long after the block. The old
+client stamped each read when its loop got to it, after the block: this test fails on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from proctor.workloads.loadgen import rxtime
+from proctor.workloads.loadgen.client import FastSender, PlannedRequest
+from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.fasthttp import Pool
+from proctor.workloads.loadgen.headroom import Probe, Sample, timing
+from proctor.workloads.loadgen.loop import run as run_loop
+from proctor.workloads.loadgen.records import RequestRecord
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps: Linux"),
+]
+
+BLOCK_S = 1.0  # how long the client's loop is kept busy while the first token arrives
+TOKENS = 3
+GAP_S = 1.0  # between the server's token writes after the block: the loop reads in between
+
+
+class WriteTimedServer:
+    """One streaming response per connection; `writes` holds (before, after) perf_counter of
+    every token write; `got_request` is set when a request was read, before any token."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.writes: list[tuple[float, float]] = []
+        self.got_request = threading.Event()
+        self.unblocked = threading.Event()  # the client's loop runs again
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += conn.recv(65536)
+            head, _, body = buf.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
+            self.got_request.set()
+            time.sleep(0.2)  # the client's loop is blocked by now
+            for i in range(TOKENS):
+                msg = b'data: {"choices":[{"index":0,"text":" t%d"}]}\n\n' % i
+                before = time.perf_counter()
+                conn.sendall(b"%x\r\n%s\r\n" % (len(msg), msg))
+                self.writes.append((before, time.perf_counter()))
+                self.unblocked.wait(30)
+                time.sleep(GAP_S)
+            tail = b"data: [DONE]\n\n"
+            conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+            conn.recv(1)  # until the client closes
+
+
+@pytest.fixture
+def server() -> Iterator[WriteTimedServer]:
+    s = WriteTimedServer()
+    yield s
+    s.sock.close()
+
+
+def _send_with_blocked_loop(srv: WriteTimedServer) -> tuple[RequestRecord, Sample]:
+    cfg = BenchConfig(
+        base_url=f"http://127.0.0.1:{srv.port}",
+        model="m",
+        idle_timeout_s=30.0,
+        request_timeout_s=60.0,
+        ignore_eos=False,
+    )
+
+    async def blocker() -> None:
+        while not srv.got_request.is_set():
+            await asyncio.sleep(0.001)
+        time.sleep(BLOCK_S)  # a busy loop: the first token arrives while nothing reads
+        srv.unblocked.set()
+
+    async def main() -> tuple[RequestRecord, Sample]:
+        probe = Probe().start()
+        pool = Pool(cfg)
+        try:
+            b = asyncio.get_running_loop().create_task(blocker())
+            rec = RequestRecord(index=0, prompt_len=4, expected_output_len=TOKENS)
+            req = PlannedRequest(0, "hi", 4, TOKENS)
+            await FastSender(pool).send(cfg, "m", req, rec)
+            await b
+        finally:
+            pool.close()
+        return rec, probe.stop()
+
+    return run_loop(main())
+
+
+def test_token_times_are_arrival_times_not_loop_times(server: WriteTimedServer) -> None:
+    rec, sample = _send_with_blocked_loop(server)
+    assert rec.success, rec.error
+    assert len(server.writes) == TOKENS
+    first = rec.start_time + rec.ttft
+    times = [first]
+    for gap in rec.itl:
+        times.append(times[-1] + gap)
+    assert len(times) == TOKENS
+    # Each token inside its own write's window (a few us of slack for the clock mapping);
+    # the old client read the first after the block, ~BLOCK_S after its write.
+    for (before, after), t in zip(server.writes, times, strict=True):
+        assert before - 1e-3 <= t <= after + 1e-3, (before, t, after)
+    # And the bench knew its loop was late: the reads it measured were delayed.
+    assert sample.reads >= 1 and sample.unstamped == 0
+    assert max(sample.read_delays_s) > 0.5 * BLOCK_S
+
+
+def test_timing_section_names_clocks_and_error() -> None:
+    stamped = Sample(1.0, 1.0, [0.001], [0.002, 0.004], reads=2, unstamped=0)
+    t = timing([stamped], 1.0, 3.0, [0.01, 0.0, 0.01])
+    assert t["token_clock"] == rxtime.CLOCK and t["unstamped_reads"] == 0
+    assert t["tokens_sharing_a_read"] == 1
+    assert t["reading_late_p99_ms"] == 10.0  # a third of the tokens share: late by one gap
+    assert t["reading_late_p50_ms"] == 0.0
+    assert t["loop_read_delay_max_ms"] == 4.0
+    alone = timing([stamped], 1.0, 3.0, [0.01] * 200)
+    assert alone["reading_late_p99_ms"] == 0.0  # stamped, none shared: at arrival
+    loop_time = timing([Sample(1.0, 1.0, [0.001])], 1.0, 3.0, [0.01])
+    assert loop_time["token_clock"] == rxtime.FALLBACK_CLOCK
+    assert loop_time["reading_late_p99_ms"] == 3.0  # the probe's lag stands in
