@@ -187,6 +187,40 @@ def test_time_limit_holds_while_the_wrapper_is_busy_recording(
     assert "timeout" in events
 
 
+def test_a_stop_that_reaches_the_command_and_the_wrapper_together_is_a_stop(
+    isolated_runs: Path, tmp_path: Path
+) -> None:
+    """Slurm's scancel signals every process of a step at once: the command dies of its SIGTERM
+    and the wrapper's own SIGTERM waits behind it. Held here deterministically: both signals are
+    sent while the wrapper is busy in a 3 s record write, so it finds the command gone and the
+    stop pending together. The run was stopped (130, `130 stopped 143 SIGTERM`), never a
+    failure of the command's own (CI under load read 'failed')."""
+    import os
+    import signal
+
+    import psutil
+
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(SLOW_RECORD, encoding="utf-8")
+    env = {"PYTHONPATH": f"{inject}:{sys.path[0]}"}
+    started = proctor("run", "-d", "--json", "--", "sleep", "30", env=env)
+    assert started.returncode == 0, started.stderr
+    run = isolated_runs / json.loads(started.stdout)["run_id"]
+    wait_for(lambda: (run / "wrapper.pid").exists(), 60, "the wrapper")
+    wrapper = psutil.Process(json.loads((run / "wrapper.pid").read_text())["pid"])
+    wait_for(lambda: bool(wrapper.children()), 60, "the command")
+    (command,) = wrapper.children()
+    os.kill(command.pid, signal.SIGTERM)
+    # Dead, a zombie until the wrapper (asleep in its record write) reaps it: then its signal.
+    wait_for(lambda: command.status() == psutil.STATUS_ZOMBIE, 10, "the command's death")
+    os.kill(wrapper.pid, signal.SIGTERM)
+    waited = proctor("runs", "wait", run.name, "--timeout", "60s", env=env, timeout=90)
+    assert waited.returncode == 130, waited.stdout + waited.stderr
+    assert (run / "exit_code").read_text().split()[:2] == ["130", "stopped"]
+    assert json.loads((run / "record.json").read_text())["outcome"] == "stopped"
+
+
 def test_a_running_flow_is_a_live_run_that_readers_see_and_stop(
     fake_engine: int,
     isolated_runs: Path,

@@ -42,6 +42,13 @@ from proctor.supervise.leftovers import describe, gpu_by_pid, notice
 _PR_SET_CHILD_SUBREAPER = 36
 _PROCTOR_CODES = {"timeout": int(ExitCode.TIME_LIMIT), "stopped": int(ExitCode.INTERRUPTED)}
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
+_STOPS = {signal.SIGTERM, signal.SIGINT}
+
+
+def _stop_arrived(info: Any) -> bool:
+    """A stop was taken by this sigtimedwait or is still waiting (blocked, pending) behind it."""
+    taken = info is not None and info.si_signo in _STOPS
+    return taken or bool(signal.sigpending() & _STOPS)
 
 
 def _become_subreaper() -> bool:
@@ -238,16 +245,24 @@ class Wrapper:
             info = signal.sigtimedwait(_WATCHED, wait_for) if wait_for > 0 else None
             self.reap()
             if self.child_status is not None:
+                # A stop that reached the command and this wrapper together (Slurm's scancel
+                # signals every process of the step) may find the command already gone: the
+                # run was still stopped, never a failure of its own.
+                if self.stop_reason is None and _stop_arrived(info):
+                    self._record_stop()
                 return
             if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):
-                self.stop_reason = "stopped"
-                self.update_record(add_events=[self.event("stop", "stop requested")])
+                self._record_stop()
                 self.stop_tree(grace)
             elif deadline is not None and (self.deadline_fired or time.monotonic() >= deadline):
                 self._record_timeout(timeout_s)
                 self.stop_tree(grace)
                 deadline = None
         self.reap()
+
+    def _record_stop(self) -> None:
+        self.stop_reason = "stopped"
+        self.update_record(add_events=[self.event("stop", "stop requested")])
 
     def _record_timeout(self, timeout_s: Any) -> None:
         self.stop_reason = "timeout"
