@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from emulator import start_emulator  # noqa: E402
+from loadgen_capacity import proctor_cmd  # noqa: E402
 from loadgen_workers import parsed, pinned, plan_cores, scaling_args  # noqa: E402
 
 
@@ -128,37 +129,7 @@ def cpu_row(n: int, cores: list[int], seconds: float = 2.0) -> tuple[float, floa
 def loadgen_cmd(
     url: str, out: str, conc: int, n: int, workers: int, a: argparse.Namespace
 ) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "proctor.workloads.loadgen",
-        "--base-url",
-        url,
-        "--output-dir",
-        out,
-        "--model",
-        "emulator",
-        "--tokenizer-mode",
-        "approx",
-        "--isl",
-        str(a.isl),
-        "--osl",
-        str(a.osl),
-        "--range-ratio",
-        "0",
-        "--concurrency",
-        str(conc),
-        "--num-prompts",
-        str(n),
-        "--num-warmups",
-        str(conc),
-        "--no-progress",
-        "--log-every",
-        "0",
-        "--workers",
-        str(workers),
-        "--save-detailed",
-    ]
+    return [*proctor_cmd(url, out, conc, n, a.isl, a.osl, workers), "--save-detailed"]
 
 
 def windows(recs: list[dict[str, Any]]) -> list[tuple[float, float, int]]:

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from emulator import measure_capacity, start_emulator  # noqa: E402
+from loadgen_capacity import proctor_cmd  # noqa: E402
 
 
 def plan_cores() -> tuple[list[int] | None, list[int] | None]:
@@ -59,37 +60,7 @@ def run_point(
     url: str, workers: int, conc: int, n: int, isl: int, osl: int, cores: list[int] | None
 ) -> tuple[dict, list[dict]]:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [
-            sys.executable,
-            "-m",
-            "proctor.workloads.loadgen",
-            "--base-url",
-            url,
-            "--output-dir",
-            out,
-            "--model",
-            "emulator",
-            "--tokenizer-mode",
-            "approx",
-            "--isl",
-            str(isl),
-            "--osl",
-            str(osl),
-            "--range-ratio",
-            "0",
-            "--concurrency",
-            str(conc),
-            "--num-prompts",
-            str(n),
-            "--num-warmups",
-            str(conc),
-            "--no-progress",
-            "--log-every",
-            "0",
-            "--workers",
-            str(workers),
-            "--save-detailed",
-        ]
+        cmd = [*proctor_cmd(url, out, conc, n, isl, osl, workers), "--save-detailed"]
         r = subprocess.run(
             pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT, timeout=900, check=False
         )
