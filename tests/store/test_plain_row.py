@@ -155,14 +155,3 @@ def test_plain_row_declines_what_only_pydantic_can_judge(records: list[dict[str,
         {"target": None},
     ):
         assert row_from_plain({**base, **change}, Path("/r")) is None, change
-
-
-def test_the_cost_file_name_the_store_looks_for_is_the_one_written() -> None:
-    """store/db.py reads the cost only where `.cost.json` is (the run wrapper must not import
-    the results package for every run): the name is results/cost.py's."""
-    import inspect
-
-    from proctor.results.cost import COST_FILE
-    from proctor.store import db
-
-    assert f'"{COST_FILE}"' in inspect.getsource(db.metrics_of_run_dir)

@@ -739,7 +739,8 @@ def metrics_of_run_dir(run_dir: Path) -> Iterator[tuple[str, float, str | None]]
     yield from gpu_health_metrics(record if isinstance(record, dict) else {})
     # The controller's cost beside the fetched evidence (Runpod): results/cost.py. Read only
     # where its file is: the run wrapper (a store writer) imports no more than a run needs
-    # (tests/cli/test_command_imports.py); the file's name is results/cost.py's COST_FILE.
+    # (tests/cli/test_command_imports.py). The name is results/cost.py's COST_FILE, held to it by
+    # tests/results/test_cost.py (written there by that name, read here through the store).
     if not (run_dir / ".cost.json").exists():
         return
     from proctor.results.cost import COST_UNITS, cost_metrics
