@@ -18,6 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "proctor"
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "redact", "crash", "version", "stats"),  # foundation: imports nothing above
     ("spec",),  # what the user asked for: config, durations, plans, profiles
+    ("jobs",),  # typed jobs and the documents their runs leave (data only)
     ("source",),  # which code: identity, archive, manifest of a tree
     # The record's typed models (data only), below the results and the store that read them;
     # the rest of `record` writes the store row, so it sits above it. A module named here has
@@ -31,7 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("targets",),  # where runs execute (local, ssh, runpod, slurm) and the run service on them
     ("serve",),  # the inference-server workflow: start, ready, stop
     ("workloads",),  # load generator, gsm8k, offline, sweep
-    ("flow", "server_sweep"),  # server + workloads + drain + teardown as one run; grids of them
+    # server + workloads + drain + teardown as one run; grids of them; running any typed job
+    ("flow", "server_sweep", "jobs.run", "jobs.__main__"),
     ("report",),  # HTML and tables read from the store and run directories
     ("api", "cli", "__init__", "__main__"),  # the public API and the thin shell on top
 ]
