@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proctor.jobs.argv import job_argv, job_json
+from proctor.jobs.bench import BenchJob
+from proctor.jobs.sweep import SweepJob
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.schema import SweepRecord, parse_as
@@ -56,22 +60,16 @@ class SweepPoint:
         }
 
 
-def bench_argv(base: list[str], concurrency: int) -> list[str]:
-    return [*base, "--concurrency", str(concurrency)]
-
-
 def run_sweep(
-    base_argv: list[str],
-    concurrencies: list[int],
+    job: SweepJob,
     config: ProjectConfig,
     *,
-    runs_dir: str | None,
-    name: str,
     say: Callable[[str], None] = print,
 ) -> tuple[RunDir, list[SweepPoint]]:
-    """A bench per concurrency, grouped under one sweep run; a failing point is recorded and the
-    sweep goes on."""
-    flags0 = RunFlags(argv=bench_argv(base_argv, concurrencies[0]), runs_dir=runs_dir)
+    """A bench per concurrency (`job.point(concurrency=c)`), grouped under one sweep run; a
+    failing point is recorded and the sweep goes on."""
+    concurrencies, name, runs_dir = job.concurrency, job.name, job.runs_dir
+    flags0 = RunFlags(argv=job_argv(job.point(concurrency=concurrencies[0])), runs_dir=runs_dir)
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
     recorder = Recorder.create(runs_root)
     sweep = recorder.run
@@ -81,7 +79,8 @@ def run_sweep(
             "name": name,
             "kind": "sweep",
             **controller_fields(Path.cwd(), runs_root, Path(str(store_path))),
-            "bench_argv": base_argv,
+            "bench_argv": job_argv(job.bench),
+            "job": json.loads(job_json(job)),
             "concurrencies": concurrencies,
             "proctor_version": __version__,
             "outcome": "running",
@@ -98,7 +97,8 @@ def run_sweep(
     try:
         with controlling(recorder):
             for conc in concurrencies:
-                points.append(_run_point(base_argv, conc, config, runs_root, name, sweep, say))
+                point = job.point(concurrency=conc)
+                points.append(_run_point(point, config, runs_root, name, sweep, say))
                 write_summary(recorder, record, points)
     except KeyboardInterrupt:  # Ctrl-C, or `runs stop` of the sweep (controller.Stopped)
         write_summary(recorder, record, points)
@@ -123,16 +123,16 @@ def run_sweep(
 
 
 def _run_point(
-    base_argv: list[str],
-    conc: int,
+    job: BenchJob,
     config: ProjectConfig,
     runs_root: Path,
     name: str,
     sweep: RunDir,
     say: Callable[[str], None],
 ) -> SweepPoint:
+    conc = job.concurrency
     flags = RunFlags(
-        argv=bench_argv(base_argv, conc),
+        argv=job_argv(job),
         runs_dir=str(runs_root),
         name=f"{name}-c{conc}",
         gpu_sample=0,
@@ -172,6 +172,29 @@ def _failure(document: dict[str, Any], exit_code: int | None) -> str | None:
     if exit_code is None:
         return "result unknown (no exit status)"
     return None if exit_code == 0 else f"bench exited {exit_code}"
+
+
+def points_of(summary: dict[str, Any]) -> list[SweepPoint]:
+    """The points of a summary.json (what `row()` wrote), for its table."""
+    points = []
+    for row in summary.get("points") or []:
+        metrics = {
+            k: float(v)
+            for k, v in row.items()
+            if k not in ("concurrency", "run_id", "exit_code", "failure")
+            and isinstance(v, int | float)
+            and not isinstance(v, bool)
+        }
+        points.append(
+            SweepPoint(
+                int(row["concurrency"]),
+                str(row["run_id"]),
+                row.get("exit_code"),
+                metrics,
+                row.get("failure"),
+            )
+        )
+    return points
 
 
 def point_status(p: SweepPoint) -> str:
@@ -305,6 +328,7 @@ __all__ = [
     "SweepPoint",
     "plot_unavailable",
     "point_status",
+    "points_of",
     "record_of",
     "run_sweep",
     "summary_csv",
