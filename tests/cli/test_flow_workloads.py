@@ -337,10 +337,7 @@ def test_flags_a_flow_checks_are_the_commands_own(kind: str) -> None:
     for p in command.params:
         if isinstance(p, click.Option) and p.is_flag:
             flag = p.opts[0][2:]
-            assert (
-                flag in ("json", "detach")
-                or {"offline": OFFLINE_FLAGS}[kind][flag] is None
-            )
+            assert flag in ("json", "detach") or {"offline": OFFLINE_FLAGS}[kind][flag] is None
     mine = {"offline": OFFLINE_FLAGS}[kind]
     assert set(mine) == given - {"json", "detach", "target"}
 
