@@ -583,7 +583,10 @@ def _sweep(
         from proctor.workloads.sweep import points_of
 
         sys.stdout.write(summary_text(points_of(summary)))
-        err_console.print(f"proctor: sweep {where.name}: {where}/summary.csv", highlight=False)
+        err_console.print(
+            f"proctor: sweep {where.name}: {where}/summary.csv; plots: proctor report {job.name}",
+            highlight=False,
+        )
     if code:
         raise typer.Exit(code)
 

@@ -1,9 +1,8 @@
 """A concurrency sweep: one supervised bench run per point, grouped under one sweep id.
 
-The sweep is a directory of its own (kind "sweep") holding summary.json, summary.csv,
-summary.txt and throughput_latency.png (output tok/s against mean TPOT, one marker per
-concurrency; needs matplotlib, the `proctor[plot]` extra), rewritten after every point, so
-points already measured are kept whatever happens to a later one.
+The sweep is a directory of its own (kind "sweep") holding summary.json, summary.csv and
+summary.txt, rewritten after every point, so points already measured are kept whatever happens
+to a later one; its plots are its report (`proctor report NAME`).
 """
 
 from __future__ import annotations
@@ -90,9 +89,6 @@ def run_sweep(
     # The sweep's own record, typed: write_summary sets its points and plot and writes them
     # through the recorder (which finish() then ends).
     record = parse_as(SweepRecord, started)
-    reason = plot_unavailable()
-    if reason:
-        say(f"[sweep] the PNG plot is skipped: {reason}")
     points: list[SweepPoint] = []
     try:
         with controlling(recorder):
@@ -235,104 +231,26 @@ def summary_csv(points: list[SweepPoint]) -> str:
     return out.getvalue()
 
 
-PLOT_NAME = "throughput_latency.png"
-PLOT_X = ("mean_tpot_ms", "mean TPOT (ms)")
-PLOT_Y = ("output_throughput", "output throughput (tok/s)")
-
-
-def plot_unavailable() -> str | None:
-    """Why no PNG can be drawn here, or None when matplotlib is installed."""
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
-        return "matplotlib is not installed (pip install 'matplotlib>=3.8': the plot extra)"
-    return None
-
-
-def write_plot(path: Path, points: list[SweepPoint], title: str = "") -> bool:
-    """Draw output throughput against mean TPOT to `path` (PNG, written atomically).
-
-    Points without both figures are left out; failed points that have them are drawn as
-    red crosses. False when there is nothing to draw.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    drawn = [p for p in points if PLOT_X[0] in p.metrics and PLOT_Y[0] in p.metrics]
-    if not drawn:
-        return False
-    # The Figure API, not pyplot: no global state, no GUI backend.
-    fig = Figure(figsize=(7, 4.5), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    ok = [p for p in drawn if p.exit_code == 0]
-    xs = [p.metrics[PLOT_X[0]] for p in ok]
-    ax.plot(xs, [p.metrics[PLOT_Y[0]] for p in ok], "o-", color="tab:blue", label="ok")
-    bad = [p for p in drawn if p.exit_code != 0]
-    if bad:
-        ax.plot(
-            [p.metrics[PLOT_X[0]] for p in bad],
-            [p.metrics[PLOT_Y[0]] for p in bad],
-            "x",
-            color="tab:red",
-            markersize=9,
-            label="failed",
-        )
-    for p in drawn:
-        ax.annotate(
-            f"c={p.concurrency}",
-            (p.metrics[PLOT_X[0]], p.metrics[PLOT_Y[0]]),
-            textcoords="offset points",
-            xytext=(5, 5),
-            fontsize=8,
-        )
-    ax.set_xlabel(PLOT_X[1])
-    ax.set_ylabel(PLOT_Y[1])
-    ax.set_title(title or "throughput against latency")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as handle:
-        fig.savefig(handle, format="png", metadata={"Software": None})
-    tmp.replace(path)
-    return True
-
-
 def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoint]) -> None:
-    """summary.json/.csv/.txt and the PNG of the points so far; the sweep's typed record gets
-    them (points, plot, plot_skipped), written through its recorder."""
+    """summary.json/.csv/.txt of the points so far; the sweep's typed record gets the points,
+    written through its recorder. The plots are the sweep's report (`proctor report NAME`,
+    plotly, from the points' own runs): one plotting library, no PNG to go stale."""
     sweep = recorder.run
     record.points = [p.row() for p in points]
     summary: dict[str, Any] = {"sweep": sweep.run_id, "points": record.points}
-    skipped = plot_unavailable()
-    if skipped is None:
-        try:
-            drawn = write_plot(sweep.path / PLOT_NAME, points, f"sweep {record.name or ''}")
-        except (OSError, ValueError, RuntimeError) as error:  # a plot must not lose a sweep
-            skipped = f"plot failed: {error}"
-        else:
-            summary["plot"] = PLOT_NAME if drawn else None
-            if not drawn:
-                skipped = "no point has both output throughput and mean TPOT"
-    summary["plot_skipped"] = skipped
-    record.plot, record.plot_skipped = summary.get("plot"), skipped
     sweep.write_json("summary.json", summary)
     write_atomic(sweep.path / "summary.csv", summary_csv(points))
     write_atomic(sweep.path / "summary.txt", summary_text(points))
-    recorder.update(points=record.points, plot=record.plot, plot_skipped=record.plot_skipped)
+    recorder.update(points=record.points)
 
 
 __all__ = [
-    "PLOT_NAME",
     "SweepPoint",
-    "plot_unavailable",
     "point_status",
     "points_of",
     "record_of",
     "run_sweep",
     "summary_csv",
     "summary_text",
-    "write_plot",
     "write_summary",
 ]
