@@ -28,9 +28,8 @@ from proctor.record.rundir import RunDir
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
-from proctor.supervise.launch import RunSpec, start_run
-from proctor.targets.service import wait_or_stop
 from proctor.version import __version__
+from proctor.workloads.sweep import run_bench_point
 
 AXES = AXIS_FIELDS  # search axis -> the bench field it sets
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -315,25 +314,17 @@ def _probe(
 ) -> Probe:
     shown = str(int(value)) if axis == "concurrency" else f"{value:g}"
     point = base.updated(**{AXES[axis]: int(value) if axis == "concurrency" else value})
-    argv = job_argv(point)
-    flags = RunFlags(
-        argv=argv, runs_dir=str(runs_root), name=f"{name}-{axis}-{shown}", gpu_sample=0
+    ran = run_bench_point(
+        point,
+        config,
+        runs_root,
+        name=f"{name}-{axis}-{shown}",
+        home=home,
+        extra={"slo_search": home.run_id, axis: value},
     )
-    started = start_run(
-        resolve_run_plan(flags, config),
-        RunSpec(kind="bench", group=home.run_id, extra={"slo_search": home.run_id, axis: value}),
-    )
-    state = wait_or_stop(started.run)
-    doc = started.run.read_json("metrics.json") or {}
-    metrics = {
-        k: float(v)
-        for k, v in (doc.get("metrics") or {}).items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    code = state.exit.code if state.exit else None
-    met, why = judge(conditions, metrics, code, doc)
-    kept = {c.metric: metrics[c.metric] for c in conditions if c.metric in metrics}
-    return Probe(value, started.run.run_id, code, kept, met, why)
+    met, why = judge(conditions, ran.metrics, ran.exit_code, ran.document)
+    kept = {c.metric: ran.metrics[c.metric] for c in conditions if c.metric in ran.metrics}
+    return Probe(value, ran.run_id, ran.exit_code, kept, met, why)
 
 
 def run_slo_job(

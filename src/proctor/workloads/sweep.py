@@ -118,6 +118,48 @@ def run_sweep(
     return sweep, points
 
 
+@dataclass(frozen=True)
+class PointRun:
+    """One bench of a sweep or SLO search, ended: its run, exit code, metrics.json and the
+    numeric metrics in it."""
+
+    run_id: str
+    exit_code: int | None
+    document: dict[str, Any]
+    metrics: dict[str, float]
+
+
+def run_bench_point(
+    job: BenchJob,
+    config: ProjectConfig,
+    runs_root: Path,
+    *,
+    name: str,
+    home: RunDir,
+    extra: dict[str, Any],
+    say: Callable[[str], None] = lambda _: None,
+    label: str = "",
+) -> PointRun:
+    """The one way a sweep, an SLO search or any grid runs a point: the bench job as its own
+    supervised run (`python -m proctor.jobs run JOB`), grouped under `home`, waited for (a stop
+    of the controller stops it), read back."""
+    flags = RunFlags(argv=job_argv(job), runs_dir=str(runs_root), name=name, gpu_sample=0)
+    started = start_run(
+        resolve_run_plan(flags, config), RunSpec(kind="bench", group=home.run_id, extra=extra)
+    )
+    if label:
+        say(f"{label}: run {started.run.run_id}")
+    state = wait_or_stop(started.run)
+    document = started.run.read_json("metrics.json") or {}
+    metrics = {
+        k: float(v)
+        for k, v in (document.get("metrics") or {}).items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    code = state.exit.code if state.exit else None
+    return PointRun(started.run.run_id, code, document, metrics)
+
+
 def _run_point(
     job: BenchJob,
     config: ProjectConfig,
@@ -127,30 +169,18 @@ def _run_point(
     say: Callable[[str], None],
 ) -> SweepPoint:
     conc = job.concurrency
-    flags = RunFlags(
-        argv=job_argv(job),
-        runs_dir=str(runs_root),
+    ran = run_bench_point(
+        job,
+        config,
+        runs_root,
         name=f"{name}-c{conc}",
-        gpu_sample=0,
+        home=sweep,
+        extra={"sweep": sweep.run_id, "concurrency": conc},
+        say=say,
+        label=f"[sweep] concurrency {conc}",
     )
-    plan = resolve_run_plan(flags, config)
-    started = start_run(
-        plan,
-        RunSpec(
-            kind="bench", group=sweep.run_id, extra={"sweep": sweep.run_id, "concurrency": conc}
-        ),
-    )
-    say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
-    state = wait_or_stop(started.run)
-    document = started.run.read_json("metrics.json") or {}
-    metrics = document.get("metrics") or {}
-    code = state.exit.code if state.exit else None
     point = SweepPoint(
-        conc,
-        started.run.run_id,
-        code,
-        {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
-        failure=_failure(document, code),
+        conc, ran.run_id, ran.exit_code, ran.metrics, failure=_failure(ran.document, ran.exit_code)
     )
     say(
         f"[sweep] concurrency {conc}: exit {point.exit_code}, "
@@ -245,10 +275,12 @@ def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoi
 
 
 __all__ = [
+    "PointRun",
     "SweepPoint",
     "point_status",
     "points_of",
     "record_of",
+    "run_bench_point",
     "run_sweep",
     "summary_csv",
     "summary_text",
