@@ -14,6 +14,7 @@ import typer
 from pydantic import BaseModel, Field
 
 from proctor.cli import bench as bench_cli
+from proctor.cli.jobopts import own_options
 from proctor.jobs import options
 from proctor.jobs.argv import job_argv, job_json
 from proctor.jobs.bench import BenchJob
@@ -42,14 +43,6 @@ def _field_flags(model: type[BaseModel], skip: tuple[str, ...] = ()) -> set[str]
             if name not in skip}  # fmt: skip
 
 
-def _own_flags(params: list[object]) -> set[str]:
-    found = set()
-    for p in params:
-        default = getattr(p, "default", None)
-        found |= {d for d in getattr(default, "param_decls", None) or () if d.startswith("--")}
-    return found
-
-
 def unexplained(model: type[BaseModel]) -> list[str]:
     """Fields that have neither a flag nor a reason for having none."""
     return sorted(name for name, why in options.unflagged(model).items() if not why.strip())
@@ -74,7 +67,7 @@ def test_the_check_sees_a_field_without_a_flag() -> None:
 def test_bench_options_are_the_jobs_fields_and_its_own_and_nothing_else() -> None:
     flags = _flags(_command("bench"))
     fields = _field_flags(BenchJob)
-    own = _own_flags(bench_cli.BENCH_OWN)
+    own = own_options(bench_cli.bench)
     assert fields <= flags
     assert flags - fields == own
     assert fields.isdisjoint(own)
@@ -84,7 +77,7 @@ def test_sweep_takes_every_bench_option() -> None:
     flags = _flags(_command("sweep"))
     bench_fields = _field_flags(BenchJob)
     sweep_fields = _field_flags(SweepJob)
-    own = _own_flags(bench_cli.SWEEP_OWN)
+    own = own_options(_command("sweep").callback)  # type: ignore[arg-type]
     assert bench_fields <= flags, sorted(bench_fields - flags)
     assert sweep_fields <= flags
     assert flags == bench_fields | sweep_fields | own

@@ -85,11 +85,12 @@ class JobGroup:
     help_prefix: Mapping[str, str] = field(default_factory=dict)
 
 
-def job_command(
-    impl: Callable[..., Any], own: list[inspect.Parameter], *groups: JobGroup
-) -> Callable[..., Any]:
-    """A function for typer: the `own` options, then each group's model's; calls `impl` with
-    the own options by name and one JobValues per group."""
+def job_command(impl: Callable[..., Any], *groups: JobGroup) -> Callable[..., Any]:
+    """A function for typer: `impl`'s own options (its signature, typer style), then each
+    group's model's; `impl` gets its own options by name and one JobValues per group (the
+    parameters of `impl` named by the groups)."""
+    mine = inspect.signature(impl, eval_str=True).parameters
+    own = [p for name, p in mine.items() if name not in {g.param for g in groups}]
     generated = {
         g.param: job_parameters(g.model, skip=g.skip, help_prefix=g.help_prefix) for g in groups
     }
@@ -108,4 +109,15 @@ def job_command(
     command.__signature__ = inspect.Signature(ordered)  # type: ignore[attr-defined]
     command.__annotations__ = {}
     del command.__wrapped__  # typer must read the signature above, not impl's
+    command.job_impl = impl  # type: ignore[attr-defined]
     return command
+
+
+def own_options(command: Callable[..., Any]) -> set[str]:
+    """The flags a generated command declares itself (not from a job model)."""
+    impl = getattr(command, "job_impl", None)
+    found: set[str] = set()
+    for p in inspect.signature(impl or command).parameters.values():
+        decls = getattr(p.default, "param_decls", None) or ()
+        found |= {d for d in decls if d.startswith("--")}
+    return found

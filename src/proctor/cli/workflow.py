@@ -14,14 +14,16 @@ from proctor.cli.helptext import (
     HOST_HELP,
     JSON_HELP,
     RUNS_DIR_HELP,
-    SERVED_MODEL_NAME_HELP,
     ref_help,
 )
+from proctor.cli.jobopts import JobGroup, JobValues, job_command
 from proctor.cli.output import console, err_console, print_evidence, print_json
-from proctor.cli.serve import print_ready, runs_dir_of, start_request
+from proctor.cli.serve import print_ready, runs_dir_of
 from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.errors import ProctorError, UsageError
 from proctor.flow import Flow, FlowOptions, load_flow_file, resume_flow
+from proctor.jobs.options import validated
+from proctor.jobs.serve import ServeJob
 from proctor.monitors.drain import DrainConfig
 from proctor.record.schema import read_view
 from proctor.serve import (
@@ -269,53 +271,9 @@ def register(app: typer.Typer) -> None:
         for row in rows:
             console.print({k: str(v) for k, v in row.items()})
 
-    @app.command("flow")
     def flow(
-        engine: str = typer.Option(
-            None,
-            "--engine",
-            "-e",
-            help="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml.",
-        ),
-        model: str = typer.Option(
-            None,
-            "--model",
-            "-m",
-            help="Model: a local path (must exist) or a hub name such as org/model.",
-        ),
-        tp: int = typer.Option(
-            None, "--tp", help="Tensor parallelism N (default: the model profile's)."
-        ),
-        port: int = typer.Option(
-            None,
-            "--port",
-            "-p",
-            min=1,
-            max=65535,
-            help="PORT the server listens on (default 8000).",
-        ),
-        host: str = typer.Option(None, "--host", help=HOST_HELP),
-        model_profile: str = typer.Option(
-            None,
-            "--model-profile",
-            help="Model profile NAME (default: matched from the path, else the engine's default).",
-        ),
-        addon: list[str] = typer.Option(
-            None,
-            "--addon",
-            help="Add-on profile, e.g. mtp:num_speculative_tokens=3 (repeatable).",
-        ),
-        mtp: int = typer.Option(
-            None, "--mtp", help="N: shortcut for --addon mtp:num_speculative_tokens=N."
-        ),
-        python: str = typer.Option(
-            None,
-            "--python",
-            help="PATH of the engine environment's interpreter (default: python3 on PATH).",
-        ),
-        served_model_name: str = typer.Option(
-            None, "--served-model-name", help=SERVED_MODEL_NAME_HELP
-        ),
+        *,
+        server: JobValues,
         workload_cmd: str = typer.Option(
             None, "--workload-cmd", help="The workload, as a shell-quoted command line."
         ),
@@ -364,9 +322,6 @@ def register(app: typer.Typer) -> None:
             help="How long teardown waits for GPU memory to return to its baseline (default 60s).",
         ),
         gpu_sample: float = typer.Option(None, "--gpu-sample", help=GPU_SAMPLE_HELP),
-        env: list[str] = typer.Option(
-            None, "--env", help="NAME=VALUE for the server (beats profiles)."
-        ),
         workload_env: list[str] = typer.Option(
             None, "--workload-env", help="NAME=VALUE for the workload."
         ),
@@ -415,6 +370,8 @@ def register(app: typer.Typer) -> None:
                 hint=f"give a flow file with --file: proctor flow --file {extra[0]}",
             )
         given = {k.rstrip("_"): v for k, v in locals().items() if v is not False}
+        given.pop("server")
+        given.update(server.set_by_user())  # only what the user set is laid over the file
         table = load_flow_file(file) if file else {}
         if table.get("sweep") is not None:
             from proctor.cli.sweeps import run_grid
@@ -437,6 +394,8 @@ def register(app: typer.Typer) -> None:
             print_json(runner.record)
         if code:
             raise typer.Exit(code)
+
+    app.command("flow")(job_command(flow, JobGroup("server", ServeJob)))
 
 
 def flow_options(
@@ -471,20 +430,15 @@ def flow_options(
         if not command.value
         else (shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
     )
-    request = start_request(
-        pick("engine"),
-        pick("model"),
-        pick("tp"),
-        int(pick("port", 8000)),
-        pick("host", "127.0.0.1"),
-        pick("model_profile"),
-        pick("addon"),
-        pick("mtp"),
-        pick("python"),
-        pick("served_model_name"),
-        pick("extra") or [],
-        1.0,
+    fields = [f for f in ServeJob.model_fields if f not in ("kind", "extra", "env")]
+    chosen = {f: pick(f) for f in fields if pick(f) is not None}
+    serve = validated(
+        ServeJob,
+        {**chosen, "extra": pick("extra") or []},
+        what="invalid server option",
+        hint="see proctor flow --help",
     )
+    request = serve.request(1.0)
     from proctor.monitors.drain import check_client_pattern
 
     check_client_pattern(pick("client_pattern"))

@@ -78,8 +78,8 @@ def unflagged(model: type[BaseModel]) -> dict[str, str]:
 
 def cli_default(info: FieldInfo, opt: Opt) -> Any:
     """The flag's default as the command line shows and takes it."""
-    if opt.cli_default is not None:
-        return opt.cli_default
+    if opt.cli_default is not None or info.is_required():
+        return opt.cli_default  # a required field: the command checks it is given somewhere
     default = info.get_default(call_default_factory=True)
     if isinstance(default, float) and math.isinf(default):
         return "inf"
