@@ -80,6 +80,8 @@ def cli_default(info: FieldInfo, opt: Opt) -> Any:
     """The flag's default as the command line shows and takes it."""
     if opt.cli_default is not None:
         return opt.cli_default
+    if info.is_required():
+        return ...  # a required option (click's and typer's marker)
     default = info.get_default(call_default_factory=True)
     if isinstance(default, float) and math.isinf(default):
         return "inf"
@@ -167,6 +169,8 @@ def add_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]) -> No
     for name, (info, opt) in options(model).items():
         flags = [opt.flag.split("/")[0]] + ([opt.short] if opt.short else [])
         common: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
+        if info.is_required():
+            common["required"] = True
         common["help"] = (info.description or "").replace("%", "%%")
         kind = opt.cli_type if opt.cli_type is not None else field_type(info)
         if "/" in opt.flag:
