@@ -178,9 +178,10 @@ def add_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]) -> No
         elif kind is bool:
             parser.add_argument(*flags, action="store_true", **common)
         elif opt.multiple:
-            parser.add_argument(*flags, action="extend", nargs="+", **common)
+            parser.add_argument(*flags, action="extend", nargs="+", metavar=opt.metavar, **common)
         else:
-            parser.add_argument(*flags, type=kind if kind in (int, float) else str, **common)
+            kind = kind if kind in (int, float) else str
+            parser.add_argument(*flags, type=kind, metavar=opt.metavar, **common)
 
 
 def values_given(model: type[BaseModel], namespace: argparse.Namespace) -> dict[str, Any]:

@@ -11,7 +11,9 @@ Results come from lm-eval's results JSON, never its printed table.
 
 writes DIR/metrics.json ({"schema", "kind": "gsm8k", "status", "metrics", ...}) and DIR/lm_eval/
 (lm-eval's own output), and exits 0, 3 (lm-eval failed, left no results, or requests went
-unanswered beyond --max-error-rate), 64 or 69.
+unanswered beyond --max-error-rate), 64 or 69. Its flags are EvalJob's (jobs/eval.py), as are
+`proctor eval gsm8k`'s, whose supervised run is `python -m proctor.jobs run JOB` (the same
+`run_gsm8k`).
 
 lm-eval exits 0 and scores an empty answer when a request fails for good in its sync path, or
 when the server answers 200 with null content; the accuracy is then bogus. Its log says so
