@@ -27,7 +27,7 @@ COMMAND_API: dict[str, tuple[str, ...]] = {
     "sweep": ("SweepJob", "run_job", "run_sweep", "run_server_sweep", "ServerGrid", "slo_search"),
     "check": ("check", "load_baseline", "parse_path"),
     "report": ("build_report", "write_report"),
-    "offline": ("start_offline", "OfflineRequest"),
+    "offline": ("start_offline", "OfflineRequest", "OfflineJob"),
     "runs": ("find", "status", "wait", "stop", "Store", "RunDir"),
     "pod": ("RunpodClient",),
     "serve": ("start_server", "stop_server", "ServerRequest"),

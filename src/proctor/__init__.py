@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "Gsm8kConfig": "proctor.workloads.gsm8k",
     "run_gsm8k": "proctor.workloads.gsm8k",
     "OfflineRequest": "proctor.workloads.offline",
+    "OfflineJob": "proctor.jobs.offline",
     "start_offline": "proctor.workloads.offline",
     "SshTarget": "proctor.targets.ssh",
     "SlurmTarget": "proctor.targets.slurm.target",
@@ -103,6 +104,7 @@ __all__ = [
     "JobSpec",
     "LocalTarget",
     "Metric",
+    "OfflineJob",
     "OfflineRequest",
     "ParsedResult",
     "ProctorError",
@@ -189,6 +191,7 @@ if TYPE_CHECKING:
     from proctor.errors import ExitCode, ProctorError, exit_code_for
     from proctor.flow import FlowOptions
     from proctor.jobs.bench import BenchJob
+    from proctor.jobs.offline import OfflineJob
     from proctor.jobs.run import load_job
     from proctor.jobs.sweep import SweepJob
     from proctor.monitors.drain import DrainConfig, drain, drain_for_engine

@@ -85,12 +85,20 @@ class JobGroup:
     help_prefix: Mapping[str, str] = field(default_factory=dict)
 
 
-def job_command(impl: Callable[..., Any], *groups: JobGroup) -> Callable[..., Any]:
-    """A function for typer: `impl`'s own options (its signature, typer style), then each
-    group's model's; `impl` gets its own options by name and one JobValues per group (the
-    parameters of `impl` named by the groups)."""
-    mine = inspect.signature(impl, eval_str=True).parameters
-    own = [p for name, p in mine.items() if name not in {g.param for g in groups}]
+def job_command(
+    impl: Callable[..., Any], *specs: JobGroup | list[inspect.Parameter]
+) -> Callable[..., Any]:
+    """A function for typer: the command's own options (`impl`'s signature, typer style, or a
+    list of typer parameters given here), then each group's model's; `impl` gets its own
+    options by name and one JobValues per group (the parameters of `impl` named by the
+    groups)."""
+    groups = [s for s in specs if isinstance(s, JobGroup)]
+    lists = [s for s in specs if isinstance(s, list)]
+    if lists:
+        own = [p for ps in lists for p in ps]
+    else:
+        mine = inspect.signature(impl, eval_str=True).parameters
+        own = [p for name, p in mine.items() if name not in {g.param for g in groups}]
     generated = {
         g.param: job_parameters(g.model, skip=g.skip, help_prefix=g.help_prefix) for g in groups
     }

@@ -34,10 +34,10 @@ class ServeJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Annotated[Literal["serve"], NoOpt("the job's kind")] = "serve"
-    engine: Annotated[str, Opt("--engine", short="-e", cli_default=None)] = Field(
+    engine: Annotated[str, Opt("--engine", short="-e", optional_flag=True)] = Field(
         description="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml."
     )
-    model: Annotated[str, Opt("--model", short="-m", cli_default=None)] = Field(
+    model: Annotated[str, Opt("--model", short="-m", optional_flag=True)] = Field(
         description="Model: a local path (must exist) or a hub name such as org/model."
     )
     tp: Annotated[int | None, Opt("--tp")] = Field(
