@@ -120,3 +120,14 @@ def test_a_sweep_point_is_validated_again() -> None:
     assert sweep.point(concurrency=8).concurrency == 8
     with pytest.raises(ValueError, match="workers must not exceed concurrency"):
         sweep.point(concurrency=2)
+
+
+def test_a_list_field_is_a_repeatable_list_option_on_the_command_line() -> None:
+    """`--addon a --addon b` reaches the job as a list (a field type read wrongly made it the
+    text '[]' once: every serve start failed)."""
+    from proctor.cli.jobopts import job_parameters
+    from proctor.jobs.serve import ServeJob
+
+    kinds = {p.name: p.annotation for p in job_parameters(ServeJob)}
+    assert kinds["addon"] == list[str] and kinds["env"] == list[str]
+    assert kinds["tp"] == int | None and kinds["port"] is int

@@ -12,7 +12,8 @@ import argparse
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, get_args, get_origin
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -160,10 +161,10 @@ def validated(model: type[M], values: Mapping[str, Any], *, what: str, hint: str
 def field_type(info: FieldInfo) -> Any:
     """The field's type without `None` (`int | None` -> int), for the command line."""
     annotation = info.annotation
+    if get_origin(annotation) not in (Union, UnionType):
+        return annotation  # list[str] stays a list
     args = [a for a in get_args(annotation) if a is not type(None)]
-    if get_origin(annotation) is not None and len(args) == 1:
-        return args[0]
-    return annotation
+    return args[0] if len(args) == 1 else annotation
 
 
 def add_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
