@@ -30,8 +30,8 @@ COMMAND_API: dict[str, tuple[str, ...]] = {
     "offline": ("start_offline", "OfflineRequest", "OfflineJob"),
     "runs": ("find", "status", "wait", "stop", "Store", "RunDir"),
     "pod": ("RunpodClient",),
-    "serve": ("start_server", "stop_server", "ServerRequest"),
-    "eval": ("run_gsm8k", "Gsm8kConfig"),
+    "serve": ("start_server", "stop_server", "ServerRequest", "ServeJob"),
+    "eval": ("run_gsm8k", "Gsm8kConfig", "EvalJob"),
     "results": ("parse_path", "check", "compare"),
     "slurm": ("SlurmTarget",),
 }

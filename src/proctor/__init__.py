@@ -70,6 +70,8 @@ _EXPORTS: dict[str, str] = {
     "run_gsm8k": "proctor.workloads.gsm8k",
     "OfflineRequest": "proctor.workloads.offline",
     "OfflineJob": "proctor.jobs.offline",
+    "EvalJob": "proctor.jobs.eval",
+    "ServeJob": "proctor.jobs.serve",
     "start_offline": "proctor.workloads.offline",
     "SshTarget": "proctor.targets.ssh",
     "SlurmTarget": "proctor.targets.slurm.target",
@@ -96,6 +98,7 @@ __all__ = [
     "BenchJob",
     "BenchResult",
     "DrainConfig",
+    "EvalJob",
     "ExitCode",
     "FlowOptions",
     "FlowResult",
@@ -115,6 +118,7 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "RunpodClient",
+    "ServeJob",
     "ServerGrid",
     "ServerRequest",
     "SlurmTarget",
@@ -191,8 +195,10 @@ if TYPE_CHECKING:
     from proctor.errors import ExitCode, ProctorError, exit_code_for
     from proctor.flow import FlowOptions
     from proctor.jobs.bench import BenchJob
+    from proctor.jobs.eval import EvalJob
     from proctor.jobs.offline import OfflineJob
     from proctor.jobs.run import load_job
+    from proctor.jobs.serve import ServeJob
     from proctor.jobs.sweep import SweepJob
     from proctor.monitors.drain import DrainConfig, drain, drain_for_engine
     from proctor.record.recorder import Recorder

@@ -131,3 +131,32 @@ def test_a_list_field_is_a_repeatable_list_option_on_the_command_line() -> None:
     kinds = {p.name: p.annotation for p in job_parameters(ServeJob)}
     assert kinds["addon"] == list[str] and kinds["env"] == list[str]
     assert kinds["tp"] == int | None and kinds["port"] is int
+
+
+def _mounted(*path: str) -> click.Command:
+    from proctor.cli import groups
+    from proctor.cli.main import app
+
+    groups.mount(app, [path[0]])
+    command: click.Command | None = typer.main.get_command(app)
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.get_command(click.Context(command), name)
+    assert command is not None
+    return command
+
+
+@pytest.mark.parametrize(
+    ("path", "skip"),
+    [(("serve", "start"), ()), (("flow",), ()), (("slurm", "serve"), ("host",))],
+)
+def test_every_command_that_starts_a_server_takes_the_serve_jobs_options(
+    path: tuple[str, ...], skip: tuple[str, ...]
+) -> None:
+    from proctor.jobs.serve import ServeJob
+
+    flags = _flags(_mounted(*path))
+    assert _field_flags(ServeJob, skip) <= flags
+    if path == ("serve", "start"):
+        own = own_options(_mounted(*path).callback)  # type: ignore[arg-type]
+        assert flags == _field_flags(ServeJob) | own
