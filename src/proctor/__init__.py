@@ -40,6 +40,8 @@ _EXPORTS: dict[str, str] = {
     "load_job": "proctor.jobs.run",
     "BenchResult": "proctor.workloads.loadgen.runner",
     "FlowOptions": "proctor.flow",
+    "flow_options": "proctor.flow",
+    "load_flow_file": "proctor.flow",
     "ServerRequest": "proctor.serve",
     "DrainConfig": "proctor.monitors.drain",
     "RunDir": "proctor.record.rundir",
@@ -136,9 +138,11 @@ __all__ = [
     "drain_for_engine",
     "exit_code_for",
     "find",
+    "flow_options",
     "inspect",
     "load_baseline",
     "load_config",
+    "load_flow_file",
     "load_job",
     "load_record",
     "parse_path",
@@ -193,7 +197,7 @@ if TYPE_CHECKING:
         wait,
     )
     from proctor.errors import ExitCode, ProctorError, exit_code_for
-    from proctor.flow import FlowOptions
+    from proctor.flow import FlowOptions, flow_options, load_flow_file
     from proctor.jobs.bench import BenchJob
     from proctor.jobs.eval import EvalJob
     from proctor.jobs.offline import OfflineJob

@@ -279,8 +279,7 @@ def _server_grid(
     say: Callable[[str], None],
 ) -> None:
     from proctor.cli.sweeps import grid_table, run_grid
-    from proctor.cli.workflow import flow_options
-    from proctor.flow import load_flow_file
+    from proctor.flow import flow_options, load_flow_file
     from proctor.spec.config import load_config
 
     if file is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,7 @@ from proctor.cli.output import console, err_console, print_evidence, print_json
 from proctor.cli.serve import print_ready, runs_dir_of
 from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.errors import ProctorError, UsageError
-from proctor.flow import Flow, FlowOptions, load_flow_file, resume_flow
-from proctor.jobs.options import validated
+from proctor.flow import Flow, flow_options, load_flow_file, resume_flow
 from proctor.jobs.serve import ServeJob
 from proctor.monitors.drain import DrainConfig
 from proctor.record.schema import read_view
@@ -36,9 +34,7 @@ from proctor.serve import (
 )
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
-from proctor.spec.merge import Settings
 from proctor.supervise.launch import resolve_run
-from proctor.workloads.flow_workloads import parse_workloads
 
 
 def _say(as_json: bool) -> Any:
@@ -396,75 +392,6 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code)
 
     app.command("flow")(job_command(flow, JobGroup("server", ServeJob)))
-
-
-def flow_options(
-    given: dict[str, Any], table: dict[str, Any], file: Path | None, *, need_workload: bool = True
-) -> FlowOptions:
-    """FlowOptions from flags (`given`) over a flow file's table, through the one merge."""
-    settings = Settings(
-        flags=given,
-        table={k.replace("-", "_"): v for k, v in table.items()},
-        table_origin=f"flow file:{file}",
-        environ={},
-    )
-
-    def pick(name: str, default: Any = None) -> Any:
-        return settings.value(name.rstrip("_"), default)
-
-    if not pick("engine") or not pick("model"):
-        raise UsageError("flow needs --engine and --model (or a flow file with them)")
-    command = settings.pick("workload_cmd")
-    listed = parse_workloads(pick("workload"))
-    if command.origin == "flag" or not listed:
-        listed = []  # --workload-cmd on the command line wins over the file's list
-        if not command.value and need_workload:
-            raise UsageError(
-                "flow needs a workload",
-                hint='pass --workload-cmd "CMD ARGS", or list [[flow.workload]] in a flow file',
-            )
-    elif command.value:
-        raise UsageError(f"flow file {file}: give workload_cmd or [[flow.workload]], not both")
-    argv = (
-        []
-        if not command.value
-        else (shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
-    )
-    fields = [f for f in ServeJob.model_fields if f not in ("kind", "extra", "env")]
-    chosen = {f: pick(f) for f in fields if pick(f) is not None}
-    serve = validated(
-        ServeJob,
-        {**chosen, "extra": pick("extra") or []},
-        what="invalid server option",
-        hint="see proctor flow --help",
-    )
-    request = serve.request(1.0)
-    from proctor.monitors.drain import check_client_pattern
-
-    check_client_pattern(pick("client_pattern"))
-    return FlowOptions(
-        server=request,
-        workload_argv=argv,
-        runs_dir=pick("runs_dir"),
-        ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
-        ready_poll_s=parse_duration(str(pick("ready_poll", "15s")), option="--ready-poll"),
-        drain=DrainConfig(
-            max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
-            poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
-            stuck_polls=int(pick("stuck_polls", 6)),
-            startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
-            error_streak=int(pick("error_streak", 5)),
-        ),
-        client_pattern=pick("client_pattern"),
-        inspect_on_hang=not pick("no_inspect", False),
-        gpu_processes=bool(pick("gpu_processes", False)),
-        vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
-        gpu_sample_s=pick("gpu_sample"),
-        server_env=list(pick("env") or []),
-        workload_env=list(pick("workload_env") or []),
-        workloads=listed,
-        continue_on_failure=bool(pick("continue_on_failure", False)),
-    )
 
 
 def _clients_of(runs_dir: Path, server_id: str, known: list[Any]) -> list[Any]:
