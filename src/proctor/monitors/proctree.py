@@ -149,10 +149,15 @@ class TreeTracker(Periodic):
             for sub in descendants(ident):
                 if sub not in self._seen and all(sub != n for n, _ in new):
                     new.append((sub, sub.cmdline()[:20]))
+        # A command line that could not be read at first sight (the process was busy being
+        # created, or the machine was loaded) is read again while the process lives.
         with self._lock:
-            for ident, cmd in new:
+            unread = [ident for ident, cmd in self._seen.items() if not cmd]
+        found = [(ident, cmd) for ident in unread if (cmd := ident.cmdline()[:20])]
+        with self._lock:
+            for ident, cmd in new + found:
                 self._seen[ident] = cmd
-            if new:
+            if new or found:
                 self._persist()
             return list(self._seen)
 
