@@ -76,6 +76,9 @@ class _JsonMode:
 
     active = False
     pending: ClassVar[list[Any]] = []
+    #: (reason, fix) of a failure the command returned as an exit code without raising it
+    #: (a far command's own error, across --target): said in place of the code's meaning.
+    told: ClassVar[tuple[str, str | None] | None] = None
 
 
 def json_errors(active: bool) -> None:
@@ -83,6 +86,14 @@ def json_errors(active: bool) -> None:
     the command's JSON document until `end_json` or `print_json_error`."""
     _JsonMode.active = active
     _JsonMode.pending = []
+    _JsonMode.told = None
+
+
+def tell_json_error(reason: str, fix: str | None) -> None:
+    """Why the command is about to end with a failing exit code it did not raise (the error a
+    far proctor answered with): the reason and fix of its JSON error, where no error raised
+    here says otherwise."""
+    _JsonMode.told = (reason, fix)
 
 
 def json_errors_active() -> bool:
@@ -101,12 +112,16 @@ def end_json() -> None:
     _JsonMode.pending = []
 
 
-def print_json_error(exit_code: int, reason: str, fix: str | None) -> None:
+def print_json_error(exit_code: int, reason: str, fix: str | None, *, raised: bool = True) -> None:
     """The one JSON object of a failed command on stdout: its document (run_id, outcome, what
     it had found) with `error` added, or `error` alone when it printed none. A document that
-    is not an object (a list of rows) goes under `result`."""
+    is not an object (a list of rows) goes under `result`. Where the command did not raise
+    (`raised` False: the reason is the code's meaning), what it told (tell_json_error) is
+    said instead."""
+    if _JsonMode.told is not None and not raised:
+        reason, fix = _JsonMode.told
     error = {"error": {"exit_code": exit_code, "reason": reason, "fix": fix}}
-    held, _JsonMode.pending = _JsonMode.pending, []
+    held, _JsonMode.pending, _JsonMode.told = _JsonMode.pending, [], None
     for doc in held[:-1]:
         _write_json(doc)
     if not held:
