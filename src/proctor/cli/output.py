@@ -11,12 +11,18 @@ import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from proctor import redact
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+    #: The consoles (made on first use: importing rich is tens of ms that `proctor run`,
+    #: which prints plain lines, does not pay; see __getattr__).
+    console: Console
+    err_console: Console
 
 # C0 controls but tab and newline, DEL, and C1 controls: shown as Unicode control pictures
 # (ESC as U+241B) or U+FFFD, one character for one, so a record's name or a user's argument
@@ -30,38 +36,68 @@ def printable(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-class _SafeConsole(Console):
+def _safe_console(**kwargs: Any) -> Console:
     """A Console that never sends a control character it was given as text to the terminal
     (its own styling codes are not text, and pass)."""
+    from rich.console import Console
+    from rich.text import Text
 
-    def render_str(self, text: str, **kwargs: Any) -> Text:  # print(str), table cells
-        return super().render_str(printable(text), **kwargs)
+    class _SafeConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Text:  # print(str), table cells
+            return super().render_str(printable(text), **kwargs)
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        safe = []
-        for obj in objects:
-            if isinstance(obj, Text) and printable(obj.plain) != obj.plain:
-                obj = obj.copy()
-                obj.plain = printable(obj.plain)
-            safe.append(obj)
-        super().print(*safe, **kwargs)
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            safe = []
+            for obj in objects:
+                if isinstance(obj, Text) and printable(obj.plain) != obj.plain:
+                    obj = obj.copy()
+                    obj.plain = printable(obj.plain)
+                safe.append(obj)
+            super().print(*safe, **kwargs)
+
+    return _SafeConsole(**kwargs)
 
 
-console = _SafeConsole(highlight=False, markup=False)
-err_console = _SafeConsole(stderr=True, highlight=False, soft_wrap=True, markup=False)
+_CONSOLE_ARGS: dict[str, dict[str, Any]] = {
+    "console": {"highlight": False, "markup": False},
+    "err_console": {"stderr": True, "highlight": False, "soft_wrap": True, "markup": False},
+}
+
+
+def __getattr__(name: str) -> Any:
+    """`console` and `err_console`, made on first use (PEP 562)."""
+    if name in _CONSOLE_ARGS:
+        made = globals()[name] = _safe_console(**_CONSOLE_ARGS[name])
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _err() -> Console:
+    made: Console = globals().get("err_console") or __getattr__("err_console")
+    return made
 
 
 def styled(label: str, style: str, rest: str = "") -> Text:
     """`label` in `style`, then `rest` verbatim (never parsed as markup)."""
+    from rich.text import Text
+
     return Text.assemble((label, style), rest)
 
 
 def print_error(message: str) -> None:
-    err_console.print(styled("proctor:", "bold red", f" {message}"), soft_wrap=True)
+    _err().print(styled("proctor:", "bold red", f" {message}"), soft_wrap=True)
+
+
+def say(text: str) -> None:
+    """One plain line on stderr, as err_console prints text (no markup, no wrap, controls
+    made visible), without importing rich: for `proctor run`'s own lines."""
+    sys.stderr.write(printable(text) + "\n")
+    sys.stderr.flush()
 
 
 def print_evidence(faults: Sequence[object], tails: Mapping[str, Sequence[str]] | None) -> None:
     """A ready gate's or a drain's evidence on stderr: the fault lines, then each log's tail."""
+    err_console = _err()
     for match in faults[:10]:
         err_console.print(styled("fault:", "red", f" {match}"), highlight=False)
     for path, lines in (tails or {}).items():
