@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -332,14 +333,16 @@ def hand_over(
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.close()
     deadline = time.monotonic() + timeout_s
+    wait = 0.001  # a wrapper started early holds the run within ms of its argv: look often
     while time.monotonic() < deadline:
         ref = read_wrapper_ref(run)
         if ref is not None:
-            _reap_later(proc)
+            _reap_later(proc, run)
             return ref
         if proc.poll() is not None:
             break
-        time.sleep(0.01)
+        time.sleep(wait)
+        wait = min(0.01, wait * 1.5)
     err = (run.path / err_name).read_text(errors="replace")[-400:]
     raise ResultUnknown(f"the {what} did not start: {err.strip() or 'no output'}")
 
@@ -413,12 +416,23 @@ class _EarlyWrapper:
             _reap_later(proc)
 
 
-def _reap_later(proc: subprocess.Popen[bytes]) -> None:
+#: Run directory -> set when the wrapper this process started for it has exited: follow_log
+#: wakes on it rather than at its next poll (a short command's end is seen at once).
+_wrapper_gone: dict[str, threading.Event] = {}
+
+
+def _reap_later(proc: subprocess.Popen[bytes], run: RunDir | None = None) -> None:
     # The wrapper is our child until we exit; a thread reaps it so no zombie lingers
     # while a foreground controller follows a long run.
-    import threading
+    gone = threading.Event()
+    if run is not None:
+        _wrapper_gone[str(run.path)] = gone
 
-    threading.Thread(target=proc.wait, daemon=True).start()
+    def reap() -> None:
+        proc.wait()
+        gone.set()
+
+    threading.Thread(target=reap, daemon=True).start()
 
 
 # -- keyed runs -------------------------------------------------------------------------------
@@ -572,10 +586,14 @@ def follow_log(
     end is seen within a few ms (part of what `proctor run -- true` costs over `true`,
     bench/startup.py), a long one is polled no more often than before."""
     wait = min(0.01, poll)
+    gone = _wrapper_gone.get(str(run.path))
 
     def pause() -> None:
         nonlocal wait
-        time.sleep(wait)
+        if gone is not None and not gone.is_set():
+            gone.wait(wait)  # the wrapper's exit ends the wait at once
+        else:
+            time.sleep(wait)
         wait = min(poll, wait * 1.5)
 
     log = run.log_path()
