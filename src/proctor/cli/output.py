@@ -73,8 +73,8 @@ def __getattr__(name: str) -> Any:
 
 
 def _err() -> Console:
-    made: Console = globals().get("err_console") or __getattr__("err_console")
-    return made
+    made: Console | None = globals().get("err_console")
+    return __getattr__("err_console") if made is None else made
 
 
 def styled(label: str, style: str, rest: str = "") -> Text:
