@@ -9,10 +9,9 @@ too, and the `python -c pass` figure for how loaded this one is.
 Run: .venv/bin/python bench/startup.py [--n 15] [--baseline-src DIR]
 
 Measured 2026-12-06, `--n 21 --baseline-src` the source before issue 22's changes (5648173),
-interleaved in one run, the 2-core machine quiet (python -c pass 10 ms, true 0.8 ms):
-  --help 23 ms (before 24), --version 23 (24), runs list 204 (203), runs show last 190 (186),
-  run -- true 341 ms over true (before 454): the goals met but run -- true's, 40 ms over
-  (docs/runs.md, "Start-up", says where the rest goes).
+interleaved in one run, the 2-core machine quiet (python -c pass 9 ms, true 0.8 ms):
+  --help 22 ms (before 24), --version 22 (24), runs list 199 (193), runs show last 185 (182),
+  run -- true 275 ms over true (before 468): every goal met (bench/NOTES.md, "Start-up").
 
 Every command runs through the venv's `proctor` console script with this checkout's src/ first
 on PYTHONPATH (so a worktree measures its own code, whatever the editable install points at).

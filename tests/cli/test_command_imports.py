@@ -1,6 +1,6 @@
 """What the commands people run most import: `runs list`, `runs show last` and `run -- true`
-load none of the load generator, the report, the far targets or their HTTP clients, and the
-run wrapper (a process every run starts) loads no pydantic, rich, typer or click, even while
+load none of the load generator, the report, the far targets or their HTTP clients, `run --
+true` not even typer, click or rich, and the run wrapper (a process every run starts) loads no pydantic, rich, typer or click, even while
 it indexes its run. The time is measured by bench/startup.py; this guards the cause.
 
 The command's imports are its sys.modules at exit; the wrapper's are read from
@@ -95,6 +95,8 @@ def test_run_and_its_wrapper_import_only_what_a_run_needs(env: dict[str, str]) -
     names = modules_at_exit(done.stderr)
     assert "proctor.cli.run" in names  # the reading works
     assert forbidden(names, NEVER) == []
+    # The console script answers `run -- CMD` without the CLI framework (cli/entry.py).
+    assert forbidden(names, ("typer", "click", "rich", "proctor.cli.main")) == []
     runs = sorted(Path(env["PROCTOR_RUNS_DIR"]).glob("*/.wrapper.err"))
     assert len(runs) == 1
     wrapper = imported(runs[0].read_text())

@@ -104,6 +104,19 @@ def test_credentials_stripped_from_remote(make_repo: MakeRepo) -> None:
     assert "SECRET" not in ident.model_dump_json()
 
 
+def test_remote_is_the_branchs_own(make_repo: MakeRepo) -> None:
+    """The branch's configured remote wins over origin; a branch without one gets origin."""
+    root = make_repo()
+    git(root, "remote", "add", "origin", "https://host/origin.git")
+    git(root, "remote", "add", "up", "https://host/up.git")
+    branch = git(root, "branch", "--show-current").strip()
+    git(root, "config", f"branch.{branch}.remote", "up")
+    ident = source_identity(root)
+    assert (ident.remote_name, ident.remote_url) == ("up", "https://host/up.git")
+    git(root, "config", "--unset", f"branch.{branch}.remote")
+    assert source_identity(root).remote_name == "origin"
+
+
 def test_strip_credentials_forms() -> None:
     assert strip_credentials("https://x-access-token:tok@host:8443/a/b") == "https://host:8443/a/b"
     assert strip_credentials("https://host/a.git?access_token=tok") == "https://host/a.git"

@@ -86,7 +86,9 @@ def test_leftover_holding_gpu_memory_is_printed_and_recorded(
 def test_no_gpu_says_memory_not_known_and_clean_run_says_nothing(
     isolated_runs: Path, tmp_path: Path
 ) -> None:
-    left = proctor("run", "--gpu-sample", "0", "--", "sh", "-c", "sleep 300 & exit 0")
+    # The shell waits a moment before it exits: its background child must have become
+    # `sleep` (exec) by then, or the leftover is named by its fork, `sh -c ...` (a race).
+    left = proctor("run", "--gpu-sample", "0", "--", "sh", "-c", "sleep 300 & sleep 0.5")
     assert left.returncode == 0, left.stderr
     assert "(sleep 300), GPU memory not known, SIGTERM" in left.stderr, left.stderr
     clean = proctor("run", "--", "true")

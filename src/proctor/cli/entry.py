@@ -4,7 +4,11 @@ Mounting the command groups imports typer, rich, pydantic, aiohttp and most of p
 second on a loaded machine), which a user pays for `proctor --help`. The root help is the text
 Click renders for the full app, kept in root_help.txt (regenerate with
 `python -m proctor.cli.entry --write-help`; tests/cli/test_startup.py fails when it is stale).
-Everything else goes to proctor.cli.main.
+`proctor run [OPTIONS] -- CMD` with the options people pass most is answered here too
+(`lean_run`), through cli/run.py's `run_here`, without typer, click or rich (about a sixth of
+what `run -- true` costs, bench/startup.py). Everything else goes to proctor.cli.main, and so
+does any `run` this reads differently from Click: an option it does not take, a form it does
+not read (`-nNAME`, a value that starts with `-`), --help, --json, --target, --dry-run.
 """
 
 from __future__ import annotations
@@ -35,6 +39,104 @@ def fast_answer(argv: list[str], prog: str) -> str | None:
     return None
 
 
+#: `proctor run` options lean_run reads: (long, short) -> the RunFlags field; None: a flag.
+_RUN_VALUES = {
+    "--name": "name",
+    "-n": "name",
+    "--runs-dir": "runs_dir",
+    "--timeout": "timeout",
+    "--grace": "grace",
+    "--env": "env",
+    "-e": "env",
+    "--key": "key",
+    "--cwd": "cwd",
+    "--config": "config",
+}
+_RUN_FLAGS = {"--detach": "detach", "-d": "detach", "--allow-unhealthy-gpu": "allow_unhealthy_gpu"}
+
+
+def parse_run(args: list[str]) -> tuple[dict[str, object], list[str]] | None:
+    """(options, command) of `proctor run ARGS` as Click reads them (options up to the first
+    argument or `--`; the last of a repeated option wins, --env adds up), or None for anything
+    else (the full CLI answers it, errors included)."""
+    options: dict[str, object] = {"env": []}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break  # the command: Click stops reading options here (no interspersed args)
+        name, eq, inline = arg.partition("=")
+        if name in _RUN_FLAGS and not eq:
+            options[_RUN_FLAGS[name]] = True
+            i += 1
+            continue
+        field = _RUN_VALUES.get(name)
+        if field is None or (eq and not name.startswith("--")):
+            return None
+        if eq:
+            value, i = inline, i + 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+            value, i = args[i + 1], i + 2
+        else:
+            return None
+        if field == "env":
+            options["env"].append(value)  # type: ignore[attr-defined]
+        else:
+            options[field] = value
+    command = args[i:]
+    return (options, command) if command else None
+
+
+def lean_run(args: list[str]) -> int | None:
+    """`proctor run ARGS` on the local target, its exit code; None: the full CLI answers."""
+    parsed = parse_run(args)
+    if parsed is None:
+        return None
+    try:
+        os.getcwd()
+        for arg in args:
+            arg.encode("utf-8")
+    except (OSError, UnicodeEncodeError):
+        return None  # said in one line by the full CLI
+    options, command = parsed
+    from proctor.redact import mask_output
+
+    mask_output()  # every byte proctor prints goes through the one redaction layer
+    try:
+        from proctor.cli.run import flags_from, run_here
+        from proctor.spec.config import load_config
+        from proctor.targets.registry import target_options
+
+        config = options.get("config")
+        flags = flags_from(
+            command,
+            options.get("name"),  # type: ignore[arg-type]
+            options.get("runs_dir"),  # type: ignore[arg-type]
+            options.get("timeout"),  # type: ignore[arg-type]
+            options.get("grace"),  # type: ignore[arg-type]
+            None,
+            options["env"],  # type: ignore[arg-type]
+            options.get("key"),  # type: ignore[arg-type]
+            bool(options.get("detach")),
+            options.get("cwd"),  # type: ignore[arg-type]
+            bool(options.get("allow_unhealthy_gpu")),
+        )
+        project = load_config(Path(str(config)) if config is not None else None)
+        return run_here(flags, project, target_options(None, project))
+    except BaseException as error:  # mapped to an exit code as the full CLI maps it
+        from proctor.cli.main import guarded
+
+        caught = error
+
+        def again() -> None:
+            raise caught
+
+        return guarded(again, ["proctor", "run", *args])
+
+
 def render_root_help(prog: str = PROG) -> str:
     """The root help as the full CLI prints it at 80 columns or more."""
     import contextlib
@@ -62,6 +164,10 @@ def entry() -> None:
     if answer is not None:
         sys.stdout.write(answer)
         sys.exit(0)
+    if sys.argv[1:2] == ["run"]:
+        code = lean_run(sys.argv[2:])
+        if code is not None:
+            sys.exit(code)
     from proctor.cli.main import entry as full
 
     full()

@@ -134,7 +134,9 @@ def guarded(go: Callable[[], Any], shown: list[str]) -> int:
         if code == 0:
             output.end_json()
         else:
-            output.print_json_error(code, reason or _reason_of(output.held_json(), code), fix)
+            output.print_json_error(
+                code, reason or _reason_of(output.held_json(), code), fix, raised=bool(reason)
+            )
     return code
 
 

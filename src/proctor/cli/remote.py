@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from proctor.cli.output import err_console, print_json
+from proctor.cli.output import err_console, print_json, tell_json_error
 from proctor.cli.request import command_names, request_of
 from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.results.cost import format_cost
@@ -33,6 +33,9 @@ from proctor.targets.remote.commands import (
 from proctor.targets.remote.orchestrate import Completion, RemoteOptions, resume_remote
 from proctor.targets.remote.requests import CommandRequest
 from proctor.targets.remote.shipfiles import Shipment, request_shipment
+
+if TYPE_CHECKING:
+    from proctor.targets.remote.workflow import WorkflowResult
 
 
 def run_with_target(
@@ -119,6 +122,9 @@ def remote_command(
     config = load_config()
     spec = target_options(target, config) if isinstance(target, str) else target
     local_runs = Path(resolve_runs_dir(runs_dir, config).value)
+    # Under --json the far command answers in JSON too: its error comes back as one (reason,
+    # fix), said in this command's JSON error (_far_error).
+    answer = answer or as_json
     request = request_of(ctx, as_json=answer)
     # Read before any machine is acquired: a missing file is a usage error, at no cost.
     command = WorkflowCommand(
@@ -157,7 +163,11 @@ def remote_command(
     if as_json:
         view: dict[str, Any] = {done.view_key: done.view} if done.view_key else {}
         print_json({**result.to_dict(), **view})
-        return result.exit_status()
+        code = result.exit_status()
+        far = _far_error(result) if code else None
+        if far is not None:
+            tell_json_error(*far)
+        return code
     if result.completion.detached:
         run_id = result.completion.run_id
         err_console.print(
@@ -197,6 +207,24 @@ def remote_command(
         live = [c.run_id for c in result.children if c.live] or [result.children[0].run_id]
         sys.stdout.write(f"{live[0]}\n")
     return result.exit_status()
+
+
+def _far_error(result: WorkflowResult) -> tuple[str, str | None] | None:
+    """(reason, fix) of a far command that failed: the JSON error it answered with (the far
+    proctor's own words), else the job's error (lost, stopped), else its last `proctor:` line."""
+    answer = result.answer
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if isinstance(error, dict) and error.get("reason"):
+        fix = error.get("fix")
+        return str(error["reason"]), (str(fix) if fix else None)
+    if result.completion.error:
+        return str(result.completion.error), None
+    said = [
+        line[len("proctor: ") :]
+        for line in result.stderr.splitlines()
+        if line.startswith("proctor: ")
+    ]
+    return (said[-1], None) if said else None
 
 
 def _shipment(request: CommandRequest) -> Shipment:

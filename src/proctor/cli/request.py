@@ -16,6 +16,7 @@ import click
 import typer
 from click.core import ParameterSource
 
+from proctor.cli import output
 from proctor.errors import UsageError, invalid
 from proctor.targets.remote.requests import CommandRequest, JsonValue
 
@@ -81,6 +82,10 @@ def invoke(request: CommandRequest) -> Any:
         ctx = sub.make_context(name, [], parent=ctx, resilient_parsing=True)
         cmd = sub
     ctx.resilient_parsing = False
+    # A request with the command's --json on (the near side's --json, or an answer it keeps):
+    # every error here is one JSON object on stdout too (output.print_json_error), which the
+    # near side reads back as the far reason and fix.
+    output.json_errors(any(request.params.get(name) is True for name in _json_params(cmd)))
     known = {p.name: p for p in cmd.params if p.name}
     for name, value in request.params.items():
         param = known.get(name)
@@ -93,6 +98,13 @@ def invoke(request: CommandRequest) -> Any:
         ctx.set_parameter_source(name, ParameterSource.COMMANDLINE)
     with ctx:
         return cmd.invoke(ctx)
+
+
+def _json_params(cmd: click.Command) -> list[str]:
+    """The names of the command's --json options."""
+    return [
+        p.name for p in cmd.params if isinstance(p, click.Option) and "--json" in p.opts and p.name
+    ]
 
 
 def main() -> int:
@@ -109,7 +121,10 @@ def main() -> int:
             raise invalid(error, what="proctor request") from None
         return invoke(request)
 
-    return guarded(go, ["proctor", "request"])
+    try:
+        return guarded(go, ["proctor", "request"])
+    finally:
+        output.json_errors(False)
 
 
 if __name__ == "__main__":

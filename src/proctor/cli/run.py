@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from proctor.cli.helptext import GPU_SAMPLE_HELP, JSON_HELP, RUNS_DIR_HELP
-from proctor.cli.output import console, err_console, print_json
+from proctor.cli.output import print_json, say
 from proctor.errors import ExitCode, UsageError
 from proctor.record.rundir import RunDir
 from proctor.record.schema import load_record, read_view
@@ -30,6 +28,12 @@ from proctor.targets.service import (
     exit_for_state,
     summary_line,
 )
+
+if TYPE_CHECKING:
+    import typer
+
+# This module imports no typer, click or rich: `proctor run -- CMD` is answered through
+# `run_here` by the console script (cli/entry.py) without them; `register` imports typer.
 
 RUN_HELP = """Run CMD as a supervised run and pass its exit status through.
 
@@ -91,7 +95,7 @@ def print_health(run: RunDir) -> None:
 
     health = health_of(run)
     if health is not None:
-        err_console.print(f"proctor: {one_line(health)}", markup=False, highlight=False)
+        say(f"proctor: {one_line(health)}")
 
 
 def plan_view(plan: RunPlan) -> dict[str, Any]:
@@ -111,6 +115,8 @@ def print_plan(plan: RunPlan, as_json: bool, target: dict[str, Any] | None = Non
         print_json(view)
         return
     from rich.table import Table
+
+    from proctor.cli.output import console
 
     table = Table(title="proctor run plan", show_lines=False)
     table.add_column("option")
@@ -137,8 +143,8 @@ def _follow_started(
     as_json: bool,
     interrupts: Interrupts,
     facts: dict[str, Any] | None = None,
-) -> None:
-    """Report a started run; in the foreground follow it and exit with its status.
+) -> int:
+    """Report a started run; in the foreground follow it. Its exit code.
 
     With --json, stdout holds the JSON document only: the command's output (always in the
     run's log) is copied to stderr instead.
@@ -157,14 +163,15 @@ def _follow_started(
             print_json(info)
         else:
             verb = "attached to running" if started.attached else "started"
-            err_console.print(f"proctor: {verb} run {run.run_id} ({run.path})", highlight=False)
-            typer.echo(run.run_id)
+            say(f"proctor: {verb} run {run.run_id} ({run.path})")
+            sys.stdout.write(f"{run.run_id}\n")
+            sys.stdout.flush()
         interrupts.raise_if_hit(run)
-        return
+        return 0
     if started.attached:
-        err_console.print(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
+        say(f"proctor: a run with key {key!r} is alive: attaching to {run.run_id}")
     else:
-        err_console.print(f"proctor: run {run.run_id} -> {run.path}", highlight=False)
+        say(f"proctor: run {run.run_id} -> {run.path}")
         print_health(run)
     supervised = SupervisedRun(run)
     state = supervised.follow_to_end(sys.stderr.buffer if as_json else sys.stdout.buffer)
@@ -179,10 +186,45 @@ def _follow_started(
             }
         )
     else:
-        err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
-    code = interrupts.exit_code(run, state)
-    if code:
-        raise typer.Exit(code)
+        say(f"proctor: {supervised.summary(state)}")
+    return interrupts.exit_code(run, state)
+
+
+def run_here(
+    flags: RunFlags,
+    project: ProjectConfig,
+    spec: TargetOptions,
+    *,
+    dry_run: bool = False,
+    as_json: bool = False,
+) -> int:
+    """`proctor run` on a target that runs the command from here (local, Slurm): its plan,
+    printed (dry_run) or started and, in the foreground, followed. The exit code."""
+    plan = resolve_run_plan(flags, project)
+    context = TargetContext(project, Path(plan.runs_dir.value), plan.timeout_s.value)
+    planned = capable(open_target(spec, context), PLAN)
+    if planned is None:
+        raise UsageError(f"a {spec.kind} target cannot run a command")
+    if dry_run:
+        print_plan(plan, as_json, planned.describe().details)
+        planned.close()
+        return 0
+    # Stop signals are held while the run starts (LocalTarget.start_plan) and noted by the
+    # handler: the run they find is stopped as soon as it is known (attach), never orphaned.
+    with Interrupts() as interrupts:
+        try:
+            started = planned.start_plan(plan)
+        finally:
+            planned.close()  # a connection to a login host is not needed to follow
+        interrupts.attach(started.run)
+        return _follow_started(
+            started,
+            key=flags.key,
+            detach=flags.detach,
+            as_json=as_json,
+            interrupts=interrupts,
+            facts=planned.run_facts(started.run),
+        )
 
 
 def _run_far(
@@ -208,6 +250,8 @@ def _run_far(
 
 
 def register(app: typer.Typer) -> None:
+    import typer
+
     @app.command(
         "run",
         help=RUN_HELP,
@@ -396,31 +440,9 @@ def register(app: typer.Typer) -> None:
             if code:
                 raise typer.Exit(code)
             return
-        plan = resolve_run_plan(flags, project)
-        context = TargetContext(project, Path(plan.runs_dir.value), plan.timeout_s.value)
-        planned = capable(open_target(spec, context), PLAN)
-        if planned is None:
-            raise UsageError(f"a {spec.kind} target cannot run a command")
-        if dry_run:
-            print_plan(plan, as_json, planned.describe().details)
-            planned.close()
-            return
-        # Stop signals are held while the run starts (LocalTarget.start_plan) and noted by the
-        # handler: the run they find is stopped as soon as it is known (attach), never orphaned.
-        with Interrupts() as interrupts:
-            try:
-                started = planned.start_plan(plan)
-            finally:
-                planned.close()  # a connection to a login host is not needed to follow
-            interrupts.attach(started.run)
-            _follow_started(
-                started,
-                key=key,
-                detach=detach,
-                as_json=as_json,
-                interrupts=interrupts,
-                facts=planned.run_facts(started.run),
-            )
+        code = run_here(flags, project, spec, dry_run=dry_run, as_json=as_json)
+        if code:
+            raise typer.Exit(code)
 
     @app.command("plan", context_settings={"allow_interspersed_args": False})
     def plan_command(

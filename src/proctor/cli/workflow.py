@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
         """Wait for a server's workload to end; catch hangs and faults.
 
         Exit 0 drained; 1 hang; 2 fault; 3 server died or offline job failed; 4 time limit or
-        no client. A status line each poll; log tails on failure."""
+        no client. Status lines on change, else every 15 s; log tails on failure."""
         if target:
             from proctor.cli.remote import hand_off_or_here
 

@@ -7,7 +7,12 @@ alive but answering generation requests with errors (see answers.py), pattern or
 `DrainMachine` holds every rule and is fed `DrainObservation`s with an injected clock. Two
 kinds of observation: fast ones (every ~0.1 s: new fault lines, liveness) decide faults and
 deaths within a second; full ones (every `poll_s`: progress counters, clients) drive the stuck
-counter, drained and time limits, and print a status line. `drain` gathers them for real.
+counter, drained and time limits. `drain` gathers them for real.
+
+Status lines: the first full poll prints one (the drain is watching), then one when the state
+it shows changes (progress source, progressing or not, clients, work in flight, the stuck
+count, the outcome), else one every `status_every_s` (15 s) of nothing new; a --poll 1s drain
+of a ten-minute bench prints a few dozen lines, not six hundred.
 
 What counts as progress is progress.py's: requests answered or tokens generated (the engine's
 metrics or markers, proctor's bench's done counts), never the bytes of a heartbeat or of an
@@ -81,6 +86,10 @@ _EXIT = {
     DrainOutcome.NO_CLIENT: ExitCode.TIME_LIMIT,
     DrainOutcome.STOPPED: ExitCode.INTERRUPTED,
 }
+
+
+#: With nothing new to show, a status line this often (seconds; at most one per full poll).
+STATUS_EVERY_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -306,6 +315,7 @@ def drain(
     tick_s: float = 0.1,
     tail_lines: int = 30,
     on_status: Callable[[str], None] | None = None,
+    status_every_s: float = STATUS_EVERY_S,
     clock: Callable[[], float] = time.monotonic,
 ) -> DrainResult:
     """Watch until drained, faulted, dead, hung or out of time; see the module docstring.
@@ -343,6 +353,8 @@ def drain(
     follower.start()
     source = "none"
     next_poll = started + config.poll_s
+    shown: tuple[object, ...] | None = None  # the state the last status line showed
+    next_status = started
     client = httpx.Client(trust_env=False)
     if metrics_url and not config.offline:  # the baseline of the server's answer counters
         baseline = fetch_metrics_text(metrics_url, client=client)
@@ -410,7 +422,10 @@ def drain(
             )
             outcome = machine.observe(obs)
             if full and on_status is not None:
-                on_status(_status_line(machine, source, now - started, obs))
+                state = _status_state(machine, source, obs)
+                if state != shown or now >= next_status:
+                    on_status(_status_line(machine, source, now - started, obs))
+                    shown, next_status = state, now + status_every_s
             if outcome is not None:
                 break
     finally:
@@ -444,6 +459,20 @@ def check_client_pattern(pattern: str | None) -> None:
             f"--client-pattern {pattern!r} is not a regular expression: {error}",
             hint="escape special characters, e.g. '\\(' for '('",
         ) from None
+
+
+def _status_state(machine: DrainMachine, source: str, obs: DrainObservation) -> tuple[object, ...]:
+    """What a status line shows but the time and the counts: a new status line when it
+    changes (the counts grow at every poll of a healthy run)."""
+    busy = None if obs.running is None else obs.running > 0
+    return (
+        source,
+        machine.progressed_last,
+        obs.clients_alive,
+        busy,
+        machine.stuck,
+        machine.outcome,
+    )
 
 
 def _status_line(machine: DrainMachine, source: str, t: float, obs: DrainObservation) -> str:

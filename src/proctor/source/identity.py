@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from proctor.source.git import GitFailed, run_git, split_nul
-from proctor.source.unseen import flagged_changes, nested_files
+from proctor.source.unseen import flagged_changes, index_listing, nested_files
 
 SCHEMA_VERSION = 1
 NOT_A_GIT_CHECKOUT = "not a git checkout"
@@ -187,10 +187,11 @@ def _identify_root(root: Path, excluded: list[str] | None = None) -> SourceIdent
         *pathspec,
     ).stdout
     commit, branch, staged, modified, deleted, untracked = _parse_status(status)
-    hidden_changed, hidden_deleted = flagged_changes(root, pathspec)
+    index = index_listing(root)
+    hidden_changed, hidden_deleted = flagged_changes(root, pathspec, index)
     modified = sorted({*modified, *hidden_changed})
     deleted = sorted({*deleted, *hidden_deleted})
-    submodules = _submodules(root, has_commit=commit is not None)
+    submodules = _submodules(root, index, has_commit=commit is not None)
     sub_paths = {s.path for s in submodules}
     # A submodule's changes are reported by its own identity, not as a modified file.
     modified = [p for p in modified if p not in sub_paths]
@@ -269,12 +270,12 @@ def _parse_status(
     return commit, branch, staged, modified, deleted, untracked
 
 
-def _submodules(root: Path, *, has_commit: bool) -> list[Submodule]:
-    index = run_git(root, "ls-files", "-s", "-z").stdout
+def _submodules(root: Path, index: bytes, *, has_commit: bool) -> list[Submodule]:
+    """The submodules of the index (`index`: unseen.index_listing)."""
     gitlinks: dict[str, str] = {}
     for entry in split_nul(index):
         meta, _, file_path = entry.partition("\t")
-        mode, obj, _stage = meta.split(" ")
+        _tag, mode, obj, _stage = meta.split(" ")
         if mode == "160000":
             gitlinks[file_path] = obj
     if not gitlinks:
@@ -335,17 +336,27 @@ def _gitmodules_urls(root: Path) -> dict[str, str]:
 
 
 def _remote(root: Path, branch: str | None) -> tuple[str | None, str | None]:
-    out = run_git(root, "config", "-z", "--get-regexp", r"^remote\..*\.url$", check=False).stdout
+    """(name, url) of the branch's remote, else origin, else the first; one git call reads
+    the remotes' urls and the branches' remotes together."""
+    out = run_git(
+        root,
+        "config",
+        "-z",
+        "--get-regexp",
+        r"^(remote\..*\.url|branch\..*\.remote)$",
+        check=False,
+    ).stdout
     remotes: dict[str, str] = {}
+    upstream: str | None = None
     for entry in split_nul(out):
         key, _, value = entry.partition("\n")
-        remotes[key[len("remote.") : -len(".url")]] = value
+        if key.startswith("remote.") and key.endswith(".url"):
+            remotes[key[len("remote.") : -len(".url")]] = value
+        elif branch and key == f"branch.{branch}.remote":
+            upstream = value.strip() or None  # the last one counts, as `git config --get`
     if not remotes:
         return None, None
-    name = None
-    if branch:
-        up = run_git(root, "config", "--get", f"branch.{branch}.remote", check=False)
-        name = up.stdout.decode(errors="replace").strip() or None
+    name = upstream
     if name not in remotes:
         name = "origin" if "origin" in remotes else sorted(remotes)[0]
     return name, strip_credentials(remotes[name])

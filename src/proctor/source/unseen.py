@@ -60,16 +60,41 @@ def _walk(base: Path) -> list[str]:
     return [f.replace(os.sep, "/") for f in found]
 
 
-def flagged_changes(root: Path, pathspec: list[str]) -> tuple[list[str], list[str]]:
+_EXCLUDE_LITERAL = ":(top,exclude,literal)"
+
+
+def index_listing(root: Path) -> bytes:
+    """`git ls-files -v -s -z` of the whole index: flagged_changes and the submodules of
+    source/identity.py read the same listing (one git call for both)."""
+    return run_git(root, "ls-files", "-v", "-s", "-z").stdout
+
+
+def _excluded(path: str, pathspec: list[str]) -> bool:
+    """Whether one of the `:(top,exclude,literal)REL` specs of `pathspec` leaves `path` out."""
+    for spec in pathspec:
+        if spec.startswith(_EXCLUDE_LITERAL):
+            rel = spec[len(_EXCLUDE_LITERAL) :]
+            if path == rel or path.startswith(rel + "/"):
+                return True
+    return False
+
+
+def flagged_changes(
+    root: Path, pathspec: list[str], listing: bytes | None = None
+) -> tuple[list[str], list[str]]:
     """(changed, deleted): tracked files marked assume-unchanged or skip-worktree whose
     working copy is not what the index holds. A skip-worktree file that is absent is a sparse
-    checkout doing its job, not a change."""
-    listing = run_git(root, "ls-files", "-v", "-s", "-z", *pathspec).stdout
+    checkout doing its job, not a change. `listing`: index_listing(root), read here if not
+    given; its paths are limited to `pathspec` (".", then excluded literal paths)."""
+    if listing is None:
+        listing = run_git(root, "ls-files", "-v", "-s", "-z", *pathspec).stdout
     flagged: list[tuple[str, str, str, bool]] = []  # (path, mode, object id, skip-worktree)
     for entry in split_nul(listing):
         meta, _, path = entry.partition("\t")
         tag, mode, oid, _stage = meta.split(" ")
         if (tag.islower() or tag == "S") and mode != _GITLINK_MODE:
+            if _excluded(path, pathspec):
+                continue
             flagged.append((path, mode, oid, tag == "S"))
     if not flagged:
         return [], []

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -118,15 +119,25 @@ def gpu_preflight(plan: RunPlan, kind: str, reader: HealthReader | None = None) 
 
 
 def prepare_run(
-    plan: RunPlan, spec: RunSpec | None = None, *, health_reader: HealthReader | None = None
+    plan: RunPlan,
+    spec: RunSpec | None = None,
+    *,
+    health_reader: HealthReader | None = None,
+    on_created: Callable[[RunDir], object] | None = None,
 ) -> tuple[RunDir, Redactor]:
     """Create the run directory with plan.json and the first record. Nothing runs yet.
+
+    `on_created(run)` is called as soon as the directory exists (its lock held by this
+    process), before the record is built: start_run starts the wrapper there, so that its
+    interpreter starts while the source identity and the record are made.
 
     A GPU preflight that fails ends the run here, recorded (outcome failed, exit 69), and
     raises TargetUnavailable, unless the plan allows an unhealthy GPU."""
     recorder: Recorder | None = None
     try:
         recorder = Recorder.create(Path(plan.runs_dir.value))
+        if on_created is not None:
+            on_created(recorder.run)
         return _prepare_run(plan, spec, recorder, health_reader)
     except OSError as error:
         from proctor.record.space import is_enospc
@@ -244,8 +255,8 @@ def _ignore_store_in_git(store: Path, runs_dir: Path) -> None:
         ignore_in_git(store.parent, store.name)
 
 
-def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
-    """Start the wrapper in a new session and wait until it has written its pid file."""
+def wrapper_env(run: RunDir, plan: RunPlan) -> dict[str, str]:
+    """The wrapper's environment: the run's own, and where its run and its argv are."""
     env = dict(os.environ)
     env.update(plan.env_values)
     env["PROCTOR_RUN_DIR"] = str(run.path)
@@ -254,6 +265,11 @@ def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
     # environment variable (Linux caps a single one at 128 KiB; a long command line is fine).
     env.pop("PROCTOR_WRAPPER_ARGV", None)
     env["PROCTOR_WRAPPER_ARGV_STDIN"] = "1"
+    return env
+
+
+def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
+    """Start the wrapper in a new session and wait until it has written its pid file."""
     return start_detached(
         "proctor.supervise.wrapper",
         run,
@@ -261,9 +277,74 @@ def start_wrapper(run: RunDir, plan: RunPlan) -> ProcessRef:
         err_name=".wrapper.err",
         timeout_s=WRAPPER_START_TIMEOUT_S,
         stdin_data=json.dumps(plan.argv).encode(),
-        env=env,
+        env=wrapper_env(run, plan),
         cwd=str(plan.cwd.value),
     )
+
+
+def spawn_detached(
+    module: str,
+    run: RunDir,
+    *,
+    err_name: str,
+    stdin: bool,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start `python -m MODULE RUN_DIR` in a new session (it outlives this process), its
+    stderr to RUN_DIR/`err_name`, with a pipe on its stdin if `stdin`. The run's owner lock
+    goes with it (record/owner.py): held by this process until it lets go, by the child from
+    its first instant, so the run is never without a live owner between."""
+    held_fd = owner.owned_fd(run.path)
+    env = dict(os.environ if env is None else env)
+    env.pop(owner.FD_ENV, None)
+    if held_fd is not None:
+        env[owner.FD_ENV] = str(held_fd)
+    with open(run.path / err_name, "ab") as err:  # the child has its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", module, str(run.path)],
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=() if held_fd is None else (held_fd,),
+            env=env,
+            cwd=cwd,
+        )
+
+
+def hand_over(
+    proc: subprocess.Popen[bytes],
+    run: RunDir,
+    *,
+    what: str,
+    err_name: str,
+    timeout_s: float,
+    stdin_data: bytes | None = None,
+) -> ProcessRef:
+    """Let go of the run, feed the child `stdin_data` (its stdin is closed after, empty when
+    None), and wait until it holds the run (its pid file is written). The tail of
+    RUN_DIR/`err_name` is the error when it does not start."""
+    owner.let_go(run.path)
+    if proc.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):  # it died at once: reported below
+            proc.stdin.write(stdin_data or b"")
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+    deadline = time.monotonic() + timeout_s
+    wait = 0.001  # a wrapper started early holds the run within ms of its argv: look often
+    while time.monotonic() < deadline:
+        ref = read_wrapper_ref(run)
+        if ref is not None:
+            _reap_later(proc, run)
+            return ref
+        if proc.poll() is not None:
+            break
+        time.sleep(wait)
+        wait = min(0.01, wait * 1.5)
+    err = (run.path / err_name).read_text(errors="replace")[-400:]
+    raise ResultUnknown(f"the {what} did not start: {err.strip() or 'no output'}")
 
 
 def start_detached(
@@ -277,53 +358,81 @@ def start_detached(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
 ) -> ProcessRef:
-    """Start `python -m MODULE RUN_DIR` in a new session (it outlives this process), feed it
-    `stdin_data`, and wait until it holds the run (its pid file is written). Its stderr goes to
-    RUN_DIR/`err_name`; that file's tail is the error when it does not start."""
-    # The run's owner lock goes with it (record/owner.py): held by this process until now, by
-    # the child from its first instant, so the run is never without a live owner between.
-    held_fd = owner.owned_fd(run.path)
-    env = dict(os.environ if env is None else env)
-    env.pop(owner.FD_ENV, None)
-    if held_fd is not None:
-        env[owner.FD_ENV] = str(held_fd)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, str(run.path)],
-        stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=open(run.path / err_name, "ab"),  # noqa: SIM115 - handed to the child
-        start_new_session=True,
-        close_fds=True,
-        pass_fds=() if held_fd is None else (held_fd,),
-        env=env,
-        cwd=cwd,
+    """Start `python -m MODULE RUN_DIR` in a new session (spawn_detached), feed it
+    `stdin_data`, and wait until it holds the run (hand_over)."""
+    proc = spawn_detached(
+        module, run, err_name=err_name, stdin=stdin_data is not None, env=env, cwd=cwd
     )
-    owner.let_go(run.path)
-    if stdin_data is not None:
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError):  # it died at once: reported below
-            proc.stdin.write(stdin_data)
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.close()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ref = read_wrapper_ref(run)
-        if ref is not None:
+    return hand_over(
+        proc, run, what=what, err_name=err_name, timeout_s=timeout_s, stdin_data=stdin_data
+    )
+
+
+class _EarlyWrapper:
+    """The wrapper of a local run, started as soon as its directory exists: its interpreter
+    starts and imports (tens of ms) while this process identifies the source and writes the
+    record. It waits for its argv on stdin before it touches the run; an empty stdin (the run
+    was refused, or this process died) ends it having done nothing."""
+
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.run: RunDir | None = None
+
+    def spawn(self, run: RunDir) -> None:
+        self.run = run
+        try:
+            self.proc = spawn_detached(
+                "proctor.supervise.wrapper",
+                run,
+                err_name=".wrapper.err",
+                stdin=True,
+                env=wrapper_env(run, self.plan),
+                cwd=str(self.plan.cwd.value),
+            )
+        except OSError:
+            self.proc = None  # started again after the record, where its error is said
+
+    def start(self, run: RunDir) -> None:
+        if self.proc is None:
+            start_wrapper(run, self.plan)
+            return
+        proc, self.proc = self.proc, None
+        hand_over(
+            proc,
+            run,
+            what="run wrapper",
+            err_name=".wrapper.err",
+            timeout_s=WRAPPER_START_TIMEOUT_S,
+            stdin_data=json.dumps(self.plan.argv).encode(),
+        )
+
+    def abandon(self) -> None:
+        """The run will not start: its wrapper gets an empty stdin and ends."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
             _reap_later(proc)
-            return ref
-        if proc.poll() is not None:
-            break
-        time.sleep(0.01)
-    err = (run.path / err_name).read_text(errors="replace")[-400:]
-    raise ResultUnknown(f"the {what} did not start: {err.strip() or 'no output'}")
 
 
-def _reap_later(proc: subprocess.Popen[bytes]) -> None:
+#: Run directory -> set when the wrapper this process started for it has exited: follow_log
+#: wakes on it rather than at its next poll (a short command's end is seen at once).
+_wrapper_gone: dict[str, threading.Event] = {}
+
+
+def _reap_later(proc: subprocess.Popen[bytes], run: RunDir | None = None) -> None:
     # The wrapper is our child until we exit; a thread reaps it so no zombie lingers
     # while a foreground controller follows a long run.
-    import threading
+    gone = threading.Event()
+    if run is not None:
+        _wrapper_gone[str(run.path)] = gone
 
-    threading.Thread(target=proc.wait, daemon=True).start()
+    def reap() -> None:
+        proc.wait()
+        gone.set()
+
+    threading.Thread(target=reap, daemon=True).start()
 
 
 # -- keyed runs -------------------------------------------------------------------------------
@@ -384,13 +493,24 @@ def check_exec_limits(argv: list[str], env: dict[str, str]) -> None:
         )
 
 
-def _start_or_let_go(run: RunDir, plan: RunPlan) -> None:
-    """Start the wrapper; if it cannot be, this process lets go of the run (it reads unknown,
-    with the reason) rather than holding it as "starting" while it lives."""
+def _prepare_and_start(plan: RunPlan, spec: RunSpec | None) -> tuple[RunDir, Redactor]:
+    """Prepare the run and start its wrapper (started early: _EarlyWrapper). If the wrapper
+    cannot be started, this process lets go of the run (it reads unknown, with the reason)
+    rather than holding it as "starting" while it lives."""
+    early = _EarlyWrapper(plan)
     try:
-        start_wrapper(run, plan)
+        run, redactor = prepare_run(plan, spec, on_created=early.spawn)
+    except BaseException:
+        early.abandon()
+        if early.run is not None:
+            owner.let_go(early.run.path)  # refused or failed: it reads so, not "starting"
+        raise
+    try:
+        early.start(run)
     finally:
+        early.abandon()
         owner.let_go(run.path)
+    return run, redactor
 
 
 def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
@@ -398,15 +518,13 @@ def start_run(plan: RunPlan, spec: RunSpec | None = None) -> Started:
     check_exec_limits(plan.argv, {**os.environ, **plan.env_values})
     key = plan.key.value
     if not key:
-        run, redactor = prepare_run(plan, spec)
-        _start_or_let_go(run, plan)
+        run, redactor = _prepare_and_start(plan, spec)
         return Started(run, False, redactor)
     with key_lock(Path(plan.runs_dir.value), str(key)) as key_file:
         existing = live_keyed_run(key_file)
         if existing is not None:
             return Started(existing, True, plan.redactor())
-        run, redactor = prepare_run(plan, spec)
-        _start_or_let_go(run, plan)
+        run, redactor = _prepare_and_start(plan, spec)
         # The key may be a secret (masked); the directory must stay exact for the next attach.
         entry = {"key": redactor.text(str(key)), "run_id": run.run_id, "dir": str(run.path)}
         write_atomic(key_file, json.dumps(entry), mask=False)
@@ -468,10 +586,14 @@ def follow_log(
     end is seen within a few ms (part of what `proctor run -- true` costs over `true`,
     bench/startup.py), a long one is polled no more often than before."""
     wait = min(0.01, poll)
+    gone = _wrapper_gone.get(str(run.path))
 
     def pause() -> None:
         nonlocal wait
-        time.sleep(wait)
+        if gone is not None and not gone.is_set():
+            gone.wait(wait)  # the wrapper's exit ends the wait at once
+        else:
+            time.sleep(wait)
         wait = min(poll, wait * 1.5)
 
     log = run.log_path()

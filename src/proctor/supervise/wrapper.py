@@ -70,18 +70,27 @@ def _exit_text(wait_status: int) -> tuple[int, str | None]:
     return code, None
 
 
+#: The argv came on stdin and stdin was empty: the controller let go before the run started.
+NOT_STARTED: list[str] = []
+
+
 def _real_argv() -> list[str] | None:
     """The unmasked argv, which no file holds (it may carry a secret): from a pipe on stdin
-    (the local launcher) or from one environment variable (the Slurm node launcher)."""
+    (the local launcher) or from one environment variable (the Slurm node launcher).
+
+    The local launcher starts the wrapper before the run's record is written (its imports
+    overlap with that work) and writes the argv once the run may start: nothing in the run
+    directory is read before it comes. An empty stdin (the run was refused, or the controller
+    died first) is NOT_STARTED."""
     if os.environ.pop("PROCTOR_WRAPPER_ARGV_STDIN", None):
         raw = sys.stdin.buffer.read()
-        return list(json.loads(raw)) if raw else None
+        return list(json.loads(raw)) if raw else NOT_STARTED
     env = os.environ.pop("PROCTOR_WRAPPER_ARGV", None)
     return list(json.loads(env)) if env else None
 
 
 class Wrapper:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, argv: list[str] | None = None) -> None:
         self.run = RunDir(run_dir)
         self.recorder = Recorder(self.run, {})
         plan = self.run.read_json("plan.json")
@@ -90,7 +99,7 @@ class Wrapper:
                 f"no plan.json in {run_dir}", hint="give the directory of a run proctor created"
             )
         self.plan: dict[str, Any] = plan
-        self.argv: list[str] = _real_argv() or list(plan["argv"])
+        self.argv: list[str] = argv or list(plan["argv"])
         redact.process_redactor().learn_argv(self.argv)  # what this process writes is masked
         self.child: subprocess.Popen[bytes] | None = None
         self.child_status: int | None = None
@@ -478,7 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         sys.stderr.write("usage: python -m proctor.supervise.wrapper RUN_DIR\n")
         return 64
-    wrapper = Wrapper(Path(args[0]))
+    argv_in = _real_argv()
+    if argv_in is NOT_STARTED:
+        return 0  # nothing to run, nothing written
+    wrapper = Wrapper(Path(args[0]), argv_in)
     try:
         return wrapper.run_all()
     except Exception:
