@@ -19,9 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proctor import redact
 from proctor.errors import ExitCode, UsageError
+from proctor.jobs.documents import (
+    SLO_SCHEMA,
+    SLO_VERSION,
+    BenchDocument,
+    SloSearchResult,
+    bench_document,
+    read_bench,
+    write_checked,
+)
 from proctor.record.recorder import Recorder
-from proctor.record.rundir import RunDir
+from proctor.record.rundir import RunDir, write_atomic
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
@@ -110,26 +120,23 @@ class SloResult:
 MIN_ACHIEVED = 0.95
 
 
-def delivery(doc: dict[str, Any]) -> tuple[bool, list[str]]:
+def delivery(doc: BenchDocument) -> tuple[bool, list[str]]:
     """Whether the bench put the load it names on the server (metrics.json "schedule": a rate
     the client did not reach is not that rate), and notes on the client's headroom."""
     why: list[str] = []
-    schedule = doc.get("schedule") or {}
-    target, achieved = schedule.get("target_rate"), schedule.get("achieved_rate")
+    schedule = doc.schedule
+    target = schedule.target_rate if schedule else None
+    achieved = schedule.achieved_rate if schedule else None
     ok = True
-    if (
-        isinstance(target, (int, float))
-        and isinstance(achieved, (int, float))
-        and achieved < MIN_ACHIEVED * target
-    ):
+    if target is not None and achieved is not None and achieved < MIN_ACHIEVED * target:
         ok = False
         why.append(
             f"achieved {achieved:.2f} req/s of {target:g} (below "
             f"{MIN_ACHIEVED:.0%}: the client fell behind, so not this rate)"
         )
-    client = doc.get("client") or {}
-    if client.get("client_bound"):
-        why.append("note: client-bound (" + "; ".join(client.get("reasons") or []) + ")")
+    client = doc.client
+    if client is not None and client.client_bound:
+        why.append("note: client-bound (" + "; ".join(client.reasons) + ")")
     return ok, why
 
 
@@ -137,9 +144,9 @@ def judge(
     conditions: list[Condition],
     metrics: dict[str, float],
     exit_code: int | None,
-    doc: dict[str, Any] | None = None,
+    doc: BenchDocument | dict[str, Any] | None = None,
 ) -> tuple[bool, list[str]]:
-    delivered, why = delivery(doc or {})
+    delivered, why = delivery(bench_document(doc or {}))
     if exit_code != 0:
         why.append(f"bench exited {exit_code}")
     for c in conditions:
@@ -264,16 +271,17 @@ def slo_search(
     record["answer"] = answer
     if error:
         record["error"] = error
-    home.write_json(
-        "result.json",
-        {
-            "axis": axis,
-            "slo": record["slo"],
-            "answer": answer,
-            "probes": record["probes"],
-            **({"error": error} if error else {}),
-        },
-    )
+    result = {
+        "schema": SLO_SCHEMA,
+        "schema_version": SLO_VERSION,
+        "axis": axis,
+        "slo": record["slo"],
+        "answer": answer,
+        "probes": record["probes"],
+        **({"error": error} if error else {}),
+    }
+    path = home.path / "result.json"
+    write_checked(redact.data(result), SloSearchResult, lambda t: write_atomic(path, t, False))
     recorder.finish(
         code=code, outcome="ok" if code == 0 else "failed", store_path=store, who="slo-search"
     )
@@ -320,12 +328,8 @@ def _probe(
         RunSpec(kind="bench", group=home.run_id, extra={"slo_search": home.run_id, axis: value}),
     )
     state = wait_or_stop(started.run)
-    doc = started.run.read_json("metrics.json") or {}
-    metrics = {
-        k: float(v)
-        for k, v in (doc.get("metrics") or {}).items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
+    doc = read_bench(started.run.path / "metrics.json")
+    metrics = doc.metrics.numbers() if doc else {}
     code = state.exit.code if state.exit else None
     met, why = judge(conditions, metrics, code, doc)
     kept = {c.metric: metrics[c.metric] for c in conditions if c.metric in metrics}

@@ -15,6 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proctor import redact
+from proctor.jobs.documents import (
+    SWEEP_SCHEMA,
+    SWEEP_VERSION,
+    BenchDocument,
+    Document,
+    SweepSummary,
+    read_bench,
+    write_checked,
+)
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.schema import SweepRecord, parse_as
@@ -146,14 +156,13 @@ def _run_point(
     )
     say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
     state = wait_or_stop(started.run)
-    document = started.run.read_json("metrics.json") or {}
-    metrics = document.get("metrics") or {}
+    document = read_bench(started.run.path / "metrics.json")
     code = state.exit.code if state.exit else None
     point = SweepPoint(
         conc,
         started.run.run_id,
         code,
-        {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+        document.metrics.numbers() if document else {},
         failure=_failure(document, code),
     )
     say(
@@ -164,11 +173,11 @@ def _run_point(
     return point
 
 
-def _failure(document: dict[str, Any], exit_code: int | None) -> str | None:
+def _failure(document: BenchDocument | None, exit_code: int | None) -> str | None:
     """Why a point failed: its bench verdict, else its exit status; None when it passed."""
-    verdict = document.get("verdict")
-    if isinstance(verdict, dict) and verdict.get("ok") is False:
-        return str(verdict.get("message"))
+    verdict = document.verdict if document else None
+    if verdict is not None and verdict.ok is False:
+        return str(verdict.message)
     if exit_code is None:
         return "result unknown (no exit status)"
     return None if exit_code == 0 else f"bench exited {exit_code}"
@@ -276,12 +285,23 @@ def write_plot(path: Path, points: list[SweepPoint], title: str = "") -> bool:
     return True
 
 
+def write_summary_json(sweep: RunDir, summary: dict[str, Any], model: type[Document]) -> None:
+    """summary.json (secrets masked, as RunDir.write_json does), checked against its model."""
+    path = sweep.path / "summary.json"
+    write_checked(redact.data(summary), model, lambda text: write_atomic(path, text, mask=False))
+
+
 def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoint]) -> None:
     """summary.json/.csv/.txt and the PNG of the points so far; the sweep's typed record gets
     them (points, plot, plot_skipped), written through its recorder."""
     sweep = recorder.run
     record.points = [p.row() for p in points]
-    summary: dict[str, Any] = {"sweep": sweep.run_id, "points": record.points}
+    summary: dict[str, Any] = {
+        "schema": SWEEP_SCHEMA,
+        "schema_version": SWEEP_VERSION,
+        "sweep": sweep.run_id,
+        "points": record.points,
+    }
     skipped = plot_unavailable()
     if skipped is None:
         try:
@@ -294,7 +314,7 @@ def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoi
                 skipped = "no point has both output throughput and mean TPOT"
     summary["plot_skipped"] = skipped
     record.plot, record.plot_skipped = summary.get("plot"), skipped
-    sweep.write_json("summary.json", summary)
+    write_summary_json(sweep, summary, SweepSummary)
     write_atomic(sweep.path / "summary.csv", summary_csv(points))
     write_atomic(sweep.path / "summary.txt", summary_text(points))
     recorder.update(points=record.points, plot=record.plot, plot_skipped=record.plot_skipped)
