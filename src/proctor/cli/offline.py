@@ -8,6 +8,7 @@ import typer
 
 from proctor.cli.helptext import RUNS_DIR_HELP
 from proctor.cli.output import print_json
+from proctor.jobs.documents import OfflineDocument, read_or_none
 from proctor.spec.config import load_config
 from proctor.workloads.offline import OfflineRequest, start_offline
 
@@ -117,7 +118,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(run.run_id)
             return
         supervised, state = follow(run, "offline", quiet=as_json)
-        doc = run.read_json("metrics.json") or {}
+        doc = read_or_none(run.path / "metrics.json")
+        offline = doc if isinstance(doc, OfflineDocument) else OfflineDocument.model_validate({})
         record = load_record(run.path)
         if as_json:
             print_json(
@@ -125,9 +127,9 @@ def register(app: typer.Typer) -> None:
                     "run_id": run.run_id,
                     "dir": str(run.path),
                     "outcome": record.outcome if record else None,
-                    "status": doc.get("status"),
-                    "metrics": doc.get("metrics", {}),
-                    "faults": doc.get("faults", []),
+                    "status": offline.status,
+                    "metrics": offline.metrics.root,
+                    "faults": offline.faults,
                 }
             )
         finish(supervised, interrupts, state, "offline")

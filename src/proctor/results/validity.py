@@ -40,17 +40,14 @@ metrics.json document and says which checks failed. Thresholds (docs/bench.md):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from proctor.jobs.documents import (
-    BenchDocument,
-    ConformanceCheck,
-    ScheduleSection,
-    bench_document,
-    finite,
-)
+if TYPE_CHECKING:  # imported where a document is judged: the run wrapper's `with_check` needs
+    # no model (it loads no pydantic; tests/cli/test_command_imports.py)
+    from proctor.jobs.documents import BenchDocument, ConformanceCheck, ValiditySection
 
 RATE_FLOOR = 0.95
 DELAY_LIMIT_MS = 50.0  # p99 schedule delay allowed: at most this,
@@ -112,6 +109,17 @@ def ttft_trend(points: Sequence[tuple[float, float]]) -> dict[str, float] | None
     }
 
 
+def finite(value: Any) -> float | None:
+    """`value` as a finite float, or None (not a number, bool, NaN, infinite, too large)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def sent_rates(pairs: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
     """(sent, scheduled) requests per second of (due time, send time) pairs: n - 1 over the
     span of the send times, and over the span of the due times."""
@@ -131,17 +139,17 @@ def delay_limit_ms(rate: float) -> float:
 
 
 def _rate(doc: BenchDocument, validity: Validity, sent: tuple[float, float] | None) -> None:
-    schedule = doc.schedule or ScheduleSection()
-    target = finite(schedule.target_rate)
+    schedule = doc.schedule
+    target = finite(schedule.target_rate) if schedule else None
     asked = finite(doc.config.request_rate)  # "inf" is not a number
     if target is None and asked is None:
         validity.add(
             "rate", True, "no target rate (requests sent as fast as the concurrency allows)"
         )
         return
-    p99 = finite(schedule.schedule_delay_p99_ms)
+    p99 = finite(schedule.schedule_delay_p99_ms) if schedule else None
     rate = target if target is not None else asked
-    if p99 is not None and rate is not None and rate > 0:
+    if schedule and p99 is not None and rate is not None and rate > 0:
         limit = delay_limit_ms(rate)
         worst = finite(schedule.schedule_delay_max_ms)
         achieved = finite(schedule.achieved_rate)
@@ -154,7 +162,7 @@ def _rate(doc: BenchDocument, validity: Validity, sent: tuple[float, float] | No
         ok = p99 <= limit
         validity.add("rate", ok, facts if ok else "the client sent requests late: " + facts)
         return
-    achieved = finite(schedule.achieved_rate)
+    achieved = finite(schedule.achieved_rate) if schedule else None
     goal = target if target is not None else asked
     how = ""
     if achieved is None and sent is not None:
@@ -220,6 +228,8 @@ def judge_validity(
 ) -> Validity:
     """The verdict on a bench's metrics.json document (read-only; a dict is read as a
     BenchDocument, ConfigError when it does not fit)."""
+    from proctor.jobs.documents import bench_document
+
     d = bench_document(doc)
     v = Validity()
     message = str((d.verdict.message if d.verdict else None) or "no error verdict")
@@ -340,8 +350,15 @@ def _server(doc: BenchDocument, v: Validity) -> None:
         v.add("server", False, said + ": the server or the client miscounts")
 
 
-def format_validity(validity: dict[str, Any]) -> list[str]:
+def format_validity(validity: ValiditySection | dict[str, Any]) -> list[str]:
     """Lines printed with the summary."""
-    if validity.get("verdict") == "VALID":
-        return ["Validity: VALID (" + ", ".join(validity.get("checks", {})) + " checked)"]
-    return ["Validity: INVALID"] + [f"  - {r}" for r in validity.get("reasons", [])]
+    from proctor.jobs.documents import ValiditySection
+
+    v = (
+        validity
+        if isinstance(validity, ValiditySection)
+        else ValiditySection.model_validate(validity)
+    )
+    if v.verdict == "VALID":
+        return ["Validity: VALID (" + ", ".join(v.checks) + " checked)"]
+    return ["Validity: INVALID"] + [f"  - {r}" for r in v.reasons]
