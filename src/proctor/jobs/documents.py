@@ -310,12 +310,47 @@ class Reconcile(Section):
     disagreements: list[Any] = Field(default_factory=list)
 
 
-class ServerSection(Section):
-    """The server's /metrics over the measured window (monitors/server_metrics.py)."""
+class ServerWindow(Section):
+    start: Figure = None
+    end: Figure = None
+    seconds: Figure = None
 
+
+class ServerHistogram(Section):
+    """A latency histogram's window: count, mean, percentiles interpolated in its buckets."""
+
+    count: Figure = None
+    mean: Figure = None
+    p50: Figure = None
+    p90: Figure = None
+    p99: Figure = None
+    note: str | None = None
+
+
+class ServerPrefixCache(Section):
+    hits: Figure = None
+    queries: Figure = None
+    hit_rate: Figure = None
+
+
+class ServerSection(Section):
+    """The server's /metrics over the measured window (monitors/server_metrics.py); gauges
+    other than those named here (`*_max`, `*_mean`) are kept as written."""
+
+    url: str | None = None
+    scrapes: int | None = None
     available: bool | None = None
     engine: str | None = None
     note: str | None = None
+    window: ServerWindow | None = None
+    generation_tokens: Figure = None
+    prompt_tokens: Figure = None
+    prefix_cache: ServerPrefixCache | None = None
+    running_max: Figure = None
+    waiting_max: Figure = None
+    kv_cache_usage_max: Figure = None
+    ttft_ms: ServerHistogram | None = None
+    e2el_ms: ServerHistogram | None = None
     reconcile: Reconcile | None = None
 
 
@@ -324,8 +359,13 @@ class EnergySection(Section):
 
     available: bool | None = None
     reason: str | None = None
+    gpus: Figure = None
+    window_s: Figure = None
     mean_power_w: Figure = None
+    idle_power_w: Figure = None
+    idle_source: str | None = None
     j_per_output_token: Figure = None
+    gross_j_per_output_token: Figure = None
 
 
 class ValidityCheck(Section):
