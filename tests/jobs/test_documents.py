@@ -39,6 +39,7 @@ pytestmark = pytest.mark.timeout(300)
 
 REPO = Path(__file__).resolve().parents[2]
 DATASETS = REPO / "tests" / "data" / "datasets"
+TRACES = REPO / "tests" / "data" / "traces"
 SMALL = ["--isl", "8", "--osl", "4", "--prompt-multiplier", "2"]
 
 
@@ -66,6 +67,8 @@ def loadgen(base_url: str, out: Path, *extra: str) -> subprocess.CompletedProces
         ({}, ("--dataset", f"multi-turn:{DATASETS / 'conversations.jsonl'}"), 0),
         ({}, ("--dataset", f"sharegpt:{DATASETS / 'sharegpt.json'}", "--workers", "2"), 0),
         ({}, ("--percentiles", "50,90,99.9", "--goodput", "ttft:1000"), 0),
+        ({}, ("--dataset", "shared-prefix", "--prefix-groups", "2", "--repeat", "2"), 0),
+        ({}, ("--dataset", f"trace:{TRACES / 'burstgpt_head.csv'}", "--trace-speed", "1000"), 0),
         ({"mode": "http500", "fault_every": 3}, (), 3),
         ({"mode": "http500", "fault_every": 1}, (), 3),
         ({"metrics": False}, ("--server-metrics", "0"), 0),
@@ -76,6 +79,8 @@ def loadgen(base_url: str, out: Path, *extra: str) -> subprocess.CompletedProces
         "multi-turn",
         "sharegpt-workers",
         "percentiles",
+        "shared-prefix-repeats",
+        "trace",
         "some-fail",
         "all-fail",
         "no-metrics",
