@@ -13,9 +13,9 @@ if [ ! -x .venv/bin/python ]; then
     step "creating .venv"
     "$PY" -m venv .venv
 fi
-step "installing proctor[dev,eval,plot] into .venv"
+step "installing proctor[dev,eval] into .venv"
 .venv/bin/python -m pip install -q -U pip 2>&1 | grep -v "is ignored" || true
-.venv/bin/python -m pip install -q -e '.[dev,eval,plot]' 2>&1 | grep -v -e "is ignored" -e "corresp(dist" -e '^ *!!$' || true
+.venv/bin/python -m pip install -q -e '.[dev,eval]' 2>&1 | grep -v -e "is ignored" -e "corresp(dist" -e '^ *!!$' || true
 .venv/bin/python -c "import proctor, typer, pydantic, aiohttp, httpx, asyncssh" || { echo "[setup] proctor venv broken" >&2; exit 1; }
 
 if [ "$(id -u)" -eq 0 ]; then

@@ -23,8 +23,8 @@ COMMAND_API: dict[str, tuple[str, ...]] = {
     "drain": ("drain", "drain_for_engine"),
     "inspect": ("inspect",),
     "flow": ("run_flow", "FlowOptions", "ServerRequest", "DrainConfig", "FlowWorkload"),
-    "bench": ("bench", "BenchConfig", "BenchResult"),
-    "sweep": ("run_sweep", "run_server_sweep", "ServerGrid", "slo_search"),
+    "bench": ("bench", "BenchJob", "BenchConfig", "BenchResult", "run_job", "load_job"),
+    "sweep": ("SweepJob", "run_job", "run_sweep", "run_server_sweep", "ServerGrid", "slo_search"),
     "check": ("check", "load_baseline", "parse_path"),
     "report": ("build_report", "write_report"),
     "offline": ("start_offline", "OfflineRequest"),
@@ -81,26 +81,39 @@ def test_a_detached_start_can_be_found_waited_for_and_stopped() -> None:
     assert ended.state == "finished" and ended.outcome == "stopped"
 
 
-def test_a_bench_from_python_writes_the_metrics_the_cli_writes(tmp_path: Path) -> None:
+def test_a_bench_from_python_leaves_the_files_the_cli_leaves(tmp_path: Path) -> None:
+    """`proctor.bench(job, DIR)` and `proctor bench -o DIR` with the same settings: the same
+    files (metrics.json, server_metrics.csv from the server's /metrics, requests.jsonl), and
+    `proctor.run_job` the same again."""
     from tests.fixtures.fake_openai_server import FakeServer
 
     server = FakeServer().start()
+    shape = {"isl": 16, "osl": 8, "concurrency": 2, "num_prompts": 4, "num_warmups": 0}
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
     try:
-        config = proctor.BenchConfig(
+        job = proctor.BenchJob(
             base_url=server.base_url,
-            isl=16,
-            osl=8,
-            concurrency=2,
-            num_prompts=4,
-            num_warmups=0,
             range_ratio=0.0,
             progress=False,
             log_every_s=0.0,
+            save_detailed=True,
+            server_metrics_s=0.2,
+            **shape,
         )
-        result = proctor.bench(config, tmp_path / "out")
+        result = proctor.bench(job, tmp_path / "api")
+        assert proctor.run_job(job, output_dir=tmp_path / "job", say=lambda _: None) == 0
+        cli = proctor_cli(
+            "bench", "-o", str(tmp_path / "cli"), "--base-url", server.base_url, *flags,
+            "--range-ratio", "0", "--save-detailed", "--server-metrics", "0.2", "--json",
+        )  # fmt: skip
+        assert cli.returncode == 0, cli.stderr
     finally:
         server.stop()
-    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    files = {name: sorted(p.name for p in (tmp_path / name).iterdir()) for name in ("api", "cli")}
+    files["job"] = sorted(p.name for p in (tmp_path / "job").iterdir())
+    assert files["api"] == files["cli"] == files["job"], files
+    assert {"metrics.json", "server_metrics.csv", "requests.jsonl"} <= set(files["api"])
+    metrics = json.loads((tmp_path / "api" / "metrics.json").read_text())
     assert metrics["verdict"]["ok"] is True and metrics["verdict"]["total"] == 4
     assert result.verdict().ok
 

@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "status": "proctor.api",
     "find": "proctor.api",
     "bench": "proctor.api",
+    "run_job": "proctor.api",
     # `run_flow`, not `flow`: importing the submodule proctor.flow would rebind that name
     "run_flow": "proctor.api",
     "RunResult": "proctor.api",
@@ -34,6 +35,9 @@ _EXPORTS: dict[str, str] = {
     "ProjectConfig": "proctor.spec.config",
     "load_config": "proctor.spec.config",
     "BenchConfig": "proctor.workloads.loadgen.config",
+    "BenchJob": "proctor.jobs.bench",
+    "SweepJob": "proctor.jobs.sweep",
+    "load_job": "proctor.jobs.run",
     "BenchResult": "proctor.workloads.loadgen.runner",
     "FlowOptions": "proctor.flow",
     "ServerRequest": "proctor.serve",
@@ -88,6 +92,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "BenchConfig",
+    "BenchJob",
     "BenchResult",
     "DrainConfig",
     "ExitCode",
@@ -114,6 +119,7 @@ __all__ = [
     "SshTarget",
     "Store",
     "SupervisedRun",
+    "SweepJob",
     "Target",
     "__version__",
     "bench",
@@ -127,6 +133,7 @@ __all__ = [
     "inspect",
     "load_baseline",
     "load_config",
+    "load_job",
     "load_record",
     "parse_path",
     "parse_target",
@@ -135,6 +142,7 @@ __all__ = [
     "run",
     "run_flow",
     "run_gsm8k",
+    "run_job",
     "run_server_sweep",
     "run_sweep",
     "slo_search",
@@ -172,6 +180,7 @@ if TYPE_CHECKING:
         plan,
         run,
         run_flow,
+        run_job,
         start,
         status,
         stop,
@@ -179,6 +188,9 @@ if TYPE_CHECKING:
     )
     from proctor.errors import ExitCode, ProctorError, exit_code_for
     from proctor.flow import FlowOptions
+    from proctor.jobs.bench import BenchJob
+    from proctor.jobs.run import load_job
+    from proctor.jobs.sweep import SweepJob
     from proctor.monitors.drain import DrainConfig, drain, drain_for_engine
     from proctor.record.recorder import Recorder
     from proctor.record.rundir import RunDir

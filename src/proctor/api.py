@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from proctor.flow import Flow, FlowOptions
+from proctor.jobs.bench import BenchJob
+from proctor.jobs.sweep import SweepJob
 from proctor.record.rundir import RunDir
 from proctor.record.schema import load_record
 from proctor.record.status import RunState, run_state
@@ -31,7 +33,6 @@ from proctor.supervise.launch import (
     wait_run,
 )
 from proctor.supervise.signals import deferred_stops
-from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.runner import BenchResult, run_benchmark, write_outputs
 
 
@@ -160,15 +161,35 @@ def run(argv: Sequence[str], *, follow: IO[bytes] | None = None, **options: Any)
     return wait(started, follow=follow)
 
 
-def bench(config: BenchConfig, output_dir: str | Path | None = None) -> BenchResult:
-    """`proctor bench --output-dir DIR`: a serving benchmark in this process; metrics.json (and
-    the other outputs) are written to `output_dir` when given. `result.verdict()` says whether
-    more requests failed than `config.max_error_rate` allows."""
-    result = run_benchmark(config)
-    if output_dir is not None:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        write_outputs(result, Path(output_dir))
+def bench(config: BenchJob, output_dir: str | Path | None = None) -> BenchResult:
+    """`proctor bench --output-dir DIR`: a serving benchmark in this process; with `output_dir`,
+    the same files as the CLI's (metrics.json, the server's /metrics and the GPUs sampled
+    meanwhile, requests.jsonl with `save_detailed`). `result.verdict()` says whether more
+    requests failed than `config.max_error_rate` allows."""
+    where = Path(output_dir) if output_dir is not None else None
+    if where is not None:
+        where.mkdir(parents=True, exist_ok=True)
+    result = run_benchmark(config, where)
+    if where is not None:
+        write_outputs(result, where)
     return result
+
+
+def run_job(
+    job: BenchJob | SweepJob,
+    *,
+    output_dir: str | Path | None = None,
+    config: ProjectConfig | str | Path | None = None,
+    say: Callable[[str], None] = print,
+) -> int:
+    """Run a typed job in this process, as `python -m proctor.jobs run JOB` does for every
+    supervised bench, sweep point and flow workload: a bench writes into `output_dir`, a sweep
+    makes its own runs. Returns the exit code (0 ok, 3 the workload failed, ...); errors are
+    raised as proctor.errors types."""
+    from proctor.jobs.run import run_job as run_here
+
+    where = Path(output_dir) if output_dir is not None else None
+    return run_here(job, output_dir=where, config=_config(config), say=say)
 
 
 @dataclass(frozen=True)
@@ -200,6 +221,7 @@ __all__ = [
     "plan",
     "run",
     "run_flow",
+    "run_job",
     "start",
     "status",
     "stop",

@@ -2,8 +2,8 @@
 
 Each server point is its own flow (stop, start, ready, one bench per bench point, drain, stop)
 whose record carries `sweep: {group, point, params}`. The sweep itself is a run directory (kind
-"server-sweep", group GROUP) holding summary.json, summary.csv, summary.txt and, with
-matplotlib, throughput_latency.png and pareto.png, rewritten after every server point.
+"server-sweep", group GROUP) holding summary.json, summary.csv and summary.txt, rewritten after
+every server point; its plots are its report (`proctor report GROUP`).
 
 Resumable: a second invocation with the same group reuses every server point whose flow of that
 group ended with exit 0 and runs the others again (the failed ones, and those never reached).
@@ -36,7 +36,7 @@ from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
 from proctor.version import __version__
 from proctor.workloads.flow_workloads import FlowWorkload, parse_workload
-from proctor.workloads.sweep import plot_unavailable, write_summary_json
+from proctor.workloads.sweep import write_summary_json
 
 # Bench options that may be lists, each value a point of the bench grid.
 BENCH_AXES = ("concurrency", "request_rate")
@@ -452,8 +452,10 @@ def summary_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def write_server_summary(recorder: Recorder, rows: list[dict[str, Any]], group: str) -> None:
-    """summary.json/.csv/.txt and the plots of the rows so far; the rows go in the sweep's
-    record as its points, written through its recorder (merged into the record on disk)."""
+    """summary.json/.csv/.txt of the rows so far; the rows go in the sweep's record as its
+    points, written through its recorder (merged into the record on disk). The plots
+    (throughput against latency per server point, the Pareto front) are the sweep's report
+    (`proctor report GROUP`, plotly)."""
     sweep = recorder.run
     front = pareto_front(rows)
     summary: dict[str, Any] = {
@@ -464,97 +466,10 @@ def write_server_summary(recorder: Recorder, rows: list[dict[str, Any]], group: 
         "rows": rows,
         "pareto": front,
     }
-    skipped = plot_unavailable()
-    plots: list[str] = []
-    if skipped is None:
-        try:
-            plots = write_plots(sweep.path, rows, front, group)
-        except (OSError, ValueError, RuntimeError) as error:  # a plot must not lose a sweep
-            skipped = f"plot failed: {error}"
-    summary["plots"], summary["plot_skipped"] = plots, skipped
     write_summary_json(sweep, summary, GridSummary)
     write_atomic(sweep.path / "summary.csv", summary_csv(rows))
     write_atomic(sweep.path / "summary.txt", summary_text(rows))
     recorder.update(points=rows)
-
-
-def write_plots(
-    directory: Path, rows: list[dict[str, Any]], front: list[int], group: str
-) -> list[str]:
-    """throughput_latency.png (output tok/s against p99 TPOT, one line per server point) and
-    pareto.png (tokens/s per user against per GPU, the front joined)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    written: list[str] = []
-    ok = [r for r in rows if r["exit_code"] == 0 and "output_throughput" in r["metrics"]]
-    if not ok:
-        return written
-    fig = Figure(figsize=(7, 4.5), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    by_server: dict[str, list[dict[str, Any]]] = {}
-    for r in ok:
-        by_server.setdefault(point_key(r["server"]), []).append(r)
-    for label, members in by_server.items():
-        pts = [
-            (r["metrics"].get("p99_tpot_ms"), r["metrics"]["output_throughput"])
-            for r in members
-            if r["metrics"].get("p99_tpot_ms") is not None
-        ]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
-    ax.set_xlabel("p99 TPOT (ms)")
-    ax.set_ylabel("output throughput (tok/s)")
-    ax.set_title(f"server sweep {group}: throughput against latency")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(_save(fig, directory / "throughput_latency.png"))
-    scored = [r for r in ok if r["tok_s_per_user"] is not None and r["tok_s_per_gpu"] is not None]
-    if scored:
-        fig = Figure(figsize=(7, 4.5), dpi=100)
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot()
-        ax.plot(
-            [r["tok_s_per_user"] for r in scored],
-            [r["tok_s_per_gpu"] for r in scored],
-            "o",
-            color="tab:gray",
-            label="points",
-        )
-        best = [rows[i] for i in front]
-        ax.plot(
-            [r["tok_s_per_user"] for r in best],
-            [r["tok_s_per_gpu"] for r in best],
-            "o-",
-            color="tab:red",
-            label="Pareto front",
-        )
-        for r in best:
-            ax.annotate(
-                point_key({**r["server"], **r["bench"]}),
-                (r["tok_s_per_user"], r["tok_s_per_gpu"]),
-                textcoords="offset points",
-                xytext=(4, 4),
-                fontsize=6,
-            )
-        ax.set_xlabel("tokens/s per user (1000 / median TPOT)")
-        ax.set_ylabel("output tokens/s per GPU")
-        ax.set_title(f"server sweep {group}: Pareto front")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        written.append(_save(fig, directory / "pareto.png"))
-    return written
-
-
-def _save(fig: Any, path: Path) -> str:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as handle:
-        fig.savefig(handle, format="png", metadata={"Software": None})
-    tmp.replace(path)
-    return path.name
 
 
 __all__ = [

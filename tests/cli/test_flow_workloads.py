@@ -316,16 +316,17 @@ offline = {body}
     assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
 
 
-@pytest.mark.parametrize("kind", ["offline", "sweep"])
+@pytest.mark.parametrize("kind", ["offline"])
 def test_flags_a_flow_checks_are_the_commands_own(kind: str) -> None:
-    """What a flow checks an offline or sweep workload against is the command's own options
-    (less those whose meaning is local: --json, --detach, --target)."""
+    """What a flow checks an offline workload against is the command's own options (less those
+    whose meaning is local: --json, --detach, --target). A bench or sweep table is its job's
+    (tests/jobs/test_options.py)."""
     import click
     import typer
 
     from proctor.cli import groups
     from proctor.cli.main import app
-    from proctor.workloads.flow_workloads import OFFLINE_FLAGS, SWEEP_FLAGS
+    from proctor.workloads.flow_workloads import OFFLINE_FLAGS
 
     groups.mount(app, [kind])
     root = typer.main.get_command(app)
@@ -336,11 +337,8 @@ def test_flags_a_flow_checks_are_the_commands_own(kind: str) -> None:
     for p in command.params:
         if isinstance(p, click.Option) and p.is_flag:
             flag = p.opts[0][2:]
-            assert (
-                flag in ("json", "detach")
-                or {"offline": OFFLINE_FLAGS, "sweep": SWEEP_FLAGS}[kind][flag] is None
-            )
-    mine = {"offline": OFFLINE_FLAGS, "sweep": SWEEP_FLAGS}[kind]
+            assert flag in ("json", "detach") or {"offline": OFFLINE_FLAGS}[kind][flag] is None
+    mine = {"offline": OFFLINE_FLAGS}[kind]
     assert set(mine) == given - {"json", "detach", "target"}
 
 

@@ -77,8 +77,7 @@ def test_server_grid_is_a_flow_per_point_with_a_pareto_front(
     assert written["outcome"] == "ok" and written["exit_code"] == 0
     csv = (home / "summary.csv").read_text().splitlines()
     assert csv[0].startswith("server,bench,flow_run") and len(csv) == 3
-    assert set(summary["plots"]) == {"throughput_latency.png", "pareto.png"}
-    assert all((home / name).stat().st_size > 1000 for name in summary["plots"])
+    assert not list(home.glob("*.png"))  # the plots are its report (plotly)
 
     report = proctor("report", "mns", "--json")  # the group's newest sweep
     assert report.returncode == 0, report.stderr

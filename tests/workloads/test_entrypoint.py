@@ -247,7 +247,7 @@ def test_proctor_bench_records_the_typed_request_it_ran(
     assert r.returncode == 0, r.stderr
     record = json.loads((only_run(isolated_runs) / "record.json").read_text())
     argv = record["argv"]
-    assert argv[1:4] == ["-m", "proctor.workloads.loadgen", "--config-json"] and len(argv) == 5
+    assert argv[1:4] == ["-m", "proctor.jobs", "run"] and len(argv) == 5
     sent = json.loads(argv[4])
     assert (sent["isl"], sent["concurrency"], sent["num_prompts"]) == (16, 2, 4)
     assert "api_key" not in sent

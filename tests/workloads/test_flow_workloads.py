@@ -3,7 +3,9 @@ front, SLO judgement. The runs themselves are tested in tests/cli (fake server) 
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,14 @@ from proctor.workloads.slo import judge, parse_slo, percentiles_needed
 URL = "http://127.0.0.1:9000"
 
 
-def test_bench_options_become_load_generator_flags() -> None:
+def _job(argv: list[str]) -> dict[str, Any]:
+    """The job a workload's run is started with (`python -m proctor.jobs run JOB`)."""
+    assert argv[:4] == [sys.executable, "-m", "proctor.jobs", "run"]
+    job: dict[str, Any] = json.loads(argv[4])
+    return job
+
+
+def test_bench_options_become_a_bench_job() -> None:
     w = parse_workload(
         {
             "bench": {
@@ -24,15 +33,15 @@ def test_bench_options_become_load_generator_flags() -> None:
                 "num_prompts": 8,
                 "ignore_eos": False,
                 "goodput": ["ttft:500", "tpot:30"],
+                "request-rate": "inf",
             }
         }
     )
-    argv = command_for(w, URL, "m", runs_dir="runs")
-    assert argv[:3] == [sys.executable, "-m", "proctor.workloads.loadgen"]
-    assert argv[3:5] == ["--base-url", URL]
-    joined = " ".join(argv)
-    assert "--isl 16" in joined and "--num-prompts 8" in joined and "--no-ignore-eos" in joined
-    assert "--goodput ttft:500 tpot:30" in joined
+    job = _job(command_for(w, URL, "m", runs_dir="runs"))
+    assert job["kind"] == "bench" and job["base_url"] == URL and job["model"] is None
+    assert (job["isl"], job["num_prompts"], job["ignore_eos"]) == (16, 8, False)
+    assert job["goodput_slos_ms"] == {"ttft": 500.0, "tpot": 30.0}
+    assert job["request_rate"] == "inf" and job["progress"] is False
     assert w.run_kind == "bench" and w.label == "bench"
 
 
@@ -41,10 +50,10 @@ def test_eval_gets_the_served_model_and_sweep_a_concurrency_list() -> None:
     argv = command_for(ev, URL, "served", runs_dir="runs")
     assert "proctor.workloads.gsm8k" in argv and argv[argv.index("--model") + 1] == "served"
     assert "--task" not in argv and ev.label == "acc" and ev.run_kind == "eval"
-    sw = parse_workload({"sweep": {"concurrency": [1, 4], "isl": 8}})
-    argv = command_for(sw, URL, "m", runs_dir="R")
-    assert argv[3:5] == ["sweep", "--base-url"] and "1,4" in argv
-    assert argv[argv.index("--runs-dir") + 1] == "R"
+    sw = parse_workload({"sweep": {"concurrency": [1, 4], "isl": 8, "repeat": 2}})
+    job = _job(command_for(sw, URL, "m", runs_dir="R"))
+    assert job["kind"] == "sweep" and job["concurrency"] == [1, 4] and job["runs_dir"] == "R"
+    assert (job["bench"]["isl"], job["bench"]["repeat"], job["bench"]["base_url"]) == (8, 2, URL)
 
 
 def test_cmd_is_split_as_a_shell_would() -> None:
@@ -64,7 +73,7 @@ def test_cmd_is_split_as_a_shell_would() -> None:
         ({"cmd": "x", "env": ["NOEQUALS"]}, "NAME=VALUE"),
         ({"eval": {"task": "mmlu"}}, "eval task 'mmlu'"),
         ({"bench": {"concurency": 4}}, "concurency"),
-        ({"bench": {"isl": "many"}}, "--isl"),
+        ({"bench": {"isl": "many"}}, "isl: Input should be a valid integer"),
         ({"eval": {"fewshot": 3, "bogus": 1}}, "bogus"),
         ({"cmd": ""}, "cmd must be"),
     ],

@@ -507,14 +507,13 @@ class SweepPointRow(Section):
 
 
 class SweepSummary(Document):
-    """A concurrency sweep's summary.json (workloads/sweep.py `write_summary`)."""
+    """A concurrency sweep's summary.json (workloads/sweep.py `write_summary`). Its plots are
+    its report; a summary of an older proctor also says `plot` and `plot_skipped` (kept)."""
 
     schema_: Literal["proctor.sweep.summary"] = Field(SWEEP_SCHEMA, alias="schema")
     schema_version: int = SWEEP_VERSION
     sweep: str | None = None
     points: list[SweepPointRow] = Field(default_factory=list)
-    plot: str | None = None
-    plot_skipped: str | None = None
 
 
 class GridRow(Section):
@@ -532,7 +531,7 @@ class GridRow(Section):
 
 class GridSummary(Document):
     """A server sweep's summary.json (server_sweep.py `write_server_summary`): one row per
-    bench, the indices of the Pareto front, the plots drawn."""
+    bench and the indices of the Pareto front (an older one's `plots` are kept as written)."""
 
     schema_: Literal["proctor.server-sweep.summary"] = Field(GRID_SCHEMA, alias="schema")
     schema_version: int = GRID_VERSION
@@ -540,8 +539,6 @@ class GridSummary(Document):
     sweep: str | None = None
     rows: list[GridRow] = Field(default_factory=list)
     pareto: list[int] = Field(default_factory=list)
-    plots: list[str] = Field(default_factory=list)
-    plot_skipped: str | None = None
 
 
 class SloProbe(Section):

@@ -365,7 +365,7 @@ class SweepRecord(RecordCore):
     kind: Literal["sweep"] = "sweep"
     concurrencies: list[int] = Field(default_factory=list)
     points: list[dict[str, Any]] = Field(default_factory=list)
-    plot: str | None = None
+    plot: str | None = None  # sweeps before plotly-only reports drew a PNG; kept to read them
     plot_skipped: str | None = None
     exit_code: int | None = None
 

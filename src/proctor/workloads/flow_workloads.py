@@ -5,9 +5,9 @@ A flow file's `[[flow.workload]]` entries each name one kind, with its options a
     [[flow.workload]]
     eval = { task = "gsm8k", limit = 50 }         # python -m proctor.workloads.gsm8k
     [[flow.workload]]
-    bench = { isl = 128, osl = 64, concurrency = 8, num_prompts = 64 }   # the load generator
+    bench = { isl = 128, osl = 64, concurrency = 8, num_prompts = 64 }   # a bench job
     [[flow.workload]]
-    sweep = { concurrency = [1, 4, 16], isl = 128, osl = 64 }            # proctor sweep
+    sweep = { concurrency = [1, 4, 16], isl = 128, osl = 64 }            # a sweep job
     [[flow.workload]]
     offline = { engine = "vllm", model = "/models/x", args = ["--enforce-eager"] }
     [[flow.workload]]
@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proctor.errors import UsageError
+from proctor.jobs.argv import job_argv
+from proctor.jobs.bench import BenchJob
+from proctor.jobs.options import fields_from_table, lookup, validated
+from proctor.jobs.sweep import SweepJob
 from proctor.targets.remote.shipfiles import Shipped, dataset_value, gsm8k_data_value
 
 KINDS = ("bench", "sweep", "eval", "offline", "cmd")
@@ -125,11 +129,7 @@ def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: 
     if workload.kind == "cmd":
         return list(workload.command)
     if workload.kind == "bench":
-        opts.setdefault("log-every", 5.0)
-        argv = [py, "-m", "proctor.workloads.loadgen", "--base-url", base_url, "--no-progress"]
-        argv += _flags(opts, repeat_lists=False)
-        _check(_loadgen_parser(), argv[3:], "bench")
-        return argv
+        return job_argv(bench_job(workload.options, base_url, model, where="bench workload"))
     if workload.kind == "eval":
         task = str(opts.pop("task", "gsm8k"))
         if task not in EVAL_TASKS:
@@ -140,12 +140,7 @@ def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: 
         _check(_gsm8k_parser(), argv[3:], "eval")
         return argv
     if workload.kind == "sweep":
-        if isinstance(opts.get("concurrency"), list):
-            opts["concurrency"] = ",".join(str(c) for c in opts["concurrency"])
-        opts.setdefault("runs-dir", runs_dir)
-        flags = _flags(opts, repeat_lists=True)
-        _check(_parser_of("sweep", SWEEP_FLAGS), flags, "sweep")
-        return [py, "-m", "proctor.cli.main", "sweep", "--base-url", base_url, *flags]
+        return job_argv(sweep_job(workload.options, base_url, model, runs_dir=runs_dir))
     # offline: its own engine, run while the flow's server is up (or as the flow's only job)
     args = opts.pop("args", [])
     if not isinstance(args, list):
@@ -159,6 +154,32 @@ def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: 
             hint='offline = { engine = "vllm", model = "/models/x" }',
         )
     return [py, "-m", "proctor.cli.main", "offline", *flags, "--", *map(str, args)]
+
+
+def bench_job(options: dict[str, Any], base_url: str, model: str, *, where: str) -> BenchJob:
+    """A flow file's bench table (field or flag names) as the bench job against the flow's
+    server (its URL; the model the server lists unless the table names one), with progress
+    lines every 5 s in the run's log."""
+    values: dict[str, Any] = {"log_every_s": 5.0}
+    values.update(fields_from_table(BenchJob, options, where=where))
+    values.update(base_url=base_url, progress=False)
+    return validated(BenchJob, values, what=where, hint="its options are proctor bench's")
+
+
+def sweep_job(options: dict[str, Any], base_url: str, model: str, *, runs_dir: str) -> SweepJob:
+    """A flow file's sweep table: the sweep's own options (concurrency, request_rate, name,
+    slo, ...) and every bench option, for the bench of each point."""
+    own = {k for k in lookup(SweepJob) if k != "bench"}
+    sweep = fields_from_table(
+        SweepJob, {k: v for k, v in options.items() if k in own}, where="sweep"
+    )
+    bench = bench_job(
+        {k: v for k, v in options.items() if k not in own}, base_url, model, where="sweep workload"
+    )
+    values = {**sweep, "bench": bench, "runs_dir": runs_dir}
+    return validated(
+        SweepJob, values, what="sweep workload", hint="its options are proctor sweep's"
+    )
 
 
 def file_values(kind: str, options: object, where: tuple[str | int, ...]) -> list[Shipped]:
@@ -199,20 +220,14 @@ def _flags(opts: dict[str, Any], *, repeat_lists: bool) -> list[str]:
     return argv
 
 
-def _loadgen_parser() -> argparse.ArgumentParser:
-    from proctor.workloads.loadgen.__main__ import parser
-
-    return parser()
-
-
 def _gsm8k_parser() -> argparse.ArgumentParser:
     from proctor.workloads.gsm8k import _parser
 
     return _parser()
 
 
-# The flags of `proctor offline` and `proctor sweep` (cli/offline.py, cli/bench.py) a flow may
-# set, by kind of value (None: a switch; list: repeatable); a test keeps these in step with the
+# The flags of `proctor offline` (cli/offline.py) a flow may set, by kind of value (None: a
+# switch; list: repeatable); a test keeps these in step with the
 # commands (tests/cli/test_flow_workloads.py).
 OFFLINE_FLAGS: dict[str, type | None] = {
     "engine": str,
@@ -228,42 +243,6 @@ OFFLINE_FLAGS: dict[str, type | None] = {
     "gpu-sample": float,
     "runs-dir": str,
     "config": str,
-}
-SWEEP_FLAGS: dict[str, type | None] = {
-    "concurrency": str,
-    "server": str,
-    "base-url": str,
-    "port": int,
-    "model": str,
-    "isl": int,
-    "osl": int,
-    "prompt-multiplier": int,
-    "range-ratio": float,
-    "chat": None,
-    "seed": int,
-    "name": str,
-    "runs-dir": str,
-    "max-error-rate": float,
-    "num-prompts": int,
-    "request-rate": str,
-    "server-grid": list,
-    "file": str,
-    "group": str,
-    "engine": str,
-    "tp": int,
-    "poll": str,
-    "slo": str,
-    "search": str,
-    "lo": float,
-    "hi": float,
-    "max-probes": int,
-    "resolution": float,
-    "dataset": str,
-    "prefix-groups": int,
-    "prefix-hit-rate": float,
-    "prefix-len": int,
-    "trace-speed": float,
-    "workers": int,
 }
 
 
@@ -296,10 +275,11 @@ def _check(parser: argparse.ArgumentParser, argv: list[str], kind: str) -> None:
 __all__ = [
     "KINDS",
     "OFFLINE_FLAGS",
-    "SWEEP_FLAGS",
     "FlowWorkload",
+    "bench_job",
     "command_for",
     "file_values",
     "parse_workload",
     "parse_workloads",
+    "sweep_job",
 ]

@@ -21,25 +21,26 @@ from typing import Any
 
 from proctor import redact
 from proctor.errors import ExitCode, UsageError
+from proctor.jobs.argv import job_argv
+from proctor.jobs.bench import BenchJob
 from proctor.jobs.documents import (
     SLO_SCHEMA,
     SLO_VERSION,
     BenchDocument,
     SloSearchResult,
     bench_document,
-    read_bench,
     write_checked,
 )
+from proctor.jobs.sweep import AXIS_FIELDS, SweepJob
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
-from proctor.supervise.launch import RunSpec, start_run
-from proctor.targets.service import wait_or_stop
 from proctor.version import __version__
+from proctor.workloads.sweep import run_bench_point
 
-AXES = {"request-rate": "--request-rate", "concurrency": "--concurrency"}
+AXES = AXIS_FIELDS  # search axis -> the bench field it sets
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
     ">=": operator.ge,
@@ -158,7 +159,7 @@ def judge(
 
 
 def slo_search(
-    base_argv: list[str],
+    base: BenchJob,
     axis: str,
     lo: float,
     hi: float,
@@ -185,7 +186,7 @@ def slo_search(
     if resolution is not None and not (math.isfinite(resolution) and resolution >= 0):
         raise UsageError(f"--resolution {resolution:g}: need a finite step >= 0 (0: default)")
     step = resolution or (1.0 if integer else max(hi * 0.05, 1e-3))
-    flags0 = RunFlags(argv=base_argv, runs_dir=runs_dir)
+    flags0 = RunFlags(argv=job_argv(base), runs_dir=runs_dir)
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
     recorder = Recorder.create(runs_root)
     home = recorder.run
@@ -195,7 +196,7 @@ def slo_search(
             "name": name,
             "kind": "slo-search",
             **controller_fields(Path.cwd(), runs_root, Path(str(store))),
-            "bench_argv": base_argv,
+            "bench_argv": job_argv(base),
             "axis": axis,
             "lo": lo,
             "hi": hi,
@@ -208,7 +209,7 @@ def slo_search(
     probes: list[Probe] = []
 
     def probe(value: float) -> Probe:
-        p = _probe(base_argv, axis, value, conditions, config, runs_root, name, home)
+        p = _probe(base, axis, value, conditions, config, runs_root, name, home)
         probes.append(p)
         verdict = "meets" if p.met else "misses"
         say(
@@ -309,7 +310,7 @@ def _broken(p: Probe) -> bool:
 
 
 def _probe(
-    base_argv: list[str],
+    base: BenchJob,
     axis: str,
     value: float,
     conditions: list[Condition],
@@ -319,21 +320,49 @@ def _probe(
     home: RunDir,
 ) -> Probe:
     shown = str(int(value)) if axis == "concurrency" else f"{value:g}"
-    argv = [*base_argv, AXES[axis], shown]
-    flags = RunFlags(
-        argv=argv, runs_dir=str(runs_root), name=f"{name}-{axis}-{shown}", gpu_sample=0
+    point = base.updated(**{AXES[axis]: int(value) if axis == "concurrency" else value})
+    ran = run_bench_point(
+        point,
+        config,
+        runs_root,
+        name=f"{name}-{axis}-{shown}",
+        home=home,
+        extra={"slo_search": home.run_id, axis: value},
     )
-    started = start_run(
-        resolve_run_plan(flags, config),
-        RunSpec(kind="bench", group=home.run_id, extra={"slo_search": home.run_id, axis: value}),
+    met, why = judge(conditions, ran.metrics, ran.exit_code, ran.document)
+    kept = {c.metric: ran.metrics[c.metric] for c in conditions if c.metric in ran.metrics}
+    return Probe(value, ran.run_id, ran.exit_code, kept, met, why)
+
+
+def run_slo_job(
+    job: SweepJob, config: ProjectConfig, *, say: Callable[[str], None] = print
+) -> SloResult:
+    """The SLO search a sweep job describes (`job.slo`, `search`, `lo`, `hi`): the bench job
+    capped at the largest concurrency point (a rate search) or at its one request rate (a
+    concurrency search), its percentiles those the conditions name."""
+    conditions = parse_slo(job.slo or "")
+    if job.lo is None or job.hi is None:
+        raise UsageError("--slo needs the range to search", hint="pass --lo A --hi B")
+    base = job.bench
+    if job.search == "request-rate":  # the cap on requests in flight: the largest given
+        base = base.updated(concurrency=max(job.concurrency))
+    elif job.request_rate:
+        base = base.updated(request_rate=job.request_rate[0])
+    wanted = {f"{p:g}" for p in base.percentiles} | {"99", *percentiles_needed(conditions)}
+    base = base.updated(percentiles=sorted(float(p) for p in wanted))
+    return slo_search(
+        base,
+        job.search,
+        job.lo,
+        job.hi,
+        conditions,
+        config,
+        runs_dir=job.runs_dir,
+        name=job.name if job.name != "sweep" else "slo",
+        resolution=job.resolution,
+        max_probes=job.max_probes,
+        say=say,
     )
-    state = wait_or_stop(started.run)
-    doc = read_bench(started.run.path / "metrics.json")
-    metrics = doc.metrics.numbers() if doc else {}
-    code = state.exit.code if state.exit else None
-    met, why = judge(conditions, metrics, code, doc)
-    kept = {c.metric: metrics[c.metric] for c in conditions if c.metric in metrics}
-    return Probe(value, started.run.run_id, code, kept, met, why)
 
 
 __all__ = [
@@ -344,5 +373,6 @@ __all__ = [
     "judge",
     "parse_slo",
     "percentiles_needed",
+    "run_slo_job",
     "slo_search",
 ]

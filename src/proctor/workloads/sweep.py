@@ -1,21 +1,23 @@
 """A concurrency sweep: one supervised bench run per point, grouped under one sweep id.
 
-The sweep is a directory of its own (kind "sweep") holding summary.json, summary.csv,
-summary.txt and throughput_latency.png (output tok/s against mean TPOT, one marker per
-concurrency; needs matplotlib, the `proctor[plot]` extra), rewritten after every point, so
-points already measured are kept whatever happens to a later one.
+The sweep is a directory of its own (kind "sweep") holding summary.json, summary.csv and
+summary.txt, rewritten after every point, so points already measured are kept whatever happens
+to a later one; its plots are its report (`proctor report NAME`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from proctor import redact
+from proctor.jobs.argv import job_argv, job_json
+from proctor.jobs.bench import BenchJob
 from proctor.jobs.documents import (
     SWEEP_SCHEMA,
     SWEEP_VERSION,
@@ -25,6 +27,7 @@ from proctor.jobs.documents import (
     read_bench,
     write_checked,
 )
+from proctor.jobs.sweep import SweepJob
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.schema import SweepRecord, parse_as
@@ -66,22 +69,16 @@ class SweepPoint:
         }
 
 
-def bench_argv(base: list[str], concurrency: int) -> list[str]:
-    return [*base, "--concurrency", str(concurrency)]
-
-
 def run_sweep(
-    base_argv: list[str],
-    concurrencies: list[int],
+    job: SweepJob,
     config: ProjectConfig,
     *,
-    runs_dir: str | None,
-    name: str,
     say: Callable[[str], None] = print,
 ) -> tuple[RunDir, list[SweepPoint]]:
-    """A bench per concurrency, grouped under one sweep run; a failing point is recorded and the
-    sweep goes on."""
-    flags0 = RunFlags(argv=bench_argv(base_argv, concurrencies[0]), runs_dir=runs_dir)
+    """A bench per concurrency (`job.point(concurrency=c)`), grouped under one sweep run; a
+    failing point is recorded and the sweep goes on."""
+    concurrencies, name, runs_dir = job.concurrency, job.name, job.runs_dir
+    flags0 = RunFlags(argv=job_argv(job.point(concurrency=concurrencies[0])), runs_dir=runs_dir)
     runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
     recorder = Recorder.create(runs_root)
     sweep = recorder.run
@@ -91,7 +88,8 @@ def run_sweep(
             "name": name,
             "kind": "sweep",
             **controller_fields(Path.cwd(), runs_root, Path(str(store_path))),
-            "bench_argv": base_argv,
+            "bench_argv": job_argv(job.bench),
+            "job": json.loads(job_json(job)),
             "concurrencies": concurrencies,
             "proctor_version": __version__,
             "outcome": "running",
@@ -101,14 +99,12 @@ def run_sweep(
     # The sweep's own record, typed: write_summary sets its points and plot and writes them
     # through the recorder (which finish() then ends).
     record = parse_as(SweepRecord, started)
-    reason = plot_unavailable()
-    if reason:
-        say(f"[sweep] the PNG plot is skipped: {reason}")
     points: list[SweepPoint] = []
     try:
         with controlling(recorder):
             for conc in concurrencies:
-                points.append(_run_point(base_argv, conc, config, runs_root, name, sweep, say))
+                point = job.point(concurrency=conc)
+                points.append(_run_point(point, config, runs_root, name, sweep, say))
                 write_summary(recorder, record, points)
     except KeyboardInterrupt:  # Ctrl-C, or `runs stop` of the sweep (controller.Stopped)
         write_summary(recorder, record, points)
@@ -132,38 +128,65 @@ def run_sweep(
     return sweep, points
 
 
+@dataclass(frozen=True)
+class PointRun:
+    """One bench of a sweep or SLO search, ended: its run, exit code, metrics.json and the
+    numeric metrics in it."""
+
+    run_id: str
+    exit_code: int | None
+    document: BenchDocument | None  # None: no metrics.json, or a damaged one
+    metrics: dict[str, float]
+
+
+def run_bench_point(
+    job: BenchJob,
+    config: ProjectConfig,
+    runs_root: Path,
+    *,
+    name: str,
+    home: RunDir,
+    extra: dict[str, Any],
+    say: Callable[[str], None] = lambda _: None,
+    label: str = "",
+) -> PointRun:
+    """The one way a sweep, an SLO search or any grid runs a point: the bench job as its own
+    supervised run (`python -m proctor.jobs run JOB`), grouped under `home`, waited for (a stop
+    of the controller stops it), read back."""
+    flags = RunFlags(argv=job_argv(job), runs_dir=str(runs_root), name=name, gpu_sample=0)
+    started = start_run(
+        resolve_run_plan(flags, config), RunSpec(kind="bench", group=home.run_id, extra=extra)
+    )
+    if label:
+        say(f"{label}: run {started.run.run_id}")
+    state = wait_or_stop(started.run)
+    document = read_bench(started.run.path / "metrics.json")
+    metrics = document.metrics.numbers() if document else {}
+    code = state.exit.code if state.exit else None
+    return PointRun(started.run.run_id, code, document, metrics)
+
+
 def _run_point(
-    base_argv: list[str],
-    conc: int,
+    job: BenchJob,
     config: ProjectConfig,
     runs_root: Path,
     name: str,
     sweep: RunDir,
     say: Callable[[str], None],
 ) -> SweepPoint:
-    flags = RunFlags(
-        argv=bench_argv(base_argv, conc),
-        runs_dir=str(runs_root),
+    conc = job.concurrency
+    ran = run_bench_point(
+        job,
+        config,
+        runs_root,
         name=f"{name}-c{conc}",
-        gpu_sample=0,
+        home=sweep,
+        extra={"sweep": sweep.run_id, "concurrency": conc},
+        say=say,
+        label=f"[sweep] concurrency {conc}",
     )
-    plan = resolve_run_plan(flags, config)
-    started = start_run(
-        plan,
-        RunSpec(
-            kind="bench", group=sweep.run_id, extra={"sweep": sweep.run_id, "concurrency": conc}
-        ),
-    )
-    say(f"[sweep] concurrency {conc}: run {started.run.run_id}")
-    state = wait_or_stop(started.run)
-    document = read_bench(started.run.path / "metrics.json")
-    code = state.exit.code if state.exit else None
     point = SweepPoint(
-        conc,
-        started.run.run_id,
-        code,
-        document.metrics.numbers() if document else {},
-        failure=_failure(document, code),
+        conc, ran.run_id, ran.exit_code, ran.metrics, failure=_failure(ran.document, ran.exit_code)
     )
     say(
         f"[sweep] concurrency {conc}: exit {point.exit_code}, "
@@ -181,6 +204,29 @@ def _failure(document: BenchDocument | None, exit_code: int | None) -> str | Non
     if exit_code is None:
         return "result unknown (no exit status)"
     return None if exit_code == 0 else f"bench exited {exit_code}"
+
+
+def points_of(summary: dict[str, Any]) -> list[SweepPoint]:
+    """The points of a summary.json (what `row()` wrote), for its table."""
+    points = []
+    for row in summary.get("points") or []:
+        metrics = {
+            k: float(v)
+            for k, v in row.items()
+            if k not in ("concurrency", "run_id", "exit_code", "failure")
+            and isinstance(v, int | float)
+            and not isinstance(v, bool)
+        }
+        points.append(
+            SweepPoint(
+                int(row["concurrency"]),
+                str(row["run_id"]),
+                row.get("exit_code"),
+                metrics,
+                row.get("failure"),
+            )
+        )
+    return points
 
 
 def point_status(p: SweepPoint) -> str:
@@ -221,70 +267,6 @@ def summary_csv(points: list[SweepPoint]) -> str:
     return out.getvalue()
 
 
-PLOT_NAME = "throughput_latency.png"
-PLOT_X = ("mean_tpot_ms", "mean TPOT (ms)")
-PLOT_Y = ("output_throughput", "output throughput (tok/s)")
-
-
-def plot_unavailable() -> str | None:
-    """Why no PNG can be drawn here, or None when matplotlib is installed."""
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
-        return "matplotlib is not installed (pip install 'matplotlib>=3.8': the plot extra)"
-    return None
-
-
-def write_plot(path: Path, points: list[SweepPoint], title: str = "") -> bool:
-    """Draw output throughput against mean TPOT to `path` (PNG, written atomically).
-
-    Points without both figures are left out; failed points that have them are drawn as
-    red crosses. False when there is nothing to draw.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    drawn = [p for p in points if PLOT_X[0] in p.metrics and PLOT_Y[0] in p.metrics]
-    if not drawn:
-        return False
-    # The Figure API, not pyplot: no global state, no GUI backend.
-    fig = Figure(figsize=(7, 4.5), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    ok = [p for p in drawn if p.exit_code == 0]
-    xs = [p.metrics[PLOT_X[0]] for p in ok]
-    ax.plot(xs, [p.metrics[PLOT_Y[0]] for p in ok], "o-", color="tab:blue", label="ok")
-    bad = [p for p in drawn if p.exit_code != 0]
-    if bad:
-        ax.plot(
-            [p.metrics[PLOT_X[0]] for p in bad],
-            [p.metrics[PLOT_Y[0]] for p in bad],
-            "x",
-            color="tab:red",
-            markersize=9,
-            label="failed",
-        )
-    for p in drawn:
-        ax.annotate(
-            f"c={p.concurrency}",
-            (p.metrics[PLOT_X[0]], p.metrics[PLOT_Y[0]]),
-            textcoords="offset points",
-            xytext=(5, 5),
-            fontsize=8,
-        )
-    ax.set_xlabel(PLOT_X[1])
-    ax.set_ylabel(PLOT_Y[1])
-    ax.set_title(title or "throughput against latency")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as handle:
-        fig.savefig(handle, format="png", metadata={"Software": None})
-    tmp.replace(path)
-    return True
-
-
 def write_summary_json(sweep: RunDir, summary: dict[str, Any], model: type[Document]) -> None:
     """summary.json (secrets masked, as RunDir.write_json does), checked against its model."""
     path = sweep.path / "summary.json"
@@ -292,8 +274,9 @@ def write_summary_json(sweep: RunDir, summary: dict[str, Any], model: type[Docum
 
 
 def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoint]) -> None:
-    """summary.json/.csv/.txt and the PNG of the points so far; the sweep's typed record gets
-    them (points, plot, plot_skipped), written through its recorder."""
+    """summary.json/.csv/.txt of the points so far; the sweep's typed record gets the points,
+    written through its recorder. The plots are the sweep's report (`proctor report NAME`,
+    plotly, from the points' own runs): one plotting library, no PNG to go stale."""
     sweep = recorder.run
     record.points = [p.row() for p in points]
     summary: dict[str, Any] = {
@@ -302,33 +285,21 @@ def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoi
         "sweep": sweep.run_id,
         "points": record.points,
     }
-    skipped = plot_unavailable()
-    if skipped is None:
-        try:
-            drawn = write_plot(sweep.path / PLOT_NAME, points, f"sweep {record.name or ''}")
-        except (OSError, ValueError, RuntimeError) as error:  # a plot must not lose a sweep
-            skipped = f"plot failed: {error}"
-        else:
-            summary["plot"] = PLOT_NAME if drawn else None
-            if not drawn:
-                skipped = "no point has both output throughput and mean TPOT"
-    summary["plot_skipped"] = skipped
-    record.plot, record.plot_skipped = summary.get("plot"), skipped
     write_summary_json(sweep, summary, SweepSummary)
     write_atomic(sweep.path / "summary.csv", summary_csv(points))
     write_atomic(sweep.path / "summary.txt", summary_text(points))
-    recorder.update(points=record.points, plot=record.plot, plot_skipped=record.plot_skipped)
+    recorder.update(points=record.points)
 
 
 __all__ = [
-    "PLOT_NAME",
+    "PointRun",
     "SweepPoint",
-    "plot_unavailable",
     "point_status",
+    "points_of",
     "record_of",
+    "run_bench_point",
     "run_sweep",
     "summary_csv",
     "summary_text",
-    "write_plot",
     "write_summary",
 ]
