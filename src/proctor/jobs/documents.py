@@ -1,15 +1,19 @@
 """The documents a job's run leaves, as typed models: every writer checks its document against
 its model before it is written, and the readers read the model, not string keys.
 
-    BenchDocument    a bench's metrics.json         schema "proctor.bench.metrics", version 1
-    EvalDocument     a GSM8K eval's metrics.json    schema "proctor.gsm8k-metrics/1"
-    OfflineDocument  an offline job's metrics.json  schema "proctor.offline-metrics/1"
-    SweepSummary     a concurrency sweep's summary.json        "proctor.sweep.summary", 1
-    GridSummary      a server sweep's (grid) summary.json      "proctor.server-sweep.summary", 1
-    SloSearchResult        an SLO search's result.json               "proctor.slo-search.result", 1
+    model            file                                  schema, schema_version
+    BenchDocument    a bench's metrics.json                "proctor.bench.metrics", 1
+    EvalDocument     a GSM8K eval's metrics.json           "proctor.gsm8k-metrics/1"
+    OfflineDocument  an offline job's metrics.json         "proctor.offline-metrics/1"
+    SweepSummary     a concurrency sweep's summary.json    "proctor.sweep.summary", 1
+    GridSummary      a server sweep's summary.json         "proctor.server-sweep.summary", 1
+    SloSearchResult  an SLO search's result.json           "proctor.slo-search.result", 1
 
-    load_document(path or dict) -> one of them, picked by its "schema" (a summary written
-                                   before summaries carried one: by its shape)
+    load_document(path or dict) -> one of them, picked by its "schema" (a summary or result
+        written before they carried one, or a GSM8K/offline document with only its "kind":
+        by its shape)
+    read_bench(path) -> BenchDocument | None     for readers that skip what they cannot read
+    write_checked(data, Model, write)            how a writer puts its document on disk
 
 Forms. Each model types every section a reader uses; a document may carry more (a newer
 proctor's section, an open-ended one such as `steady_state`): those are kept as written
