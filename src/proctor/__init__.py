@@ -40,6 +40,8 @@ _EXPORTS: dict[str, str] = {
     "load_job": "proctor.jobs.run",
     "BenchResult": "proctor.workloads.loadgen.runner",
     "FlowOptions": "proctor.flow",
+    "flow_options": "proctor.flow",
+    "load_flow_file": "proctor.flow",
     "ServerRequest": "proctor.serve",
     "DrainConfig": "proctor.monitors.drain",
     "RunDir": "proctor.record.rundir",
@@ -69,6 +71,9 @@ _EXPORTS: dict[str, str] = {
     "Gsm8kConfig": "proctor.workloads.gsm8k",
     "run_gsm8k": "proctor.workloads.gsm8k",
     "OfflineRequest": "proctor.workloads.offline",
+    "OfflineJob": "proctor.jobs.offline",
+    "EvalJob": "proctor.jobs.eval",
+    "ServeJob": "proctor.jobs.serve",
     "start_offline": "proctor.workloads.offline",
     "SshTarget": "proctor.targets.ssh",
     "SlurmTarget": "proctor.targets.slurm.target",
@@ -95,6 +100,7 @@ __all__ = [
     "BenchJob",
     "BenchResult",
     "DrainConfig",
+    "EvalJob",
     "ExitCode",
     "FlowOptions",
     "FlowResult",
@@ -103,6 +109,7 @@ __all__ = [
     "JobSpec",
     "LocalTarget",
     "Metric",
+    "OfflineJob",
     "OfflineRequest",
     "ParsedResult",
     "ProctorError",
@@ -113,6 +120,7 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "RunpodClient",
+    "ServeJob",
     "ServerGrid",
     "ServerRequest",
     "SlurmTarget",
@@ -130,9 +138,11 @@ __all__ = [
     "drain_for_engine",
     "exit_code_for",
     "find",
+    "flow_options",
     "inspect",
     "load_baseline",
     "load_config",
+    "load_flow_file",
     "load_job",
     "load_record",
     "parse_path",
@@ -187,9 +197,12 @@ if TYPE_CHECKING:
         wait,
     )
     from proctor.errors import ExitCode, ProctorError, exit_code_for
-    from proctor.flow import FlowOptions
+    from proctor.flow import FlowOptions, flow_options, load_flow_file
     from proctor.jobs.bench import BenchJob
+    from proctor.jobs.eval import EvalJob
+    from proctor.jobs.offline import OfflineJob
     from proctor.jobs.run import load_job
+    from proctor.jobs.serve import ServeJob
     from proctor.jobs.sweep import SweepJob
     from proctor.monitors.drain import DrainConfig, drain, drain_for_engine
     from proctor.record.recorder import Recorder

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,9 @@ from typing import Any
 
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
-from proctor.monitors.drain import DrainConfig
+from proctor.jobs.options import validated
+from proctor.jobs.serve import ServeJob
+from proctor.monitors.drain import DrainConfig, check_client_pattern
 from proctor.monitors.server_metrics import ServerMetricsScraper
 from proctor.record import owner
 from proctor.record.finish import now_iso
@@ -53,6 +56,8 @@ from proctor.serve import (
     worker_pids,
 )
 from proctor.spec.config import ProjectConfig
+from proctor.spec.durations import parse_duration
+from proctor.spec.merge import Settings
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, resolve_store_path
 from proctor.supervise.controller import controller_fields, hold
 from proctor.supervise.launch import RunSpec, start_run
@@ -110,6 +115,75 @@ class FlowOptions:
             "workloads": [w.to_dict() for w in self.workloads],
             "continue_on_failure": self.continue_on_failure,
         }
+
+
+def flow_options(
+    given: dict[str, Any], table: dict[str, Any], file: Path | None, *, need_workload: bool = True
+) -> FlowOptions:
+    """FlowOptions from flags (`given`: what the user set) over a flow file's table, through
+    the one merge (spec/merge.py); the server's settings validate into a ServeJob. The CLI's
+    `flow` and `sweep --server-grid` and the library build a flow's options here."""
+    settings = Settings(
+        flags=given,
+        table={k.replace("-", "_"): v for k, v in table.items()},
+        table_origin=f"flow file:{file}",
+        environ={},
+    )
+
+    def pick(name: str, default: Any = None) -> Any:
+        return settings.value(name.rstrip("_"), default)
+
+    if not pick("engine") or not pick("model"):
+        raise UsageError("flow needs --engine and --model (or a flow file with them)")
+    command = settings.pick("workload_cmd")
+    listed = parse_workloads(pick("workload"))
+    if command.origin == "flag" or not listed:
+        listed = []  # --workload-cmd on the command line wins over the file's list
+        if not command.value and need_workload:
+            raise UsageError(
+                "flow needs a workload",
+                hint='pass --workload-cmd "CMD ARGS", or list [[flow.workload]] in a flow file',
+            )
+    elif command.value:
+        raise UsageError(f"flow file {file}: give workload_cmd or [[flow.workload]], not both")
+    argv = (
+        []
+        if not command.value
+        else (shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
+    )
+    fields = [f for f in ServeJob.model_fields if f not in ("kind", "extra", "env")]
+    chosen = {f: pick(f) for f in fields if pick(f) is not None}
+    serve = validated(
+        ServeJob,
+        {**chosen, "extra": pick("extra") or []},
+        what="invalid server option",
+        hint="see proctor flow --help (docs/workflow.md)",
+    )
+    request = serve.request(1.0)
+    check_client_pattern(pick("client_pattern"))
+    return FlowOptions(
+        server=request,
+        workload_argv=argv,
+        runs_dir=pick("runs_dir"),
+        ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
+        ready_poll_s=parse_duration(str(pick("ready_poll", "15s")), option="--ready-poll"),
+        drain=DrainConfig(
+            max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
+            poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
+            stuck_polls=int(pick("stuck_polls", 6)),
+            startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
+            error_streak=int(pick("error_streak", 5)),
+        ),
+        client_pattern=pick("client_pattern"),
+        inspect_on_hang=not pick("no_inspect", False),
+        gpu_processes=bool(pick("gpu_processes", False)),
+        vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
+        gpu_sample_s=pick("gpu_sample"),
+        server_env=list(pick("env") or []),
+        workload_env=list(pick("workload_env") or []),
+        workloads=listed,
+        continue_on_failure=bool(pick("continue_on_failure", False)),
+    )
 
 
 class _Terminated(Exception):
@@ -627,6 +701,8 @@ def _refuse_masked(record: FlowRecord) -> None:
 
 
 def load_flow_file(path: Path) -> dict[str, Any]:
+    """A flow file's table: its [flow] table (or the whole file), with [[workload]] and [sweep]
+    beside it; a missing file or bad TOML is a UsageError naming the place (docs/workflow.md)."""
     import sys
 
     if sys.version_info >= (3, 11):
@@ -674,4 +750,12 @@ def flow_document(path: Path, param: str = "file", *, listed: bool = True) -> Do
     return Document(param, local, {"flow": table}, values)
 
 
-__all__ = ["STEPS", "Flow", "FlowOptions", "flow_document", "load_flow_file", "resume_flow"]
+__all__ = [
+    "STEPS",
+    "Flow",
+    "FlowOptions",
+    "flow_document",
+    "flow_options",
+    "load_flow_file",
+    "resume_flow",
+]

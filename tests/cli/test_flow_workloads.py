@@ -249,8 +249,9 @@ def test_offline_workload_runs_while_the_server_is_up(
     tmp_path: Path,
     rc: int,
 ) -> None:
-    """[[flow.workload]] offline: `proctor offline` as the workload's run, its own offline run
-    recorded and parsed (tokens/s in its metrics.json); a failing one fails the flow (3)."""
+    """[[flow.workload]] offline: an offline job as the workload's run (kind offline, in the
+    flow's group), its output parsed (tokens/s in its metrics.json); a failing one fails the
+    flow (3)."""
     import sys
 
     fake = tmp_path / "fake_offline"
@@ -273,17 +274,20 @@ offline = {{ engine = "vllm", cmd = true, min_free_disk = 0, args = ["{fake}"] }
     (row,) = flow["workload_runs"]
     assert row["name"] == "offline-fake" and row["exit_code"] == rc
     workload = isolated_runs / row["run_id"]
-    assert json.loads((workload / "record.json").read_text())["group"] == flow["run_id"]
+    record = json.loads((workload / "record.json").read_text())
+    assert record["group"] == flow["run_id"] and record["kind"] == "offline"
+    assert row["kind"] == "offline"
     offline = [
         p
         for p in isolated_runs.iterdir()
         if (p / "record.json").is_file()
         and json.loads((p / "record.json").read_text()).get("kind") == "offline"
     ]
-    assert len(offline) == 1, sorted(p.name for p in isolated_runs.iterdir())
-    doc = json.loads((offline[0] / "metrics.json").read_text())
+    assert offline == [workload], sorted(p.name for p in isolated_runs.iterdir())
+    doc = json.loads((workload / "metrics.json").read_text())
     assert doc["kind"] == "offline" and doc["metrics"]["output_throughput"] == 617.25
-    assert (offline[0] / "exit_code").read_text() == f"{rc}\n"
+    assert doc["engine"] == "vllm" and doc["command"] == [str(fake)]
+    assert (workload / "exit_code").read_text() == f"{rc}\n"
 
 
 @pytest.mark.parametrize(
@@ -314,32 +318,6 @@ offline = {body}
     assert result.returncode == 64, result.stderr
     assert "offline" in result.stderr and said in result.stderr
     assert not isolated_runs.exists() or not any(isolated_runs.iterdir())
-
-
-@pytest.mark.parametrize("kind", ["offline"])
-def test_flags_a_flow_checks_are_the_commands_own(kind: str) -> None:
-    """What a flow checks an offline workload against is the command's own options (less those
-    whose meaning is local: --json, --detach, --target). A bench or sweep table is its job's
-    (tests/jobs/test_options.py)."""
-    import click
-    import typer
-
-    from proctor.cli import groups
-    from proctor.cli.main import app
-    from proctor.workloads.flow_workloads import OFFLINE_FLAGS
-
-    groups.mount(app, [kind])
-    root = typer.main.get_command(app)
-    assert isinstance(root, click.Group)
-    command = root.get_command(click.Context(root), kind)
-    assert command is not None
-    given = {o[2:] for p in command.params for o in getattr(p, "opts", []) if o.startswith("--")}
-    for p in command.params:
-        if isinstance(p, click.Option) and p.is_flag:
-            flag = p.opts[0][2:]
-            assert flag in ("json", "detach") or {"offline": OFFLINE_FLAGS}[kind][flag] is None
-    mine = {"offline": OFFLINE_FLAGS}[kind]
-    assert set(mine) == given - {"json", "detach", "target"}
 
 
 def test_sweep_workload_sends_its_dataset_at_every_point(

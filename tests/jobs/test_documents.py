@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from proctor.errors import ConfigError, InternalError
+from proctor.errors import ConfigError, InternalError, ProctorError
 from proctor.jobs.documents import (
     BenchDocument,
     EvalDocument,
@@ -28,9 +28,10 @@ from proctor.jobs.documents import (
     schema_texts,
     write_checked,
 )
+from proctor.jobs.eval import EvalJob
 from proctor.record.recorder import Recorder
 from proctor.server_sweep import write_server_summary
-from proctor.workloads.gsm8k import Gsm8kConfig, run_gsm8k
+from proctor.workloads.gsm8k import run_gsm8k
 from proctor.workloads.offline import run_offline
 from tests.fixtures.fake_openai_server import FakeServer
 from tests.helpers import proctor
@@ -139,19 +140,22 @@ def test_a_supervised_sweep_and_an_slo_search_leave_documents_that_read_back(
     assert isinstance(search, SloSearchResult) and search.answer == 2 and search.probes
 
 
-def test_gsm8k_documents_read_back_running_and_failed(tmp_path: Path) -> None:
-    # lm-eval here is a real process that fails: the document is written "running", then
-    # "failed" with its exit status (the scored document is the GSM8K tests' real lm-eval run).
-    config = Gsm8kConfig(
-        base_url="http://127.0.0.1:9",
-        model="m",
-        output_path=tmp_path / "lm",
-        lm_eval=(sys.executable, "-c", "exit(3)"),
-    )
-    with pytest.raises(Exception, match="status 3"):
-        run_gsm8k(config, tmp_path, echo=False)
-    doc = reads_back(tmp_path / "metrics.json", EvalDocument)
-    assert isinstance(doc, EvalDocument) and doc.status == "failed" and doc.lm_eval_exit_code == 3
+@pytest.mark.parametrize("lm_eval", ["exits-3", "missing"])
+def test_gsm8k_documents_read_back_when_lm_eval_fails_or_is_missing(
+    tmp_path: Path, lm_eval: str
+) -> None:
+    # lm-eval here is a real process that fails, or a path with nothing there: the document is
+    # written "running", then "failed" (the scored one is test_gsm8k.py's real lm-eval run).
+    fake = tmp_path / "lm_eval"
+    if lm_eval == "exits-3":
+        fake.write_text("#!/bin/sh\nexit 3\n")
+        fake.chmod(0o755)
+    job = EvalJob(base_url="http://127.0.0.1:9", model="m", lm_eval=str(fake))
+    with pytest.raises(ProctorError):
+        run_gsm8k(job, tmp_path / "out", echo=False)
+    doc = reads_back(tmp_path / "out" / "metrics.json", EvalDocument)
+    assert isinstance(doc, EvalDocument) and doc.status == "failed" and doc.error
+    assert doc.lm_eval_exit_code == (3 if lm_eval == "exits-3" else None)
 
 
 @pytest.mark.parametrize(

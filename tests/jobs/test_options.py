@@ -14,6 +14,7 @@ import typer
 from pydantic import BaseModel, Field
 
 from proctor.cli import bench as bench_cli
+from proctor.cli.jobopts import own_options
 from proctor.jobs import options
 from proctor.jobs.argv import job_argv, job_json
 from proctor.jobs.bench import BenchJob
@@ -42,14 +43,6 @@ def _field_flags(model: type[BaseModel], skip: tuple[str, ...] = ()) -> set[str]
             if name not in skip}  # fmt: skip
 
 
-def _own_flags(params: list[object]) -> set[str]:
-    found = set()
-    for p in params:
-        default = getattr(p, "default", None)
-        found |= {d for d in getattr(default, "param_decls", None) or () if d.startswith("--")}
-    return found
-
-
 def unexplained(model: type[BaseModel]) -> list[str]:
     """Fields that have neither a flag nor a reason for having none."""
     return sorted(name for name, why in options.unflagged(model).items() if not why.strip())
@@ -74,7 +67,7 @@ def test_the_check_sees_a_field_without_a_flag() -> None:
 def test_bench_options_are_the_jobs_fields_and_its_own_and_nothing_else() -> None:
     flags = _flags(_command("bench"))
     fields = _field_flags(BenchJob)
-    own = _own_flags(bench_cli.BENCH_OWN)
+    own = own_options(bench_cli.bench)
     assert fields <= flags
     assert flags - fields == own
     assert fields.isdisjoint(own)
@@ -84,7 +77,7 @@ def test_sweep_takes_every_bench_option() -> None:
     flags = _flags(_command("sweep"))
     bench_fields = _field_flags(BenchJob)
     sweep_fields = _field_flags(SweepJob)
-    own = _own_flags(bench_cli.SWEEP_OWN)
+    own = own_options(_command("sweep").callback)  # type: ignore[arg-type]
     assert bench_fields <= flags, sorted(bench_fields - flags)
     assert sweep_fields <= flags
     assert flags == bench_fields | sweep_fields | own
@@ -127,3 +120,43 @@ def test_a_sweep_point_is_validated_again() -> None:
     assert sweep.point(concurrency=8).concurrency == 8
     with pytest.raises(ValueError, match="workers must not exceed concurrency"):
         sweep.point(concurrency=2)
+
+
+def test_a_list_field_is_a_repeatable_list_option_on_the_command_line() -> None:
+    """`--addon a --addon b` reaches the job as a list (a field type read wrongly made it the
+    text '[]' once: every serve start failed)."""
+    from proctor.cli.jobopts import job_parameters
+    from proctor.jobs.serve import ServeJob
+
+    kinds = {p.name: p.annotation for p in job_parameters(ServeJob)}
+    assert kinds["addon"] == list[str] and kinds["env"] == list[str]
+    assert kinds["tp"] == int | None and kinds["port"] is int
+
+
+def _mounted(*path: str) -> click.Command:
+    from proctor.cli import groups
+    from proctor.cli.main import app
+
+    groups.mount(app, [path[0]])
+    command: click.Command | None = typer.main.get_command(app)
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.get_command(click.Context(command), name)
+    assert command is not None
+    return command
+
+
+@pytest.mark.parametrize(
+    ("path", "skip"),
+    [(("serve", "start"), ()), (("flow",), ()), (("slurm", "serve"), ("host",))],
+)
+def test_every_command_that_starts_a_server_takes_the_serve_jobs_options(
+    path: tuple[str, ...], skip: tuple[str, ...]
+) -> None:
+    from proctor.jobs.serve import ServeJob
+
+    flags = _flags(_mounted(*path))
+    assert _field_flags(ServeJob, skip) <= flags
+    if path == ("serve", "start"):
+        own = own_options(_mounted(*path).callback)  # type: ignore[arg-type]
+        assert flags == _field_flags(ServeJob) | own

@@ -46,14 +46,53 @@ def test_bench_options_become_a_bench_job() -> None:
 
 
 def test_eval_gets_the_served_model_and_sweep_a_concurrency_list() -> None:
-    ev = parse_workload({"eval": {"task": "gsm8k", "limit": 5}, "name": "acc"})
-    argv = command_for(ev, URL, "served", runs_dir="runs")
-    assert "proctor.workloads.gsm8k" in argv and argv[argv.index("--model") + 1] == "served"
-    assert "--task" not in argv and ev.label == "acc" and ev.run_kind == "eval"
+    ev = parse_workload({"eval": {"task": "gsm8k", "limit": 5, "num-concurrent": 2}, "name": "acc"})
+    job = _job(command_for(ev, URL, "served", runs_dir="runs"))
+    assert (job["kind"], job["task"], job["model"], job["base_url"]) == (
+        "eval",
+        "gsm8k",
+        "served",
+        URL,
+    )
+    assert (job["limit"], job["num_concurrent"], job["num_fewshot"]) == (5, 2, 3)
+    assert ev.label == "acc" and ev.run_kind == "eval"
+    own = parse_workload({"eval": {"model": "mine", "fewshot": 1}})
+    job = _job(command_for(own, URL, "served", runs_dir="runs"))
+    assert (job["model"], job["num_fewshot"]) == ("mine", 1)
     sw = parse_workload({"sweep": {"concurrency": [1, 4], "isl": 8, "repeat": 2}})
     job = _job(command_for(sw, URL, "m", runs_dir="R"))
     assert job["kind"] == "sweep" and job["concurrency"] == [1, 4] and job["runs_dir"] == "R"
     assert (job["bench"]["isl"], job["bench"]["repeat"], job["bench"]["base_url"]) == (8, 2, URL)
+
+
+def test_offline_table_becomes_an_offline_job_resolved_where_it_runs() -> None:
+    w = parse_workload(
+        {
+            "offline": {
+                "engine": "vllm",
+                "model": "/models/x",
+                "min-free-disk": 0,
+                "args": ["--enforce-eager", 1],
+                "name": "off",
+                "env": ["A=1"],
+            },
+            "env": ["B=2"],
+        }
+    )
+    job = _job(command_for(w, URL, "m", runs_dir="runs"))
+    assert (job["kind"], job["engine"], job["model"], job["cmd"]) == (
+        "offline",
+        "vllm",
+        "/models/x",
+        False,
+    )
+    assert job["args"] == ["--enforce-eager", "1"] and job["min_free_disk_gib"] == 0
+    assert job["resolved"] is None  # the engine profile is read where the job runs
+    # The table's name and env are its run's, as on any entry.
+    assert (w.name, w.env, w.run_kind) == ("off", ["B=2", "A=1"], "offline")
+    cmd = parse_workload({"offline": {"engine": "vllm", "cmd": True, "args": ["./run.sh"]}})
+    job = _job(command_for(cmd, URL, "m", runs_dir="runs"))
+    assert job["cmd"] is True and job["args"] == ["./run.sh"] and job["model"] is None
 
 
 def test_cmd_is_split_as_a_shell_would() -> None:
@@ -75,6 +114,9 @@ def test_cmd_is_split_as_a_shell_would() -> None:
         ({"bench": {"concurency": 4}}, "concurency"),
         ({"bench": {"isl": "many"}}, "isl: Input should be a valid integer"),
         ({"eval": {"fewshot": 3, "bogus": 1}}, "bogus"),
+        ({"eval": {"limit": 0}}, "--limit must be >= 1"),
+        ({"offline": {"engine": "vllm", "timeout": "5m", "model": "/m"}}, "timeout"),
+        ({"offline": {"engine": "vllm", "cmd": True}}, "--cmd needs the command"),
         ({"cmd": ""}, "cmd must be"),
     ],
 )

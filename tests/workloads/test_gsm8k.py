@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from proctor.cli.eval import app as eval_app
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
+from proctor.jobs.options import validated
 from proctor.workloads.gsm8k import (
     Gsm8kConfig,
     build_lm_eval_command,
@@ -47,11 +49,7 @@ needs_lm_eval = pytest.mark.skipif(LM_EVAL is None, reason="lm-eval not installe
 
 
 def _config(**overrides: Any) -> Gsm8kConfig:
-    base: dict[str, Any] = {
-        "base_url": "http://127.0.0.1:8000",
-        "model": "smollm2",
-        "output_path": Path("/tmp/out"),
-    }
+    base: dict[str, Any] = {"base_url": "http://127.0.0.1:8000", "model": "smollm2"}
     return Gsm8kConfig(**{**base, **overrides})
 
 
@@ -59,7 +57,7 @@ def _config(**overrides: Any) -> Gsm8kConfig:
 
 
 def test_completions_command_has_every_model_arg() -> None:
-    argv = build_lm_eval_command(_config(lm_eval=("lm_eval",), limit=5, num_concurrent=65))
+    argv = build_lm_eval_command(_config(limit=5, num_concurrent=65), Path("/tmp/out"))
     assert argv[:3] == ["lm_eval", "--model", "local-completions"]
     model_args = argv[argv.index("--model_args") + 1].split(",")
     assert model_args == [
@@ -81,13 +79,10 @@ def test_completions_command_has_every_model_arg() -> None:
 
 def test_chat_command_uses_chat_endpoint_and_template() -> None:
     argv = build_lm_eval_command(
-        _config(
-            chat=True,
-            gen_kwargs="max_gen_toks=512",
-            log_samples=True,
-            include_path=Path("/t"),
-            lm_eval=(sys.executable, "-m", "lm_eval"),
-        )
+        _config(chat=True, gen_kwargs="max_gen_toks=512", log_samples=True),
+        Path("/tmp/out"),
+        include_path=Path("/t"),
+        lm_eval=(sys.executable, "-m", "lm_eval"),
     )
     assert argv[:3] == [sys.executable, "-m", "lm_eval"]
     assert argv[argv.index("--model") + 1] == "local-chat-completions"
@@ -124,11 +119,15 @@ def test_endpoint_url(given: str, chat: bool, expected: str) -> None:
         {"num_fewshot": -1},
         {"num_concurrent": 0},
         {"base_url": "127.0.0.1:8000"},
+        {"max_error_rate": float("nan")},
     ],
 )
 def test_bad_config_is_a_usage_error(overrides: dict[str, Any]) -> None:
-    with pytest.raises(UsageError) as raised:
+    with pytest.raises(ValidationError):
         _config(**overrides)
+    values = {"base_url": "http://127.0.0.1:8000", "model": "smollm2", **overrides}
+    with pytest.raises(UsageError) as raised:
+        validated(Gsm8kConfig, values, what="invalid option", hint=None)
     assert raised.value.exit_code == 64
 
 
@@ -364,7 +363,7 @@ def test_entry_point_exits_3_when_lm_eval_fails(tmp_path: Path, lm_eval: str, me
 
 
 def test_run_gsm8k_unstartable_lm_eval_is_unavailable(tmp_path: Path) -> None:
-    config = _config(lm_eval=(str(tmp_path / "missing-binary"),))
+    config = _config(lm_eval=str(tmp_path / "missing-binary"))
     with pytest.raises(TargetUnavailable):
         run_gsm8k(config, tmp_path / "o", echo=False)
     assert json.loads((tmp_path / "o" / "metrics.json").read_text())["status"] == "failed"

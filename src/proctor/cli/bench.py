@@ -6,7 +6,6 @@ Mount either way: `register(root)` adds the top-level `proctor bench` command;
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -43,95 +42,6 @@ app = typer.Typer(
 )
 
 
-BENCH_OWN = [
-    inspect.Parameter(
-        "output_dir",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=Path | None,
-        default=typer.Option(
-            None,
-            "--output-dir",
-            "-o",
-            help="Run in-process and write metrics.json here instead of making a supervised run.",
-        ),
-    ),
-    inspect.Parameter(
-        "server",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=str | None,
-        default=typer.Option(
-            None,
-            "--server",
-            help="A server run (id or 'last') to benchmark; gives base URL and model.",
-        ),
-    ),
-    inspect.Parameter(
-        "name",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=str | None,
-        default=typer.Option(None, "--name", help="Run name (default bench-ISL-OSL-cCONC)."),
-    ),
-    inspect.Parameter(
-        "key",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=str | None,
-        default=typer.Option(
-            None,
-            "--key",
-            help="Attach key (a second bench with the same key and settings attaches to the live run instead of starting another).",
-        ),
-    ),
-    inspect.Parameter(
-        "detach",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=bool,
-        default=typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
-    ),
-    inspect.Parameter(
-        "timeout",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=str | None,
-        default=typer.Option(None, "--timeout", help="Time limit of the run (exit 4)."),
-    ),
-    inspect.Parameter(
-        "runs_dir",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=str | None,
-        default=typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
-    ),
-    inspect.Parameter(
-        "port",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=int,
-        default=typer.Option(
-            8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when no --base-url."
-        ),
-    ),
-    inspect.Parameter(
-        "json_out",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=bool,
-        default=typer.Option(False, "--json", help="Print metrics.json to stdout."),
-    ),
-    inspect.Parameter(
-        "target",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=str | None,
-        default=typer.Option(None, "--target", help=TARGET_HELP),
-    ),
-    inspect.Parameter(
-        "allow_unhealthy_gpu",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=bool,
-        default=typer.Option(
-            False,
-            "--allow-unhealthy-gpu",
-            help="Run even when the GPU preflight fails (uncorrected ECC errors, pending page retirement or row remapping, a hardware Xid since boot, clocks held down for heat); without it such a bench is refused with exit 69. The server's processes on the GPUs are recorded, not judged. docs/gpu-health.md.",
-        ),
-    ),
-]
-
-
 def bench_job(
     job: JobValues, *, server_facts: Mapping[str, object], port: int, json_out: bool, own: str
 ) -> BenchJob:
@@ -153,17 +63,36 @@ def bench_job(
 def _bench(
     *,
     job: JobValues,
-    output_dir: Path | None,
-    server: str | None,
-    name: str | None,
-    key: str | None,
-    detach: bool,
-    timeout: str | None,
-    runs_dir: str | None,
-    port: int,
-    json_out: bool,
-    target: str | None,
-    allow_unhealthy_gpu: bool,
+    output_dir: Path | None = typer.Option(
+        None,
+        "--output-dir",
+        "-o",
+        help="Run in-process and write metrics.json here instead of making a supervised run.",
+    ),
+    server: str | None = typer.Option(
+        None,
+        "--server",
+        help="A server run (id or 'last') to benchmark; gives base URL and model.",
+    ),
+    name: str | None = typer.Option(None, "--name", help="Run name (default bench-ISL-OSL-cCONC)."),
+    key: str | None = typer.Option(
+        None,
+        "--key",
+        help="Attach key (a second bench with the same key and settings attaches to the live run instead of starting another).",
+    ),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
+    timeout: str | None = typer.Option(None, "--timeout", help="Time limit of the run (exit 4)."),
+    runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+    port: int = typer.Option(
+        8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when no --base-url."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print metrics.json to stdout."),
+    target: str | None = typer.Option(None, "--target", help=TARGET_HELP),
+    allow_unhealthy_gpu: bool = typer.Option(
+        False,
+        "--allow-unhealthy-gpu",
+        help="Run even when the GPU preflight fails (uncorrected ECC errors, pending page retirement or row remapping, a hardware Xid since boot, clocks held down for heat); without it such a bench is refused with exit 69. The server's processes on the GPUs are recorded, not judged. docs/gpu-health.md.",
+    ),
 ) -> None:
     """Run a serving benchmark against a server, as a supervised run.
 
@@ -207,7 +136,7 @@ def _bench(
     check_outcome(result)
 
 
-bench = job_command(_bench, BENCH_OWN, JobGroup("job", BenchJob))
+bench = job_command(_bench, JobGroup("job", BenchJob))
 
 
 def _supervised(
@@ -335,88 +264,6 @@ def register(root: typer.Typer) -> None:
     register_sweep(root)
 
 
-def _param(name: str, annotation: object, default: object) -> inspect.Parameter:
-    return inspect.Parameter(
-        name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default
-    )
-
-
-SWEEP_OWN = [
-    _param(
-        "server",
-        str | None,
-        typer.Option(None, "--server", help="A server run (id or 'last') to benchmark."),
-    ),
-    _param(
-        "port",
-        int,
-        typer.Option(
-            8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when no --base-url."
-        ),
-    ),
-    _param("runs_dir", str | None, typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP)),
-    _param("json_out", bool, typer.Option(False, "--json", help=JSON_HELP)),
-    _param(
-        "target",
-        str | None,
-        typer.Option(
-            None,
-            "--target",
-            help="Run the sweep on this target, next to the server. " + TARGET_HELP,
-        ),
-    ),
-    _param(
-        "server_grid",
-        list[str],
-        typer.Option(
-            [],
-            "--server-grid",
-            help="NAME=V1,V2: a server parameter axis (repeatable; tp or an engine flag); each server point is its own flow (start, ready, benches, drain, stop). Needs --engine, --model (the model to serve) and --group.",
-        ),
-    ),
-    _param(
-        "file",
-        Path | None,
-        typer.Option(
-            None,
-            "--file",
-            "-f",
-            help="Flow file: [flow] the server, [sweep] server = {axes}, bench = {options; concurrency and request_rate lists are axes}.",
-        ),
-    ),
-    _param(
-        "group",
-        str | None,
-        typer.Option(
-            None,
-            "--group",
-            help="Server sweep group: run again with the same group, finished points are skipped and failed ones retried.",
-        ),
-    ),
-    _param(
-        "engine", str | None, typer.Option(None, "--engine", help="Server grid: engine profile.")
-    ),
-    _param(
-        "tp",
-        int | None,
-        typer.Option(None, "--tp", help="Server grid: tensor parallelism (unless an axis)."),
-    ),
-    _param(
-        "poll",
-        str | None,
-        typer.Option(None, "--poll", help="Server grid: drain poll (default 10s)."),
-    ),
-    inspect.Parameter(
-        "extra",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=list[str],
-        default=typer.Argument(
-            None, metavar="[-- EXTRA ENGINE ARGS]", help="Server grid: " + EXTRA_ENGINE_HELP
-        ),
-    ),
-]
-
-
 def _server_grid(
     axes: list[str],
     file: Path | None,
@@ -433,8 +280,7 @@ def _server_grid(
     say: Callable[[str], None],
 ) -> None:
     from proctor.cli.sweeps import grid_table, run_grid
-    from proctor.cli.workflow import flow_options
-    from proctor.flow import load_flow_file
+    from proctor.flow import flow_options, load_flow_file
     from proctor.spec.config import load_config
 
     if file is not None:
@@ -498,18 +344,43 @@ def _sweep(
     *,
     sweep: JobValues,
     bench: JobValues,
-    server: str | None,
-    port: int,
-    runs_dir: str | None,
-    json_out: bool,
-    target: str | None,
-    server_grid: list[str],
-    file: Path | None,
-    group: str | None,
-    engine: str | None,
-    tp: int | None,
-    poll: str | None,
-    extra: list[str] | None,
+    server: str | None = typer.Option(
+        None, "--server", help="A server run (id or 'last') to benchmark."
+    ),
+    port: int = typer.Option(
+        8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when no --base-url."
+    ),
+    runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    target: str | None = typer.Option(
+        None,
+        "--target",
+        help="Run the sweep on this target, next to the server. " + TARGET_HELP,
+    ),
+    server_grid: list[str] = typer.Option(
+        [],
+        "--server-grid",
+        help="NAME=V1,V2: a server parameter axis (repeatable; tp or an engine flag); each server point is its own flow (start, ready, benches, drain, stop). Needs --engine, --model (the model to serve) and --group.",
+    ),
+    file: Path | None = typer.Option(
+        None,
+        "--file",
+        "-f",
+        help="Flow file: [flow] the server, [sweep] server = {axes}, bench = {options; concurrency and request_rate lists are axes}.",
+    ),
+    group: str | None = typer.Option(
+        None,
+        "--group",
+        help="Server sweep group: run again with the same group, finished points are skipped and failed ones retried.",
+    ),
+    engine: str | None = typer.Option(None, "--engine", help="Server grid: engine profile."),
+    tp: int | None = typer.Option(
+        None, "--tp", help="Server grid: tensor parallelism (unless an axis)."
+    ),
+    poll: str | None = typer.Option(None, "--poll", help="Server grid: drain poll (default 10s)."),
+    extra: list[str] = typer.Argument(
+        None, metavar="[-- EXTRA ENGINE ARGS]", help="Server grid: " + EXTRA_ENGINE_HELP
+    ),
 ) -> None:
     """Run a bench per concurrency (or server point), one summary.
 
@@ -601,7 +472,6 @@ def register_sweep(root: typer.Typer) -> None:
     root.command("sweep")(
         job_command(
             _sweep,
-            SWEEP_OWN,
             JobGroup("sweep", SweepJob),
             JobGroup(
                 "bench",

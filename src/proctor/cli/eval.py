@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import sys
+import inspect
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
 
 from proctor.cli.helptext import RUNS_DIR_HELP
+from proctor.cli.jobopts import JobGroup, JobValues, job_command
 from proctor.cli.output import console, print_json
 from proctor.cli.targethelp import TARGET_HELP
 from proctor.errors import UsageError
-from proctor.workloads.gsm8k import Gsm8kConfig, find_lm_eval, run_gsm8k
+from proctor.jobs.argv import job_argv
+from proctor.jobs.eval import EvalJob
+from proctor.jobs.options import validated
+from proctor.workloads.gsm8k import run_gsm8k
 
 app = typer.Typer(help="Accuracy evaluations (GSM8K through lm-eval).", no_args_is_help=True)
 
@@ -25,45 +30,73 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-@app.command("gsm8k")
-def gsm8k(
-    fewshot: int = typer.Option(3, "--fewshot", help="Few-shot examples per question."),
-    limit: int | None = typer.Option(None, "--limit", help="Only the first N test questions."),
-    chat: bool = typer.Option(
-        False, "--chat", help="Chat completions, chat template, multi-turn few-shot."
+def _own(name: str, annotation: object, default: object) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default
+    )
+
+
+# The command's own options: where and how the run goes. Every eval setting is EvalJob's.
+EVAL_OWN = [
+    _own(
+        "port",
+        int,
+        typer.Option(
+            8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when --base-url is unset."
+        ),
     ),
-    num_concurrent: int = typer.Option(65, "--num-concurrent", help="Requests in flight."),
-    gen_kwargs: str | None = typer.Option(
-        None, "--gen-kwargs", help="lm-eval generation overrides, e.g. max_gen_toks=512."
+    _own(
+        "output_dir",
+        Path | None,
+        typer.Option(
+            None,
+            "--output-dir",
+            help="Run in-process, writing here, instead of a supervised run.",
+        ),
     ),
-    data: Path | None = typer.Option(
-        None, "--data", help="Folder with GSM8K train.jsonl/test.jsonl: run offline from it."
+    _own("server", str | None, typer.Option(None, "--server", help="A server run to evaluate.")),
+    _own("name", str | None, typer.Option(None, "--name", help="Run name (default gsm8k-Nshot).")),
+    _own(
+        "detach",
+        bool,
+        typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
     ),
-    base_url: str | None = typer.Option(
-        None, "--base-url", help="Server root, e.g. http://127.0.0.1:8000 (default: --port)."
+    _own("runs_dir", str | None, typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP)),
+    _own(
+        "as_json",
+        bool,
+        typer.Option(False, "--json", help="Print metrics.json's metrics as JSON."),
     ),
-    port: int = typer.Option(
-        8000, "--port", min=1, max=65535, help="Port on 127.0.0.1 when --base-url is unset."
-    ),
-    model: str | None = typer.Option(
-        None, "--model", help="Served model name (default: the server run's)."
-    ),
-    output_dir: Path | None = typer.Option(
-        None, "--output-dir", help="Run in-process, writing here, instead of a supervised run."
-    ),
-    server: str | None = typer.Option(None, "--server", help="A server run to evaluate."),
-    name: str | None = typer.Option(None, "--name", help="Run name (default gsm8k-Nshot)."),
-    detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return its id."),
-    runs_dir: str | None = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
-    log_samples: bool = typer.Option(False, "--log-samples", help="Keep lm-eval's samples."),
-    lm_eval: str | None = typer.Option(None, "--lm-eval", help="Path of the lm_eval executable."),
-    as_json: bool = typer.Option(False, "--json", help="Print metrics.json's metrics as JSON."),
-    max_error_rate: float = typer.Option(
-        0.0,
-        "--max-error-rate",
-        help="Fraction of samples allowed to go unanswered (default 0); above it exit 3.",
-    ),
-    target: str | None = typer.Option(None, "--target", help=TARGET_HELP),
+    _own("target", str | None, typer.Option(None, "--target", help=TARGET_HELP)),
+]
+
+
+def eval_job(job: JobValues, *, server_facts: Mapping[str, object], port: int) -> EvalJob:
+    """The eval job the options describe: what the user set, then the --server run's facts,
+    then the defaults (--port's URL); `--data` made absolute (the run may start elsewhere)."""
+    if "base_url" in job.given and port != 8000:
+        raise UsageError("give --base-url or --port, not both")
+    values = dict(job.values)
+    if "base_url" not in job.given:
+        values["base_url"] = str(server_facts.get("base_url") or f"http://127.0.0.1:{port}")
+    if not values.get("model") and server_facts.get("checked_model"):
+        values["model"] = str(server_facts["checked_model"])
+    if values.get("data"):
+        values["data"] = str(Path(values["data"]).resolve())
+    return validated(EvalJob, values, what="invalid option", hint="see proctor eval gsm8k --help")
+
+
+def _gsm8k(
+    *,
+    job: JobValues,
+    port: int,
+    output_dir: Path | None,
+    server: str | None,
+    name: str | None,
+    detach: bool,
+    runs_dir: str | None,
+    as_json: bool,
+    target: str | None,
 ) -> None:
     """Run GSM8K with lm-eval against a server, as a supervised run.
 
@@ -80,65 +113,19 @@ def gsm8k(
             direct=detach,
             detach=detach,
         )
-    if base_url is not None and port != 8000:
-        raise UsageError("give --base-url or --port, not both")
-    server_run = None
+    facts: dict[str, object] = {}
     if server:
         from proctor.workloads.loadgen.server_run import live_server_facts
 
         facts = live_server_facts(server, runs_dir)
-        server_run = str(facts["run_id"])
-        base_url = base_url or str(facts["base_url"])
-        model = model or str(facts["checked_model"])
-    if not model:
-        raise UsageError("--model is required without --server", hint="pass the served model name")
     # Bad input is refused here, before a supervised run (and its directory) exists.
-    Gsm8kConfig(
-        base_url=base_url or f"http://127.0.0.1:{port}",
-        model=model,
-        output_path=Path("lm_eval"),
-        num_fewshot=fewshot,
-        limit=limit,
-        num_concurrent=num_concurrent,
-        max_error_rate=max_error_rate,
-    )
+    config = eval_job(job, server_facts=facts, port=port)
     if output_dir is None:
-        argv = [
-            sys.executable,
-            "-m",
-            "proctor.workloads.gsm8k",
-            "--base-url",
-            base_url or f"http://127.0.0.1:{port}",
-            "--model",
-            model,
-            "--fewshot",
-            str(fewshot),
-            "--num-concurrent",
-            str(num_concurrent),
-        ]
-        argv += ["--limit", str(limit)] if limit is not None else []
-        argv += ["--chat"] if chat else []
-        argv += ["--gen-kwargs", gen_kwargs] if gen_kwargs else []
-        argv += ["--data", str(data.resolve())] if data else []
-        argv += ["--log-samples"] if log_samples else []
-        argv += ["--lm-eval", lm_eval] if lm_eval else []
-        argv += ["--max-error-rate", str(max_error_rate)] if max_error_rate else []
-        _supervised(argv, name or f"gsm8k-{fewshot}shot", server_run, detach, runs_dir, as_json)
+        server_run = str(facts["run_id"]) if facts else None
+        name = name or f"gsm8k-{config.num_fewshot}shot"
+        _supervised(job_argv(config), name, server_run, detach, runs_dir, as_json)
         return
-    config = Gsm8kConfig(
-        base_url=base_url or f"http://127.0.0.1:{port}",
-        model=model,
-        output_path=output_dir / "lm_eval",
-        num_fewshot=fewshot,
-        limit=limit,
-        chat=chat,
-        num_concurrent=num_concurrent,
-        gen_kwargs=gen_kwargs,
-        log_samples=log_samples,
-        lm_eval=find_lm_eval(lm_eval),
-        max_error_rate=max_error_rate,
-    )
-    result = run_gsm8k(config, output_dir, data_dir=data, echo=not as_json)
+    result = run_gsm8k(config, output_dir, echo=not as_json)
     if as_json:
         print_json({"kind": "gsm8k", "metrics": result.to_metrics(), "output_dir": str(output_dir)})
         return
@@ -149,6 +136,9 @@ def gsm8k(
         f"strict-match {_fmt(sm.exact_match)} ± {_fmt(sm.stderr)}"
     )
     console.print(f"metrics: {output_dir / 'metrics.json'}")
+
+
+gsm8k = app.command("gsm8k")(job_command(_gsm8k, EVAL_OWN, JobGroup("job", EvalJob)))
 
 
 def _supervised(

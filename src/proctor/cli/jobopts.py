@@ -86,10 +86,19 @@ class JobGroup:
 
 
 def job_command(
-    impl: Callable[..., Any], own: list[inspect.Parameter], *groups: JobGroup
+    impl: Callable[..., Any], *specs: JobGroup | list[inspect.Parameter]
 ) -> Callable[..., Any]:
-    """A function for typer: the `own` options, then each group's model's; calls `impl` with
-    the own options by name and one JobValues per group."""
+    """A function for typer: the command's own options (`impl`'s signature, typer style, or a
+    list of typer parameters given here), then each group's model's; `impl` gets its own
+    options by name and one JobValues per group (the parameters of `impl` named by the
+    groups)."""
+    groups = [s for s in specs if isinstance(s, JobGroup)]
+    lists = [s for s in specs if isinstance(s, list)]
+    if lists:
+        own = [p for ps in lists for p in ps]
+    else:
+        mine = inspect.signature(impl, eval_str=True).parameters
+        own = [p for name, p in mine.items() if name not in {g.param for g in groups}]
     generated = {
         g.param: job_parameters(g.model, skip=g.skip, help_prefix=g.help_prefix) for g in groups
     }
@@ -108,4 +117,15 @@ def job_command(
     command.__signature__ = inspect.Signature(ordered)  # type: ignore[attr-defined]
     command.__annotations__ = {}
     del command.__wrapped__  # typer must read the signature above, not impl's
+    command.job_impl = impl  # type: ignore[attr-defined]
     return command
+
+
+def own_options(command: Callable[..., Any]) -> set[str]:
+    """The flags a generated command declares itself (not from a job model)."""
+    impl = getattr(command, "job_impl", None)
+    found: set[str] = set()
+    for p in inspect.signature(impl or command).parameters.values():
+        decls = getattr(p.default, "param_decls", None) or ()
+        found |= {d for d in decls if d.startswith("--")}
+    return found

@@ -13,17 +13,18 @@ from proctor.cli.helptext import (
     HOST_HELP,
     JSON_HELP,
     RUNS_DIR_HELP,
-    SERVED_MODEL_NAME_HELP,
     ref_help,
 )
+from proctor.cli.jobopts import JobGroup, JobValues, job_command
 from proctor.cli.output import console, err_console, print_evidence, print_json, styled
 from proctor.cli.targethelp import RUN_TARGET_HELP, SERVE_TARGET_HELP
 from proctor.errors import FaultDetected, ProctorError, UsageError
+from proctor.jobs.options import validated
+from proctor.jobs.serve import ServeJob
 from proctor.monitors.ready import ReadyResult
 from proctor.record.rundir import RunDir
 from proctor.serve import (
     RunWatch,
-    ServerRequest,
     engine_of,
     find_server,
     live_runs,
@@ -47,52 +48,12 @@ def runs_dir_of(flag: str | None, config: ProjectConfig) -> Path:
     return Path(resolve_runs_dir(flag, config).value)
 
 
-def parse_addons(values: list[str] | None) -> list[tuple[str, dict[str, str | int]]]:
-    """`mtp:num_speculative_tokens=3` -> ("mtp", {"num_speculative_tokens": 3})."""
-    out: list[tuple[str, dict[str, str | int]]] = []
-    for text in values or []:
-        name, _, rest = text.partition(":")
-        params: dict[str, str | int] = {}
-        for item in filter(None, rest.split(",")):
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise UsageError(
-                    f"invalid --addon {text!r}", hint="write NAME or NAME:key=value,..."
-                )
-            params[key] = int(value) if value.isdigit() else value
-        out.append((name, params))
-    return out
-
-
-def start_request(
-    engine: str,
-    model: str,
-    tp: int | None,
-    port: int,
-    host: str,
-    model_profile: str | None,
-    addon: list[str] | None,
-    mtp: int | None,
-    python: str | None,
-    served_model_name: str | None,
-    extra: list[str] | None,
-    min_free_disk: float,
-) -> ServerRequest:
-    addons = parse_addons(addon)
-    if mtp is not None:
-        addons.append(("mtp", {"num_speculative_tokens": mtp}))
-    return ServerRequest(
-        engine=engine,
-        model=model,
-        port=port,
-        host=host,
-        tp=tp,
-        model_profile=model_profile,
-        addons=addons,
-        extra=list(extra or []),
-        python=python,
-        served_model_name=served_model_name,
-        min_free_disk_gib=min_free_disk,
+def serve_job(job: JobValues, extra: list[str], *, what: str) -> ServeJob:
+    """The server the options describe (the engine's own arguments after --)."""
+    if not job.values.get("engine") or not job.values.get("model"):
+        raise UsageError(f"{what} needs --engine and --model")
+    return validated(
+        ServeJob, {**job.values, "extra": extra}, what="invalid option", hint="see --help"
     )
 
 
@@ -113,48 +74,12 @@ def print_applied(applied: dict[str, Any]) -> None:
         err_console.print(styled(f"proctor: GPU memory already held by: {held}", "yellow"))
 
 
-@app.command("start")
-def start(
-    engine: str = typer.Option(
-        ...,
-        "--engine",
-        "-e",
-        help="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml.",
-    ),
-    model: str = typer.Option(
-        ...,
-        "--model",
-        "-m",
-        help="Model: a local path (must exist) or a hub name such as org/model.",
-    ),
-    tp: int = typer.Option(None, "--tp", help="Tensor parallelism (default: the model profile's)."),
-    port: int = typer.Option(
-        8000, "--port", "-p", min=1, max=65535, help="PORT the server listens on."
-    ),
-    host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
-    model_profile: str = typer.Option(
-        None,
-        "--model-profile",
-        help="Model profile by name (default: matched from the path, else the engine's default).",
-    ),
-    addon: list[str] = typer.Option(
-        None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."
-    ),
-    mtp: int = typer.Option(
-        None, "--mtp", help="Shortcut for --addon mtp:num_speculative_tokens=N."
-    ),
-    python: str = typer.Option(
-        None,
-        "--python",
-        help="PATH of the engine environment's interpreter (default: python3 on PATH).",
-    ),
-    served_model_name: str = typer.Option(None, "--served-model-name", help=SERVED_MODEL_NAME_HELP),
+def _start(
+    *,
+    job: JobValues,
     name: str = typer.Option(None, "--name", help="Run name (default serve-ENGINE-MODEL-pPORT)."),
     key: str = typer.Option(
         None, "--key", help="Attach to a live server run with this key instead of starting another."
-    ),
-    env: list[str] = typer.Option(
-        None, "--env", help="NAME=VALUE for the server (beats profiles)."
     ),
     gpu_sample: float = typer.Option(None, "--gpu-sample", help=GPU_SAMPLE_HELP),
     allow_unhealthy_gpu: bool = typer.Option(
@@ -232,26 +157,14 @@ def start(
         if spec is None:
             return
     config = load_config()
-    request = start_request(
-        engine,
-        model,
-        tp,
-        port,
-        host,
-        model_profile,
-        addon,
-        mtp,
-        python,
-        served_model_name,
-        extra,
-        min_free_disk,
-    )
+    served_job = serve_job(job, extra or [], what="serve start")
+    request = served_job.request(min_free_disk)
     flags = RunFlags(
         argv=[],
         name=name,
         runs_dir=runs_dir,
         gpu_sample=gpu_sample,
-        env=list(env or []),
+        env=list(served_job.env),
         key=key,
         allow_unhealthy_gpu=allow_unhealthy_gpu or None,
     )
@@ -264,6 +177,9 @@ def start(
         on_applied=None if as_json else print_applied,
     )
     print_started(served, as_json)
+
+
+start = app.command("start")(job_command(_start, JobGroup("job", ServeJob)))
 
 
 def print_started(served: ServedRun, as_json: bool) -> None:

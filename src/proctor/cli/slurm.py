@@ -16,11 +16,12 @@ import typer
 from proctor.cli.helptext import (
     EXTRA_ENGINE_HELP,
     REF_FORMS,
-    SERVED_MODEL_NAME_HELP,
 )
+from proctor.cli.jobopts import JobGroup, JobValues, job_command
 from proctor.cli.output import console, err_console, print_json
 from proctor.cli.run import flags_from
 from proctor.errors import Interrupted, TargetUnavailable
+from proctor.jobs.serve import ServeJob
 from proctor.record.schema import SlurmRecord, load_record
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir
@@ -200,12 +201,9 @@ def run_command(
     run_on_slurm(flags, sflags, project, as_json=as_json, dry_run=dry_run)
 
 
-@app.command("serve", context_settings={"allow_interspersed_args": False})
 def serve(
-    engine: str = typer.Option(
-        ..., "--engine", "-e", help="Engine profile (vllm, sglang, or one from proctor.toml)."
-    ),
-    model: str = typer.Option(..., "--model", "-m", help="Model path as the nodes see it."),
+    *,
+    job: JobValues,
     target: str = TargetOpt,
     nodes: int = typer.Option(None, "--nodes", "-N", help="Nodes (default 1 or [slurm] nodes)."),
     parallel: str = typer.Option(
@@ -213,8 +211,6 @@ def serve(
         "--parallel",
         help="The profile's multi-node launch, e.g. dp or pp (default: its first).",
     ),
-    tp: int = typer.Option(None, "--tp", help="Tensor parallelism within a node."),
-    port: int = typer.Option(8000, "--port", min=1, max=65535, help="HTTP port on the head node."),
     rpc_port: int = typer.Option(
         None,
         "--rpc-port",
@@ -235,24 +231,8 @@ def serve(
     known_hosts: str = KnownHostsOpt,
     insecure_accept_host_key: bool = InsecureOpt,
     jump: str = JumpOpt,
-    model_profile: str = typer.Option(
-        None,
-        "--model-profile",
-        help="Model profile NAME (default: matched from the path, else the engine's default).",
-    ),
-    addon: list[str] = typer.Option(
-        None, "--addon", help="Add-on profile, e.g. mtp:num_speculative_tokens=3."
-    ),
-    mtp: int = typer.Option(
-        None, "--mtp", help="N: shortcut for --addon mtp:num_speculative_tokens=N."
-    ),
-    python: str = typer.Option(None, "--python", help="Interpreter of the engine's environment."),
-    served_model_name: str = typer.Option(None, "--served-model-name", help=SERVED_MODEL_NAME_HELP),
     name: str = typer.Option(None, "--name", help="Run name (default serve-ENGINE-MODEL-pPORT)."),
     key: str = typer.Option(None, "--key", help="Attach to a live server run with this key."),
-    env: list[str] = typer.Option(
-        None, "--env", help="NAME=VALUE for the server (beats profiles)."
-    ),
     wait: str = typer.Option(
         "10m", "--wait", help="How long the allocation may pend before it is cancelled (exit 5)."
     ),
@@ -268,27 +248,16 @@ def serve(
     Node 0 serves HTTP, the other nodes join it per the engine profile's multi-node launch. Returns the run id once the head node
     is known; then `proctor serve ready RUN`, `proctor drain RUN`, `proctor serve stop RUN`.
     The same as `proctor serve start --target slurm://...`."""
-    from proctor.cli.serve import print_applied, print_started, start_request
+    from proctor.cli.serve import print_applied, print_started, serve_job
     from proctor.serve import start_server_on
     from proctor.spec.durations import parse_duration
     from proctor.targets.base import ServerLaunch
     from proctor.targets.registry import target_options
 
     project = load_config(config)
-    request = start_request(
-        engine,
-        model,
-        tp,
-        port,
-        "0.0.0.0",
-        model_profile,
-        addon,
-        mtp,
-        python,
-        served_model_name,
-        extra,
-        0.0,
-    )
+    server = serve_job(job, extra or [], what="slurm serve")
+    # The head node's server must be reachable from the other nodes and the login host.
+    request = server.model_copy(update={"host": "0.0.0.0"}).request(0.0)
     spec = target_options(
         target or "slurm",
         project,
@@ -303,7 +272,7 @@ def serve(
         insecure_accept_host_key=insecure_accept_host_key,
         jump=jump,
     )
-    flags = RunFlags(argv=[], name=name, runs_dir=runs_dir, env=list(env or []), key=key)
+    flags = RunFlags(argv=[], name=name, runs_dir=runs_dir, env=list(server.env), key=key)
     launch = ServerLaunch(parallel, rpc_port, parse_duration(wait, option="--wait"))
     if not as_json:
         err_console.print("proctor: submitting the server; waiting for the allocation ...")
@@ -316,6 +285,11 @@ def serve(
         on_applied=None if as_json else print_applied,
     )
     print_started(served, as_json)
+
+
+app.command("serve", context_settings={"allow_interspersed_args": False})(
+    job_command(serve, JobGroup("job", ServeJob, skip=("host",)))
+)
 
 
 @app.command("stop")

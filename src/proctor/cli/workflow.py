@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +13,15 @@ from proctor.cli.helptext import (
     HOST_HELP,
     JSON_HELP,
     RUNS_DIR_HELP,
-    SERVED_MODEL_NAME_HELP,
     ref_help,
 )
+from proctor.cli.jobopts import JobGroup, JobValues, job_command
 from proctor.cli.output import console, err_console, print_evidence, print_json
-from proctor.cli.serve import print_ready, runs_dir_of, start_request
+from proctor.cli.serve import print_ready, runs_dir_of
 from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.errors import ProctorError, UsageError
-from proctor.flow import Flow, FlowOptions, load_flow_file, resume_flow
+from proctor.flow import Flow, flow_options, load_flow_file, resume_flow
+from proctor.jobs.serve import ServeJob
 from proctor.monitors.drain import DrainConfig
 from proctor.record.schema import read_view
 from proctor.serve import (
@@ -34,9 +34,7 @@ from proctor.serve import (
 )
 from proctor.spec.config import load_config
 from proctor.spec.durations import parse_duration
-from proctor.spec.merge import Settings
 from proctor.supervise.launch import resolve_run
-from proctor.workloads.flow_workloads import parse_workloads
 
 
 def _say(as_json: bool) -> Any:
@@ -269,53 +267,9 @@ def register(app: typer.Typer) -> None:
         for row in rows:
             console.print({k: str(v) for k, v in row.items()})
 
-    @app.command("flow")
     def flow(
-        engine: str = typer.Option(
-            None,
-            "--engine",
-            "-e",
-            help="Engine profile: atom, vllm, sglang, transformers, or one from proctor.toml.",
-        ),
-        model: str = typer.Option(
-            None,
-            "--model",
-            "-m",
-            help="Model: a local path (must exist) or a hub name such as org/model.",
-        ),
-        tp: int = typer.Option(
-            None, "--tp", help="Tensor parallelism N (default: the model profile's)."
-        ),
-        port: int = typer.Option(
-            None,
-            "--port",
-            "-p",
-            min=1,
-            max=65535,
-            help="PORT the server listens on (default 8000).",
-        ),
-        host: str = typer.Option(None, "--host", help=HOST_HELP),
-        model_profile: str = typer.Option(
-            None,
-            "--model-profile",
-            help="Model profile NAME (default: matched from the path, else the engine's default).",
-        ),
-        addon: list[str] = typer.Option(
-            None,
-            "--addon",
-            help="Add-on profile, e.g. mtp:num_speculative_tokens=3 (repeatable).",
-        ),
-        mtp: int = typer.Option(
-            None, "--mtp", help="N: shortcut for --addon mtp:num_speculative_tokens=N."
-        ),
-        python: str = typer.Option(
-            None,
-            "--python",
-            help="PATH of the engine environment's interpreter (default: python3 on PATH).",
-        ),
-        served_model_name: str = typer.Option(
-            None, "--served-model-name", help=SERVED_MODEL_NAME_HELP
-        ),
+        *,
+        server: JobValues,
         workload_cmd: str = typer.Option(
             None, "--workload-cmd", help="The workload, as a shell-quoted command line."
         ),
@@ -364,9 +318,6 @@ def register(app: typer.Typer) -> None:
             help="How long teardown waits for GPU memory to return to its baseline (default 60s).",
         ),
         gpu_sample: float = typer.Option(None, "--gpu-sample", help=GPU_SAMPLE_HELP),
-        env: list[str] = typer.Option(
-            None, "--env", help="NAME=VALUE for the server (beats profiles)."
-        ),
         workload_env: list[str] = typer.Option(
             None, "--workload-env", help="NAME=VALUE for the workload."
         ),
@@ -415,6 +366,8 @@ def register(app: typer.Typer) -> None:
                 hint=f"give a flow file with --file: proctor flow --file {extra[0]}",
             )
         given = {k.rstrip("_"): v for k, v in locals().items() if v is not False}
+        given.pop("server")
+        given.update(server.set_by_user())  # only what the user set is laid over the file
         table = load_flow_file(file) if file else {}
         if table.get("sweep") is not None:
             from proctor.cli.sweeps import run_grid
@@ -438,79 +391,7 @@ def register(app: typer.Typer) -> None:
         if code:
             raise typer.Exit(code)
 
-
-def flow_options(
-    given: dict[str, Any], table: dict[str, Any], file: Path | None, *, need_workload: bool = True
-) -> FlowOptions:
-    """FlowOptions from flags (`given`) over a flow file's table, through the one merge."""
-    settings = Settings(
-        flags=given,
-        table={k.replace("-", "_"): v for k, v in table.items()},
-        table_origin=f"flow file:{file}",
-        environ={},
-    )
-
-    def pick(name: str, default: Any = None) -> Any:
-        return settings.value(name.rstrip("_"), default)
-
-    if not pick("engine") or not pick("model"):
-        raise UsageError("flow needs --engine and --model (or a flow file with them)")
-    command = settings.pick("workload_cmd")
-    listed = parse_workloads(pick("workload"))
-    if command.origin == "flag" or not listed:
-        listed = []  # --workload-cmd on the command line wins over the file's list
-        if not command.value and need_workload:
-            raise UsageError(
-                "flow needs a workload",
-                hint='pass --workload-cmd "CMD ARGS", or list [[flow.workload]] in a flow file',
-            )
-    elif command.value:
-        raise UsageError(f"flow file {file}: give workload_cmd or [[flow.workload]], not both")
-    argv = (
-        []
-        if not command.value
-        else (shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
-    )
-    request = start_request(
-        pick("engine"),
-        pick("model"),
-        pick("tp"),
-        int(pick("port", 8000)),
-        pick("host", "127.0.0.1"),
-        pick("model_profile"),
-        pick("addon"),
-        pick("mtp"),
-        pick("python"),
-        pick("served_model_name"),
-        pick("extra") or [],
-        1.0,
-    )
-    from proctor.monitors.drain import check_client_pattern
-
-    check_client_pattern(pick("client_pattern"))
-    return FlowOptions(
-        server=request,
-        workload_argv=argv,
-        runs_dir=pick("runs_dir"),
-        ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
-        ready_poll_s=parse_duration(str(pick("ready_poll", "15s")), option="--ready-poll"),
-        drain=DrainConfig(
-            max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
-            poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
-            stuck_polls=int(pick("stuck_polls", 6)),
-            startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
-            error_streak=int(pick("error_streak", 5)),
-        ),
-        client_pattern=pick("client_pattern"),
-        inspect_on_hang=not pick("no_inspect", False),
-        gpu_processes=bool(pick("gpu_processes", False)),
-        vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
-        gpu_sample_s=pick("gpu_sample"),
-        server_env=list(pick("env") or []),
-        workload_env=list(pick("workload_env") or []),
-        workloads=listed,
-        continue_on_failure=bool(pick("continue_on_failure", False)),
-    )
+    app.command("flow")(job_command(flow, JobGroup("server", ServeJob)))
 
 
 def _clients_of(runs_dir: Path, server_id: str, known: list[Any]) -> list[Any]:

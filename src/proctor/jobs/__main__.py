@@ -1,8 +1,11 @@
 """`python -m proctor.jobs run JOB [--output-dir DIR]`: run one typed job (JSON text, or a file
-holding it) in this process. What every supervised bench, sweep point and flow workload runs.
+holding it) in this process. What every supervised bench, sweep point, eval, offline run and
+flow workload runs.
 
 Exit codes are proctor's (docs: errors.py): 0 ok, 3 the workload failed (more requests failed
-than --max-error-rate allows), 64 a bad job, 69 the server cannot be reached.
+or went unanswered than --max-error-rate allows, lm-eval or the offline command failed), 64 a
+bad job, 69 the server, lm-eval or the offline command cannot be reached or started, or too
+little free disk; an offline job also exits 2 when a fault line was printed.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--output-dir",
         type=Path,
-        help="where a bench writes metrics.json (default: $PROCTOR_RUN_DIR, the run's directory)",
+        help="where the job writes metrics.json (default: $PROCTOR_RUN_DIR, the run's directory)",
     )
     return p
 

@@ -12,7 +12,8 @@ import argparse
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, get_args, get_origin
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -34,6 +35,7 @@ class Opt:
     parse: Callable[[Any], Any] | None = None
     cli_default: Any = None
     multiple: bool = False  # repeatable (`--goodput A --goodput B`)
+    optional_flag: bool = False  # a required field that a flow file may give instead
     metavar: str | None = None
 
     @property
@@ -80,6 +82,10 @@ def cli_default(info: FieldInfo, opt: Opt) -> Any:
     """The flag's default as the command line shows and takes it."""
     if opt.cli_default is not None:
         return opt.cli_default
+    if info.is_required():
+        # A required option (click's and typer's marker), unless another source may give it
+        # (a flow file's table): then the command checks it was given somewhere.
+        return None if opt.optional_flag else ...
     default = info.get_default(call_default_factory=True)
     if isinstance(default, float) and math.isinf(default):
         return "inf"
@@ -155,10 +161,10 @@ def validated(model: type[M], values: Mapping[str, Any], *, what: str, hint: str
 def field_type(info: FieldInfo) -> Any:
     """The field's type without `None` (`int | None` -> int), for the command line."""
     annotation = info.annotation
+    if get_origin(annotation) not in (Union, UnionType):
+        return annotation  # list[str] stays a list
     args = [a for a in get_args(annotation) if a is not type(None)]
-    if get_origin(annotation) is not None and len(args) == 1:
-        return args[0]
-    return annotation
+    return args[0] if len(args) == 1 else annotation
 
 
 def add_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
@@ -167,6 +173,8 @@ def add_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]) -> No
     for name, (info, opt) in options(model).items():
         flags = [opt.flag.split("/")[0]] + ([opt.short] if opt.short else [])
         common: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
+        if info.is_required():
+            common["required"] = True
         common["help"] = (info.description or "").replace("%", "%%")
         kind = opt.cli_type if opt.cli_type is not None else field_type(info)
         if "/" in opt.flag:
@@ -174,9 +182,10 @@ def add_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]) -> No
         elif kind is bool:
             parser.add_argument(*flags, action="store_true", **common)
         elif opt.multiple:
-            parser.add_argument(*flags, action="extend", nargs="+", **common)
+            parser.add_argument(*flags, action="extend", nargs="+", metavar=opt.metavar, **common)
         else:
-            parser.add_argument(*flags, type=kind if kind in (int, float) else str, **common)
+            kind = kind if kind in (int, float) else str
+            parser.add_argument(*flags, type=kind, metavar=opt.metavar, **common)
 
 
 def values_given(model: type[BaseModel], namespace: argparse.Namespace) -> dict[str, Any]:

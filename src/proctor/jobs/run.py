@@ -14,14 +14,17 @@ from pydantic import Field, SecretStr, TypeAdapter, ValidationError
 
 from proctor.errors import ExitCode, UsageError, invalid
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.eval import EvalJob
+from proctor.jobs.offline import OfflineJob
 from proctor.jobs.sweep import SweepJob
 from proctor.spec.config import ProjectConfig, load_config
 
-Job = Annotated[BenchJob | SweepJob, Field(discriminator="kind")]
+AnyJob = BenchJob | SweepJob | EvalJob | OfflineJob
+Job = Annotated[AnyJob, Field(discriminator="kind")]
 JOB = TypeAdapter(Job)
 
 
-def load_job(text: str) -> BenchJob | SweepJob:
+def load_job(text: str) -> AnyJob:
     """A job from its JSON text, or from the file it names; the API key from OPENAI_API_KEY."""
     body = text
     if not text.lstrip().startswith("{"):
@@ -42,9 +45,9 @@ def load_job(text: str) -> BenchJob | SweepJob:
     return with_api_key(job)
 
 
-def with_api_key(job: BenchJob | SweepJob) -> BenchJob | SweepJob:
+def with_api_key(job: AnyJob) -> AnyJob:
     key = os.environ.get("OPENAI_API_KEY")
-    if not key:
+    if not key or isinstance(job, EvalJob | OfflineJob):  # lm-eval and engines read it there
         return job
     if isinstance(job, BenchJob):
         return job.model_copy(update={"api_key": SecretStr(key)})
@@ -89,8 +92,42 @@ def run_sweep_job(
     return code, sweep_dir.path, sweep_dir.read_json("summary.json") or {}
 
 
+def run_eval(job: EvalJob, output_dir: Path, *, say: Callable[[str], None] = print) -> int:
+    """GSM8K through lm-eval in this process: metrics.json and lm-eval's output in
+    `output_dir`, lm-eval's output on stdout, the scores as one JSON line through `say`."""
+    from proctor.workloads.gsm8k import run_gsm8k
+
+    result = run_gsm8k(job, output_dir)
+    say(json.dumps({"kind": "gsm8k", "metrics": result.to_metrics()}))
+    return 0
+
+
+def run_offline_job(
+    job: OfflineJob,
+    output_dir: Path,
+    config: ProjectConfig | None = None,
+    *,
+    say: Callable[[str], None] = print,
+) -> int:
+    """The offline job in this process (resolved against the engine profile first where
+    nobody did): metrics.json in `output_dir`; its exit code (docs/offline.md)."""
+    from proctor.workloads.offline import offline_outcome, resolve_offline, run_resolved
+
+    env: dict[str, str] = {}
+    if job.resolved is None:
+        job, env = resolve_offline(job, config or load_config(_config_path(job.config)))
+    result = run_resolved(job, output_dir, env={**os.environ, **env} if env else None)
+    for line in offline_outcome(result):
+        say(f"proctor: {line}")
+    return result.proctor_exit
+
+
+def _config_path(path: str | None) -> Path | None:
+    return Path(path) if path else None
+
+
 def run_job(
-    job: BenchJob | SweepJob,
+    job: AnyJob,
     *,
     output_dir: Path | None = None,
     config: ProjectConfig | None = None,
@@ -98,20 +135,36 @@ def run_job(
 ) -> int:
     """Run `job` here; its exit code (docs: the exit-code table)."""
     if isinstance(job, BenchJob):
-        where = output_dir or _run_dir()
+        where = output_dir or _run_dir(job.kind)
         return run_bench(job, where, echo=say)
+    if isinstance(job, EvalJob):
+        return run_eval(job, output_dir or _run_dir(job.kind), say=say)
+    if isinstance(job, OfflineJob):
+        return run_offline_job(job, output_dir or _run_dir(job.kind), config, say=say)
     code, _, _ = run_sweep_job(job, config, say=say)
     return code
 
 
-def _run_dir() -> Path:
+def _run_dir(kind: str) -> Path:
     where = os.environ.get("PROCTOR_RUN_DIR")
     if not where:
         raise UsageError(
-            "a bench job needs somewhere to write metrics.json",
+            f"a{'n' if kind[0] in 'aeiou' else ''} {kind} job needs somewhere to write "
+            "metrics.json",
             hint="pass --output-dir DIR (a supervised run names its own directory)",
         )
     return Path(where)
 
 
-__all__ = ["JOB", "ExitCode", "Job", "load_job", "run_bench", "run_job", "run_sweep_job"]
+__all__ = [
+    "JOB",
+    "AnyJob",
+    "ExitCode",
+    "Job",
+    "load_job",
+    "run_bench",
+    "run_eval",
+    "run_job",
+    "run_offline_job",
+    "run_sweep_job",
+]

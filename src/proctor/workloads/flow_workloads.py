@@ -3,41 +3,39 @@
 A flow file's `[[flow.workload]]` entries each name one kind, with its options as a table:
 
     [[flow.workload]]
-    eval = { task = "gsm8k", limit = 50 }         # python -m proctor.workloads.gsm8k
+    eval = { task = "gsm8k", limit = 50 }                                # an eval job
     [[flow.workload]]
     bench = { isl = 128, osl = 64, concurrency = 8, num_prompts = 64 }   # a bench job
     [[flow.workload]]
     sweep = { concurrency = [1, 4, 16], isl = 128, osl = 64 }            # a sweep job
     [[flow.workload]]
-    offline = { engine = "vllm", model = "/models/x", args = ["--enforce-eager"] }
+    offline = { engine = "vllm", model = "/models/x", args = ["--enforce-eager"] }  # offline job
     [[flow.workload]]
     cmd = "python my_client.py --port 8000"                              # any command
 
-plus, on any entry, `name` (the run's name) and `env` (["NAME=VALUE"] for that run). The base URL
-and model of the flow's server are filled in; options are checked against the workload's own
-flags before any server starts, so a typo costs nothing.
+plus, on any entry, `name` (the run's name) and `env` (["NAME=VALUE"] for that run). A table is
+validated into its typed job (jobs/: keys are the job's fields or flags, `_` or `-`) before any
+server starts, so a typo costs nothing; its run is `python -m proctor.jobs run JOB`. The base URL
+(and the served model, unless the table names one) of the flow's server are filled in.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
 import shlex
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from proctor.errors import UsageError
 from proctor.jobs.argv import job_argv
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.eval import EVAL_TASKS, EvalJob
+from proctor.jobs.offline import OfflineJob
 from proctor.jobs.options import fields_from_table, lookup, validated
 from proctor.jobs.sweep import SweepJob
 from proctor.targets.remote.shipfiles import Shipped, dataset_value, gsm8k_data_value
 
 KINDS = ("bench", "sweep", "eval", "offline", "cmd")
 COMMON = ("name", "env")
-EVAL_TASKS = ("gsm8k",)
 
 
 @dataclass(frozen=True)
@@ -62,8 +60,8 @@ class FlowWorkload:
 
     @property
     def run_kind(self) -> str:
-        """The kind of its run's record: bench and eval runs are read as such by results."""
-        return {"bench": "bench", "eval": "eval"}.get(self.kind, "workload")
+        """The kind of its run's record: bench, eval and offline runs are read as such."""
+        return {"bench": "bench", "eval": "eval", "offline": "offline"}.get(self.kind, "workload")
 
     def to_dict(self) -> dict[str, Any]:
         body: Any = self.command if self.kind == "cmd" else dict(self.options)
@@ -91,8 +89,7 @@ def parse_workload(entry: object, where: str = "workload") -> FlowWorkload:
     body = entry[kind]
     name = entry.get("name")
     env = entry.get("env") or []
-    if not isinstance(env, list) or not all(isinstance(e, str) and "=" in e for e in env):
-        raise UsageError(f"{where}: env must be a list of NAME=VALUE strings")
+    env = _env_list(env, where)
     if kind == "cmd":
         command = shlex.split(body) if isinstance(body, str) else body
         if (
@@ -106,6 +103,12 @@ def parse_workload(entry: object, where: str = "workload") -> FlowWorkload:
         body = {"task": body}
     if not isinstance(body, dict):
         raise UsageError(f"{where}: {kind} takes a table of its options, e.g. {kind} = {{ ... }}")
+    if kind == "offline":
+        # `proctor offline`'s --name and --env, given in its table: the run's, as on any entry.
+        body = dict(body)
+        own_name = body.pop("name", None)
+        name = name or own_name
+        env = [*env, *_env_list(body.pop("env", []), where)]
     workload = FlowWorkload(kind, options=dict(body), name=name, env=list(env))
     # Checked now, with stand-in server facts: a bad option must fail before a server starts.
     command_for(workload, "http://127.0.0.1:8000", "model", runs_dir=".")
@@ -122,38 +125,25 @@ def parse_workloads(entries: object) -> list[FlowWorkload]:
     return [parse_workload(e, f"workload {i + 1}") for i, e in enumerate(entries)]
 
 
+def _env_list(env: object, where: str) -> list[str]:
+    if not isinstance(env, list) or not all(isinstance(e, str) and "=" in e for e in env):
+        raise UsageError(f"{where}: env must be a list of NAME=VALUE strings")
+    return list(env)
+
+
 def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: str) -> list[str]:
     """The argv of the workload's run against the server at `base_url` serving `model`."""
-    py = sys.executable
-    opts = {k.replace("_", "-"): v for k, v in workload.options.items()}
     if workload.kind == "cmd":
         return list(workload.command)
     if workload.kind == "bench":
         return job_argv(bench_job(workload.options, base_url, model, where="bench workload"))
     if workload.kind == "eval":
-        task = str(opts.pop("task", "gsm8k"))
-        if task not in EVAL_TASKS:
-            raise UsageError(f"eval task {task!r} is not known", hint='eval = { task = "gsm8k" }')
-        opts.setdefault("model", model)
-        argv = [py, "-m", "proctor.workloads.gsm8k", "--base-url", base_url]
-        argv += _flags(opts, repeat_lists=False)
-        _check(_gsm8k_parser(), argv[3:], "eval")
-        return argv
+        return job_argv(eval_job(workload.options, base_url, model))
     if workload.kind == "sweep":
         return job_argv(sweep_job(workload.options, base_url, model, runs_dir=runs_dir))
-    # offline: its own engine, run while the flow's server is up (or as the flow's only job)
-    args = opts.pop("args", [])
-    if not isinstance(args, list):
-        raise UsageError("offline: args must be a list of engine arguments")
-    opts.setdefault("runs-dir", runs_dir)
-    flags = _flags(opts, repeat_lists=True)
-    _check(_parser_of("offline", OFFLINE_FLAGS, required=("engine",)), flags, "offline")
-    if not opts.get("model") and opts.get("cmd") is not True:
-        raise UsageError(
-            "offline workload: model is required (unless cmd = true)",
-            hint='offline = { engine = "vllm", model = "/models/x" }',
-        )
-    return [py, "-m", "proctor.cli.main", "offline", *flags, "--", *map(str, args)]
+    # offline: its own engine, run while the flow's server is up (or as the flow's only job);
+    # resolved against its engine profile where it runs (jobs/run.py).
+    return job_argv(offline_job(workload.options))
 
 
 def bench_job(options: dict[str, Any], base_url: str, model: str, *, where: str) -> BenchJob:
@@ -182,6 +172,36 @@ def sweep_job(options: dict[str, Any], base_url: str, model: str, *, runs_dir: s
     )
 
 
+def eval_job(options: dict[str, Any], base_url: str, model: str) -> EvalJob:
+    """A flow file's eval table (`task`, then field or flag names) as the eval job against the
+    flow's server (its URL; its served model unless the table names one)."""
+    table = dict(options)
+    task = str(table.pop("task", "gsm8k"))
+    if task not in EVAL_TASKS:
+        raise UsageError(f"eval task {task!r} is not known", hint='eval = { task = "gsm8k" }')
+    values: dict[str, Any] = {"model": model}
+    values.update(fields_from_table(EvalJob, table, where="eval workload"))
+    values.update(base_url=base_url, task=task)
+    return validated(
+        EvalJob, values, what="eval workload", hint="its options are proctor eval gsm8k's"
+    )
+
+
+def offline_job(options: dict[str, Any]) -> OfflineJob:
+    """A flow file's offline table (field or flag names; engine arguments, or with
+    `cmd = true` the whole command, in `args`; `config`, a proctor.toml) as the offline job."""
+    table = dict(options)
+    args = table.pop("args", [])
+    if not isinstance(args, list):
+        raise UsageError("offline workload: args must be a list of engine arguments")
+    config = table.pop("config", None)
+    values = fields_from_table(OfflineJob, table, where="offline workload")
+    values.update(args=[str(a) for a in args], config=None if config is None else str(config))
+    return validated(
+        OfflineJob, values, what="offline workload", hint="its options are proctor offline's"
+    )
+
+
 def file_values(kind: str, options: object, where: tuple[str | int, ...]) -> list[Shipped]:
     """The options of a `kind` workload (at `where` in a flow file) that name local files, read
     and hashed, to ship with `flow --target`: bench and sweep `dataset` (a file kind), eval
@@ -199,86 +219,14 @@ def file_values(kind: str, options: object, where: tuple[str | int, ...]) -> lis
     return [f for f in found if f is not None]
 
 
-def _flags(opts: dict[str, Any], *, repeat_lists: bool) -> list[str]:
-    argv: list[str] = []
-    for key, value in opts.items():
-        flag = f"--{key}"
-        if value is True:
-            argv.append(flag)
-        elif value is False:
-            argv.append(f"--no-{key}")
-        elif isinstance(value, list):
-            if repeat_lists:
-                for item in value:
-                    argv += [flag, str(item)]
-            else:
-                argv += [flag, *map(str, value)]
-        elif isinstance(value, dict):
-            raise UsageError(f"option {key} cannot be a table")
-        else:
-            argv += [flag, str(value)]
-    return argv
-
-
-def _gsm8k_parser() -> argparse.ArgumentParser:
-    from proctor.workloads.gsm8k import _parser
-
-    return _parser()
-
-
-# The flags of `proctor offline` (cli/offline.py) a flow may set, by kind of value (None: a
-# switch; list: repeatable); a test keeps these in step with the
-# commands (tests/cli/test_flow_workloads.py).
-OFFLINE_FLAGS: dict[str, type | None] = {
-    "engine": str,
-    "model": str,
-    "tp": int,
-    "cmd": None,
-    "python": str,
-    "min-free-disk": float,
-    "name": str,
-    "timeout": str,
-    "env": list,
-    "key": str,
-    "gpu-sample": float,
-    "runs-dir": str,
-    "config": str,
-}
-
-
-def _parser_of(
-    prog: str, flags: dict[str, type | None], required: tuple[str, ...] = ()
-) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
-    for flag, kind in flags.items():
-        if kind is None:
-            p.add_argument(f"--{flag}", action="store_true")
-        elif kind is list:
-            p.add_argument(f"--{flag}", action="append")
-        else:
-            p.add_argument(f"--{flag}", type=kind, required=flag in required)
-    p.add_argument("--output-dir")  # the stand-in _check adds
-    return p
-
-
-def _check(parser: argparse.ArgumentParser, argv: list[str], kind: str) -> None:
-    """Parse as the workload will (with a stand-in output dir); its complaint as a UsageError."""
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            parser.parse_args([*argv, "--output-dir", "."])
-    except SystemExit:
-        last = (err.getvalue().strip().splitlines() or ["invalid options"])[-1]
-        raise UsageError(f"{kind} workload: {last}", hint="its options are its flags") from None
-
-
 __all__ = [
     "KINDS",
-    "OFFLINE_FLAGS",
     "FlowWorkload",
     "bench_job",
     "command_for",
+    "eval_job",
     "file_values",
+    "offline_job",
     "parse_workload",
     "parse_workloads",
     "sweep_job",

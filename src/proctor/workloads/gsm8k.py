@@ -11,7 +11,9 @@ Results come from lm-eval's results JSON, never its printed table.
 
 writes DIR/metrics.json ({"schema", "kind": "gsm8k", "status", "metrics", ...}) and DIR/lm_eval/
 (lm-eval's own output), and exits 0, 3 (lm-eval failed, left no results, or requests went
-unanswered beyond --max-error-rate), 64 or 69.
+unanswered beyond --max-error-rate), 64 or 69. Its flags are EvalJob's (jobs/eval.py), as are
+`proctor eval gsm8k`'s, whose supervised run is `python -m proctor.jobs run JOB` (the same
+`run_gsm8k`).
 
 lm-eval exits 0 and scores an empty answer when a request fails for good in its sync path, or
 when the server answers 200 with null content; the accuracy is then bogus. Its log says so
@@ -35,13 +37,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from proctor import redact
 from proctor.errors import ProctorError, TargetUnavailable, UsageError, WorkloadFailed
 from proctor.jobs.documents import EVAL_SCHEMA, EvalDocument, write_checked
+from proctor.jobs.eval import EvalJob
+from proctor.jobs.options import add_arguments, validated, values_given
 from proctor.source.manifest import digest_of
 
 SCHEMA = EVAL_SCHEMA
@@ -50,42 +54,9 @@ FILTERS = ("flexible-extract", "strict-match")
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
-@dataclass(frozen=True)
-class Gsm8kConfig:
-    """What to run. `base_url` may be the server root, `.../v1` or the full endpoint."""
-
-    base_url: str
-    model: str
-    output_path: Path
-    num_fewshot: int = 3
-    limit: int | None = None
-    chat: bool = False
-    num_concurrent: int = 65
-    max_retries: int = 3
-    gen_kwargs: str | None = None
-    include_path: Path | None = None
-    log_samples: bool = False
-    lm_eval: tuple[str, ...] = ("lm_eval",)
-    max_error_rate: float = 0.0  # unanswered requests allowed, as a fraction of the samples
-
-    def __post_init__(self) -> None:
-        if not self.model or any(c in self.model for c in ",="):
-            raise UsageError(
-                f"invalid model name {self.model!r}",
-                hint="give the served model name, without ',' or '='",
-            )
-        if self.num_fewshot < 0:
-            raise UsageError("--fewshot must be >= 0")
-        if self.limit is not None and self.limit < 1:
-            raise UsageError("--limit must be >= 1")
-        if self.num_concurrent < 1:
-            raise UsageError("--num-concurrent must be >= 1")
-        if not 0 <= self.max_error_rate <= 1:  # nan too: `rate <= nan` failed every eval
-            raise UsageError(
-                f"--max-error-rate {self.max_error_rate:g}: must be a fraction from 0 to 1"
-            )
-        if not self.base_url.startswith(("http://", "https://")):
-            raise UsageError(f"invalid base URL {self.base_url!r}", hint="use http://HOST:PORT")
+#: What to run: the typed eval job (jobs/eval.py), declared there once; `base_url` may be the
+#: server root, `.../v1` or the full endpoint.
+Gsm8kConfig = EvalJob
 
 
 def endpoint_url(base_url: str, chat: bool) -> str:
@@ -99,8 +70,16 @@ def endpoint_url(base_url: str, chat: bool) -> str:
     return f"{url}/v1/chat/completions" if chat else f"{url}/v1/completions"
 
 
-def build_lm_eval_command(config: Gsm8kConfig) -> list[str]:
-    """The lm-eval argv for this config (legacy form, which every version >= 0.4.10 takes)."""
+def build_lm_eval_command(
+    config: EvalJob,
+    output_path: Path,
+    *,
+    include_path: Path | None = None,
+    lm_eval: Sequence[str] = ("lm_eval",),
+) -> list[str]:
+    """The lm-eval argv for this job, writing under `output_path` (legacy form, which every
+    version >= 0.4.10 takes); `include_path` holds a task file that replaces the built-in one,
+    `lm_eval` is how lm-eval is started (`find_lm_eval`)."""
     model_args = ",".join(
         [
             f"model={config.model}",
@@ -112,7 +91,7 @@ def build_lm_eval_command(config: Gsm8kConfig) -> list[str]:
         ]
     )
     argv = [
-        *config.lm_eval,
+        *lm_eval,
         "--model",
         "local-chat-completions" if config.chat else "local-completions",
         "--model_args",
@@ -122,7 +101,7 @@ def build_lm_eval_command(config: Gsm8kConfig) -> list[str]:
         "--num_fewshot",
         str(config.num_fewshot),
         "--output_path",
-        str(config.output_path),
+        str(output_path),
     ]
     if config.chat:
         argv += ["--apply_chat_template", "--fewshot_as_multiturn"]
@@ -130,8 +109,8 @@ def build_lm_eval_command(config: Gsm8kConfig) -> list[str]:
         argv += ["--limit", str(config.limit)]
     if config.gen_kwargs:
         argv += ["--gen_kwargs", config.gen_kwargs]
-    if config.include_path is not None:
-        argv += ["--include_path", str(config.include_path)]
+    if include_path is not None:
+        argv += ["--include_path", str(include_path)]
     if config.log_samples:
         argv.append("--log_samples")
     return argv
@@ -382,24 +361,24 @@ def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
     write_checked(redact.data(data), EvalDocument, write)
 
 
-def run_gsm8k(
-    config: Gsm8kConfig,
-    output_dir: Path,
-    *,
-    data_dir: Path | None = None,
-    echo: bool = True,
-) -> Gsm8kResult:
+def run_gsm8k(config: EvalJob, output_dir: Path, *, echo: bool = True) -> Gsm8kResult:
     """Run lm-eval, then write `output_dir/metrics.json` whether it succeeded or not.
 
-    `config.output_path` and `config.include_path` are replaced by folders under `output_dir`.
-    Raises WorkloadFailed when lm-eval exits non-zero or leaves no readable results.
+    lm-eval writes under `output_dir/lm_eval`; with `config.data`, the task over those files is
+    written to `output_dir/task` and lm-eval runs offline. Raises WorkloadFailed when lm-eval
+    exits non-zero or leaves no readable results, TargetUnavailable when it cannot be started.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = Path(config.data) if config.data else None
     include = write_offline_task(data_dir, output_dir / "task") if data_dir else None
     lm_out = output_dir / "lm_eval"
-    run_config = Gsm8kConfig(**{**asdict(config), "output_path": lm_out, "include_path": include})
-    argv = build_lm_eval_command(run_config)
+    try:
+        lm_eval: tuple[str, ...] = find_lm_eval(config.lm_eval)
+        unstartable: TargetUnavailable | None = None
+    except TargetUnavailable as error:  # recorded below: the run says why it did nothing
+        lm_eval, unstartable = (config.lm_eval or "lm_eval",), error
+    argv = build_lm_eval_command(config, lm_out, include_path=include, lm_eval=lm_eval)
     env = dict(os.environ)
     if include is not None:
         env.update(OFFLINE_ENV)
@@ -417,11 +396,16 @@ def run_gsm8k(
             "chat": config.chat,
             "num_concurrent": config.num_concurrent,
             "gen_kwargs": config.gen_kwargs,
-            "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
+            "data_dir": str(data_dir.resolve()) if data_dir else None,
         },
         "data": data_files(data_dir) if data_dir else None,
         "metrics": {},
     }
+    metrics_path = output_dir / "metrics.json"
+    if unstartable is not None:
+        record.update(status="failed", error=unstartable.one_line())
+        _atomic_write_json(metrics_path, record)
+        raise unstartable
     metrics_path = output_dir / "metrics.json"
     _atomic_write_json(metrics_path, record)
     started = time.time()
@@ -508,51 +492,25 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8000")
-    p.add_argument("--model", required=True, help="served model name")
     # Under a supervised run the wrapper's environment names the run directory.
     p.add_argument(
         "--output-dir",
         type=Path,
         default=os.environ.get("PROCTOR_RUN_DIR"),
         required="PROCTOR_RUN_DIR" not in os.environ,
+        help="where metrics.json and lm-eval's output go (default: $PROCTOR_RUN_DIR)",
     )
-    p.add_argument("--fewshot", type=int, default=3)
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--chat", action="store_true")
-    p.add_argument("--num-concurrent", type=int, default=65)
-    p.add_argument("--max-retries", type=int, default=3)
-    p.add_argument("--gen-kwargs", default=None)
-    p.add_argument("--data", type=Path, default=None, help="folder with train/test.jsonl")
-    p.add_argument("--log-samples", action="store_true")
-    p.add_argument("--lm-eval", default=None, help="path of the lm_eval executable")
-    p.add_argument(
-        "--max-error-rate",
-        type=float,
-        default=0.0,
-        help="fraction of samples allowed to go unanswered (default 0)",
-    )
+    add_arguments(p, EvalJob)  # every eval setting, declared once (jobs/eval.py)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        config = Gsm8kConfig(
-            base_url=args.base_url,
-            model=args.model,
-            output_path=args.output_dir / "lm_eval",
-            num_fewshot=args.fewshot,
-            limit=args.limit,
-            chat=args.chat,
-            num_concurrent=args.num_concurrent,
-            max_retries=args.max_retries,
-            gen_kwargs=args.gen_kwargs,
-            log_samples=args.log_samples,
-            lm_eval=find_lm_eval(args.lm_eval),
-            max_error_rate=args.max_error_rate,
+        config = validated(
+            EvalJob, values_given(EvalJob, args), what="invalid option", hint="see --help"
         )
-        result = run_gsm8k(config, args.output_dir, data_dir=args.data)
+        result = run_gsm8k(config, args.output_dir)
     except ProctorError as error:
         print(f"proctor.workloads.gsm8k: {error.one_line()}", file=sys.stderr)
         return int(error.exit_code)

@@ -1,22 +1,20 @@
 """Offline inference (no server) as a supervised workload, with a free-disk guard.
 
-    python -m proctor.workloads.offline --engine E [--model PATH] [--min-free-disk GiB]
-        [--throughput NAME=REGEX ...] [--fault REGEX ...] [--output-dir DIR] -- CMD [ARGS...]
+An `OfflineJob` (jobs/offline.py) is resolved against its engine profile (`resolve_offline`:
+ATOM's `atom.examples.simple_inference`, `vllm bench throughput`, SGLang's
+`bench_offline_throughput`, or any command with `cmd`) and run as `python -m proctor.jobs run
+JOB`, which runs the command in this process group, echoing its output, and scans that output
+as it arrives for the throughput lines the engine profile knows and for its fault patterns.
+DIR/metrics.json ({"schema", "kind": "offline", "status", "metrics", "units", ...}) is written
+before the command starts and rewritten whenever a figure is parsed, so a crash keeps what was
+already printed; the store indexes its flat `metrics`.
 
-Runs CMD (ATOM's `atom.examples.simple_inference`, `vllm bench throughput`, SGLang's
-`bench_offline_throughput`, or any command) in this process group, echoing its output, and
-scans that output as it arrives for the throughput lines the engine profile knows and for its
-fault patterns. DIR/metrics.json ({"schema", "kind": "offline", "status", "metrics", "units",
-...}) is written before CMD starts and rewritten whenever a figure is parsed, so a crash keeps
-what was already printed; the store indexes its flat `metrics`.
-
-Exit status: 0 CMD exited 0; 2 a fault pattern was printed; 3 CMD failed otherwise;
-69 not enough free disk (CMD never starts) or CMD not found; 128+N stopped by signal N.
+Exit status: 0 the command exited 0; 2 a fault pattern was printed; 3 it failed otherwise;
+69 not enough free disk (it never starts) or not found; 128+N stopped by signal N.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -32,8 +30,10 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from proctor import redact
-from proctor.errors import ConfigError, ProctorError, TargetUnavailable, UsageError
+from proctor.errors import ConfigError, TargetUnavailable, UsageError
+from proctor.jobs.argv import job_argv
 from proctor.jobs.documents import OFFLINE_SCHEMA, OfflineDocument, write_checked
+from proctor.jobs.offline import OfflineJob, OfflinePlan
 from proctor.redact import Redactor
 from proctor.results.names import metric_info
 from proctor.spec.config import ProjectConfig
@@ -263,47 +263,49 @@ def throughput_patterns(engine: EngineProfile) -> dict[str, str]:
     return dict(engine.offline.throughput_patterns or DEFAULT_THROUGHPUT_PATTERNS)
 
 
-def entry_argv(
-    command: Sequence[str],
-    *,
-    engine: str,
-    model: str | None,
-    min_free_disk_gib: float,
-    patterns: Mapping[str, str],
-    fault_patterns: Sequence[str] = (),
-    python: str | None = None,
-) -> list[str]:
-    """The argv of this module running `command`: what a supervised offline run executes."""
-    argv = [
-        python or sys.executable,
-        "-m",
-        "proctor.workloads.offline",
-        "--engine",
-        engine,
-        "--min-free-disk",
-        f"{min_free_disk_gib:g}",
-    ]
-    if model:
-        argv += ["--model", model]
-    for name, regex in patterns.items():
-        argv += ["--throughput", f"{name}={regex}"]
-    for regex in fault_patterns:
-        argv += ["--fault", regex]
-    return [*argv, "--", *command]
+def resolve_offline(job: OfflineJob, config: ProjectConfig) -> tuple[OfflineJob, dict[str, str]]:
+    """The job with what its engine profile makes of it (`resolved`: the command, the patterns
+    its figures and faults are read with, the disk guard), and the profiles' environment for
+    the command. Bad input is a UsageError or ConfigError here, before anything runs."""
+    from proctor.serve import profiles_for
+    from proctor.spec.plan import check_executable
+
+    engine = profiles_for(config).engine(job.engine)
+    env: dict[str, str] = {}
+    if job.cmd:
+        command = list(job.args)
+        check_executable(command, Path.cwd())
+    else:
+        assert job.model is not None  # the job's own check
+        command, env = build_offline_command(
+            engine, job.model, tp=job.tp, extra=job.args, python=job.python
+        )
+    need = (
+        job.min_free_disk_gib
+        if job.min_free_disk_gib is not None
+        else engine.offline.min_free_disk_gib
+    )
+    if not math.isfinite(need) or need < 0:  # nan would switch the guard off unsaid
+        raise UsageError(
+            f"--min-free-disk {need:g}: must be a number of GiB >= 0 (0 disables the guard)"
+        )
+    plan = OfflinePlan(
+        engine=engine.name,
+        command=command,
+        min_free_disk_gib=need,
+        patterns=throughput_patterns(engine),
+        faults=engine.fault_patterns("runtime"),
+        entry="command" if job.cmd else "profile",
+    )
+    return job.model_copy(update={"resolved": plan}), env
 
 
 # -- starting a supervised offline run -------------------------------------------------------
 @dataclass
 class OfflineRequest:
-    """What `proctor offline` was asked; `command` set means "run this, not the entry point"."""
+    """What `proctor offline` was asked: the job, and how its supervised run is started."""
 
-    engine: str
-    model: str | None = None
-    tp: int | None = None
-    extra: list[str] = field(default_factory=list)
-    command: list[str] | None = None
-    python: str | None = None
-    min_free_disk_gib: float | None = None  # None: the engine profile's
+    job: OfflineJob
     name: str | None = None
     runs_dir: str | None = None
     timeout: str | None = None
@@ -313,55 +315,24 @@ class OfflineRequest:
     gpu_sample: float | None = None
 
 
-def offline_name(request: OfflineRequest) -> str:
-    model = Path(request.model.rstrip("/")).name if request.model else None
-    return "-".join(p for p in ("offline", request.engine, model) if p)
+def offline_name(job: OfflineJob) -> str:
+    model = Path(job.model.rstrip("/")).name if job.model else None
+    return "-".join(p for p in ("offline", job.engine, model) if p)
 
 
 def start_offline(request: OfflineRequest, config: ProjectConfig) -> Started:
-    """Resolve the engine profile, refuse bad input before any run exists, start the run."""
-    from proctor.serve import profiles_for
-    from proctor.spec.plan import RunFlags, check_executable, resolve_run_plan
+    """Resolve the job against its engine profile, refusing bad input before any run exists,
+    and start its run: `python -m proctor.jobs run JOB` (the resolved job)."""
+    from proctor.spec.plan import RunFlags, resolve_run_plan
     from proctor.supervise.launch import RunSpec, start_run
 
-    engine = profiles_for(config).engine(request.engine)
-    env: dict[str, str] = {}
-    if request.command is not None:
-        if not request.command:
-            raise UsageError(
-                "--cmd needs the command after --",
-                hint="e.g. proctor offline --engine vllm --cmd -- python run.py",
-            )
-        command = list(request.command)
-        check_executable(command, Path.cwd())
-    else:
-        if not request.model:
-            raise UsageError("--model is required", hint="pass the model path (or --cmd -- CMD)")
-        command, env = build_offline_command(
-            engine, request.model, tp=request.tp, extra=request.extra, python=request.python
-        )
-    need = (
-        request.min_free_disk_gib
-        if request.min_free_disk_gib is not None
-        else engine.offline.min_free_disk_gib
-    )
-    if not math.isfinite(need) or need < 0:  # nan would switch the guard off unsaid
-        raise UsageError(
-            f"--min-free-disk {need:g}: must be a number of GiB >= 0 (0 disables the guard)"
-        )
-    argv = entry_argv(
-        command,
-        engine=engine.name,
-        model=request.model,
-        min_free_disk_gib=need,
-        patterns=throughput_patterns(engine),
-        fault_patterns=engine.fault_patterns("runtime"),
-    )
+    job, env = resolve_offline(request.job, config)
+    assert job.resolved is not None
     # The user's --env wins over the profile's.
     env_flags = [f"{k}={v}" for k, v in env.items()] + list(request.env)
     flags = RunFlags(
-        argv=argv,
-        name=request.name or offline_name(request),
+        argv=job_argv(job),
+        name=request.name or offline_name(job),
         runs_dir=request.runs_dir,
         timeout=request.timeout,
         env=env_flags,
@@ -372,12 +343,12 @@ def start_offline(request: OfflineRequest, config: ProjectConfig) -> Started:
     plan = resolve_run_plan(flags, config)
     redactor = plan.redactor()
     facts = {
-        "engine": engine.name,
-        "model": request.model,
-        "tp": request.tp,
-        "command": redactor.argv(command),
-        "min_free_disk_gib": need,
-        "entry": "command" if request.command is not None else "profile",
+        "engine": job.resolved.engine,
+        "model": job.model,
+        "tp": job.tp,
+        "command": redactor.argv(job.resolved.command),
+        "min_free_disk_gib": job.resolved.min_free_disk_gib,
+        "entry": job.resolved.entry,
     }
     return start_run(plan, RunSpec(kind="offline", extra={"offline": facts}))
 
@@ -529,82 +500,35 @@ def _echo(chunk: bytes) -> None:
         pass
 
 
+def run_resolved(
+    job: OfflineJob, output_dir: Path, *, env: Mapping[str, str] | None = None, echo: bool = True
+) -> OfflineResult:
+    """Run a resolved job (`resolve_offline`): guard the disk, run its command, parse."""
+    plan = job.resolved
+    if plan is None:
+        raise UsageError("an offline job must be resolved against its engine profile first")
+    return run_offline(
+        plan.command,
+        output_dir,
+        engine=plan.engine,
+        model=job.model,
+        min_free_disk_gib=plan.min_free_disk_gib,
+        patterns=plan.patterns,
+        fault_patterns=plan.faults,
+        echo=echo,
+        env=env,
+    )
+
+
+def offline_outcome(result: OfflineResult) -> list[str]:
+    """What the run says at its end: why it did not run, the first fault lines, its figures."""
+    lines = [result.error] if result.error else []
+    lines += [f"fault: {line}" for line in result.faults[:5]]
+    return [*lines, summary(result)]
+
+
 def summary(result: OfflineResult) -> str:
     shown = [f"{n} {v:g} {metric_info(n).unit}".rstrip() for n, v in result.metrics.items()]
     figures = ", ".join(shown) or "no throughput line found"
     took = f" in {result.wall_time_s:.1f} s" if result.wall_time_s is not None else ""
     return f"offline {result.status} (exit {result.exit_code}){took}: {figures}"
-
-
-def _pattern_arg(text: str) -> tuple[str, str]:
-    name, sep, regex = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=REGEX, got {text!r}")
-    return name, regex
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m proctor.workloads.offline",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--engine", default="command", help="engine profile name, for the record")
-    p.add_argument("--model", default=None, help="model path (the disk guard measures its disk)")
-    p.add_argument("--min-free-disk", type=float, default=0.0, metavar="GIB")
-    p.add_argument(
-        "--throughput",
-        type=_pattern_arg,
-        action="append",
-        default=None,
-        metavar="NAME=REGEX",
-        help="a figure to parse (default: proctor's set)",
-    )
-    p.add_argument("--fault", action="append", default=[], metavar="REGEX")
-    # Under a supervised run the wrapper's environment names the run directory.
-    p.add_argument(
-        "--output-dir",
-        type=Path,
-        default=os.environ.get("PROCTOR_RUN_DIR"),
-        required="PROCTOR_RUN_DIR" not in os.environ,
-    )
-    p.add_argument("command", nargs=argparse.REMAINDER)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    prog = "proctor.workloads.offline"
-    if not command:
-        print(f"{prog}: no command given (write it after --)", file=sys.stderr)
-        return 64
-    patterns = dict(args.throughput) if args.throughput is not None else None
-    try:
-        result = run_offline(
-            command,
-            args.output_dir,
-            engine=args.engine,
-            model=args.model,
-            min_free_disk_gib=args.min_free_disk,
-            patterns=patterns,
-            fault_patterns=args.fault,
-        )
-    except ProctorError as error:
-        print(f"{prog}: {error.one_line()}", file=sys.stderr)
-        return int(error.exit_code)
-    if result.error:
-        print(f"{prog}: {result.error}", file=sys.stderr)
-    for line in result.faults[:5]:
-        print(f"{prog}: fault: {line}", file=sys.stderr)
-    print(f"{prog}: {summary(result)}", file=sys.stderr)
-    return result.proctor_exit
-
-
-if __name__ == "__main__":
-    from proctor.crash import guarded
-
-    redact.mask_output()  # what proctor's own workload prints goes through the redaction layer
-    sys.exit(guarded("proctor offline", main))
