@@ -26,6 +26,7 @@ from typing import Any
 
 from proctor.errors import ExitCode, UsageError
 from proctor.flow import Flow, FlowOptions
+from proctor.jobs.documents import GRID_SCHEMA, GRID_VERSION, GridSummary, read_bench
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
 from proctor.record.schema import FlowRecord, read_view
@@ -35,6 +36,7 @@ from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
 from proctor.version import __version__
 from proctor.workloads.flow_workloads import FlowWorkload, parse_workload
+from proctor.workloads.sweep import write_summary_json
 
 # Bench options that may be lists, each value a point of the bench grid.
 BENCH_AXES = ("concurrency", "request_rate")
@@ -346,12 +348,8 @@ def point_rows(
         index = result.index
         bench = (listed[index].get("bench") if index < len(listed) else None) or {}
         run_id = result.run_id
-        doc = RunDir(runs_root / run_id).read_json("metrics.json") if run_id else None
-        metrics = {
-            k: float(v)
-            for k, v in ((doc or {}).get("metrics") or {}).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
+        doc = read_bench(runs_root / run_id / "metrics.json") if run_id else None
+        metrics = doc.metrics.numbers() if doc else {}
         rows.append(
             {
                 "server": params,
@@ -460,8 +458,15 @@ def write_server_summary(recorder: Recorder, rows: list[dict[str, Any]], group: 
     (`proctor report GROUP`, plotly)."""
     sweep = recorder.run
     front = pareto_front(rows)
-    summary: dict[str, Any] = {"group": group, "sweep": sweep.run_id, "rows": rows, "pareto": front}
-    sweep.write_json("summary.json", summary)
+    summary: dict[str, Any] = {
+        "schema": GRID_SCHEMA,
+        "schema_version": GRID_VERSION,
+        "group": group,
+        "sweep": sweep.run_id,
+        "rows": rows,
+        "pareto": front,
+    }
+    write_summary_json(sweep, summary, GridSummary)
     write_atomic(sweep.path / "summary.csv", summary_csv(rows))
     write_atomic(sweep.path / "summary.txt", summary_text(rows))
     recorder.update(points=rows)

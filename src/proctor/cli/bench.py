@@ -21,6 +21,7 @@ from proctor.cli.targethelp import TARGET_HELP
 from proctor.errors import UsageError, invalid
 from proctor.jobs.argv import job_argv
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.documents import read_bench
 from proctor.jobs.options import validated
 from proctor.jobs.sweep import SweepJob
 from proctor.record.rundir import RunDir
@@ -224,16 +225,16 @@ def _supervised(
             }
         )
     err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
-    doc = run.read_json("metrics.json") or {}
-    verdict = doc.get("verdict") or {}
-    if verdict.get("ok") is False:
+    doc = read_bench(run.path / "metrics.json")
+    verdict = doc.verdict if doc else None
+    if verdict is not None and verdict.ok is False:
         err_console.print(
-            f"proctor: benchmark failed: {verdict.get('message')}", markup=False, highlight=False
+            f"proctor: benchmark failed: {verdict.message}", markup=False, highlight=False
         )
-    validity = doc.get("validity") or {}
-    if validity.get("verdict") == "INVALID":  # a result, but not a measurement (docs/bench.md)
+    validity = doc.validity if doc else None
+    if validity is not None and validity.verdict == "INVALID":  # not a measurement (docs/bench.md)
         err_console.print(
-            "proctor: benchmark INVALID: " + "; ".join(validity.get("reasons") or []),
+            "proctor: benchmark INVALID: " + "; ".join(validity.reasons),
             markup=False,
             highlight=False,
         )

@@ -10,6 +10,7 @@ import typer
 from proctor.cli.helptext import RUNS_DIR_HELP
 from proctor.cli.jobopts import JobGroup, JobValues, job_command
 from proctor.cli.output import print_json
+from proctor.jobs.documents import OfflineDocument, read_or_none
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.options import validated
 from proctor.spec.config import load_config
@@ -141,7 +142,8 @@ def _offline(
             typer.echo(run.run_id)
         return
     supervised, state = follow(run, "offline", quiet=as_json)
-    doc = run.read_json("metrics.json") or {}
+    doc = read_or_none(run.path / "metrics.json")
+    offline = doc if isinstance(doc, OfflineDocument) else OfflineDocument.model_validate({})
     record = load_record(run.path)
     if as_json:
         print_json(
@@ -149,9 +151,9 @@ def _offline(
                 "run_id": run.run_id,
                 "dir": str(run.path),
                 "outcome": record.outcome if record else None,
-                "status": doc.get("status"),
-                "metrics": doc.get("metrics", {}),
-                "faults": doc.get("faults", []),
+                "status": offline.status,
+                "metrics": offline.metrics.root,
+                "faults": offline.faults,
             }
         )
     finish(supervised, interrupts, state, "offline")

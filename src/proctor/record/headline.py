@@ -10,26 +10,31 @@ reads it; strict-match beside it) on N samples, ok or failed. An offline job: th
 output printed. A load sweep (its summary.json): points, how many VALID, the peak output
 tok/s and its concurrency. Any other run, or one without metrics.json: None (its exit status
 says it all).
-Shown by a flow for each workload, by `runs show` and stored in the flow's record; plain JSON
-reading, no model (it runs at every `runs show`).
+Shown by a flow for each workload, by `runs show` and stored in the flow's record; read
+through the documents' models (proctor.jobs.documents); a damaged document has no headline.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
+from proctor.errors import ConfigError
+from proctor.jobs.documents import (
+    BenchDocument,
+    EvalDocument,
+    Figures,
+    OfflineDocument,
+    SweepPointRow,
+    SweepSummary,
+    finite,
+    parse_document,
+    read_or_none,
+)
+
 #: The most figures an offline job's headline shows (its output may print dozens).
 OFFLINE_FIGURES = 4
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def _read(run_dir: Path, name: str = "metrics.json") -> dict[str, Any] | None:
@@ -40,21 +45,19 @@ def _read(run_dir: Path, name: str = "metrics.json") -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _figures(metrics: dict[str, Any], wanted: list[tuple[str, str, str]]) -> list[list[Any]]:
+def _figures(metrics: Figures, wanted: list[tuple[str, str, str]]) -> list[list[Any]]:
     out: list[list[Any]] = []
     for key, label, unit in wanted:
-        value = _num(metrics.get(key))
+        value = metrics.get(key)
         if value is not None:
             out.append([label, value, unit])
     return out
 
 
-def _bench(doc: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
-    validity = doc.get("validity") if isinstance(doc.get("validity"), dict) else {}
-    verdict = validity.get("verdict") if isinstance(validity, dict) else None
-    reasons = validity.get("reasons") if isinstance(validity, dict) else None
+def _bench(doc: BenchDocument) -> dict[str, Any]:
+    validity = doc.validity
     figures = _figures(
-        metrics,
+        doc.metrics,
         [
             ("output_throughput", "output", "tok/s"),
             ("median_ttft_ms", "TTFT p50", "ms"),
@@ -63,30 +66,29 @@ def _bench(doc: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
             ("p99_tpot_ms", "TPOT p99", "ms"),
         ],
     )
-    completed, failed = _num(metrics.get("completed")), _num(metrics.get("failed"))
+    completed, failed = doc.metrics.get("completed"), doc.metrics.get("failed")
     if failed is not None:
         figures.append(["failed", int(failed), f"of {int(failed + (completed or 0))}"])
     return {
         "kind": "bench",
-        "verdict": verdict if verdict in ("VALID", "INVALID") else None,
-        "why": [str(r) for r in reasons] if isinstance(reasons, list) else [],
+        "verdict": validity.verdict if validity else None,
+        "why": list(validity.reasons) if validity else [],
         "figures": figures,
     }
 
 
-def _gsm8k(doc: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+def _gsm8k(doc: EvalDocument) -> dict[str, Any]:
     figures = _figures(
-        metrics,
+        doc.metrics,
         [
             ("exact_match_flexible_extract", "accuracy", "GSM8K flexible-extract"),
             ("exact_match_strict_match", "strict-match", "GSM8K"),
         ],
     )
-    samples = _num(metrics.get("n_samples"))
+    samples = doc.metrics.get("n_samples")
     if samples is not None:
         figures.append(["samples", int(samples), ""])
-    verdict = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else {}
-    ok = verdict.get("ok") if isinstance(verdict, dict) else None
+    ok = doc.verdict.ok if doc.verdict else None
     return {
         "kind": "gsm8k",
         "verdict": None if ok is None else ("ok" if ok else "failed"),
@@ -95,53 +97,55 @@ def _gsm8k(doc: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _offline(doc: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
-    units = doc.get("units") if isinstance(doc.get("units"), dict) else {}
+def _offline(doc: OfflineDocument) -> dict[str, Any]:
     figures: list[list[Any]] = []
-    for name, value in metrics.items():
-        number = _num(value)
+    for name, value in doc.metrics.items():
+        number = finite(value)
         if number is not None and len(figures) < OFFLINE_FIGURES:
-            figures.append([str(name), number, str((units or {}).get(name) or "")])
+            figures.append([str(name), number, str(doc.units.get(name) or "")])
     return {"kind": "offline", "verdict": None, "why": [], "figures": figures}
 
 
-def _sweep(summary: dict[str, Any]) -> dict[str, Any] | None:
+def _sweep(summary: SweepSummary) -> dict[str, Any] | None:
     """A load sweep (summary.json): how many points, how many VALID, the peak output tok/s
     and the concurrency that reached it."""
-    points = [p for p in summary.get("points") or [] if isinstance(p, dict)]
+    points = summary.points
     if not points:
         return None
-    rated: list[tuple[dict[str, Any], float]] = []
+    rated: list[tuple[SweepPointRow, float]] = []
     for point in points:
-        rate = _num(point.get("output_throughput"))
+        rate = point.figure("output_throughput")
         if rate is not None:
             rated.append((point, rate))
-    valid = sum(1 for p in points if _num(p.get("valid")) == 1)
+    valid = sum(1 for p in points if p.figure("valid") == 1)
     figures: list[list[Any]] = [["VALID points", valid, f"of {len(points)}"]]
     if rated:
         best, rate = max(rated, key=lambda pair: pair[1])
         figures.append(["peak output", rate, "tok/s"])
-        if best.get("concurrency") is not None:
-            figures.append(["at concurrency", best["concurrency"], ""])
+        if best.concurrency is not None:
+            figures.append(["at concurrency", best.concurrency, ""])
     return {"kind": "sweep", "verdict": None, "why": [], "figures": figures}
 
 
 def headline_of(run_dir: Path) -> dict[str, Any] | None:
     """The headline of the run in `run_dir`, from its metrics.json (a load sweep: its
-    summary.json); None without one."""
-    doc = _read(run_dir)
-    if doc is None:
-        summary = _read(run_dir, "summary.json")
-        return _sweep(summary) if summary is not None else None
-    if not isinstance(doc.get("metrics"), dict):
+    summary.json); None without one, or with one that is damaged."""
+    raw = _read(run_dir)
+    if raw is None:
+        summary = read_or_none(run_dir / "summary.json")
+        return _sweep(summary) if isinstance(summary, SweepSummary) else None
+    try:
+        doc = parse_document(raw, "metrics.json")
+    except ConfigError:
         return None
-    metrics: dict[str, Any] = doc["metrics"]
-    if str(doc.get("schema", "")).startswith("proctor.bench"):
-        return _bench(doc, metrics)
-    if doc.get("kind") == "gsm8k":
-        return _gsm8k(doc, metrics)
-    if doc.get("kind") == "offline":
-        return _offline(doc, metrics)
+    if "metrics" not in doc.model_fields_set:
+        return None
+    if isinstance(doc, BenchDocument):
+        return _bench(doc)
+    if isinstance(doc, EvalDocument):
+        return _gsm8k(doc)
+    if isinstance(doc, OfflineDocument):
+        return _offline(doc)
     return None
 
 

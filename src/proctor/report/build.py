@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from proctor.errors import ProctorError, UsageError
+from proctor.jobs.documents import RepeatStat
 from proctor.monitors.gpu_health import record_text
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
 from proctor.record.schema import FlowRecord, read_view
@@ -252,27 +252,22 @@ def _fmt(value: float | None, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
-def _repeat_stats(view: RunView) -> tuple[int, dict[str, dict[str, Any]]]:
+def _repeat_stats(view: RunView) -> tuple[int, dict[str, RepeatStat]]:
     """bench --repeat N: N and each metric's statistics over the repeats, by metric name."""
     from proctor.results.names import json_key_to_name
 
-    repeats = (view.metrics_doc or {}).get("repeats")
-    stats = repeats.get("stats") if isinstance(repeats, dict) else None
-    n = repeats.get("n") if isinstance(repeats, dict) else None
-    if not isinstance(stats, dict) or not isinstance(n, int) or n < 2:
+    repeats = view.bench.repeats if view.bench else None
+    n = repeats.n if repeats else None
+    if repeats is None or "stats" not in repeats.model_fields_set or n is None or n < 2:
         return 0, {}
-    named = {json_key_to_name(str(k)) or str(k): s for k, s in stats.items() if isinstance(s, dict)}
-    return n, named
+    return n, {json_key_to_name(k) or k: s for k, s in repeats.stats.items()}
 
 
-def _repeat_cell(stat: dict[str, Any] | None) -> str:
+def _repeat_cell(stat: RepeatStat | None) -> str:
     """ "15.83 ± 0.92 (n=3)": the mean over repeats and its 95% CI half-width (Student's t)."""
-    if not stat:
+    if stat is None or stat.mean is None or stat.ci95_half is None:
         return ""
-    mean, half, n = stat.get("mean"), stat.get("ci95_half"), stat.get("n")
-    if not isinstance(mean, (int, float)) or not isinstance(half, (int, float)):
-        return ""
-    return f"{mean:,.2f} ± {half:,.2f} (n={n})"
+    return f"{stat.mean:,.2f} ± {stat.ci95_half:,.2f} (n={stat.n})"
 
 
 def metrics_table(view: RunView) -> str:
@@ -309,11 +304,11 @@ def phases_table(view: RunView) -> str:
 
 
 def _failures(view: RunView) -> str:
-    failures = (view.metrics_doc or {}).get("failures")
-    if not isinstance(failures, dict) or not failures.get("count"):
+    failures = view.bench.failures if view.bench else None
+    if failures is None or not failures.count:
         return ""
-    by = ", ".join(f"{k}: {v}" for k, v in (failures.get("by_reason") or {}).items())
-    return f'<p class="note">failed requests: {esc(failures["count"])} ({esc(by)})</p>'
+    by = ", ".join(f"{k}: {v}" for k, v in failures.by_reason.items())
+    return f'<p class="note">failed requests: {esc(failures.count)} ({esc(by)})</p>'
 
 
 def gpu_block(views: Sequence[RunView], figures: list[Figure], fig_id: str) -> str:
@@ -332,17 +327,14 @@ def _accuracy_entry(
 ) -> AccuracyEntry | None:
     if not isinstance(baseline, list):
         return None
-    config = (views[0].metrics_doc or {}).get("config") if views else None
-    name = model or (config.get("model") if isinstance(config, dict) else None)
+    name = model or (views[0].configured_model if views else None)
     return select_entry(baseline, name)
 
 
 def verdicts_block(view: RunView, baseline: Baseline | None, model: str | None) -> str:
     if baseline is None:
         return ""
-    name = model
-    if name is None and isinstance((view.metrics_doc or {}).get("config"), dict):
-        name = (view.metrics_doc or {})["config"].get("model")
+    name = model if model is not None else view.configured_model
     verdicts = check(view.metrics, baseline, name)
     rows = [
         [

@@ -332,16 +332,17 @@ def phase_marks(
 # -- latency distributions --------------------------------------------------------------------
 def _stat_points(view: RunView, kind: str) -> tuple[list[float], list[float]]:
     """Percentile points from the summary (metrics.json stats_ms) when requests.jsonl is absent."""
-    stats = ((view.metrics_doc or {}).get("stats_ms") or {}).get(kind)
-    if not isinstance(stats, dict):
+    stats = view.bench.stats_ms.get(kind) if view.bench else None
+    if stats is None:
         return [], []
     points: list[tuple[float, float]] = []
-    if isinstance(stats.get("median"), (int, float)):
-        points.append((0.5, float(stats["median"])))
-    for key, value in (stats.get("percentiles") or {}).items():
+    if stats.median is not None:
+        points.append((0.5, float(stats.median)))
+    for key, value in stats.percentiles.items():
         try:
-            points.append((float(key) / 100.0, float(value)))
-        except (TypeError, ValueError):
+            if value is not None:
+                points.append((float(key) / 100.0, float(value)))
+        except ValueError:
             continue
     points.sort()
     return [p[1] for p in points], [p[0] for p in points]
@@ -402,9 +403,8 @@ def concurrency_of(view: RunView) -> float | None:
     m = view.metrics.get("max_concurrency")
     if m is not None:
         return m.value
-    config = (view.metrics_doc or {}).get("config") or {}
-    value = config.get("concurrency") if isinstance(config, dict) else None
-    return float(value) if isinstance(value, (int, float)) else None
+    value = view.bench.config.concurrency if view.bench else None
+    return float(value) if value is not None else None
 
 
 def _value(view: RunView, name: str) -> float | None:

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from proctor import redact
+from proctor.errors import ConfigError
+from proctor.jobs.documents import AnyDocument, BenchDocument, EvalDocument, parse_document
 from proctor.record.manifest import ManifestCheck, verify_run_manifest
 from proctor.record.rundir import RunDir
 from proctor.record.schema import (
@@ -82,13 +84,34 @@ class RunView:
     def name(self) -> str:
         return self.typed.name or self.run_id
 
+    @cached_property
+    def document(self) -> AnyDocument | None:
+        """metrics.json through its model (proctor.jobs.documents); None without one, for a
+        result of another kind (an imported run's), or when it is damaged."""
+        if not self.metrics_doc:
+            return None
+        try:
+            return parse_document(self.metrics_doc, "metrics.json")
+        except ConfigError:
+            return None
+
+    @property
+    def bench(self) -> BenchDocument | None:
+        """The bench's metrics.json, when the run is a bench."""
+        return self.document if isinstance(self.document, BenchDocument) else None
+
+    @property
+    def configured_model(self) -> str | None:
+        """The model a bench or an eval was configured with (its metrics.json `config`)."""
+        doc = self.document
+        return doc.config.model if isinstance(doc, (BenchDocument, EvalDocument)) else None
+
     @property
     def kind(self) -> str:
         """bench, gsm8k, or the record's kind (command, ...)."""
-        doc = self.metrics_doc or {}
-        if doc.get("kind") == "gsm8k":
+        if isinstance(self.document, EvalDocument):
             return "gsm8k"
-        if doc.get("schema") == "proctor.bench.metrics":
+        if isinstance(self.document, BenchDocument):
             return "bench"
         return self.typed.kind
 
@@ -189,16 +212,13 @@ def phases_of(view: RunView) -> list[Phase]:
         detail = event.detail or ""
         phases.append(Phase(_PHASE_OF_EVENT.get(name, name), event.time, detail, view.run_id))
     names = {p.name for p in phases}
-    doc = view.metrics_doc or {}
+    doc = view.bench
     # A benchmark says when its workload ran; a flow may already have recorded it as events.
-    if "workload" not in names and isinstance(doc.get("started_at"), str):
-        phases.append(Phase("workload", doc["started_at"], "benchmark started", view.run_id))
-        if isinstance(doc.get("finished_at"), str):
-            phases.append(
-                Phase("workload end", doc["finished_at"], "benchmark finished", view.run_id)
-            )
-    steady = doc.get("steady_state") if isinstance(doc.get("steady_state"), dict) else {}
-    assert isinstance(steady, dict)
+    if doc is not None and "workload" not in names and doc.started_at is not None:
+        phases.append(Phase("workload", doc.started_at, "benchmark started", view.run_id))
+        if doc.finished_at is not None:
+            phases.append(Phase("workload end", doc.finished_at, "benchmark finished", view.run_id))
+    steady = (doc.steady_state if doc else None) or {}
     if steady.get("found") and isinstance(steady.get("opens_at"), str):
         # Ramp-up ends and drain-out begins (workloads/loadgen/steady.py).
         phases.append(

@@ -7,8 +7,9 @@ import math
 from typing import Any, TypeGuard
 
 from proctor.errors import ProctorError
+from proctor.jobs.documents import BENCH_SCHEMA, BenchDocument, EvalDocument, parse_document
 from proctor.results.model import Metric
-from proctor.results.parsers import parse_json_obj
+from proctor.results.parsers import bench_result
 
 MetricSet = dict[str, Metric]
 
@@ -25,26 +26,21 @@ def _finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _gsm8k(doc: dict[str, Any]) -> MetricSet:
-    raw = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
-    assert isinstance(raw, dict)
+def _gsm8k(doc: EvalDocument) -> MetricSet:
+    raw = doc.metrics
     out: MetricSet = {}
     for key, name in GSM8K_NAMES.items():
         value = raw.get(key)
-        if _finite(value):
-            stderr = raw.get(f"{key}_stderr")
-            out[name] = Metric.of(name, value, float(stderr) if _finite(stderr) else None)
-    if _finite(raw.get("n_samples")):
-        out["gsm8k_n_samples"] = Metric.of("gsm8k_n_samples", float(raw["n_samples"]))
+        if value is not None:
+            out[name] = Metric.of(name, value, raw.get(f"{key}_stderr"))
+    samples = raw.get("n_samples")
+    if samples is not None:
+        out["gsm8k_n_samples"] = Metric.of("gsm8k_n_samples", samples)
     return out
 
 
-def _bench(doc: dict[str, Any]) -> MetricSet:
-    try:
-        parsed = parse_json_obj(doc)
-    except ProctorError:
-        return {}
-    out = dict(parsed.metrics)
+def _bench(doc: BenchDocument) -> MetricSet:
+    out = dict(bench_result(doc).metrics)
     completed = out.get("completed")
     n = completed.value if completed else 0.0
     if n > 1:
@@ -75,10 +71,17 @@ def _flat(doc: dict[str, Any]) -> MetricSet:
 
 
 def metrics_of_doc(doc: dict[str, Any] | None) -> MetricSet:
+    """The metrics of a metrics.json: a bench's or a GSM8K eval's read through its model (none
+    when it is damaged), any other flat {"metrics": {...}} as it is."""
     if not doc:
         return {}
-    if doc.get("kind") == "gsm8k":
-        return _gsm8k(doc)
-    if doc.get("schema") == "proctor.bench.metrics":
-        return _bench(doc)
+    if doc.get("kind") == "gsm8k" or doc.get("schema") == BENCH_SCHEMA:
+        try:
+            typed = parse_document(doc, "metrics.json")
+        except ProctorError:
+            return {}
+        if isinstance(typed, EvalDocument):
+            return _gsm8k(typed)
+        if isinstance(typed, BenchDocument):
+            return _bench(typed)
     return _flat(doc)

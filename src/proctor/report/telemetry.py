@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from proctor.jobs.documents import (
+    BenchDocument,
+    Reconcile,
+    ReconcileCheck,
+    ServerHistogram,
+    Stat,
+)
 from proctor.report.figures import Figure, timeline
 from proctor.report.load import RunView
 from proctor.report.page import badge, esc, figure_block, table
@@ -17,91 +24,89 @@ def _num(value: Any, unit: str = "", digits: int = 2) -> str:
     return f"{value:,.{digits}f} {unit}".strip()
 
 
-def validity_block(doc: dict[str, Any]) -> str:
-    validity = doc.get("validity")
-    if not isinstance(validity, dict):
+def validity_block(doc: BenchDocument) -> str:
+    validity = doc.validity
+    if validity is None:
         return '<p class="note">no validity verdict in metrics.json</p>'
-    verdict = str(validity.get("verdict"))
+    verdict = str(validity.verdict)
     head = f"<p>{badge(verdict, 'ok' if verdict == 'VALID' else 'fail')}</p>"
-    checks = (validity.get("checks") or {}).items()
     rows = [
-        [name, ("ok", "ok") if c.get("ok") else ("fail", "fail"), str(c.get("detail"))]
-        for name, c in checks
+        [name, ("ok", "ok") if c.ok else ("fail", "fail"), c.detail]
+        for name, c in validity.checks.items()
     ]
     return head + table(["check", "result", "detail"], rows)
 
 
-def server_block(doc: dict[str, Any]) -> str:
-    server = doc.get("server")
-    if not isinstance(server, dict):
+def _agree(check: ReconcileCheck | None) -> tuple[str, str]:
+    if check is None:
+        return ("", "")
+    return ("agree", "ok") if check.ok else ("DISAGREE", "fail")
+
+
+def server_block(doc: BenchDocument) -> str:
+    server = doc.server
+    if server is None:
         return '<p class="note">no server metrics in metrics.json</p>'
-    if not server.get("available") or "window" not in server:
-        return f'<p class="note">server metrics: none ({esc(server.get("note"))})</p>'
-    stats = (doc.get("stats_ms") or {}).get("ttft") or {}
-    ttft = server.get("ttft_ms") or {}
-    rec = server.get("reconcile") or {}
-    tokens, mean = rec.get("tokens") or {}, rec.get("ttft_mean_ms") or {}
-
-    def agree(check: dict[str, Any]) -> tuple[str, str]:
-        if not check:
-            return ("", "")
-        return ("agree", "ok") if check.get("ok") else ("DISAGREE", "fail")
-
-    percentiles = stats.get("percentiles") or {}
+    if not server.available or server.window is None:
+        return f'<p class="note">server metrics: none ({esc(server.note)})</p>'
+    stats = doc.stats_ms.get("ttft") or Stat()
+    ttft = server.ttft_ms or ServerHistogram()
+    rec = server.reconcile or Reconcile()
+    percentiles = stats.percentiles
     rows: list[list[Any]] = [
         [
             "generated tokens",
-            _num(server.get("generation_tokens"), digits=0),
-            _num((doc.get("metrics") or {}).get("total_output_tokens"), digits=0),
-            agree(tokens),
+            _num(server.generation_tokens, digits=0),
+            _num(doc.metrics.raw("total_output_tokens"), digits=0),
+            _agree(rec.tokens),
         ],
-        ["mean TTFT (ms)", _num(ttft.get("mean")), _num(stats.get("mean")), agree(mean)],
-        ["median TTFT (ms)", _num(ttft.get("p50")), _num(stats.get("median")), ""],
+        ["mean TTFT (ms)", _num(ttft.mean), _num(stats.mean), _agree(rec.ttft_mean_ms)],
+        ["median TTFT (ms)", _num(ttft.p50), _num(stats.median), ""],
         [
             "p99 TTFT (ms)",
-            _num(ttft.get("p99")),
+            _num(ttft.p99),
             _num(percentiles.get("99.0", percentiles.get("99"))),
             "",
         ],
         [
             "requests",
-            _num(ttft.get("count"), digits=0),
-            _num((doc.get("metrics") or {}).get("completed"), digits=0),
+            _num(ttft.count, digits=0),
+            _num(doc.metrics.raw("completed"), digits=0),
             "",
         ],
     ]
     extra = [
-        f"{key.replace('_', ' ')}: {_num(server.get(key))}"
+        f"{key.replace('_', ' ')}: {_num(getattr(server, key))}"
         for key in ("running_max", "waiting_max", "kv_cache_usage_max")
-        if key in server
+        if key in server.model_fields_set
     ]
-    cache = server.get("prefix_cache")
-    if isinstance(cache, dict) and cache.get("hit_rate") is not None:
-        extra.append(f"prefix-cache hit rate: {cache['hit_rate']:.1%}")
+    cache = server.prefix_cache
+    if cache is not None and cache.hit_rate is not None:
+        extra.append(f"prefix-cache hit rate: {cache.hit_rate:.1%}")
     note = (
-        f'<p class="note">{esc(server.get("engine"))}, {esc(server.get("scrapes"))} scrapes '
-        f"of {esc(server.get('url'))}; {esc('; '.join(extra))}. Server percentiles are "
+        f'<p class="note">{esc(server.engine)}, {esc(server.scrapes)} scrapes '
+        f"of {esc(server.url)}; {esc('; '.join(extra))}. Server percentiles are "
         "interpolated within its histogram buckets.</p>"
     )
     return table(["", "server", "client", ""], rows) + note
 
 
-def energy_block(doc: dict[str, Any]) -> str:
-    energy = doc.get("energy")
-    if not isinstance(energy, dict):
+def energy_block(doc: BenchDocument) -> str:
+    energy = doc.energy
+    if energy is None:
         return '<p class="note">no energy figures in metrics.json</p>'
-    if not energy.get("available"):
-        return f'<p class="note">energy: not measured ({esc(energy.get("reason"))})</p>'
+    if not energy.available:
+        return f'<p class="note">energy: not measured ({esc(energy.reason)})</p>'
     rows = [
-        ["energy per output token", _num(energy.get("j_per_output_token"), "J", 4)],
-        ["gross (idle included)", _num(energy.get("gross_j_per_output_token"), "J", 4)],
-        ["mean GPU power", _num(energy.get("mean_power_w"), "W", 1)],
+        ["energy per output token", _num(energy.j_per_output_token, "J", 4)],
+        ["gross (idle included)", _num(energy.gross_j_per_output_token, "J", 4)],
+        ["mean GPU power", _num(energy.mean_power_w, "W", 1)],
         [
             "idle GPU power",
-            f"{_num(energy.get('idle_power_w'), 'W', 1)} ({energy.get('idle_source')})",
+            f"{_num(energy.idle_power_w, 'W', 1)} ({energy.idle_source})",
         ],
-        ["window", _num(energy.get("window_s"), "s", 1)],
-        ["GPUs", str(energy.get("gpus"))],
+        ["window", _num(energy.window_s, "s", 1)],
+        ["GPUs", str(energy.gpus)],
     ]
     return table(["", "value"], rows)
 
@@ -113,8 +118,8 @@ def telemetry_blocks(view: RunView, figures: list[Figure]) -> list[str]:
     if fig is not None:
         figures.append(fig)
         blocks += ["<h2>Server and GPU over time</h2>", figure_block(fig)]
-    doc = view.metrics_doc or {}
-    if view.kind == "bench":
+    doc = view.bench
+    if doc is not None:
         blocks += [
             "<h2>Validity</h2>",
             validity_block(doc),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proctor.jobs.documents import BenchDocument, EvalDocument
 from proctor.report.load import RunView
 
 # Units of whole things: a count prints as an integer.
@@ -31,15 +32,14 @@ def verdict_of(view: RunView) -> Verdict:
     error = str(view.typed.error or "")
     if view.outcome != "ok":
         return Verdict(view.outcome, view.outcome, error)
-    doc = view.metrics_doc or {}
-    judged = doc.get("verdict")
-    if isinstance(judged, dict) and judged.get("ok") is False:
-        return Verdict("failed", "failed", str(judged.get("message") or ""))
-    validity = doc.get("validity")
-    if isinstance(validity, dict) and validity.get("verdict") in ("VALID", "INVALID"):
-        if validity["verdict"] == "INVALID":
-            reasons = validity.get("reasons") or []
-            return Verdict("INVALID", "fail", "; ".join(str(r) for r in reasons))
+    doc = view.document
+    judged = doc.verdict if isinstance(doc, (BenchDocument, EvalDocument)) else None
+    if judged is not None and judged.ok is False:
+        return Verdict("failed", "failed", str(judged.message or ""))
+    validity = doc.validity if isinstance(doc, BenchDocument) else None
+    if validity is not None and validity.verdict is not None:
+        if validity.verdict == "INVALID":
+            return Verdict("INVALID", "fail", "; ".join(validity.reasons))
         return Verdict("VALID", "ok")
     return Verdict("ok", "ok")
 

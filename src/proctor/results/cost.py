@@ -17,8 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from proctor.errors import ConfigError
+from proctor.jobs.documents import BenchDocument, Figures, bench_document
+
 COST_FILE = ".cost.json"
-BENCH_SCHEMA = "proctor.bench.metrics"  # the metrics.json of proctor's bench (the only one priced)
 #: The metrics the store indexes from COST_FILE, with their units (as in results/names.py).
 COST_UNITS = {"usd_per_million_output_tokens": "USD/Mtok", "run_cost_usd": "USD"}
 
@@ -29,17 +31,27 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def _figures(doc: BenchDocument | dict[str, Any] | None) -> Figures:
+    """The bench's figures; none from a document that is not a bench's or is damaged."""
+    if isinstance(doc, BenchDocument):
+        return doc.metrics
+    try:
+        return bench_document(doc or {}).metrics
+    except ConfigError:
+        return Figures()
+
+
 def cost_of(
-    doc: dict[str, Any] | None,
+    doc: BenchDocument | dict[str, Any] | None,
     usd_per_hour: float | None,
     run_wall_s: float | None = None,
     *,
     source: str = "",
 ) -> dict[str, Any]:
     """The cost section of one run: measured, or `{"available": False, "reason": ...}`."""
-    metrics = (doc or {}).get("metrics") or {}
-    window_s = _number(metrics.get("duration"))
-    tokens = _number(metrics.get("total_output_tokens"))
+    metrics = _figures(doc)
+    window_s = metrics.get("duration")
+    tokens = metrics.get("total_output_tokens")
     out: dict[str, Any] = {
         "usd_per_hour": usd_per_hour,
         "price_source": source,
@@ -103,7 +115,6 @@ def format_cost(cost: dict[str, Any]) -> str:
 
 
 __all__ = [
-    "BENCH_SCHEMA",
     "COST_FILE",
     "COST_UNITS",
     "cost_metrics",

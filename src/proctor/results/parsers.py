@@ -16,6 +16,13 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from proctor.errors import ConfigError, ProctorError, UsageError
+from proctor.jobs.documents import (
+    BENCH_SCHEMA,
+    BenchDocument,
+    RepeatsSection,
+    finite,
+    parse_document,
+)
 from proctor.results.cost import cost_metrics
 from proctor.results.model import Metric, ParsedResult
 from proctor.results.names import json_key_to_name, label_to_name
@@ -266,20 +273,35 @@ def _flat_metrics(obj: dict[str, Any], kind: str, path: str | None) -> ParsedRes
     return res
 
 
-def _repeat_noise(res: ParsedResult, repeats: Any) -> None:
+def _repeat_noise(res: ParsedResult, repeats: RepeatsSection | None) -> None:
     """bench --repeat N: each metric's standard error over the repeats, and N."""
-    stats = repeats.get("stats") if isinstance(repeats, dict) else None
-    if not isinstance(stats, dict):
+    if repeats is None or "stats" not in repeats.model_fields_set:
         return
-    for key, s in stats.items():
+    for key, s in repeats.stats.items():
         name = json_key_to_name(key)
         metric = res.metrics.get(name) if name else None
-        if metric is None or not isinstance(s, dict):
+        if metric is None:
             continue
-        n, stderr = s.get("n"), s.get("stderr")
-        if isinstance(n, int) and n > 1 and _finite(stderr):
-            metric.stderr, metric.n = float(stderr), n
-    res.meta["repeats"] = repeats.get("n")
+        stderr = finite(s.stderr)
+        if s.n is not None and s.n > 1 and stderr is not None:
+            metric.stderr, metric.n = stderr, s.n
+    res.meta["repeats"] = repeats.n
+
+
+def bench_result(doc: BenchDocument, path: str | None = None) -> ParsedResult:
+    """A bench's metrics.json (its typed document) as a parsed result: its figures (those
+    that are no number noted, as for any serving JSON), model, version, repeats, validity."""
+    res = _serving_json({k: doc.metrics.raw(k) for k in doc.metrics}, "proctor-metrics", path)
+    given = doc.model_fields_set
+    res.meta.update(
+        model=doc.model,
+        schema_version=doc.schema_version if "schema_version" in given else None,
+        started_at=doc.started_at,
+    )
+    _repeat_noise(res, doc.repeats)
+    if doc.validity is not None:
+        res.meta["validity"] = doc.validity.dump()
+    return res
 
 
 def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
@@ -302,17 +324,10 @@ def parse_json_obj(obj: Any, path: str | None = None) -> ParsedResult:
         if isinstance(obj.get("not_numbers"), dict):
             res.meta["not_numbers"] = obj["not_numbers"]
         return res
-    if obj.get("schema") == "proctor.bench.metrics":
-        res = _serving_json(obj.get("metrics") or {}, "proctor-metrics", path)
-        res.meta.update(
-            model=obj.get("model"),
-            schema_version=obj.get("schema_version"),
-            started_at=obj.get("started_at"),
-        )
-        _repeat_noise(res, obj.get("repeats"))
-        if isinstance(obj.get("validity"), dict):
-            res.meta["validity"] = obj["validity"]
-        return res
+    if schema == BENCH_SCHEMA:
+        doc = parse_document(obj, path or "metrics.json")
+        assert isinstance(doc, BenchDocument)
+        return bench_result(doc, path)
     results = obj.get("results")
     if isinstance(results, dict) and any(isinstance(v, dict) for v in results.values()):
         return _lm_eval(obj, path)

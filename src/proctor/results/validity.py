@@ -43,7 +43,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # imported where a document is judged: the run wrapper's `with_check` needs
+    # no model (it loads no pydantic; tests/cli/test_command_imports.py)
+    from proctor.jobs.documents import BenchDocument, ConformanceCheck, ValiditySection
 
 RATE_FLOOR = 0.95
 DELAY_LIMIT_MS = 50.0  # p99 schedule delay allowed: at most this,
@@ -105,10 +109,15 @@ def ttft_trend(points: Sequence[tuple[float, float]]) -> dict[str, float] | None
     }
 
 
-def _num(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """`value` as a finite float, or None (not a number, bool, NaN, infinite, too large)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def sent_rates(pairs: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
@@ -129,22 +138,21 @@ def delay_limit_ms(rate: float) -> float:
     return max(DELAY_FLOOR_MS, min(DELAY_LIMIT_MS, DELAY_GAPS * 1000.0 / rate))
 
 
-def _rate(doc: dict[str, Any], validity: Validity, sent: tuple[float, float] | None) -> None:
-    schedule = doc.get("schedule") if isinstance(doc.get("schedule"), dict) else None
-    target = _num((schedule or {}).get("target_rate"))
-    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
-    asked = _num((config or {}).get("request_rate"))  # "inf" is not a number
+def _rate(doc: BenchDocument, validity: Validity, sent: tuple[float, float] | None) -> None:
+    schedule = doc.schedule
+    target = finite(schedule.target_rate) if schedule else None
+    asked = finite(doc.config.request_rate)  # "inf" is not a number
     if target is None and asked is None:
         validity.add(
             "rate", True, "no target rate (requests sent as fast as the concurrency allows)"
         )
         return
-    p99 = _num((schedule or {}).get("schedule_delay_p99_ms"))
+    p99 = finite(schedule.schedule_delay_p99_ms) if schedule else None
     rate = target if target is not None else asked
-    if p99 is not None and rate is not None and rate > 0:
+    if schedule and p99 is not None and rate is not None and rate > 0:
         limit = delay_limit_ms(rate)
-        worst = _num((schedule or {}).get("schedule_delay_max_ms"))
-        achieved = _num((schedule or {}).get("achieved_rate"))
+        worst = finite(schedule.schedule_delay_max_ms)
+        achieved = finite(schedule.achieved_rate)
         facts = (
             f"schedule delay p99 {p99:.2f} ms"
             + (f", max {worst:.2f} ms" if worst is not None else "")
@@ -154,7 +162,7 @@ def _rate(doc: dict[str, Any], validity: Validity, sent: tuple[float, float] | N
         ok = p99 <= limit
         validity.add("rate", ok, facts if ok else "the client sent requests late: " + facts)
         return
-    achieved = _num((schedule or {}).get("achieved_rate"))
+    achieved = finite(schedule.achieved_rate) if schedule else None
     goal = target if target is not None else asked
     how = ""
     if achieved is None and sent is not None:
@@ -173,14 +181,14 @@ def _rate(doc: dict[str, Any], validity: Validity, sent: tuple[float, float] | N
     )
 
 
-def _client(doc: dict[str, Any], validity: Validity) -> None:
-    client = doc.get("client")
-    if not isinstance(client, dict):
+def _client(doc: BenchDocument, validity: Validity) -> None:
+    client = doc.client
+    if client is None:
         validity.add("client", True, "client headroom not measured")
         return
-    bound = bool(client.get("client_bound"))
-    reasons = [str(r) for r in client.get("reasons") or []]
-    cpu, lag = _num(client.get("cpu_percent")), _num(client.get("loop_lag_p99_ms"))
+    bound = client.client_bound
+    reasons = list(client.reasons)
+    cpu, lag = finite(client.cpu_percent), finite(client.loop_lag_p99_ms)
     facts = ", ".join(
         x
         for x in (
@@ -211,33 +219,29 @@ def _saturation(trend: dict[str, float] | None, validity: Validity) -> None:
 
 
 def judge_validity(
-    doc: dict[str, Any],
+    doc: BenchDocument | dict[str, Any],
     trend: dict[str, float] | None,
     *,
     min_requests: int,
     min_window_s: float,
     sent: tuple[float, float] | None = None,
 ) -> Validity:
-    """The verdict on a bench's metrics.json document (read-only)."""
+    """The verdict on a bench's metrics.json document (read-only; a dict is read as a
+    BenchDocument, ConfigError when it does not fit)."""
+    from proctor.jobs.documents import bench_document
+
+    d = bench_document(doc)
     v = Validity()
-    verdict = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else {}
-    assert isinstance(verdict, dict)
-    metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
-    assert isinstance(metrics, dict)
-    if not (_num(metrics.get("completed")) or 0) > 0:
+    message = str((d.verdict.message if d.verdict else None) or "no error verdict")
+    completed, failed = d.metrics.get("completed"), d.metrics.get("failed")
+    if not (completed or 0) > 0:
         v.add(
-            "errors",
-            False,
-            "no measured request succeeded: nothing was measured ("
-            + str(verdict.get("message") or "no error verdict")
-            + ")",
+            "errors", False, "no measured request succeeded: nothing was measured (" + message + ")"
         )
     else:
-        v.add("errors", bool(verdict.get("ok")), str(verdict.get("message") or "no error verdict"))
-    warm = doc.get("warmup") if isinstance(doc.get("warmup"), dict) else {}
-    assert isinstance(warm, dict)
-    n_warm = int(_num(warm.get("count")) or 0)
-    warm_ok = n_warm - int(_num(warm.get("failed")) or 0)
+        v.add("errors", bool(d.verdict and d.verdict.ok), message)
+    n_warm = int(finite(d.warmup.count) or 0) if d.warmup else 0
+    warm_ok = n_warm - (int(finite(d.warmup.failed) or 0) if d.warmup else 0)
     if n_warm and warm_ok <= 0:
         v.add(
             "warmup",
@@ -253,32 +257,31 @@ def judge_validity(
             else "no warm-up request: cold caches and first compilations are "
             "measured (--num-warmups)",
         )
-    measured = int((_num(metrics.get("completed")) or 0) + (_num(metrics.get("failed")) or 0))
+    measured = int((completed or 0) + (failed or 0))
     v.add(
         "requests",
         measured >= min_requests,
         f"{measured} measured requests (at least {min_requests} needed, --min-requests)",
     )
-    _window(doc, metrics, v, min_window_s)
-    _rate(doc, v, sent)
-    _client(doc, v)
-    _server(doc, v)
-    _conformance(doc, v)
+    _window(d, v, min_window_s)
+    _rate(d, v, sent)
+    _client(d, v)
+    _server(d, v)
+    _conformance(d, v)
     _saturation(trend, v)
     return v
 
 
-def _conformance(doc: dict[str, Any], v: Validity) -> None:
-    section = doc.get("conformance")
-    if not isinstance(section, dict):
+def _conformance(doc: BenchDocument, v: Validity) -> None:
+    section = doc.conformance
+    if section is None:
         v.add("conformance", True, "not measured (an older document)")
         return
     said: list[str] = []
     bad: list[str] = []
-    output = section.get("output") if isinstance(section.get("output"), dict) else {}
-    assert isinstance(output, dict)
-    if output.get("judged"):
-        short, long, n = (int(_num(output.get(k)) or 0) for k in ("short", "long", "checked"))
+    output = section.output
+    if output.judged:
+        short, long, n = (int(finite(x) or 0) for x in (output.short, output.long, output.checked))
         if short or long:
             bad.append(
                 f"with ignore-eos, {short} of {n} requests produced fewer output tokens "
@@ -287,11 +290,10 @@ def _conformance(doc: dict[str, Any], v: Validity) -> None:
         else:
             said.append(f"all {n} output lengths as asked")
     else:
-        said.append(f"output lengths not judged ({output.get('reason', 'no data')})")
-    inp = section.get("input") if isinstance(section.get("input"), dict) else {}
-    assert isinstance(inp, dict)
-    if inp.get("judged"):
-        off, n = int(_num(inp.get("off")) or 0), int(_num(inp.get("checked")) or 0)
+        said.append(f"output lengths not judged ({_reason(output)})")
+    inp = section.input
+    if inp.judged:
+        off, n = int(finite(inp.off) or 0), int(finite(inp.checked) or 0)
         if off:
             bad.append(
                 f"the server counted another prompt length than planned for {off} of "
@@ -300,25 +302,24 @@ def _conformance(doc: dict[str, Any], v: Validity) -> None:
         else:
             said.append(f"all {n} prompt lengths as planned")
     else:
-        said.append(f"prompt lengths not judged ({inp.get('reason', 'no data')})")
+        said.append(f"prompt lengths not judged ({_reason(inp)})")
     v.add("conformance", not bad, "; ".join(bad or said))
 
 
-def _window(doc: dict[str, Any], metrics: dict[str, Any], v: Validity, min_window_s: float) -> None:
+def _reason(check: ConformanceCheck) -> str:
+    return "no data" if "reason" not in check.model_fields_set else str(check.reason)
+
+
+def _window(doc: BenchDocument, v: Validity, min_window_s: float) -> None:
     """Each repeat is its own measurement, so each must have the window: the shortest counts,
     never their sum."""
-    repeats = doc.get("repeats") if isinstance(doc.get("repeats"), dict) else {}
-    per = (repeats or {}).get("per_repeat")
-    spans = (
-        [_num(m.get("duration")) or 0.0 for m in per if isinstance(m, dict)]
-        if isinstance(per, list)
-        else []
-    )
+    per = doc.repeats.per_repeat if doc.repeats else []
+    spans = [m.get("duration") or 0.0 for m in per]
     if spans:
         window = min(spans)
         what = f"shortest measured window of {len(spans)} repeats {window:.1f} s"
     else:
-        window = _num(metrics.get("duration")) or 0.0
+        window = doc.metrics.get("duration") or 0.0
         what = f"measured window {window:.1f} s"
     v.add(
         "window",
@@ -327,22 +328,19 @@ def _window(doc: dict[str, Any], metrics: dict[str, Any], v: Validity, min_windo
     )
 
 
-def _server(doc: dict[str, Any], v: Validity) -> None:
-    server = doc.get("server") if isinstance(doc.get("server"), dict) else {}
-    assert isinstance(server, dict)
-    reconciled = server.get("reconcile") if isinstance(server.get("reconcile"), dict) else {}
-    assert isinstance(reconciled, dict)
-    tokens = reconciled.get("tokens")
-    if not isinstance(tokens, dict):
+def _server(doc: BenchDocument, v: Validity) -> None:
+    reconciled = doc.server.reconcile if doc.server else None
+    tokens = reconciled.tokens if reconciled else None
+    if tokens is None:
         v.add("server", True, "server token count not measured (no /metrics)")
         return
     said = (
-        f"the server generated {tokens['server']:.0f} tokens in the measured window, the "
-        f"client received {tokens['client']:.0f} (allowed difference {tokens['allowed']:.0f})"
+        f"the server generated {tokens.server:.0f} tokens in the measured window, the "
+        f"client received {tokens.client:.0f} (allowed difference {tokens.allowed:.0f})"
     )
-    if tokens.get("ok"):
+    if tokens.ok:
         v.add("server", True, said)
-    elif tokens["server"] > tokens["client"]:
+    elif tokens.server > tokens.client:
         v.add(
             "server",
             False,
@@ -352,8 +350,15 @@ def _server(doc: dict[str, Any], v: Validity) -> None:
         v.add("server", False, said + ": the server or the client miscounts")
 
 
-def format_validity(validity: dict[str, Any]) -> list[str]:
+def format_validity(validity: ValiditySection | dict[str, Any]) -> list[str]:
     """Lines printed with the summary."""
-    if validity.get("verdict") == "VALID":
-        return ["Validity: VALID (" + ", ".join(validity.get("checks", {})) + " checked)"]
-    return ["Validity: INVALID"] + [f"  - {r}" for r in validity.get("reasons", [])]
+    from proctor.jobs.documents import ValiditySection
+
+    v = (
+        validity
+        if isinstance(validity, ValiditySection)
+        else ValiditySection.model_validate(validity)
+    )
+    if v.verdict == "VALID":
+        return ["Validity: VALID (" + ", ".join(v.checks) + " checked)"]
+    return ["Validity: INVALID"] + [f"  - {r}" for r in v.reasons]

@@ -43,11 +43,12 @@ from typing import Any
 
 from proctor import redact
 from proctor.errors import ProctorError, TargetUnavailable, UsageError, WorkloadFailed
+from proctor.jobs.documents import EVAL_SCHEMA, EvalDocument, write_checked
 from proctor.jobs.eval import EvalJob
 from proctor.jobs.options import add_arguments, validated, values_given
 from proctor.source.manifest import digest_of
 
-SCHEMA = "proctor.gsm8k-metrics/1"
+SCHEMA = EVAL_SCHEMA
 TASK = "gsm8k"
 FILTERS = ("flexible-extract", "strict-match")
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
@@ -352,9 +353,12 @@ def find_lm_eval(explicit: str | None = None) -> tuple[str, ...]:
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    text = json.dumps(redact.data(data), indent=2, default=str, allow_nan=False)
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+
+    def write(text: str) -> None:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+
+    write_checked(redact.data(data), EvalDocument, write)
 
 
 def run_gsm8k(config: EvalJob, output_dir: Path, *, echo: bool = True) -> Gsm8kResult:

@@ -15,7 +15,6 @@ Exit status: 0 the command exited 0; 2 a fault pattern was printed; 3 it failed 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from proctor import redact
 from proctor.errors import ConfigError, TargetUnavailable, UsageError
 from proctor.jobs.argv import job_argv
+from proctor.jobs.documents import OFFLINE_SCHEMA, OfflineDocument, write_checked
 from proctor.jobs.offline import OfflineJob, OfflinePlan
 from proctor.redact import Redactor
 from proctor.results.names import metric_info
@@ -43,7 +43,7 @@ from proctor.spec.profiles.models import EngineProfile, ModelProfile
 if TYPE_CHECKING:
     from proctor.supervise.launch import Started
 
-SCHEMA = "proctor.offline-metrics/1"
+SCHEMA = OFFLINE_SCHEMA
 GIB = 1024**3
 
 # Used when the engine profile names none: vLLM's `bench throughput` line and LLM.generate's
@@ -384,9 +384,12 @@ class _Stopped(Exception):
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    text = json.dumps(redact.data(data), indent=2, default=str, allow_nan=False)
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+
+    def write(text: str) -> None:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+
+    write_checked(redact.data(data), OfflineDocument, write)
 
 
 def run_offline(

@@ -19,12 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proctor import redact
 from proctor.errors import ExitCode, UsageError
 from proctor.jobs.argv import job_argv
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.documents import (
+    SLO_SCHEMA,
+    SLO_VERSION,
+    BenchDocument,
+    SloSearchResult,
+    bench_document,
+    write_checked,
+)
 from proctor.jobs.sweep import AXIS_FIELDS, SweepJob
 from proctor.record.recorder import Recorder
-from proctor.record.rundir import RunDir
+from proctor.record.rundir import RunDir, write_atomic
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
@@ -112,26 +121,23 @@ class SloResult:
 MIN_ACHIEVED = 0.95
 
 
-def delivery(doc: dict[str, Any]) -> tuple[bool, list[str]]:
+def delivery(doc: BenchDocument) -> tuple[bool, list[str]]:
     """Whether the bench put the load it names on the server (metrics.json "schedule": a rate
     the client did not reach is not that rate), and notes on the client's headroom."""
     why: list[str] = []
-    schedule = doc.get("schedule") or {}
-    target, achieved = schedule.get("target_rate"), schedule.get("achieved_rate")
+    schedule = doc.schedule
+    target = schedule.target_rate if schedule else None
+    achieved = schedule.achieved_rate if schedule else None
     ok = True
-    if (
-        isinstance(target, (int, float))
-        and isinstance(achieved, (int, float))
-        and achieved < MIN_ACHIEVED * target
-    ):
+    if target is not None and achieved is not None and achieved < MIN_ACHIEVED * target:
         ok = False
         why.append(
             f"achieved {achieved:.2f} req/s of {target:g} (below "
             f"{MIN_ACHIEVED:.0%}: the client fell behind, so not this rate)"
         )
-    client = doc.get("client") or {}
-    if client.get("client_bound"):
-        why.append("note: client-bound (" + "; ".join(client.get("reasons") or []) + ")")
+    client = doc.client
+    if client is not None and client.client_bound:
+        why.append("note: client-bound (" + "; ".join(client.reasons) + ")")
     return ok, why
 
 
@@ -139,9 +145,9 @@ def judge(
     conditions: list[Condition],
     metrics: dict[str, float],
     exit_code: int | None,
-    doc: dict[str, Any] | None = None,
+    doc: BenchDocument | dict[str, Any] | None = None,
 ) -> tuple[bool, list[str]]:
-    delivered, why = delivery(doc or {})
+    delivered, why = delivery(bench_document(doc or {}))
     if exit_code != 0:
         why.append(f"bench exited {exit_code}")
     for c in conditions:
@@ -266,16 +272,17 @@ def slo_search(
     record["answer"] = answer
     if error:
         record["error"] = error
-    home.write_json(
-        "result.json",
-        {
-            "axis": axis,
-            "slo": record["slo"],
-            "answer": answer,
-            "probes": record["probes"],
-            **({"error": error} if error else {}),
-        },
-    )
+    result = {
+        "schema": SLO_SCHEMA,
+        "schema_version": SLO_VERSION,
+        "axis": axis,
+        "slo": record["slo"],
+        "answer": answer,
+        "probes": record["probes"],
+        **({"error": error} if error else {}),
+    }
+    path = home.path / "result.json"
+    write_checked(redact.data(result), SloSearchResult, lambda t: write_atomic(path, t, False))
     recorder.finish(
         code=code, outcome="ok" if code == 0 else "failed", store_path=store, who="slo-search"
     )

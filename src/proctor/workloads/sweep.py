@@ -15,8 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proctor import redact
 from proctor.jobs.argv import job_argv, job_json
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.documents import (
+    SWEEP_SCHEMA,
+    SWEEP_VERSION,
+    BenchDocument,
+    Document,
+    SweepSummary,
+    read_bench,
+    write_checked,
+)
 from proctor.jobs.sweep import SweepJob
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
@@ -125,7 +135,7 @@ class PointRun:
 
     run_id: str
     exit_code: int | None
-    document: dict[str, Any]
+    document: BenchDocument | None  # None: no metrics.json, or a damaged one
     metrics: dict[str, float]
 
 
@@ -150,12 +160,8 @@ def run_bench_point(
     if label:
         say(f"{label}: run {started.run.run_id}")
     state = wait_or_stop(started.run)
-    document = started.run.read_json("metrics.json") or {}
-    metrics = {
-        k: float(v)
-        for k, v in (document.get("metrics") or {}).items()
-        if isinstance(v, int | float) and not isinstance(v, bool)
-    }
+    document = read_bench(started.run.path / "metrics.json")
+    metrics = document.metrics.numbers() if document else {}
     code = state.exit.code if state.exit else None
     return PointRun(started.run.run_id, code, document, metrics)
 
@@ -190,11 +196,11 @@ def _run_point(
     return point
 
 
-def _failure(document: dict[str, Any], exit_code: int | None) -> str | None:
+def _failure(document: BenchDocument | None, exit_code: int | None) -> str | None:
     """Why a point failed: its bench verdict, else its exit status; None when it passed."""
-    verdict = document.get("verdict")
-    if isinstance(verdict, dict) and verdict.get("ok") is False:
-        return str(verdict.get("message"))
+    verdict = document.verdict if document else None
+    if verdict is not None and verdict.ok is False:
+        return str(verdict.message)
     if exit_code is None:
         return "result unknown (no exit status)"
     return None if exit_code == 0 else f"bench exited {exit_code}"
@@ -261,14 +267,25 @@ def summary_csv(points: list[SweepPoint]) -> str:
     return out.getvalue()
 
 
+def write_summary_json(sweep: RunDir, summary: dict[str, Any], model: type[Document]) -> None:
+    """summary.json (secrets masked, as RunDir.write_json does), checked against its model."""
+    path = sweep.path / "summary.json"
+    write_checked(redact.data(summary), model, lambda text: write_atomic(path, text, mask=False))
+
+
 def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoint]) -> None:
     """summary.json/.csv/.txt of the points so far; the sweep's typed record gets the points,
     written through its recorder. The plots are the sweep's report (`proctor report NAME`,
     plotly, from the points' own runs): one plotting library, no PNG to go stale."""
     sweep = recorder.run
     record.points = [p.row() for p in points]
-    summary: dict[str, Any] = {"sweep": sweep.run_id, "points": record.points}
-    sweep.write_json("summary.json", summary)
+    summary: dict[str, Any] = {
+        "schema": SWEEP_SCHEMA,
+        "schema_version": SWEEP_VERSION,
+        "sweep": sweep.run_id,
+        "points": record.points,
+    }
+    write_summary_json(sweep, summary, SweepSummary)
     write_atomic(sweep.path / "summary.csv", summary_csv(points))
     write_atomic(sweep.path / "summary.txt", summary_text(points))
     recorder.update(points=record.points)

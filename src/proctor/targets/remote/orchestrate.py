@@ -26,11 +26,12 @@ from proctor.errors import (
     TimeLimitReached,
     UsageError,
 )
+from proctor.jobs.documents import read_bench
 from proctor.record.finish import now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.schema import read_view
-from proctor.results.cost import BENCH_SCHEMA, COST_FILE, cost_of, format_cost
+from proctor.results.cost import COST_FILE, cost_of, format_cost
 from proctor.source.identity import SourceIdentity
 from proctor.targets.base import (
     BUDGET,
@@ -350,8 +351,8 @@ def write_costs(target: Target, local_dir: Path) -> dict[str, Any] | None:
     ]
     own: dict[str, Any] | None = None
     for run_dir in dirs:
-        doc = _read_json_file(run_dir / "metrics.json")
-        if doc.get("schema") != BENCH_SCHEMA:
+        doc = read_bench(run_dir / "metrics.json")  # only a bench is priced
+        if doc is None:
             continue
         wall = read_view(run_dir).duration_s
         cost = cost_of(
@@ -361,14 +362,6 @@ def write_costs(target: Target, local_dir: Path) -> dict[str, Any] | None:
         if run_dir == local_dir:
             own = cost
     return own
-
-
-def _read_json_file(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def index_local(run_dir: Path, store_path: Path | None = None) -> bool:

@@ -26,6 +26,7 @@ import aiohttp
 
 from proctor import redact
 from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
+from proctor.jobs.documents import BENCH_SCHEMA, BENCH_VERSION, BenchDocument, write_checked
 from proctor.results.validity import judge_validity, sent_rates, ttft_trend
 from proctor.version import __version__
 from proctor.workloads.loadgen import prefix_counters, repeats, request_ids
@@ -45,8 +46,8 @@ from proctor.workloads.loadgen.telemetry import BenchTelemetry
 from proctor.workloads.loadgen.verdict import Verdict, judge
 from proctor.workloads.loadgen.workload import Workload, build_workload
 
-SCHEMA = "proctor.bench.metrics"
-SCHEMA_VERSION = 1
+SCHEMA = BENCH_SCHEMA
+SCHEMA_VERSION = BENCH_VERSION
 
 
 @dataclass
@@ -520,8 +521,8 @@ def write_outputs(res: BenchResult, out_dir: Path) -> list[Path]:
     """DIR/metrics.json always; DIR/requests.jsonl with save_detailed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "metrics.json"]
-    document = json.dumps(redact.data(result_document(res)), indent=2, allow_nan=False)
-    _atomic_write(written[0], document + "\n")
+    document = redact.data(result_document(res))
+    write_checked(document, BenchDocument, lambda text: _atomic_write(written[0], text))
     if res.config.save_detailed:
         path = out_dir / "requests.jsonl"
         lines = (json.dumps(redact.data(r.to_dict()), allow_nan=False) + "\n" for r in res.records)
