@@ -34,7 +34,13 @@ def test_a_current_store_is_not_scanned_and_a_change_is_never_missed(
     for name in ("a", "b", "c"):
         proctor("run", "--name", name, "--", "true", check=True)
     store_path = isolated_runs / "proctor.sqlite"
-    runs = sorted(p for p in isolated_runs.iterdir() if p.is_dir())
+    # Runs started within one second sort by their random part: find 'a' by its name.
+    named = {
+        json.loads((p / "record.json").read_text())["name"]: p
+        for p in isolated_runs.iterdir()
+        if (p / "record.json").is_file()
+    }
+    runs = [named["a"], named["b"], named["c"]]
     with Store(store_path) as store:
         catch_up(store, isolated_runs)  # records the scan
         assert [row["name"] for row in store.runs(limit=2)] == ["c", "b"]

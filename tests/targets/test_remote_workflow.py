@@ -639,7 +639,8 @@ def test_the_far_request_holds_a_secret_that_no_file_keeps(
     far_job = json.loads((job / "record.json").read_text())
     assert far_job["request"] == {
         "command": ["flow"],
-        "options": ["engine", "env", "model", "poll", "port", "workload_cmd"],
+        # --json here asks the far command for its JSON answer (and its errors as JSON)
+        "options": ["as_json", "engine", "env", "model", "poll", "port", "workload_cmd"],
     }
     for root in (isolated_runs, far_place.workspace / "proctor" / "runs"):
         for path in root.rglob("*"):
