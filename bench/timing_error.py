@@ -18,7 +18,10 @@ targets are printed beside them: mean <= 1 ms, p99 <= 5 ms, ITL sd <= 0.5 ms at 
 Two more columns for the new client: readdly99, the p99 of how late the event loop read bytes
 after the kernel stamped their arrival (what a loop-time stamp adds: the old client's error),
 and shared%, the tokens whose read also held the stream's next token (stamped with that later
-arrival). Figures: docs/bench.md, *Timing error*.
+arrival). emu99: the p99 of the emulator's own delay to the first token (emu.c's, kernel
+receive of the request -> first token written, minus --ttft-ms): that much of the TTFT error is
+the server's side. cpu%: the client's CPU use (metrics.json "client"), near 100 when its cores
+are the limit. Figures: bench/NOTES.md, *Timing error*.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from emulator import start_emulator  # noqa: E402
+from emulator import Emulator, start_emulator  # noqa: E402
 
 PYPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 from loadgen_capacity import pinned, plan_cores, proctor_cmd  # noqa: E402
@@ -44,9 +47,16 @@ from proctor.workloads.loadgen.metrics import percentile  # noqa: E402
 
 
 def measure(
-    url: str, conc: int, args: argparse.Namespace, cores: list[int] | None, src: Path, label: str
+    emu: Emulator,
+    conc: int,
+    args: argparse.Namespace,
+    cores: list[int] | None,
+    src: Path,
+    label: str,
 ) -> str:
+    url = emu.base_url
     n = max(conc * args.requests_per_stream, args.min_requests)
+    emu.delay_stats(reset=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src.resolve()), *PYPATH])}
     with tempfile.TemporaryDirectory() as out:
         cmd = [*proctor_cmd(url, out, conc, n, args.isl, args.osl, args.workers), "--save-detailed"]
@@ -63,10 +73,12 @@ def measure(
             raise SystemExit(f"proctor failed at {conc} ({r.returncode}): {r.stderr[-800:]}")
         recs = [json.loads(line) for line in (Path(out) / "requests.jsonl").open()]
         doc = json.loads((Path(out) / "metrics.json").read_text())
+    own = emu.delay_stats() or {}
     ok = [x for x in recs if x["success"] and not x["warmup"]]
     ttft_err = [(x["ttft"] - args.ttft_ms / 1000) * 1000 for x in ok]
     itls = [g * 1000 for x in ok for g in x["itl"]]
-    timing = (doc.get("client") or {}).get("timing") or {}
+    client = doc.get("client") or {}
+    timing = client.get("timing") or {}
     return (
         f"{label:>4} {conc:>6} {len(ok):>6} {statistics.fmean(ttft_err):>9.2f} "
         f"{percentile(ttft_err, 50):>8.2f} {percentile(ttft_err, 99):>8.2f} "
@@ -74,7 +86,9 @@ def measure(
         f"{timing.get('reading_late_p50_ms', float('nan')):>9.3f} "
         f"{timing.get('reading_late_p99_ms', float('nan')):>9.3f} "
         f"{timing.get('loop_read_delay_p99_ms', float('nan')):>9.3f} "
-        f"{100 * timing.get('tokens_sharing_a_read_fraction', float('nan')):>7.3f}"
+        f"{100 * timing.get('tokens_sharing_a_read_fraction', float('nan')):>7.3f} "
+        f"{own.get('p99_us', float('nan')) / 1000:>6.2f} "
+        f"{client.get('cpu_percent', float('nan')):>5.0f}"
     )
 
 
@@ -105,13 +119,14 @@ def main() -> None:
         )
         print(
             "code   conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  "
-            "late p99 readdly99 shared%\n(ms; late = the bench's own estimate of its error, "
-            "readdly99 = p99 of how late the loop read bytes after they arrived, shared% = "
-            "tokens whose read also held the next one)"
+            "late p99 readdly99 shared%  emu99  cpu%\n(ms; late = the bench's own estimate of "
+            "its error, readdly99 = p99 of how late the loop read bytes after they arrived, "
+            "shared% = tokens whose read also held the next one, emu99 = p99 of the emulator's "
+            "own delay to the first token, cpu% = the client's CPU use)"
         )
         for conc in (int(c) for c in a.concurrency.split(",")):
             for label, src in codes:
-                print(measure(emu.base_url, conc, a, client, src, label), flush=True)
+                print(measure(emu, conc, a, client, src, label), flush=True)
     print(
         "targets (issue 23): ttft err mean <= 1, p99 <= 5 at every concurrency; itl sd <= 0.5 "
         "at 1000"

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from proctor.workloads.loadgen.client import PlannedRequest, Sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.metrics import percentile
+from proctor.workloads.loadgen.pacer import Pacer
 from proctor.workloads.loadgen.records import RequestRecord
 
 
@@ -107,20 +108,19 @@ async def run_requests(
 
     t0 = time.perf_counter()
     tasks: list[asyncio.Task[RequestRecord]] = []
-    for req, off in zip(requests, offsets, strict=True):
-        due = t0 + off
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        rec = RequestRecord(
-            index=req.index,
-            prompt_len=req.prompt_len,
-            expected_output_len=req.output_len,
-            warmup=req.warmup,
-            worker=worker,
-            queued_at=due,
-        )
-        tasks.append(asyncio.create_task(one(req, rec)))
+    with Pacer() as pacer:  # a timerfd: uvloop's own timers count whole milliseconds
+        for req, off in zip(requests, offsets, strict=True):
+            due = t0 + off
+            await pacer.until(due)
+            rec = RequestRecord(
+                index=req.index,
+                prompt_len=req.prompt_len,
+                expected_output_len=req.output_len,
+                warmup=req.warmup,
+                worker=worker,
+                queued_at=due,
+            )
+            tasks.append(asyncio.create_task(one(req, rec)))
     return list(await asyncio.gather(*tasks))
 
 
