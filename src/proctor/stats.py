@@ -4,11 +4,13 @@ from the rest of proctor (any layer may use it).
     t95(df)                   two-sided 95% critical value of Student's t
     describe(values)          n, mean, sample stdev, stderr, 95% CI of the mean
     welch_half_width(...)     95% half-width of the difference of two means (Welch)
+    finite(value)             a finite float, or None for anything else in a document
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 CONFIDENCE = 0.95
 # Two-sided 95% critical values of Student's t by degrees of freedom; between rows the next
@@ -82,3 +84,14 @@ def welch_half_width(se_a: float, n_a: int, se_b: float, n_b: int) -> float:
     denom = (se_a**4 / (n_a - 1) if n_a > 1 else 0.0) + (se_b**4 / (n_b - 1) if n_b > 1 else 0.0)
     df = var**2 / denom if denom > 0 else float(n_a + n_b - 2)
     return t95(df) * math.sqrt(var)
+
+
+def finite(value: Any) -> float | None:
+    """`value` as a finite float, or None (not a number, bool, NaN, infinite, too large)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

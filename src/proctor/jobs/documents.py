@@ -30,7 +30,6 @@ form that an older reader would misread gets a new version.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeAlias
@@ -48,6 +47,7 @@ from pydantic import (
 )
 
 from proctor.errors import ConfigError, InternalError, invalid, validation_problem
+from proctor.stats import finite
 
 BENCH_SCHEMA: Final = "proctor.bench.metrics"
 BENCH_VERSION = 1
@@ -70,17 +70,6 @@ def _figure(value: Any) -> Any:
 
 #: A figure: a number as written, or None (absent, null, or not a number in the file).
 Figure: TypeAlias = Annotated[float | int | None, BeforeValidator(_figure)]
-
-
-def finite(value: Any) -> float | None:
-    """`value` as a finite float, or None (not a number, bool, NaN, infinite, too large)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 class Section(BaseModel):

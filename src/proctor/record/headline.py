@@ -28,10 +28,10 @@ from proctor.jobs.documents import (
     OfflineDocument,
     SweepPointRow,
     SweepSummary,
-    finite,
     parse_document,
     read_or_none,
 )
+from proctor.stats import finite
 
 #: The most figures an offline job's headline shows (its output may print dozens).
 OFFLINE_FIGURES = 4

@@ -20,13 +20,13 @@ from proctor.jobs.documents import (
     BENCH_SCHEMA,
     BenchDocument,
     RepeatsSection,
-    finite,
     parse_document,
 )
 from proctor.results.cost import cost_metrics
 from proctor.results.model import Metric, ParsedResult
 from proctor.results.names import json_key_to_name, label_to_name
 from proctor.results.reading import read_bounded
+from proctor.stats import finite
 
 BLOCK_START = re.compile(r"=+ *(?:Serving|Offline Throughput) Benchmark Result *=+", re.IGNORECASE)
 # lm-eval's printed table: |Tasks|Version|Filter|n-shot|Metric|dir|Value|±|Stderr|

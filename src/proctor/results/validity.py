@@ -40,10 +40,11 @@ metrics.json document and says which checks failed. Thresholds (docs/bench.md):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+
+from proctor.stats import finite
 
 if TYPE_CHECKING:  # imported where a document is judged: the run wrapper's `with_check` needs
     # no model (it loads no pydantic; tests/cli/test_command_imports.py)
@@ -107,17 +108,6 @@ def ttft_trend(points: Sequence[tuple[float, float]]) -> dict[str, float] | None
         "points": float(len(points)),
         "span_s": span,
     }
-
-
-def finite(value: Any) -> float | None:
-    """`value` as a finite float, or None (not a number, bool, NaN, infinite, too large)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def sent_rates(pairs: Sequence[tuple[float, float]]) -> tuple[float, float] | None:

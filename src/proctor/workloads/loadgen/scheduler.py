@@ -112,16 +112,20 @@ async def run_requests(
         for req, off in zip(requests, offsets, strict=True):
             due = t0 + off
             await pacer.until(due)
-            rec = RequestRecord(
-                index=req.index,
-                prompt_len=req.prompt_len,
-                expected_output_len=req.output_len,
-                warmup=req.warmup,
-                worker=worker,
-                queued_at=due,
-            )
-            tasks.append(asyncio.create_task(one(req, rec)))
+            tasks.append(asyncio.create_task(one(req, record_of(req, worker, due))))
     return list(await asyncio.gather(*tasks))
+
+
+def record_of(req: PlannedRequest, worker: int, queued_at: float) -> RequestRecord:
+    """The record a planned request starts with, queued at `queued_at` (perf_counter)."""
+    return RequestRecord(
+        index=req.index,
+        prompt_len=req.prompt_len,
+        expected_output_len=req.output_len,
+        warmup=req.warmup,
+        worker=worker,
+        queued_at=queued_at,
+    )
 
 
 async def _pool(
@@ -148,15 +152,7 @@ async def _pool(
             if i >= n:
                 break
             req = requests[i]
-            rec = RequestRecord(
-                index=req.index,
-                prompt_len=req.prompt_len,
-                expected_output_len=req.output_len,
-                warmup=req.warmup,
-                worker=worker,
-                queued_at=t0,
-            )
-            taken[i] = rec
+            rec = taken[i] = record_of(req, worker, t0)
             await send(cfg, model, req, rec, count_tokens)
             if counter is not None:
                 counter.done(rec)
