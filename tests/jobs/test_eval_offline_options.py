@@ -1,6 +1,7 @@
 """The eval and offline settings are declared once, on EvalJob and OfflineJob: every field has
 its flag (`Opt`) or says why it has none (`NoOpt`), and `proctor eval gsm8k` and `proctor offline`
-have exactly those flags plus their own run-control options (EVAL_OWN, OFFLINE_OWN).
+have exactly those flags plus their own run-control options (the typer parameters of their
+implementing functions, other than the job's values).
 
 The second test adds one bare field to a job and shows the check fails: a setting added without
 a flag cannot slip through."""
@@ -16,24 +17,30 @@ import pytest
 import typer
 from pydantic import BaseModel
 
-from proctor.cli.eval import EVAL_OWN, _gsm8k
+from proctor.cli.eval import _gsm8k
 from proctor.cli.jobopts import JobGroup, job_command
-from proctor.cli.offline import OFFLINE_OWN, _offline
+from proctor.cli.offline import _offline
 from proctor.jobs.eval import EvalJob
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.options import Opt, options, unflagged
 
+def own_of(impl: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The command's own options: its implementing function's parameters but the job's."""
+    return [p for p in inspect.signature(impl).parameters.values() if p.name != "job"]
+
+
 COMMANDS: dict[str, tuple[type[BaseModel], Callable[..., Any], list[inspect.Parameter]]] = {
-    "eval gsm8k": (EvalJob, _gsm8k, EVAL_OWN),
-    "offline": (OfflineJob, _offline, OFFLINE_OWN),
+    "eval gsm8k": (EvalJob, _gsm8k, own_of(_gsm8k)),
+    "offline": (OfflineJob, _offline, own_of(_offline)),
 }
+EVAL_OWN = COMMANDS["eval gsm8k"][2]
 
 
 def click_command(
     model: type[BaseModel], impl: Callable[..., Any], own: list[inspect.Parameter]
 ) -> click.Command:
     app = typer.Typer(add_completion=False)
-    app.command("c")(job_command(impl, own, JobGroup("job", model)))
+    app.command("c")(job_command(impl, JobGroup("job", model)))
     return typer.main.get_command(app)
 
 

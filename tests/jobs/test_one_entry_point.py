@@ -14,8 +14,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "proctor"
 WORKLOAD_OR_CLI = ("proctor.workloads", "proctor.cli", "proctor.jobs")
 # The one place each may be named in a command line.
 ALLOWED = {
-    "proctor.jobs": {"jobs/argv.py"},
-    "proctor.cli.request": {"targets/remote/agent.py", "targets/remote/step.py"},
+    "proctor.jobs": {"jobs/argv.py", "targets/remote/step.py"},
+    "proctor.cli.request": {"targets/remote/step.py"},
 }
 
 

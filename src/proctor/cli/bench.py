@@ -7,7 +7,6 @@ Mount either way: `register(root)` adds the top-level `proctor bench` command;
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -19,13 +18,10 @@ from proctor.cli.jobopts import JobGroup, JobValues, job_command
 from proctor.cli.output import console, print_json
 from proctor.cli.targethelp import TARGET_HELP
 from proctor.errors import UsageError, invalid
-from proctor.jobs.argv import job_argv
 from proctor.jobs.bench import BenchJob
-from proctor.jobs.documents import read_bench
 from proctor.jobs.options import validated
+from proctor.jobs.submission import ServerField, ServerRef, Submission
 from proctor.jobs.sweep import SweepJob
-from proctor.record.rundir import RunDir
-from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.printed import result_lines
 from proctor.workloads.loadgen.runner import (
     check_outcome,
@@ -101,31 +97,33 @@ def _bench(
     more requests failed than --max-error-rate allows (default: any), 69 if the server cannot be
     reached or the --server run has ended or serves another model, or the GPU preflight
     failed."""
-    server_facts: dict[str, object] = {}
-    if server and not target:  # with --target, the server run is resolved where it runs
-        server_facts = live_server_facts(server, runs_dir)
+    if output_dir is None:
+        # Bad input is refused here, before a run (or a far machine) exists; the --server run
+        # is resolved where the bench runs (the far runs dir under --target).
+        job_ = bench_job(job, server_facts={}, port=port, json_out=json_out, own="bench")
+        submission = Submission(
+            job=job_,
+            name=name,
+            key=key,
+            detach=detach,
+            timeout=timeout,
+            server=server_ref(server, job, BENCH_FILLS),
+            allow_unhealthy_gpu=allow_unhealthy_gpu,
+            answer=json_out,
+        )
+        from proctor.cli.remote import submit_command
+
+        return submit_command(submission, target, runs_dir=runs_dir, as_json=json_out)
+    if target:
+        raise UsageError(
+            "--output-dir runs the bench in this process; --target runs it there",
+            hint="drop one of them",
+        )
+    server_facts = live_server_facts(server, runs_dir) if server else {}
     cfg = bench_job(job, server_facts=server_facts, port=port, json_out=json_out, own="bench")
-    if json_out and output_dir is not None:
+    if json_out:
         # In-process with --json: nothing but the JSON (the supervised run's log keeps its lines).
         cfg = cfg.model_copy(update={"log_every_s": 0.0})
-    if target:
-        from proctor.cli.remote import hand_off
-
-        # Validated above first: a bad flag is 64 here, not after a job waited in a queue.
-        return hand_off(
-            target,
-            runs_dir=runs_dir,
-            as_json=json_out,
-            answer=True,
-            leave_live=detach,
-            direct=detach,
-            detach=detach,
-        )
-    if output_dir is None:
-        _supervised(
-            cfg, name, key, detach, timeout, runs_dir, server_facts, json_out, allow_unhealthy_gpu
-        )
-        return
     result = run_benchmark(cfg, output_dir)
     write_outputs(result, output_dir)
     if json_out:
@@ -138,122 +136,18 @@ def _bench(
 
 bench = job_command(_bench, JobGroup("job", BenchJob))
 
-
-def _supervised(
-    cfg: BenchConfig,
-    name: str | None,
-    key: str | None,
-    detach: bool,
-    timeout: str | None,
-    runs_dir: str | None,
-    server_facts: dict[str, object],
-    json_out: bool,
-    allow_unhealthy_gpu: bool = False,
-) -> None:
-    from proctor.cli.output import err_console
-    from proctor.cli.run import health_of, print_health
-    from proctor.record.schema import load_record
-    from proctor.spec.config import load_config
-    from proctor.spec.plan import RunFlags, resolve_run_plan
-    from proctor.supervise.launch import RunSpec, start_run
-    from proctor.targets.service import SupervisedRun, guard_start
-
-    # The run's log always gets the progress lines, whatever this terminal shows.
-    argv = job_argv(cfg.model_copy(update={"progress": True}))
-    flags = RunFlags(
-        argv=argv,
-        name=name or f"bench-isl{cfg.isl}-osl{cfg.osl}-c{cfg.concurrency}",
-        runs_dir=runs_dir,
-        timeout=timeout,
-        key=key,
-        detach=detach,
-        gpu_sample=0,
-        allow_unhealthy_gpu=allow_unhealthy_gpu or None,
-    )
-    plan = resolve_run_plan(flags, load_config())
-    extra: dict[str, object] = {
-        "bench": {
-            "base_url": cfg.base_url,
-            "isl": cfg.isl,
-            "osl": cfg.osl,
-            "concurrency": cfg.concurrency,
-            "dataset": cfg.dataset,
-            "repeat": cfg.repeat,
-        }
-    }
-    if server_facts:
-        extra["server_run"] = server_facts["run_id"]
-    interrupts = guard_start()
-    started = start_run(plan, RunSpec(kind="bench", extra=extra))
-    run = started.run
-    interrupts.attach(run)
-    if started.attached:
-        _check_same_bench(run, plan.redactor().argv(plan.argv), str(key))
-        err_console.print(
-            f"proctor: attached to live bench run {run.run_id} (key {key})",
-            markup=False,
-            highlight=False,
-        )
-    health = health_of(run)
-    if detach:
-        if json_out:
-            print_json(
-                {
-                    "run_id": run.run_id,
-                    "dir": str(run.path),
-                    "attached": started.attached,
-                    "gpu_health": health,
-                }
-            )
-        else:
-            typer.echo(run.run_id)
-        return
-    err_console.print(f"proctor: bench run {run.run_id} -> {run.path}", highlight=False)
-    print_health(run)
-    supervised = SupervisedRun(run)
-    with open(os.devnull, "wb") as devnull:
-        state = supervised.follow_to_end(devnull if json_out else sys.stdout.buffer)
-    if json_out:
-        record = load_record(run.path)
-        print_json(
-            {
-                "run_id": run.run_id,
-                **(run.read_json("metrics.json") or {}),
-                "outcome": record.outcome if record else None,
-                "gpu_health": health,
-                "gpu_health_change": health_of(run, "gpu_health_change"),
-            }
-        )
-    err_console.print(f"proctor: {supervised.summary(state)}", highlight=False)
-    doc = read_bench(run.path / "metrics.json")
-    verdict = doc.verdict if doc else None
-    if verdict is not None and verdict.ok is False:
-        err_console.print(
-            f"proctor: benchmark failed: {verdict.message}", markup=False, highlight=False
-        )
-    validity = doc.validity if doc else None
-    if validity is not None and validity.verdict == "INVALID":  # not a measurement (docs/bench.md)
-        err_console.print(
-            "proctor: benchmark INVALID: " + "; ".join(validity.reasons),
-            markup=False,
-            highlight=False,
-        )
-    if code := interrupts.exit_code(run, state):
-        from proctor.targets.service import run_failure
-
-        raise run_failure(run, code, "bench")
+# What a --server run's facts fill in a bench job where the user did not set them.
+BENCH_FILLS: tuple[ServerField, ...] = ("base_url", "model", "endpoint")
 
 
-def _check_same_bench(run: RunDir, argv: list[str], key: str) -> None:
-    """Attaching is for the same bench started twice; a key held by other settings is refused."""
-    from proctor.record.schema import read_view
-
-    theirs = read_view(run.path).argv
-    if theirs != argv:
-        raise UsageError(
-            f"key {key!r} belongs to live bench run {run.run_id}, started with other settings",
-            hint="use another --key, or wait for that run (`proctor runs wait`)",
-        )
+def server_ref(
+    server: str | None, job: JobValues, fills: tuple[ServerField, ...]
+) -> ServerRef | None:
+    """`--server RUN` as the submission's: the run, and the job's fields it fills (those of
+    `fills` the user did not set)."""
+    if not server:
+        return None
+    return ServerRef(run=server, fills=[f for f in fills if f not in job.given])
 
 
 app.command("serve")(bench)
@@ -394,25 +288,19 @@ def _sweep(
     front. --slo: the highest --search value in [--lo, --hi] meeting the SLO, by bisection
     against one server (exit 3 when even --lo misses it). docs/bench.md."""
     from proctor.cli.output import err_console
-    from proctor.jobs.run import run_sweep_job
-    from proctor.workloads.sweep import summary_text
 
-    if target:
-        from proctor.cli.remote import hand_off
-
-        # As bench: in the far runs dir (where --server runs are); the sweep and its points
-        # come back as local runs of their own.
-        return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True)
-    say: Callable[[str], None] = (
-        (lambda line: None)
-        if json_out
-        else (lambda line: err_console.print(line, markup=False, highlight=False))
-    )
-    facts: dict[str, object] = {}
-    if server and not (server_grid or file):
-        facts = live_server_facts(server, runs_dir)
-    job = sweep_job(sweep, bench, server_facts=facts, port=port, runs_dir=runs_dir)
     if server_grid or file:
+        if target:
+            from proctor.cli.remote import hand_off
+
+            # The grid's flows run there; the sweep and its points come back as local runs.
+            return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True)
+        say: Callable[[str], None] = (
+            (lambda line: None)
+            if json_out
+            else (lambda line: err_console.print(line, markup=False, highlight=False))
+        )
+        job = sweep_job(sweep, bench, server_facts={}, port=port, runs_dir=runs_dir)
         raw_rates = sweep.values.get("request_rate")
         _server_grid(
             server_grid,
@@ -435,32 +323,13 @@ def _sweep(
             say,
         )
         return
-    code, where, summary = run_sweep_job(job, say=say)
-    if job.slo:
-        result = summary
-        if json_out:
-            print_json(result)
-        else:
-            answer = result.get("answer")
-            typer.echo(f"{job.search}: {'none' if answer is None else f'{answer:g}'}")
-            say(f"proctor: slo search {where.name}: {where / 'result.json'}")
-        if result.get("error"):
-            raise UsageError(
-                str(result["error"]),
-                hint="name metrics of the bench's metrics.json, e.g. p99_ttft_ms<=500",
-            )
-    elif json_out:
-        print_json(summary)
-    else:
-        from proctor.workloads.sweep import points_of
+    from proctor.cli.remote import submit_command
 
-        sys.stdout.write(summary_text(points_of(summary)))
-        err_console.print(
-            f"proctor: sweep {where.name}: {where}/summary.csv; plots: proctor report {job.name}",
-            highlight=False,
-        )
-    if code:
-        raise typer.Exit(code)
+    # Every point checked here, before a run (or a far machine) exists; the --server run is
+    # resolved where the sweep runs (the far runs dir under --target).
+    job = sweep_job(sweep, bench, server_facts={}, port=port, runs_dir=None if target else runs_dir)
+    submission = Submission(job=job, server=server_ref(server, bench, BENCH_FILLS), answer=json_out)
+    submit_command(submission, target, runs_dir=runs_dir, as_json=json_out)
 
 
 def _rate_text(rate: float) -> str:

@@ -1,9 +1,9 @@
 """A command's options made from a job model's fields (jobs/options.py): each flag, default and
 help is declared once, on the field, and the bench, sweep and flow commands take them all.
 
-`job_command(model, impl, extra)` gives typer a function whose signature is the command's own
-options (`extra`, typer parameters) followed by one option per flagged field of `model`; `impl`
-is called with the own options by name and a `JobValues` holding the fields' values.
+`job_command(impl, JobGroup(...), ...)` gives typer a function whose signature is the command's
+own options (`impl`'s typer parameters) followed by one option per flagged field of each
+group's model; `impl` is called with the own options by name and a `JobValues` per group.
 """
 
 from __future__ import annotations
@@ -85,20 +85,12 @@ class JobGroup:
     help_prefix: Mapping[str, str] = field(default_factory=dict)
 
 
-def job_command(
-    impl: Callable[..., Any], *specs: JobGroup | list[inspect.Parameter]
-) -> Callable[..., Any]:
-    """A function for typer: the command's own options (`impl`'s signature, typer style, or a
-    list of typer parameters given here), then each group's model's; `impl` gets its own
-    options by name and one JobValues per group (the parameters of `impl` named by the
-    groups)."""
-    groups = [s for s in specs if isinstance(s, JobGroup)]
-    lists = [s for s in specs if isinstance(s, list)]
-    if lists:
-        own = [p for ps in lists for p in ps]
-    else:
-        mine = inspect.signature(impl, eval_str=True).parameters
-        own = [p for name, p in mine.items() if name not in {g.param for g in groups}]
+def job_command(impl: Callable[..., Any], *groups: JobGroup) -> Callable[..., Any]:
+    """A function for typer: the command's own options (`impl`'s signature, typer style), then
+    each group's model's; `impl` gets its own options by name and one JobValues per group (the
+    parameters of `impl` named by the groups)."""
+    mine = inspect.signature(impl, eval_str=True).parameters
+    own = [p for name, p in mine.items() if name not in {g.param for g in groups}]
     generated = {
         g.param: job_parameters(g.model, skip=g.skip, help_prefix=g.help_prefix) for g in groups
     }

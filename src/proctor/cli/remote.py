@@ -1,9 +1,10 @@
 """`--target` for run and the workflow commands, and `runs attach|wait` of far runs: thin glue
 over proctor.targets (the registry, targets/remote/commands.py); this module only prints.
 
-`--target` on serve/drain/inspect/flow/bench/eval/sweep: `hand_off()` sends the command and the
-options the user set as a typed request (cli/request.py) to run far away
-(targets/remote/workflow.py).
+`--target` on bench/sweep/eval/offline: `submit_command()` hands the typed submission to
+`proctor.jobs.submit.submit`, here or far away. On serve/drain/inspect/flow and sweep
+--server-grid: `hand_off()` sends the command and the options the user set as a typed request
+(cli/request.py) to run far away (targets/remote/workflow.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from proctor.targets.remote.requests import CommandRequest
 from proctor.targets.remote.shipfiles import Shipment, request_shipment
 
 if TYPE_CHECKING:
+    from proctor.jobs.submission import Submission
+    from proctor.targets.remote.commands import WorkflowRun
     from proctor.targets.remote.workflow import WorkflowResult
 
 
@@ -97,6 +100,7 @@ def _log_out(as_json: bool) -> IO[bytes]:
 
 # -- the workflow commands with --target -----------------------------------------------------
 # Commands whose server outlives them on the machine: a rented one is kept unless told otherwise.
+# (A typed job's submission says so itself: Submission.server_lives.)
 _SERVER_LIVES = {("serve", "start"), ("serve", "ready"), ("drain",)}
 
 
@@ -141,12 +145,8 @@ def remote_command(
         store_path=Path(resolve_store_path(config, local_runs).value),
     )
     names = tuple(command_names(ctx))
-    server_lives = (
-        leave_live
-        or names[:2] in _SERVER_LIVES
-        or names[:1] in _SERVER_LIVES
-        or (names[:1] in (("bench",), ("eval",)) and bool(ctx.params.get("server")))
-    )
+    # (bench, sweep, eval and offline say it themselves: Submission.server_lives)
+    server_lives = leave_live or names[:2] in _SERVER_LIVES or names[:1] in _SERVER_LIVES
     done = run_workflow(
         spec,
         command,
@@ -157,6 +157,12 @@ def remote_command(
         options,
         keep_for_server=server_lives,
     )
+    return print_far(done, request.title(), as_json, print_run=print_run)
+
+
+def print_far(done: WorkflowRun, title: str, as_json: bool, *, print_run: bool = False) -> int:
+    """What a command run on a target did (its far result, the runs fetched back); its exit
+    code (raising what decides it)."""
     result = done.result
     if result.stderr and not as_json:
         sys.stderr.write(result.stderr)
@@ -171,7 +177,7 @@ def remote_command(
     if result.completion.detached:
         run_id = result.completion.run_id
         err_console.print(
-            f"proctor: submitted {request.title()} as run {run_id} "
+            f"proctor: submitted {title} as run {run_id} "
             f"({result.completion.local_dir}); `proctor runs wait {run_id}` "
             "waits for its end",
             highlight=False,
@@ -242,6 +248,35 @@ def _shipment(request: CommandRequest) -> Shipment:
     return shipment
 
 
+def submit_command(
+    submission: Submission, target: str | None, *, runs_dir: str | None, as_json: bool
+) -> None:
+    """Run a typed job's submission (bench, sweep, eval, offline) here or on `target`, through
+    the one call the library has too (`proctor.jobs.submit.submit`); print what it did; exit
+    with its code."""
+    from proctor.jobs.submit import Voice, submit
+
+    def say(line: str) -> None:
+        err_console.print(line, markup=False, highlight=False)
+
+    def echo(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    if target is None:
+        log = None if as_json else sys.stdout.buffer
+        voice = Voice(say=say, echo=echo, answer=print_json, log=log)
+        code = submit(submission, runs_dir=runs_dir, voice=voice).status()
+    else:
+        # Under --json the far command answers in JSON too: its error comes back as one
+        # (reason, fix), said in this command's JSON error (_far_error).
+        done = submit(submission, target, runs_dir=runs_dir, voice=Voice(log=_log_out(as_json)))
+        assert done.far is not None
+        code = print_far(done.far, submission.title(), as_json)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
 def hand_off(
     target: str | TargetOptions, *, runs_dir: str | None, as_json: bool, **how: bool
 ) -> None:
@@ -285,8 +320,10 @@ __all__ = [
     "attach",
     "hand_off",
     "hand_off_or_here",
+    "print_far",
     "print_group",
     "remote_command",
     "report",
     "run_with_target",
+    "submit_command",
 ]

@@ -16,9 +16,9 @@ from pydantic import (
     Field,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
+from proctor.errors import UsageError
 from proctor.jobs.options import NoOpt, Opt, option_of
 
 EVAL_TASKS = ("gsm8k",)
@@ -111,11 +111,13 @@ class EvalJob(BaseModel):
             raise ValueError("use http://HOST:PORT")
         return v
 
-    @model_validator(mode="after")
-    def _has_model(self) -> EvalJob:
+    def require_model(self) -> str:
+        """The served model name; a usage error where nobody gave one. Checked where the job
+        runs and where the CLI builds it, not on validation: a job whose model the --server
+        run gives (resolved on the far machine under --target) has none yet."""
         if self.model is None:
-            raise ValueError("a served model name is needed: --model, or --server RUN")
-        return self
+            raise UsageError("a served model name is needed: --model, or --server RUN")
+        return self.model
 
 
 def _flag(model: type[BaseModel], info: ValidationInfo) -> str:

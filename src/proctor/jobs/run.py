@@ -8,20 +8,17 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, SecretStr, TypeAdapter, ValidationError
+from pydantic import SecretStr, ValidationError
 
 from proctor.errors import ExitCode, UsageError, invalid
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.eval import EvalJob
 from proctor.jobs.offline import OfflineJob
+from proctor.jobs.submission import JOB, AnyJob, Job
 from proctor.jobs.sweep import SweepJob
 from proctor.spec.config import ProjectConfig, load_config
-
-AnyJob = BenchJob | SweepJob | EvalJob | OfflineJob
-Job = Annotated[AnyJob, Field(discriminator="kind")]
-JOB = TypeAdapter(Job)
 
 
 def load_job(text: str) -> AnyJob:

@@ -368,6 +368,7 @@ def run_gsm8k(config: EvalJob, output_dir: Path, *, echo: bool = True) -> Gsm8kR
     written to `output_dir/task` and lm-eval runs offline. Raises WorkloadFailed when lm-eval
     exits non-zero or leaves no readable results, TargetUnavailable when it cannot be started.
     """
+    config.require_model()
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     data_dir = Path(config.data) if config.data else None

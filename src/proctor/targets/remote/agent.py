@@ -187,7 +187,8 @@ def start(req: StartRequest) -> dict[str, Any]:
 
 
 def run_proctor(req: ProctorRequest) -> dict[str, Any]:
-    """The request's proctor command (cli/request.py) in the verified checkout with the far
+    """The request's proctor command (step.far_command: a typed submission, or a command
+    replayed by cli/request.py) in the verified checkout with the far
     runs dir, waited for here: for commands that only start detached runs (serve start), which
     must not be a job's children (a job's wrapper stops what its command leaves behind)."""
     import subprocess
@@ -198,14 +199,17 @@ def run_proctor(req: ProctorRequest) -> dict[str, Any]:
     ensure_matches(check_source(checkout, req.identity))
     env = {k: v for k, v in os.environ.items() if k not in ("PROCTOR_RUN_DIR", "PROCTOR_RUN_ID")}
     env["PROCTOR_RUNS_DIR"] = req.runs_dir
+    from proctor.targets.remote.step import far_command
+
+    argv, stdin, _ = far_command(req.request.model_dump_json())
     proc = subprocess.run(
-        [sys.executable, "-m", "proctor.cli.request"],
+        argv,
         cwd=checkout,
         env=env,
         capture_output=True,
         text=True,
         check=False,
-        input=req.request.model_dump_json(),
+        input=stdin,
     )
     return {"exit_code": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-8000:]}
 

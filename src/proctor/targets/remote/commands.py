@@ -47,7 +47,7 @@ from proctor.targets.remote.orchestrate import (
     run_remote,
     source_view,
 )
-from proctor.targets.remote.requests import CommandRequest
+from proctor.targets.remote.requests import CommandRequest, SubmitRequest
 from proctor.targets.remote.shipfiles import ship_files
 from proctor.targets.remote.workflow import (
     ChildRun,
@@ -262,9 +262,7 @@ def run_workflow(
         request = with_server_url(command.request, options, runs_dir)
         if command.detach:
             # Detached here: the job itself runs the command to its end, followed by its tracker.
-            request = request.model_copy(
-                update={"params": {k: v for k, v in request.params.items() if k != "detach"}}
-            )
+            request = not_detached(request)
         planned = replace(command, nested=True, request=request)
         return WorkflowRun(
             run_planned(
@@ -393,9 +391,17 @@ def _exit_code(run: RunDir) -> int | None:
     return status.code if status is not None else None
 
 
+def not_detached(request: CommandRequest | SubmitRequest) -> CommandRequest | SubmitRequest:
+    """The request without its --detach (a job that runs it to its end)."""
+    if isinstance(request, SubmitRequest):
+        return SubmitRequest.of(request.parsed().model_copy(update={"detach": False}))
+    params = {k: v for k, v in request.params.items() if k != "detach"}
+    return request.model_copy(update={"params": params})
+
+
 def with_server_url(
-    request: CommandRequest, options: TargetOptions, runs_dir: Path
-) -> CommandRequest:
+    request: CommandRequest | SubmitRequest, options: TargetOptions, runs_dir: Path
+) -> CommandRequest | SubmitRequest:
     """`--server RUN` (bench, eval, sweep) on a kind whose runs are local run directories: the
     server's record is here, not in the job's own runs dir, so the job is given the live
     server's URL and recorded model instead (an explicit --base-url/--model wins). The server
@@ -405,7 +411,12 @@ def with_server_url(
     from proctor.supervise.refs import SERVER_KINDS, resolve_run
     from proctor.targets.registry import kind_of_run
 
-    ref = request.params.get("server")
+    submission = request.parsed() if isinstance(request, SubmitRequest) else None
+    if submission is not None:
+        ref: object = submission.server.run if submission.server else None
+    else:
+        assert isinstance(request, CommandRequest)
+        ref = request.params.get("server")
     if not isinstance(ref, str) or not ref:
         return request
     run = resolve_run(runs_dir, ref, SERVER_KINDS)
@@ -427,9 +438,15 @@ def with_server_url(
             "benchmark whatever listens on its port now",
             hint="start a server with `proctor serve start`",
         )
-    params = {k: v for k, v in request.params.items() if k != "server"}
-    params.setdefault("base_url", f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}")
+    base_url = f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}"
     model = facts.get("served_model_name") or facts.get("model")
+    if submission is not None:
+        # The job's unset fields (Submission.server.fills) take the server's; no --server left.
+        filled = submission.with_server_facts({"base_url": base_url, "checked_model": model})
+        return SubmitRequest.of(filled.model_copy(update={"server": None}))
+    assert isinstance(request, CommandRequest)
+    params = {k: v for k, v in request.params.items() if k != "server"}
+    params.setdefault("base_url", base_url)
     if model:
         params.setdefault("model", str(model))
     return request.model_copy(update={"params": params})
@@ -473,6 +490,7 @@ __all__ = [
     "group_exit_status",
     "group_report",
     "job_from_flags",
+    "not_detached",
     "release_all",
     "run_far",
     "run_group",

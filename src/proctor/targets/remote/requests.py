@@ -8,10 +8,12 @@ either side, never a KeyError deep in the far code. The JSON on the agent's stdi
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from proctor.jobs.submission import Submission
 from proctor.source.identity import SourceIdentity
 from proctor.targets.base import JobSpec
 
@@ -74,10 +76,45 @@ class CommandRequest(AgentRequest):
         return " ".join(self.command)
 
 
-class ProctorRequest(AgentRequest):
-    """A proctor command in the verified checkout, with the far runs dir (agent.run_proctor)."""
+class SubmitRequest(AgentRequest):
+    """A typed job and how its run goes (proctor.jobs.submission.Submission) to run far away:
+    the far side (`python -m proctor.jobs submit`) validates it and calls the same `submit` as
+    the near side's command, so the far run's argv is `python -m proctor.jobs run JOB`. Carried
+    as the submission's JSON text (infinities as "inf", the API key never in it)."""
 
-    request: CommandRequest
+    submission: str
+
+    @field_validator("submission")
+    @classmethod
+    def _valid(cls, v: str) -> str:
+        try:
+            Submission.model_validate(json.loads(v))
+        except ValidationError as e:  # said as this field's error, naming the job's field
+            raise ValueError(str(e)) from None
+        return v
+
+    @classmethod
+    def of(cls, submission: Submission) -> SubmitRequest:
+        from proctor.jobs.argv import job_json
+
+        return cls(submission=job_json(submission))
+
+    def parsed(self) -> Submission:
+        return Submission.model_validate(json.loads(self.submission))
+
+    def title(self) -> str:
+        return self.parsed().title()
+
+    @property
+    def command(self) -> list[str]:
+        return self.title().split()
+
+
+class ProctorRequest(AgentRequest):
+    """A proctor command in the verified checkout, with the far runs dir (agent.run_proctor):
+    a command replayed from its parameters, or a typed submission."""
+
+    request: CommandRequest | SubmitRequest
     checkout: str
     runs_dir: str
     identity: SourceIdentity | None = None
@@ -136,6 +173,7 @@ __all__ = [
     "RunRequest",
     "StartRequest",
     "StoreRequest",
+    "SubmitRequest",
     "UnpackRequest",
     "VenvRequest",
     "request_for",

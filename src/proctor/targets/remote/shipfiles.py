@@ -20,17 +20,22 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from proctor.errors import FaultDetected, UsageError
+from proctor.jobs.bench import BenchJob
+from proctor.jobs.eval import EvalJob
+from proctor.jobs.submission import AnyJob
+from proctor.jobs.sweep import SweepJob
 from proctor.source.manifest import digest_of
 from proctor.spec.datasets import FILE_DATASETS, split_dataset
 from proctor.spec.tomlwrite import dump_toml
 from proctor.targets.base import AGENT, FILES, Target, capable
-from proctor.targets.remote.requests import CommandRequest
+from proctor.targets.remote.requests import CommandRequest, SubmitRequest
 
 # Request parameters that may name a local file (the dataset kinds that are files:
 # spec.datasets.FILE_DATASETS).
@@ -185,11 +190,35 @@ def request_shipment(request: CommandRequest) -> Shipment:
     return shipment
 
 
+def job_shipment(job: AnyJob) -> Shipment:
+    """What a typed job reads here, by the job's own fields (a bench's or a sweep's bench's
+    --dataset file, an eval's --data splits): read and hashed; UsageError if one cannot be.
+    Each value's `where` is its place in the job."""
+    values: list[Shipped | None] = []
+    if isinstance(job, BenchJob):
+        values.append(dataset_value(job.dataset, (DATASET_PARAM,)))
+    elif isinstance(job, SweepJob):
+        values.append(dataset_value(job.bench.dataset, ("bench", DATASET_PARAM)))
+    elif isinstance(job, EvalJob):
+        values.append(gsm8k_data_value(job.data, (DATA_PARAM,)))
+    shipment = Shipment([v for v in values if v is not None])
+    shipment.check_size()
+    return shipment
+
+
+@overload
 def ship_files(
     target: Target, workspace: str, request: CommandRequest, shipment: Shipment
-) -> CommandRequest:
+) -> CommandRequest: ...
+@overload
+def ship_files(
+    target: Target, workspace: str, request: SubmitRequest, shipment: Shipment
+) -> SubmitRequest: ...
+def ship_files(
+    target: Target, workspace: str, request: CommandRequest | SubmitRequest, shipment: Shipment
+) -> CommandRequest | SubmitRequest:
     """Store the shipment in the far workspace (verified by sha256 there); `request` naming the
-    far copies."""
+    far copies (a submission: its job's fields)."""
     if not shipment:
         return request
     for file in shipment.files():
@@ -197,6 +226,11 @@ def ship_files(
         if hashlib.sha256(data).hexdigest() != file.sha256:
             raise UsageError(f"{file.path} changed while the command was starting")
         _put(target, file.far_path(workspace), file.sha256, data, file.path)
+    if isinstance(request, SubmitRequest):
+        submission = json.loads(request.submission)
+        for value in shipment.params:
+            _set(submission["job"], value.where, value.far_value(workspace))
+        return SubmitRequest(submission=json.dumps(submission, sort_keys=True))
     params = dict(request.params)
     for value in shipment.params:
         params[str(value.where[0])] = value.far_value(workspace)
@@ -265,6 +299,7 @@ __all__ = [
     "Shipped",
     "dataset_value",
     "gsm8k_data_value",
+    "job_shipment",
     "read_file",
     "read_folder",
     "request_shipment",

@@ -1,9 +1,10 @@
 """The far side of a remote workflow command: `python -m proctor.targets.remote.step`.
 
 It is the command of one supervised far job (the same wrapper as any remote run) and runs the
-proctor command of the typed request in its environment (PROCTOR_REQUEST, a CommandRequest;
-given to `python -m proctor.cli.request` on stdin, never on a command line, and not passed on
-to what the command starts) with PROCTOR_RUNS_DIR pointed at:
+typed request in its environment (PROCTOR_REQUEST: a SubmitRequest, whose submission goes to
+`python -m proctor.jobs submit`, or a CommandRequest, to `python -m proctor.cli.request`; on
+stdin, never on a command line, and not passed on to what the command starts) with
+PROCTOR_RUNS_DIR pointed at:
 
     --steps nested   <this job's run dir>/steps/  (flow: every step's run directory lives inside
                      the job, so one manifest covers them and one fetch brings them home)
@@ -63,11 +64,27 @@ def _parse(argv: list[str]) -> tuple[str, bool]:
     return steps, answer
 
 
-def _title(request: str) -> str:
+def far_command(request: str) -> tuple[list[str], str, str]:
+    """(argv, stdin, title) of the request's far command: a typed submission is run by
+    `python -m proctor.jobs submit` (no CLI: the submission's JSON on stdin), a command
+    replayed from its parameters by `python -m proctor.cli.request`."""
+    from pydantic import ValidationError
+
+    from proctor.errors import invalid
+    from proctor.targets.remote.requests import CommandRequest, SubmitRequest
+
     try:
-        return " ".join(str(n) for n in json.loads(request)["command"])
-    except (ValueError, KeyError, TypeError):
-        return "?"
+        data = json.loads(request)
+        if isinstance(data, dict) and "submission" in data:
+            submit = SubmitRequest.model_validate(data)
+            argv = [sys.executable, "-m", "proctor.jobs", "submit"]
+            return argv, submit.submission, submit.title()
+        command = CommandRequest.model_validate(data)
+    except ValidationError as error:
+        raise invalid(error, what="proctor request") from None
+    except ValueError as error:
+        raise UsageError(f"invalid proctor request: {error}") from None
+    return [sys.executable, "-m", "proctor.cli.request"], request, command.title()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,16 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     env["PROCTOR_RUNS_DIR"] = str(inner)
     signal.signal(signal.SIGTERM, lambda *_: None)  # the inner proctor got it too: wait for it
     signal.signal(signal.SIGINT, lambda *_: None)
+    argv, stdin, title = far_command(request)
     # Only the command's name: its options may carry secret values (--env).
-    sys.stderr.write(f"proctor step: proctor {_title(request)} (runs in {inner})\n")
+    sys.stderr.write(f"proctor step: proctor {title} (runs in {inner})\n")
     sys.stderr.flush()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "proctor.cli.request"],
+        argv,
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE if want_answer else None,
     )
-    out = proc.communicate(request.encode())[0]  # None without --answer: stdout is the log
+    out = proc.communicate(stdin.encode())[0]  # None without --answer: stdout is the log
     proc.wait()
     answer: Any = None
     if out is not None:

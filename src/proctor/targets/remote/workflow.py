@@ -45,7 +45,7 @@ from proctor.targets.remote.orchestrate import (
     run_remote,
     run_setup,
 )
-from proctor.targets.remote.requests import CommandRequest
+from proctor.targets.remote.requests import CommandRequest, SubmitRequest
 from proctor.targets.remote.shipfiles import Shipment, ship_files, shipped_digests
 from proctor.targets.remote.step import REQUEST_ENV, run_ids_in
 
@@ -54,10 +54,11 @@ STEP_MODULE = "proctor.targets.remote.step"
 
 @dataclass
 class WorkflowCommand:
-    """A proctor command to run far away, as a typed request (its names and the parameters the
-    user set); with `answer`, the request sets its --json and its stdout is kept."""
+    """A proctor command to run far away, as a typed request: a typed job's submission
+    (bench, sweep, eval, offline), or a command's names and the parameters the user set; with
+    `answer`, the request asks for its JSON answer and its stdout is kept."""
 
-    request: CommandRequest
+    request: CommandRequest | SubmitRequest
     nested: bool = False
     answer: bool = False
     leave_live: bool = False  # serve start: its server keeps running; do not wait for it
@@ -120,7 +121,12 @@ def job_for(command: WorkflowCommand) -> JobSpec:
     argv += ["--answer"] if command.answer else []
     request = command.request
     # The request reaches the step through the job's environment only (it may hold --env
-    # values): masked in every record; the record keeps the command and which options were set.
+    # values): masked in every record; the record keeps the command and which options were set
+    # (a submission: its job's kind).
+    if isinstance(request, SubmitRequest):
+        said: dict[str, Any] = {"command": request.command, "job": request.parsed().kind}
+    else:
+        said = {"command": request.command, "options": sorted(request.params)}
     return JobSpec(
         argv=argv,
         name=command.name or f"remote-{'-'.join(request.command)}",
@@ -129,7 +135,7 @@ def job_for(command: WorkflowCommand) -> JobSpec:
         grace_s=command.grace_s,
         timeout_s=command.timeout_s,
         gpu_sample_s=0,
-        extra={"request": {"command": request.command, "options": sorted(request.params)}},
+        extra={"request": said},
     )
 
 
