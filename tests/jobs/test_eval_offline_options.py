@@ -24,6 +24,7 @@ from proctor.jobs.eval import EvalJob
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.options import Opt, options, unflagged
 
+
 def own_of(impl: Callable[..., Any]) -> list[inspect.Parameter]:
     """The command's own options: its implementing function's parameters but the job's."""
     return [p for p in inspect.signature(impl).parameters.values() if p.name != "job"]
