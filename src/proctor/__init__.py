@@ -38,6 +38,8 @@ _EXPORTS: dict[str, str] = {
     "BenchJob": "proctor.jobs.bench",
     "SweepJob": "proctor.jobs.sweep",
     "load_job": "proctor.jobs.run",
+    "Submission": "proctor.jobs.submission",
+    "submit": "proctor.jobs.submit",
     "BenchResult": "proctor.workloads.loadgen.runner",
     "FlowOptions": "proctor.flow",
     "flow_options": "proctor.flow",
@@ -126,6 +128,7 @@ __all__ = [
     "SlurmTarget",
     "SshTarget",
     "Store",
+    "Submission",
     "SupervisedRun",
     "SweepJob",
     "Target",
@@ -162,6 +165,7 @@ __all__ = [
     "status",
     "stop",
     "stop_server",
+    "submit",
     "target_options",
     "wait",
     "write_report",
@@ -203,6 +207,8 @@ if TYPE_CHECKING:
     from proctor.jobs.offline import OfflineJob
     from proctor.jobs.run import load_job
     from proctor.jobs.serve import ServeJob
+    from proctor.jobs.submission import Submission
+    from proctor.jobs.submit import submit
     from proctor.jobs.sweep import SweepJob
     from proctor.monitors.drain import DrainConfig, drain, drain_for_engine
     from proctor.record.recorder import Recorder

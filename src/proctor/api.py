@@ -14,10 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from proctor.flow import Flow, FlowOptions
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.eval import EvalJob
+from proctor.jobs.offline import OfflineJob
+from proctor.jobs.submission import Submission
 from proctor.jobs.sweep import SweepJob
 from proctor.record.rundir import RunDir
 from proctor.record.schema import load_record
@@ -34,6 +37,9 @@ from proctor.supervise.launch import (
 )
 from proctor.supervise.signals import deferred_stops
 from proctor.workloads.loadgen.runner import BenchResult, run_benchmark, write_outputs
+
+if TYPE_CHECKING:
+    from proctor.targets.registry import TargetOptions
 
 
 @dataclass(frozen=True)
@@ -176,16 +182,24 @@ def bench(config: BenchJob, output_dir: str | Path | None = None) -> BenchResult
 
 
 def run_job(
-    job: BenchJob | SweepJob,
+    job: BenchJob | SweepJob | EvalJob | OfflineJob | Submission,
+    target: str | TargetOptions | None = None,
     *,
     output_dir: str | Path | None = None,
     config: ProjectConfig | str | Path | None = None,
     say: Callable[[str], None] = print,
 ) -> int:
-    """Run a typed job in this process, as `python -m proctor.jobs run JOB` does for every
-    supervised bench, sweep point and flow workload: a bench writes into `output_dir`, a sweep
-    makes its own runs. Returns the exit code (0 ok, 3 the workload failed, ...); errors are
-    raised as proctor.errors types."""
+    """Run a typed job. In this process, as `python -m proctor.jobs run JOB` does for every
+    supervised bench, sweep point and flow workload (a bench writes into `output_dir`, a sweep
+    makes its own runs); or, given a `target` or a Submission (the job plus how its run goes),
+    as a supervised run here or on the target, through `proctor.submit`, the call `proctor
+    bench|sweep|eval gsm8k|offline` make. Returns the exit code (0 ok, 3 the workload failed,
+    ...); errors are raised as proctor.errors types."""
+    if target is not None or isinstance(job, Submission):
+        from proctor.jobs.submit import Voice, submit
+
+        submission = job if isinstance(job, Submission) else Submission(job=job)
+        return submit(submission, target, voice=Voice(say=say)).status()
     from proctor.jobs.run import run_job as run_here
 
     where = Path(output_dir) if output_dir is not None else None

@@ -272,7 +272,8 @@ def submit_command(
         # (reason, fix), said in this command's JSON error (_far_error).
         done = submit(submission, target, runs_dir=runs_dir, voice=Voice(log=_log_out(as_json)))
         assert done.far is not None
-        code = print_far(done.far, submission.title(), as_json)
+        # Detached: the run's id on stdout, as a detached run here prints it.
+        code = print_far(done.far, submission.title(), as_json, print_run=submission.detach)
     if code:
         raise click.exceptions.Exit(code)
 

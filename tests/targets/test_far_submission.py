@@ -1,0 +1,208 @@
+"""`bench|sweep|eval|offline --target`: the typed submission (jobs/submission.py) travels, and the
+far side runs it with the same `submit` as a local command (`python -m proctor.jobs submit`),
+so the far run is `python -m proctor.jobs run JOB`, never a replayed CLI command; no proctor.cli
+module is imported on that path; the API key is in no request, record or fetched file; whether
+a server the job targets outlives it is Submission.server_lives, a property of its fields."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proctor.jobs.bench import BenchJob
+from proctor.jobs.eval import EvalJob
+from proctor.jobs.submission import ServerRef, Submission
+from proctor.jobs.sweep import SweepJob
+from tests.fixtures.fake_openai_server import FakeServer
+from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, git_project, proctor
+from tests.targets.conftest import FarPlace
+
+CANARY = "sk-CANARY-far-7d2e9b"
+SMALL = ["--isl", "8", "--osl", "4", "--num-prompts", "4", "--num-warmups", "0"]
+
+
+@pytest.fixture
+def repo(tmp_path: Path, far_place: FarPlace) -> Path:
+    toml = f"[remote]\n{far_place.remote_toml}venv_base = \"{TEST_PYTHON}\"\n\n{FAKE_ENGINE_TOML}\n"
+    return git_project(tmp_path / "project", {"proctor.toml": toml}, "project")
+
+
+def _serve_start(place: FarPlace, repo: Path) -> str:
+    started = proctor(
+        "serve",
+        "start",
+        "--target",
+        place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(place.port(8021)),
+        cwd=repo,
+        timeout=120,
+    )
+    assert started.returncode == 0, started.stderr
+    return started.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("far_place", ["dir"], indirect=True)
+def test_a_bench_sent_to_a_target_runs_its_typed_job_there(
+    far_place: FarPlace, repo: Path, isolated_runs: Path
+) -> None:
+    env = {"OPENAI_API_KEY": CANARY}
+    server_id = _serve_start(far_place, repo)
+    try:
+        bench = proctor(
+            "bench",
+            "--target",
+            far_place.url,
+            "--server",
+            server_id,
+            *SMALL,
+            "--concurrency",
+            "2",
+            "--json",
+            cwd=repo,
+            env=env,
+            timeout=180,
+        )
+        assert bench.returncode == 0, bench.stderr
+        data = json.loads(bench.stdout)
+        bench_id = data["answer"]["run_id"]
+        # The far run is the typed job's one entry point, the job whole in its argv, its base
+        # URL and model the --server run's (resolved there).
+        far_runs = far_place.workspace / "proctor" / "runs"
+        far_record = json.loads((far_runs / bench_id / "record.json").read_text())
+        argv = far_record["argv"]
+        assert argv[1:4] == ["-m", "proctor.jobs", "run"], argv
+        job = json.loads(argv[4])
+        assert job["kind"] == "bench" and job["model"] == "m" and job["isl"] == 8
+        assert far_record["server_run"] == server_id
+        # The far job that ran it was handed the typed submission, not a command's options.
+        job_dir = Path(data["completion"]["local_dir"])
+        step = json.loads((job_dir / "record.json").read_text())
+        assert step["request"] == {"command": ["bench"], "job": "bench"}
+        assert "proctor.jobs submit" not in step["argv"]  # on stdin: never a command line
+        assert json.loads((isolated_runs / bench_id / "record.json").read_text())["argv"] == argv
+        # A detached bench: its run id at once, `runs wait` then fetches it.
+        detached = proctor(
+            "bench",
+            "--target",
+            far_place.url,
+            "--server",
+            server_id,
+            *SMALL,
+            "--concurrency",
+            "1",
+            "--detach",
+            cwd=repo,
+            env=env,
+            timeout=180,
+        )
+        assert detached.returncode == 0, detached.stderr
+        run_id = detached.stdout.strip().splitlines()[-1]
+        waited = proctor("runs", "wait", run_id, env=env, timeout=120)
+        assert waited.returncode == 0, waited.stderr
+        argv = json.loads((far_runs / run_id / "record.json").read_text())["argv"]
+        assert argv[1:4] == ["-m", "proctor.jobs", "run"], argv
+    finally:
+        stopped = proctor(
+            "serve", "stop", server_id, "--target", far_place.url, cwd=repo, timeout=120
+        )
+    assert stopped.returncode == 0, stopped.stderr
+    # The key reached the far bench through its environment only: in no file on either side.
+    for root in (isolated_runs, far_place.workspace):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert CANARY.encode() not in path.read_bytes(), path
+
+
+# The far side's code path, from the step's request to the end of the supervised run: at exit
+# it writes every module it imported.
+FAR_SCRIPT = """
+import atexit, io, json, os, sys
+atexit.register(lambda: os.write(2, ("MODULES " + json.dumps(sorted(sys.modules)) + "\\n").encode()))
+from proctor.targets.remote.step import far_command
+argv, stdin, title = far_command(sys.argv[1])
+assert argv[1:] == ["-m", "proctor.jobs", "submit"], argv
+sys.stdin = io.StringIO(stdin)
+from proctor.jobs.__main__ import main
+sys.exit(main(["submit"]))
+"""
+
+
+def test_the_far_path_imports_no_cli_module(tmp_path: Path) -> None:
+    from proctor.targets.remote.requests import SubmitRequest
+
+    with FakeServer(itl=0.001) as server:
+        job = BenchJob(base_url=server.base_url, isl=8, osl=4, num_prompts=4, concurrency=2)
+        request = SubmitRequest.of(Submission(job=job.updated(num_warmups=0), answer=True))
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO / "src"),
+            "PROCTOR_RUNS_DIR": str(tmp_path / "runs"),
+            "OPENAI_API_KEY": CANARY,
+        }
+        ran = subprocess.run(
+            [sys.executable, "-c", FAR_SCRIPT, request.model_dump_json()],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=180,
+            check=False,
+        )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    answer = json.loads(ran.stdout)
+    assert answer["outcome"] == "ok" and answer["verdict"]["ok"] is True, answer
+    modules = json.loads(ran.stderr.rsplit("MODULES ", 1)[1].splitlines()[0])
+    assert "proctor.jobs.submit" in modules  # the check sees the far path's own modules
+    assert [m for m in modules if m.startswith("proctor.cli")] == []
+    assert [m for m in modules if m in ("click", "typer")] == []
+    record = json.loads((tmp_path / "runs" / answer["run_id"] / "record.json").read_text())
+    assert record["argv"][1:4] == ["-m", "proctor.jobs", "run"]
+    for path in (tmp_path / "runs").rglob("*"):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), path
+    assert CANARY not in request.model_dump_json()
+
+
+@pytest.mark.parametrize(
+    ("submission", "lives"),
+    [
+        (Submission(job=BenchJob()), False),
+        (Submission(job=BenchJob(), server=ServerRef(run="last")), True),
+        (Submission(job=BenchJob(), detach=True), True),
+        (Submission(job=SweepJob(), server=ServerRef(run="r", fills=["base_url"])), True),
+        (Submission(job=SweepJob()), False),
+        (Submission(job=EvalJob(model="m"), server=ServerRef(run="r")), True),
+        (Submission(job=EvalJob(model="m")), False),
+    ],
+)
+def test_whether_the_server_outlives_the_job_is_a_field_decision(
+    submission: Submission, lives: bool
+) -> None:
+    assert submission.server_lives is lives
+    # ... and it travels: the far side decides the same from the same fields.
+    from proctor.targets.remote.requests import SubmitRequest
+
+    assert SubmitRequest.of(submission).parsed().server_lives is lives
+
+
+def test_the_key_is_never_in_a_submission() -> None:
+    from pydantic import SecretStr
+
+    from proctor.targets.remote.requests import SubmitRequest
+
+    job = BenchJob(api_key=SecretStr(CANARY))
+    sweep = SweepJob(bench=job)
+    for sub in (Submission(job=job), Submission(job=sweep)):
+        text = SubmitRequest.of(sub).model_dump_json()
+        assert CANARY not in text and "api_key" not in text
+        assert SubmitRequest.model_validate_json(text).parsed().job.kind == sub.job.kind
