@@ -28,7 +28,7 @@ SMALL = ["--isl", "8", "--osl", "4", "--num-prompts", "4", "--num-warmups", "0"]
 
 @pytest.fixture
 def repo(tmp_path: Path, far_place: FarPlace) -> Path:
-    toml = f"[remote]\n{far_place.remote_toml}venv_base = \"{TEST_PYTHON}\"\n\n{FAKE_ENGINE_TOML}\n"
+    toml = f'[remote]\n{far_place.remote_toml}venv_base = "{TEST_PYTHON}"\n\n{FAKE_ENGINE_TOML}\n'
     return git_project(tmp_path / "project", {"proctor.toml": toml}, "project")
 
 
