@@ -23,13 +23,20 @@ from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, git_project, proc
 from tests.targets.conftest import FarPlace
 
 CANARY = "sk-CANARY-far-7d2e9b"
+# An offline command that prints what vLLM's `bench throughput` prints, and its secret env.
+OFFLINE_SH = (
+    'echo "Processed prompts: 3/3"\n'
+    'echo "Throughput: 2.50 requests/s, 1234.50 total tokens/s, 617.25 output tokens/s"\n'
+    'test -n "$HF_TOKEN" || exit 5\n'
+)
 SMALL = ["--isl", "8", "--osl", "4", "--num-prompts", "4", "--num-warmups", "0"]
 
 
 @pytest.fixture
 def repo(tmp_path: Path, far_place: FarPlace) -> Path:
     toml = f'[remote]\n{far_place.remote_toml}venv_base = "{TEST_PYTHON}"\n\n{FAKE_ENGINE_TOML}\n'
-    return git_project(tmp_path / "project", {"proctor.toml": toml}, "project")
+    files = {"proctor.toml": toml, "offline.sh": OFFLINE_SH}
+    return git_project(tmp_path / "project", files, "project")
 
 
 def _serve_start(place: FarPlace, repo: Path) -> str:
@@ -121,6 +128,51 @@ def test_a_bench_sent_to_a_target_runs_its_typed_job_there(
         for path in root.rglob("*"):
             if path.is_file():
                 assert CANARY.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("far_place", ["dir"], indirect=True)
+def test_offline_sent_to_a_target_runs_there_and_comes_back(
+    far_place: FarPlace, repo: Path, isolated_runs: Path
+) -> None:
+    """`offline --target`: the same submission as here, run there (its --env values reach the
+    command and no file), its run fetched back verified."""
+    token = "hf_CANARY_offline_41c"
+    ran = proctor(
+        "offline",
+        "--target",
+        far_place.url,
+        "--engine",
+        "vllm",
+        "--min-free-disk",
+        "0",
+        "--env",
+        f"HF_TOKEN={token}",
+        "--json",
+        "--cmd",
+        "--",
+        "bash",
+        "offline.sh",
+        cwd=repo,
+        timeout=180,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    data = json.loads(ran.stdout)
+    answer = data["answer"]
+    assert answer["status"] == "ok" and answer["metrics"]["output_throughput"] == 617.25
+    (child,) = [c for c in data["children"] if c["run_id"] == answer["run_id"]]
+    assert child["verified"] and child["exit_code"] == 0
+    far = far_place.workspace / "proctor" / "runs" / answer["run_id"]
+    assert json.loads((far / "record.json").read_text())["argv"][1:4] == [
+        "-m",
+        "proctor.jobs",
+        "run",
+    ]
+    local = json.loads((isolated_runs / answer["run_id"] / "metrics.json").read_text())
+    assert local["metrics"]["request_throughput"] == 2.5
+    for root in (isolated_runs, far_place.workspace):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert token.encode() not in path.read_bytes(), path
 
 
 # The far side's code path, from the step's request to the end of the supervised run: at exit

@@ -363,3 +363,77 @@ def test_bench_on_a_pod_without_a_price_says_not_measured_never_zero(
             n for (n,) in db.execute("SELECT name FROM metrics WHERE run_id = ?", (bench.name,))
         }
     assert "output_throughput" in names and "usd_per_million_output_tokens" not in names
+
+
+def test_a_job_naming_a_server_keeps_the_pod_a_plain_bench_does_not(
+    pods: RunpodEmulator, host: SshHost, repo: Path, isolated_runs: Path
+) -> None:
+    """Whether the pod outlives a bench or sweep is the submission's `server_lives` (it names a
+    --server run that is still serving), not the command's name: bench and sweep --server keep
+    it RUNNING, a bench given only a URL releases it."""
+    env = {"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": pods.base_url}
+    port = _free_port()
+    started = proctor(
+        "serve",
+        "start",
+        "--target",
+        "runpod",
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        env=env,
+        cwd=repo,
+        timeout=180,
+    )
+    assert started.returncode == 0, started.stderr
+    server_id = started.stdout.strip().splitlines()[-1]
+    (pod_id,) = pods.pods
+    target = f"runpod:{pod_id}"
+    small = ["--isl", "8", "--osl", "4", "--num-prompts", "4", "--num-warmups", "0"]
+    try:
+        ready = proctor(
+            "serve", "ready", server_id, "--target", target, "--timeout", "60s", env=env, cwd=repo
+        )
+        assert ready.returncode == 0, ready.stderr
+        for command in (["bench", "--concurrency", "2"], ["sweep", "--concurrency", "1,2"]):
+            ran = proctor(
+                *command,
+                "--target",
+                target,
+                "--server",
+                server_id,
+                *small,
+                "--json",
+                env=env,
+                cwd=repo,
+                timeout=240,
+            )
+            assert ran.returncode == 0, ran.stderr
+            assert pods.pods[pod_id]["desiredStatus"] == "RUNNING", command
+        assert pods.calls("POST", "/pods/{podId}/stop") == []
+        plain = proctor(
+            "bench",
+            "--target",
+            target,
+            "--base-url",
+            f"http://127.0.0.1:{port}",
+            "--model",
+            "m",
+            *small,
+            "--concurrency",
+            "2",
+            env=env,
+            cwd=repo,
+            timeout=240,
+        )
+        assert plain.returncode == 0, plain.stderr
+        assert pods.pods[pod_id]["desiredStatus"] == "EXITED"
+    finally:
+        stopped = proctor(
+            "serve", "stop", server_id, "--target", target, env=env, cwd=repo, timeout=180
+        )
+    assert stopped.returncode == 0, stopped.stderr
+    _no_key_anywhere(isolated_runs, host.workspace)

@@ -8,6 +8,7 @@ import typer
 
 from proctor.cli.helptext import RUNS_DIR_HELP
 from proctor.cli.jobopts import JobGroup, JobValues, job_command
+from proctor.cli.targethelp import TARGET_HELP
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.options import validated
 from proctor.jobs.submission import Submission
@@ -26,6 +27,7 @@ Any command instead, with --cmd (the engine still names the fault patterns and p
 Before the command starts, the disks holding the model and the weights cache must have
 --min-free-disk GiB free (the profile's default: 50 for atom, as ATOM requires). The tokens/s it
 prints are parsed into metrics.json (and the store); `proctor drain --offline RUN` watches it.
+With --target it runs on that machine (in the synced checkout) and comes back as a local run.
 
 Exit status: 0 ok; 2 fault pattern printed; 3 the command failed; 4 --timeout; 6 unknown;
 64 bad usage; 69 not enough disk, or the command or engine is not installed; 130 Ctrl-C.
@@ -64,6 +66,7 @@ def _offline(
     as_json: bool = typer.Option(
         False, "--json", help="Print the run id, outcome and parsed metrics as JSON."
     ),
+    target: str | None = typer.Option(None, "--target", help=TARGET_HELP),
 ) -> None:
     from proctor.cli.remote import submit_command
 
@@ -78,7 +81,7 @@ def _offline(
         gpu_sample=gpu_sample,
         config=str(config) if config else None,
     )
-    submit_command(submission, None, runs_dir=runs_dir, as_json=as_json)
+    submit_command(submission, target, runs_dir=runs_dir, as_json=as_json)
 
 
 def register(app: typer.Typer) -> None:

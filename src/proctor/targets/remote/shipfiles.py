@@ -11,7 +11,8 @@ checked against the size cap and hashed. Once the far workspace is known, each i
 content-addressed, `<ws>/proctor/data/<sha256>/<name>` (a folder's files under
 `<ws>/proctor/data/<digest>/<folder>/`, the digest of their sha256sum text), by the agent, which
 writes a file only if its bytes hash to the same sha256 (or, without an agent, through FILES and
-read back); the request then names the far copies. The reader says which bytes it read: bench's
+read back); the request then names the far copies (a typed job: its own fields, `job_shipment`;
+a command: its parameters, `request_shipment`). The reader says which bytes it read: bench's
 metrics.json `dataset.sha256`, the eval's `data.sha256`.
 """
 
