@@ -258,3 +258,17 @@ def test_the_key_is_never_in_a_submission() -> None:
         text = SubmitRequest.of(sub).model_dump_json()
         assert CANARY not in text and "api_key" not in text
         assert SubmitRequest.model_validate_json(text).parsed().job.kind == sub.job.kind
+
+
+def test_a_run_control_field_the_kind_does_not_take_is_refused() -> None:
+    """A sweep's points are runs of their own: a detached or keyed sweep would be ignored,
+    so it is refused; the offline command's environment is offline's alone."""
+    from pydantic import ValidationError
+
+    from proctor.jobs.offline import OfflineJob
+
+    with pytest.raises(ValidationError, match="a sweep job's run takes no detach, key"):
+        Submission(job=SweepJob(), detach=True, key="k")
+    with pytest.raises(ValidationError, match="a bench job's run takes no env"):
+        Submission(job=BenchJob(), env=["A=1"])
+    assert Submission(job=OfflineJob(cmd=True, args=["true"]), env=["A=1"]).env == ["A=1"]

@@ -41,3 +41,21 @@ def test_bad_input_is_refused_before_any_run(
     assert res.returncode == 64, res.stdout + res.stderr
     assert says in res.stderr
     assert not runs.exists() or not any(p.is_dir() for p in runs.iterdir())
+
+
+def test_no_model_and_no_server_is_refused_before_any_run(tmp_path: Path) -> None:
+    """The served model name is the user's or the --server run's: with neither, 64 here (the
+    job itself may lack it until the --server run, resolved where it runs, gives it)."""
+    runs = tmp_path / "runs"
+    res = proctor(
+        "eval",
+        "gsm8k",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--data",
+        str(GSM8K_DATA),
+        env={"PROCTOR_RUNS_DIR": str(runs)},
+    )
+    assert res.returncode == 64, res.stdout + res.stderr
+    assert "a served model name is needed: --model, or --server RUN" in res.stderr
+    assert not runs.exists() or not any(p.is_dir() for p in runs.iterdir())

@@ -7,7 +7,7 @@ Mount either way: `register(root)` adds the top-level `proctor bench` command;
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -38,18 +38,13 @@ app = typer.Typer(
 )
 
 
-def bench_job(
-    job: JobValues, *, server_facts: Mapping[str, object], port: int, json_out: bool, own: str
-) -> BenchJob:
-    """The bench job the options describe: what the user set, then the --server run's facts,
-    then the defaults (--port's URL). The API key comes from OPENAI_API_KEY only."""
+def bench_job(job: JobValues, *, port: int, json_out: bool, own: str) -> BenchJob:
+    """The bench job the options describe: what the user set, then the defaults (--port's
+    URL); a --server run's facts fill the rest where the job runs (Submission.server). The API
+    key comes from OPENAI_API_KEY only."""
     values = dict(job.values)
     if "base_url" not in job.given:
-        values["base_url"] = str(server_facts.get("base_url") or f"http://127.0.0.1:{port}")
-    if "model" not in job.given and server_facts.get("checked_model"):
-        values["model"] = str(server_facts["checked_model"])
-    if "endpoint" not in job.given and server_facts.get("use_chat_template"):
-        values["endpoint"] = "chat"
+        values["base_url"] = f"http://127.0.0.1:{port}"
     values["progress"] = not json_out
     api_key = os.environ.get("OPENAI_API_KEY")
     job_ = validated(BenchJob, values, what="invalid option", hint=f"see proctor {own} --help")
@@ -100,7 +95,7 @@ def _bench(
     if output_dir is None:
         # Bad input is refused here, before a run (or a far machine) exists; the --server run
         # is resolved where the bench runs (the far runs dir under --target).
-        job_ = bench_job(job, server_facts={}, port=port, json_out=json_out, own="bench")
+        job_ = bench_job(job, port=port, json_out=json_out, own="bench")
         submission = Submission(
             job=job_,
             name=name,
@@ -119,8 +114,12 @@ def _bench(
             "--output-dir runs the bench in this process; --target runs it there",
             hint="drop one of them",
         )
-    server_facts = live_server_facts(server, runs_dir) if server else {}
-    cfg = bench_job(job, server_facts=server_facts, port=port, json_out=json_out, own="bench")
+    cfg = bench_job(job, port=port, json_out=json_out, own="bench")
+    if server:
+        here = Submission(job=cfg, server=server_ref(server, job, BENCH_FILLS))
+        filled = here.with_server_facts(live_server_facts(server, runs_dir)).job
+        assert isinstance(filled, BenchJob)
+        cfg = filled
     if json_out:
         # In-process with --json: nothing but the JSON (the supervised run's log keeps its lines).
         cfg = cfg.model_copy(update={"log_every_s": 0.0})
@@ -212,7 +211,6 @@ def sweep_job(
     sweep: JobValues,
     bench: JobValues,
     *,
-    server_facts: Mapping[str, object],
     port: int,
     runs_dir: str | None,
 ) -> SweepJob:
@@ -221,7 +219,7 @@ def sweep_job(
     a bad option fails before the first point."""
     from proctor.workloads.loadgen.datafiles import checked_dataset
 
-    base = bench_job(bench, server_facts=server_facts, port=port, json_out=True, own="sweep")
+    base = bench_job(bench, port=port, json_out=True, own="sweep")
     base = base.updated(dataset=checked_dataset(base.dataset))
     values = {**sweep.values, "bench": base, "runs_dir": runs_dir}
     job = validated(SweepJob, values, what="invalid option", hint="see proctor sweep --help")
@@ -300,7 +298,7 @@ def _sweep(
             if json_out
             else (lambda line: err_console.print(line, markup=False, highlight=False))
         )
-        job = sweep_job(sweep, bench, server_facts={}, port=port, runs_dir=runs_dir)
+        job = sweep_job(sweep, bench, port=port, runs_dir=runs_dir)
         raw_rates = sweep.values.get("request_rate")
         _server_grid(
             server_grid,
@@ -327,7 +325,7 @@ def _sweep(
 
     # Every point checked here, before a run (or a far machine) exists; the --server run is
     # resolved where the sweep runs (the far runs dir under --target).
-    job = sweep_job(sweep, bench, server_facts={}, port=port, runs_dir=None if target else runs_dir)
+    job = sweep_job(sweep, bench, port=port, runs_dir=None if target else runs_dir)
     submission = Submission(job=job, server=server_ref(server, bench, BENCH_FILLS), answer=json_out)
     submit_command(submission, target, runs_dir=runs_dir, as_json=json_out)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.eval import EvalJob
@@ -41,6 +41,17 @@ class ServerRef(BaseModel):
     fills: list[ServerField] = Field(default_factory=list)
 
 
+# The run-control fields each kind's run takes (a sweep's name is its job's own `name`; its
+# points are supervised runs of their own, so the sweep is never detached, keyed or timed).
+_COMMON = ("detach", "name", "key", "timeout", "server", "answer")
+TAKEN: dict[str, tuple[str, ...]] = {
+    "bench": (*_COMMON, "allow_unhealthy_gpu"),
+    "eval": (*_COMMON, "allow_unhealthy_gpu"),
+    "sweep": ("server", "answer"),
+    "offline": ("detach", "name", "key", "timeout", "answer", "env", "gpu_sample", "config"),
+}
+
+
 class Submission(BaseModel):
     """A typed job plus how its run goes; what `submit` takes here and on the far side."""
 
@@ -59,6 +70,19 @@ class Submission(BaseModel):
     env: list[str] = Field(default_factory=list)
     gpu_sample: float | None = None
     config: str | None = None
+
+    @model_validator(mode="after")
+    def _taken_by_the_kind(self) -> Submission:
+        """A run-control field the job's kind does not take is refused, never ignored."""
+        given = {name for name in self.model_fields_set if name != "job"}
+        fields = Submission.model_fields
+        given = {
+            n for n in given if getattr(self, n) != fields[n].get_default(call_default_factory=True)
+        }
+        wrong = sorted(given - set(TAKEN[self.job.kind]))
+        if wrong:
+            raise ValueError(f"a {self.job.kind} job's run takes no {', '.join(wrong)}")
+        return self
 
     @property
     def kind(self) -> str:
@@ -107,4 +131,4 @@ def filled(job: AnyJob, updates: dict[str, Any]) -> AnyJob:
     return job
 
 
-__all__ = ["JOB", "AnyJob", "Job", "ServerField", "ServerRef", "Submission", "filled"]
+__all__ = ["JOB", "TAKEN", "AnyJob", "Job", "ServerField", "ServerRef", "Submission", "filled"]
