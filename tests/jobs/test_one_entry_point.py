@@ -1,7 +1,9 @@
 """One entry point runs a job: no module builds a command line of proctor's own CLI or of a
 workload module from options (the argv-rebuilding sites issue 21 removed). The one command line
 that runs a workload is `python -m proctor.jobs run JOB` (jobs/argv.py); the far side of
-`--target` is handed a typed request (`proctor.cli.request`), not flags."""
+`--target` is handed a typed request, not flags: a typed job's submission (`python -m
+proctor.jobs submit`), or a command's parameters (`proctor.cli.request`), both from the far
+step (targets/remote/step.py)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _strict(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _strict(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_strict(v) for v in data]
+    return data
+
+
 def submit_main(text: str) -> int:
     """The submission `text` run here; under its `answer`, one JSON document on stdout."""
     from pydantic import ValidationError
@@ -52,7 +63,9 @@ def submit_main(text: str) -> int:
     answer = False
 
     def write(doc: Any) -> None:
-        text = json.dumps(redact.data(json.loads(json.dumps(doc, default=str))), indent=2)
+        # Strict JSON as the CLI's --json prints it: masked field by field, nan/inf as null.
+        plain = json.loads(json.dumps(_strict(doc), default=str))
+        text = json.dumps(redact.data(plain), indent=2, allow_nan=False)
         stream = redact.unmasked(sys.stdout)
         stream.write(text + "\n")
         stream.flush()
