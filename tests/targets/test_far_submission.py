@@ -271,4 +271,6 @@ def test_a_run_control_field_the_kind_does_not_take_is_refused() -> None:
         Submission(job=SweepJob(), detach=True, key="k")
     with pytest.raises(ValidationError, match="a bench job's run takes no env"):
         Submission(job=BenchJob(), env=["A=1"])
-    assert Submission(job=OfflineJob(engine="vllm", cmd=True, args=["true"]), env=["A=1"]).env == ["A=1"]
+    assert Submission(job=OfflineJob(engine="vllm", cmd=True, args=["true"]), env=["A=1"]).env == [
+        "A=1"
+    ]
