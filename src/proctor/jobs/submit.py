@@ -36,6 +36,7 @@ from proctor.record.rundir import RunDir
 if TYPE_CHECKING:
     from proctor.record.status import RunState
     from proctor.spec.config import ProjectConfig
+    from proctor.spec.plan import RunPlan
     from proctor.targets.registry import TargetOptions
     from proctor.targets.remote.commands import WorkflowRun
     from proctor.targets.service import Interrupts, SupervisedRun
@@ -116,17 +117,14 @@ def _with_server(submission: Submission, runs_dir: str | None) -> Submission:
         return submission
     from proctor.workloads.loadgen.server_run import live_server_facts
 
-    facts = live_server_facts(submission.server.run, runs_dir)
-    filled = submission.with_server_facts(facts)
+    server = submission.server
+    facts = live_server_facts(server.run, runs_dir)
     # The run id the ref named ('last' resolved): what the run's record says it measured.
-    return filled.model_copy(
-        update={"server": filled.server.model_copy(update={"run": str(facts["run_id"])})}
-        if filled.server
-        else {}
-    )
+    resolved = server.model_copy(update={"run": str(facts["run_id"])})
+    return submission.with_server_facts(facts).model_copy(update={"server": resolved})
 
 
-def _plan(submission: Submission, argv: list[str], name: str, runs_dir: str | None) -> Any:
+def _plan(submission: Submission, argv: list[str], name: str, runs_dir: str | None) -> RunPlan:
     from proctor.spec.config import load_config
     from proctor.spec.plan import RunFlags, resolve_run_plan
 
