@@ -39,8 +39,8 @@ _EXPORTS: dict[str, str] = {
     "SweepJob": "proctor.jobs.sweep",
     "load_job": "proctor.jobs.run",
     "BenchResult": "proctor.workloads.loadgen.runner",
-    "FlowOptions": "proctor.flow",
-    "flow_options": "proctor.flow",
+    "FlowJob": "proctor.jobs.flow",
+    "flow_job": "proctor.jobs.flow",
     "load_flow_file": "proctor.flow",
     "ServerRequest": "proctor.serve",
     "DrainConfig": "proctor.monitors.drain",
@@ -67,7 +67,7 @@ _EXPORTS: dict[str, str] = {
     "run_server_sweep": "proctor.server_sweep",
     "ServerGrid": "proctor.server_sweep",
     "slo_search": "proctor.workloads.slo",
-    "FlowWorkload": "proctor.workloads.flow_workloads",
+    "FlowWorkload": "proctor.jobs.flow",
     "Gsm8kConfig": "proctor.workloads.gsm8k",
     "run_gsm8k": "proctor.workloads.gsm8k",
     "OfflineRequest": "proctor.workloads.offline",
@@ -102,7 +102,7 @@ __all__ = [
     "DrainConfig",
     "EvalJob",
     "ExitCode",
-    "FlowOptions",
+    "FlowJob",
     "FlowResult",
     "FlowWorkload",
     "Gsm8kConfig",
@@ -138,7 +138,7 @@ __all__ = [
     "drain_for_engine",
     "exit_code_for",
     "find",
-    "flow_options",
+    "flow_job",
     "inspect",
     "load_baseline",
     "load_config",
@@ -197,9 +197,10 @@ if TYPE_CHECKING:
         wait,
     )
     from proctor.errors import ExitCode, ProctorError, exit_code_for
-    from proctor.flow import FlowOptions, flow_options, load_flow_file
+    from proctor.flow import load_flow_file
     from proctor.jobs.bench import BenchJob
     from proctor.jobs.eval import EvalJob
+    from proctor.jobs.flow import FlowJob, FlowWorkload, flow_job
     from proctor.jobs.offline import OfflineJob
     from proctor.jobs.run import load_job
     from proctor.jobs.serve import ServeJob
@@ -225,7 +226,6 @@ if TYPE_CHECKING:
     from proctor.targets.service import SupervisedRun
     from proctor.targets.slurm.target import SlurmTarget
     from proctor.targets.ssh import SshTarget
-    from proctor.workloads.flow_workloads import FlowWorkload
     from proctor.workloads.gsm8k import Gsm8kConfig, run_gsm8k
     from proctor.workloads.loadgen.config import BenchConfig
     from proctor.workloads.loadgen.runner import BenchResult

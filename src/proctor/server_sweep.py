@@ -20,22 +20,23 @@ import csv
 import io
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from proctor.errors import ExitCode, UsageError
-from proctor.flow import Flow, FlowOptions
+from proctor.flow import Flow
 from proctor.jobs.documents import GRID_SCHEMA, GRID_VERSION, GridSummary, read_bench
+from proctor.jobs.flow import FlowJob, FlowWorkload, parse_workload
+from proctor.jobs.serve import ServeJob
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir, is_run_id, write_atomic
 from proctor.record.schema import FlowRecord, read_view
-from proctor.serve import ServerRequest, check_startable
+from proctor.serve import check_startable
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
 from proctor.version import __version__
-from proctor.workloads.flow_workloads import FlowWorkload, parse_workload
 from proctor.workloads.sweep import write_summary_json
 
 # Bench options that may be lists, each value a point of the bench grid.
@@ -131,7 +132,7 @@ def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def apply_point(base: ServerRequest, params: dict[str, Any]) -> ServerRequest:
+def apply_point(base: ServeJob, params: dict[str, Any]) -> ServeJob:
     """The server request of one point: `tp` sets tensor parallelism, others are engine flags."""
     extra = list(base.extra)
     tp = base.tp
@@ -144,7 +145,7 @@ def apply_point(base: ServerRequest, params: dict[str, Any]) -> ServerRequest:
             extra.append(f"--no-{name}")
         else:
             extra += [f"--{name}", str(value)]
-    return replace(base, extra=extra, tp=tp)
+    return base.model_copy(update={"extra": extra, "tp": tp})
 
 
 def _bench_label(point: dict[str, Any]) -> str:
@@ -197,7 +198,7 @@ class ServerSweepResult:
 
 
 def run_server_sweep(
-    base: FlowOptions,
+    base: FlowJob,
     grid: ServerGrid,
     config: ProjectConfig,
     *,
@@ -207,7 +208,7 @@ def run_server_sweep(
     """Run every server point of `grid` as its own flow under `group`; reuse the points an
     earlier invocation of the same group finished with exit 0."""
     # Every point serves the same model with the same engine: refused before any directory.
-    check_startable(base.server, config)
+    check_startable(base.server.request(1.0), config)
     runs_root = Path(resolve_runs_dir(base.runs_dir, config).value)
     recorder = Recorder.create(runs_root)
     sweep = recorder.run
@@ -281,22 +282,22 @@ def run_server_sweep(
 
 
 def _run_point(
-    base: FlowOptions,
+    base: FlowJob,
     grid: ServerGrid,
     params: dict[str, Any],
     config: ProjectConfig,
     group: str,
     say: Callable[[str], None],
 ) -> tuple[str, int]:
-    options = replace(
-        base,
-        server=apply_point(base.server, params),
-        workload_argv=[],
-        workloads=[_bench_workload(p) for p in grid.bench_points()],
-        # One bench point failing leaves the server up for the next: go on, record it.
-        continue_on_failure=True,
+    job = base.model_copy(
+        update={
+            "server": apply_point(base.server, params),
+            "workloads": [_bench_workload(p) for p in grid.bench_points()],
+            # One bench point failing leaves the server up for the next: go on, record it.
+            "continue_on_failure": True,
+        }
     )
-    flow = Flow(options, config, say=say)
+    flow = Flow(job, config, say=say)
     flow.record["sweep"] = {"group": group, "point": point_key(params), "params": params}
     flow.save()
     return flow.dir.run_id, flow.run()
@@ -329,7 +330,7 @@ def point_rows(
     flow = read_view(runs_root / flow_id)
     gpus = int(params.get("tp") or tp or 1)
     rows = []
-    listed = (flow.options.get("workloads") if isinstance(flow, FlowRecord) else None) or []
+    listed = _bench_tables(flow) if isinstance(flow, FlowRecord) else []
     results = flow.workload_runs if isinstance(flow, FlowRecord) else []
     if not results:  # the server never came up: one row saying so
         return [
@@ -346,7 +347,7 @@ def point_rows(
         ]
     for result in results:
         index = result.index
-        bench = (listed[index].get("bench") if index < len(listed) else None) or {}
+        bench = listed[index] if index < len(listed) else {}
         run_id = result.run_id
         doc = read_bench(runs_root / run_id / "metrics.json") if run_id else None
         metrics = doc.metrics.numbers() if doc else {}
@@ -363,6 +364,17 @@ def point_rows(
             }
         )
     return rows
+
+
+def _bench_tables(flow: FlowRecord) -> list[dict[str, Any]]:
+    """Each listed workload's bench table: from the flow's job, or (a flow recorded before the
+    typed job) from its options."""
+    if flow.job:
+        return [
+            dict(w.get("options") or {}) if w.get("kind") == "bench" else {}
+            for w in flow.job.get("workloads") or []
+        ]
+    return [dict(e.get("bench") or {}) for e in flow.options.get("workloads") or []]
 
 
 # -- summary ------------------------------------------------------------------------------------

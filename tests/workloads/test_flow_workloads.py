@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from proctor.errors import UsageError
-from proctor.serve import ServerRequest
+from proctor.jobs.serve import ServeJob
 from proctor.server_sweep import apply_point, pareto_front, parse_axis, parse_grid
 from proctor.workloads.flow_workloads import command_for, parse_workload, parse_workloads
 from proctor.workloads.slo import judge, parse_slo, percentiles_needed
@@ -98,8 +98,9 @@ def test_offline_table_becomes_an_offline_job_resolved_where_it_runs() -> None:
 def test_cmd_is_split_as_a_shell_would() -> None:
     w = parse_workload({"cmd": "python x.py --msg 'a b'", "env": ["K=V"]})
     assert command_for(w, URL, "m", runs_dir=".") == ["python", "x.py", "--msg", "a b"]
-    assert w.env == ["K=V"] and w.to_dict() == {
-        "cmd": ["python", "x.py", "--msg", "a b"],
+    assert w.env == ["K=V"] and w.model_dump(exclude_defaults=True) == {
+        "kind": "cmd",
+        "command": ["python", "x.py", "--msg", "a b"],
         "env": ["K=V"],
     }
 
@@ -139,7 +140,7 @@ def test_server_grid_points_and_engine_flags() -> None:
     )
     assert len(grid.server_points()) == 4 and len(grid.bench_points()) == 2
     assert grid.bench_points()[1] == {"isl": 8, "concurrency": 2}
-    base = ServerRequest(engine="vllm", model="m", extra=["--enforce-eager"])
+    base = ServeJob(engine="vllm", model="m", extra=["--enforce-eager"])
     req = apply_point(base, {"max-num-seqs": 4, "enable-chunked-prefill": False, "tp": 2})
     assert req.extra == ["--enforce-eager", "--max-num-seqs", "4", "--no-enable-chunked-prefill"]
     assert req.tp == 2 and base.extra == ["--enforce-eager"]

@@ -12,12 +12,12 @@ import typer
 
 from proctor.cli.output import print_json
 from proctor.errors import UsageError
-from proctor.flow import FlowOptions
+from proctor.jobs.flow import FlowJob
 from proctor.spec.config import ProjectConfig
 
 
 def run_grid(
-    options: FlowOptions,
+    options: FlowJob,
     table: dict[str, Any],
     source: Path | None,
     config: ProjectConfig,
