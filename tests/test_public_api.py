@@ -38,7 +38,7 @@ COMMAND_API: dict[str, tuple[str, ...]] = {
         "run_job",
         "run_sweep",
         "run_server_sweep",
-        "ServerGrid",
+        "ServerGridJob",
         "slo_search",
     ),
     "check": ("check", "load_baseline", "parse_path"),

@@ -65,7 +65,7 @@ _EXPORTS: dict[str, str] = {
     "inspect": "proctor.supervise.inspect",
     "run_sweep": "proctor.workloads.sweep",
     "run_server_sweep": "proctor.server_sweep",
-    "ServerGrid": "proctor.server_sweep",
+    "ServerGridJob": "proctor.jobs.grid",
     "slo_search": "proctor.workloads.slo",
     "FlowWorkload": "proctor.jobs.flow",
     "Gsm8kConfig": "proctor.workloads.gsm8k",
@@ -121,7 +121,7 @@ __all__ = [
     "RunResult",
     "RunpodClient",
     "ServeJob",
-    "ServerGrid",
+    "ServerGridJob",
     "ServerRequest",
     "SlurmTarget",
     "SshTarget",
@@ -201,6 +201,7 @@ if TYPE_CHECKING:
     from proctor.jobs.bench import BenchJob
     from proctor.jobs.eval import EvalJob
     from proctor.jobs.flow import FlowJob, FlowWorkload, flow_job
+    from proctor.jobs.grid import ServerGridJob
     from proctor.jobs.offline import OfflineJob
     from proctor.jobs.run import load_job
     from proctor.jobs.serve import ServeJob
@@ -214,7 +215,7 @@ if TYPE_CHECKING:
     from proctor.results.model import Metric, ParsedResult
     from proctor.results.parsers import parse_path
     from proctor.serve import ServerRequest, start_server, stop_server
-    from proctor.server_sweep import ServerGrid, run_server_sweep
+    from proctor.server_sweep import run_server_sweep
     from proctor.spec.config import ProjectConfig, load_config
     from proctor.spec.plan import RunPlan
     from proctor.store.db import Store

@@ -14,6 +14,7 @@ from proctor.cli.jobopts import own_options
 from proctor.errors import UsageError
 from proctor.jobs import options
 from proctor.jobs.flow import FlowJob, flow_job
+from proctor.jobs.grid import ServerGridJob
 from proctor.jobs.serve import ServeJob
 from tests.helpers import FAKE_ENGINE_TOML, proctor
 from tests.jobs.test_options import _field_flags, _flags, _mounted, unexplained
@@ -23,6 +24,7 @@ SERVER = {"engine": "vllm", "model": "m"}
 
 def test_every_flow_field_has_a_flow_option_or_says_why_not() -> None:
     assert unexplained(FlowJob) == []
+    assert unexplained(ServerGridJob) == []
     for name, (info, _) in options.options(FlowJob).items():
         assert (info.description or "").strip(), f"{name} has no help"
     command = _mounted("flow")
@@ -147,3 +149,31 @@ def test_a_flow_recorded_before_the_typed_job_is_refused_naming_its_version(
     assert result.returncode == 64, result.stderr
     assert "proctor 0.9.0" in result.stderr and "old options format" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_server_grid_with_a_bad_axis_is_64_before_any_server_starts(
+    isolated_runs: Path,
+) -> None:
+    (Path.cwd() / "proctor.toml").write_text(FAKE_ENGINE_TOML)
+    args = ["sweep", "--engine", "fake", "--model", "m", "--port", "1", "--group", "g"]
+    result = proctor(*args, "--concurrency", "1", "--server-grid", "tp=1,big", "--json")
+    assert result.returncode == 64, result.stderr
+    assert "tp='big'" in result.stderr and "whole number" in result.stderr
+    assert not isolated_runs.exists() or not list(isolated_runs.iterdir())  # nothing started
+    flow = flow_job({"server": SERVER}, {}, need_workload=False)
+    with pytest.raises(UsageError, match="server axis mns=") as caught:
+        ServerGridJob(flow=flow, server={"mns": [{"a": 1}]}, group="g")  # type: ignore[dict-item]
+    assert caught.value.exit_code == 64
+
+
+def test_a_grid_point_is_the_flow_job_validated_again() -> None:
+    flow = flow_job({"server": {**SERVER, "tp": 2}, "poll": 3.0}, {}, need_workload=False)
+    grid = ServerGridJob(
+        flow=flow, server={"max-num-seqs": [8], "tp": [1, 4]}, bench={"concurrency": [1, 2]},
+        group="g",
+    )  # fmt: skip
+    points = [grid.point(p) for p in grid.server_points()]
+    assert [p.server.tp for p in points] == [1, 4] and flow.server.tp == 2
+    assert all(p.poll == 3.0 and p.continue_on_failure for p in points)
+    assert points[0].server.extra == ["--max-num-seqs", "8"]
+    assert [w.options["concurrency"] for w in points[0].workloads] == [1, 2]
