@@ -25,19 +25,19 @@ from typing import Any
 
 from proctor.errors import ExitCode, UsageError
 from proctor.flow import Flow
-from proctor.jobs.documents import GRID_SCHEMA, GRID_VERSION, GridSummary, read_bench
+from proctor.jobs.documents import GRID_SCHEMA, GRID_VERSION, GridRow, GridSummary, read_bench
 from proctor.jobs.flow import FlowJob
 from proctor.jobs.grid import BENCH_AXES, ServerGridJob, apply_point
 from proctor.jobs.options import validated
 from proctor.record.recorder import Recorder
-from proctor.record.rundir import RunDir, is_run_id, write_atomic
+from proctor.record.rundir import RunDir, is_run_id
 from proctor.record.schema import FlowRecord, read_view
 from proctor.serve import check_startable
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
 from proctor.version import __version__
-from proctor.workloads.sweep import write_summary_json
+from proctor.workloads.summary import write_summary
 
 SUMMARY_METRICS = (
     "output_throughput",
@@ -186,12 +186,12 @@ def run_server_sweep(
                     say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
                 codes.append(code)
                 rows += point_rows(runs_root, flow_id, params, grid.flow.server.tp)
-                write_server_summary(recorder, rows, group)
+                summarize_grid(recorder, rows, group)
                 if code == int(ExitCode.INTERRUPTED):  # the flow tore down on Ctrl-C: stop here
                     say("[server-sweep] interrupted: later points not run")
                     break
     except KeyboardInterrupt:
-        write_server_summary(recorder, rows, group)
+        summarize_grid(recorder, rows, group)
         recorder.finish(
             code=int(ExitCode.INTERRUPTED),
             outcome="stopped",
@@ -205,7 +205,7 @@ def run_server_sweep(
     stopped = int(ExitCode.INTERRUPTED) in codes
     code = int(ExitCode.INTERRUPTED) if stopped else code
     recorder.update(reused=reused, ran=ran)
-    write_server_summary(recorder, rows, group)
+    summarize_grid(recorder, rows, group)
     recorder.finish(
         code=code,
         outcome="ok" if code == 0 else "stopped" if stopped else "failed",
@@ -385,24 +385,19 @@ def summary_csv(rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-def write_server_summary(recorder: Recorder, rows: list[dict[str, Any]], group: str) -> None:
-    """summary.json/.csv/.txt of the rows so far; the rows go in the sweep's record as its
-    points, written through its recorder (merged into the record on disk). The plots
-    (throughput against latency per server point, the Pareto front) are the sweep's report
-    (`proctor report GROUP`, plotly)."""
+def summarize_grid(recorder: Recorder, rows: list[dict[str, Any]], group: str) -> None:
+    """summary.json/.csv/.txt of the rows so far (the one summary writer, workloads/summary.py,
+    from typed rows); the rows go in the sweep's record as its points, written through its
+    recorder (merged into the record on disk). The plots (throughput against latency per server
+    point, the Pareto front) are the sweep's report (`proctor report GROUP`, plotly)."""
     sweep = recorder.run
-    front = pareto_front(rows)
-    summary: dict[str, Any] = {
-        "schema": GRID_SCHEMA,
-        "schema_version": GRID_VERSION,
-        "group": group,
-        "sweep": sweep.run_id,
-        "rows": rows,
-        "pareto": front,
-    }
-    write_summary_json(sweep, summary, GridSummary)
-    write_atomic(sweep.path / "summary.csv", summary_csv(rows))
-    write_atomic(sweep.path / "summary.txt", summary_text(rows))
+    summary = GridSummary.model_validate(
+        {"schema": GRID_SCHEMA, "schema_version": GRID_VERSION, "group": group}
+        | {"sweep": sweep.run_id, "rows": [GridRow.model_validate(r) for r in rows]}
+        | {"pareto": pareto_front(rows)}
+    )
+    tables = {"summary.csv": summary_csv(rows), "summary.txt": summary_text(rows)}
+    write_summary(sweep, summary, tables)
     recorder.update(points=rows)
 
 
@@ -417,5 +412,6 @@ __all__ = [
     "parse_axis",
     "point_key",
     "run_server_sweep",
+    "summarize_grid",
     "summary_text",
 ]
