@@ -27,7 +27,15 @@ from proctor.jobs.argv import job_argv
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.eval import EVAL_TASKS, EvalJob
 from proctor.jobs.offline import OfflineJob
-from proctor.jobs.options import NoOpt, Opt, fields_from_table, lookup, option_of, validated
+from proctor.jobs.options import (
+    NoOpt,
+    Opt,
+    fields_from_table,
+    lookup,
+    option_of,
+    validated,
+)
+from proctor.jobs.options import options as flagged
 from proctor.jobs.serve import ServeJob
 from proctor.jobs.sweep import SweepJob
 from proctor.spec.durations import parse_duration
@@ -369,8 +377,8 @@ def flow_job(
             file_flow[key] = value
         else:
             allowed = sorted(
-                {o.name for _, o in _opts(ServeJob).values()}
-                | {o.name for _, o in _opts(FlowJob).values()}
+                {o.name for _, o in flagged(ServeJob).values()}
+                | {o.name for _, o in flagged(FlowJob).values()}
                 | {"workload", "workload-cmd", "extra", "runs-dir", "sweep", "group"}
             )
             raise UsageError(
@@ -388,7 +396,7 @@ def flow_job(
         hint="see proctor flow --help (docs/workflow.md)",
     )
     values = fields_from_table(FlowJob, file_flow, where=where)
-    values.update({k: v for k, v in flags.items() if k in FlowJob.model_fields})
+    values.update({k: v for k, v in flags.items() if k in flagged(FlowJob)})
     command = flags.get("workload_cmd")
     file_command = special.get("workload_cmd")
     listed = parse_workloads(special.get("workload"))
@@ -412,12 +420,6 @@ def flow_job(
         what=f"{where}: invalid option",
         hint="see proctor flow --help (docs/workflow.md)",
     )
-
-
-def _opts(model: type[BaseModel]) -> dict[str, Any]:
-    from proctor.jobs.options import options
-
-    return options(model)
 
 
 __all__ = [
