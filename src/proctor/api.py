@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from proctor.flow import Flow, FlowOptions
+from proctor.flow import Flow
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.eval import EvalJob
+from proctor.jobs.flow import FlowJob
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.submission import Submission
 from proctor.jobs.sweep import SweepJob
@@ -215,14 +216,14 @@ class FlowResult:
 
 
 def run_flow(
-    options: FlowOptions,
+    job: FlowJob,
     *,
     config: ProjectConfig | str | Path | None = None,
     say: Callable[[str], None] = print,
 ) -> FlowResult:
     """`proctor flow`: stop, start, ready, workload, drain, inspect on hang, teardown (always).
     `exit_code` is the CLI's: 0 done, 1 hang, 2 fault, 3 workload failed, 4 timeout, ..."""
-    runner = Flow(options, _config(config), say=say)
+    runner = Flow(job, _config(config), say=say)
     code = runner.run()
     return FlowResult(runner.dir.run_id, runner.dir.path, code, dict(runner.record))
 
