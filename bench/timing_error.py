@@ -21,7 +21,9 @@ and shared%, the tokens whose read also held the stream's next token (stamped wi
 arrival). emu99: the p99 of the emulator's own delay to the first token (emu.c's, kernel
 receive of the request -> first token written, minus --ttft-ms): that much of the TTFT error is
 the server's side. cpu%: the client's CPU use (metrics.json "client"), near 100 when its cores
-are the limit. Figures: bench/NOTES.md, *Timing error*.
+are the limit; us/tok: that CPU per token received (CPU % x the measured requests' span /
+their tokens), the cost per read that decides where the cores run out, and a figure that load
+on a shared machine does not stretch. Figures: bench/NOTES.md, *Timing error*.
 """
 
 from __future__ import annotations
@@ -88,8 +90,20 @@ def measure(
         f"{timing.get('loop_read_delay_p99_ms', float('nan')):>9.3f} "
         f"{100 * timing.get('tokens_sharing_a_read_fraction', float('nan')):>7.3f} "
         f"{own.get('p99_us', float('nan')) / 1000:>6.2f} "
-        f"{client.get('cpu_percent', float('nan')):>5.0f}"
+        f"{client.get('cpu_percent', float('nan')):>5.0f} {us_per_token(recs, client):>6.1f}"
     )
+
+
+def us_per_token(recs: list[dict], client: dict) -> float:
+    """The client's CPU microseconds per token it received over the measured part: CPU % x
+    the span of the measured requests / their tokens. CPU time is what load on the host does
+    not stretch, so this compares clients on a shared machine where the timings cannot."""
+    meas = [x for x in recs if not x["warmup"]]
+    tokens = sum(x["chunks"] for x in meas)
+    if not tokens or "cpu_percent" not in client:
+        return float("nan")
+    span = max(x["end_time"] for x in meas) - min(x["start_time"] for x in meas)
+    return client["cpu_percent"] / 100 * span / tokens * 1e6
 
 
 def main() -> None:
@@ -119,10 +133,11 @@ def main() -> None:
         )
         print(
             "code   conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  "
-            "late p99 readdly99 shared%  emu99  cpu%\n(ms; late = the bench's own estimate of "
-            "its error, readdly99 = p99 of how late the loop read bytes after they arrived, "
-            "shared% = tokens whose read also held the next one, emu99 = p99 of the emulator's "
-            "own delay to the first token, cpu% = the client's CPU use)"
+            "late p99 readdly99 shared%  emu99  cpu% us/tok\n(ms; late = the bench's own "
+            "estimate of its error, readdly99 = p99 of how late the loop read bytes after they "
+            "arrived, shared% = tokens whose read also held the next one, emu99 = p99 of the "
+            "emulator's own delay to the first token, cpu% = the client's CPU use, us/tok = its "
+            "CPU microseconds per token received)"
         )
         for conc in (int(c) for c in a.concurrency.split(",")):
             for label, src in codes:

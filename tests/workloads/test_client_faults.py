@@ -88,6 +88,9 @@ def test_mid_stream_disconnect(fake: Fake) -> None:
     assert len(bad) == 4 and res.metrics.completed == 4
     assert {r.reason for r in bad} == {"disconnect"}
     assert all(r.error for r in bad)
+    # The tokens that came before the cut count, as they always did (the raw client parses
+    # a stream when it ends, and a failed stream first parses what it held).
+    assert all(r.chunks >= 1 and r.ttft > 0 and len(r.itl) == r.chunks - 1 for r in bad)
     assert res.metrics.failures_by_reason == {"disconnect": 4}
     # Half the requests failed: by default that fails the benchmark, with the count and reason.
     with pytest.raises(WorkloadFailed, match=r"4 of 8 requests failed .*first: disconnect"):
@@ -195,6 +198,8 @@ def test_total_request_timeout(fake: Fake) -> None:
     s = fake(itl=0.2)  # each chunk arrives well within the idle timeout
     res = bench(s.base_url, num_prompts=2, osl=30, request_timeout_s=1.0)
     assert {r.reason for r in res.measured} == {"timeout"}
+    # The tokens before the timeout count (parsed when the request was given up).
+    assert all(r.chunks >= 2 and len(r.itl) == r.chunks - 1 for r in res.measured)
 
 
 def test_hang_mid_stream(fake: Fake) -> None:

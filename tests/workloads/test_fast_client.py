@@ -68,7 +68,10 @@ def _response(framing: str, n: int) -> list[bytes]:
         b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n"
     )
-    chunks = [b"%x;ext=1\r\n%s\r\n" % (len(m), m) for m in msgs]
+    # chunked-plain: no chunk extensions, one chunk a write: the reader's short path (a read of
+    # exactly one whole chunk); the others take the whole way.
+    ext = b"" if framing == "chunked-plain" else b";ext=1"
+    chunks = [b"%x%s\r\n%s\r\n" % (len(m), ext, m) for m in msgs]
     end = b"0\r\nX-Trailer: yes\r\n\r\n" if framing == "chunked-trailers" else b"0\r\n\r\n"
     if framing == "chunked-bytewise":  # every byte its own write: every split a read can have
         return [bytes([b]) for b in head + b"".join(chunks) + end]
@@ -148,7 +151,14 @@ def raw() -> Iterator[Callable[[str, int], RawServer]]:
 
 @pytest.mark.parametrize(
     "framing",
-    ["chunked", "chunked-bytewise", "chunked-trailers", "content-length", "close-delimited"],
+    [
+        "chunked",
+        "chunked-plain",
+        "chunked-bytewise",
+        "chunked-trailers",
+        "content-length",
+        "close-delimited",
+    ],
 )
 def test_every_framing_gives_the_same_records(
     raw: Callable[[str, int], RawServer], framing: str
