@@ -5,13 +5,14 @@ comments, CR line ends, error objects, finish_reason abort, bad JSON) and wherev
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proctor.workloads.loadgen.records import RequestRecord
-from proctor.workloads.loadgen.sse import Malformed, StreamState
+from proctor.workloads.loadgen.sse import HOLD_READS, Malformed, StreamState
 
 MESSAGES = [
     b'data: {"choices":[{"index":0,"text":" tok"}]}',
@@ -38,20 +39,22 @@ COMMON = [0, 0, 0, 0, 4, 4, 7, 9, 11]  # weights towards what servers send most
 
 
 @st.composite
-def streams(draw: st.DrawFn) -> tuple[bool, list[bytes]]:
-    """(chat, the reads of one response body)."""
+def streams(draw: st.DrawFn) -> tuple[bool, int, list[bytes]]:
+    """(chat, the request's index (it picks when hold() parses first), the reads of one
+    response body)."""
     chat = draw(st.booleans())
+    index = draw(st.integers(0, 40))
     pick = st.one_of(st.sampled_from(COMMON), st.integers(0, len(MESSAGES) - 1))
     n = draw(st.integers(0, 12))
     seps = st.sampled_from([b"\n\n", b"\n\n", b"\n\n", b"\n\n\n", b"\r\n\r\n", b"\r\r", b"\n"])
     body = b"".join(MESSAGES[draw(pick)] + draw(seps) for _ in range(n))
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(body) - 1)), max_size=20)))
     reads = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    return chat, [r for r in reads if r]
+    return chat, index, [r for r in reads if r]
 
 
-def run(chat: bool, reads: list[bytes], deferred: bool) -> dict[str, Any]:
-    rec = RequestRecord(index=0, prompt_len=7, expected_output_len=5)
+def run(chat: bool, index: int, reads: list[bytes], deferred: bool) -> dict[str, Any]:
+    rec = RequestRecord(index=index, prompt_len=7, expected_output_len=5)
     state = StreamState(rec, chat, 0.25)
     said_failed, error = False, ""
     ts = 1.0
@@ -75,10 +78,10 @@ def run(chat: bool, reads: list[bytes], deferred: bool) -> dict[str, Any]:
 @settings(max_examples=400, deadline=None)
 @given(streams())
 def test_parsing_at_the_end_gives_the_records_of_parsing_each_read(
-    stream: tuple[bool, list[bytes]],
+    stream: tuple[bool, int, list[bytes]],
 ) -> None:
-    chat, reads = stream
-    assert run(chat, reads, deferred=True) == run(chat, reads, deferred=False)
+    chat, index, reads = stream
+    assert run(chat, index, reads, deferred=True) == run(chat, index, reads, deferred=False)
 
 
 def test_tokens_that_shared_a_read_keep_that_reads_time() -> None:
@@ -86,7 +89,7 @@ def test_tokens_that_shared_a_read_keep_that_reads_time() -> None:
     message keeps the time of the read that completed it."""
     tok = b'data: {"choices":[{"index":0,"text":"t"}]}\n\n'
     reads = [tok, tok + tok, tok[:10], tok[10:] + tok[:-1], b"\n" + b"data: [DONE]\n\n"]
-    rec = RequestRecord(index=0, prompt_len=1, expected_output_len=5)
+    rec = RequestRecord(index=15, prompt_len=1, expected_output_len=5)  # first parse: 16 reads
     state = StreamState(rec, False, 0.5)
     for i, data in enumerate(reads):
         assert not state.hold(data, 1.0 + i)
@@ -101,9 +104,32 @@ def test_a_stream_that_says_it_failed_ends_at_that_read() -> None:
     """hold() parses at once a read that may say the request failed: the request ends there,
     as with feed(), not when the server closes the stream (which it may never do)."""
     tok = b'data: {"choices":[{"index":0,"text":"t"}]}\n\n'
-    rec = RequestRecord(index=0, prompt_len=1, expected_output_len=5)
+    rec = RequestRecord(index=15, prompt_len=1, expected_output_len=5)
     state = StreamState(rec, False, 0.0)
     assert not state.hold(tok, 1.0)
+    assert rec.chunks == 0
     assert state.hold(b'data: {"error":{"message":"overloaded"}}\n\n', 2.0)
     assert rec.reason == "http_error" and "overloaded" in rec.error
     assert rec.chunks == 1 and rec.ttft == 1.0  # the token before it counts
+
+
+def test_streams_parse_every_hold_reads_reads_starting_at_different_reads() -> None:
+    """Parsing is batched (HOLD_READS reads) but never all at once: a stream's first parse
+    comes after 1 to HOLD_READS reads, picked by its index, so streams running in step (a
+    closed loop started at once) do not all parse in the same round."""
+    tok = b'data: {"choices":[{"index":0,"text":"t"}]}\n\n'
+    first = []
+    for index in range(HOLD_READS):
+        rec = RequestRecord(index=index, prompt_len=1, expected_output_len=64)
+        state = StreamState(rec, False, 0.0)
+        parsed_at = []
+        for i in range(3 * HOLD_READS):
+            state.hold(tok, 1.0 + i)
+            if rec.chunks and (not parsed_at or rec.chunks != parsed_at[-1][1]):
+                parsed_at.append((i + 1, rec.chunks))
+        first.append(parsed_at[0][0])
+        # after the first, one parse every HOLD_READS reads, each of the reads since
+        gaps = {b[0] - a[0] for a, b in pairwise(parsed_at)}
+        assert gaps == {HOLD_READS}
+        assert rec.itl == [1.0] * (rec.chunks - 1)
+    assert sorted(first) == list(range(1, HOLD_READS + 1))
