@@ -39,11 +39,11 @@ COMMON = [0, 0, 0, 0, 4, 4, 7, 9, 11]  # weights towards what servers send most
 
 
 @st.composite
-def streams(draw: st.DrawFn) -> tuple[bool, int, list[bytes]]:
-    """(chat, the request's index (it picks when hold() parses first), the reads of one
-    response body)."""
+def streams(draw: st.DrawFn) -> tuple[bool, tuple[int, int], list[bytes]]:
+    """(chat, the request's index and max_tokens (they pick when hold() parses), the reads
+    of one response body)."""
     chat = draw(st.booleans())
-    index = draw(st.integers(0, 40))
+    index = (draw(st.integers(0, 40)), draw(st.integers(1, 60)))
     pick = st.one_of(st.sampled_from(COMMON), st.integers(0, len(MESSAGES) - 1))
     n = draw(st.integers(0, 12))
     seps = st.sampled_from([b"\n\n", b"\n\n", b"\n\n", b"\n\n\n", b"\r\n\r\n", b"\r\r", b"\n"])
@@ -53,8 +53,8 @@ def streams(draw: st.DrawFn) -> tuple[bool, int, list[bytes]]:
     return chat, index, [r for r in reads if r]
 
 
-def run(chat: bool, index: int, reads: list[bytes], deferred: bool) -> dict[str, Any]:
-    rec = RequestRecord(index=index, prompt_len=7, expected_output_len=5)
+def run(chat: bool, index: tuple[int, int], reads: list[bytes], deferred: bool) -> dict[str, Any]:
+    rec = RequestRecord(index=index[0], prompt_len=7, expected_output_len=index[1])
     state = StreamState(rec, chat, 0.25)
     said_failed, error = False, ""
     ts = 1.0
@@ -78,7 +78,7 @@ def run(chat: bool, index: int, reads: list[bytes], deferred: bool) -> dict[str,
 @settings(max_examples=400, deadline=None)
 @given(streams())
 def test_parsing_at_the_end_gives_the_records_of_parsing_each_read(
-    stream: tuple[bool, int, list[bytes]],
+    stream: tuple[bool, tuple[int, int], list[bytes]],
 ) -> None:
     chat, index, reads = stream
     assert run(chat, index, reads, deferred=True) == run(chat, index, reads, deferred=False)
@@ -89,7 +89,7 @@ def test_tokens_that_shared_a_read_keep_that_reads_time() -> None:
     message keeps the time of the read that completed it."""
     tok = b'data: {"choices":[{"index":0,"text":"t"}]}\n\n'
     reads = [tok, tok + tok, tok[:10], tok[10:] + tok[:-1], b"\n" + b"data: [DONE]\n\n"]
-    rec = RequestRecord(index=15, prompt_len=1, expected_output_len=5)  # first parse: 16 reads
+    rec = RequestRecord(index=15, prompt_len=1, expected_output_len=100)  # first parse: 16 reads
     state = StreamState(rec, False, 0.5)
     for i, data in enumerate(reads):
         assert not state.hold(data, 1.0 + i)
@@ -104,7 +104,7 @@ def test_a_stream_that_says_it_failed_ends_at_that_read() -> None:
     """hold() parses at once a read that may say the request failed: the request ends there,
     as with feed(), not when the server closes the stream (which it may never do)."""
     tok = b'data: {"choices":[{"index":0,"text":"t"}]}\n\n'
-    rec = RequestRecord(index=15, prompt_len=1, expected_output_len=5)
+    rec = RequestRecord(index=15, prompt_len=1, expected_output_len=100)
     state = StreamState(rec, False, 0.0)
     assert not state.hold(tok, 1.0)
     assert rec.chunks == 0
@@ -120,7 +120,7 @@ def test_streams_parse_every_hold_reads_reads_starting_at_different_reads() -> N
     tok = b'data: {"choices":[{"index":0,"text":"t"}]}\n\n'
     first = []
     for index in range(HOLD_READS):
-        rec = RequestRecord(index=index, prompt_len=1, expected_output_len=64)
+        rec = RequestRecord(index=index, prompt_len=1, expected_output_len=1000)
         state = StreamState(rec, False, 0.0)
         parsed_at = []
         for i in range(3 * HOLD_READS):
@@ -133,3 +133,18 @@ def test_streams_parse_every_hold_reads_reads_starting_at_different_reads() -> N
         assert gaps == {HOLD_READS}
         assert rec.itl == [1.0] * (rec.chunks - 1)
     assert sorted(first) == list(range(1, HOLD_READS + 1))
+
+
+def test_a_stream_leaves_nothing_held_for_its_end() -> None:
+    """Towards max_tokens the batches shrink, so when the last token's read comes nothing is
+    held: the stream's end parses that read alone, as feed() did (streams that end together
+    then cost no more at their end than before)."""
+    tok = b'data: {"choices":[{"index":0,"text":"t"}]}\n\n'
+    for n in (1, 2, 5, 64, 300):
+        for index in range(HOLD_READS):
+            rec = RequestRecord(index=index, prompt_len=1, expected_output_len=n)
+            state = StreamState(rec, False, 0.0)
+            for i in range(n - 1):
+                state.hold(tok, 1.0 + i)
+            assert not state.held, (n, index)
+            assert rec.chunks == n - 1

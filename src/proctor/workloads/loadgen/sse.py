@@ -172,6 +172,7 @@ class StreamState:
         "hold_reads",
         "last",
         "pieces",
+        "reads",
         "record",
         "st",
         "tail",
@@ -191,7 +192,10 @@ class StreamState:
         self.held: list[bytes] = []  # reads not parsed yet (hold), and their times
         self.held_ts: list[float] = []
         self.held_len = 0
-        self.hold_reads = 1 + record.index % HOLD_READS  # the first parse; then HOLD_READS
+        # When to parse next (a count of held reads): first after 1-HOLD_READS reads (the
+        # index picks), then every HOLD_READS, fewer towards the stream's end (_next_parse).
+        self.reads = 0  # reads held so far, parsed or not
+        self.hold_reads = self._next_parse(1 + record.index % HOLD_READS)
 
     def hold(self, data: bytes, ts: float) -> bool:
         """feed(), deferred: keep the read and its time; parse the reads held so far when there
@@ -209,9 +213,21 @@ class StreamState:
             or _SAID_FAILED[0] in data
             or _SAID_FAILED[1] in data
         ):
-            self.hold_reads = HOLD_READS
+            self.reads += len(held)
+            self.hold_reads = self._next_parse(HOLD_READS)
             return self.flush()
         return False
+
+    def _next_parse(self, every: int) -> int:
+        """Held reads before the next parse: `every`, but at most half the reads left before
+        the stream's max_tokens-th (one token a read), so the batches shrink to one read by
+        its end, which then parses one read, as feed() did there. What a stream leaves for its
+        end is what holds the loop up when streams end together (a closed loop started at
+        once: on the GPU host, parsing whole streams at their ends stopped the loop ~50 ms at
+        concurrency 500), and a loop held up past one inter-token gap lets the kernel merge
+        the tokens it queued. Halving spreads that work over the stream's last reads at no
+        more than ~1.3x feed()'s cost per read (bench/NOTES.md)."""
+        return max(1, min(every, (self.record.expected_output_len - 1 - self.reads) // 2))
 
     def flush(self) -> bool:
         """Parse the reads held by hold(), in order; True as feed() (the stream failed)."""
