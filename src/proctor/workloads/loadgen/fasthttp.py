@@ -150,8 +150,13 @@ class Conn:
                 if size and end + 2 == n:
                     if self.flight is not None:
                         self.flight.last = now
-                    if ex.state.hold(data[eol + 2 : end], ts):
-                        self._settle(ex, ex.record.reason or "http_error", reuse=False)
+                    try:
+                        if ex.state.hold(data[eol + 2 : end], ts):
+                            self._settle(ex, ex.record.reason or "http_error", reuse=False)
+                    except Malformed as e:  # a parse of what it held
+                        self._fail(ex, "malformed_sse", str(e))
+                    except Exception as e:  # as data_received: never into the event loop
+                        self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
                     return
         self.data_received(data, ts, now)
 
