@@ -169,7 +169,7 @@ def raw() -> Iterator[Callable[[str, int], RawServer]]:
     ],
 )
 def test_every_framing_gives_the_same_records(
-    raw: Callable[[str, int], RawServer], framing: str
+    raw: Callable[[str, int], RawServer], framing: str, sse_mode: str
 ) -> None:
     server = raw(framing, 5)
     res = bench(server.url, concurrency=1, num_prompts=4)
@@ -185,7 +185,7 @@ def test_every_framing_gives_the_same_records(
 
 
 def test_a_malformed_message_read_on_the_short_path_fails_the_request(
-    raw: Callable[[str, int], RawServer],
+    raw: Callable[[str, int], RawServer], sse_mode: str
 ) -> None:
     """One whole chunk a read takes the reader's short path, where the held reads are parsed
     now and then: a bad message found there fails its request as malformed_sse (it once
