@@ -7,10 +7,11 @@ Why not an asyncio transport either: a transport reads the socket itself and han
 without the kernel's receive timestamp, so every time would be when the loop got round to the
 bytes, late by however long the loop was busy (issue 23). Here each read is one recvmsg_into a
 shared buffer, its time is when its last segment arrived (rxtime.py), then chunked decoding with
-bytes.find, the SSE messages parsed by sse.StreamState, and the waiting request task is woken
-once, when its response ends. Metric definitions and records are the same as the aiohttp
-path's; failures are classified the same way (http_error, rate_limited, disconnect, timeout,
-malformed_sse, no_output, connect_error, client_error).
+bytes.find (a read of exactly one whole chunk skips it: the short path in _readable), the SSE
+messages parsed by sse.StreamState (feed, or hold with PROCTOR_SSE_BATCH=1), and the waiting
+request task is woken once, when its response ends. Metric definitions and records are the
+same as the aiohttp path's; failures are classified the same way (http_error, rate_limited,
+disconnect, timeout, malformed_sse, no_output, connect_error, client_error).
 
 Plain http:// only; https:// (and URL credentials together with an API key, which aiohttp
 refuses) use the aiohttp path in client.py.

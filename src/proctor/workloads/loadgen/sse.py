@@ -8,6 +8,11 @@ rest per message), and an unfinished message waits for the next read without bei
 again until the read that ends it. The data: messages of a read are parsed in one orjson call
 (as the elements of one JSON array); when that fails, they are parsed one by one, in order, so
 a bad message fails the request exactly as it would alone (malformed_sse with its excerpt).
+
+StreamState.feed parses each read as it comes. StreamState.hold (the raw client's opt-in,
+PROCTOR_SSE_BATCH=1) keeps reads and their times and parses several at once (flush), each
+message still stamped with the read that completed it: the same records for less CPU per
+message, in lumps (bench/NOTES.md, *Less CPU per read*).
 """
 
 from __future__ import annotations
