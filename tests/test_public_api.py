@@ -24,8 +24,8 @@ COMMAND_API: dict[str, tuple[str, ...]] = {
     "inspect": ("inspect",),
     "flow": (
         "run_flow",
-        "FlowOptions",
-        "flow_options",
+        "FlowJob",
+        "flow_job",
         "load_flow_file",
         "ServerRequest",
         "ServeJob",
@@ -33,7 +33,14 @@ COMMAND_API: dict[str, tuple[str, ...]] = {
         "FlowWorkload",
     ),
     "bench": ("bench", "BenchJob", "BenchConfig", "BenchResult", "run_job", "load_job"),
-    "sweep": ("SweepJob", "run_job", "run_sweep", "run_server_sweep", "ServerGrid", "slo_search"),
+    "sweep": (
+        "SweepJob",
+        "run_job",
+        "run_sweep",
+        "run_server_sweep",
+        "ServerGridJob",
+        "slo_search",
+    ),
     "check": ("check", "load_baseline", "parse_path"),
     "report": ("build_report", "write_report"),
     "offline": ("start_offline", "OfflineRequest", "OfflineJob"),
@@ -131,13 +138,18 @@ def test_a_flow_from_python_stops_what_it_started(isolated_runs: Path) -> None:
     (Path.cwd() / "proctor.toml").write_text(FAKE_ENGINE_TOML)
     port = _free_port()
     body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 3})
-    options = proctor.FlowOptions(
-        server=proctor.ServerRequest(engine="fake", model="m", port=port),
-        workload_argv=["curl", "-sf", f"http://127.0.0.1:{port}/v1/completions", "-d", body],
-        drain=proctor.DrainConfig(poll_s=1.0),
+    job = proctor.FlowJob(
+        server=proctor.ServeJob(engine="fake", model="m", port=port),
+        workloads=[
+            proctor.FlowWorkload(
+                kind="cmd",
+                command=["curl", "-sf", f"http://127.0.0.1:{port}/v1/completions", "-d", body],
+            )
+        ],
+        poll="1s",
     )
     lines: list[str] = []
-    result = proctor.run_flow(options, say=lines.append)
+    result = proctor.run_flow(job, say=lines.append)
     assert result.exit_code == 0, lines
     assert result.record["outcome"] == "ok"
     assert proctor_cli("runs", "verify", result.run_id).returncode == 0

@@ -39,8 +39,8 @@ _EXPORTS: dict[str, str] = {
     "SweepJob": "proctor.jobs.sweep",
     "load_job": "proctor.jobs.run",
     "BenchResult": "proctor.workloads.loadgen.runner",
-    "FlowOptions": "proctor.flow",
-    "flow_options": "proctor.flow",
+    "FlowJob": "proctor.jobs.flow",
+    "flow_job": "proctor.jobs.flow",
     "load_flow_file": "proctor.flow",
     "ServerRequest": "proctor.serve",
     "DrainConfig": "proctor.monitors.drain",
@@ -65,9 +65,9 @@ _EXPORTS: dict[str, str] = {
     "inspect": "proctor.supervise.inspect",
     "run_sweep": "proctor.workloads.sweep",
     "run_server_sweep": "proctor.server_sweep",
-    "ServerGrid": "proctor.server_sweep",
+    "ServerGridJob": "proctor.jobs.grid",
     "slo_search": "proctor.workloads.slo",
-    "FlowWorkload": "proctor.workloads.flow_workloads",
+    "FlowWorkload": "proctor.jobs.flow",
     "Gsm8kConfig": "proctor.workloads.gsm8k",
     "run_gsm8k": "proctor.workloads.gsm8k",
     "OfflineRequest": "proctor.workloads.offline",
@@ -102,7 +102,7 @@ __all__ = [
     "DrainConfig",
     "EvalJob",
     "ExitCode",
-    "FlowOptions",
+    "FlowJob",
     "FlowResult",
     "FlowWorkload",
     "Gsm8kConfig",
@@ -121,7 +121,7 @@ __all__ = [
     "RunResult",
     "RunpodClient",
     "ServeJob",
-    "ServerGrid",
+    "ServerGridJob",
     "ServerRequest",
     "SlurmTarget",
     "SshTarget",
@@ -138,7 +138,7 @@ __all__ = [
     "drain_for_engine",
     "exit_code_for",
     "find",
-    "flow_options",
+    "flow_job",
     "inspect",
     "load_baseline",
     "load_config",
@@ -197,9 +197,11 @@ if TYPE_CHECKING:
         wait,
     )
     from proctor.errors import ExitCode, ProctorError, exit_code_for
-    from proctor.flow import FlowOptions, flow_options, load_flow_file
+    from proctor.flow import load_flow_file
     from proctor.jobs.bench import BenchJob
     from proctor.jobs.eval import EvalJob
+    from proctor.jobs.flow import FlowJob, FlowWorkload, flow_job
+    from proctor.jobs.grid import ServerGridJob
     from proctor.jobs.offline import OfflineJob
     from proctor.jobs.run import load_job
     from proctor.jobs.serve import ServeJob
@@ -213,7 +215,7 @@ if TYPE_CHECKING:
     from proctor.results.model import Metric, ParsedResult
     from proctor.results.parsers import parse_path
     from proctor.serve import ServerRequest, start_server, stop_server
-    from proctor.server_sweep import ServerGrid, run_server_sweep
+    from proctor.server_sweep import run_server_sweep
     from proctor.spec.config import ProjectConfig, load_config
     from proctor.spec.plan import RunPlan
     from proctor.store.db import Store
@@ -225,7 +227,6 @@ if TYPE_CHECKING:
     from proctor.targets.service import SupervisedRun
     from proctor.targets.slurm.target import SlurmTarget
     from proctor.targets.ssh import SshTarget
-    from proctor.workloads.flow_workloads import FlowWorkload
     from proctor.workloads.gsm8k import Gsm8kConfig, run_gsm8k
     from proctor.workloads.loadgen.config import BenchConfig
     from proctor.workloads.loadgen.runner import BenchResult

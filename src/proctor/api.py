@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from proctor.flow import Flow, FlowOptions
+from proctor.flow import Flow
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.flow import FlowJob
 from proctor.jobs.sweep import SweepJob
 from proctor.record.rundir import RunDir
 from proctor.record.schema import load_record
@@ -201,14 +202,14 @@ class FlowResult:
 
 
 def run_flow(
-    options: FlowOptions,
+    job: FlowJob,
     *,
     config: ProjectConfig | str | Path | None = None,
     say: Callable[[str], None] = print,
 ) -> FlowResult:
     """`proctor flow`: stop, start, ready, workload, drain, inspect on hang, teardown (always).
     `exit_code` is the CLI's: 0 done, 1 hang, 2 fault, 3 workload failed, 4 timeout, ..."""
-    runner = Flow(options, _config(config), say=say)
+    runner = Flow(job, _config(config), say=say)
     code = runner.run()
     return FlowResult(runner.dir.run_id, runner.dir.path, code, dict(runner.record))
 

@@ -18,19 +18,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
+from proctor.jobs.flow import FlowJob, FlowWorkload, command_for, flow_job, parse_workloads
 from proctor.jobs.options import validated
-from proctor.jobs.serve import ServeJob
-from proctor.monitors.drain import DrainConfig, check_client_pattern
+from proctor.monitors.drain import DrainConfig
 from proctor.monitors.server_metrics import ServerMetricsScraper
 from proctor.record import owner
 from proctor.record.finish import now_iso
@@ -46,7 +44,6 @@ from proctor.record.schema import (
 from proctor.record.status import run_state
 from proctor.serve import (
     RunWatch,
-    ServerRequest,
     check_startable,
     live_runs,
     profiles_for,
@@ -56,8 +53,6 @@ from proctor.serve import (
     worker_pids,
 )
 from proctor.spec.config import ProjectConfig
-from proctor.spec.durations import parse_duration
-from proctor.spec.merge import Settings
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, resolve_store_path
 from proctor.supervise.controller import controller_fields, hold
 from proctor.supervise.launch import RunSpec, start_run
@@ -65,125 +60,11 @@ from proctor.supervise.signals import deferred_stops
 from proctor.targets.remote.shipfiles import Document
 from proctor.targets.service import SupervisedRun
 from proctor.version import __version__
-from proctor.workloads.flow_workloads import (
-    FlowWorkload,
-    command_for,
-    file_values,
-    parse_workloads,
-)
+from proctor.workloads.flow_workloads import file_values
 
 STEPS = ("stop", "start", "ready", "workload", "drain", "inspect", "teardown")
 # The workload's own kill ladder (SIGTERM, its grace, SIGKILL) runs in its wrapper.
 WORKLOAD_STOP_WAIT_S = 60.0
-
-
-@dataclass
-class FlowOptions:
-    server: ServerRequest
-    workload_argv: list[str]
-    runs_dir: str | None = None
-    ready_timeout_s: float = 900.0
-    ready_poll_s: float = 15.0  # a ready status line this often while nothing changes
-    drain: DrainConfig = field(default_factory=DrainConfig)
-    client_pattern: str | None = None
-    inspect_on_hang: bool = True
-    inspect_timeout_s: float = 90.0
-    gpu_processes: bool = False
-    vram_timeout_s: float = 60.0
-    gpu_sample_s: float | None = None
-    workload_env: list[str] = field(default_factory=list)
-    server_env: list[str] = field(default_factory=list)
-    # Listed workloads (flow-file entries); empty: `workload_argv` is the only one.
-    workloads: list[FlowWorkload] = field(default_factory=list)
-    continue_on_failure: bool = False
-
-    def listed(self) -> list[FlowWorkload]:
-        return list(self.workloads) or [FlowWorkload("cmd", command=list(self.workload_argv))]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "server": dict(self.server.__dict__),
-            "workload_argv": self.workload_argv,
-            "ready_timeout_s": self.ready_timeout_s,
-            "ready_poll_s": self.ready_poll_s,
-            "drain": dict(self.drain.__dict__),
-            "client_pattern": self.client_pattern,
-            "inspect_on_hang": self.inspect_on_hang,
-            "gpu_processes": self.gpu_processes,
-            "vram_timeout_s": self.vram_timeout_s,
-            "gpu_sample_s": self.gpu_sample_s,
-            "workloads": [w.to_dict() for w in self.workloads],
-            "continue_on_failure": self.continue_on_failure,
-        }
-
-
-def flow_options(
-    given: dict[str, Any], table: dict[str, Any], file: Path | None, *, need_workload: bool = True
-) -> FlowOptions:
-    """FlowOptions from flags (`given`: what the user set) over a flow file's table, through
-    the one merge (spec/merge.py); the server's settings validate into a ServeJob. The CLI's
-    `flow` and `sweep --server-grid` and the library build a flow's options here."""
-    settings = Settings(
-        flags=given,
-        table={k.replace("-", "_"): v for k, v in table.items()},
-        table_origin=f"flow file:{file}",
-        environ={},
-    )
-
-    def pick(name: str, default: Any = None) -> Any:
-        return settings.value(name.rstrip("_"), default)
-
-    if not pick("engine") or not pick("model"):
-        raise UsageError("flow needs --engine and --model (or a flow file with them)")
-    command = settings.pick("workload_cmd")
-    listed = parse_workloads(pick("workload"))
-    if command.origin == "flag" or not listed:
-        listed = []  # --workload-cmd on the command line wins over the file's list
-        if not command.value and need_workload:
-            raise UsageError(
-                "flow needs a workload",
-                hint='pass --workload-cmd "CMD ARGS", or list [[flow.workload]] in a flow file',
-            )
-    elif command.value:
-        raise UsageError(f"flow file {file}: give workload_cmd or [[flow.workload]], not both")
-    argv = (
-        []
-        if not command.value
-        else (shlex.split(command.value) if isinstance(command.value, str) else list(command.value))
-    )
-    fields = [f for f in ServeJob.model_fields if f not in ("kind", "extra", "env")]
-    chosen = {f: pick(f) for f in fields if pick(f) is not None}
-    serve = validated(
-        ServeJob,
-        {**chosen, "extra": pick("extra") or []},
-        what="invalid server option",
-        hint="see proctor flow --help (docs/workflow.md)",
-    )
-    request = serve.request(1.0)
-    check_client_pattern(pick("client_pattern"))
-    return FlowOptions(
-        server=request,
-        workload_argv=argv,
-        runs_dir=pick("runs_dir"),
-        ready_timeout_s=parse_duration(str(pick("ready_timeout", "15m")), option="--ready-timeout"),
-        ready_poll_s=parse_duration(str(pick("ready_poll", "15s")), option="--ready-poll"),
-        drain=DrainConfig(
-            max_s=parse_duration(str(pick("max_", "30m")), option="--max"),
-            poll_s=parse_duration(str(pick("poll", "10s")), option="--poll"),
-            stuck_polls=int(pick("stuck_polls", 6)),
-            startup_max_s=parse_duration(str(pick("startup_max", "15m")), option="--startup-max"),
-            error_streak=int(pick("error_streak", 5)),
-        ),
-        client_pattern=pick("client_pattern"),
-        inspect_on_hang=not pick("no_inspect", False),
-        gpu_processes=bool(pick("gpu_processes", False)),
-        vram_timeout_s=parse_duration(str(pick("vram_timeout", "60s")), option="--vram-timeout"),
-        gpu_sample_s=pick("gpu_sample"),
-        server_env=list(pick("env") or []),
-        workload_env=list(pick("workload_env") or []),
-        workloads=listed,
-        continue_on_failure=bool(pick("continue_on_failure", False)),
-    )
 
 
 class _Terminated(Exception):
@@ -193,18 +74,26 @@ class _Terminated(Exception):
 class Flow:
     def __init__(
         self,
-        options: FlowOptions,
+        job: FlowJob,
         config: ProjectConfig,
         *,
         say: Callable[[str], None] = print,
         run: RunDir | None = None,
     ) -> None:
+        self.job = job
+        self.request = job.server.request(1.0)  # what the server workflow starts
         if run is None:  # a server that cannot start is refused before the flow's directory
-            check_startable(options.server, config)
-        self.options = options
+            check_startable(self.request, config)
+        self.drain_config = DrainConfig(
+            max_s=job.max_,
+            poll_s=job.poll,
+            stuck_polls=job.stuck_polls,
+            startup_max_s=job.startup_max,
+            error_streak=job.error_streak,
+        )
         self.config = config
         self.say = say
-        self.runs_dir = Path(resolve_runs_dir(options.runs_dir, config).value)
+        self.runs_dir = Path(resolve_runs_dir(job.runs_dir, config).value)
         self.recorder = Recorder(run) if run else Recorder.create(self.runs_dir)
         self.dir = self.recorder.run
         if run is not None and not owner.take(run.path):
@@ -218,13 +107,13 @@ class Flow:
             store = Path(str(resolve_store_path(config, self.runs_dir).value))
             self.recorder.start(
                 {
-                    "name": f"flow-{options.server.engine}-p{options.server.port}",
+                    "name": f"flow-{job.server.engine}-p{job.server.port}",
                     "kind": "flow",
                     **controller_fields(Path.cwd(), self.runs_dir, store),
                     "log": "flow.log",
                     "proctor_version": __version__,
                     "outcome": "running",
-                    "options": options.to_dict(),
+                    "job": job.model_dump(mode="json"),
                     "steps": [],
                 }
             )
@@ -266,7 +155,7 @@ class Flow:
     def stop_leftovers(self) -> int:
         """Step 1: stop live server runs proctor started on this port (scoped, idempotent)."""
         step = self.begin("stop")
-        port = self.options.server.port
+        port = self.request.port
         stale = [
             r
             for r in live_runs(self.runs_dir, "server")
@@ -274,7 +163,7 @@ class Flow:
             if recorded_server(r).get("port") == port
         ]
         for run in stale:
-            stop_server(run, vram_timeout_s=self.options.vram_timeout_s)
+            stop_server(run, vram_timeout_s=self.job.vram_timeout)
         return self.end(
             step,
             0,
@@ -287,15 +176,15 @@ class Flow:
         flags = RunFlags(
             argv=[],
             runs_dir=str(self.runs_dir),
-            gpu_sample=self.options.gpu_sample_s,
-            env=list(self.options.server_env),
+            gpu_sample=self.job.gpu_sample,
+            env=list(self.job.server.env),
         )
         try:
             # A stop that arrives while the server starts is held until the flow knows the
             # run, so teardown always finds what was started.
             with deferred_stops():
                 started, applied = start_server(
-                    self.options.server, self.config, flags=flags, group=self.dir.run_id
+                    self.request, self.config, flags=flags, group=self.dir.run_id
                 )
                 self.record["server_run"] = started.run.run_id
                 self.save()
@@ -310,10 +199,10 @@ class Flow:
 
     def start_scrape(self) -> None:
         """The server's /metrics into the flow's server_metrics.csv from ready to teardown."""
-        host = self.options.server.host
+        host = self.request.host
         host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
         self.scraper = ServerMetricsScraper(
-            f"http://{host}:{self.options.server.port}", self.dir.path / "server_metrics.csv"
+            f"http://{host}:{self.request.port}", self.dir.path / "server_metrics.csv"
         )
         self.scraper.start()
         self.scraper.mark("ready")
@@ -343,15 +232,15 @@ class Flow:
         from proctor.monitors.ready import ready_for_engine
 
         step = self.begin("ready", run_id=server.run_id)
-        engine = profiles_for(self.config).engine(self.options.server.engine)
+        engine = profiles_for(self.config).engine(self.request.engine)
         result = ready_for_engine(
             engine,
-            self.options.server.port,
-            host=self.options.server.host,
+            self.request.port,
+            host=self.request.host,
             process=RunWatch(server),
             logs=[server.log_path()],
-            timeout_s=self.options.ready_timeout_s,
-            poll_s=self.options.ready_poll_s,
+            timeout_s=self.job.ready_timeout,
+            poll_s=self.job.ready_poll,
             on_status=self.log,
         )
         self._tails(result.tails)
@@ -362,24 +251,20 @@ class Flow:
     def workload(
         self, server: RunDir, index: int = 0, listed: FlowWorkload | None = None
     ) -> tuple[int, RunDir | None]:
-        listed = listed or self.options.listed()[index]
+        listed = listed or self.job.workloads[index]
         step = self.begin("workload", index=index, label=listed.label)
-        srv = self.options.server
         try:
             argv = command_for(
-                listed,
-                f"http://{srv.host}:{srv.port}",
-                srv.served_model_name or srv.model,
-                runs_dir=str(self.runs_dir),
+                listed, self.job.base_url, self.job.served_model, runs_dir=str(self.runs_dir)
             )
             flags = RunFlags(
                 argv=argv,
                 runs_dir=str(self.runs_dir),
                 detach=True,
-                env=[*self.options.workload_env, *listed.env],
+                env=[*self.job.workload_env, *listed.env],
                 gpu_sample=0,
                 name=f"{self.record['name']}-{index + 1}-{listed.label}"
-                if self.options.workloads
+                if len(self.job.workloads) > 1 or listed.kind != "cmd" or listed.name
                 else None,
             )
             plan = resolve_run_plan(flags, self.config)
@@ -404,17 +289,17 @@ class Flow:
         from proctor.monitors.drain import drain_for_engine
 
         step = self.begin("drain", run_id=server.run_id, index=index)
-        engine = profiles_for(self.config).engine(self.options.server.engine)
+        engine = profiles_for(self.config).engine(self.request.engine)
         result = drain_for_engine(
             engine,
-            self.options.drain,
-            port=self.options.server.port,
-            host=self.options.server.host,
+            self.drain_config,
+            port=self.request.port,
+            host=self.request.host,
             server=RunWatch(server),
             server_log=server.log_path(),
             extra_logs=[workload.log_path()],
             clients=[RunWatch(workload)],
-            client_pattern=self.options.client_pattern,
+            client_pattern=self.job.client_pattern,
             on_status=self.log,
         )
         self._tails(result.tails)
@@ -439,10 +324,10 @@ class Flow:
         from proctor.supervise.inspect import inspect
 
         step = self.begin("inspect", run_id=server.run_id)
-        engine = profiles_for(self.config).engine(self.options.server.engine)
+        engine = profiles_for(self.config).engine(self.request.engine)
         pids = worker_pids(server, engine)
         try:
-            results = inspect(pids, server.path / "inspect", self.options.inspect_timeout_s)
+            results = inspect(pids, server.path / "inspect", self.job.inspect_timeout)
         except ProctorError as error:
             return self.end(step, 0, f"no inspection: {error.one_line()}")
         files = [str(r.path) if hasattr(r, "path") else str(r) for r in results]
@@ -473,8 +358,8 @@ class Flow:
             return self.end(step, 0, "no server to stop", stopped_runs=stopped)
         report = stop_server(
             server,
-            gpu_processes=self.options.gpu_processes,
-            vram_timeout_s=self.options.vram_timeout_s,
+            gpu_processes=self.job.gpu_processes,
+            vram_timeout_s=self.job.vram_timeout,
         )
         stopped.append(server.run_id)
         if not report.memory_ok:
@@ -542,7 +427,7 @@ class Flow:
                 self.log("[flow] interrupted during the teardown: stopped")
                 code = int(ExitCode.INTERRUPTED)
             stopped = code == int(ExitCode.INTERRUPTED)
-            if len(self.options.listed()) > 1:
+            if len(self.job.workloads) > 1:
                 self.results()
             self.recorder.finish(
                 code=code,
@@ -572,18 +457,18 @@ class Flow:
         if (done is None or done.exit_code != 0) and note(self.ready(server)):
             return
         self.start_scrape()
-        for index, listed in enumerate(self.options.listed()):
+        for index, listed in enumerate(self.job.workloads):
             code = self._one_workload(server, index, listed, note)
             if code == 0:
                 continue
-            if code == int(ExitCode.HANG) and self.options.inspect_on_hang:
+            if code == int(ExitCode.HANG) and not self.job.no_inspect:
                 self.inspect(server)
             # Going on only makes sense against a server that is still up and not faulted.
             alive = run_state(server).state in ("running", "starting")
             if not (
-                self.options.continue_on_failure and alive and code == int(ExitCode.WORKLOAD_FAILED)
+                self.job.continue_on_failure and alive and code == int(ExitCode.WORKLOAD_FAILED)
             ):
-                left = len(self.options.listed()) - index - 1
+                left = len(self.job.workloads) - index - 1
                 if left:
                     self.log(f"[flow] {left} later workload(s) not run")
                 return
@@ -662,35 +547,33 @@ def resume_flow(
         raise UsageError(f"run {run.run_id} is not a flow", hint="pass the flow's run id")
     if record.ended_at:
         raise UsageError(f"flow {run.run_id} already ended with exit {record.exit_code}")
-    opts = record.options
     _refuse_masked(record)
-    options = FlowOptions(
-        server=ServerRequest(**opts["server"]),
-        workload_argv=list(opts["workload_argv"]),
-        runs_dir=str(directory),
-        ready_timeout_s=opts["ready_timeout_s"],
-        ready_poll_s=opts["ready_poll_s"],
-        drain=DrainConfig(**opts["drain"]),
-        client_pattern=opts.get("client_pattern"),
-        inspect_on_hang=opts["inspect_on_hang"],
-        gpu_processes=opts["gpu_processes"],
-        vram_timeout_s=opts["vram_timeout_s"],
-        gpu_sample_s=opts.get("gpu_sample_s"),
-        workloads=parse_workloads(opts.get("workloads") or []),
-        continue_on_failure=bool(opts.get("continue_on_failure", False)),
+    if not record.job:
+        # Before the typed job (proctor 0.x), a flow's record held hand-written "options".
+        raise UsageError(
+            f"flow {run.run_id} was recorded by proctor {record.proctor_version or '(unknown)'} "
+            f"in the old options format; proctor {__version__} resumes only flows whose record "
+            "holds their job",
+            hint="stop what it left (proctor runs stop) and start the flow again",
+        )
+    job = validated(
+        FlowJob,
+        {**record.job, "runs_dir": str(directory)},
+        what=f"flow {run.run_id}: its recorded job",
+        hint="start the flow again with the same options",
     )
-    return Flow(options, config, say=say, run=run).run(resume=True)
+    return Flow(job, config, say=say, run=run).run(resume=True)
 
 
 def _refuse_masked(record: FlowRecord) -> None:
     """A command whose secret was masked in the record cannot be run again from it: refuse
     rather than start it with `***` where its key was."""
+    job = record.job or {}
     needed = []
     if not record.server_run:
-        needed.append(("server command", record.options.get("server")))
+        needed.append(("server command", job.get("server")))
     if record.step_done("workload") is None:
-        needed.append(("workload command", record.options.get("workload_argv")))
-        needed.append(("workloads", record.options.get("workloads")))
+        needed.append(("workloads", job.get("workloads")))
     for what, value in needed:
         if redact.MASK in json.dumps(value, default=str):
             raise UsageError(
@@ -753,9 +636,9 @@ def flow_document(path: Path, param: str = "file", *, listed: bool = True) -> Do
 __all__ = [
     "STEPS",
     "Flow",
-    "FlowOptions",
+    "FlowJob",
     "flow_document",
-    "flow_options",
+    "flow_job",
     "load_flow_file",
     "resume_flow",
 ]

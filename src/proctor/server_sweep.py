@@ -18,28 +18,27 @@ from __future__ import annotations
 
 import csv
 import io
-import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from proctor.errors import ExitCode, UsageError
-from proctor.flow import Flow, FlowOptions
-from proctor.jobs.documents import GRID_SCHEMA, GRID_VERSION, GridSummary, read_bench
+from proctor.flow import Flow
+from proctor.jobs.documents import GRID_SCHEMA, GRID_VERSION, GridRow, GridSummary, read_bench
+from proctor.jobs.flow import FlowJob
+from proctor.jobs.grid import BENCH_AXES, ServerGridJob, apply_point
+from proctor.jobs.options import validated
 from proctor.record.recorder import Recorder
-from proctor.record.rundir import RunDir, is_run_id, write_atomic
+from proctor.record.rundir import RunDir, is_run_id
 from proctor.record.schema import FlowRecord, read_view
-from proctor.serve import ServerRequest, check_startable
+from proctor.serve import check_startable
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
 from proctor.version import __version__
-from proctor.workloads.flow_workloads import FlowWorkload, parse_workload
-from proctor.workloads.sweep import write_summary_json
+from proctor.workloads.summary import write_summary
 
-# Bench options that may be lists, each value a point of the bench grid.
-BENCH_AXES = ("concurrency", "request_rate")
 SUMMARY_METRICS = (
     "output_throughput",
     "request_throughput",
@@ -52,54 +51,18 @@ SUMMARY_METRICS = (
 )
 
 
-@dataclass(frozen=True)
-class ServerGrid:
-    """Server axes (flag name -> values) and bench options (list values are axes)."""
-
-    server: dict[str, list[Any]]
-    bench: dict[str, Any] = field(default_factory=dict)
-
-    def server_points(self) -> list[dict[str, Any]]:
-        names = list(self.server)
-        return [
-            dict(zip(names, combo, strict=True))
-            for combo in itertools.product(*(self.server[n] for n in names))
-        ]
-
-    def bench_points(self) -> list[dict[str, Any]]:
-        fixed = {k: v for k, v in self.bench.items() if not isinstance(v, list)}
-        axes = {k: v for k, v in self.bench.items() if isinstance(v, list)}
-        names = list(axes)
-        return [
-            {**fixed, **dict(zip(names, combo, strict=True))}
-            for combo in itertools.product(*(axes[n] for n in names))
-        ]
-
-
-def parse_grid(table: dict[str, Any]) -> ServerGrid:
-    """A `[sweep]` table: `server = { max_num_seqs = [..] }`, `bench = { concurrency = [..] }`."""
-    server = table.get("server") or {}
-    bench = dict(table.get("bench") or {})
-    if not isinstance(server, dict) or not server:
-        raise UsageError(
-            "a server sweep needs server axes, e.g. server = { max_num_seqs = [64, 128] }"
-        )
-    axes = {}
-    for name, values in server.items():
-        values = values if isinstance(values, list) else [values]
-        if not values:
-            raise UsageError(f"server axis {name} has no values")
-        axes[name.replace("_", "-")] = values
-    bench_keys = {k.replace("-", "_") for k in bench}
-    for key in bench_keys - set(BENCH_AXES):
-        if isinstance(bench.get(key, bench.get(key.replace("_", "-"))), list):
-            raise UsageError(
-                f"bench option {key} cannot be a list: only {', '.join(BENCH_AXES)} are axes"
-            )
-    grid = ServerGrid(axes, {k.replace("-", "_"): v for k, v in bench.items()})
-    for point in grid.bench_points():  # options checked before any server starts
-        _bench_workload(point)
-    return grid
+def grid_job(flow: FlowJob, table: dict[str, Any], group: str) -> ServerGridJob:
+    """A `[sweep]` table (`server = { max_num_seqs = [..] }`, `bench = { concurrency = [..] }`)
+    over the base flow job: every point checked (exit 64 naming the axis and value) before any
+    server starts."""
+    if not isinstance(table, dict):
+        raise UsageError("[sweep] must be a table with server = {...} and bench = {...}")
+    return validated(
+        ServerGridJob,
+        {"flow": flow, "server": table.get("server"), "bench": table.get("bench"), "group": group},
+        what="server sweep",
+        hint="docs/workflow.md (server sweeps)",
+    )
 
 
 def parse_axis(text: str) -> tuple[str, list[Any]]:
@@ -129,32 +92,6 @@ def point_key(params: dict[str, Any]) -> str:
 
 def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def apply_point(base: ServerRequest, params: dict[str, Any]) -> ServerRequest:
-    """The server request of one point: `tp` sets tensor parallelism, others are engine flags."""
-    extra = list(base.extra)
-    tp = base.tp
-    for name, value in params.items():
-        if name == "tp":
-            tp = int(value)
-        elif value is True:
-            extra.append(f"--{name}")
-        elif value is False:
-            extra.append(f"--no-{name}")
-        else:
-            extra += [f"--{name}", str(value)]
-    return replace(base, extra=extra, tp=tp)
-
-
-def _bench_label(point: dict[str, Any]) -> str:
-    parts = [f"c{point['concurrency']}"] if "concurrency" in point else []
-    parts += [f"r{point['request_rate']}"] if "request_rate" in point else []
-    return "bench-" + ("-".join(parts) or "default")
-
-
-def _bench_workload(point: dict[str, Any]) -> FlowWorkload:
-    return parse_workload({"bench": point, "name": _bench_label(point)}, "bench point")
 
 
 # -- per-point figures --------------------------------------------------------------------------
@@ -197,18 +134,17 @@ class ServerSweepResult:
 
 
 def run_server_sweep(
-    base: FlowOptions,
-    grid: ServerGrid,
+    grid: ServerGridJob,
     config: ProjectConfig,
     *,
-    group: str,
     say: Callable[[str], None] = print,
 ) -> ServerSweepResult:
-    """Run every server point of `grid` as its own flow under `group`; reuse the points an
+    """Run every server point of `grid` as its own flow under its group; reuse the points an
     earlier invocation of the same group finished with exit 0."""
+    group = grid.group
     # Every point serves the same model with the same engine: refused before any directory.
-    check_startable(base.server, config)
-    runs_root = Path(resolve_runs_dir(base.runs_dir, config).value)
+    check_startable(grid.flow.server.request(1.0), config)
+    runs_root = Path(resolve_runs_dir(grid.flow.runs_dir, config).value)
     recorder = Recorder.create(runs_root)
     sweep = recorder.run
     store_path = resolve_store_path(config, runs_root).value
@@ -245,17 +181,17 @@ def run_server_sweep(
                     code = 0
                 else:
                     say(f"[server-sweep] point {n}/{len(points)} {key}: starting")
-                    flow_id, code = _run_point(base, grid, params, config, group, say)
+                    flow_id, code = _run_point(grid, params, config, say)
                     ran.append(key)
                     say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
                 codes.append(code)
-                rows += point_rows(runs_root, flow_id, params, base.server.tp)
-                write_server_summary(recorder, rows, group)
+                rows += point_rows(runs_root, flow_id, params, grid.flow.server.tp)
+                summarize_grid(recorder, rows, group)
                 if code == int(ExitCode.INTERRUPTED):  # the flow tore down on Ctrl-C: stop here
                     say("[server-sweep] interrupted: later points not run")
                     break
     except KeyboardInterrupt:
-        write_server_summary(recorder, rows, group)
+        summarize_grid(recorder, rows, group)
         recorder.finish(
             code=int(ExitCode.INTERRUPTED),
             outcome="stopped",
@@ -269,7 +205,7 @@ def run_server_sweep(
     stopped = int(ExitCode.INTERRUPTED) in codes
     code = int(ExitCode.INTERRUPTED) if stopped else code
     recorder.update(reused=reused, ran=ran)
-    write_server_summary(recorder, rows, group)
+    summarize_grid(recorder, rows, group)
     recorder.finish(
         code=code,
         outcome="ok" if code == 0 else "stopped" if stopped else "failed",
@@ -281,23 +217,10 @@ def run_server_sweep(
 
 
 def _run_point(
-    base: FlowOptions,
-    grid: ServerGrid,
-    params: dict[str, Any],
-    config: ProjectConfig,
-    group: str,
-    say: Callable[[str], None],
+    grid: ServerGridJob, params: dict[str, Any], config: ProjectConfig, say: Callable[[str], None]
 ) -> tuple[str, int]:
-    options = replace(
-        base,
-        server=apply_point(base.server, params),
-        workload_argv=[],
-        workloads=[_bench_workload(p) for p in grid.bench_points()],
-        # One bench point failing leaves the server up for the next: go on, record it.
-        continue_on_failure=True,
-    )
-    flow = Flow(options, config, say=say)
-    flow.record["sweep"] = {"group": group, "point": point_key(params), "params": params}
+    flow = Flow(grid.point(params), config, say=say)
+    flow.record["sweep"] = {"group": grid.group, "point": point_key(params), "params": params}
     flow.save()
     return flow.dir.run_id, flow.run()
 
@@ -329,7 +252,7 @@ def point_rows(
     flow = read_view(runs_root / flow_id)
     gpus = int(params.get("tp") or tp or 1)
     rows = []
-    listed = (flow.options.get("workloads") if isinstance(flow, FlowRecord) else None) or []
+    listed = _bench_tables(flow) if isinstance(flow, FlowRecord) else []
     results = flow.workload_runs if isinstance(flow, FlowRecord) else []
     if not results:  # the server never came up: one row saying so
         return [
@@ -346,7 +269,7 @@ def point_rows(
         ]
     for result in results:
         index = result.index
-        bench = (listed[index].get("bench") if index < len(listed) else None) or {}
+        bench = listed[index] if index < len(listed) else {}
         run_id = result.run_id
         doc = read_bench(runs_root / run_id / "metrics.json") if run_id else None
         metrics = doc.metrics.numbers() if doc else {}
@@ -363,6 +286,17 @@ def point_rows(
             }
         )
     return rows
+
+
+def _bench_tables(flow: FlowRecord) -> list[dict[str, Any]]:
+    """Each listed workload's bench table: from the flow's job, or (a flow recorded before the
+    typed job) from its options."""
+    if flow.job:
+        return [
+            dict(w.get("options") or {}) if w.get("kind") == "bench" else {}
+            for w in flow.job.get("workloads") or []
+        ]
+    return [dict(e.get("bench") or {}) for e in flow.options.get("workloads") or []]
 
 
 # -- summary ------------------------------------------------------------------------------------
@@ -451,36 +385,33 @@ def summary_csv(rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-def write_server_summary(recorder: Recorder, rows: list[dict[str, Any]], group: str) -> None:
-    """summary.json/.csv/.txt of the rows so far; the rows go in the sweep's record as its
-    points, written through its recorder (merged into the record on disk). The plots
-    (throughput against latency per server point, the Pareto front) are the sweep's report
-    (`proctor report GROUP`, plotly)."""
+def summarize_grid(recorder: Recorder, rows: list[dict[str, Any]], group: str) -> None:
+    """summary.json/.csv/.txt of the rows so far (the one summary writer, workloads/summary.py,
+    from typed rows); the rows go in the sweep's record as its points, written through its
+    recorder (merged into the record on disk). The plots (throughput against latency per server
+    point, the Pareto front) are the sweep's report (`proctor report GROUP`, plotly)."""
     sweep = recorder.run
-    front = pareto_front(rows)
-    summary: dict[str, Any] = {
-        "schema": GRID_SCHEMA,
-        "schema_version": GRID_VERSION,
-        "group": group,
-        "sweep": sweep.run_id,
-        "rows": rows,
-        "pareto": front,
-    }
-    write_summary_json(sweep, summary, GridSummary)
-    write_atomic(sweep.path / "summary.csv", summary_csv(rows))
-    write_atomic(sweep.path / "summary.txt", summary_text(rows))
+    summary = GridSummary.model_validate(
+        {"schema": GRID_SCHEMA, "schema_version": GRID_VERSION, "group": group}
+        | {"sweep": sweep.run_id, "rows": [GridRow.model_validate(r) for r in rows]}
+        | {"pareto": pareto_front(rows)}
+    )
+    tables = {"summary.csv": summary_csv(rows), "summary.txt": summary_text(rows)}
+    write_summary(sweep, summary, tables)
     recorder.update(points=rows)
 
 
 __all__ = [
-    "ServerGrid",
+    "BENCH_AXES",
+    "ServerGridJob",
     "ServerSweepResult",
     "apply_point",
     "finished_points",
+    "grid_job",
     "pareto_front",
     "parse_axis",
-    "parse_grid",
     "point_key",
     "run_server_sweep",
+    "summarize_grid",
     "summary_text",
 ]

@@ -216,6 +216,10 @@ cmd = {json.dumps(["bash", "-c", curl(port)])}
     controller = proctor_popen("flow", "--file", str(path))
     flow_dir = wait_for_flow_step(isolated_runs, "drain")
     assert flow_dir is not None, "the flow never reached its first drain"
+    # What --resume reads back: the typed job, its two listed workloads and its settings.
+    job = json.loads((flow_dir / "record.json").read_text())["job"]
+    assert job["kind"] == "flow" and [w["kind"] for w in job["workloads"]] == ["cmd", "cmd"]
+    assert job["server"]["port"] == port and "options" not in job
     controller.send_signal(signal.SIGKILL)
     controller.wait(timeout=10)
     resumed = proctor("flow", "--resume", flow_dir.name)

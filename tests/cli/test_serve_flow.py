@@ -461,7 +461,7 @@ def test_flow_from_a_file_with_flags_winning(
     result = proctor("flow", "--file", str(flow_file), "--port", str(port), "--json")
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)
-    assert record["options"]["server"]["port"] == port
+    assert record["job"]["server"]["port"] == port and record["job"]["poll"] == 1.0
 
 
 def test_drain_a_server_proctor_did_not_start(fake_engine: int, tmp_path: Path) -> None:

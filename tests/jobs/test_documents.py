@@ -30,7 +30,7 @@ from proctor.jobs.documents import (
 )
 from proctor.jobs.eval import EvalJob
 from proctor.record.recorder import Recorder
-from proctor.server_sweep import write_server_summary
+from proctor.server_sweep import summarize_grid
 from proctor.workloads.gsm8k import run_gsm8k
 from proctor.workloads.offline import run_offline
 from tests.fixtures.fake_openai_server import FakeServer
@@ -191,7 +191,7 @@ def test_a_server_sweep_summary_reads_back(tmp_path: Path) -> None:
         }
         for n in (1, 2)
     ]
-    write_server_summary(recorder, rows, "g")
+    summarize_grid(recorder, rows, "g")
     doc = reads_back(recorder.run.path / "summary.json", GridSummary)
     assert isinstance(doc, GridSummary) and doc.rows[1].metrics.get("output_throughput") == 200.0
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from proctor.errors import UsageError
-from proctor.serve import ServerRequest
-from proctor.server_sweep import apply_point, pareto_front, parse_axis, parse_grid
+from proctor.jobs.flow import FlowJob
+from proctor.jobs.serve import ServeJob
+from proctor.server_sweep import apply_point, grid_job, pareto_front, parse_axis
 from proctor.workloads.flow_workloads import command_for, parse_workload, parse_workloads
 from proctor.workloads.slo import judge, parse_slo, percentiles_needed
 
@@ -98,8 +99,9 @@ def test_offline_table_becomes_an_offline_job_resolved_where_it_runs() -> None:
 def test_cmd_is_split_as_a_shell_would() -> None:
     w = parse_workload({"cmd": "python x.py --msg 'a b'", "env": ["K=V"]})
     assert command_for(w, URL, "m", runs_dir=".") == ["python", "x.py", "--msg", "a b"]
-    assert w.env == ["K=V"] and w.to_dict() == {
-        "cmd": ["python", "x.py", "--msg", "a b"],
+    assert w.env == ["K=V"] and w.model_dump(exclude_defaults=True) == {
+        "kind": "cmd",
+        "command": ["python", "x.py", "--msg", "a b"],
         "env": ["K=V"],
     }
 
@@ -130,22 +132,34 @@ def test_a_single_table_is_a_list_of_one() -> None:
     assert parse_workloads(None) == []
 
 
+FLOW = FlowJob(server=ServeJob(engine="vllm", model="m", extra=["--enforce-eager"]))
+
+
 def test_server_grid_points_and_engine_flags() -> None:
-    grid = parse_grid(
+    grid = grid_job(
+        FLOW,
         {
             "server": {"max_num_seqs": [4, 8], "enable-chunked-prefill": [True, False]},
             "bench": {"concurrency": [1, 2], "isl": 8},
-        }
+        },
+        "g",
     )
     assert len(grid.server_points()) == 4 and len(grid.bench_points()) == 2
     assert grid.bench_points()[1] == {"isl": 8, "concurrency": 2}
-    base = ServerRequest(engine="vllm", model="m", extra=["--enforce-eager"])
-    req = apply_point(base, {"max-num-seqs": 4, "enable-chunked-prefill": False, "tp": 2})
-    assert req.extra == ["--enforce-eager", "--max-num-seqs", "4", "--no-enable-chunked-prefill"]
-    assert req.tp == 2 and base.extra == ["--enforce-eager"]
+    point = grid.point({"max-num-seqs": 4, "enable-chunked-prefill": False, "tp": 2})
+    assert point.server.extra == [
+        "--enforce-eager",
+        "--max-num-seqs",
+        "4",
+        "--no-enable-chunked-prefill",
+    ]
+    assert point.server.tp == 2 and FLOW.server.extra == ["--enforce-eager"]
+    assert [w.label for w in point.workloads] == ["bench-c1", "bench-c2"]
+    assert point.continue_on_failure and not FLOW.continue_on_failure
+    assert apply_point(FLOW.server, {"tp": 4}).tp == 4
     assert parse_axis("max-num-seqs=64,128") == ("max-num-seqs", [64, 128])
     with pytest.raises(UsageError, match="cannot be a list"):
-        parse_grid({"server": {"tp": [1]}, "bench": {"isl": [1, 2]}})
+        grid_job(FLOW, {"server": {"tp": [1]}, "bench": {"isl": [1, 2]}}, "g")
     with pytest.raises(UsageError, match="--server-grid"):
         parse_axis("max-num-seqs")
 

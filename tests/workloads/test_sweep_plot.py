@@ -8,7 +8,7 @@ from pathlib import Path
 from proctor import load_record
 from proctor.record.recorder import Recorder
 from proctor.record.schema import SweepRecord, parse_as
-from proctor.workloads.sweep import SweepPoint, write_summary
+from proctor.workloads.sweep import SweepPoint, summarize
 
 
 def _point(conc: int, exit_code: int | None, tput: float | None, tpot: float | None) -> SweepPoint:
@@ -40,12 +40,12 @@ def test_the_summary_is_rewritten_per_point_and_keeps_earlier_ones(tmp_path: Pat
     recorder, typed = _sweep(tmp_path)
     sweep = recorder.run
     points = [_point(4, 0, 100.0, 20.0)]
-    write_summary(recorder, typed, points)
+    summarize(recorder, typed, points)
     first = json.loads((sweep.path / "summary.json").read_text())
     assert [p["concurrency"] for p in first["points"]] == [4]
     # A later point that failed without figures: earlier points are kept.
     points += [_point(8, 0, 180.0, 25.0), _point(16, 3, None, None)]
-    write_summary(recorder, typed, points)
+    summarize(recorder, typed, points)
     summary = json.loads((sweep.path / "summary.json").read_text())
     assert [p["concurrency"] for p in summary["points"]] == [4, 8, 16]
     assert summary["points"][2]["exit_code"] == 3

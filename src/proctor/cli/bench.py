@@ -280,29 +280,28 @@ def _server_grid(
     say: Callable[[str], None],
 ) -> None:
     from proctor.cli.sweeps import grid_table, run_grid
-    from proctor.flow import flow_options, load_flow_file
+    from proctor.flow import load_flow_file
+    from proctor.jobs.flow import flow_job
     from proctor.spec.config import load_config
 
     if file is not None:
         table = load_flow_file(file)
         if not isinstance(table.get("sweep"), dict):
             raise UsageError(f"flow file {file} has no [sweep] table")
-        given: dict[str, object] = {"runs_dir": runs_dir, "poll": poll}
-        options = flow_options(given, table, file, need_workload=False)
+        given: dict[str, object] = {"runs_dir": runs_dir, **({"poll": poll} if poll else {})}
+        options = flow_job(given, table, file, need_workload=False)
         run_grid(
             options, table["sweep"], file, load_config(), as_json=json_out, say=say, group=group
         )
         return
+    server = {"engine": engine, "model": model, "tp": tp, "port": port}
     given = {
-        "engine": engine,
-        "model": model,
-        "tp": tp,
-        "port": port,
-        "poll": poll,
+        "server": {k: v for k, v in server.items() if v is not None},
+        **({"poll": poll} if poll else {}),
         "runs_dir": runs_dir,
         "extra": extra,
     }
-    options = flow_options(given, {}, None, need_workload=False)
+    options = flow_job(given, {}, None, need_workload=False)
     run_grid(
         options,
         grid_table(axes, bench),

@@ -12,12 +12,12 @@ import typer
 
 from proctor.cli.output import print_json
 from proctor.errors import UsageError
-from proctor.flow import FlowOptions
+from proctor.jobs.flow import FlowJob
 from proctor.spec.config import ProjectConfig
 
 
 def run_grid(
-    options: FlowOptions,
+    flow: FlowJob,
     table: dict[str, Any],
     source: Path | None,
     config: ProjectConfig,
@@ -27,15 +27,14 @@ def run_grid(
     group: str | None = None,
 ) -> None:
     """Run a server sweep; print its summary table (or summary.json); exit as its first failure."""
-    from proctor.server_sweep import parse_grid, run_server_sweep, summary_text
+    from proctor.server_sweep import grid_job, run_server_sweep, summary_text
 
     if not isinstance(table, dict):
         raise UsageError("[sweep] must be a table with server = {...} and bench = {...}")
-    grid = parse_grid(table)
     name = group or table.get("group") or (source.stem if source else None)
     if not name:
         raise UsageError("a server sweep needs a group", hint="pass --group NAME")
-    result = run_server_sweep(options, grid, config, group=str(name), say=say)
+    result = run_server_sweep(grid_job(flow, table, str(name)), config, say=say)
     if as_json:
         print_json(
             {

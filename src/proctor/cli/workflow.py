@@ -9,7 +9,6 @@ import typer
 
 from proctor.cli.helptext import (
     EXTRA_ENGINE_HELP,
-    GPU_SAMPLE_HELP,
     HOST_HELP,
     JSON_HELP,
     RUNS_DIR_HELP,
@@ -20,7 +19,8 @@ from proctor.cli.output import console, err_console, print_evidence, print_json
 from proctor.cli.serve import print_ready, runs_dir_of
 from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.errors import ProctorError, UsageError
-from proctor.flow import Flow, flow_options, load_flow_file, resume_flow
+from proctor.flow import Flow, load_flow_file, resume_flow
+from proctor.jobs.flow import FlowJob, flow_job
 from proctor.jobs.serve import ServeJob
 from proctor.monitors.drain import DrainConfig
 from proctor.record.schema import read_view
@@ -270,67 +270,15 @@ def register(app: typer.Typer) -> None:
     def flow(
         *,
         server: JobValues,
+        settings: JobValues,
         workload_cmd: str = typer.Option(
             None, "--workload-cmd", help="The workload, as a shell-quoted command line."
-        ),
-        ready_timeout: str = typer.Option(
-            None, "--ready-timeout", help="Ready gate limit (default 15m)."
-        ),
-        ready_poll: str = typer.Option(
-            None,
-            "--ready-poll",
-            help="While not ready, a status line this often if nothing changes (default 15s).",
-        ),
-        max_: str = typer.Option(None, "--max", help="Drain limit (default 30m)."),
-        poll: str = typer.Option(None, "--poll", help="Drain poll (default 10s)."),
-        stuck_polls: int = typer.Option(
-            None,
-            "--stuck-polls",
-            help="N polls without progress, work in flight: hang (default 6).",
-        ),
-        error_streak: int = typer.Option(
-            None,
-            "--error-streak",
-            min=1,
-            help="Error answers in a row that are a fault (default 5).",
-        ),
-        startup_max: str = typer.Option(
-            None,
-            "--startup-max",
-            help="No workload seen within this duration: exit 4 (default 15m).",
-        ),
-        client_pattern: str = typer.Option(
-            None,
-            "--client-pattern",
-            help="REGEX: also count foreign client processes whose command line matches.",
-        ),
-        no_inspect: bool = typer.Option(
-            False, "--no-inspect", help="Do not take stacks on a hang."
-        ),
-        gpu_processes: bool = typer.Option(
-            False,
-            "--gpu-processes",
-            help="At teardown, also SIGKILL GPU processes left on the server's GPUs.",
-        ),
-        vram_timeout: str = typer.Option(
-            None,
-            "--vram-timeout",
-            help="How long teardown waits for GPU memory to return to its baseline (default 60s).",
-        ),
-        gpu_sample: float = typer.Option(None, "--gpu-sample", help=GPU_SAMPLE_HELP),
-        workload_env: list[str] = typer.Option(
-            None, "--workload-env", help="NAME=VALUE for the workload."
         ),
         file: Path = typer.Option(
             None,
             "--file",
             "-f",
             help="Flow file (TOML, a [flow] table with these options, and [[flow.workload]] entries run in order); flags win.",
-        ),
-        continue_on_failure: bool = typer.Option(
-            False,
-            "--continue-on-failure",
-            help="Run later workloads after one fails (the server still up); exit code stays the first failure's.",
         ),
         resume: str = typer.Option(
             None, "--resume", help="Continue this flow after a dead controller (no second server)."
@@ -365,16 +313,21 @@ def register(app: typer.Typer) -> None:
                 f"{extra[0]} would be an argument of the engine",
                 hint=f"give a flow file with --file: proctor flow --file {extra[0]}",
             )
-        given = {k.rstrip("_"): v for k, v in locals().items() if v is not False}
-        given.pop("server")
-        given.update(server.set_by_user())  # only what the user set is laid over the file
+        # Only what the user set is laid over the flow file.
+        given = {
+            **settings.set_by_user(),
+            "server": server.set_by_user(),
+            "workload_cmd": workload_cmd,
+            "extra": extra,
+            "runs_dir": runs_dir,
+        }
         table = load_flow_file(file) if file else {}
         if table.get("sweep") is not None:
             from proctor.cli.sweeps import run_grid
 
             # A flow file with a [sweep] table: each server point its own flow.
             run_grid(
-                flow_options(given, table, file, need_workload=False),
+                flow_job(given, table, file, need_workload=False),
                 table["sweep"],
                 file,
                 config,
@@ -382,8 +335,7 @@ def register(app: typer.Typer) -> None:
                 say=say,
             )
             return
-        options = flow_options(given, table, file)
-        runner = Flow(options, config, say=say)
+        runner = Flow(flow_job(given, table, file), config, say=say)
         say(f"proctor: flow {runner.dir.run_id} -> {runner.dir.path}")
         code = runner.run()
         if as_json:
@@ -391,7 +343,9 @@ def register(app: typer.Typer) -> None:
         if code:
             raise typer.Exit(code)
 
-    app.command("flow")(job_command(flow, JobGroup("server", ServeJob)))
+    app.command("flow")(
+        job_command(flow, JobGroup("server", ServeJob), JobGroup("settings", FlowJob))
+    )
 
 
 def _clients_of(runs_dir: Path, server_id: str, known: list[Any]) -> list[Any]:

@@ -349,7 +349,9 @@ class FlowRecord(RecordCore):
     kind: Literal["flow"] = "flow"
     cwd: str | None = None
     log: str | None = "flow.log"
-    options: dict[str, Any] = Field(default_factory=dict)
+    # The flow's typed job (proctor.jobs.flow.FlowJob as JSON), which `flow --resume` reads.
+    job: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)  # flows before the typed job
     steps: list[FlowStep] = Field(default_factory=list)
     workload_runs: list[FlowWorkloadRun] = Field(default_factory=list)
     server_run: str | None = None

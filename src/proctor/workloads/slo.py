@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proctor import redact
 from proctor.errors import ExitCode, UsageError
 from proctor.jobs.argv import job_argv
 from proctor.jobs.bench import BenchJob
@@ -27,17 +26,18 @@ from proctor.jobs.documents import (
     SLO_SCHEMA,
     SLO_VERSION,
     BenchDocument,
+    SloProbe,
     SloSearchResult,
     bench_document,
-    write_checked,
 )
 from proctor.jobs.sweep import AXIS_FIELDS, SweepJob
 from proctor.record.recorder import Recorder
-from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.rundir import RunDir
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
 from proctor.version import __version__
+from proctor.workloads.summary import write_summary
 from proctor.workloads.sweep import run_bench_point
 
 AXES = AXIS_FIELDS  # search axis -> the bench field it sets
@@ -272,17 +272,13 @@ def slo_search(
     record["answer"] = answer
     if error:
         record["error"] = error
-    result = {
-        "schema": SLO_SCHEMA,
-        "schema_version": SLO_VERSION,
-        "axis": axis,
-        "slo": record["slo"],
-        "answer": answer,
-        "probes": record["probes"],
-        **({"error": error} if error else {}),
-    }
-    path = home.path / "result.json"
-    write_checked(redact.data(result), SloSearchResult, lambda t: write_atomic(path, t, False))
+    result = SloSearchResult.model_validate(
+        {"schema": SLO_SCHEMA, "schema_version": SLO_VERSION, "axis": axis}
+        | {"slo": record["slo"], "answer": answer}
+        | {"probes": [SloProbe.model_validate(p) for p in record["probes"]]}
+        | ({"error": error} if error else {})
+    )
+    write_summary(home, result)  # result.json: the one summary writer (workloads/summary.py)
     recorder.finish(
         code=code, outcome="ok" if code == 0 else "failed", store_path=store, who="slo-search"
     )

@@ -15,21 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proctor import redact
 from proctor.jobs.argv import job_argv, job_json
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.documents import (
     SWEEP_SCHEMA,
     SWEEP_VERSION,
     BenchDocument,
-    Document,
+    SweepPointRow,
     SweepSummary,
     read_bench,
-    write_checked,
 )
 from proctor.jobs.sweep import SweepJob
 from proctor.record.recorder import Recorder
-from proctor.record.rundir import RunDir, write_atomic
+from proctor.record.rundir import RunDir
 from proctor.record.schema import SweepRecord, parse_as
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
@@ -37,6 +35,7 @@ from proctor.supervise.controller import controller_fields, controlling
 from proctor.supervise.launch import RunSpec, record_of, start_run
 from proctor.targets.service import wait_or_stop
 from proctor.version import __version__
+from proctor.workloads.summary import write_summary
 
 COLUMNS = (
     ("concurrency", "concurrency", "{:.0f}"),
@@ -96,7 +95,7 @@ def run_sweep(
             "points": [],
         }
     )
-    # The sweep's own record, typed: write_summary sets its points and plot and writes them
+    # The sweep's own record, typed: summarize sets its points and plot and writes them
     # through the recorder (which finish() then ends).
     record = parse_as(SweepRecord, started)
     points: list[SweepPoint] = []
@@ -105,23 +104,23 @@ def run_sweep(
             for conc in concurrencies:
                 point = job.point(concurrency=conc)
                 points.append(_run_point(point, config, runs_root, name, sweep, say))
-                write_summary(recorder, record, points)
+                summarize(recorder, record, points)
     except KeyboardInterrupt:  # Ctrl-C, or `runs stop` of the sweep (controller.Stopped)
-        write_summary(recorder, record, points)
+        summarize(recorder, record, points)
         recorder.finish(
             code=130, outcome="stopped", store_path=store_path, who="sweep", reason="stopped"
         )
         raise
     except BaseException as error:
         # No status can be established for a sweep that died: no exit_code (unknown).
-        write_summary(recorder, record, points)
+        summarize(recorder, record, points)
         recorder.finish(
             code=None, outcome="unknown", store_path=store_path, who="sweep", error=repr(error)
         )
         raise
     failing = [p for p in points if p.exit_code != 0]
     code = 0 if not failing else (failing[0].exit_code if failing[0].exit_code is not None else 6)
-    write_summary(recorder, record, points)
+    summarize(recorder, record, points)
     recorder.finish(
         code=code, outcome="ok" if code == 0 else "failed", store_path=store_path, who="sweep"
     )
@@ -267,27 +266,20 @@ def summary_csv(points: list[SweepPoint]) -> str:
     return out.getvalue()
 
 
-def write_summary_json(sweep: RunDir, summary: dict[str, Any], model: type[Document]) -> None:
-    """summary.json (secrets masked, as RunDir.write_json does), checked against its model."""
-    path = sweep.path / "summary.json"
-    write_checked(redact.data(summary), model, lambda text: write_atomic(path, text, mask=False))
-
-
-def write_summary(recorder: Recorder, record: SweepRecord, points: list[SweepPoint]) -> None:
-    """summary.json/.csv/.txt of the points so far; the sweep's typed record gets the points,
-    written through its recorder. The plots are the sweep's report (`proctor report NAME`,
-    plotly, from the points' own runs): one plotting library, no PNG to go stale."""
+def summarize(recorder: Recorder, record: SweepRecord, points: list[SweepPoint]) -> None:
+    """summary.json/.csv/.txt of the points so far (the one summary writer, workloads/
+    summary.py, from typed rows); the sweep's typed record gets the points, written through its
+    recorder. The plots are the sweep's report (`proctor report NAME`, plotly, from the points'
+    own runs): one plotting library, no PNG to go stale."""
     sweep = recorder.run
     record.points = [p.row() for p in points]
-    summary: dict[str, Any] = {
-        "schema": SWEEP_SCHEMA,
-        "schema_version": SWEEP_VERSION,
-        "sweep": sweep.run_id,
-        "points": record.points,
-    }
-    write_summary_json(sweep, summary, SweepSummary)
-    write_atomic(sweep.path / "summary.csv", summary_csv(points))
-    write_atomic(sweep.path / "summary.txt", summary_text(points))
+    rows = [SweepPointRow.model_validate(row) for row in record.points]
+    summary = SweepSummary.model_validate(
+        {"schema": SWEEP_SCHEMA, "schema_version": SWEEP_VERSION, "sweep": sweep.run_id}
+        | {"points": rows}
+    )
+    tables = {"summary.csv": summary_csv(points), "summary.txt": summary_text(points)}
+    write_summary(sweep, summary, tables)
     recorder.update(points=record.points)
 
 
@@ -299,7 +291,7 @@ __all__ = [
     "record_of",
     "run_bench_point",
     "run_sweep",
+    "summarize",
     "summary_csv",
     "summary_text",
-    "write_summary",
 ]

@@ -1,0 +1,179 @@
+"""The flow job: its settings declared once (every field a `flow` option or a reason), a flow
+file's table validated straight into it, only the flags a user set laid over the file, a
+record that holds the job (and one written before it refused by name), and a server grid whose
+every point is checked before any server starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from proctor.cli.jobopts import own_options
+from proctor.errors import UsageError
+from proctor.jobs import options
+from proctor.jobs.flow import FlowJob, flow_job
+from proctor.jobs.grid import ServerGridJob
+from proctor.jobs.serve import ServeJob
+from tests.helpers import FAKE_ENGINE_TOML, proctor
+from tests.jobs.test_options import _field_flags, _flags, _mounted, unexplained
+
+SERVER = {"engine": "vllm", "model": "m"}
+
+
+def test_every_flow_field_has_a_flow_option_or_says_why_not() -> None:
+    assert unexplained(FlowJob) == []
+    assert unexplained(ServerGridJob) == []
+    for name, (info, _) in options.options(FlowJob).items():
+        assert (info.description or "").strip(), f"{name} has no help"
+    command = _mounted("flow")
+    flags = _flags(command)
+    own = own_options(command.callback)  # type: ignore[arg-type]
+    # The flow's options are the server's, the flow job's and its own run controls: no more.
+    assert _field_flags(FlowJob) <= flags and _field_flags(ServeJob) <= flags
+    assert flags == _field_flags(FlowJob) | _field_flags(ServeJob) | own
+    assert own == {"--workload-cmd", "--file", "--resume", "--runs-dir", "--json", "--target"}
+
+
+def test_the_flow_options_keep_their_names_and_defaults() -> None:
+    """`proctor flow --help` lists what it listed before the job existed, defaults the same."""
+    command = _mounted("flow")
+    defaults = {p.name: p.default for p in command.params}
+    assert {
+        k: defaults[k]
+        for k in ("ready_timeout", "ready_poll", "max_", "poll", "startup_max", "vram_timeout")
+    } == {
+        "ready_timeout": "15m",
+        "ready_poll": "15s",
+        "max_": "30m",
+        "poll": "10s",
+        "startup_max": "15m",
+        "vram_timeout": "60s",
+    }
+    job = flow_job({"server": SERVER}, {}, need_workload=False)
+    assert (job.ready_timeout, job.ready_poll, job.max_, job.poll) == (900, 15, 1800, 10)
+    assert (job.startup_max, job.vram_timeout, job.stuck_polls, job.error_streak) == (
+        900,
+        60,
+        6,
+        5,
+    )
+
+
+def test_a_flow_table_validates_into_the_job_and_flags_win() -> None:
+    table = {
+        "engine": "vllm",
+        "model": "m",
+        "port": 9001,
+        "ready-timeout": "2m",
+        "max": "1h",
+        "stuck_polls": 3,
+        "no_inspect": True,
+        "workload_cmd": "curl x",
+        "env": ["A=1"],
+    }
+    job = flow_job({"poll": 2.0, "server": {"port": 9002}}, table, "f.toml")
+    assert (job.ready_timeout, job.max_, job.stuck_polls, job.no_inspect) == (120, 3600, 3, True)
+    assert job.poll == 2.0 and job.server.port == 9002 and job.server.env == ["A=1"]
+    assert [(w.kind, w.command) for w in job.workloads] == [("cmd", ["curl", "x"])]
+    assert FlowJob.model_validate(job.model_dump(mode="json")) == job
+
+
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        ({"ready_timout": "1m"}, "'ready_timout'"),
+        ({"drain_max": "1m"}, "'drain_max'"),
+        ({"stuck_polls": 0}, "stuck_polls"),
+        ({"ready_timeout": "soon"}, "--ready-timeout"),
+        ({"error-streak": "many"}, "error_streak"),
+        ({"client_pattern": "("}, "client_pattern"),
+    ],
+)
+def test_a_bad_ready_or_drain_key_is_a_usage_error_naming_it(
+    table: dict[str, object], named: str
+) -> None:
+    with pytest.raises(UsageError, match=named) as caught:
+        flow_job({}, {**SERVER, "workload_cmd": "true", **table}, "f.toml")
+    assert caught.value.exit_code == 64
+
+
+def test_a_flow_file_with_a_misspelt_drain_key_is_64_before_any_server(
+    isolated_runs: Path, tmp_path: Path
+) -> None:
+    """Before the typed job, an unknown key of a flow file was silently ignored."""
+    (Path.cwd() / "proctor.toml").write_text(FAKE_ENGINE_TOML)
+    path = tmp_path / "flow.toml"
+    path.write_text(
+        '[flow]\nengine = "fake"\nmodel = "m"\nport = 1\nstuck_pols = 2\nworkload_cmd = "true"\n'
+    )
+    result = proctor("flow", "--file", str(path))
+    assert result.returncode == 64, result.stderr
+    assert "'stuck_pols'" in result.stderr and "stuck-polls" in result.stderr
+    assert not isolated_runs.exists() or not list(isolated_runs.iterdir())
+
+
+def _flow_record(runs: Path, record: dict[str, object]) -> Path:
+    run = runs / "20260101-000000-aaaaaa"
+    run.mkdir(parents=True)
+    base = {
+        "schema": "proctor.flow",
+        "schema_version": 2,
+        "run_id": run.name,
+        "name": "flow-fake-p8000",
+        "kind": "flow",
+        "argv": [],
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "outcome": "running",
+        "steps": [],
+    }
+    (run / "record.json").write_text(json.dumps({**base, **record}))
+    return run
+
+
+def test_a_flow_recorded_before_the_typed_job_is_refused_naming_its_version(
+    isolated_runs: Path,
+) -> None:
+    from proctor.record.schema import SCHEMA_VERSION
+
+    run = _flow_record(
+        isolated_runs,
+        {
+            "schema_version": SCHEMA_VERSION,
+            "proctor_version": "0.9.0",
+            "options": {"server": {"engine": "fake", "model": "m"}, "workload_argv": ["true"]},
+        },
+    )
+    result = proctor("flow", "--resume", run.name)
+    assert result.returncode == 64, result.stderr
+    assert "proctor 0.9.0" in result.stderr and "old options format" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_server_grid_with_a_bad_axis_is_64_before_any_server_starts(
+    isolated_runs: Path,
+) -> None:
+    (Path.cwd() / "proctor.toml").write_text(FAKE_ENGINE_TOML)
+    args = ["sweep", "--engine", "fake", "--model", "m", "--port", "1", "--group", "g"]
+    result = proctor(*args, "--concurrency", "1", "--server-grid", "tp=1,big", "--json")
+    assert result.returncode == 64, result.stderr
+    assert "tp='big'" in result.stderr and "whole number" in result.stderr
+    assert not isolated_runs.exists() or not list(isolated_runs.iterdir())  # nothing started
+    flow = flow_job({"server": SERVER}, {}, need_workload=False)
+    with pytest.raises(UsageError, match="server axis mns=") as caught:
+        ServerGridJob(flow=flow, server={"mns": [{"a": 1}]}, group="g")  # type: ignore[dict-item]
+    assert caught.value.exit_code == 64
+
+
+def test_a_grid_point_is_the_flow_job_validated_again() -> None:
+    flow = flow_job({"server": {**SERVER, "tp": 2}, "poll": 3.0}, {}, need_workload=False)
+    grid = ServerGridJob(
+        flow=flow, server={"max-num-seqs": [8], "tp": [1, 4]}, bench={"concurrency": [1, 2]},
+        group="g",
+    )  # fmt: skip
+    points = [grid.point(p) for p in grid.server_points()]
+    assert [p.server.tp for p in points] == [1, 4] and flow.server.tp == 2
+    assert all(p.poll == 3.0 and p.continue_on_failure for p in points)
+    assert points[0].server.extra == ["--max-num-seqs", "8"]
+    assert [w.options["concurrency"] for w in points[0].workloads] == [1, 2]
