@@ -3,7 +3,7 @@ and ITL minus what the emulator was told to take, and what the bench says of its
 
     .venv/bin/python bench/timing_error.py [--concurrency 1,100,500,1000] [--ttft-ms 50]
         [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--min-requests 20]
-        [--workers 1] [--client-cores 1] [--old-src DIR]
+        [--workers 1] [--client-cores 1] [--old-src DIR] [--rounds 1]
 
 --old-src DIR: the `src` of an older proctor (`git archive main src | tar -x -C build/old`),
 measured interleaved with this checkout's at each concurrency, so one run prints both.
@@ -118,6 +118,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--client-cores", type=int, default=1)
     ap.add_argument("--old-src", type=Path, default=None)
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure the whole list this many times (at the edge of a core the figures move "
+        "from one run to the next: bench/NOTES.md)",
+    )
     a = ap.parse_args()
     client, emu_cores = plan_cores()
     if client is not None and emu_cores and a.client_cores > 1:
@@ -139,9 +146,12 @@ def main() -> None:
             "emulator's own delay to the first token, cpu% = the client's CPU use, us/tok = its "
             "CPU microseconds per token received)"
         )
-        for conc in (int(c) for c in a.concurrency.split(",")):
-            for label, src in codes:
-                print(measure(emu, conc, a, client, src, label), flush=True)
+        for r in range(a.rounds):
+            if a.rounds > 1:
+                print(f"round {r + 1} of {a.rounds}", flush=True)
+            for conc in (int(c) for c in a.concurrency.split(",")):
+                for label, src in codes:
+                    print(measure(emu, conc, a, client, src, label), flush=True)
     print(
         "targets (issue 23): ttft err mean <= 1, p99 <= 5 at every concurrency; itl sd <= 0.5 "
         "at 1000"
