@@ -389,15 +389,16 @@ class StreamState:
                     text, usage = message_parts(obj, chat)
                 except (TypeError, AttributeError, ValueError, OverflowError) as e:
                     raise Malformed(f"unexpected shape ({e})", body) from e
+                if text is not None and (bad := _failed_finish(obj)) is not None:
+                    return self._refuse(
+                        "aborted", f"the server ended the request with finish_reason {bad!r}"
+                    )
+                # after the refusal, as _each: a message's usage counts only if it is taken
                 if usage is not _NO_USAGE:
                     if usage[0] is not None:
                         self.usage_tokens = usage[0]
                     if usage[1] is not None:
                         rec.prompt_tokens = usage[1]
-                if text is not None and (bad := _failed_finish(obj)) is not None:
-                    return self._refuse(
-                        "aborted", f"the server ended the request with finish_reason {bad!r}"
-                    )
             if text is None:
                 continue
             if not text and chat and not (self.got_first or toks) and _role_only(obj):
