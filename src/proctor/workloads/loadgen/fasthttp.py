@@ -141,8 +141,8 @@ class Conn:
         data = pool.view[:n].tobytes()
         ts = pool.clock.arrival(anc, now)
         if self.between and (ex := self.ex) is not None and not ex.outcome:
-            # The short path: one whole chunk, held for the SSE side as it is (sse.hold), no
-            # other work per read. Anything else goes the whole way, from the same bytes.
+            # The short path: one whole chunk, straight to the SSE side (pool.take), without
+            # the chunk decoder. Anything else goes the whole way, from the same bytes.
             eol = data.find(b"\r\n", 0, 18)
             if eol > 0:
                 try:
