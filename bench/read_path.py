@@ -14,7 +14,11 @@ stream ends as emu.c ends one (usage message, [DONE], the last chunk), so the wo
 a response ends is counted too. --old-src DIR: the `src` of an older proctor
 (`git archive main src | tar -x -C build/old`), measured in turns with this checkout's, each
 in a process of its own. Prints microseconds of CPU per read, median of --rounds, and the
-ratio; every record's TTFT/ITL are checked to be those the stamps give.
+ratio; and, since the streams run in step (every stream's read of one token is one round, as
+in a closed loop started at once), the CPU of the costliest round beside the mean: work
+saved per read but done in lumps shows there (parsing each stream whole at its end put
+~50 ms into one round on the GPU host, bench/NOTES.md), and a round over one inter-token gap
+means the loop reads late. Every stream's records are checked to hold all its tokens.
 """
 
 from __future__ import annotations
@@ -81,11 +85,13 @@ def child(streams: int, tokens: int) -> dict[str, float]:
     last = chunk(USAGE % (tokens, tokens + 32)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
     reads = 0
     cpu = 0.0
+    rounds: list[float] = []  # CPU of each round (every stream's read of one token)
     records = []
     pt = time.process_time
-    for _stream in range(2):  # two requests per connection (keep-alive reuse)
-        for conn in conns:
-            rec = RequestRecord(index=0, prompt_len=32, expected_output_len=tokens)
+    for wave in range(2):  # two requests per connection (keep-alive reuse)
+        for i, conn in enumerate(conns):
+            # each request its own index, as in a bench (the batched parse's phase uses it)
+            rec = RequestRecord(index=wave * streams + i, prompt_len=32, expected_output_len=tokens)
             st = time.perf_counter()
             rec.start_time = st
             conn.ex = _Exchange(rec, StreamState(rec, False, st), loop.create_future())
@@ -97,7 +103,8 @@ def child(streams: int, tokens: int) -> dict[str, float]:
             t0 = pt()
             for conn in conns:
                 conn._readable()
-            cpu += pt() - t0
+            rounds.append(pt() - t0)
+            cpu += rounds[-1]
             reads += streams
     bad = [r for r in records if not r.success and r.reason]
     ok = [r for r in records if r.chunks == tokens and len(r.itl) == tokens - 1]
@@ -106,7 +113,14 @@ def child(streams: int, tokens: int) -> dict[str, float]:
     for s in servers:
         s.close()
     pool.close()
-    return {"us_per_read": cpu / reads * 1e6, "reads": reads, "ok": len(ok), "bad": len(bad)}
+    return {
+        "us_per_read": cpu / reads * 1e6,
+        "round_mean_ms": cpu / len(rounds) * 1e3,
+        "round_max_ms": max(rounds) * 1e3,
+        "reads": reads,
+        "ok": len(ok),
+        "bad": len(bad),
+    }
 
 
 def main() -> None:
@@ -123,6 +137,7 @@ def main() -> None:
     codes = ([("old", a.old_src.resolve())] if a.old_src else []) + [("new", ROOT / "src")]
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     got: dict[str, list[float]] = {label: [] for label, _ in codes}
+    worst: dict[str, list[float]] = {label: [] for label, _ in codes}
     for r in range(a.rounds):
         for label, src in codes:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), *rest])}
@@ -138,11 +153,19 @@ def main() -> None:
             if d["ok"] != 2 * a.streams or d["bad"]:
                 raise SystemExit(f"{label}: records not as written: {d}")
             got[label].append(d["us_per_read"])
-            print(f"round {r + 1} {label}: {d['us_per_read']:.2f} us of CPU per read", flush=True)
+            worst[label].append(d["round_max_ms"])
+            print(
+                f"round {r + 1} {label}: {d['us_per_read']:.2f} us of CPU per read; a round of "
+                f"reads (one per stream) {d['round_mean_ms']:.2f} ms on average, "
+                f"{d['round_max_ms']:.2f} at most",
+                flush=True,
+            )
     med = {label: statistics.median(v) for label, v in got.items()}
     print(f"\n{a.streams} streams x {a.tokens} tokens, one token per read, median of {a.rounds}:")
     for label, v in med.items():
-        print(f"  {label}: {v:.2f} us/read")
+        print(
+            f"  {label}: {v:.2f} us/read, costliest round {statistics.median(worst[label]):.2f} ms"
+        )
     if "old" in med:
         print(f"  new/old CPU per read: {med['new'] / med['old']:.2f}")
 
