@@ -67,7 +67,7 @@ def test_a_rate_search_ends_within_its_resolution_of_the_threshold(
 ) -> None:
     hi = lo + span
     step = hi * step_share
-    probes, end = _search(lo, hi, step, False, 60, threshold)
+    _, end = _search(lo, hi, step, False, 60, threshold)
     if threshold < lo:
         assert end.answer is None
         return
