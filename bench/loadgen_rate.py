@@ -4,6 +4,7 @@ adds, at 500, 2,000 and 10,000 req/s against the zero-latency emulator.
 
     .venv/bin/python bench/loadgen_rate.py [--rates 500,2000,10000] [--seconds 10] [--quick]
         [--workers-at 10000=4] [--no-vllm] [--vllm-python PY --tokenizer DIR]
+        [--tail 10000]
 
 The emulator (bench/emulator, zero TTFT/ITL) answers at once, so every millisecond of TTFT is
 the client's: client-added TTFT = measured TTFT - the emulator's (0). proctor runs pinned to
@@ -16,7 +17,10 @@ schedule delay <= 1 ms at every rate (issue 23, point 2); p99 client-added TTFT 
 500 req/s and achieved within 5% of target (issue 14, point 4). emu.c also reports its own
 delay per request (the kernel's receive time of the request -> its first token written; GET
 /emu/stats): when its p99 is above 1 ms, the TTFT tail is partly the emulator's, and the bench
-says so.
+says so. --tail RATE: that run also saves its records (--save-detailed) and the bench prints,
+per worker, the schedule delays binned per 0.5 s of the worker's own schedule (p99 and the
+count above 1 ms per bin: is the tail at the start or throughout?) and whether the late sends
+came after bursts of due times.
 """
 
 from __future__ import annotations
@@ -36,9 +40,18 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from emulator import start_emulator  # noqa: E402
 from loadgen_capacity import find_vllm, pinned, plan_cores  # noqa: E402
+from proctor.workloads.loadgen.metrics import percentile  # noqa: E402
 
 
-def run_proctor(url: str, rate: float, n: int, cores: list[int] | None, workers: int = 1) -> dict:
+def run_proctor(
+    url: str,
+    rate: float,
+    n: int,
+    cores: list[int] | None,
+    workers: int = 1,
+    records: list[dict] | None = None,
+) -> dict:
+    """metrics.json of one run; with `records`, its measured records (requests.jsonl) too."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [
             sys.executable,
@@ -73,13 +86,56 @@ def run_proctor(url: str, rate: float, n: int, cores: list[int] | None, workers:
             "0",
             "--workers",
             str(workers),
+            *(["--save-detailed"] if records is not None else []),
         ]
         r = subprocess.run(
             pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT, timeout=900, check=False
         )
         if r.returncode != 0:
             raise SystemExit(f"proctor failed ({r.returncode}): {r.stderr[-800:]}")
+        if records is not None:
+            with (Path(out) / "requests.jsonl").open() as f:
+                records += [x for x in map(json.loads, f) if not x["warmup"]]
         return json.loads((Path(out) / "metrics.json").read_text())
+
+
+def tail_report(recs: list[dict], bin_s: float = 0.5, late_ms: float = 1.0) -> list[str]:
+    """Where the schedule-delay tail sits: per worker, its delays binned per `bin_s` of its
+    own schedule (from its first due time), and whether the late sends (> `late_ms`) follow
+    bursts of due times (how many of that worker's requests were due in the 1 ms before)."""
+    out = []
+    for w in sorted({x["worker"] for x in recs}):
+        mine = sorted((x for x in recs if x["worker"] == w), key=lambda x: x["queued_at"])
+        due = [x["queued_at"] for x in mine]
+        delay = [max(0.0, x["start_time"] - x["queued_at"]) * 1000 for x in mine]
+        t0 = due[0]
+        bins: dict[int, list[float]] = {}
+        for t, d in zip(due, delay, strict=True):
+            bins.setdefault(int((t - t0) / bin_s), []).append(d)
+        row = " ".join(
+            f"{percentile(v, 99):.1f}/{sum(d > late_ms for d in v)}"
+            for _, v in sorted(bins.items())
+        )
+        out.append(
+            f"  worker {w}: {len(mine)} sent, delay p50 {percentile(delay, 50):.2f} / p99 "
+            f"{percentile(delay, 99):.2f} / p99.9 {percentile(delay, 99.9):.2f} / max "
+            f"{max(delay):.2f} ms; per {bin_s:g} s of its schedule, p99 ms/late count: {row}"
+        )
+        before = []  # requests due in the 1 ms before each one (same worker)
+        j = 0
+        for i, t in enumerate(due):
+            while due[j] < t - 0.001:
+                j += 1
+            before.append(i - j)
+        late = [b for b, d in zip(before, delay, strict=True) if d > late_ms]
+        other = [b for b, d in zip(before, delay, strict=True) if d <= late_ms]
+        if late:
+            out.append(
+                f"    late sends (> {late_ms:g} ms): {len(late)}; due in the 1 ms before "
+                f"them: mean {sum(late) / len(late):.2f} (on-time sends: "
+                f"{sum(other) / max(1, len(other)):.2f})"
+            )
+    return out
 
 
 def run_vllm(
@@ -148,7 +204,15 @@ def main() -> int:
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--vllm-python")
     ap.add_argument("--tokenizer")
+    ap.add_argument(
+        "--tail",
+        default="",
+        help="RATE,...: also save those runs' records and show where the schedule-delay tail "
+        "sits (per worker, per 0.5 s of its schedule)",
+    )
     a = ap.parse_args()
+    tails = {float(x) for x in a.tail.split(",") if x}
+    tail_lines: list[str] = []
     seconds = 4.0 if a.quick else a.seconds
     rates = [float(x) for x in a.rates.split(",") if x]
     found = (
@@ -177,7 +241,11 @@ def main() -> int:
             n = int(rate * seconds)
             emu.delay_stats(reset=True)
             w = workers_at.get(rate, 1)
-            doc = run_proctor(emu.base_url, rate, n, client_cores[:w] if client_cores else None, w)
+            recs: list[dict] | None = [] if rate in tails else None
+            cores = client_cores[:w] if client_cores else None
+            doc = run_proctor(emu.base_url, rate, n, cores, w, recs)
+            if recs:
+                tail_lines += [f"{rate:g} req/s, {w} worker(s):", *tail_report(recs)]
             s, m, c = doc["schedule"], doc["metrics"], doc["client"]
             d = emu.delay_stats()
             own = (
@@ -226,6 +294,8 @@ def main() -> int:
 
     for rate, who, ach, e50, e99, t50, t99, note in lines:
         print(f"{rate:>7g} {who:<8} {ach:>9.1f} {f(e50)} {f(e99)} {f(t50)} {f(t99)}  {note}")
+    if tail_lines:
+        print("\nwhere the schedule-delay tail sits (ms):", *tail_lines, sep="\n")
     print("\nchecks (issue 23 point 2: p99 schedule delay <= 1 ms; issue 14 point 4):")
     for rate, who, ach, _, e99, _, t99, _ in lines:
         if who != "proctor":

@@ -3,7 +3,7 @@ and ITL minus what the emulator was told to take, and what the bench says of its
 
     .venv/bin/python bench/timing_error.py [--concurrency 1,100,500,1000] [--ttft-ms 50]
         [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--min-requests 20]
-        [--workers 1] [--client-cores 1] [--old-src DIR]
+        [--workers 1] [--client-cores 1] [--old-src DIR] [--rounds 1]
 
 --old-src DIR: the `src` of an older proctor (`git archive main src | tar -x -C build/old`),
 measured interleaved with this checkout's at each concurrency, so one run prints both.
@@ -21,7 +21,9 @@ and shared%, the tokens whose read also held the stream's next token (stamped wi
 arrival). emu99: the p99 of the emulator's own delay to the first token (emu.c's, kernel
 receive of the request -> first token written, minus --ttft-ms): that much of the TTFT error is
 the server's side. cpu%: the client's CPU use (metrics.json "client"), near 100 when its cores
-are the limit. Figures: bench/NOTES.md, *Timing error*.
+are the limit; us/tok: that CPU per token received (CPU % x the measured requests' span /
+their tokens), the cost per read that decides where the cores run out, and a figure that load
+on a shared machine does not stretch. Figures: bench/NOTES.md, *Timing error*.
 """
 
 from __future__ import annotations
@@ -88,8 +90,20 @@ def measure(
         f"{timing.get('loop_read_delay_p99_ms', float('nan')):>9.3f} "
         f"{100 * timing.get('tokens_sharing_a_read_fraction', float('nan')):>7.3f} "
         f"{own.get('p99_us', float('nan')) / 1000:>6.2f} "
-        f"{client.get('cpu_percent', float('nan')):>5.0f}"
+        f"{client.get('cpu_percent', float('nan')):>5.0f} {us_per_token(recs, client):>6.1f}"
     )
+
+
+def us_per_token(recs: list[dict], client: dict) -> float:
+    """The client's CPU microseconds per token it received over the measured part: CPU % x
+    the span of the measured requests / their tokens. CPU time is what load on the host does
+    not stretch, so this compares clients on a shared machine where the timings cannot."""
+    meas = [x for x in recs if not x["warmup"]]
+    tokens = sum(x["chunks"] for x in meas)
+    if not tokens or "cpu_percent" not in client:
+        return float("nan")
+    span = max(x["end_time"] for x in meas) - min(x["start_time"] for x in meas)
+    return client["cpu_percent"] / 100 * span / tokens * 1e6
 
 
 def main() -> None:
@@ -104,6 +118,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--client-cores", type=int, default=1)
     ap.add_argument("--old-src", type=Path, default=None)
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure the whole list this many times (at the edge of a core the figures move "
+        "from one run to the next: bench/NOTES.md)",
+    )
     a = ap.parse_args()
     client, emu_cores = plan_cores()
     if client is not None and emu_cores and a.client_cores > 1:
@@ -119,14 +140,18 @@ def main() -> None:
         )
         print(
             "code   conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  "
-            "late p99 readdly99 shared%  emu99  cpu%\n(ms; late = the bench's own estimate of "
-            "its error, readdly99 = p99 of how late the loop read bytes after they arrived, "
-            "shared% = tokens whose read also held the next one, emu99 = p99 of the emulator's "
-            "own delay to the first token, cpu% = the client's CPU use)"
+            "late p99 readdly99 shared%  emu99  cpu% us/tok\n(ms; late = the bench's own "
+            "estimate of its error, readdly99 = p99 of how late the loop read bytes after they "
+            "arrived, shared% = tokens whose read also held the next one, emu99 = p99 of the "
+            "emulator's own delay to the first token, cpu% = the client's CPU use, us/tok = its "
+            "CPU microseconds per token received)"
         )
-        for conc in (int(c) for c in a.concurrency.split(",")):
-            for label, src in codes:
-                print(measure(emu, conc, a, client, src, label), flush=True)
+        for r in range(a.rounds):
+            if a.rounds > 1:
+                print(f"round {r + 1} of {a.rounds}", flush=True)
+            for conc in (int(c) for c in a.concurrency.split(",")):
+                for label, src in codes:
+                    print(measure(emu, conc, a, client, src, label), flush=True)
     print(
         "targets (issue 23): ttft err mean <= 1, p99 <= 5 at every concurrency; itl sd <= 0.5 "
         "at 1000"

@@ -34,10 +34,8 @@ from proctor.record.rundir import RunDir, is_run_id
 from proctor.record.schema import FlowRecord, read_view
 from proctor.serve import check_startable
 from proctor.spec.config import ProjectConfig
-from proctor.spec.plan import resolve_runs_dir, resolve_store_path
-from proctor.supervise.controller import controller_fields, controlling
-from proctor.version import __version__
 from proctor.workloads.summary import write_summary
+from proctor.workloads.sweep_engine import Plan, SweepHome, drive
 
 SUMMARY_METRICS = (
     "output_throughput",
@@ -144,76 +142,61 @@ def run_server_sweep(
     group = grid.group
     # Every point serves the same model with the same engine: refused before any directory.
     check_startable(grid.flow.server.request(1.0), config)
-    runs_root = Path(resolve_runs_dir(grid.flow.runs_dir, config).value)
-    recorder = Recorder.create(runs_root)
-    sweep = recorder.run
-    store_path = resolve_store_path(config, runs_root).value
-    recorder.start(
-        {
-            "name": group,
-            "group": group,
-            "kind": "server-sweep",
-            **controller_fields(Path.cwd(), runs_root, Path(str(store_path))),
-            "grid": {"server": grid.server, "bench": grid.bench},
-            "proctor_version": __version__,
-            "outcome": "running",
-            "points": [],
-        }
-    )
-    say(f"proctor: server sweep {group} -> {sweep.path}")
-    earlier = finished_points(runs_root, group)
     rows: list[dict[str, Any]] = []
     codes: list[int] = []
     reused: list[str] = []
     ran: list[str] = []
-    points = grid.server_points()
-    try:
-        with controlling(recorder):
-            for n, params in enumerate(points, 1):
-                key = point_key(params)
-                flow_id = earlier.get(key)
-                if flow_id is not None:
-                    say(
-                        f"[server-sweep] point {n}/{len(points)} {key}: done before "
-                        f"(flow {flow_id})"
-                    )
-                    reused.append(key)
-                    code = 0
-                else:
-                    say(f"[server-sweep] point {n}/{len(points)} {key}: starting")
-                    flow_id, code = _run_point(grid, params, config, say)
-                    ran.append(key)
-                    say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
-                codes.append(code)
-                rows += point_rows(runs_root, flow_id, params, grid.flow.server.tp)
-                summarize_grid(recorder, rows, group)
-                if code == int(ExitCode.INTERRUPTED):  # the flow tore down on Ctrl-C: stop here
-                    say("[server-sweep] interrupted: later points not run")
-                    break
-    except KeyboardInterrupt:
-        summarize_grid(recorder, rows, group)
-        recorder.finish(
-            code=int(ExitCode.INTERRUPTED),
-            outcome="stopped",
-            store_path=store_path,
-            who="server-sweep",
-            reason="stopped",
-        )
-        raise
-    failing = [c for c in codes if c != 0]
-    code = failing[0] if failing else 0
-    stopped = int(ExitCode.INTERRUPTED) in codes
-    code = int(ExitCode.INTERRUPTED) if stopped else code
-    recorder.update(reused=reused, ran=ran)
-    summarize_grid(recorder, rows, group)
-    recorder.finish(
-        code=code,
-        outcome="ok" if code == 0 else "stopped" if stopped else "failed",
-        store_path=store_path,
-        who="server-sweep",
-        reason="stopped" if stopped else None,
+    home = SweepHome(
+        grid.flow.runs_dir,
+        config,
+        kind="server-sweep",
+        name=group,
+        fields={
+            "group": group,
+            "grid": {"server": grid.server, "bench": grid.bench},
+            "points": [],
+        },
     )
-    return ServerSweepResult(sweep, rows, code, reused, ran)
+    home.summarize = lambda: summarize_grid(home.recorder, rows, group)
+    runs_root = home.runs_root
+    say(f"proctor: server sweep {group} -> {home.run.path}")
+    earlier = finished_points(runs_root, group)
+    points = grid.server_points()
+
+    def run_point(n: int) -> int:
+        params = points[n - 1]
+        key = point_key(params)
+        flow_id = earlier.get(key)
+        if flow_id is not None:
+            say(f"[server-sweep] point {n}/{len(points)} {key}: done before (flow {flow_id})")
+            reused.append(key)
+            code = 0
+        else:
+            say(f"[server-sweep] point {n}/{len(points)} {key}: starting")
+            flow_id, code = _run_point(grid, params, config, say)
+            ran.append(key)
+            say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
+        codes.append(code)
+        rows.extend(point_rows(runs_root, flow_id, params, grid.flow.server.tp))
+        home.summarize()
+        return code
+
+    with home:
+        drive(_until_interrupted(len(points), say), run_point)
+    failing = [c for c in codes if c != 0]
+    stopped = int(ExitCode.INTERRUPTED) in codes
+    code = int(ExitCode.INTERRUPTED) if stopped else (failing[0] if failing else 0)
+    home.finish(code, stopped=stopped, reused=reused, ran=ran)
+    return ServerSweepResult(home.run, rows, code, reused, ran)
+
+
+def _until_interrupted(count: int, say: Callable[[str], None]) -> Plan[int, int, None]:
+    """Server points 1..count in order; after one whose flow tore down on Ctrl-C, no more."""
+    for n in range(1, count + 1):
+        code = yield n
+        if code == int(ExitCode.INTERRUPTED):
+            say("[server-sweep] interrupted: later points not run")
+            return
 
 
 def _run_point(

@@ -81,13 +81,16 @@ def test_slow_first_token_beyond_idle_timeout_fails_as_timeout(fake: Fake) -> No
         check_outcome(res)
 
 
-def test_mid_stream_disconnect(fake: Fake) -> None:
+def test_mid_stream_disconnect(fake: Fake, sse_mode: str) -> None:
     s = fake(mode="disconnect", fault_every=2)
     res = bench(s.base_url)
     bad = [r for r in res.measured if not r.success]
     assert len(bad) == 4 and res.metrics.completed == 4
     assert {r.reason for r in bad} == {"disconnect"}
     assert all(r.error for r in bad)
+    # The tokens that came before the cut count, as they always did (the raw client parses
+    # a stream when it ends, and a failed stream first parses what it held).
+    assert all(r.chunks >= 1 and r.ttft > 0 and len(r.itl) == r.chunks - 1 for r in bad)
     assert res.metrics.failures_by_reason == {"disconnect": 4}
     # Half the requests failed: by default that fails the benchmark, with the count and reason.
     with pytest.raises(WorkloadFailed, match=r"4 of 8 requests failed .*first: disconnect"):
@@ -136,7 +139,9 @@ def test_malformed_sse(fake: Fake) -> None:
         '{"choices":[{"text":"a"}],"usage":{"prompt_tokens":[3]}}',
     ],
 )
-def test_garbage_chunk_is_a_failed_request_not_a_crash(fake: Fake, chunk: str) -> None:
+def test_garbage_chunk_is_a_failed_request_not_a_crash(
+    fake: Fake, chunk: str, sse_mode: str
+) -> None:
     s = fake(mode="malformed-sse", malformed_chunk=chunk)
     res = bench(s.base_url)
     assert res.metrics.completed == 0 and res.metrics.failed == 8
@@ -191,10 +196,12 @@ def test_never_answer_is_bounded_by_timeouts(fake: Fake) -> None:
     assert all(r.status is None for r in res.measured)
 
 
-def test_total_request_timeout(fake: Fake) -> None:
+def test_total_request_timeout(fake: Fake, sse_mode: str) -> None:
     s = fake(itl=0.2)  # each chunk arrives well within the idle timeout
     res = bench(s.base_url, num_prompts=2, osl=30, request_timeout_s=1.0)
     assert {r.reason for r in res.measured} == {"timeout"}
+    # The tokens before the timeout count (parsed when the request was given up).
+    assert all(r.chunks >= 2 and len(r.itl) == r.chunks - 1 for r in res.measured)
 
 
 def test_hang_mid_stream(fake: Fake) -> None:

@@ -8,6 +8,7 @@ import json
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,10 @@ def bench(url: str, **kw: Any) -> BenchResult:
     return run_benchmark(BenchConfig(**args))
 
 
-def _sse(n: int) -> list[bytes]:
+def _sse(n: int, bad: bool = False) -> list[bytes]:
     msgs = [b'data: {"choices":[{"index":0,"text":" tok"}]}\n\n' for _ in range(n)]
+    if bad:  # a malformed message after the second token
+        msgs.insert(2, b"data: {not json\n\n")
     msgs.append(b'data: {"choices":[],"usage":{"prompt_tokens":16,"completion_tokens":%d}}\n\n' % n)
     msgs.append(b"data: [DONE]\n\n")
     return msgs
@@ -54,7 +57,7 @@ def _sse(n: int) -> list[bytes]:
 
 def _response(framing: str, n: int) -> list[bytes]:
     """The bytes of one response, as the writes the server makes."""
-    msgs = _sse(n)
+    msgs = _sse(n, bad=framing == "chunked-plain-bad")
     if framing == "content-length":
         body = b"".join(msgs)
         return [
@@ -68,7 +71,10 @@ def _response(framing: str, n: int) -> list[bytes]:
         b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n"
     )
-    chunks = [b"%x;ext=1\r\n%s\r\n" % (len(m), m) for m in msgs]
+    # chunked-plain: no chunk extensions, one chunk a write: the reader's short path (a read of
+    # exactly one whole chunk); the others take the whole way.
+    ext = b"" if framing.startswith("chunked-plain") else b";ext=1"
+    chunks = [b"%x%s\r\n%s\r\n" % (len(m), ext, m) for m in msgs]
     end = b"0\r\nX-Trailer: yes\r\n\r\n" if framing == "chunked-trailers" else b"0\r\n\r\n"
     if framing == "chunked-bytewise":  # every byte its own write: every split a read can have
         return [bytes([b]) for b in head + b"".join(chunks) + end]
@@ -125,7 +131,12 @@ class RawServer:
                     buf += conn.recv(65536)
                 buf = buf[length:]
                 for part in _response(self.framing, self.n):
-                    conn.sendall(part)
+                    try:
+                        conn.sendall(part)
+                    except OSError:  # the client gave up on a bad response (it may)
+                        return
+                    if self.framing == "chunked-plain-bad":
+                        time.sleep(0.02)  # one chunk a read: the reader's short path
                 if self.framing == "close-delimited":
                     return
 
@@ -148,10 +159,17 @@ def raw() -> Iterator[Callable[[str, int], RawServer]]:
 
 @pytest.mark.parametrize(
     "framing",
-    ["chunked", "chunked-bytewise", "chunked-trailers", "content-length", "close-delimited"],
+    [
+        "chunked",
+        "chunked-plain",
+        "chunked-bytewise",
+        "chunked-trailers",
+        "content-length",
+        "close-delimited",
+    ],
 )
 def test_every_framing_gives_the_same_records(
-    raw: Callable[[str, int], RawServer], framing: str
+    raw: Callable[[str, int], RawServer], framing: str, sse_mode: str
 ) -> None:
     server = raw(framing, 5)
     res = bench(server.url, concurrency=1, num_prompts=4)
@@ -164,6 +182,18 @@ def test_every_framing_gives_the_same_records(
     # Keep-alive: one connection carried every request (one more was aiohttp's /v1/models),
     # except where the server closes it after each.
     assert server.connections == (1 + 4 if framing == "close-delimited" else 1 + 1)
+
+
+def test_a_malformed_message_read_on_the_short_path_fails_the_request(
+    raw: Callable[[str, int], RawServer], sse_mode: str
+) -> None:
+    """One whole chunk a read takes the reader's short path, where the held reads are parsed
+    now and then: a bad message found there fails its request as malformed_sse (it once
+    escaped into the event loop, and the request went on to succeed without it)."""
+    server = raw("chunked-plain-bad", 6)
+    res = bench(server.url, concurrency=2, num_prompts=4, osl=6)
+    assert [r.reason for r in res.measured] == ["malformed_sse"] * 4
+    assert all("not JSON" in r.error for r in res.measured)
 
 
 def test_url_credentials_are_sent_as_basic_auth(raw: Callable[[str, int], RawServer]) -> None:

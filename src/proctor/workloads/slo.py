@@ -31,14 +31,11 @@ from proctor.jobs.documents import (
     bench_document,
 )
 from proctor.jobs.sweep import AXIS_FIELDS, SweepJob
-from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
 from proctor.spec.config import ProjectConfig
-from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
-from proctor.supervise.controller import controller_fields, controlling
-from proctor.version import __version__
 from proctor.workloads.summary import write_summary
 from proctor.workloads.sweep import run_bench_point
+from proctor.workloads.sweep_engine import SweepHome, bisect, drive
 
 AXES = AXIS_FIELDS  # search axis -> the bench field it sets
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -186,30 +183,25 @@ def slo_search(
     if resolution is not None and not (math.isfinite(resolution) and resolution >= 0):
         raise UsageError(f"--resolution {resolution:g}: need a finite step >= 0 (0: default)")
     step = resolution or (1.0 if integer else max(hi * 0.05, 1e-3))
-    flags0 = RunFlags(argv=job_argv(base), runs_dir=runs_dir)
-    runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
-    recorder = Recorder.create(runs_root)
-    home = recorder.run
-    store = resolve_store_path(config, runs_root).value
-    record = recorder.start(
-        {
-            "name": name,
-            "kind": "slo-search",
-            **controller_fields(Path.cwd(), runs_root, Path(str(store))),
+    probes: list[Probe] = []
+    home = SweepHome(
+        runs_dir,
+        config,
+        kind="slo-search",
+        name=name,
+        fields={
             "bench_argv": job_argv(base),
             "axis": axis,
             "lo": lo,
             "hi": hi,
             "slo": [str(c) for c in conditions],
-            "proctor_version": __version__,
-            "outcome": "running",
             "probes": [],
-        }
+        },
     )
-    probes: list[Probe] = []
+    record = home.record
 
     def probe(value: float) -> Probe:
-        p = _probe(base, axis, value, conditions, config, runs_root, name, home)
+        p = _probe(base, axis, value, conditions, config, home.runs_root, name, home.run)
         probes.append(p)
         verdict = "meets" if p.met else "misses"
         say(
@@ -217,58 +209,33 @@ def slo_search(
             f"({'; '.join(p.why)}) run {p.run_id}"
         )
         record["probes"] = [q.row() for q in probes]
-        recorder.save()
+        home.recorder.save()
         return p
 
-    answer: float | None = None
-    code = 0
-    error: str | None = None
-    try:
-        with controlling(recorder):
-            low = probe(lo)
-            if absent := _unwritten(low, conditions):
-                # A typo in --slo fails every probe: that is no "even lo misses it".
-                error = (
-                    f"the bench wrote no {', '.join(absent)} (run {low.run_id}, "
-                    "metrics.json): the SLO names a metric that does not exist, so it "
-                    "cannot be judged"
-                )
-                code = int(ExitCode.USAGE)
-            elif _broken(low):
-                code = int(low.exit_code or ExitCode.UNKNOWN)
-            elif not low.met:
-                say(f"[slo] no {axis} in [{lo:g}, {hi:g}] meets the SLO: even {lo:g} misses it")
-                code = int(ExitCode.WORKLOAD_FAILED)
-            else:
-                answer = lo
-                high = probe(hi)
-                if _broken(high):
-                    code = int(high.exit_code or ExitCode.UNKNOWN)
-                elif high.met:
-                    answer = hi
-                    say("[slo] the top of the range meets the SLO: raise --hi to look further")
-                else:
-                    good, bad = lo, hi
-                    while bad - good > step and len(probes) < max_probes:
-                        middle = (good + bad) / 2
-                        middle = float(math.floor(middle)) if integer else round(middle, 6)
-                        if middle <= good:
-                            break
-                        p = probe(middle)
-                        if _broken(p):
-                            code = int(p.exit_code or ExitCode.UNKNOWN)
-                            break
-                        good, bad = (middle, bad) if p.met else (good, middle)
-                    answer = good
-    except KeyboardInterrupt:  # Ctrl-C, or `runs stop` of the search (controller.Stopped)
-        recorder.finish(
-            code=int(ExitCode.INTERRUPTED),
-            outcome="stopped",
-            store_path=store,
-            who="slo-search",
-            reason="stopped",
+    def meets(p: Probe) -> bool | None:
+        # A typo in --slo fails every probe: that is no "even lo misses it" (judged on lo).
+        if _broken(p) or (len(probes) == 1 and _unwritten(p, conditions)):
+            return None
+        return p.met
+
+    plan = bisect(lo, hi, step=step, integer=integer, max_probes=max_probes, meets=meets)
+    with home:
+        _, end = drive(plan, probe)
+    answer, code, error = end.answer, 0, None
+    if end.why == "broken" and (absent := _unwritten(probes[0], conditions)):
+        error = (
+            f"the bench wrote no {', '.join(absent)} (run {probes[0].run_id}, "
+            "metrics.json): the SLO names a metric that does not exist, so it "
+            "cannot be judged"
         )
-        raise
+        code = int(ExitCode.USAGE)
+    elif end.why == "broken":
+        code = int(probes[-1].exit_code or ExitCode.UNKNOWN)
+    elif end.why == "lo-misses":
+        say(f"[slo] no {axis} in [{lo:g}, {hi:g}] meets the SLO: even {lo:g} misses it")
+        code = int(ExitCode.WORKLOAD_FAILED)
+    elif end.why == "hi-meets":
+        say("[slo] the top of the range meets the SLO: raise --hi to look further")
     record["answer"] = answer
     if error:
         record["error"] = error
@@ -278,16 +245,14 @@ def slo_search(
         | {"probes": [SloProbe.model_validate(p) for p in record["probes"]]}
         | ({"error": error} if error else {})
     )
-    write_summary(home, result)  # result.json: the one summary writer (workloads/summary.py)
-    recorder.finish(
-        code=code, outcome="ok" if code == 0 else "failed", store_path=store, who="slo-search"
-    )
+    home.summarize = lambda: write_summary(home.run, result)  # result.json: the one writer
+    home.finish(code)
     if answer is not None and code == 0:
         say(
             f"[slo] highest {axis} meeting {', '.join(map(str, conditions))}: {answer:g} "
             f"({len(probes)} probes)"
         )
-    return SloResult(home, axis, answer, probes, code, error)
+    return SloResult(home.run, axis, answer, probes, code, error)
 
 
 def _unwritten(p: Probe, conditions: list[Condition]) -> list[str]:

@@ -30,12 +30,11 @@ from proctor.record.recorder import Recorder
 from proctor.record.rundir import RunDir
 from proctor.record.schema import SweepRecord, parse_as
 from proctor.spec.config import ProjectConfig
-from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_store_path
-from proctor.supervise.controller import controller_fields, controlling
+from proctor.spec.plan import RunFlags, resolve_run_plan
 from proctor.supervise.launch import RunSpec, record_of, start_run
 from proctor.targets.service import wait_or_stop
-from proctor.version import __version__
 from proctor.workloads.summary import write_summary
+from proctor.workloads.sweep_engine import SweepHome, drive, each
 
 COLUMNS = (
     ("concurrency", "concurrency", "{:.0f}"),
@@ -76,55 +75,39 @@ def run_sweep(
 ) -> tuple[RunDir, list[SweepPoint]]:
     """A bench per concurrency (`job.point(concurrency=c)`), grouped under one sweep run; a
     failing point is recorded and the sweep goes on."""
-    concurrencies, name, runs_dir = job.concurrency, job.name, job.runs_dir
-    flags0 = RunFlags(argv=job_argv(job.point(concurrency=concurrencies[0])), runs_dir=runs_dir)
-    runs_root = Path(resolve_run_plan(flags0, config).runs_dir.value)
-    recorder = Recorder.create(runs_root)
-    sweep = recorder.run
-    store_path = resolve_store_path(config, runs_root).value
-    started = recorder.start(
-        {
-            "name": name,
-            "kind": "sweep",
-            **controller_fields(Path.cwd(), runs_root, Path(str(store_path))),
+    concurrencies, name = job.concurrency, job.name
+    home = SweepHome(
+        job.runs_dir,
+        config,
+        kind="sweep",
+        name=name,
+        fields={
             "bench_argv": job_argv(job.bench),
             "job": json.loads(job_json(job)),
             "concurrencies": concurrencies,
-            "proctor_version": __version__,
-            "outcome": "running",
             "points": [],
-        }
+        },
     )
-    # The sweep's own record, typed: summarize sets its points and plot and writes them
-    # through the recorder (which finish() then ends).
-    record = parse_as(SweepRecord, started)
+    # The sweep's own record, typed: summarize sets its points and writes them through the
+    # recorder (which finish() then ends).
+    record = parse_as(SweepRecord, home.record)
     points: list[SweepPoint] = []
-    try:
-        with controlling(recorder):
-            for conc in concurrencies:
-                point = job.point(concurrency=conc)
-                points.append(_run_point(point, config, runs_root, name, sweep, say))
-                summarize(recorder, record, points)
-    except KeyboardInterrupt:  # Ctrl-C, or `runs stop` of the sweep (controller.Stopped)
-        summarize(recorder, record, points)
-        recorder.finish(
-            code=130, outcome="stopped", store_path=store_path, who="sweep", reason="stopped"
-        )
-        raise
-    except BaseException as error:
-        # No status can be established for a sweep that died: no exit_code (unknown).
-        summarize(recorder, record, points)
-        recorder.finish(
-            code=None, outcome="unknown", store_path=store_path, who="sweep", error=repr(error)
-        )
-        raise
+    home.summarize = lambda: summarize(home.recorder, record, points)
+
+    def run_point(conc: int) -> SweepPoint:
+        point = job.point(concurrency=conc)
+        return _run_point(point, config, home.runs_root, name, home.run, say)
+
+    def after(done: list[SweepPoint]) -> None:
+        points[:] = done  # what a stop or a failure of a later point summarizes
+        home.summarize()  # rewritten after every point
+
+    with home:
+        drive(each(concurrencies), run_point, after=after)
     failing = [p for p in points if p.exit_code != 0]
     code = 0 if not failing else (failing[0].exit_code if failing[0].exit_code is not None else 6)
-    summarize(recorder, record, points)
-    recorder.finish(
-        code=code, outcome="ok" if code == 0 else "failed", store_path=store_path, who="sweep"
-    )
-    return sweep, points
+    home.finish(code)
+    return home.run, points
 
 
 @dataclass(frozen=True)

@@ -216,6 +216,7 @@ async def send_fast(
             raise
         record.reason = "timeout"
         record.error = _timeout_error(cfg, "TimeoutError")
+        state.parse_held()  # its messages count; a failure they said came first
         return record
     finally:
         deadlines.remove(flight)

@@ -7,10 +7,11 @@ Why not an asyncio transport either: a transport reads the socket itself and han
 without the kernel's receive timestamp, so every time would be when the loop got round to the
 bytes, late by however long the loop was busy (issue 23). Here each read is one recvmsg_into a
 shared buffer, its time is when its last segment arrived (rxtime.py), then chunked decoding with
-bytes.find, the SSE messages parsed by sse.StreamState, and the waiting request task is woken
-once, when its response ends. Metric definitions and records are the same as the aiohttp
-path's; failures are classified the same way (http_error, rate_limited, disconnect, timeout,
-malformed_sse, no_output, connect_error, client_error).
+bytes.find (a read of exactly one whole chunk skips it: the short path in _readable), the SSE
+messages parsed by sse.StreamState (feed, or hold with PROCTOR_SSE_BATCH=1), and the waiting
+request task is woken once, when its response ends. Metric definitions and records are the
+same as the aiohttp path's; failures are classified the same way (http_error, rate_limited,
+disconnect, timeout, malformed_sse, no_output, connect_error, client_error).
 
 Plain http:// only; https:// (and URL credentials together with an API key, which aiohttp
 refuses) use the aiohttp path in client.py.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import socket
 import time
 from typing import Any
@@ -34,6 +36,7 @@ from proctor.workloads.loadgen.sse import ERROR_EXCERPT, Malformed, StreamState
 MAX_HEAD_BYTES = 64 * 1024
 READ_BYTES = 256 * 1024  # one read; the buffer is shared by every connection of a pool
 _ERROR_BODY_BYTES = 64 * 1024
+SSE_BATCH_ENV = "PROCTOR_SSE_BATCH"
 
 # Body framing of the response being read.
 _LENGTH, _CHUNKED, _TO_EOF = 1, 2, 3
@@ -55,6 +58,7 @@ class _Exchange:
 
 class Conn:
     __slots__ = (
+        "between",
         "chunk_left",
         "closed",
         "ex",
@@ -92,6 +96,9 @@ class Conn:
         self.chunk_left = 0  # bytes left in the current chunk, its CRLF included
         self.size_line = b""  # a chunk-size line split across reads
         self.trailers = False
+        # In a 200 response's chunked body, at a chunk boundary: a read of exactly one whole
+        # chunk (a streamed token, the common read) takes _readable's short path.
+        self.between = False
 
     # ------------------------------------------------------------------ socket events
     def write(self, data: bytes) -> None:
@@ -131,7 +138,30 @@ class Conn:
         if not n:
             self.connection_lost(None)
             return
-        self.data_received(pool.view[:n].tobytes(), pool.clock.arrival(anc, now), now)
+        data = pool.view[:n].tobytes()
+        ts = pool.clock.arrival(anc, now)
+        if self.between and (ex := self.ex) is not None and not ex.outcome:
+            # The short path: one whole chunk, straight to the SSE side (pool.take), without
+            # the chunk decoder. Anything else goes the whole way, from the same bytes.
+            eol = data.find(b"\r\n", 0, 18)
+            if eol > 0:
+                try:
+                    size = int(data[:eol], 16)
+                except ValueError:  # chunk extensions
+                    size = 0
+                end = eol + 2 + size
+                if size and end + 2 == n:
+                    if self.flight is not None:
+                        self.flight.last = now
+                    try:
+                        if pool.take(ex.state, data[eol + 2 : end], ts):
+                            self._settle(ex, ex.record.reason or "http_error", reuse=False)
+                    except Malformed as e:  # a parse of what it held
+                        self._fail(ex, "malformed_sse", str(e))
+                    except Exception as e:  # as data_received: never into the event loop
+                        self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
+                    return
+        self.data_received(data, ts, now)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
@@ -209,6 +239,7 @@ class Conn:
         if framing == _TO_EOF:
             self.keep_alive = False
         self.framing, self.length_left = framing, length
+        self.between = framing == _CHUNKED and status == 200
         if framing == _LENGTH and length == 0:
             self._body_end(ex, ts)
         return buf
@@ -219,6 +250,9 @@ class Conn:
         done = False
         if self.framing == _CHUNKED:
             payload, done = self._dechunk(data)
+            self.between = ex.status == 200 and not (
+                done or self.chunk_left or self.size_line or self.trailers
+            )
         elif self.framing == _LENGTH:
             if len(data) >= self.length_left:
                 payload, done = data[: self.length_left], True
@@ -230,7 +264,7 @@ class Conn:
             payload = data
         if payload:
             if ex.status == 200:
-                if ex.state.feed(payload, ts):  # the stream said the request failed
+                if self.pool.take(ex.state, payload, ts):  # the stream said it failed
                     self._settle(ex, ex.record.reason or "http_error", reuse=False)
                     return
             elif sum(map(len, ex.err_body)) < _ERROR_BODY_BYTES:
@@ -298,7 +332,7 @@ class Conn:
             self._settle(ex, reason, reuse=self.keep_alive)
             return
         try:
-            if ex.state.eof(ts):
+            if ex.state.flush() or ex.state.eof(ts):
                 self._settle(ex, "http_error", reuse=False)
                 return
         except Malformed as e:
@@ -308,6 +342,8 @@ class Conn:
 
     # ------------------------------------------------------------------ endings
     def _settle(self, ex: _Exchange, outcome: str, *, reuse: bool) -> None:
+        if outcome != "done" and ex.state.held:  # what it held first (a failure it said)
+            outcome = ex.state.parse_held() or outcome
         ex.outcome = outcome
         if outcome != "done":
             ex.record.reason = outcome
@@ -356,6 +392,12 @@ class Pool:
         self.view = memoryview(self.bufs[0])
         self.clock = rxtime.ReadClock()  # replaced by the loop's in acquire()
         self.keeper = rxtime.keep_stamping()
+        # How a read's SSE bytes are taken: parsed at once (StreamState.feed), or, with
+        # PROCTOR_SSE_BATCH=1, held and parsed a few reads at a time (StreamState.hold: less
+        # CPU per read, the same records, but burstier work; measured in bench/NOTES.md,
+        # *Timing error*, and not the default).
+        batch = os.environ.get(SSE_BATCH_ENV, "").strip() == "1"
+        self.take = StreamState.hold if batch else StreamState.feed
         netloc = u.hostname if u.port is None else f"{u.hostname}:{u.port}"
         if ":" in u.hostname:  # IPv6 literal
             netloc = f"[{u.hostname}]" + (f":{u.port}" if u.port else "")

@@ -8,13 +8,21 @@ rest per message), and an unfinished message waits for the next read without bei
 again until the read that ends it. The data: messages of a read are parsed in one orjson call
 (as the elements of one JSON array); when that fails, they are parsed one by one, in order, so
 a bad message fails the request exactly as it would alone (malformed_sse with its excerpt).
+
+StreamState.feed parses each read as it comes. StreamState.hold (the raw client's opt-in,
+PROCTOR_SSE_BATCH=1) keeps reads and their times and parses several at once (flush), each
+message still stamped with the read that completed it: the same records for less CPU per
+message, in lumps (bench/NOTES.md, *Less CPU per read*).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from bisect import bisect_right
 from collections.abc import Callable
+from itertools import accumulate
+from operator import sub
 from typing import Any
 
 from proctor.workloads.loadgen.records import RequestRecord
@@ -139,6 +147,23 @@ def _parse_batch(bodies: list[bytes]) -> list[Any] | None:
     return objs if type(objs) is list and len(objs) == len(bodies) else None
 
 
+# hold(): the reads a stream holds back before they are parsed together. 16 gets most of what
+# batching saves (CPU per message, one token a read: 2.6 us read by read, 1.4 us for 8, 1.2 us
+# for 16, 1.15 us for 64; bench/NOTES.md) while each parse stays short: parsing a whole stream at
+# its end made the streams that end together (a closed loop started at once) stop the loop
+# for ~50 ms at concurrency 500 on the GPU host, and the kernel merged the tokens queued
+# meanwhile. A stream's first parse comes after 1-16 reads (its request index picks), so
+# streams that run in step do not all parse in the same round either.
+HOLD_READS = 16
+# and the bytes held before a parse anyway (memory stays bounded per stream, and a stream
+# without message boundaries still fails by then).
+HOLD_BYTES = 64 * 1024
+# hold(): a read holding either word is parsed at once, with the reads before it, so a stream
+# that says it failed (an error object, finish_reason "abort" or "error") ends the request at
+# the read that said so, as feed() does. Other text holding them only costs an early parse.
+_SAID_FAILED = (b"error", b"abort")
+
+
 class StreamState:
     """What one 200 streaming response has said so far, written into its record."""
 
@@ -146,8 +171,13 @@ class StreamState:
         "chat",
         "cr",
         "got_first",
+        "held",
+        "held_len",
+        "held_ts",
+        "hold_reads",
         "last",
         "pieces",
+        "reads",
         "record",
         "st",
         "tail",
@@ -164,6 +194,90 @@ class StreamState:
         self.tail: list[bytes] = []  # an unfinished message, in pieces
         self.tail_len = 0
         self.cr = False  # the last read ended with a CR (its LF may start the next read)
+        self.held: list[bytes] = []  # reads not parsed yet (hold), and their times
+        self.held_ts: list[float] = []
+        self.held_len = 0
+        # When to parse next (a count of held reads): first after 1-HOLD_READS reads (the
+        # index picks), then every HOLD_READS, fewer towards the stream's end (_next_parse).
+        self.reads = 0  # reads held so far, parsed or not
+        self.hold_reads = self._next_parse(1 + record.index % HOLD_READS)
+
+    def hold(self, data: bytes, ts: float) -> bool:
+        """feed(), deferred: keep the read and its time; parse the reads held so far when there
+        are hold_reads of them, they pass HOLD_BYTES or this one may say the stream failed,
+        and the rest in flush() when the body ends. Every message gets the time of the read
+        that completed it, exactly as feed() gives it, so records are the same; what is saved
+        is the per-read parsing (one split and one orjson call per HOLD_READS reads)."""
+        held = self.held
+        held.append(data)
+        self.held_ts.append(ts)
+        self.held_len += len(data)
+        if (
+            len(held) >= self.hold_reads
+            or self.held_len > HOLD_BYTES
+            or _SAID_FAILED[0] in data
+            or _SAID_FAILED[1] in data
+        ):
+            self.reads += len(held)
+            self.hold_reads = self._next_parse(HOLD_READS)
+            return self.flush()
+        return False
+
+    def _next_parse(self, every: int) -> int:
+        """Held reads before the next parse: `every`, but at most half the reads left before
+        the stream's max_tokens-th (one token a read), so the batches shrink to one read by
+        its end, which then parses one read, as feed() did there. What a stream leaves for its
+        end is what holds the loop up when streams end together (a closed loop started at
+        once: on the GPU host, parsing whole streams at their ends stopped the loop ~50 ms at
+        concurrency 500), and a loop held up past one inter-token gap lets the kernel merge
+        the tokens it queued. Halving spreads that work over the stream's last reads at no
+        more than ~1.3x feed()'s cost per read (bench/NOTES.md)."""
+        return max(1, min(every, (self.record.expected_output_len - 1 - self.reads) // 2))
+
+    def flush(self) -> bool:
+        """Parse the reads held by hold(), in order; True as feed() (the stream failed)."""
+        held, stamps = self.held, self.held_ts
+        if not held:
+            return False
+        self.held, self.held_ts, self.held_len = [], [], 0
+        tail = self.tail
+        data = b"".join(tail + held) if tail else b"".join(held)
+        if self.cr or b"\r" in data:
+            # CR line ends: read by read, up to the first that says the stream failed
+            return any(self.feed(d, ts) for d, ts in zip(held, stamps, strict=True))
+        parts = data.split(b"\n\n")
+        rest = parts.pop()
+        self.tail = [rest] if rest else []
+        self.tail_len = len(rest)
+        if len(rest) > MAX_MESSAGE_BYTES:
+            raise Malformed(f"no message boundary in {MAX_MESSAGE_BYTES >> 20} MiB", rest)
+        if not parts:
+            return False
+        if len(held) == 1:
+            return self._messages(parts, stamps * len(parts))
+        # Each message's time: that of the read holding the second LF of its blank line (the
+        # read whose feed() would have completed it). The k-th blank line's second LF is at
+        # the lengths of the parts up to k, plus 2k + 1; read i ends where ends[i] says.
+        ends = list(accumulate(map(len, held), initial=len(data) - sum(map(len, held))))
+        del ends[0]
+        times = [
+            stamps[bisect_right(ends, at + 2 * k + 1)]
+            for k, at in enumerate(accumulate(map(len, parts)))
+        ]
+        return self._messages(parts, times)
+
+    def parse_held(self) -> str:
+        """A request failing for another reason (disconnect, timeout, a bad chunk) first
+        parses what it held, as feed() would have by then: its messages count, and a failure
+        they said comes first. That failure's reason (the record says it), else ""."""
+        rec = self.record
+        try:
+            if self.flush():
+                return rec.reason or "http_error"
+        except Malformed as e:
+            rec.reason, rec.error = "malformed_sse", str(e)
+            return "malformed_sse"
+        return ""
 
     def feed(self, data: bytes, ts: float) -> bool:
         """Messages completed by `data` (read at `ts`). True: the stream said the request
@@ -197,7 +311,7 @@ class StreamState:
                 raise Malformed(f"no message boundary in {MAX_MESSAGE_BYTES >> 20} MiB", rest)
             self.tail = [rest]
             self.tail_len = len(rest)
-        return self._messages(parts, ts) if parts else False
+        return self._messages(parts, [ts] * len(parts)) if parts else False
 
     def eof(self, ts: float) -> bool:
         """The body ended: a last message without its blank line still counts."""
@@ -205,29 +319,48 @@ class StreamState:
             return False
         last = b"".join(self.tail)
         self.tail = []
-        return self._messages([last], ts) if last.strip() else False
+        return self._messages([last], [ts]) if last.strip() else False
 
-    def _messages(self, parts: list[bytes], ts: float) -> bool:
-        bodies = [m[5:].strip() for m in [p.strip() for p in parts] if m.startswith(b"data:")]
+    def _messages(self, parts: list[bytes], times: list[float]) -> bool:
+        """The messages `parts`, each completed at its time in `times`."""
+        lines = [p.strip() for p in parts]
+        bodies = [m[5:].strip() for m in lines if m.startswith(b"data:")]
         if not bodies:
             return False  # comments, event: lines, keep-alives
+        stamps = times
+        if len(bodies) != len(lines):
+            stamps = [t for m, t in zip(lines, times, strict=True) if m.startswith(b"data:")]
         done = bodies[-1] == b"[DONE]"
         if done:
             bodies.pop()
         objs = _parse_batch(bodies) if len(bodies) > 1 else None
         if objs is None:
-            return self._each(parts, ts)
+            return self._each(parts, times)
+        toks: list[float] = []  # the token messages' times, applied once (_tokens)
+        try:
+            failed = self._batch(bodies, objs, stamps, toks)
+        finally:
+            if toks:
+                self._tokens(toks)
+        if done and not failed:
+            self.record.saw_done = True
+        return failed
+
+    def _batch(
+        self, bodies: list[bytes], objs: list[Any], stamps: list[float], toks: list[float]
+    ) -> bool:
+        """The messages of one batch parse, in order; each token's time goes to `toks`."""
         rec = self.record
         chat = self.chat
-        for body, obj in zip(bodies, objs, strict=True):
+        add, piece = toks.append, self.pieces.append
+        for body, obj, ts in zip(bodies, objs, stamps[: len(bodies)], strict=True):
             if type(obj) is not dict:
                 raise Malformed("not a JSON object", body)
             choices = obj.get("choices")
-            if _is_error(obj):
-                return self._stream_error(obj)
             text: str | None = None
             # The common message: a first choice with a text (or a chat delta with only content),
-            # no usage; anything else goes through message_parts, which checks every shape.
+            # no usage (a non-empty choices list also means no error object); anything else
+            # goes through message_parts, which checks every shape.
             if (
                 type(choices) is list
                 and choices
@@ -244,35 +377,48 @@ class StreamState:
                     )
                 )
             ):
-                pass
+                if (reason := first.get("finish_reason")) in FAILED_FINISH:
+                    return self._refuse(
+                        "aborted",
+                        f"the server ended the request with finish_reason {str(reason)!r}",
+                    )
             else:
+                if _is_error(obj):
+                    return self._stream_error(obj)
                 try:
                     text, usage = message_parts(obj, chat)
                 except (TypeError, AttributeError, ValueError, OverflowError) as e:
                     raise Malformed(f"unexpected shape ({e})", body) from e
+                if text is not None and (bad := _failed_finish(obj)) is not None:
+                    return self._refuse(
+                        "aborted", f"the server ended the request with finish_reason {bad!r}"
+                    )
+                # after the refusal, as _each: a message's usage counts only if it is taken
                 if usage is not _NO_USAGE:
                     if usage[0] is not None:
                         self.usage_tokens = usage[0]
                     if usage[1] is not None:
                         rec.prompt_tokens = usage[1]
-            if text is not None:
-                if (bad := _failed_finish(obj)) is not None:
-                    return self._refuse(
-                        "aborted", f"the server ended the request with finish_reason {bad!r}"
-                    )
-                if not text and chat and not self.got_first and _role_only(obj):
-                    continue
-                if self.got_first:
-                    rec.itl.append(ts - self.last)
-                else:
-                    self.got_first = True
-                    rec.ttft = ts - self.st
-                self.last = ts
-                rec.chunks += 1
-                self.pieces.append(text)
-        if done:
-            rec.saw_done = True
+            if text is None:
+                continue
+            if not text and chat and not (self.got_first or toks) and _role_only(obj):
+                continue
+            add(ts)
+            piece(text)
         return False
+
+    def _tokens(self, toks: list[float]) -> None:
+        """Token messages at the times `toks` (in order): TTFT, ITLs, chunks, as one by one."""
+        rec = self.record
+        if self.got_first:
+            seq = [self.last, *toks]
+        else:
+            self.got_first = True
+            rec.ttft = toks[0] - self.st
+            seq = toks
+        rec.itl.extend(map(sub, seq[1:], seq[:-1]))
+        self.last = toks[-1]
+        rec.chunks += len(toks)
 
     def _stream_error(self, obj: dict[str, Any]) -> bool:
         self.record.reason = "http_error"
@@ -284,11 +430,11 @@ class StreamState:
         self.record.reason, self.record.error = reason, error
         return True
 
-    def _each(self, parts: list[bytes], ts: float) -> bool:
+    def _each(self, parts: list[bytes], times: list[float]) -> bool:
         """Message by message, in order: the exact failure of the first bad message."""
         rec = self.record
         chat = self.chat
-        for raw in parts:
+        for raw, ts in zip(parts, times, strict=True):
             msg = raw.strip()
             if not msg.startswith(b"data:"):
                 continue  # comments, event: lines, keep-alives
