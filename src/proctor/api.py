@@ -20,6 +20,7 @@ from proctor.flow import Flow
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.eval import EvalJob
 from proctor.jobs.flow import FlowJob
+from proctor.jobs.grid import ServerGridJob
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.submission import Submission
 from proctor.jobs.sweep import SweepJob
@@ -183,7 +184,7 @@ def bench(config: BenchJob, output_dir: str | Path | None = None) -> BenchResult
 
 
 def run_job(
-    job: BenchJob | SweepJob | EvalJob | OfflineJob | Submission,
+    job: BenchJob | SweepJob | EvalJob | OfflineJob | FlowJob | ServerGridJob | Submission,
     target: str | TargetOptions | None = None,
     *,
     output_dir: str | Path | None = None,
@@ -191,11 +192,11 @@ def run_job(
     say: Callable[[str], None] = print,
 ) -> int:
     """Run a typed job. In this process, as `python -m proctor.jobs run JOB` does for every
-    supervised bench, sweep point and flow workload (a bench writes into `output_dir`, a sweep
-    makes its own runs); or, given a `target` or a Submission (the job plus how its run goes),
-    as a supervised run here or on the target, through `proctor.submit`, the call `proctor
-    bench|sweep|eval gsm8k|offline` make. Returns the exit code (0 ok, 3 the workload failed,
-    ...); errors are raised as proctor.errors types."""
+    supervised bench, sweep point and flow workload (a bench writes into `output_dir`; a sweep,
+    a flow and a server grid make their own runs); or, given a `target` or a Submission (the
+    job plus how its run goes), as a supervised run here or on the target, through
+    `proctor.submit`, the call `proctor bench|sweep|eval gsm8k|offline|flow` make. Returns the
+    exit code (0 ok, 3 the workload failed, ...); errors are raised as proctor.errors types."""
     if target is not None or isinstance(job, Submission):
         from proctor.jobs.submit import Voice, submit
 

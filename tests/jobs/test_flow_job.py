@@ -177,3 +177,51 @@ def test_a_grid_point_is_the_flow_job_validated_again() -> None:
     assert all(p.poll == 3.0 and p.continue_on_failure for p in points)
     assert points[0].server.extra == ["--max-num-seqs", "8"]
     assert [w.options["concurrency"] for w in points[0].workloads] == [1, 2]
+
+
+def test_the_jobs_entry_point_runs_a_flow_job_and_a_server_grid_job(isolated_runs: Path) -> None:
+    """`python -m proctor.jobs run JOB`, the one entry point every side runs, takes a flow job
+    (its own run with its steps' runs, the server torn down) and a server grid job (its home
+    run, a flow per point) as JSON, against the fake engine."""
+    import subprocess
+    import sys
+
+    from proctor.jobs.flow import parse_workload
+    from tests.fixtures.fake_openai_server import free_port
+    from tests.helpers import REPO
+
+    (Path.cwd() / "proctor.toml").write_text(FAKE_ENGINE_TOML)
+    bench = {"isl": 8, "osl": 4, "concurrency": 2, "num_prompts": 4, "num_warmups": 0}
+    flow = FlowJob(
+        server=ServeJob(engine="fake", model="m", port=free_port()),
+        workloads=[parse_workload({"bench": bench, "name": "small"})],
+        poll=1.0,
+        ready_poll=1.0,
+    )
+    grid = ServerGridJob(
+        flow=flow, server={"max-num-seqs": [4]}, bench={**bench, "concurrency": [1]}, group="g"
+    )
+
+    def run(job: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "proctor.jobs", "run", job],
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")},
+            timeout=240,
+            check=False,
+        )
+
+    ran = run(flow.model_dump_json())
+    assert ran.returncode == 0, ran.stderr[-3000:] + ran.stdout[-3000:]
+    records = [json.loads(p.read_text()) for p in isolated_runs.glob("*/record.json")]
+    (record,) = [r for r in records if r["kind"] == "flow"]
+    assert record["outcome"] == "ok" and record["job"]["server"]["port"] == flow.server.port
+    assert [r["kind"] for r in records if r.get("group") == record["run_id"]].count("bench") == 1
+    assert {r["kind"] for r in records} == {"flow", "server", "bench"}
+    (Path.cwd() / "grid.json").write_text(grid.model_dump_json())
+    ran = run("grid.json")
+    assert ran.returncode == 0, ran.stderr[-3000:] + ran.stdout[-3000:]
+    homes = [json.loads(p.read_text()) for p in isolated_runs.glob("*/record.json")]
+    (home,) = [r for r in homes if r["kind"] == "server-sweep"]
+    assert home["group"] == "g" and home["outcome"] == "ok", home

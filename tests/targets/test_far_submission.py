@@ -274,3 +274,122 @@ def test_a_run_control_field_the_kind_does_not_take_is_refused() -> None:
     assert Submission(job=OfflineJob(engine="vllm", cmd=True, args=["true"]), env=["A=1"]).env == [
         "A=1"
     ]
+
+
+FLOW_TOML = """
+[flow]
+poll = "1s"
+ready_poll = "1s"
+
+[[flow.workload]]
+name = "small"
+bench = { isl = 8, osl = 4, concurrency = 2, num_prompts = 4, num_warmups = 0 }
+"""
+
+
+@pytest.mark.parametrize("far_place", ["dir"], indirect=True)
+def test_a_flow_sent_to_a_target_is_a_submission_run_far_by_the_jobs_entry_point(
+    far_place: FarPlace, repo: Path, isolated_runs: Path
+) -> None:
+    """`flow --target`: the typed FlowJob travels (no command's options), the far job runs it
+    with `python -m proctor.jobs submit` and keeps every step's run inside it; the flow's
+    record, its children and its exit code come back as they did."""
+    (repo / "flow.toml").write_text(FLOW_TOML)
+    port = far_place.port(8031)
+    ran = proctor(
+        "flow",
+        "--target",
+        far_place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--file",
+        "flow.toml",
+        "--json",
+        cwd=repo,
+        timeout=240,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    data = json.loads(ran.stdout)
+    job_dir = Path(data["completion"]["local_dir"])
+    step = json.loads((job_dir / "record.json").read_text())
+    assert step["request"] == {"command": ["flow"], "job": "flow"}
+    argv = step["argv"]
+    assert argv[argv.index("--steps") + 1] == "nested", argv  # its steps' runs inside it
+    flow = data["flow"]
+    assert flow["outcome"] == "ok" and flow["job"]["server"]["port"] == port
+    assert data["answer"]["run_id"] == flow["run_id"]  # the far answer: the flow's record
+    kinds = {c["run_id"]: c for c in data["children"]}
+    assert flow["run_id"] in kinds and all(c["verified"] for c in data["children"])
+    # The bench step ran inside the far job, as the typed job's one entry point.
+    records = [json.loads(p.read_text()) for p in job_dir.glob("steps/*/record.json")]
+    (bench,) = [r for r in records if r["kind"] == "bench"]
+    assert bench["argv"][1:4] == ["-m", "proctor.jobs", "run"], bench["argv"]
+
+
+def test_the_far_path_of_a_flow_imports_no_cli_module(tmp_path: Path) -> None:
+    """The far side of `flow --target` (the step's request to the flow's end) runs the FlowJob
+    through `python -m proctor.jobs submit` without any proctor.cli module or typer."""
+    from proctor.jobs.flow import FlowJob, parse_workload
+    from proctor.jobs.serve import ServeJob
+    from proctor.targets.remote.requests import SubmitRequest
+    from tests.fixtures.fake_openai_server import free_port
+
+    (tmp_path / "proctor.toml").write_text(FAKE_ENGINE_TOML)
+    bench = {"isl": 8, "osl": 4, "concurrency": 2, "num_prompts": 4, "num_warmups": 0}
+    job = FlowJob(
+        server=ServeJob(engine="fake", model="m", port=free_port()),
+        workloads=[parse_workload({"bench": bench})],
+        poll=1.0,
+        ready_poll=1.0,
+    )
+    request = SubmitRequest.of(Submission(job=job, answer=True))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "PROCTOR_RUNS_DIR": str(tmp_path / "r")}
+    ran = subprocess.run(
+        [sys.executable, "-c", FAR_SCRIPT, request.model_dump_json()],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=240,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    record = json.loads(ran.stdout)
+    assert record["kind"] == "flow" and record["outcome"] == "ok", record
+    assert (tmp_path / "r" / record["run_id"] / "record.json").is_file()
+    modules = json.loads(ran.stderr.rsplit("MODULES ", 1)[1].splitlines()[0])
+    assert "proctor.jobs.submit" in modules and "proctor.flow" in modules
+    assert [m for m in modules if m.startswith("proctor.cli")] == []
+    # (click may come in with httpx, whose own command line imports it: no CLI of ours.)
+    assert "typer" not in modules
+
+
+def test_flow_and_server_grid_jobs_are_submittable_kinds() -> None:
+    """A flow and a server grid are jobs like the others: a Submission takes them (their
+    settings are the job's own fields, so no run-control field but the answer), they travel
+    whole, and `load_job` reads them; a flow's server never outlives it."""
+    from pydantic import ValidationError
+
+    from proctor.jobs.flow import FlowJob, parse_workload
+    from proctor.jobs.grid import ServerGridJob
+    from proctor.jobs.run import load_job
+    from proctor.jobs.serve import ServeJob
+    from proctor.targets.remote.requests import SubmitRequest
+
+    flow = FlowJob(
+        server=ServeJob(engine="fake", model="m"), workloads=[parse_workload({"cmd": "true"})]
+    )
+    grid = ServerGridJob(flow=flow, server={"max_num_seqs": [4, 8]}, group="g")
+    for job in (flow, grid):
+        sub = Submission(job=job, answer=True)
+        assert not sub.server_lives
+        back = SubmitRequest.of(sub).parsed()
+        assert back.job == job
+        assert load_job(job.model_dump_json()) == job
+        with pytest.raises(ValidationError, match=f"a {job.kind} job's run takes no detach"):
+            Submission(job=job, detach=True)
+    assert Submission(job=grid).title() == "sweep" and Submission(job=flow).title() == "flow"

@@ -478,7 +478,7 @@ def test_a_flow_ships_the_files_its_workloads_name(
     assert bench["dataset"]["sha256"] == sha and bench["dataset"]["path"] == far_copy
     assert Path(far_copy).read_bytes() == prompts.read_bytes()
     far_job = json.loads((job / "record.json").read_text())
-    assert far_job["request"]["files"] == {"flow.workload.0.bench.dataset": sha}
+    assert far_job["request"]["files"] == {"workloads.0.options.dataset": sha}
 
 
 @pytest.mark.parametrize("far_place", ["dir"], indirect=True)  # the key server is loopback
@@ -608,7 +608,7 @@ def test_runs_commands_reach_a_detached_far_run_through_its_record(
 def test_the_far_request_holds_a_secret_that_no_file_keeps(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
-    """The command reaches the far side as a typed request (no rebuilt command line); the
+    """The flow reaches the far side as a typed request (its job, no rebuilt command line); the
     request's --env values never land in a record, a log or a process listing proctor wrote."""
     canary = "hf_CANARY_7c1d9e"
     port = far_place.port(8015)
@@ -637,11 +637,8 @@ def test_the_far_request_holds_a_secret_that_no_file_keeps(
     data = json.loads(result.stdout)
     job = Path(data["completion"]["local_dir"])
     far_job = json.loads((job / "record.json").read_text())
-    assert far_job["request"] == {
-        "command": ["flow"],
-        # --json here asks the far command for its JSON answer (and its errors as JSON)
-        "options": ["as_json", "engine", "env", "model", "poll", "port", "workload_cmd"],
-    }
+    # The typed flow job travels (its --env values inside it), never the command's options.
+    assert far_job["request"] == {"command": ["flow"], "job": "flow"}
     for root in (isolated_runs, far_place.workspace / "proctor" / "runs"):
         for path in root.rglob("*"):
             if path.is_file():

@@ -7,7 +7,6 @@ Mount either way: `register(root)` adds the top-level `proctor bench` command;
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -19,6 +18,7 @@ from proctor.cli.output import console, print_json
 from proctor.cli.targethelp import TARGET_HELP
 from proctor.errors import UsageError, invalid
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.grid import ServerGridJob
 from proctor.jobs.options import validated
 from proctor.jobs.submission import ServerField, ServerRef, Submission
 from proctor.jobs.sweep import SweepJob
@@ -169,13 +169,11 @@ def _server_grid(
     runs_dir: str | None,
     extra: list[str],
     bench: dict[str, object],
-    json_out: bool,
-    say: Callable[[str], None],
-) -> None:
-    from proctor.cli.sweeps import grid_table, run_grid
+) -> ServerGridJob:
+    """The server grid job of `--server-grid` and the bench flags, or of a flow file's [sweep]."""
+    from proctor.cli.sweeps import grid_of, grid_table
     from proctor.flow import load_flow_file
     from proctor.jobs.flow import flow_job
-    from proctor.spec.config import load_config
 
     if file is not None:
         table = load_flow_file(file)
@@ -183,10 +181,7 @@ def _server_grid(
             raise UsageError(f"flow file {file} has no [sweep] table")
         given: dict[str, object] = {"runs_dir": runs_dir, **({"poll": poll} if poll else {})}
         options = flow_job(given, table, file, need_workload=False)
-        run_grid(
-            options, table["sweep"], file, load_config(), as_json=json_out, say=say, group=group
-        )
-        return
+        return grid_of(options, table["sweep"], file, group)
     server = {"engine": engine, "model": model, "tp": tp, "port": port}
     given = {
         "server": {k: v for k, v in server.items() if v is not None},
@@ -195,15 +190,7 @@ def _server_grid(
         "extra": extra,
     }
     options = flow_job(given, {}, None, need_workload=False)
-    run_grid(
-        options,
-        grid_table(axes, bench),
-        None,
-        load_config(),
-        as_json=json_out,
-        say=say,
-        group=group,
-    )
+    return grid_of(options, grid_table(axes, bench), None, group)
 
 
 def sweep_job(
@@ -284,22 +271,13 @@ def _sweep(
     flow, times the bench points; summary with tokens/s per user and per GPU and the Pareto
     front. --slo: the highest --search value in [--lo, --hi] meeting the SLO, by bisection
     against one server (exit 3 when even --lo misses it). docs/bench.md."""
-    from proctor.cli.output import err_console
 
     if server_grid or file:
-        if target:
-            from proctor.cli.remote import hand_off
+        from proctor.cli.sweeps import submit_grid
 
-            # The grid's flows run there; the sweep and its points come back as local runs.
-            return hand_off(target, runs_dir=runs_dir, as_json=json_out, answer=True)
-        say: Callable[[str], None] = (
-            (lambda line: None)
-            if json_out
-            else (lambda line: err_console.print(line, markup=False, highlight=False))
-        )
         job = sweep_job(sweep, bench, port=port, runs_dir=runs_dir)
         raw_rates = sweep.values.get("request_rate")
-        _server_grid(
+        grid = _server_grid(
             server_grid,
             file,
             group,
@@ -316,9 +294,10 @@ def _sweep(
                 "concurrency": job.concurrency,
                 "request_rate": [_rate_text(r) for r in raw_rates] if raw_rates else None,
             },
-            json_out,
-            say,
         )
+        # Here, or on --target: the grid's flows run there; its home run and its points come
+        # back as local runs.
+        submit_grid(grid, target, runs_dir=runs_dir, as_json=json_out)
         return
     from proctor.cli.remote import submit_command
 

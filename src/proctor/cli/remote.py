@@ -1,10 +1,10 @@
 """`--target` for run and the workflow commands, and `runs attach|wait` of far runs: thin glue
 over proctor.targets (the registry, targets/remote/commands.py); this module only prints.
 
-`--target` on bench/sweep/eval/offline: `submit_command()` hands the typed submission to
-`proctor.jobs.submit.submit`, here or far away. On serve/drain/inspect/flow and sweep
---server-grid: `hand_off()` sends the command and the options the user set as a typed request
-(cli/request.py) to run far away (targets/remote/workflow.py).
+`--target` on bench/sweep/eval/offline/flow and sweep --server-grid|--file: `submit_command()`
+hands the typed submission to `proctor.jobs.submit.submit`, here or far away. On
+serve/drain/inspect: `hand_off()` sends the command and the options the user set as a typed
+request (cli/request.py) to run far away (targets/remote/workflow.py).
 """
 
 from __future__ import annotations
@@ -234,30 +234,24 @@ def _far_error(result: WorkflowResult) -> tuple[str, str | None] | None:
 
 
 def _shipment(request: CommandRequest) -> Shipment:
-    """The local files the command reads, read and hashed: its dataset or data folder, and a
-    flow file (`flow|sweep --file`) with the files its workloads name."""
-    shipment = request_shipment(request)
-    file = request.params.get("file")
-    if request.command in (["flow"], ["sweep"]) and isinstance(file, str) and file:
-        from proctor.flow import flow_document
-
-        # --workload-cmd on the command line replaces the file's list: none of its files is read.
-        listed = "workload_cmd" not in request.params
-        shipment.document = flow_document(Path(file), listed=listed)
-        shipment.check_size()
-    return shipment
+    """The local files the command reads, read and hashed (its dataset or data folder)."""
+    return request_shipment(request)
 
 
 def submit_command(
     submission: Submission, target: str | None, *, runs_dir: str | None, as_json: bool
 ) -> None:
-    """Run a typed job's submission (bench, sweep, eval, offline) here or on `target`, through
-    the one call the library has too (`proctor.jobs.submit.submit`); print what it did; exit
-    with its code."""
+    """Run a typed job's submission (bench, sweep, eval, offline, flow, server grid) here or on
+    `target`, through the one call the library has too (`proctor.jobs.submit.submit`); print
+    what it did; exit with its code."""
     from proctor.jobs.submit import Voice, submit
 
+    # A flow's (and a server grid's) progress lines: not under --json, as before.
+    quiet = as_json and submission.kind in ("flow", "server-grid")
+
     def say(line: str) -> None:
-        err_console.print(line, markup=False, highlight=False)
+        if not quiet:
+            err_console.print(line, markup=False, highlight=False)
 
     def echo(line: str) -> None:
         sys.stdout.write(line + "\n")

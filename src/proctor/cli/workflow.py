@@ -19,7 +19,7 @@ from proctor.cli.output import console, err_console, print_evidence, print_json
 from proctor.cli.serve import print_ready, runs_dir_of
 from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.errors import ProctorError, UsageError
-from proctor.flow import Flow, load_flow_file, resume_flow
+from proctor.flow import load_flow_file, resume_flow
 from proctor.jobs.flow import FlowJob, flow_job
 from proctor.jobs.serve import ServeJob
 from proctor.monitors.drain import DrainConfig
@@ -296,14 +296,13 @@ def register(app: typer.Typer) -> None:
         always. A flow file's [[flow.workload]] list runs in order against the same server,
         stopping at the first failure unless continue_on_failure. Exit code: the first failing
         step's (as `serve ready` and `drain`)."""
-        if target:
-            from proctor.cli.remote import hand_off
-
-            return hand_off(target, runs_dir=runs_dir, as_json=as_json, nested=True)
-        config = load_config()
-        say = _say(as_json)
         if resume:
-            code = resume_flow(resume, config, runs_dir, say)
+            if target:
+                raise UsageError(
+                    "--resume continues a flow of this machine's runs dir",
+                    hint="drop --target (a far flow is followed with `proctor runs attach`)",
+                )
+            code = resume_flow(resume, load_config(), runs_dir, _say(as_json))
             if code:
                 raise typer.Exit(code)
             return
@@ -313,6 +312,9 @@ def register(app: typer.Typer) -> None:
                 f"{extra[0]} would be an argument of the engine",
                 hint=f"give a flow file with --file: proctor flow --file {extra[0]}",
             )
+        from proctor.cli.remote import submit_command
+        from proctor.jobs.submission import Submission
+
         # Only what the user set is laid over the flow file.
         given = {
             **settings.set_by_user(),
@@ -323,25 +325,16 @@ def register(app: typer.Typer) -> None:
         }
         table = load_flow_file(file) if file else {}
         if table.get("sweep") is not None:
-            from proctor.cli.sweeps import run_grid
+            from proctor.cli.sweeps import grid_of, submit_grid
 
             # A flow file with a [sweep] table: each server point its own flow.
-            run_grid(
-                flow_job(given, table, file, need_workload=False),
-                table["sweep"],
-                file,
-                config,
-                as_json=as_json,
-                say=say,
-            )
+            flow = flow_job(given, table, file, need_workload=False)
+            grid = grid_of(flow, table["sweep"], file)
+            submit_grid(grid, target, runs_dir=runs_dir, as_json=as_json)
             return
-        runner = Flow(flow_job(given, table, file), config, say=say)
-        say(f"proctor: flow {runner.dir.run_id} -> {runner.dir.path}")
-        code = runner.run()
-        if as_json:
-            print_json(runner.record)
-        if code:
-            raise typer.Exit(code)
+        # Here, or on --target as one far job that keeps every step's run inside it.
+        submission = Submission(job=flow_job(given, table, file), answer=as_json)
+        submit_command(submission, target, runs_dir=runs_dir, as_json=as_json)
 
     app.command("flow")(
         job_command(flow, JobGroup("server", ServeJob), JobGroup("settings", FlowJob))

@@ -15,6 +15,8 @@ from pydantic import SecretStr, ValidationError
 from proctor.errors import ExitCode, UsageError, invalid
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.eval import EvalJob
+from proctor.jobs.flow import FlowJob
+from proctor.jobs.grid import ServerGridJob
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.submission import JOB, AnyJob, Job
 from proctor.jobs.sweep import SweepJob
@@ -44,7 +46,8 @@ def load_job(text: str) -> AnyJob:
 
 def with_api_key(job: AnyJob) -> AnyJob:
     key = os.environ.get("OPENAI_API_KEY")
-    if not key or isinstance(job, EvalJob | OfflineJob):  # lm-eval and engines read it there
+    # lm-eval, engines and a flow's workloads read it from their environment.
+    if not key or isinstance(job, EvalJob | OfflineJob | FlowJob | ServerGridJob):
         return job
     if isinstance(job, BenchJob):
         return job.model_copy(update={"api_key": SecretStr(key)})
@@ -119,6 +122,44 @@ def run_offline_job(
     return result.proctor_exit
 
 
+def run_flow_job(
+    job: FlowJob, config: ProjectConfig | None = None, *, say: Callable[[str], None] = print
+) -> tuple[int, Path, dict[str, Any]]:
+    """The flow in this process: its own run (in the job's runs dir) with its steps' runs;
+    (exit code, its run directory, its record)."""
+    from proctor.flow import Flow
+
+    runner = Flow(job, config or load_config(), say=say)
+    say(f"proctor: flow {runner.dir.run_id} -> {runner.dir.path}")
+    code = runner.run()
+    return code, runner.dir.path, runner.record
+
+
+def run_grid_job(
+    job: ServerGridJob,
+    config: ProjectConfig | None = None,
+    *,
+    say: Callable[[str], None] = print,
+) -> tuple[int, Path, dict[str, Any]]:
+    """A server grid in this process: its home run and a flow per server point; (exit code,
+    the home run's directory, its answer: summary.json with the points run and reused)."""
+    from proctor.server_sweep import run_server_sweep
+
+    result = run_server_sweep(job, config or load_config(), say=say)
+    return result.exit_code, result.dir.path, grid_answer(result)
+
+
+def grid_answer(result: Any) -> dict[str, Any]:
+    """A server grid's answer (`sweep --server-grid --json`): its summary.json, the points run
+    and reused, its exit code."""
+    return {
+        **(result.dir.read_json("summary.json") or {}),
+        "ran": result.ran,
+        "reused": result.reused,
+        "exit_code": result.exit_code,
+    }
+
+
 def _config_path(path: str | None) -> Path | None:
     return Path(path) if path else None
 
@@ -138,6 +179,10 @@ def run_job(
         return run_eval(job, output_dir or _run_dir(job.kind), say=say)
     if isinstance(job, OfflineJob):
         return run_offline_job(job, output_dir or _run_dir(job.kind), config, say=say)
+    if isinstance(job, FlowJob):
+        return run_flow_job(job, config, say=say)[0]
+    if isinstance(job, ServerGridJob):
+        return run_grid_job(job, config, say=say)[0]
     code, _, _ = run_sweep_job(job, config, say=say)
     return code
 
@@ -161,6 +206,8 @@ __all__ = [
     "load_job",
     "run_bench",
     "run_eval",
+    "run_flow_job",
+    "run_grid_job",
     "run_job",
     "run_offline_job",
     "run_sweep_job",

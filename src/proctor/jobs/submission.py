@@ -1,5 +1,6 @@
-"""A job and how it is run: the `Submission` that `proctor bench|sweep|eval gsm8k|offline`
-build and hand to `proctor.jobs.submit.submit`, here or on a target's far machine.
+"""A job and how it is run: the `Submission` that `proctor bench|sweep|eval gsm8k|offline`,
+`flow` and `sweep --server-grid|--file` build and hand to `proctor.jobs.submit.submit`, here
+or on a target's far machine.
 
 The job says what is measured; the submission's other fields say how the run goes (its name,
 attach key, time limit, --detach, the --server run it targets, the GPU preflight, whether the
@@ -19,10 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.eval import EvalJob
+from proctor.jobs.flow import FlowJob
+from proctor.jobs.grid import ServerGridJob
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.sweep import SweepJob
 
-AnyJob = BenchJob | SweepJob | EvalJob | OfflineJob
+AnyJob = BenchJob | SweepJob | EvalJob | OfflineJob | FlowJob | ServerGridJob
 Job = Annotated[AnyJob, Field(discriminator="kind")]
 JOB: TypeAdapter[AnyJob] = TypeAdapter(Job)
 
@@ -49,6 +52,10 @@ TAKEN: dict[str, tuple[str, ...]] = {
     "eval": (*_COMMON, "allow_unhealthy_gpu"),
     "sweep": ("server", "answer"),
     "offline": ("detach", "name", "key", "timeout", "answer", "env", "gpu_sample", "config"),
+    # A flow is its own run (its steps' runs under it) and tears its server down; a server grid
+    # is one home run over a flow per server point. Their settings are the job's own fields.
+    "flow": ("answer",),
+    "server-grid": ("answer",),
 }
 
 
@@ -89,9 +96,12 @@ class Submission(BaseModel):
         return self.job.kind
 
     def title(self) -> str:
-        """The command it is: `bench`, `sweep`, `eval gsm8k`, `offline`."""
+        """The command it is: `bench`, `sweep`, `eval gsm8k`, `offline`, `flow` (a server grid
+        is `sweep --server-grid`'s: `sweep`)."""
         if isinstance(self.job, EvalJob):
             return f"eval {self.job.task}"
+        if isinstance(self.job, ServerGridJob):
+            return "sweep"
         return self.job.kind
 
     @property

@@ -28,6 +28,8 @@ from proctor.errors import UsageError
 from proctor.jobs.argv import job_argv
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.eval import EvalJob
+from proctor.jobs.flow import FlowJob
+from proctor.jobs.grid import ServerGridJob
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.submission import Submission
 from proctor.jobs.sweep import SweepJob
@@ -100,6 +102,8 @@ def submit(
     job = submission.job
     if isinstance(job, OfflineJob):
         return _offline_here(submission, job, runs_dir, voice)
+    if isinstance(job, FlowJob | ServerGridJob):
+        return _flow_here(submission, job, runs_dir, voice, config)
     submission = _with_server(submission, runs_dir)
     job = submission.job
     if isinstance(job, SweepJob):
@@ -376,6 +380,58 @@ def _sweep_here(
     return done
 
 
+def _flow_here(
+    submission: Submission,
+    job: FlowJob | ServerGridJob,
+    runs_dir: str | None,
+    voice: Voice,
+    config: ProjectConfig | None,
+) -> Submitted:
+    """A flow (its own run, its steps' runs under it, the server torn down) or a server grid
+    (its home run, a flow per server point): the flow's record, or the grid's summary, as the
+    answer; else the grid's table on stdout. Progress lines go to `voice.say` (stderr)."""
+    from proctor.jobs.run import grid_answer, run_flow_job
+
+    if runs_dir is not None:
+        job = _in_runs_dir(job, runs_dir)
+    if isinstance(job, FlowJob):
+        code, where, record = run_flow_job(job, config, say=voice.say)
+        done = Submitted(exit_code=code, run_id=where.name, path=where, answer=record)
+        if submission.answer:
+            voice.answer(record)
+        return done
+    from proctor.server_sweep import run_server_sweep, summary_text
+    from proctor.spec.config import load_config
+
+    result = run_server_sweep(job, config or load_config(), say=voice.say)
+    answer = grid_answer(result)
+    done = Submitted(
+        exit_code=result.exit_code, run_id=result.dir.run_id, path=result.dir.path, answer=answer
+    )
+    if submission.answer:
+        voice.answer(answer)
+    else:
+        voice.echo(summary_text(result.rows).rstrip("\n"))
+        voice.say(
+            f"proctor: server sweep {job.group}: {len(result.ran)} point(s) run, "
+            f"{len(result.reused)} reused; {result.dir.path / 'summary.csv'}"
+        )
+    return done
+
+
+def _in_runs_dir(job: Any, runs_dir: str | None) -> Any:
+    """A flow or server grid job whose runs go to `runs_dir` (None: the runs dir where it
+    runs), unless the job names its own."""
+    if isinstance(job, ServerGridJob):
+        flow = job.flow
+        if runs_dir is None or flow.runs_dir is None:
+            flow = flow.model_copy(update={"runs_dir": runs_dir})
+        return job.model_copy(update={"flow": flow})
+    if isinstance(job, FlowJob) and (runs_dir is None or job.runs_dir is None):
+        return job.model_copy(update={"runs_dir": runs_dir})
+    return job
+
+
 # -- on a target -------------------------------------------------------------------------------
 def submit_far(
     submission: Submission,
@@ -402,12 +458,16 @@ def submit_far(
     job = submission.job
     if isinstance(job, SweepJob) and job.runs_dir is not None:
         job = job.model_copy(update={"runs_dir": None})  # the far runs dir is the far side's
+    if isinstance(job, FlowJob | ServerGridJob):
+        job = _in_runs_dir(job, None)
     far = submission.model_copy(update={"job": job, "answer": True})
     # Read before any machine is acquired: a missing file is a usage error, at no cost.
     shipment = job_shipment(far.job)
     detach = far.detach
     command = WorkflowCommand(
         SubmitRequest.of(far),
+        # A flow's far job keeps every step's run inside it (fetched and verified with it).
+        nested=isinstance(job, FlowJob),
         answer=True,
         leave_live=detach,
         direct=detach,

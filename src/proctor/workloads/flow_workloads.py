@@ -33,24 +33,13 @@ from proctor.jobs.flow import (
     parse_workloads,
     sweep_job,
 )
-from proctor.targets.remote.shipfiles import Shipped, dataset_value, gsm8k_data_value
+from proctor.targets.remote.shipfiles import Shipped, table_values
 
 
 def file_values(kind: str, options: object, where: tuple[str | int, ...]) -> list[Shipped]:
     """The options of a `kind` workload (at `where` in a flow file) that name local files, read
-    and hashed, to ship with `flow --target`: bench and sweep `dataset` (a file kind), eval
-    `data` (its GSM8K splits). A `cmd` line, an offline `model` and any other path are the far
-    side's own (docs/workflow.md)."""
-    if not isinstance(options, dict):
-        return []
-    found: list[Shipped | None] = []
-    for key, value in options.items():
-        name = str(key).replace("_", "-")
-        if kind in ("bench", "sweep") and name == "dataset":
-            found.append(dataset_value(value, (*where, key)))
-        elif kind == "eval" and name == "data":
-            found.append(gsm8k_data_value(value, (*where, key)))
-    return [f for f in found if f is not None]
+    and hashed, to ship with `flow --target` (shipfiles.table_values)."""
+    return table_values(kind, options, where)
 
 
 __all__ = [

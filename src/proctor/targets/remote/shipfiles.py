@@ -3,6 +3,8 @@ not whatever has that path there.
 
     bench|sweep --dataset KIND:PATH    the dataset file (jsonl, sharegpt, multi-turn, trace)
     eval gsm8k --data DIR              the splits it reads (train.jsonl, test.jsonl)
+    a flow job's workloads             their bench/sweep `dataset`, eval `data` (a flow file's
+    a server grid job's bench          entries, or [sweep] bench, as the job holds them)
     flow|sweep --file FLOW             the flow file itself, rewritten so that every file its
                                        workloads name (flow.py: flow_document) names the far copy
 
@@ -30,6 +32,8 @@ from typing import Any, overload
 from proctor.errors import FaultDetected, UsageError
 from proctor.jobs.bench import BenchJob
 from proctor.jobs.eval import EvalJob
+from proctor.jobs.flow import FlowJob
+from proctor.jobs.grid import ServerGridJob
 from proctor.jobs.submission import AnyJob
 from proctor.jobs.sweep import SweepJob
 from proctor.source.manifest import digest_of
@@ -191,6 +195,22 @@ def request_shipment(request: CommandRequest) -> Shipment:
     return shipment
 
 
+def table_values(kind: str, options: object, where: tuple[str | int, ...]) -> list[Shipped]:
+    """The options of a `kind` workload's table (at `where`) that name local files, read and
+    hashed: bench and sweep `dataset` (a file kind), eval `data` (its GSM8K splits). A `cmd`
+    line, an offline `model` and any other path are the far side's own (docs/workflow.md)."""
+    if not isinstance(options, dict):
+        return []
+    found: list[Shipped | None] = []
+    for key, value in options.items():
+        name = str(key).replace("_", "-")
+        if kind in ("bench", "sweep") and name == "dataset":
+            found.append(dataset_value(value, (*where, key)))
+        elif kind == "eval" and name == "data":
+            found.append(gsm8k_data_value(value, (*where, key)))
+    return [f for f in found if f is not None]
+
+
 def job_shipment(job: AnyJob) -> Shipment:
     """What a typed job reads here, by the job's own fields (a bench's or a sweep's bench's
     --dataset file, an eval's --data splits): read and hashed; UsageError if one cannot be.
@@ -202,6 +222,15 @@ def job_shipment(job: AnyJob) -> Shipment:
         values.append(dataset_value(job.bench.dataset, ("bench", DATASET_PARAM)))
     elif isinstance(job, EvalJob):
         values.append(gsm8k_data_value(job.data, (DATA_PARAM,)))
+    elif isinstance(job, FlowJob | ServerGridJob):
+        # A flow's listed workloads (their tables as written: a path relative to the cwd, as
+        # a local flow reads it); a server grid's bench options, every point's.
+        if isinstance(job, ServerGridJob):
+            values += table_values("bench", job.bench, ("bench",))
+        else:
+            for i, workload in enumerate(job.workloads):
+                where = ("workloads", i, "options")
+                values += table_values(workload.kind, workload.options, where)
     shipment = Shipment([v for v in values if v is not None])
     shipment.check_size()
     return shipment
@@ -306,4 +335,5 @@ __all__ = [
     "request_shipment",
     "ship_files",
     "shipped_digests",
+    "table_values",
 ]
