@@ -26,7 +26,7 @@ from typing import Any
 
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
-from proctor.jobs.flow import FlowJob, FlowWorkload, command_for, flow_job, parse_workloads
+from proctor.jobs.flow import FlowJob, FlowWorkload, command_for, flow_job
 from proctor.jobs.options import validated
 from proctor.monitors.drain import DrainConfig
 from proctor.monitors.server_metrics import ServerMetricsScraper
@@ -57,10 +57,8 @@ from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, reso
 from proctor.supervise.controller import controller_fields, hold
 from proctor.supervise.launch import RunSpec, start_run
 from proctor.supervise.signals import deferred_stops
-from proctor.targets.remote.shipfiles import Document
 from proctor.targets.service import SupervisedRun
 from proctor.version import __version__
-from proctor.workloads.flow_workloads import file_values
 
 STEPS = ("stop", "start", "ready", "workload", "drain", "inspect", "teardown")
 # The workload's own kill ladder (SIGTERM, its grace, SIGKILL) runs in its wrapper.
@@ -609,35 +607,10 @@ def load_flow_file(path: Path) -> dict[str, Any]:
     return table
 
 
-def flow_document(path: Path, param: str = "file", *, listed: bool = True) -> Document:
-    """The flow file `path` as it travels with `--target` (targets/remote/shipfiles.py): its
-    table, checked as a local flow checks it, with every local file its workloads (and a
-    [sweep]'s bench) name read and hashed; relative paths are the cwd's, as for a local flow,
-    whose workloads run in it. A missing file is a usage error before any machine is touched.
-    Not `listed`: the file's workload list is not run (--workload-cmd replaces it)."""
-    local = path.expanduser().resolve()
-    table = load_flow_file(local)
-    workloads = table.get("workload") if listed else None
-    parse_workloads(workloads)  # a bad entry fails here, before a machine is acquired
-    entries = workloads if isinstance(workloads, list) else [workloads] if workloads else []
-    values = []
-    for i, entry in enumerate(entries):
-        at: tuple[str | int, ...] = (
-            ("flow", "workload", i) if isinstance(workloads, list) else ("flow", "workload")
-        )
-        for kind, options in entry.items():
-            values += file_values(str(kind), options, (*at, kind))
-    sweep = table.get("sweep")
-    if isinstance(sweep, dict):
-        values += file_values("bench", sweep.get("bench"), ("flow", "sweep", "bench"))
-    return Document(param, local, {"flow": table}, values)
-
-
 __all__ = [
     "STEPS",
     "Flow",
     "FlowJob",
-    "flow_document",
     "flow_job",
     "load_flow_file",
     "resume_flow",

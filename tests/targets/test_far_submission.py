@@ -393,3 +393,45 @@ def test_flow_and_server_grid_jobs_are_submittable_kinds() -> None:
         with pytest.raises(ValidationError, match=f"a {job.kind} job's run takes no detach"):
             Submission(job=job, detach=True)
     assert Submission(job=grid).title() == "sweep" and Submission(job=flow).title() == "flow"
+
+
+@pytest.mark.parametrize("far_place", ["dir"], indirect=True)
+def test_a_server_grid_sent_to_a_target_is_a_submission_and_comes_back(
+    far_place: FarPlace, repo: Path, isolated_runs: Path
+) -> None:
+    """`sweep --server-grid --target`: the typed ServerGridJob travels; the far grid's home run
+    and its point's flow come back as local runs, the summary as its answer."""
+    port = far_place.port(8032)
+    ran = proctor(
+        "sweep",
+        "--target",
+        far_place.url,
+        "--engine",
+        "fake",
+        "--model",
+        "m",
+        "--port",
+        str(port),
+        "--poll",
+        "1s",
+        "--group",
+        "g",
+        "--server-grid",
+        "max-num-seqs=4",
+        "--concurrency",
+        "1",
+        *SMALL,
+        "--json",
+        cwd=repo,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    data = json.loads(ran.stdout)
+    step = json.loads((Path(data["completion"]["local_dir"]) / "record.json").read_text())
+    assert step["request"] == {"command": ["sweep"], "job": "server-grid"}
+    answer = data["answer"]
+    assert answer["exit_code"] == 0 and answer["ran"] == ["max-num-seqs=4"], answer
+    fetched = {c["run_id"]: c for c in data["children"]}
+    assert fetched and all(c["verified"] for c in fetched.values())
+    kinds = {json.loads((isolated_runs / r / "record.json").read_text())["kind"] for r in fetched}
+    assert "server-sweep" in kinds, kinds

@@ -33,14 +33,6 @@ from proctor.jobs.flow import (
     parse_workloads,
     sweep_job,
 )
-from proctor.targets.remote.shipfiles import Shipped, table_values
-
-
-def file_values(kind: str, options: object, where: tuple[str | int, ...]) -> list[Shipped]:
-    """The options of a `kind` workload (at `where` in a flow file) that name local files, read
-    and hashed, to ship with `flow --target` (shipfiles.table_values)."""
-    return table_values(kind, options, where)
-
 
 __all__ = [
     "COMMON",
@@ -49,7 +41,6 @@ __all__ = [
     "bench_job",
     "command_for",
     "eval_job",
-    "file_values",
     "offline_job",
     "parse_workload",
     "parse_workloads",

@@ -5,8 +5,6 @@ not whatever has that path there.
     eval gsm8k --data DIR              the splits it reads (train.jsonl, test.jsonl)
     a flow job's workloads             their bench/sweep `dataset`, eval `data` (a flow file's
     a server grid job's bench          entries, or [sweep] bench, as the job holds them)
-    flow|sweep --file FLOW             the flow file itself, rewritten so that every file its
-                                       workloads name (flow.py: flow_document) names the far copy
 
 Before any machine is acquired, each file is read here (a missing one is a usage error, 64),
 checked against the size cap and hashed. Once the far workspace is known, each is stored there
