@@ -179,7 +179,14 @@ def _server_grid(
         table = load_flow_file(file)
         if not isinstance(table.get("sweep"), dict):
             raise UsageError(f"flow file {file} has no [sweep] table")
-        given: dict[str, object] = {"runs_dir": runs_dir, **({"poll": poll} if poll else {})}
+        # The server flags the user set win over the file's [flow] table, as for `flow --file`.
+        set_here = {"engine": engine, "model": model, "tp": tp}
+        given: dict[str, object] = {
+            "runs_dir": runs_dir,
+            "server": {k: v for k, v in set_here.items() if v is not None},
+            **({"poll": poll} if poll else {}),
+            **({"extra": extra} if extra else {}),
+        }
         options = flow_job(given, table, file, need_workload=False)
         return grid_of(options, table["sweep"], file, group)
     server = {"engine": engine, "model": model, "tp": tp, "port": port}
