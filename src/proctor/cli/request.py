@@ -1,7 +1,8 @@
 """`python -m proctor.cli.request`: one proctor command from a JSON CommandRequest on stdin.
 
-The far side of `--target` for serve, drain, inspect, flow and sweep --server-grid (bench, sweep
-and eval send a typed Submission instead: `python -m proctor.jobs submit`): the request names
+The far side of `--target` for serve, drain and inspect (bench, sweep, eval, offline, flow and
+sweep --server-grid send a typed Submission instead: `python -m proctor.jobs submit`): the
+request names
 the command and the values of the parameters the user set; each value is cast through the
 command's own parameter type and the command is invoked, with the exit-code mapping of
 `proctor` itself. Nothing is rebuilt into a command line and parsed again.

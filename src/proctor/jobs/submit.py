@@ -1,7 +1,7 @@
 """`submit(submission, target=None)`: the one call that runs a typed job as a run, here or on a
-target. What `proctor bench|sweep|eval gsm8k|offline` call for both cases, what the far side
-of `--target` calls again (`python -m proctor.jobs submit`, the submission's JSON on stdin), and
-`proctor.run_job(job, target=...)` for the library.
+target. What `proctor bench|sweep|eval gsm8k|offline|flow` (and `sweep --server-grid`) call
+for both cases, what the far side of `--target` calls again (`python -m proctor.jobs submit`,
+the submission's JSON on stdin), and `proctor.run_job(job, target=...)` for the library.
 
 Here: the --server run the submission names is resolved in this runs dir and its facts fill
 the job's unset fields; the run is started as `python -m proctor.jobs run JOB` (a sweep: one

@@ -55,8 +55,8 @@ STEP_MODULE = "proctor.targets.remote.step"
 @dataclass
 class WorkflowCommand:
     """A proctor command to run far away, as a typed request: a typed job's submission
-    (bench, sweep, eval, offline), or a command's names and the parameters the user set; with
-    `answer`, the request asks for its JSON answer and its stdout is kept."""
+    (bench, sweep, eval, offline, flow, server grid), or a command's names and the parameters
+    the user set; with `answer`, the request asks for its JSON answer and its stdout is kept."""
 
     request: CommandRequest | SubmitRequest
     nested: bool = False
