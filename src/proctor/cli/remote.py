@@ -32,8 +32,6 @@ from proctor.targets.remote.commands import (
     setup_script,
 )
 from proctor.targets.remote.orchestrate import Completion, RemoteOptions, resume_remote
-from proctor.targets.remote.requests import CommandRequest
-from proctor.targets.remote.shipfiles import Shipment, request_shipment
 
 if TYPE_CHECKING:
     from proctor.jobs.submission import Submission
@@ -110,7 +108,6 @@ def remote_command(
     *,
     runs_dir: str | None,
     as_json: bool,
-    nested: bool = False,
     answer: bool = False,
     leave_live: bool = False,
     print_run: bool = False,
@@ -130,15 +127,12 @@ def remote_command(
     # fix), said in this command's JSON error (_far_error).
     answer = answer or as_json
     request = request_of(ctx, as_json=answer)
-    # Read before any machine is acquired: a missing file is a usage error, at no cost.
     command = WorkflowCommand(
         request,
-        nested=nested,
         answer=answer,
         leave_live=leave_live,
         direct=direct,
         detach=detach,
-        shipment=_shipment(request),
     )
     options = RemoteOptions(
         setup_script=setup_script(config),
@@ -231,11 +225,6 @@ def _far_error(result: WorkflowResult) -> tuple[str, str | None] | None:
         if line.startswith("proctor: ")
     ]
     return (said[-1], None) if said else None
-
-
-def _shipment(request: CommandRequest) -> Shipment:
-    """The local files the command reads, read and hashed (its dataset or data folder)."""
-    return request_shipment(request)
 
 
 def submit_command(

@@ -11,15 +11,15 @@ checked against the size cap and hashed. Once the far workspace is known, each i
 content-addressed, `<ws>/proctor/data/<sha256>/<name>` (a folder's files under
 `<ws>/proctor/data/<digest>/<folder>/`, the digest of their sha256sum text), by the agent, which
 writes a file only if its bytes hash to the same sha256 (or, without an agent, through FILES and
-read back); the request then names the far copies (a typed job: its own fields, `job_shipment`;
-a command: its parameters, `request_shipment`). The reader says which bytes it read: bench's
-metrics.json `dataset.sha256`, the eval's `data.sha256`.
+read back); the submission then names the far copies in its job's own fields (`job_shipment`;
+the commands still sent as a CommandRequest, serve, drain and inspect, read no local file).
+The reader says which bytes it read: bench's metrics.json `dataset.sha256`, the eval's
+`data.sha256`.
 """
 
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import json
 import tempfile
@@ -36,7 +36,6 @@ from proctor.jobs.submission import AnyJob
 from proctor.jobs.sweep import SweepJob
 from proctor.source.manifest import digest_of
 from proctor.spec.datasets import FILE_DATASETS, split_dataset
-from proctor.spec.tomlwrite import dump_toml
 from proctor.targets.base import AGENT, FILES, Target, capable
 from proctor.targets.remote.requests import CommandRequest, SubmitRequest
 
@@ -88,32 +87,20 @@ class Shipped:
 
 
 @dataclass
-class Document:
-    """A TOML file the command reads (a flow file) whose values name local files: shipped as
-    `[name]` tables with those values naming the far copies, under its own name."""
-
-    param: str
-    path: Path
-    tables: dict[str, dict[str, Any]]
-    values: list[Shipped] = field(default_factory=list)
-
-
-@dataclass
 class Shipment:
-    """Everything a command reads locally: parameters naming files, and a document."""
+    """Everything a job reads locally: the values of its fields that name files."""
 
     params: list[Shipped] = field(default_factory=list)
-    document: Document | None = None
 
     def values(self) -> list[Shipped]:
-        return [*self.params, *(self.document.values if self.document else [])]
+        return list(self.params)
 
     def files(self) -> list[LocalFile]:
         unique = {(f.folder, f.name): f for v in self.values() for f in v.files}
         return list(unique.values())
 
     def __bool__(self) -> bool:
-        return bool(self.params) or self.document is not None
+        return bool(self.params)
 
     def check_size(self) -> None:
         total = sum(f.size for f in self.files())
@@ -183,16 +170,6 @@ def gsm8k_data_value(value: object, where: tuple[str | int, ...]) -> Shipped | N
     return Shipped(where, tuple(files), folder=Path(value).expanduser().resolve().name)
 
 
-def request_shipment(request: CommandRequest) -> Shipment:
-    """What the request's own parameters name: read and hashed; UsageError if one cannot be."""
-    params = [dataset_value(request.params.get(DATASET_PARAM), (DATASET_PARAM,))]
-    if request.command[:1] == ["eval"]:
-        params.append(gsm8k_data_value(request.params.get(DATA_PARAM), (DATA_PARAM,)))
-    shipment = Shipment([p for p in params if p is not None])
-    shipment.check_size()
-    return shipment
-
-
 def table_values(kind: str, options: object, where: tuple[str | int, ...]) -> list[Shipped]:
     """The options of a `kind` workload's table (at `where`) that name local files, read and
     hashed: bench and sweep `dataset` (a file kind), eval `data` (its GSM8K splits). A `cmd`
@@ -259,20 +236,8 @@ def ship_files(
         for value in shipment.params:
             _set(submission["job"], value.where, value.far_value(workspace))
         return SubmitRequest(submission=json.dumps(submission, sort_keys=True))
-    params = dict(request.params)
-    for value in shipment.params:
-        params[str(value.where[0])] = value.far_value(workspace)
-    doc = shipment.document
-    if doc is not None:
-        tables = copy.deepcopy(doc.tables)
-        for value in doc.values:
-            _set(tables, value.where, value.far_value(workspace))
-        data = dump_toml(tables).encode()
-        sha = hashlib.sha256(data).hexdigest()
-        dest = f"{workspace}/proctor/data/{sha}/{doc.path.name}"
-        _put(target, dest, sha, data, None)
-        params[doc.param] = dest
-    return request.model_copy(update={"params": params})
+    # A CommandRequest (serve, drain, inspect) reads no local file: its shipment is empty.
+    raise UsageError(f"{request.title()} takes no local files to a target")
 
 
 def shipped_digests(shipment: Shipment) -> dict[str, str]:
@@ -321,7 +286,6 @@ def _store(target: Target, dest: str, sha256: str, data: bytes, local: Path | No
 
 
 __all__ = [
-    "Document",
     "LocalFile",
     "Shipment",
     "Shipped",
@@ -330,7 +294,6 @@ __all__ = [
     "job_shipment",
     "read_file",
     "read_folder",
-    "request_shipment",
     "ship_files",
     "shipped_digests",
     "table_values",
