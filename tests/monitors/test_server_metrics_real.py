@@ -53,7 +53,12 @@ def test_vllm_server_metrics_agree_with_the_client(
     assert server["generation_tokens"] == 128, server
     assert server["prompt_tokens"] == 8 * 32
     assert server["ttft_ms"]["count"] == 8 and server["e2el_ms"]["count"] == 8
-    assert server["reconcile"]["ok"], server["reconcile"]
+    # Tokens must agree exactly as counted. TTFT: the client's holds the HTTP and the API
+    # server's queue, which the engine does not see, so it may be far above the server's on a
+    # loaded machine (CI with a busy loop per core: 212 against 78 ms), never far below it.
+    assert server["reconcile"]["tokens"]["ok"], server["reconcile"]
+    ttft = server["reconcile"]["ttft_mean_ms"]
+    assert ttft["client"] >= ttft["server"] - ttft["allowed"], server["reconcile"]
     assert 1 <= server["running_max"] <= 2 and 0 < server["kv_cache_usage_max"] <= 1
     client_ttft = res.metrics.stats_ms["ttft"].mean
     print(
