@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,44 @@ def test_corrupt_archive_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SourceMismatch, match="cannot unpack"):
         unpack_and_verify(bad, tmp_path / "dest")
     assert not (tmp_path / "dest").exists()
+
+
+def _racing(monkeypatch: pytest.MonkeyPatch, winner: Callable[[], object]) -> None:
+    """While this unpack extracts, `winner()` fills its destination first: two runs of one
+    group syncing one source to one host (CI-4: `Directory not empty`, exit 6)."""
+    from proctor.source import archive as module
+
+    extract = module._extract
+
+    def extract_then_lose(archive: Path, into: Path) -> None:
+        extract(archive, into)
+        monkeypatch.setattr(module, "_extract", extract)
+        winner()
+
+    monkeypatch.setattr(module, "_extract", extract_then_lose)
+
+
+def test_an_unpack_that_loses_the_race_to_the_same_source_uses_that_checkout(
+    make_repo: MakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_repo(files={"a.txt": "a\n"})
+    info = make_source_archive(source_identity(root), tmp_path / "a.tar.gz")
+    dest = tmp_path / "ws" / "src"
+    _racing(monkeypatch, lambda: unpack_and_verify(info.path, dest))
+    report = unpack_and_verify(info.path, dest)
+    assert report.matches and report.path == str(dest)
+    assert (dest / "a.txt").read_text() == "a\n"
+    assert [p.name for p in dest.parent.iterdir()] == ["src"]  # no partial directory left
+
+
+def test_an_unpack_that_loses_the_race_to_other_files_refuses_and_keeps_them(
+    make_repo: MakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_repo(files={"a.txt": "a\n"})
+    info = make_source_archive(source_identity(root), tmp_path / "a.tar.gz")
+    dest = tmp_path / "ws" / "src"
+    _racing(monkeypatch, lambda: write(dest / "precious.txt", "keep me\n"))
+    with pytest.raises(CheckoutExists):
+        unpack_and_verify(info.path, dest)
+    assert sorted(os.listdir(dest)) == ["precious.txt"]
+    assert [p.name for p in dest.parent.iterdir()] == ["src"]

@@ -423,14 +423,43 @@ def unpack_and_verify(
         if text != report.shipped.manifest.to_sha256sum():
             report.mismatches.append(f"{MANIFEST_FILE} disagrees with {IDENTITY_FILE}")
         ensure_matches(report)
-        if dest.exists():
-            dest.rmdir()  # empty, checked above
-        os.rename(tmp, dest)
+        try:
+            if dest.exists():
+                dest.rmdir()  # empty, checked above
+            os.rename(tmp, dest)
+        except OSError as exc:
+            if not dest.is_dir():
+                raise
+            # Another unpack of the same source got there first (two runs of one group on one
+            # host): its checkout is kept if it is this very source, verified.
+            theirs = _same_checkout(dest, report)
+            shutil.rmtree(tmp, ignore_errors=True)
+            if theirs is None:
+                raise CheckoutExists(
+                    f"{dest} appeared while this source was unpacked and holds other files; "
+                    "proctor never overwrites a checkout",
+                    hint="inspect it with inspect_checkout, or unpack into a new directory",
+                ) from exc
+            return theirs
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     report.path = str(dest)
     return report
+
+
+def _same_checkout(dest: Path, ours: CheckoutReport) -> CheckoutReport | None:
+    """The report of the checkout at `dest` if it is the source `ours` verified, intact."""
+    theirs = inspect_checkout(dest)
+    if (
+        theirs.state != "proctor-archive"
+        or theirs.mismatches
+        or theirs.shipped is None
+        or ours.shipped is None
+        or theirs.shipped.manifest.to_sha256sum() != ours.shipped.manifest.to_sha256sum()
+    ):
+        return None
+    return theirs
 
 
 def _extract(archive: Path, into: Path) -> None:
