@@ -414,26 +414,28 @@ class Flow:
             # Teardown is bounded; a second Ctrl-C or SIGTERM must not cut it short.
             previous_int = signal.signal(signal.SIGINT, self._noted)
             signal.signal(signal.SIGTERM, self._noted)
+            # The record's end too: a SIGTERM restored to its default there would leave the
+            # flow "running" with its server gone (the wrapper's guard and ladder send two).
             try:
                 self.stop_scrape()
                 note(self.teardown(self.server))
+                code = failures[0] if failures else 0
+                if code == 0 and self._stop_asked:
+                    self.log("[flow] interrupted during the teardown: stopped")
+                    code = int(ExitCode.INTERRUPTED)
+                stopped = code == int(ExitCode.INTERRUPTED)
+                if len(self.job.workloads) > 1:
+                    self.results()
+                self.recorder.finish(
+                    code=code,
+                    outcome="ok" if code == 0 else "stopped" if stopped else "failed",
+                    reason="stopped" if stopped else None,
+                    store_path=resolve_store_path(self.config, self.runs_dir).value,
+                    who="flow",
+                )
             finally:
                 signal.signal(signal.SIGTERM, previous)
                 signal.signal(signal.SIGINT, previous_int)
-            code = failures[0] if failures else 0
-            if code == 0 and self._stop_asked:
-                self.log("[flow] interrupted during the teardown: stopped")
-                code = int(ExitCode.INTERRUPTED)
-            stopped = code == int(ExitCode.INTERRUPTED)
-            if len(self.job.workloads) > 1:
-                self.results()
-            self.recorder.finish(
-                code=code,
-                outcome="ok" if code == 0 else "stopped" if stopped else "failed",
-                reason="stopped" if stopped else None,
-                store_path=resolve_store_path(self.config, self.runs_dir).value,
-                who="flow",
-            )
         return code
 
     def _steps(self, note: Callable[[int], int], *, resume: bool) -> None:

@@ -183,10 +183,10 @@ def run_server_sweep(
 
     with home:
         drive(_until_interrupted(len(points), say), run_point)
-    failing = [c for c in codes if c != 0]
-    stopped = int(ExitCode.INTERRUPTED) in codes
-    code = int(ExitCode.INTERRUPTED) if stopped else (failing[0] if failing else 0)
-    home.finish(code, stopped=stopped, reused=reused, ran=ran)
+        failing = [c for c in codes if c != 0]
+        stopped = int(ExitCode.INTERRUPTED) in codes
+        code = int(ExitCode.INTERRUPTED) if stopped else (failing[0] if failing else 0)
+        home.finish(code, stopped=stopped, reused=reused, ran=ran)
     return ServerSweepResult(home.run, rows, code, reused, ran)
 
 

@@ -7,8 +7,10 @@ are the ones a user sees.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -263,6 +265,46 @@ def test_timeout_stops_the_run_and_keeps_its_figures(tmp_path: Path, fake: Path)
     assert time.monotonic() - t0 < 50
     doc = metrics_doc(only_run(tmp_path))
     assert doc["status"] == "stopped" and doc["metrics"]["output_throughput"] == 617.25
+
+
+def test_later_sigterms_do_not_cut_the_stop_short(tmp_path: Path, fake: Path) -> None:
+    # At its time limit a supervised command gets SIGTERM twice, from the wrapper's deadline
+    # guard and from its kill ladder. The second used to land after the handler was restored
+    # and before the last save, so the stopped run's metrics.json said "running" (CI, stop
+    # 31). Here SIGTERM comes back to back until the runner is gone.
+    out = tmp_path / "out"
+    script = (
+        "import sys; from pathlib import Path; from proctor.workloads.offline import run_offline; "
+        "run_offline([sys.argv[1]], Path(sys.argv[2]), engine='vllm', echo=False)"
+    )
+    env = {**os.environ, "FAKE_MODE": "sleep"}
+    runner = subprocess.Popen(
+        [sys.executable, "-c", script, str(fake), str(out)], env=env, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "output_throughput" not in _figures(out / "metrics.json"):
+            assert runner.poll() is None and time.monotonic() < deadline, "no figures printed"
+            time.sleep(0.05)
+        deadline = time.monotonic() + 30
+        while runner.poll() is None and time.monotonic() < deadline:
+            try:
+                os.killpg(runner.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                break
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait()
+    doc = json.loads((out / "metrics.json").read_text())
+    assert doc["status"] == "stopped" and doc["metrics"]["output_throughput"] == 617.25
+
+
+def _figures(path: Path) -> dict[str, float]:
+    try:
+        return json.loads(path.read_text())["metrics"]  # type: ignore[no-any-return]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return {}
 
 
 def test_drain_offline_uses_the_runs_engine_fault_patterns(tmp_path: Path, fake: Path) -> None:

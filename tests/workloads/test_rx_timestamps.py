@@ -150,3 +150,15 @@ def test_timing_section_names_clocks_and_error() -> None:
     loop_time = timing([Sample(1.0, 1.0, [0.001])], 1.0, 3.0, [0.01])
     assert loop_time["token_clock"] == rxtime.FALLBACK_CLOCK
     assert loop_time["reading_late_p99_ms"] == 3.0  # the probe's lag stands in
+
+
+def test_clock_offset_skips_a_try_preempted_between_its_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # True offset 1000 ns. The first try is preempted 5 ms between its monotonic read and its
+    # wall read (a loaded machine); a bare pair would be 5 ms off, and map every token late.
+    perf = iter([0, 5_000_010, 6_000_000, 6_000_010, 7_000_000, 7_000_010])
+    wall = iter([5_001_000, 6_001_005, 7_001_005])
+    monkeypatch.setattr(rxtime.time, "perf_counter_ns", lambda: next(perf))
+    monkeypatch.setattr(rxtime.time, "time_ns", lambda: next(wall))
+    assert rxtime.clock_offset_ns() == 1000

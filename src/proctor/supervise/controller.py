@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from proctor import redact
@@ -27,14 +24,11 @@ from proctor.record import owner
 from proctor.record.finish import now_iso
 from proctor.record.recorder import Recorder
 from proctor.record.rundir import write_atomic
+from proctor.supervise.sigterm import SigtermStop, sigterm_stop
 
 
 class Stopped(KeyboardInterrupt):
     """SIGTERM to a controller (`proctor runs stop` of its run): handled where Ctrl-C is."""
-
-
-def _raise_stopped(signum: int, frame: FrameType | None) -> None:
-    raise Stopped()
 
 
 def command_line() -> list[str]:
@@ -69,18 +63,15 @@ def hold(recorder: Recorder) -> None:
 
 
 @contextlib.contextmanager
-def controlling(recorder: Recorder) -> Iterator[None]:
-    """Control the run for the block: pid file written, SIGTERM raises Stopped (main thread
-    only). The run stays held after it: `Recorder.finish` (after exit_code) lets it go, or
-    this process's exit does, so there is no moment without a status and without an owner."""
+def controlling(recorder: Recorder) -> Iterator[SigtermStop]:
+    """Control the run for the block: pid file written, the first SIGTERM raises Stopped (main
+    thread only); `disarm()` the handler it yields before ending the run, so a second SIGTERM
+    cannot cut the ending short. The run stays held after it: `Recorder.finish` (after
+    exit_code) lets it go, or this process's exit does, so there is no moment without a status
+    and without an owner."""
     hold(recorder)
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_stopped) if main else None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    with sigterm_stop(Stopped) as term:
+        yield term
 
 
 __all__ = ["Stopped", "command_line", "controller_fields", "controlling", "hold"]

@@ -26,7 +26,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from proctor import redact
@@ -39,6 +38,7 @@ from proctor.results.names import metric_info
 from proctor.spec.config import ProjectConfig
 from proctor.spec.profiles.command import choose_launcher
 from proctor.spec.profiles.models import EngineProfile, ModelProfile
+from proctor.supervise.sigterm import sigterm_stop
 
 if TYPE_CHECKING:
     from proctor.supervise.launch import Started
@@ -446,49 +446,46 @@ def run_offline(
             return result
     save()
     started = time.monotonic()
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise _Stopped
-
-    signal.signal(signal.SIGTERM, on_term)
     proc: subprocess.Popen[bytes] | None = None
-    try:
-        proc = subprocess.Popen(
-            list(command),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=dict(env) if env else None,
-        )
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        for chunk in iter(lambda: os.read(fd, 65536), b""):
-            if echo:
-                _echo(chunk)
-            if scanner.feed(chunk):
-                save()
-        scanner.finish()
-        result.exit_code = proc.wait()
-        result.status = "fault" if scanner.faults else "ok" if result.exit_code == 0 else "failed"
-    except OSError as error:
-        result.status = "not-found"
-        result.error = f"could not start {redactor.text(command[0])}: {error.strerror or error}"
-    except _Stopped:
-        result.status = "stopped"
-        if proc is not None:
-            # Same process group: the supervisor's SIGTERM reached the command too.
-            try:
-                result.exit_code = proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                result.exit_code = proc.wait()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        result.wall_time_s = round(time.monotonic() - started, 3)
-        result.metrics = dict(scanner.metrics)
-        result.faults = list(scanner.faults)
-        save()
+    with sigterm_stop(_Stopped) as term:
+        try:
+            proc = subprocess.Popen(
+                list(command),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env) if env else None,
+            )
+            assert proc.stdout is not None
+            fd = proc.stdout.fileno()
+            for chunk in iter(lambda: os.read(fd, 65536), b""):
+                if echo:
+                    _echo(chunk)
+                if scanner.feed(chunk):
+                    save()
+            scanner.finish()
+            result.exit_code = proc.wait()
+            result.status = (
+                "fault" if scanner.faults else "ok" if result.exit_code == 0 else "failed"
+            )
+        except OSError as error:
+            result.status = "not-found"
+            result.error = f"could not start {redactor.text(command[0])}: {error.strerror or error}"
+        except _Stopped:
+            result.status = "stopped"
+            if proc is not None:
+                # Same process group: the supervisor's SIGTERM reached the command too.
+                try:
+                    result.exit_code = proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    result.exit_code = proc.wait()
+        finally:
+            term.disarm()  # a second SIGTERM (the kill ladder's) must not cut the save short
+            result.wall_time_s = round(time.monotonic() - started, 3)
+            result.metrics = dict(scanner.metrics)
+            result.faults = list(scanner.faults)
+            save()
     return result
 
 

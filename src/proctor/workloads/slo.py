@@ -221,32 +221,32 @@ def slo_search(
     plan = bisect(lo, hi, step=step, integer=integer, max_probes=max_probes, meets=meets)
     with home:
         _, end = drive(plan, probe)
-    answer, code, error = end.answer, 0, None
-    if end.why == "broken" and (absent := _unwritten(probes[0], conditions)):
-        error = (
-            f"the bench wrote no {', '.join(absent)} (run {probes[0].run_id}, "
-            "metrics.json): the SLO names a metric that does not exist, so it "
-            "cannot be judged"
+        answer, code, error = end.answer, 0, None
+        if end.why == "broken" and (absent := _unwritten(probes[0], conditions)):
+            error = (
+                f"the bench wrote no {', '.join(absent)} (run {probes[0].run_id}, "
+                "metrics.json): the SLO names a metric that does not exist, so it "
+                "cannot be judged"
+            )
+            code = int(ExitCode.USAGE)
+        elif end.why == "broken":
+            code = int(probes[-1].exit_code or ExitCode.UNKNOWN)
+        elif end.why == "lo-misses":
+            say(f"[slo] no {axis} in [{lo:g}, {hi:g}] meets the SLO: even {lo:g} misses it")
+            code = int(ExitCode.WORKLOAD_FAILED)
+        elif end.why == "hi-meets":
+            say("[slo] the top of the range meets the SLO: raise --hi to look further")
+        record["answer"] = answer
+        if error:
+            record["error"] = error
+        result = SloSearchResult.model_validate(
+            {"schema": SLO_SCHEMA, "schema_version": SLO_VERSION, "axis": axis}
+            | {"slo": record["slo"], "answer": answer}
+            | {"probes": [SloProbe.model_validate(p) for p in record["probes"]]}
+            | ({"error": error} if error else {})
         )
-        code = int(ExitCode.USAGE)
-    elif end.why == "broken":
-        code = int(probes[-1].exit_code or ExitCode.UNKNOWN)
-    elif end.why == "lo-misses":
-        say(f"[slo] no {axis} in [{lo:g}, {hi:g}] meets the SLO: even {lo:g} misses it")
-        code = int(ExitCode.WORKLOAD_FAILED)
-    elif end.why == "hi-meets":
-        say("[slo] the top of the range meets the SLO: raise --hi to look further")
-    record["answer"] = answer
-    if error:
-        record["error"] = error
-    result = SloSearchResult.model_validate(
-        {"schema": SLO_SCHEMA, "schema_version": SLO_VERSION, "axis": axis}
-        | {"slo": record["slo"], "answer": answer}
-        | {"probes": [SloProbe.model_validate(p) for p in record["probes"]]}
-        | ({"error": error} if error else {})
-    )
-    home.summarize = lambda: write_summary(home.run, result)  # result.json: the one writer
-    home.finish(code)
+        home.summarize = lambda: write_summary(home.run, result)  # result.json: the one writer
+        home.finish(code)
     if answer is not None and code == 0:
         say(
             f"[slo] highest {axis} meeting {', '.join(map(str, conditions))}: {answer:g} "

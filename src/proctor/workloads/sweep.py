@@ -104,9 +104,11 @@ def run_sweep(
 
     with home:
         drive(each(concurrencies), run_point, after=after)
-    failing = [p for p in points if p.exit_code != 0]
-    code = 0 if not failing else (failing[0].exit_code if failing[0].exit_code is not None else 6)
-    home.finish(code)
+        failing = [p for p in points if p.exit_code != 0]
+        code = (
+            0 if not failing else (failing[0].exit_code if failing[0].exit_code is not None else 6)
+        )
+        home.finish(code)
     return home.run, points
 
 

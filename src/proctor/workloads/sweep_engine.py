@@ -29,6 +29,7 @@ from proctor.record.rundir import RunDir
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import resolve_runs_dir, resolve_store_path
 from proctor.supervise.controller import controller_fields, controlling
+from proctor.supervise.sigterm import SigtermStop
 from proctor.version import __version__
 
 P = TypeVar("P")  # a point of the plan
@@ -74,7 +75,7 @@ class SweepHome:
 
     def __enter__(self) -> SweepHome:
         self._held = controlling(self.recorder)
-        self._held.__enter__()
+        self._term: SigtermStop = self._held.__enter__()
         return self
 
     def __exit__(
@@ -83,18 +84,22 @@ class SweepHome:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._held.__exit__(kind, error, tb)
-        if error is None:
-            return
-        self.summarize()
-        if isinstance(error, KeyboardInterrupt):  # Ctrl-C, or `runs stop` (controller.Stopped)
-            self._end(int(ExitCode.INTERRUPTED), "stopped", reason="stopped")
-        else:  # no status can be established for a sweep whose controller failed
-            self._end(None, "unknown", error=repr(error))
+        try:
+            if error is None:
+                return
+            self._term.disarm()  # a second SIGTERM must not cut the ending short
+            self.summarize()
+            if isinstance(error, KeyboardInterrupt):  # Ctrl-C, or `runs stop` (Stopped)
+                self._end(int(ExitCode.INTERRUPTED), "stopped", reason="stopped")
+            else:  # no status can be established for a sweep whose controller failed
+                self._end(None, "unknown", error=repr(error))
+        finally:
+            self._held.__exit__(None, None, None)
 
     def finish(self, code: int, *, stopped: bool = False, **fields: Any) -> None:
         """The summary, then the record's end: ok (0), stopped (a point was interrupted) or
         failed; `fields` are recorded first."""
+        self._term.disarm()  # a SIGTERM now is too late to stop anything: the end runs out
         if fields:
             self.recorder.update(**fields)
         self.summarize()
