@@ -163,6 +163,8 @@ def run_server_sweep(
     earlier = finished_points(runs_root, group)
     points = grid.server_points()
 
+    axes = tuple(k for k in BENCH_AXES if k in grid.bench)  # the bench options the grid sets
+
     def run_point(n: int) -> int:
         params = points[n - 1]
         key = point_key(params)
@@ -177,7 +179,7 @@ def run_server_sweep(
             ran.append(key)
             say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
         codes.append(code)
-        rows.extend(point_rows(runs_root, flow_id, params, grid.flow.server.tp))
+        rows.extend(point_rows(runs_root, flow_id, params, grid.flow.server.tp, axes))
         home.summarize()
         return code
 
@@ -229,13 +231,17 @@ def finished_points(runs_root: Path, group: str) -> dict[str, str]:
 
 
 def point_rows(
-    runs_root: Path, flow_id: str, params: dict[str, Any], tp: int | None
+    runs_root: Path,
+    flow_id: str,
+    params: dict[str, Any],
+    tp: int | None,
+    axes: tuple[str, ...] = BENCH_AXES,
 ) -> list[dict[str, Any]]:
     """One row per bench of the flow: the point's parameters, the bench's, its metrics."""
     flow = read_view(runs_root / flow_id)
     gpus = int(params.get("tp") or tp or 1)
     rows = []
-    listed = _bench_tables(flow) if isinstance(flow, FlowRecord) else []
+    listed = _bench_tables(flow, axes) if isinstance(flow, FlowRecord) else []
     results = flow.workload_runs if isinstance(flow, FlowRecord) else []
     if not results:  # the server never came up: one row saying so
         return [
@@ -271,14 +277,20 @@ def point_rows(
     return rows
 
 
-def _bench_tables(flow: FlowRecord) -> list[dict[str, Any]]:
-    """Each listed workload's bench table: from the flow's job, or (a flow recorded before the
-    typed job) from its options."""
+def _bench_tables(flow: FlowRecord, axes: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each listed workload's bench table, as far as a row shows it: from the flow's typed job
+    (its values of the grid's bench `axes`), from a job recorded before the typed workloads
+    (its table), or from the options of a flow recorded before the job."""
     if flow.job:
-        return [
-            dict(w.get("options") or {}) if w.get("kind") == "bench" else {}
-            for w in flow.job.get("workloads") or []
-        ]
+        tables = []
+        for w in flow.job.get("workloads") or []:
+            job = w.get("job")
+            if isinstance(job, dict):
+                bench = job.get("kind") == "bench"
+                tables.append({k: job[k] for k in axes if k in job} if bench else {})
+            else:
+                tables.append(dict(w.get("options") or {}) if w.get("kind") == "bench" else {})
+        return tables
     return [dict(e.get("bench") or {}) for e in flow.options.get("workloads") or []]
 
 
