@@ -418,7 +418,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code)
 
     app.command("run", help=RUN_HELP, context_settings={"allow_interspersed_args": False})(
-        job_command(run_command, JobGroup("job", CommandJob))
+        _job_first(job_command(run_command, JobGroup("job", CommandJob)))
     )
 
     def plan_command(
@@ -439,8 +439,22 @@ def register(app: typer.Typer) -> None:
         print_plan(resolve_run_plan(flags, load_config(config)), as_json)
 
     app.command("plan", context_settings={"allow_interspersed_args": False})(
-        job_command(plan_command, JobGroup("job", CommandJob))
+        _job_first(job_command(plan_command, JobGroup("job", CommandJob)))
     )
+
+
+def _job_first(command: Any) -> Any:
+    """The command with the job's options listed first in its help, after CMD (then its run
+    control and the target's options)."""
+    import inspect
+
+    from proctor.jobs.command import CommandJob
+
+    params = list(inspect.signature(command).parameters.values())
+    job = [p for p in params if p.name in CommandJob.model_fields]
+    rest = [p for p in params if p.name not in CommandJob.model_fields]
+    command.__signature__ = inspect.Signature([*rest[:1], *job, *rest[1:]])
+    return command
 
 
 __all__ = ["ExitCode", "exit_for_state", "register", "summary_line"]
