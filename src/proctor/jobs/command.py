@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from proctor.jobs.options import NoOpt, Opt, validated
+from proctor.spec.config import RunDefaults
 from proctor.spec.durations import parse_duration
 from proctor.spec.envnames import NAME_RULE, env_name_problem, env_value_problem
 from proctor.spec.plan import RunFlags
@@ -95,7 +96,7 @@ class CommandJob(BaseModel):
 
     @field_validator("timeout", "grace")
     @classmethod
-    def _is_duration(cls, v: str | None, info: Any) -> str | None:
+    def _is_duration(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None:
             parse_duration(v, option=f"--{info.field_name}")
         return v
@@ -124,9 +125,9 @@ class CommandJob(BaseModel):
         """The environment as NAME -> VALUE (a later NAME=... wins)."""
         return dict(item.partition("=")[::2] for item in self.env)
 
-    def with_defaults(self, run: Any) -> CommandJob:
-        """This job (the flags a user set) laid over proctor.toml's [run] table (`run`: its
-        RunDefaults): what a far target runs, where no plan with origins is made."""
+    def with_defaults(self, run: RunDefaults) -> CommandJob:
+        """This job (the flags a user set) laid over proctor.toml's [run] table: what a far
+        target runs, where no plan with origins is made."""
         env = [f"{k}={v}" for k, v in dict(run.env).items()] + list(self.env)
         values = {
             **self.model_dump(),
