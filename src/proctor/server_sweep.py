@@ -16,8 +16,6 @@ of tokens/s per GPU).
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,7 @@ from proctor.record.rundir import RunDir, is_run_id
 from proctor.record.schema import FlowRecord, read_view
 from proctor.serve import check_startable
 from proctor.spec.config import ProjectConfig
-from proctor.workloads.summary import write_summary
+from proctor.workloads.summary import csv_table, text_table, write_summary
 from proctor.workloads.sweep_engine import Plan, SweepHome, drive
 
 SUMMARY_METRICS = (
@@ -315,69 +313,25 @@ def _cells(row: dict[str, Any], front: set[int], i: int) -> list[str]:
 
 
 def summary_text(rows: list[dict[str, Any]]) -> str:
-    header = [
-        "server",
-        "bench",
-        *[c[0] for c in COLUMNS],
-        "tok/s/user",
-        "tok/s/GPU",
-        "exit",
-        "pareto",
-    ]
+    header = ["server", "bench", *[c[0] for c in COLUMNS]]
+    header += ["tok/s/user", "tok/s/GPU", "exit", "pareto"]
     front = set(pareto_front(rows))
-    body = [_cells(r, front, i) for i, r in enumerate(rows)]
-    widths = [
-        max(len(header[j]), *(len(b[j]) for b in body)) if body else len(header[j])
-        for j in range(len(header))
-    ]
-    lines = [
-        "  ".join(
-            h.ljust(w) if j < 2 else h.rjust(w)
-            for j, (h, w) in enumerate(zip(header, widths, strict=True))
-        )
-    ]
-    lines += [
-        "  ".join(
-            v.ljust(w) if j < 2 else v.rjust(w)
-            for j, (v, w) in enumerate(zip(b, widths, strict=True))
-        )
-        for b in body
-    ]
-    return "\n".join(lines) + "\n"
+    return text_table(header, [_cells(r, front, i) for i, r in enumerate(rows)], left=2)
 
 
 def summary_csv(rows: list[dict[str, Any]]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
     front = set(pareto_front(rows))
-    writer.writerow(
+    header = ["server", "bench", "flow_run", "bench_run", "exit_code", *SUMMARY_METRICS]
+    header += ["tok_s_per_user", "tok_s_per_gpu", "pareto"]
+    body = [
         [
-            "server",
-            "bench",
-            "flow_run",
-            "bench_run",
-            "exit_code",
-            *SUMMARY_METRICS,
-            "tok_s_per_user",
-            "tok_s_per_gpu",
-            "pareto",
+            *(point_key(r["server"]), point_key(r["bench"]), r["flow_run"], r["bench_run"]),
+            *(r["exit_code"], *[r["metrics"].get(k, "") for k in SUMMARY_METRICS]),
+            *(r["tok_s_per_user"], r["tok_s_per_gpu"], int(i in front)),
         ]
-    )
-    for i, r in enumerate(rows):
-        writer.writerow(
-            [
-                point_key(r["server"]),
-                point_key(r["bench"]),
-                r["flow_run"],
-                r["bench_run"],
-                r["exit_code"],
-                *[r["metrics"].get(k, "") for k in SUMMARY_METRICS],
-                r["tok_s_per_user"],
-                r["tok_s_per_gpu"],
-                int(i in front),
-            ]
-        )
-    return out.getvalue()
+        for i, r in enumerate(rows)
+    ]
+    return csv_table(header, body)
 
 
 def summarize_grid(recorder: Recorder, rows: list[dict[str, Any]], group: str) -> None:
