@@ -145,11 +145,28 @@ def _plan(submission: Submission, argv: list[str], name: str, runs_dir: str | No
     return resolve_run_plan(flags, load_config())
 
 
-def _health(run: RunDir, name: str = "gpu_health") -> dict[str, Any] | None:
+def health_of(run: RunDir, name: str = "gpu_health") -> dict[str, Any] | None:
+    """A GPU health field of the run's record (GpuHealth, GpuHealthChange) as JSON, or None."""
     from proctor.record.schema import read_view
 
     value = read_view(run.path).fact(name)
     return value.model_dump(mode="json") if value is not None else None
+
+
+def _detached(submission: Submission, run: RunDir, voice: Voice, **more: Any) -> Submitted:
+    """A detached run's answer: its id on stdout, or (--json) its id, directory and `more`."""
+    done = Submitted(run_id=run.run_id, path=run.path)
+    if submission.answer:
+        done.answer = {"run_id": run.run_id, "dir": str(run.path), **more}
+        voice.answer(done.answer)
+    else:
+        voice.echo(run.run_id)
+    return done
+
+
+def _quiet(submission: Submission, voice: Voice) -> Voice:
+    """`voice` without the run's log under --json (stdout holds only the answer)."""
+    return Voice(voice.say, voice.echo, voice.answer, None if submission.answer else voice.log)
 
 
 def _follow(run: RunDir, kind: str, voice: Voice) -> tuple[SupervisedRun, RunState]:
@@ -213,20 +230,10 @@ def _bench_here(
                 hint="use another --key, or wait for that run (`proctor runs wait`)",
             )
         voice.say(f"proctor: attached to live bench run {run.run_id} (key {submission.key})")
-    health = _health(run)
-    done = Submitted(run_id=run.run_id, path=run.path)
+    health = health_of(run)
     if submission.detach:
-        if submission.answer:
-            done.answer = {
-                "run_id": run.run_id,
-                "dir": str(run.path),
-                "attached": started.attached,
-                "gpu_health": health,
-            }
-            voice.answer(done.answer)
-        else:
-            voice.echo(run.run_id)
-        return done
+        return _detached(submission, run, voice, attached=started.attached, gpu_health=health)
+    done = Submitted(run_id=run.run_id, path=run.path)
     voice.say(f"proctor: bench run {run.run_id} -> {run.path}")
     if health is not None:
         from proctor.monitors.gpu_health import one_line
@@ -245,7 +252,7 @@ def _bench_here(
             **(run.read_json("metrics.json") or {}),
             "outcome": record.outcome if record else None,
             "gpu_health": health,
-            "gpu_health_change": _health(run, "gpu_health_change"),
+            "gpu_health_change": health_of(run, "gpu_health_change"),
         }
         voice.answer(done.answer)
     voice.say(f"proctor: {supervised.summary(state)}")
@@ -275,16 +282,10 @@ def _eval_here(
     started = start_run(plan, RunSpec(kind="eval", extra=extra))
     run = started.run
     interrupts.attach(run)
-    done = Submitted(run_id=run.run_id, path=run.path)
     if submission.detach:
-        if submission.answer:
-            done.answer = {"run_id": run.run_id, "dir": str(run.path)}
-            voice.answer(done.answer)
-        else:
-            voice.echo(run.run_id)
-        return done
-    quiet = Voice(voice.say, voice.echo, voice.answer, None if submission.answer else voice.log)
-    supervised, state = _follow(run, "eval", quiet)
+        return _detached(submission, run, voice)
+    done = Submitted(run_id=run.run_id, path=run.path)
+    supervised, state = _follow(run, "eval", _quiet(submission, voice))
     if submission.answer:
         done.answer = {"run_id": run.run_id, **(run.read_json("metrics.json") or {})}
         voice.answer(done.answer)
@@ -316,16 +317,10 @@ def _offline_here(
     started = start_offline(request, load_config(config))
     run = started.run
     interrupts.attach(run)
-    done = Submitted(run_id=run.run_id, path=run.path)
     if submission.detach:
-        if submission.answer:
-            done.answer = {"run_id": run.run_id, "dir": str(run.path), "attached": started.attached}
-            voice.answer(done.answer)
-        else:
-            voice.echo(run.run_id)
-        return done
-    quiet = Voice(voice.say, voice.echo, voice.answer, None if submission.answer else voice.log)
-    supervised, state = _follow(run, "offline", quiet)
+        return _detached(submission, run, voice, attached=started.attached)
+    done = Submitted(run_id=run.run_id, path=run.path)
+    supervised, state = _follow(run, "offline", _quiet(submission, voice))
     doc = read_or_none(run.path / "metrics.json")
     offline = doc if isinstance(doc, OfflineDocument) else OfflineDocument.model_validate({})
     record = load_record(run.path)
@@ -490,4 +485,4 @@ def submit_far(
     )
 
 
-__all__ = ["Submitted", "Voice", "submit", "submit_far"]
+__all__ = ["Submitted", "Voice", "health_of", "submit", "submit_far"]
