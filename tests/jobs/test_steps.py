@@ -109,6 +109,7 @@ def test_a_setting_a_flow_also_has_is_the_flows_declaration(
     assert mine.get_default(call_default_factory=True) == flows.get_default(
         call_default_factory=True
     )
+
     def checks(info: Any) -> list[Any]:
         return [m for m in info.metadata if not isinstance(m, options.Opt | options.NoOpt)]
 
