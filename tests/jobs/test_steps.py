@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
-import typer
 from pydantic import BaseModel, ValidationError
 
 from proctor.cli.jobopts import own_options
@@ -34,6 +32,7 @@ from proctor.jobs.steps import (
 from proctor.targets.remote.requests import StepRequest
 from tests.fixtures.fake_openai_server import free_port
 from tests.helpers import FAKE_ENGINE_TOML, REPO
+from tests.jobs.test_options import _mounted
 
 COMMANDS: dict[tuple[str, ...], type[Step]] = {
     ("serve", "start"): ServeStartStep,
@@ -46,19 +45,6 @@ COMMANDS: dict[tuple[str, ...], type[Step]] = {
 # (serve start) the target's machine.
 OWN = {"--runs-dir", "--json", "--target"}
 MACHINE = {"--nodes", "--gpus-per-node", "--partition", "--time"}
-
-
-def _mounted(*path: str) -> click.Command:
-    from proctor.cli import groups
-    from proctor.cli.main import app
-
-    groups.mount(app, [path[0]])
-    command: click.Command | None = typer.main.get_command(app)
-    for name in path:
-        assert isinstance(command, click.Group)
-        command = command.get_command(click.Context(command), name)
-    assert command is not None
-    return command
 
 
 def _flags(model: type[BaseModel]) -> set[str]:

@@ -32,7 +32,7 @@ from proctor.jobs.steps import (
     ServeStartStep,
     ServeStopStep,
 )
-from proctor.jobs.submit import Submitted, Voice, health_of
+from proctor.jobs.submit import Submitted, Voice, health_of, run_far
 from proctor.record.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -417,16 +417,9 @@ def run_step_far(
 ) -> WorkflowRun:
     """Send the step to the target's machine and run it there, in the far runs dir (see the
     module docstring); the machine is kept where the step's server outlives it."""
-    from proctor.source.identity import source_identity
-    from proctor.spec.config import load_config
-    from proctor.spec.plan import resolve_runs_dir, resolve_store_path
-    from proctor.targets.remote.commands import run_workflow, setup_script
-    from proctor.targets.remote.orchestrate import RemoteOptions
     from proctor.targets.remote.requests import StepRequest
     from proctor.targets.remote.workflow import WorkflowCommand
 
-    config = load_config()
-    local_runs = Path(resolve_runs_dir(runs_dir, config).value)
     # Under --json the far step answers in JSON too: its error comes back as one (reason, fix).
     answer = answer or step.answers
     command = WorkflowCommand(
@@ -435,20 +428,7 @@ def run_step_far(
         leave_live=step.leaves_live,
         direct=step.direct,
     )
-    options = RemoteOptions(
-        setup_script=setup_script(config),
-        store_path=Path(resolve_store_path(config, local_runs).value),
-    )
-    return run_workflow(
-        spec,
-        command,
-        source_identity(Path(".").resolve()),
-        config,
-        local_runs,
-        log if log is not None else sys.stdout.buffer,
-        options,
-        keep_for_server=step.server_lives,
-    )
+    return run_far(command, spec, runs_dir=runs_dir, log=log, keep_for_server=step.server_lives)
 
 
 __all__ = ["StepVoice", "run_step", "run_step_far", "step_here", "tell_started"]

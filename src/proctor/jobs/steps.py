@@ -27,7 +27,13 @@ from proctor.jobs.serve import ServeJob
 from proctor.spec.durations import parse_duration
 
 RUN = NoOpt("the RUN argument")
-PORT = (1, 65535)
+#: A step's --port: the server it acts on (a run found by its port, or a server proctor did not
+#: start).
+Port = Annotated[int | None, Opt("--port", short="-p")]
+
+
+def _port(description: str) -> Any:
+    return Field(default=None, ge=1, le=65535, description=description)
 
 
 def duration(flag: str, default: str | None) -> Opt:
@@ -111,8 +117,8 @@ class ServeStartStep(Step):
     )
     rpc_port: Annotated[int | None, Opt("--rpc-port")] = Field(
         default=None,
-        ge=PORT[0],
-        le=PORT[1],
+        ge=1,
+        le=65535,
         description="Slurm: the head's rendezvous port (default: the profile's).",
     )
     wait: Annotated[float | None, duration("--wait", None)] = Field(
@@ -132,12 +138,7 @@ class ServeReadyStep(Step):
 
     kind: Annotated[Literal["serve-ready"], NoOpt("the step's kind")] = "serve-ready"
     run: Annotated[str | None, RUN] = None
-    port: Annotated[int | None, Opt("--port", short="-p")] = Field(
-        default=None,
-        ge=PORT[0],
-        le=PORT[1],
-        description="PORT: its live server run, else a server proctor did not start.",
-    )
+    port: Port = _port("PORT: its live server run, else a server proctor did not start.")
     timeout: float = _flow(
         "ready_timeout",
         duration("--timeout", "15m"),
@@ -165,12 +166,7 @@ class ServeStopStep(Step):
 
     kind: Annotated[Literal["serve-stop"], NoOpt("the step's kind")] = "serve-stop"
     run: Annotated[str | None, RUN] = None
-    port: Annotated[int | None, Opt("--port", short="-p")] = Field(
-        default=None,
-        ge=PORT[0],
-        le=PORT[1],
-        description="Stop the live server run proctor started on this port.",
-    )
+    port: Port = _port("Stop the live server run proctor started on this port.")
     mine: Annotated[bool, Opt("--mine")] = Field(
         default=False, description="Stop every live server run in the runs dir."
     )
@@ -186,11 +182,8 @@ class DrainStep(Step):
 
     kind: Annotated[Literal["drain"], NoOpt("the step's kind")] = "drain"
     run: Annotated[str | None, RUN] = None
-    port: Annotated[int | None, Opt("--port", short="-p")] = Field(
-        default=None,
-        ge=PORT[0],
-        le=PORT[1],
-        description="PORT of the server: its live server run, else a server proctor did not start.",
+    port: Port = _port(
+        "PORT of the server: its live server run, else a server proctor did not start."
     )
     max_: float = _flow("max_")
     poll: float = _flow("poll")
@@ -231,9 +224,7 @@ class InspectStep(Step):
 
     kind: Annotated[Literal["inspect"], NoOpt("the step's kind")] = "inspect"
     run: Annotated[str | None, RUN] = None
-    port: Annotated[int | None, Opt("--port", short="-p")] = Field(
-        default=None, ge=PORT[0], le=PORT[1], description="PORT: the live server run on it."
-    )
+    port: Port = _port("PORT: the live server run on it.")
     pid: Annotated[list[int], Opt("--pid", multiple=True, cli_default=[])] = Field(
         default_factory=list,
         description="Inspect these pids instead of the server's workers (on Slurm: pids of the "

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from proctor.spec.plan import RunPlan
     from proctor.targets.registry import TargetOptions
     from proctor.targets.remote.commands import WorkflowRun
+    from proctor.targets.remote.workflow import WorkflowCommand
     from proctor.targets.service import Interrupts, SupervisedRun
 
 
@@ -437,19 +438,10 @@ def submit_far(
 ) -> WorkflowRun:
     """Send the submission to `target` and run it there (see the module docstring); the far
     answer is always kept (its JSON document), whatever this side prints."""
-    from proctor.source.identity import source_identity
-    from proctor.spec.config import load_config
-    from proctor.spec.plan import resolve_runs_dir, resolve_store_path
-    from proctor.targets.registry import target_options
-    from proctor.targets.remote.commands import run_workflow, setup_script
-    from proctor.targets.remote.orchestrate import RemoteOptions
     from proctor.targets.remote.requests import SubmitRequest
     from proctor.targets.remote.shipfiles import job_shipment
     from proctor.targets.remote.workflow import WorkflowCommand
 
-    config = load_config()
-    spec = target_options(target, config) if isinstance(target, str) else target
-    local_runs = Path(resolve_runs_dir(runs_dir, config).value)
     job = submission.job
     if isinstance(job, SweepJob) and job.runs_dir is not None:
         job = job.model_copy(update={"runs_dir": None})  # the far runs dir is the far side's
@@ -469,6 +461,29 @@ def submit_far(
         detach=detach,
         shipment=shipment,
     )
+    return run_far(command, target, runs_dir=runs_dir, log=log, keep_for_server=far.server_lives)
+
+
+def run_far(
+    command: WorkflowCommand,
+    target: str | TargetOptions,
+    *,
+    runs_dir: str | None,
+    log: IO[bytes] | None,
+    keep_for_server: bool,
+) -> WorkflowRun:
+    """A typed request (a submission, a step) run on `target` from this source tree, the runs
+    it made fetched into this runs dir; the machine kept where `keep_for_server`."""
+    from proctor.source.identity import source_identity
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import resolve_runs_dir, resolve_store_path
+    from proctor.targets.registry import target_options
+    from proctor.targets.remote.commands import run_workflow, setup_script
+    from proctor.targets.remote.orchestrate import RemoteOptions
+
+    config = load_config()
+    spec = target_options(target, config) if isinstance(target, str) else target
+    local_runs = Path(resolve_runs_dir(runs_dir, config).value)
     options = RemoteOptions(
         setup_script=setup_script(config),
         store_path=Path(resolve_store_path(config, local_runs).value),
@@ -481,8 +496,8 @@ def submit_far(
         local_runs,
         log if log is not None else sys.stdout.buffer,
         options,
-        keep_for_server=far.server_lives,
+        keep_for_server=keep_for_server,
     )
 
 
-__all__ = ["Submitted", "Voice", "health_of", "submit", "submit_far"]
+__all__ = ["Submitted", "Voice", "health_of", "run_far", "submit", "submit_far"]
