@@ -1,5 +1,6 @@
-"""The server workflow and workloads on a remote target (`--target` for serve, drain, flow,
-bench, eval): each command runs as `proctor CMD ...` on the far side, next to the GPU.
+"""The server workflow and workloads on a remote target (`--target` for serve, drain, inspect,
+flow, bench, sweep, eval, offline): each command's typed request (a job's submission, or a
+step) runs on the far side, next to the GPU, through `python -m proctor.jobs`.
 
 One command = one supervised far job (run_remote: prepare with the far venv, sync the exact
 source, setup once, start, follow, fetch + verify, release) whose command is
