@@ -181,10 +181,10 @@ def test_the_far_side_starts_gates_and_stops_a_server_without_the_cli(tmp_path: 
     _no_cli(modules)
     assert code == 0, started
     run_id = started["run_id"]
-    assert started["server"]["port"] == port and not started["attached"], started
-    record = json.loads((tmp_path / "r" / run_id / "record.json").read_text())
-    assert record["kind"] == "server"
     try:
+        assert started["server"]["port"] == port and not started["attached"], started
+        record = json.loads((tmp_path / "r" / run_id / "record.json").read_text())
+        assert record["kind"] == "server"
         code, ready, modules = _far(ServeReadyStep(run=run_id, timeout=60), tmp_path)
         _no_cli(modules)
         assert code == 0 and ready["exit_code"] == 0, ready
