@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("serve",),  # the inference-server workflow: start, ready, stop
     ("workloads",),  # load generator, gsm8k, offline, sweep
     # server + workloads + drain + teardown as one run; grids of them; running any typed job
-    ("flow", "server_sweep", "jobs.run", "jobs.submit", "jobs.__main__"),
+    ("flow", "server_sweep", "jobs.run", "jobs.submit", "jobs.step_run", "jobs.__main__"),
     ("report",),  # HTML and tables read from the store and run directories
     ("api", "cli", "__init__", "__main__"),  # the public API and the thin shell on top
 ]

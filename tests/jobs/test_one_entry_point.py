@@ -2,8 +2,8 @@
 workload module from options (the argv-rebuilding sites issue 21 removed). The one command line
 that runs a workload is `python -m proctor.jobs run JOB` (jobs/argv.py); the far side of
 `--target` is handed a typed request, not flags: a typed job's submission (`python -m
-proctor.jobs submit`), or a command's parameters (`proctor.cli.request`), both from the far
-step (targets/remote/step.py)."""
+proctor.jobs submit`) or a server workflow step (`python -m proctor.jobs step`), both from the
+far step (targets/remote/step.py); no CLI module is ever launched."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ WORKLOAD_OR_CLI = ("proctor.workloads", "proctor.cli", "proctor.jobs")
 # The one place each may be named in a command line.
 ALLOWED = {
     "proctor.jobs": {"jobs/argv.py", "targets/remote/step.py"},
-    "proctor.cli.request": {"targets/remote/step.py"},
 }
 
 

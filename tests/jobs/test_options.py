@@ -158,5 +158,7 @@ def test_every_command_that_starts_a_server_takes_the_serve_jobs_options(
     flags = _flags(_mounted(*path))
     assert _field_flags(ServeJob, skip) <= flags
     if path == ("serve", "start"):
+        from proctor.jobs.steps import ServeStartStep
+
         own = own_options(_mounted(*path).callback)  # type: ignore[arg-type]
-        assert flags == _field_flags(ServeJob) | own
+        assert flags == _field_flags(ServeJob) | _field_flags(ServeStartStep) | own

@@ -2,9 +2,9 @@
 over proctor.targets (the registry, targets/remote/commands.py); this module only prints.
 
 `--target` on bench/sweep/eval/offline/flow and sweep --server-grid|--file: `submit_command()`
-hands the typed submission to `proctor.jobs.submit.submit`, here or far away. On
-serve/drain/inspect: `hand_off()` sends the command and the options the user set as a typed
-request (cli/request.py) to run far away (targets/remote/workflow.py).
+hands the typed submission to `proctor.jobs.submit.submit`, here or far away. serve
+start|ready|stop, drain and inspect: `step_command()` hands the typed step (jobs/steps.py) to
+`proctor.jobs.step_run.run_step`, here or far away, the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from proctor.cli.output import err_console, print_json, tell_json_error
-from proctor.cli.request import command_names, request_of
 from proctor.cli.targethelp import RUN_TARGET_HELP, TARGET_HELP
 from proctor.results.cost import format_cost
 from proctor.source.identity import source_identity
@@ -28,12 +27,13 @@ from proctor.targets.remote.commands import (
     group_exit_status,
     job_from_flags,
     run_far,
-    run_workflow,
     setup_script,
 )
 from proctor.targets.remote.orchestrate import Completion, RemoteOptions, resume_remote
 
 if TYPE_CHECKING:
+    from proctor.jobs.step_run import StepVoice
+    from proctor.jobs.steps import AnyStep
     from proctor.jobs.submission import Submission
     from proctor.targets.remote.commands import WorkflowRun
     from proctor.targets.remote.workflow import WorkflowResult
@@ -94,64 +94,6 @@ def print_group(done: GroupRun, as_json: bool) -> int:
 def _log_out(as_json: bool) -> IO[bytes]:
     # With --json, stdout carries only the report; the followed log goes to stderr.
     return sys.stderr.buffer if as_json else sys.stdout.buffer
-
-
-# -- the workflow commands with --target -----------------------------------------------------
-# Commands whose server outlives them on the machine: a rented one is kept unless told otherwise.
-# (A typed job's submission says so itself: Submission.server_lives.)
-_SERVER_LIVES = {("serve", "start"), ("serve", "ready"), ("drain",)}
-
-
-def remote_command(
-    ctx: click.Context,
-    target: str | TargetOptions,
-    *,
-    runs_dir: str | None,
-    as_json: bool,
-    answer: bool = False,
-    leave_live: bool = False,
-    print_run: bool = False,
-    direct: bool = False,
-    detach: bool = False,
-) -> int:
-    """Run the current command on `target`; returns its exit code (raising what decides it)."""
-    from proctor.spec.config import load_config
-    from proctor.spec.plan import resolve_runs_dir, resolve_store_path
-    from proctor.targets.registry import target_options
-    from proctor.targets.remote.workflow import WorkflowCommand
-
-    config = load_config()
-    spec = target_options(target, config) if isinstance(target, str) else target
-    local_runs = Path(resolve_runs_dir(runs_dir, config).value)
-    # Under --json the far command answers in JSON too: its error comes back as one (reason,
-    # fix), said in this command's JSON error (_far_error).
-    answer = answer or as_json
-    request = request_of(ctx, as_json=answer)
-    command = WorkflowCommand(
-        request,
-        answer=answer,
-        leave_live=leave_live,
-        direct=direct,
-        detach=detach,
-    )
-    options = RemoteOptions(
-        setup_script=setup_script(config),
-        store_path=Path(resolve_store_path(config, local_runs).value),
-    )
-    names = tuple(command_names(ctx))
-    # (bench, sweep, eval and offline say it themselves: Submission.server_lives)
-    server_lives = leave_live or names[:2] in _SERVER_LIVES or names[:1] in _SERVER_LIVES
-    done = run_workflow(
-        spec,
-        command,
-        source_identity(Path(".").resolve()),
-        config,
-        local_runs,
-        _log_out(as_json),
-        options,
-        keep_for_server=server_lives,
-    )
-    return print_far(done, request.title(), as_json, print_run=print_run)
 
 
 def print_far(done: WorkflowRun, title: str, as_json: bool, *, print_run: bool = False) -> int:
@@ -261,53 +203,72 @@ def submit_command(
         raise click.exceptions.Exit(code)
 
 
-def hand_off(
-    target: str | TargetOptions, *, runs_dir: str | None, as_json: bool, **how: bool
-) -> None:
-    """From inside a command given `--target`: run it there, exit with its code."""
-    code = remote_command(
-        click.get_current_context(), target, runs_dir=runs_dir, as_json=as_json, **how
+def step_voice(as_json: bool) -> StepVoice:
+    """How a step run here speaks through this CLI: its lines on stderr, its answer on stdout
+    (--json: one document), a followed far log on stdout (stderr under --json)."""
+    from proctor.cli.output import console, print_evidence
+    from proctor.cli.serve import print_applied
+    from proctor.jobs.step_run import StepVoice
+
+    def say(line: str) -> None:
+        err_console.print(line, highlight=False, markup=False)
+
+    def echo(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    def row(row: dict[str, Any]) -> None:
+        console.print({k: str(v) for k, v in row.items()})
+
+    return StepVoice(
+        say=say,
+        echo=echo,
+        answer=print_json,
+        log=_log_out(as_json),
+        evidence=print_evidence,
+        applied=print_applied,
+        row=row,
     )
-    if code:
-        raise click.exceptions.Exit(code)
 
 
-def hand_off_or_here(
+def step_command(
+    step: AnyStep,
     target: str | None,
     *,
     runs_dir: str | None,
     as_json: bool,
-    run_ref: str | None = None,
-    new_run: bool = False,
     target_flags: dict[str, Any] | None = None,
-    **how: bool,
-) -> TargetOptions | None:
-    """For a command that acts on runs (serve start|ready|stop, drain, inspect): where the
-    target's kind keeps its runs as local run directories (acts_here: Slurm), the target's
-    options, and the command goes on in this process; else it runs there (None: done)."""
-    from proctor.spec.config import load_config
-    from proctor.spec.plan import resolve_runs_dir
-    from proctor.targets.registry import target_options
-    from proctor.targets.remote.commands import acts_here
+) -> None:
+    """Run a server workflow step (serve start|ready|stop, drain, inspect) here or on
+    `target` (or where `target_flags` say: Slurm's --nodes ...), through the one call the
+    library has too (`proctor.jobs.step_run.run_step`); print what it did; exit with its code."""
+    from proctor.jobs.step_run import run_step
 
-    config = load_config()
-    spec = target_options(target, config, **(target_flags or {}))
-    if acts_here(spec, Path(resolve_runs_dir(runs_dir, config).value), run_ref, new_run=new_run):
-        return spec
-    hand_off(spec, runs_dir=runs_dir, as_json=as_json, **how)
-    return None
+    done = run_step(
+        step,
+        target,
+        answer=as_json,
+        runs_dir=runs_dir,
+        voice=step_voice(as_json),
+        target_flags=target_flags,
+    )
+    if done.far is not None:
+        code = print_far(done.far, step.title, as_json, print_run=step.leaves_live)
+    else:
+        code = done.exit_code
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 __all__ = [
     "RUN_TARGET_HELP",
     "TARGET_HELP",
     "attach",
-    "hand_off",
-    "hand_off_or_here",
     "print_far",
     "print_group",
-    "remote_command",
     "report",
     "run_with_target",
+    "step_command",
+    "step_voice",
     "submit_command",
 ]

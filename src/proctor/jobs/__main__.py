@@ -3,9 +3,13 @@ holding it) in this process. What every supervised bench, sweep point, eval, off
 flow workload runs.
 
 `python -m proctor.jobs submit`: a Submission (jobs/submission.py) as JSON on stdin, run as
-`proctor.jobs.submit.submit` runs it here: the far side of `--target` for bench, sweep, eval
-and offline (no CLI on that path). With the submission's `answer`, stdout is its one JSON
-document, with `error` (exit code, reason, fix) added when it fails.
+`proctor.jobs.submit.submit` runs it here: the far side of `--target` for bench, sweep, eval,
+offline, flow and server grids (no CLI on that path). With the submission's `answer`, stdout is
+its one JSON document, with `error` (exit code, reason, fix) added when it fails.
+
+`python -m proctor.jobs step`: a server workflow step (jobs/steps.py, in a StepRequest: serve
+start|ready|stop, drain, inspect) as JSON on stdin, run as `proctor.jobs.step_run.step_here`
+runs it here: the far side of `--target` for those commands, answered the same way.
 
 Exit codes are proctor's (docs: errors.py): 0 ok, 3 the workload failed (more requests failed
 or went unanswered than --max-error-rate allows, lm-eval or the offline command failed), 64 a
@@ -19,11 +23,15 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
         help="where the job writes metrics.json (default: $PROCTOR_RUN_DIR, the run's directory)",
     )
     sub.add_parser("submit", help="run the submission on stdin as a run here")
+    sub.add_parser("step", help="run the server workflow step on stdin here")
     return p
 
 
@@ -52,12 +61,54 @@ def _strict(data: Any) -> Any:
 
 def submit_main(text: str) -> int:
     """The submission `text` run here; under its `answer`, one JSON document on stdout."""
-    from pydantic import ValidationError
-
-    from proctor.errors import EXIT_CODE_MEANINGS, invalid
     from proctor.jobs.run import with_api_key
     from proctor.jobs.submission import Submission
     from proctor.jobs.submit import Voice, submit
+
+    def go(held: list[Any]) -> tuple[bool, Callable[[], int]]:
+        submission = _valid(Submission, text, "invalid submission")
+        submission = submission.model_copy(update={"job": with_api_key(submission.job)})
+        voice = Voice(answer=held.append) if submission.answer else Voice()
+        return submission.answer, lambda: submit(submission, voice=voice).status()
+
+    return answered(go)
+
+
+def step_main(text: str) -> int:
+    """The step request `text` run here; under its `answer`, one JSON document on stdout."""
+    from proctor.jobs.step_run import StepVoice, step_here
+    from proctor.targets.remote.requests import StepRequest
+
+    def go(held: list[Any]) -> tuple[bool, Callable[[], int]]:
+        request = _valid(StepRequest, text, "invalid step request")
+        voice = StepVoice(answer=held.append) if request.answer else StepVoice()
+        runs_dir = None  # the runs dir where it runs: PROCTOR_RUNS_DIR, set by the far step
+        return request.answer, lambda: step_here(
+            request.step, answer=request.answer, runs_dir=runs_dir, voice=voice
+        )
+
+    return answered(go)
+
+
+M = TypeVar("M", bound="BaseModel")
+
+
+def _valid(model: type[M], text: str, what: str) -> M:
+    from pydantic import ValidationError
+
+    from proctor.errors import invalid
+
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as error:
+        raise invalid(error, what=what) from None
+
+
+def answered(go: Callable[[list[Any]], tuple[bool, Callable[[], int]]]) -> int:
+    """Run what `go` makes of the held answers' list (whether it answers, and the call);
+    under its answer, the last document it answered on stdout, with `error` (exit code,
+    reason, fix) added when it fails: a list of rows under `result`."""
+    from proctor.errors import EXIT_CODE_MEANINGS
 
     held: list[Any] = []
     answer = False
@@ -70,30 +121,27 @@ def submit_main(text: str) -> int:
         stream.write(text + "\n")
         stream.flush()
 
+    def with_error(error: dict[str, Any]) -> dict[str, Any]:
+        doc = held[-1] if held else {}
+        return {**doc, **error} if isinstance(doc, dict) else {"result": doc, **error}
+
     try:
-        try:
-            submission = Submission.model_validate_json(text)
-        except ValidationError as error:
-            raise invalid(error, what="invalid submission") from None
-        answer = submission.answer
-        submission = submission.model_copy(update={"job": with_api_key(submission.job)})
-        voice = Voice(answer=held.append) if answer else Voice()
-        code = submit(submission, voice=voice).status()
+        answer, call = go(held)
+        code = call()
     except ProctorError as error:
         print(f"proctor: {error.one_line()}", file=sys.stderr, flush=True)
         if answer:
             said = {"exit_code": int(error.exit_code), "reason": error.message, "fix": error.hint}
-            doc = held[-1] if held and isinstance(held[-1], dict) else {}
-            write({**doc, "error": said})
+            write(with_error({"error": said}))
         return int(error.exit_code)
     if answer and held:
         doc = held[-1]
-        if code and isinstance(doc, dict):
+        if code:
             try:
                 reason = EXIT_CODE_MEANINGS[ExitCode(code)]
             except ValueError:
                 reason = f"exit status {code}"
-            doc = {**doc, "error": {"exit_code": code, "reason": reason, "fix": None}}
+            doc = with_error({"error": {"exit_code": code, "reason": reason, "fix": None}})
         write(doc)
     return code
 
@@ -102,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.verb == "submit":
         return submit_main(sys.stdin.read())
+    if args.verb == "step":
+        return step_main(sys.stdin.read())
     from proctor.jobs.run import load_job, run_job
 
     try:

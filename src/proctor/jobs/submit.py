@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from proctor.spec.plan import RunPlan
     from proctor.targets.registry import TargetOptions
     from proctor.targets.remote.commands import WorkflowRun
+    from proctor.targets.remote.workflow import WorkflowCommand
     from proctor.targets.service import Interrupts, SupervisedRun
 
 
@@ -145,11 +146,28 @@ def _plan(submission: Submission, argv: list[str], name: str, runs_dir: str | No
     return resolve_run_plan(flags, load_config())
 
 
-def _health(run: RunDir, name: str = "gpu_health") -> dict[str, Any] | None:
+def health_of(run: RunDir, name: str = "gpu_health") -> dict[str, Any] | None:
+    """A GPU health field of the run's record (GpuHealth, GpuHealthChange) as JSON, or None."""
     from proctor.record.schema import read_view
 
     value = read_view(run.path).fact(name)
     return value.model_dump(mode="json") if value is not None else None
+
+
+def _detached(submission: Submission, run: RunDir, voice: Voice, **more: Any) -> Submitted:
+    """A detached run's answer: its id on stdout, or (--json) its id, directory and `more`."""
+    done = Submitted(run_id=run.run_id, path=run.path)
+    if submission.answer:
+        done.answer = {"run_id": run.run_id, "dir": str(run.path), **more}
+        voice.answer(done.answer)
+    else:
+        voice.echo(run.run_id)
+    return done
+
+
+def _quiet(submission: Submission, voice: Voice) -> Voice:
+    """`voice` without the run's log under --json (stdout holds only the answer)."""
+    return Voice(voice.say, voice.echo, voice.answer, None if submission.answer else voice.log)
 
 
 def _follow(run: RunDir, kind: str, voice: Voice) -> tuple[SupervisedRun, RunState]:
@@ -213,20 +231,10 @@ def _bench_here(
                 hint="use another --key, or wait for that run (`proctor runs wait`)",
             )
         voice.say(f"proctor: attached to live bench run {run.run_id} (key {submission.key})")
-    health = _health(run)
-    done = Submitted(run_id=run.run_id, path=run.path)
+    health = health_of(run)
     if submission.detach:
-        if submission.answer:
-            done.answer = {
-                "run_id": run.run_id,
-                "dir": str(run.path),
-                "attached": started.attached,
-                "gpu_health": health,
-            }
-            voice.answer(done.answer)
-        else:
-            voice.echo(run.run_id)
-        return done
+        return _detached(submission, run, voice, attached=started.attached, gpu_health=health)
+    done = Submitted(run_id=run.run_id, path=run.path)
     voice.say(f"proctor: bench run {run.run_id} -> {run.path}")
     if health is not None:
         from proctor.monitors.gpu_health import one_line
@@ -245,7 +253,7 @@ def _bench_here(
             **(run.read_json("metrics.json") or {}),
             "outcome": record.outcome if record else None,
             "gpu_health": health,
-            "gpu_health_change": _health(run, "gpu_health_change"),
+            "gpu_health_change": health_of(run, "gpu_health_change"),
         }
         voice.answer(done.answer)
     voice.say(f"proctor: {supervised.summary(state)}")
@@ -275,16 +283,10 @@ def _eval_here(
     started = start_run(plan, RunSpec(kind="eval", extra=extra))
     run = started.run
     interrupts.attach(run)
-    done = Submitted(run_id=run.run_id, path=run.path)
     if submission.detach:
-        if submission.answer:
-            done.answer = {"run_id": run.run_id, "dir": str(run.path)}
-            voice.answer(done.answer)
-        else:
-            voice.echo(run.run_id)
-        return done
-    quiet = Voice(voice.say, voice.echo, voice.answer, None if submission.answer else voice.log)
-    supervised, state = _follow(run, "eval", quiet)
+        return _detached(submission, run, voice)
+    done = Submitted(run_id=run.run_id, path=run.path)
+    supervised, state = _follow(run, "eval", _quiet(submission, voice))
     if submission.answer:
         done.answer = {"run_id": run.run_id, **(run.read_json("metrics.json") or {})}
         voice.answer(done.answer)
@@ -316,16 +318,10 @@ def _offline_here(
     started = start_offline(request, load_config(config))
     run = started.run
     interrupts.attach(run)
-    done = Submitted(run_id=run.run_id, path=run.path)
     if submission.detach:
-        if submission.answer:
-            done.answer = {"run_id": run.run_id, "dir": str(run.path), "attached": started.attached}
-            voice.answer(done.answer)
-        else:
-            voice.echo(run.run_id)
-        return done
-    quiet = Voice(voice.say, voice.echo, voice.answer, None if submission.answer else voice.log)
-    supervised, state = _follow(run, "offline", quiet)
+        return _detached(submission, run, voice, attached=started.attached)
+    done = Submitted(run_id=run.run_id, path=run.path)
+    supervised, state = _follow(run, "offline", _quiet(submission, voice))
     doc = read_or_none(run.path / "metrics.json")
     offline = doc if isinstance(doc, OfflineDocument) else OfflineDocument.model_validate({})
     record = load_record(run.path)
@@ -442,19 +438,10 @@ def submit_far(
 ) -> WorkflowRun:
     """Send the submission to `target` and run it there (see the module docstring); the far
     answer is always kept (its JSON document), whatever this side prints."""
-    from proctor.source.identity import source_identity
-    from proctor.spec.config import load_config
-    from proctor.spec.plan import resolve_runs_dir, resolve_store_path
-    from proctor.targets.registry import target_options
-    from proctor.targets.remote.commands import run_workflow, setup_script
-    from proctor.targets.remote.orchestrate import RemoteOptions
     from proctor.targets.remote.requests import SubmitRequest
     from proctor.targets.remote.shipfiles import job_shipment
     from proctor.targets.remote.workflow import WorkflowCommand
 
-    config = load_config()
-    spec = target_options(target, config) if isinstance(target, str) else target
-    local_runs = Path(resolve_runs_dir(runs_dir, config).value)
     job = submission.job
     if isinstance(job, SweepJob) and job.runs_dir is not None:
         job = job.model_copy(update={"runs_dir": None})  # the far runs dir is the far side's
@@ -474,6 +461,29 @@ def submit_far(
         detach=detach,
         shipment=shipment,
     )
+    return run_far(command, target, runs_dir=runs_dir, log=log, keep_for_server=far.server_lives)
+
+
+def run_far(
+    command: WorkflowCommand,
+    target: str | TargetOptions,
+    *,
+    runs_dir: str | None,
+    log: IO[bytes] | None,
+    keep_for_server: bool,
+) -> WorkflowRun:
+    """A typed request (a submission, a step) run on `target` from this source tree, the runs
+    it made fetched into this runs dir; the machine kept where `keep_for_server`."""
+    from proctor.source.identity import source_identity
+    from proctor.spec.config import load_config
+    from proctor.spec.plan import resolve_runs_dir, resolve_store_path
+    from proctor.targets.registry import target_options
+    from proctor.targets.remote.commands import run_workflow, setup_script
+    from proctor.targets.remote.orchestrate import RemoteOptions
+
+    config = load_config()
+    spec = target_options(target, config) if isinstance(target, str) else target
+    local_runs = Path(resolve_runs_dir(runs_dir, config).value)
     options = RemoteOptions(
         setup_script=setup_script(config),
         store_path=Path(resolve_store_path(config, local_runs).value),
@@ -486,8 +496,8 @@ def submit_far(
         local_runs,
         log if log is not None else sys.stdout.buffer,
         options,
-        keep_for_server=far.server_lives,
+        keep_for_server=keep_for_server,
     )
 
 
-__all__ = ["Submitted", "Voice", "submit", "submit_far"]
+__all__ = ["Submitted", "Voice", "health_of", "run_far", "submit", "submit_far"]

@@ -187,8 +187,8 @@ def start(req: StartRequest) -> dict[str, Any]:
 
 
 def run_proctor(req: ProctorRequest) -> dict[str, Any]:
-    """The request's proctor command (step.far_command: a typed submission, or a command
-    replayed by cli/request.py) in the verified checkout with the far
+    """The request's proctor command (step.far_command: a typed submission, or a server
+    workflow step, each run by `python -m proctor.jobs`) in the verified checkout with the far
     runs dir, waited for here: for commands that only start detached runs (serve start), which
     must not be a job's children (a job's wrapper stops what its command leaves behind)."""
     import subprocess

@@ -47,7 +47,7 @@ from proctor.targets.remote.orchestrate import (
     run_remote,
     source_view,
 )
-from proctor.targets.remote.requests import CommandRequest, SubmitRequest
+from proctor.targets.remote.requests import StepRequest, SubmitRequest
 from proctor.targets.remote.shipfiles import ship_files
 from proctor.targets.remote.workflow import (
     ChildRun,
@@ -245,7 +245,7 @@ def run_workflow(
     *,
     keep_for_server: bool = False,
 ) -> WorkflowRun:
-    """`command` (a proctor command line) on the one machine `options` names, as one far job
+    """`command` (a typed request) on the one machine `options` names, as one far job
     (or one agent call, command.direct); the machine is released as its kind says (a pod
     hosting a server that outlives the command is kept)."""
     kind = kind_named(options.kind)
@@ -330,6 +330,7 @@ def run_planned(
     try:
         prepared = target.prepare()
         if command.shipment:  # no agent to store them with: refused, never read from its path
+            assert isinstance(command.request, SubmitRequest)  # a step reads no local file
             shipped = ship_files(target, prepared.workspace, command.request, command.shipment)
             command = replace(command, request=shipped)
         job = job_for(command)
@@ -389,17 +390,16 @@ def _exit_code(run: RunDir) -> int | None:
     return status.code if status is not None else None
 
 
-def not_detached(request: CommandRequest | SubmitRequest) -> CommandRequest | SubmitRequest:
+def not_detached(request: SubmitRequest | StepRequest) -> SubmitRequest | StepRequest:
     """The request without its --detach (a job that runs it to its end)."""
     if isinstance(request, SubmitRequest):
         return SubmitRequest.of(request.parsed().model_copy(update={"detach": False}))
-    params = {k: v for k, v in request.params.items() if k != "detach"}
-    return request.model_copy(update={"params": params})
+    return request  # a step is never detached: it acts on runs
 
 
 def with_server_url(
-    request: CommandRequest | SubmitRequest, options: TargetOptions, runs_dir: Path
-) -> CommandRequest | SubmitRequest:
+    request: SubmitRequest | StepRequest, options: TargetOptions, runs_dir: Path
+) -> SubmitRequest | StepRequest:
     """`--server RUN` (bench, eval, sweep) on a kind whose runs are local run directories: the
     server's record is here, not in the job's own runs dir, so the job is given the live
     server's URL and recorded model instead (an explicit --base-url/--model wins). The server
@@ -409,13 +409,11 @@ def with_server_url(
     from proctor.supervise.refs import SERVER_KINDS, resolve_run
     from proctor.targets.registry import kind_of_run
 
-    submission = request.parsed() if isinstance(request, SubmitRequest) else None
-    if submission is not None:
-        ref: object = submission.server.run if submission.server else None
-    else:
-        assert isinstance(request, CommandRequest)
-        ref = request.params.get("server")
-    if not isinstance(ref, str) or not ref:
+    if not isinstance(request, SubmitRequest):
+        return request
+    submission = request.parsed()
+    ref = submission.server.run if submission.server else None
+    if not ref:
         return request
     run = resolve_run(runs_dir, ref, SERVER_KINDS)
     ran_on = kind_of_run(run.path)
@@ -438,16 +436,9 @@ def with_server_url(
         )
     base_url = f"http://{facts.get('host') or '127.0.0.1'}:{facts['port']}"
     model = facts.get("served_model_name") or facts.get("model")
-    if submission is not None:
-        # The job's unset fields (Submission.server.fills) take the server's; no --server left.
-        filled = submission.with_server_facts({"base_url": base_url, "checked_model": model})
-        return SubmitRequest.of(filled.model_copy(update={"server": None}))
-    assert isinstance(request, CommandRequest)
-    params = {k: v for k, v in request.params.items() if k != "server"}
-    params.setdefault("base_url", base_url)
-    if model:
-        params.setdefault("model", str(model))
-    return request.model_copy(update={"params": params})
+    # The job's unset fields (Submission.server.fills) take the server's; no --server left.
+    filled = submission.with_server_facts({"base_url": base_url, "checked_model": model})
+    return SubmitRequest.of(filled.model_copy(update={"server": None}))
 
 
 def acts_here(

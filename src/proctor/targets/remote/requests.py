@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from proctor.jobs.steps import StepOf
 from proctor.jobs.submission import Submission
 from proctor.source.identity import SourceIdentity
 from proctor.targets.base import JobSpec
@@ -60,20 +61,21 @@ class StartRequest(AgentRequest):
     target: dict[str, Any] = Field(default_factory=dict)
 
 
-JsonValue = str | int | float | bool | None | list[str | int | float | bool]
+class StepRequest(AgentRequest):
+    """A server workflow step to run far away (jobs/steps.py: serve start|ready|stop, drain,
+    inspect), as itself: the far side (`python -m proctor.jobs step`) validates it and calls
+    the same `step_here` as the near side's command, no CLI; with `answer`, its stdout is the
+    step's one JSON document (with `error` added when it fails)."""
 
-
-class CommandRequest(AgentRequest):
-    """A proctor command to run far away, as data: the command's path (["serve", "start"]) and
-    the values of the parameters the user set, by parameter name, in their JSON form. The far
-    side (proctor.cli.request) casts each through the command's own parameter type and invokes
-    the command: no command line is rebuilt or parsed again."""
-
-    command: list[str] = Field(min_length=1)
-    params: dict[str, JsonValue] = Field(default_factory=dict)
+    step: StepOf
+    answer: bool = False
 
     def title(self) -> str:
-        return " ".join(self.command)
+        return self.step.title
+
+    @property
+    def command(self) -> list[str]:
+        return self.title().split()
 
 
 class SubmitRequest(AgentRequest):
@@ -112,9 +114,9 @@ class SubmitRequest(AgentRequest):
 
 class ProctorRequest(AgentRequest):
     """A proctor command in the verified checkout, with the far runs dir (agent.run_proctor):
-    a command replayed from its parameters, or a typed submission."""
+    a typed submission, or a server workflow step."""
 
-    request: CommandRequest | SubmitRequest
+    request: SubmitRequest | StepRequest
     checkout: str
     runs_dir: str
     identity: SourceIdentity | None = None
@@ -165,13 +167,13 @@ def request_for(command: str, data: dict[str, Any] | AgentRequest) -> AgentReque
 __all__ = [
     "REQUESTS",
     "AgentRequest",
-    "CommandRequest",
     "FollowRequest",
     "InspectRequest",
     "ProbeRequest",
     "ProctorRequest",
     "RunRequest",
     "StartRequest",
+    "StepRequest",
     "StoreRequest",
     "SubmitRequest",
     "UnpackRequest",

@@ -12,7 +12,7 @@ content-addressed, `<ws>/proctor/data/<sha256>/<name>` (a folder's files under
 `<ws>/proctor/data/<digest>/<folder>/`, the digest of their sha256sum text), by the agent, which
 writes a file only if its bytes hash to the same sha256 (or, without an agent, through FILES and
 read back); the submission then names the far copies in its job's own fields (`job_shipment`;
-the commands still sent as a CommandRequest, serve, drain and inspect, read no local file).
+the server workflow's steps, serve, drain and inspect, read no local file).
 The reader says which bytes it read: bench's metrics.json `dataset.sha256`, the eval's
 `data.sha256`.
 """
@@ -25,7 +25,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from proctor.errors import FaultDetected, UsageError
 from proctor.jobs.bench import BenchJob
@@ -37,7 +37,7 @@ from proctor.jobs.sweep import SweepJob
 from proctor.source.manifest import digest_of
 from proctor.spec.datasets import FILE_DATASETS, split_dataset
 from proctor.targets.base import AGENT, FILES, Target, capable
-from proctor.targets.remote.requests import CommandRequest, SubmitRequest
+from proctor.targets.remote.requests import SubmitRequest
 
 # Request parameters that may name a local file (the dataset kinds that are files:
 # spec.datasets.FILE_DATASETS).
@@ -215,19 +215,11 @@ def _job_values(job: object, where: tuple[str | int, ...]) -> list[Shipped | Non
     return []
 
 
-@overload
-def ship_files(
-    target: Target, workspace: str, request: CommandRequest, shipment: Shipment
-) -> CommandRequest: ...
-@overload
 def ship_files(
     target: Target, workspace: str, request: SubmitRequest, shipment: Shipment
-) -> SubmitRequest: ...
-def ship_files(
-    target: Target, workspace: str, request: CommandRequest | SubmitRequest, shipment: Shipment
-) -> CommandRequest | SubmitRequest:
-    """Store the shipment in the far workspace (verified by sha256 there); `request` naming the
-    far copies (a submission: its job's fields)."""
+) -> SubmitRequest:
+    """Store the shipment in the far workspace (verified by sha256 there); the submission
+    naming the far copies in its job's fields."""
     if not shipment:
         return request
     for file in shipment.files():
@@ -235,13 +227,10 @@ def ship_files(
         if hashlib.sha256(data).hexdigest() != file.sha256:
             raise UsageError(f"{file.path} changed while the command was starting")
         _put(target, file.far_path(workspace), file.sha256, data, file.path)
-    if isinstance(request, SubmitRequest):
-        submission = json.loads(request.submission)
-        for value in shipment.params:
-            _set(submission["job"], value.where, value.far_value(workspace))
-        return SubmitRequest(submission=json.dumps(submission, sort_keys=True))
-    # A CommandRequest (serve, drain, inspect) reads no local file: its shipment is empty.
-    raise UsageError(f"{request.title()} takes no local files to a target")
+    submission = json.loads(request.submission)
+    for value in shipment.params:
+        _set(submission["job"], value.where, value.far_value(workspace))
+    return SubmitRequest(submission=json.dumps(submission, sort_keys=True))
 
 
 def shipped_digests(shipment: Shipment) -> dict[str, str]:

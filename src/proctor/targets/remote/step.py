@@ -2,8 +2,8 @@
 
 It is the command of one supervised far job (the same wrapper as any remote run) and runs the
 typed request in its environment (PROCTOR_REQUEST: a SubmitRequest, whose submission goes to
-`python -m proctor.jobs submit`, or a CommandRequest, to `python -m proctor.cli.request`; on
-stdin, never on a command line, and not passed on to what the command starts) with
+`python -m proctor.jobs submit`, or a StepRequest, to `python -m proctor.jobs step`; on stdin,
+never on a command line, and not passed on to what the command starts) with
 PROCTOR_RUNS_DIR pointed at:
 
     --steps nested   <this job's run dir>/steps/  (flow: every step's run directory lives inside
@@ -65,13 +65,13 @@ def _parse(argv: list[str]) -> tuple[str, bool]:
 
 
 def far_command(request: str) -> tuple[list[str], str, str]:
-    """(argv, stdin, title) of the request's far command: a typed submission is run by
-    `python -m proctor.jobs submit` (no CLI: the submission's JSON on stdin), a command
-    replayed from its parameters by `python -m proctor.cli.request`."""
+    """(argv, stdin, title) of the request's far command, never the CLI: a typed submission is
+    run by `python -m proctor.jobs submit` (the submission's JSON on stdin), a server workflow
+    step by `python -m proctor.jobs step` (the step request on stdin)."""
     from pydantic import ValidationError
 
     from proctor.errors import invalid
-    from proctor.targets.remote.requests import CommandRequest, SubmitRequest
+    from proctor.targets.remote.requests import StepRequest, SubmitRequest
 
     try:
         data = json.loads(request)
@@ -79,12 +79,12 @@ def far_command(request: str) -> tuple[list[str], str, str]:
             submit = SubmitRequest.model_validate(data)
             argv = [sys.executable, "-m", "proctor.jobs", "submit"]
             return argv, submit.submission, submit.title()
-        command = CommandRequest.model_validate(data)
+        step = StepRequest.model_validate(data)
     except ValidationError as error:
         raise invalid(error, what="proctor request") from None
     except ValueError as error:
         raise UsageError(f"invalid proctor request: {error}") from None
-    return [sys.executable, "-m", "proctor.cli.request"], request, command.title()
+    return [sys.executable, "-m", "proctor.jobs", "step"], step.model_dump_json(), step.title()
 
 
 def main(argv: list[str] | None = None) -> int:

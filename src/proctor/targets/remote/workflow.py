@@ -1,5 +1,6 @@
-"""The server workflow and workloads on a remote target (`--target` for serve, drain, flow,
-bench, eval): each command runs as `proctor CMD ...` on the far side, next to the GPU.
+"""The server workflow and workloads on a remote target (`--target` for serve, drain, inspect,
+flow, bench, sweep, eval, offline): each command's typed request (a job's submission, or a
+step) runs on the far side, next to the GPU, through `python -m proctor.jobs`.
 
 One command = one supervised far job (run_remote: prepare with the far venv, sync the exact
 source, setup once, start, follow, fetch + verify, release) whose command is
@@ -45,7 +46,7 @@ from proctor.targets.remote.orchestrate import (
     run_remote,
     run_setup,
 )
-from proctor.targets.remote.requests import CommandRequest, SubmitRequest
+from proctor.targets.remote.requests import StepRequest, SubmitRequest
 from proctor.targets.remote.shipfiles import Shipment, ship_files, shipped_digests
 from proctor.targets.remote.step import REQUEST_ENV, run_ids_in
 
@@ -55,10 +56,11 @@ STEP_MODULE = "proctor.targets.remote.step"
 @dataclass
 class WorkflowCommand:
     """A proctor command to run far away, as a typed request: a typed job's submission
-    (bench, sweep, eval, offline, flow, server grid), or a command's names and the parameters
-    the user set; with `answer`, the request asks for its JSON answer and its stdout is kept."""
+    (bench, sweep, eval, offline, flow, server grid), or a server workflow step (serve
+    start|ready|stop, drain, inspect); with `answer`, the request asks for its JSON answer and
+    its stdout is kept."""
 
-    request: CommandRequest | SubmitRequest
+    request: SubmitRequest | StepRequest
     nested: bool = False
     answer: bool = False
     leave_live: bool = False  # serve start: its server keeps running; do not wait for it
@@ -121,12 +123,12 @@ def job_for(command: WorkflowCommand) -> JobSpec:
     argv += ["--answer"] if command.answer else []
     request = command.request
     # The request reaches the step through the job's environment only (it may hold --env
-    # values): masked in every record; the record keeps the command and which options were set
-    # (a submission: its job's kind).
+    # values): masked in every record; the record keeps the command and its job's (or step's)
+    # kind.
     if isinstance(request, SubmitRequest):
         said: dict[str, Any] = {"command": request.command, "job": request.parsed().kind}
     else:
-        said = {"command": request.command, "options": sorted(request.params)}
+        said = {"command": request.command, "step": request.step.kind}
     return JobSpec(
         argv=argv,
         name=command.name or f"remote-{'-'.join(request.command)}",
@@ -193,6 +195,7 @@ def run_workflow_remote(
 
 def _ship(target: Target, prepared: Prepared, job: JobSpec, command: WorkflowCommand) -> None:
     """Store the command's files in the far workspace; the job's request names the far copies."""
+    assert isinstance(command.request, SubmitRequest)  # a step reads no local file
     request = ship_files(target, prepared.workspace, command.request, command.shipment)
     job.env[REQUEST_ENV] = request.model_dump_json()
     job.extra["request"]["files"] = shipped_digests(command.shipment)
@@ -219,7 +222,10 @@ def _run_direct(
         synced = target.sync_source(identity, existing=opts.existing_checkout)
         setup = run_setup(target, opts.setup_script, synced.checkout)
         far_runs = f"{prepared.workspace}/proctor/runs"
-        shipped = ship_files(target, prepared.workspace, command.request, command.shipment)
+        shipped: SubmitRequest | StepRequest = command.request
+        if command.shipment:  # a step reads no local file: only a submission ships any
+            assert isinstance(shipped, SubmitRequest)
+            shipped = ship_files(target, prepared.workspace, shipped, command.shipment)
         request = {
             "request": shipped.model_dump(mode="json"),
             "checkout": synced.checkout,
