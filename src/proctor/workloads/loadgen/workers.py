@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.errors import WorkloadFailed
+from proctor.workloads.loadgen import cores
 from proctor.workloads.loadgen.client import PlannedRequest, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.headroom import Probe, Sample
@@ -188,6 +189,7 @@ def _worker(
     pool: SharedPool | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us on Ctrl-C
+    cores.pin(cfg.client_cores[wid : wid + 1])  # checked by the parent
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     records, t0, t1, sample = run_loop(
         _worker_main(
@@ -213,6 +215,20 @@ def run_workers(
 ) -> tuple[list[RequestRecord], float, list[Sample]]:
     from proctor.workloads.loadgen.runner import _profile  # runner imports us lazily
 
+    n = cfg.workers
+    cores.check(cfg.client_cores)
+    with cores.pinned(cfg.client_cores[n:]):
+        return _run_workers(cfg, model, reqs, bar, profile, _profile)
+
+
+def _run_workers(
+    cfg: BenchConfig,
+    model: str,
+    reqs: list[PlannedRequest],
+    bar: PollingProgress,
+    profile: Any,
+    _profile: Any,
+) -> tuple[list[RequestRecord], float, list[Sample]]:
     n = cfg.workers
     ctx = mp.get_context("spawn")  # no inherited event loop or threads
     shared: Synchronized[int] = ctx.Value("q", 0)
