@@ -273,7 +273,7 @@ def main() -> int:
             if a.old_src:
                 variants.append(("old", a.old_src, None))
             variants.append(("proctor", None, None))
-            if a.pin and cores:
+            if a.pin and cores and len(cores) >= w:
                 variants.append(("pin", None, cores + ([spare] if spare is not None else [])))
             for who, src, pin in variants:
                 emu.delay_stats(reset=True)

@@ -146,7 +146,7 @@ def main() -> None:
     codes: list[tuple[str, Path, list[int] | None]] = [("new", ROOT / "src", None)]
     if a.old_src:
         codes.insert(0, ("old", a.old_src, None))
-    if a.pin and client:
+    if a.pin and client and len(client) >= a.workers:
         spare = spare_core(client + (emu_cores or []), sorted(os.sched_getaffinity(0)))
         codes.append(("pin", ROOT / "src", client + ([spare] if spare is not None else [])))
     with start_emulator(

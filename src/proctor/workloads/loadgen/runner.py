@@ -273,6 +273,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
     """Run one benchmark; raises TargetUnavailable when the server cannot be reached.
     With `out_dir`, the server's /metrics and the GPUs are sampled into it meanwhile."""
     started = _now()
+    cores.check(cfg.client_cores)  # every core named, before anything is sent
     profile = ProfileStatus(requested=cfg.profile)
     with BenchTelemetry(cfg, out_dir) as telemetry:
         reader = PrefixReader(cfg, telemetry.metrics_gave_up)

@@ -189,7 +189,7 @@ def _worker(
     pool: SharedPool | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us on Ctrl-C
-    cores.pin(cfg.client_cores[wid : wid + 1])  # checked by the parent
+    cores.pin(cfg.client_cores[wid : wid + 1])  # checked in runner.run_benchmark
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     records, t0, t1, sample = run_loop(
         _worker_main(
@@ -213,22 +213,15 @@ def _worker(
 def run_workers(
     cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: PollingProgress, profile: Any
 ) -> tuple[list[RequestRecord], float, list[Sample]]:
-    from proctor.workloads.loadgen.runner import _profile  # runner imports us lazily
-
-    n = cfg.workers
-    cores.check(cfg.client_cores)
-    with cores.pinned(cfg.client_cores[n:]):
-        return _run_workers(cfg, model, reqs, bar, profile, _profile)
+    with cores.pinned(cfg.client_cores[cfg.workers :]):  # the parent: after the workers' cores
+        return _run_workers(cfg, model, reqs, bar, profile)
 
 
 def _run_workers(
-    cfg: BenchConfig,
-    model: str,
-    reqs: list[PlannedRequest],
-    bar: PollingProgress,
-    profile: Any,
-    _profile: Any,
+    cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: PollingProgress, profile: Any
 ) -> tuple[list[RequestRecord], float, list[Sample]]:
+    from proctor.workloads.loadgen.runner import _profile  # runner imports us lazily
+
     n = cfg.workers
     ctx = mp.get_context("spawn")  # no inherited event loop or threads
     shared: Synchronized[int] = ctx.Value("q", 0)
