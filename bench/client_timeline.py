@@ -7,6 +7,8 @@ work in a lump), or switches with a lag (something else took its core)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from proctor.workloads.loadgen.metrics import percentile
 
 
@@ -30,16 +32,18 @@ def timeline_lines(doc: dict, recs: list[dict] | None = None, late_ms: float = 1
         + (f" | send delay p99 ms / sends > {late_ms:g} ms" if recs is not None else "")
     ]
     for w, rows in enumerate(per):
-        delays: dict[int, list[float]] = {}
-        for x in recs or []:
-            if x["worker"] == w and x["start_time"] > 0:
-                b = int((x["queued_at"] - origin) / bin_s)
-                delays.setdefault(b, []).append(max(0.0, x["start_time"] - x["queued_at"]) * 1e3)
+        mine = sorted(
+            (x["queued_at"] - origin, max(0.0, x["start_time"] - x["queued_at"]) * 1e3)
+            for x in recs or []
+            if x["worker"] == w and x["start_time"] > 0
+        )
+        due = [t for t, _ in mine]
         cells = []
-        for t, cpu, lag, sw in rows:
+        for k, (t, cpu, lag, sw) in enumerate(rows):
             cell = f"{cpu:.0f}/{lag:.1f}/{sw}"
-            d = delays.get(round(t / bin_s))
-            if recs is not None:
+            if recs is not None:  # the sends due from this row's start to the next row's
+                end = rows[k + 1][0] if k + 1 < len(rows) else float("inf")
+                d = [x for _, x in mine[bisect_left(due, t) : bisect_left(due, end)]]
                 cell += f"|{percentile(d, 99):.1f}/{sum(x > late_ms for x in d)}" if d else "|-"
             cells.append(cell)
         where = ",".join(map(str, cores[w])) if w < len(cores) and cores[w] else "?"
