@@ -18,7 +18,7 @@ from tests.helpers import proctor as proctor_cli
 # Each CLI command and the library calls that do its work. A new command without an entry here
 # fails test_every_cli_command_has_its_library_call: the API grows with the CLI.
 COMMAND_API: dict[str, tuple[str, ...]] = {
-    "run": ("run", "start", "wait", "plan"),
+    "run": ("run", "start", "wait", "plan", "CommandJob", "run_job", "load_job"),
     "plan": ("plan",),
     "drain": ("drain", "drain_for_engine"),
     "inspect": ("inspect",),

@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "load_config": "proctor.spec.config",
     "BenchConfig": "proctor.workloads.loadgen.config",
     "BenchJob": "proctor.jobs.bench",
+    "CommandJob": "proctor.jobs.command",
     "SweepJob": "proctor.jobs.sweep",
     "load_job": "proctor.jobs.run",
     "Submission": "proctor.jobs.submission",
@@ -101,6 +102,7 @@ __all__ = [
     "BenchConfig",
     "BenchJob",
     "BenchResult",
+    "CommandJob",
     "DrainConfig",
     "EvalJob",
     "ExitCode",
@@ -203,6 +205,7 @@ if TYPE_CHECKING:
     from proctor.errors import ExitCode, ProctorError, exit_code_for
     from proctor.flow import load_flow_file
     from proctor.jobs.bench import BenchJob
+    from proctor.jobs.command import CommandJob
     from proctor.jobs.eval import EvalJob
     from proctor.jobs.flow import FlowJob, FlowWorkload, flow_job
     from proctor.jobs.grid import ServerGridJob

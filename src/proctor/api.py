@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from proctor.flow import Flow
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.command import CommandJob
 from proctor.jobs.eval import EvalJob
 from proctor.jobs.flow import FlowJob
 from proctor.jobs.grid import ServerGridJob
@@ -184,7 +185,14 @@ def bench(config: BenchJob, output_dir: str | Path | None = None) -> BenchResult
 
 
 def run_job(
-    job: BenchJob | SweepJob | EvalJob | OfflineJob | FlowJob | ServerGridJob | Submission,
+    job: BenchJob
+    | SweepJob
+    | EvalJob
+    | OfflineJob
+    | FlowJob
+    | ServerGridJob
+    | CommandJob
+    | Submission,
     target: str | TargetOptions | None = None,
     *,
     output_dir: str | Path | None = None,
@@ -196,7 +204,12 @@ def run_job(
     a flow and a server grid make their own runs); or, given a `target` or a Submission (the
     job plus how its run goes), as a supervised run here or on the target, through
     `proctor.submit`, the call `proctor bench|sweep|eval gsm8k|offline|flow` make. Returns the
-    exit code (0 ok, 3 the workload failed, ...); errors are raised as proctor.errors types."""
+    exit code (0 ok, 3 the workload failed, ...); errors are raised as proctor.errors types.
+    A CommandJob is `proctor run [--target T] -- CMD`: a supervised run, followed to its end."""
+    if isinstance(job, CommandJob):
+        from proctor.jobs.run import run_command_job
+
+        return run_command_job(job, _config(config), target=target)
     if target is not None or isinstance(job, Submission):
         from proctor.jobs.submit import Voice, submit
 

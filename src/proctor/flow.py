@@ -26,6 +26,7 @@ from typing import Any
 
 from proctor import redact
 from proctor.errors import ExitCode, ProctorError, UsageError
+from proctor.jobs.argv import job_data
 from proctor.jobs.flow import FlowJob, FlowWorkload, command_for, flow_job
 from proctor.jobs.options import validated
 from proctor.monitors.drain import DrainConfig
@@ -111,7 +112,7 @@ class Flow:
                     "log": "flow.log",
                     "proctor_version": __version__,
                     "outcome": "running",
-                    "job": job.model_dump(mode="json"),
+                    "job": job_data(job),  # infinities as "inf": a bench's request rate
                     "steps": [],
                 }
             )

@@ -16,8 +16,6 @@ of tokens/s per GPU).
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,7 @@ from proctor.record.rundir import RunDir, is_run_id
 from proctor.record.schema import FlowRecord, read_view
 from proctor.serve import check_startable
 from proctor.spec.config import ProjectConfig
-from proctor.workloads.summary import write_summary
+from proctor.workloads.summary import csv_table, text_table, write_summary
 from proctor.workloads.sweep_engine import Plan, SweepHome, drive
 
 SUMMARY_METRICS = (
@@ -163,6 +161,8 @@ def run_server_sweep(
     earlier = finished_points(runs_root, group)
     points = grid.server_points()
 
+    axes = tuple(k for k in BENCH_AXES if k in grid.bench)  # the bench options the grid sets
+
     def run_point(n: int) -> int:
         params = points[n - 1]
         key = point_key(params)
@@ -177,7 +177,7 @@ def run_server_sweep(
             ran.append(key)
             say(f"[server-sweep] point {n}/{len(points)} {key}: exit {code}")
         codes.append(code)
-        rows.extend(point_rows(runs_root, flow_id, params, grid.flow.server.tp))
+        rows.extend(point_rows(runs_root, flow_id, params, grid.flow.server.tp, axes))
         home.summarize()
         return code
 
@@ -229,13 +229,17 @@ def finished_points(runs_root: Path, group: str) -> dict[str, str]:
 
 
 def point_rows(
-    runs_root: Path, flow_id: str, params: dict[str, Any], tp: int | None
+    runs_root: Path,
+    flow_id: str,
+    params: dict[str, Any],
+    tp: int | None,
+    axes: tuple[str, ...] = BENCH_AXES,
 ) -> list[dict[str, Any]]:
     """One row per bench of the flow: the point's parameters, the bench's, its metrics."""
     flow = read_view(runs_root / flow_id)
     gpus = int(params.get("tp") or tp or 1)
     rows = []
-    listed = _bench_tables(flow) if isinstance(flow, FlowRecord) else []
+    listed = _bench_tables(flow, axes) if isinstance(flow, FlowRecord) else []
     results = flow.workload_runs if isinstance(flow, FlowRecord) else []
     if not results:  # the server never came up: one row saying so
         return [
@@ -271,14 +275,20 @@ def point_rows(
     return rows
 
 
-def _bench_tables(flow: FlowRecord) -> list[dict[str, Any]]:
-    """Each listed workload's bench table: from the flow's job, or (a flow recorded before the
-    typed job) from its options."""
+def _bench_tables(flow: FlowRecord, axes: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each listed workload's bench table, as far as a row shows it: from the flow's typed job
+    (its values of the grid's bench `axes`), from a job recorded before the typed workloads
+    (its table), or from the options of a flow recorded before the job."""
     if flow.job:
-        return [
-            dict(w.get("options") or {}) if w.get("kind") == "bench" else {}
-            for w in flow.job.get("workloads") or []
-        ]
+        tables = []
+        for w in flow.job.get("workloads") or []:
+            job = w.get("job")
+            if isinstance(job, dict):
+                bench = job.get("kind") == "bench"
+                tables.append({k: job[k] for k in axes if k in job} if bench else {})
+            else:
+                tables.append(dict(w.get("options") or {}) if w.get("kind") == "bench" else {})
+        return tables
     return [dict(e.get("bench") or {}) for e in flow.options.get("workloads") or []]
 
 
@@ -303,69 +313,25 @@ def _cells(row: dict[str, Any], front: set[int], i: int) -> list[str]:
 
 
 def summary_text(rows: list[dict[str, Any]]) -> str:
-    header = [
-        "server",
-        "bench",
-        *[c[0] for c in COLUMNS],
-        "tok/s/user",
-        "tok/s/GPU",
-        "exit",
-        "pareto",
-    ]
+    header = ["server", "bench", *[c[0] for c in COLUMNS]]
+    header += ["tok/s/user", "tok/s/GPU", "exit", "pareto"]
     front = set(pareto_front(rows))
-    body = [_cells(r, front, i) for i, r in enumerate(rows)]
-    widths = [
-        max(len(header[j]), *(len(b[j]) for b in body)) if body else len(header[j])
-        for j in range(len(header))
-    ]
-    lines = [
-        "  ".join(
-            h.ljust(w) if j < 2 else h.rjust(w)
-            for j, (h, w) in enumerate(zip(header, widths, strict=True))
-        )
-    ]
-    lines += [
-        "  ".join(
-            v.ljust(w) if j < 2 else v.rjust(w)
-            for j, (v, w) in enumerate(zip(b, widths, strict=True))
-        )
-        for b in body
-    ]
-    return "\n".join(lines) + "\n"
+    return text_table(header, [_cells(r, front, i) for i, r in enumerate(rows)], left=2)
 
 
 def summary_csv(rows: list[dict[str, Any]]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
     front = set(pareto_front(rows))
-    writer.writerow(
+    header = ["server", "bench", "flow_run", "bench_run", "exit_code", *SUMMARY_METRICS]
+    header += ["tok_s_per_user", "tok_s_per_gpu", "pareto"]
+    body = [
         [
-            "server",
-            "bench",
-            "flow_run",
-            "bench_run",
-            "exit_code",
-            *SUMMARY_METRICS,
-            "tok_s_per_user",
-            "tok_s_per_gpu",
-            "pareto",
+            *(point_key(r["server"]), point_key(r["bench"]), r["flow_run"], r["bench_run"]),
+            *(r["exit_code"], *[r["metrics"].get(k, "") for k in SUMMARY_METRICS]),
+            *(r["tok_s_per_user"], r["tok_s_per_gpu"], int(i in front)),
         ]
-    )
-    for i, r in enumerate(rows):
-        writer.writerow(
-            [
-                point_key(r["server"]),
-                point_key(r["bench"]),
-                r["flow_run"],
-                r["bench_run"],
-                r["exit_code"],
-                *[r["metrics"].get(k, "") for k in SUMMARY_METRICS],
-                r["tok_s_per_user"],
-                r["tok_s_per_gpu"],
-                int(i in front),
-            ]
-        )
-    return out.getvalue()
+        for i, r in enumerate(rows)
+    ]
+    return csv_table(header, body)
 
 
 def summarize_grid(recorder: Recorder, rows: list[dict[str, Any]], group: str) -> None:

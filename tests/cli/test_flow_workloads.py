@@ -216,9 +216,12 @@ cmd = {json.dumps(["bash", "-c", curl(port)])}
     controller = proctor_popen("flow", "--file", str(path))
     flow_dir = wait_for_flow_step(isolated_runs, "drain")
     assert flow_dir is not None, "the flow never reached its first drain"
-    # What --resume reads back: the typed job, its two listed workloads and its settings.
+    # What --resume reads back: the typed job, its two listed workloads (each its own typed
+    # job: a cmd is a CommandJob) and its settings.
     job = json.loads((flow_dir / "record.json").read_text())["job"]
-    assert job["kind"] == "flow" and [w["kind"] for w in job["workloads"]] == ["cmd", "cmd"]
+    listed = [w["job"] for w in job["workloads"]]
+    assert job["kind"] == "flow" and [w["kind"] for w in listed] == ["command", "command"]
+    assert listed[0]["argv"] == ["bash", str(slow)]
     assert job["server"]["port"] == port and "options" not in job
     controller.send_signal(signal.SIGKILL)
     controller.wait(timeout=10)

@@ -41,6 +41,7 @@ READ_ALIKE = [
     ["--name", "a", "--name", "b", "--", "x"],  # the last one wins
     ["--runs-dir", "r", "--timeout", "5s", "--grace", "1", "--key", "k", "--cwd", "/", "x"],
     ["--allow-unhealthy-gpu", "--detach", "--config", "p.toml", "--", "x", "-n"],
+    ["--gpu-sample", "0.5", "--gpu-sample=2", "--", "true"],  # every CommandJob option
 ]
 LEFT_TO_THE_FULL_CLI = [
     [],
@@ -49,7 +50,7 @@ LEFT_TO_THE_FULL_CLI = [
     ["--json", "--", "true"],
     ["--dry-run", "--", "true"],
     ["--target", "ssh://h", "--", "true"],
-    ["--gpu-sample", "0", "--", "true"],
+    ["--gpu-sample", "often", "--", "true"],  # Click's own error
     ["-nx", "--", "true"],
     ["-n=x", "--", "true"],
     ["--name"],

@@ -76,7 +76,7 @@ def test_a_flow_table_validates_into_the_job_and_flags_win() -> None:
     job = flow_job({"poll": 2.0, "server": {"port": 9002}}, table, "f.toml")
     assert (job.ready_timeout, job.max_, job.stuck_polls, job.no_inspect) == (120, 3600, 3, True)
     assert job.poll == 2.0 and job.server.port == 9002 and job.server.env == ["A=1"]
-    assert [(w.kind, w.command) for w in job.workloads] == [("cmd", ["curl", "x"])]
+    assert [(w.kind, w.job.argv) for w in job.workloads] == [("cmd", ["curl", "x"])]  # type: ignore[union-attr]
     assert FlowJob.model_validate(job.model_dump(mode="json")) == job
 
 
@@ -176,7 +176,7 @@ def test_a_grid_point_is_the_flow_job_validated_again() -> None:
     assert [p.server.tp for p in points] == [1, 4] and flow.server.tp == 2
     assert all(p.poll == 3.0 and p.continue_on_failure for p in points)
     assert points[0].server.extra == ["--max-num-seqs", "8"]
-    assert [w.options["concurrency"] for w in points[0].workloads] == [1, 2]
+    assert [w.job.concurrency for w in points[0].workloads] == [1, 2]  # type: ignore[union-attr]
 
 
 def test_the_jobs_entry_point_runs_a_flow_job_and_a_server_grid_job(isolated_runs: Path) -> None:
@@ -186,6 +186,7 @@ def test_the_jobs_entry_point_runs_a_flow_job_and_a_server_grid_job(isolated_run
     import subprocess
     import sys
 
+    from proctor.jobs.argv import job_json
     from proctor.jobs.flow import parse_workload
     from tests.fixtures.fake_openai_server import free_port
     from tests.helpers import REPO
@@ -212,16 +213,89 @@ def test_the_jobs_entry_point_runs_a_flow_job_and_a_server_grid_job(isolated_run
             check=False,
         )
 
-    ran = run(flow.model_dump_json())
+    ran = run(job_json(flow))
     assert ran.returncode == 0, ran.stderr[-3000:] + ran.stdout[-3000:]
     records = [json.loads(p.read_text()) for p in isolated_runs.glob("*/record.json")]
     (record,) = [r for r in records if r["kind"] == "flow"]
     assert record["outcome"] == "ok" and record["job"]["server"]["port"] == flow.server.port
     assert [r["kind"] for r in records if r.get("group") == record["run_id"]].count("bench") == 1
     assert {r["kind"] for r in records} == {"flow", "server", "bench"}
-    (Path.cwd() / "grid.json").write_text(grid.model_dump_json())
+    (Path.cwd() / "grid.json").write_text(job_json(grid))
     ran = run("grid.json")
     assert ran.returncode == 0, ran.stderr[-3000:] + ran.stdout[-3000:]
     homes = [json.loads(p.read_text()) for p in isolated_runs.glob("*/record.json")]
     (home,) = [r for r in homes if r["kind"] == "server-sweep"]
     assert home["group"] == "g" and home["outcome"] == "ok", home
+
+
+def test_a_flows_workloads_are_typed_jobs_pointed_at_its_server() -> None:
+    """Each listed workload validates into its job by kind when the flow file is read, and
+    holds it pointed at the flow's server: what the record stores and the run is started with."""
+    from proctor.jobs.argv import job_data
+    from proctor.jobs.bench import BenchJob
+    from proctor.jobs.command import CommandJob
+    from proctor.jobs.eval import EvalJob
+    from proctor.jobs.offline import OfflineJob
+    from proctor.jobs.sweep import SweepJob
+
+    table = {
+        **SERVER,
+        "port": 9001,
+        "served-model-name": "served",
+        "workload": [
+            {"bench": {"concurrency": 4, "request-rate": "inf"}, "name": "b"},
+            {"eval": "gsm8k"},
+            {"eval": {"model": "mine"}},
+            {"sweep": {"concurrency": [1, 2], "isl": 8}},
+            {"offline": {"engine": "vllm", "model": "/m"}},
+            {"cmd": "echo hi", "env": ["A=1"]},
+        ],
+    }
+    job = flow_job({}, table, "f.toml")
+    kinds = [type(w.job) for w in job.workloads]
+    assert kinds == [BenchJob, EvalJob, EvalJob, SweepJob, OfflineJob, CommandJob]
+    bench, evaled, own, sweep, offline, cmd = (w.job for w in job.workloads)
+    url = "http://127.0.0.1:9001"
+    assert isinstance(bench, BenchJob) and bench.base_url == url and bench.concurrency == 4
+    assert isinstance(evaled, EvalJob) and (evaled.base_url, evaled.model) == (url, "served")
+    assert isinstance(own, EvalJob) and own.model == "mine"
+    assert isinstance(sweep, SweepJob) and sweep.bench.base_url == url and sweep.runs_dir is None
+    assert isinstance(cmd, CommandJob) and cmd.argv == ["echo", "hi"]
+    assert isinstance(offline, OfflineJob) and job.workloads[4].fills == []  # its own engine
+    assert job.workloads[5].env == ["A=1"] and job.workloads[0].label == "b"
+    # A sweep's points go to the flow's runs dir; the record's form reads back the same job.
+    ran = job.workload_job(3, runs_dir="R")
+    assert isinstance(ran, SweepJob) and ran.runs_dir == "R"
+    assert FlowJob.model_validate(json.loads(json.dumps(job_data(job)))) == job
+    assert FlowJob.model_validate_json(job.model_dump_json()) == job
+    # Another server (a grid point's, a flag): the jobs follow it.
+    moved = FlowJob.model_validate({**job.model_dump(), "server": {**SERVER, "port": 9002}})
+    assert isinstance(moved.workloads[1].job, EvalJob)
+    assert (moved.workloads[1].job.base_url, moved.workloads[1].job.model) == (
+        "http://127.0.0.1:9002",
+        "m",
+    )
+
+
+def test_a_flow_recorded_with_workload_tables_reads_back_typed() -> None:
+    """A record written before the typed workloads (each entry's table under `options`) is
+    resumed through the same validation: typed, or refused naming the bad key."""
+    from proctor.jobs.bench import BenchJob
+    from proctor.jobs.command import CommandJob
+
+    recorded = {
+        "server": {**SERVER, "port": 9003},
+        "workloads": [
+            {"kind": "bench", "options": {"concurrency": 4}, "name": "b", "env": []},
+            {"kind": "cmd", "command": ["true"], "env": ["A=1"]},
+        ],
+    }
+    job = FlowJob.model_validate(recorded)
+    bench, cmd = (w.job for w in job.workloads)
+    assert isinstance(bench, BenchJob) and bench.concurrency == 4
+    assert bench.base_url == "http://127.0.0.1:9003"
+    assert isinstance(cmd, CommandJob) and cmd.argv == ["true"]
+    assert [w.name for w in job.workloads] == ["b", None] and job.workloads[1].env == ["A=1"]
+    recorded["workloads"] = [{"kind": "bench", "options": {"concurency": 4}}]
+    with pytest.raises(UsageError, match="concurency"):
+        FlowJob.model_validate(recorded)

@@ -478,7 +478,7 @@ def test_a_flow_ships_the_files_its_workloads_name(
     assert bench["dataset"]["sha256"] == sha and bench["dataset"]["path"] == far_copy
     assert Path(far_copy).read_bytes() == prompts.read_bytes()
     far_job = json.loads((job / "record.json").read_text())
-    assert far_job["request"]["files"] == {"workloads.0.options.dataset": sha}
+    assert far_job["request"]["files"] == {"workloads.0.job.dataset": sha}
 
 
 @pytest.mark.parametrize("far_place", ["dir"], indirect=True)  # the key server is loopback

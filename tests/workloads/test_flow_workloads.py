@@ -99,9 +99,9 @@ def test_offline_table_becomes_an_offline_job_resolved_where_it_runs() -> None:
 def test_cmd_is_split_as_a_shell_would() -> None:
     w = parse_workload({"cmd": "python x.py --msg 'a b'", "env": ["K=V"]})
     assert command_for(w, URL, "m", runs_dir=".") == ["python", "x.py", "--msg", "a b"]
-    assert w.env == ["K=V"] and w.model_dump(exclude_defaults=True) == {
-        "kind": "cmd",
-        "command": ["python", "x.py", "--msg", "a b"],
+    assert w.env == ["K=V"] and w.kind == "cmd"
+    assert w.model_dump(exclude_defaults=True) == {
+        "job": {"argv": ["python", "x.py", "--msg", "a b"]},
         "env": ["K=V"],
     }
 

@@ -4,9 +4,10 @@ Mounting the command groups imports typer, rich, pydantic, aiohttp and most of p
 second on a loaded machine), which a user pays for `proctor --help`. The root help is the text
 Click renders for the full app, kept in root_help.txt (regenerate with
 `python -m proctor.cli.entry --write-help`; tests/cli/test_startup.py fails when it is stale).
-`proctor run [OPTIONS] -- CMD` with the options people pass most is answered here too
-(`lean_run`), through cli/run.py's `run_here`, without typer, click or rich (about a sixth of
-what `run -- true` costs, bench/startup.py). Everything else goes to proctor.cli.main, and so
+`proctor run [OPTIONS] -- CMD` with the job's options (CommandJob's fields, jobs/command.py, read
+from the same declaration as the full CLI's) and --runs-dir, --config, --detach is answered here
+too (`lean_run`), through cli/run.py's `run_here`, without typer, click or rich (about a sixth
+of what `run -- true` costs, bench/startup.py). Everything else goes to proctor.cli.main, and so
 does any `run` this reads differently from Click: an option it does not take, a form it does
 not read (`-nNAME`, a value that starts with `-`), --help, --json, --target, --dry-run.
 """
@@ -39,27 +40,37 @@ def fast_answer(argv: list[str], prog: str) -> str | None:
     return None
 
 
-#: `proctor run` options lean_run reads: (long, short) -> the RunFlags field; None: a flag.
-_RUN_VALUES = {
-    "--name": "name",
-    "-n": "name",
-    "--runs-dir": "runs_dir",
-    "--timeout": "timeout",
-    "--grace": "grace",
-    "--env": "env",
-    "-e": "env",
-    "--key": "key",
-    "--cwd": "cwd",
-    "--config": "config",
-}
-_RUN_FLAGS = {"--detach": "detach", "-d": "detach", "--allow-unhealthy-gpu": "allow_unhealthy_gpu"}
+#: `proctor run`'s run-control options lean_run reads (the job's are CommandJob's fields).
+_RUN_CONTROL = {"--runs-dir": "runs_dir", "--config": "config"}
+_RUN_CONTROL_SWITCHES = {"--detach": "detach", "-d": "detach"}
+
+
+def run_options() -> tuple[dict[str, tuple[str, type | None]], dict[str, str]]:
+    """The `proctor run` options lean_run reads: (long or short name -> (field, its type: int,
+    float, list for a repeatable one, else None)), (switch -> field). The job's options come
+    from CommandJob's fields (jobs/command.py), as the full CLI's do."""
+    from proctor.jobs.command import CommandJob
+    from proctor.jobs.options import field_type, options
+
+    values: dict[str, tuple[str, type | None]] = {k: (v, None) for k, v in _RUN_CONTROL.items()}
+    switches = dict(_RUN_CONTROL_SWITCHES)
+    for field, (info, opt) in options(CommandJob).items():
+        kind = opt.cli_type if opt.cli_type is not None else field_type(info)
+        for name in [opt.flag, *([opt.short] if opt.short else [])]:
+            if kind is bool:
+                switches[name] = field
+            else:
+                number = kind if kind in (int, float) else None
+                values[name] = (field, list if opt.multiple else number)
+    return values, switches
 
 
 def parse_run(args: list[str]) -> tuple[dict[str, object], list[str]] | None:
     """(options, command) of `proctor run ARGS` as Click reads them (options up to the first
-    argument or `--`; the last of a repeated option wins, --env adds up), or None for anything
-    else (the full CLI answers it, errors included)."""
-    options: dict[str, object] = {"env": []}
+    argument or `--`; the last of a repeated option wins, a repeatable one adds up), or None
+    for anything else (the full CLI answers it, errors included)."""
+    values, switches = run_options()
+    options: dict[str, object] = {}
     i = 0
     while i < len(args):
         arg = args[i]
@@ -69,21 +80,27 @@ def parse_run(args: list[str]) -> tuple[dict[str, object], list[str]] | None:
         if not arg.startswith("-") or arg == "-":
             break  # the command: Click stops reading options here (no interspersed args)
         name, eq, inline = arg.partition("=")
-        if name in _RUN_FLAGS and not eq:
-            options[_RUN_FLAGS[name]] = True
+        if name in switches and not eq:
+            options[switches[name]] = True
             i += 1
             continue
-        field = _RUN_VALUES.get(name)
-        if field is None or (eq and not name.startswith("--")):
+        if name not in values or (eq and not name.startswith("--")):
             return None
+        field, kind = values[name]
         if eq:
             value, i = inline, i + 1
         elif i + 1 < len(args) and not args[i + 1].startswith("-"):
             value, i = args[i + 1], i + 2
         else:
             return None
-        if field == "env":
-            options["env"].append(value)  # type: ignore[attr-defined]
+        if kind is list:
+            options.setdefault(field, [])
+            options[field].append(value)  # type: ignore[attr-defined]
+        elif kind is not None:
+            try:
+                options[field] = kind(value)
+            except ValueError:
+                return None  # said as Click says it, by the full CLI
         else:
             options[field] = value
     command = args[i:]
@@ -106,23 +123,17 @@ def lean_run(args: list[str]) -> int | None:
 
     mask_output()  # every byte proctor prints goes through the one redaction layer
     try:
-        from proctor.cli.run import flags_from, run_here
+        from proctor.cli.run import command_job, run_here
+        from proctor.jobs.command import run_flags
         from proctor.spec.config import load_config
         from proctor.targets.registry import target_options
 
         config = options.get("config")
-        flags = flags_from(
-            command,
-            options.get("name"),  # type: ignore[arg-type]
-            options.get("runs_dir"),  # type: ignore[arg-type]
-            options.get("timeout"),  # type: ignore[arg-type]
-            options.get("grace"),  # type: ignore[arg-type]
-            None,
-            options["env"],  # type: ignore[arg-type]
-            options.get("key"),  # type: ignore[arg-type]
-            bool(options.get("detach")),
-            options.get("cwd"),  # type: ignore[arg-type]
-            bool(options.get("allow_unhealthy_gpu")),
+        runs_dir = options.get("runs_dir")
+        flags = run_flags(
+            command_job(command, options),
+            runs_dir=None if runs_dir is None else str(runs_dir),
+            detach=bool(options.get("detach")),
         )
         project = load_config(Path(str(config)) if config is not None else None)
         return run_here(flags, project, target_options(None, project))

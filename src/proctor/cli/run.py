@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from proctor.cli.helptext import GPU_SAMPLE_HELP, JSON_HELP, RUNS_DIR_HELP
+from proctor.cli.helptext import JSON_HELP
 from proctor.cli.output import print_json, say
 from proctor.errors import ExitCode, UsageError
 from proctor.record.rundir import RunDir
@@ -32,6 +33,8 @@ from proctor.targets.service import (
 if TYPE_CHECKING:
     import typer
 
+    from proctor.jobs.command import CommandJob
+
 # This module imports no typer, click or rich: `proctor run -- CMD` is answered through
 # `run_here` by the console script (cli/entry.py) without them; `register` imports typer.
 
@@ -47,6 +50,20 @@ preflight failed (the run is recorded, not started; --allow-unhealthy-gpu).
 """
 
 
+def command_job(command: list[str] | None, values: Mapping[str, Any]) -> CommandJob:
+    """The CommandJob of `proctor run`: CMD and the job's options the user set (`values`, by
+    field name; None or [] is not given), validated (a bad one is exit 64 naming it)."""
+    from proctor.jobs.command import CommandJob, command_fields
+    from proctor.jobs.options import validated
+
+    return validated(
+        CommandJob,
+        {**command_fields(values), "argv": list(command or [])},
+        what="invalid option",
+        hint="see proctor run --help",
+    )
+
+
 def flags_from(
     command: list[str] | None,
     name: str | None,
@@ -60,27 +77,20 @@ def flags_from(
     cwd: str | None,
     allow_unhealthy_gpu: bool = False,
 ) -> RunFlags:
-    return RunFlags(
-        argv=list(command or []),
-        name=name,
-        runs_dir=runs_dir,
-        timeout=timeout,
-        grace=grace,
-        gpu_sample=gpu_sample,
-        env=list(env or []),
-        key=key,
-        detach=detach,
-        cwd=cwd,
-        allow_unhealthy_gpu=allow_unhealthy_gpu or None,
-    )
+    """The flags of a local run (`proctor slurm run`'s own options), through the CommandJob."""
+    from proctor.jobs.command import run_flags
 
-
-ALLOW_UNHEALTHY_GPU_HELP = (
-    "Run even when the GPU preflight fails (another process holds GPU memory, uncorrected ECC"
-    " errors, pending page retirement or row remapping, a hardware Xid since boot, clocks held"
-    " down for heat, a failed CUDA check); without it such a run is refused with exit 69."
-    " docs/gpu-health.md."
-)
+    values = {
+        "name": name,
+        "timeout": timeout,
+        "grace": grace,
+        "gpu_sample": gpu_sample,
+        "env": env,
+        "key": key,
+        "cwd": cwd,
+        "allow_unhealthy_gpu": allow_unhealthy_gpu or None,
+    }
+    return run_flags(command_job(command, values), runs_dir=runs_dir, detach=detach)
 
 
 def health_of(run: RunDir, name: str = "gpu_health") -> dict[str, Any] | None:
@@ -252,54 +262,29 @@ def _run_far(
 def register(app: typer.Typer) -> None:
     import typer
 
-    @app.command(
-        "run",
-        help=RUN_HELP,
-        context_settings={"allow_interspersed_args": False},
-    )
+    from proctor.cli.helptext import RUNS_DIR_HELP
+    from proctor.cli.jobopts import JobGroup, job_command
+    from proctor.jobs.command import CommandJob, run_flags
+
+    # The job's options (name, env, timeout, grace, gpu sample, key, cwd, GPU preflight) are
+    # CommandJob's fields (jobs/command.py); what is declared here is run control.
+    # `job: Any`: annotations are read in this module's globals, where typer's helpers are not
+    # imported (the lean path must not import them); it is a JobValues.
     def run_command(
+        job: Any,
         command: list[str] = typer.Argument(
             None,
             metavar="-- CMD [ARGS]...",
             show_default=False,
             help="The command to run and its arguments, after -- (proctor's options go before).",
         ),
-        name: str = typer.Option(
-            None, "--name", "-n", help="Run name (log file name); default: derived from CMD."
-        ),
         runs_dir: str = typer.Option(
             None,
             "--runs-dir",
             help="Where run directories go (env PROCTOR_RUNS_DIR; default ./logs at the project root).",
         ),
-        timeout: str = typer.Option(
-            None,
-            "--timeout",
-            help="Time limit, e.g. 90s, 15m, 2h: then SIGTERM to the whole tree, --grace, SIGKILL; exit 4.",
-        ),
-        grace: str = typer.Option(
-            None, "--grace", help="Seconds between SIGTERM and SIGKILL when stopping (default 10s)."
-        ),
-        gpu_sample: float = typer.Option(
-            None, "--gpu-sample", help="GPU sampling interval in seconds (default 3; 0 disables)."
-        ),
-        env: list[str] = typer.Option(
-            None,
-            "--env",
-            "-e",
-            help="NAME=VALUE for the command; secret-named values are masked in every record.",
-        ),
-        key: str = typer.Option(
-            None,
-            "--key",
-            help="While a run with this key is alive, attach to it instead of starting a copy.",
-        ),
         detach: bool = typer.Option(
             False, "--detach", "-d", help="Start and return the run id at once."
-        ),
-        cwd: str = typer.Option(None, "--cwd", help="Working directory for the command."),
-        allow_unhealthy_gpu: bool = typer.Option(
-            False, "--allow-unhealthy-gpu", help=ALLOW_UNHEALTHY_GPU_HELP
         ),
         dry_run: bool = typer.Option(
             False, "--dry-run", help="Print the resolved plan (with origins) and run nothing."
@@ -392,19 +377,7 @@ def register(app: typer.Typer) -> None:
             None, "--time", help="Slurm: time limit, e.g. 30m, 2h, 1:30:00 (default: --timeout)."
         ),
     ) -> None:
-        flags = flags_from(
-            command,
-            name,
-            runs_dir,
-            timeout,
-            grace,
-            gpu_sample,
-            env,
-            key,
-            detach,
-            cwd,
-            allow_unhealthy_gpu,
-        )
+        flags = run_flags(command_job(command, job.set_by_user()), runs_dir=runs_dir, detach=detach)
         project = load_config(config)
         spec = target_options(
             target,
@@ -444,43 +417,44 @@ def register(app: typer.Typer) -> None:
         if code:
             raise typer.Exit(code)
 
-    @app.command("plan", context_settings={"allow_interspersed_args": False})
+    app.command("run", help=RUN_HELP, context_settings={"allow_interspersed_args": False})(
+        _job_first(job_command(run_command, JobGroup("job", CommandJob)))
+    )
+
     def plan_command(
+        job: Any,
         command: list[str] = typer.Argument(
             None,
             metavar="-- CMD [ARGS]...",
             help="The command `proctor run` would run, after -- (as for `proctor run`).",
         ),
-        name: str = typer.Option(
-            None, "--name", "-n", help="Run name (log file name); default: derived from CMD."
-        ),
         runs_dir: str = typer.Option(None, "--runs-dir", help=RUNS_DIR_HELP),
-        timeout: str = typer.Option(
-            None, "--timeout", help="Time limit, a duration such as 90s, 15m, 2h."
-        ),
-        grace: str = typer.Option(
-            None, "--grace", help="Seconds between SIGTERM and SIGKILL when stopping (default 10s)."
-        ),
-        gpu_sample: float = typer.Option(None, "--gpu-sample", help=GPU_SAMPLE_HELP),
-        env: list[str] = typer.Option(
-            None, "--env", "-e", help="NAME=VALUE for the command (repeatable)."
-        ),
-        key: str = typer.Option(
-            None,
-            "--key",
-            help="While a run with this key is alive, attach to it instead of starting a copy.",
-        ),
-        cwd: str = typer.Option(None, "--cwd", help="Working directory for the command."),
         config: Path = typer.Option(
             None, "--config", help="proctor.toml to use (default: found at the project root)."
         ),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Print what `proctor run` would run, with each value's origin."""
-        flags = flags_from(
-            command, name, runs_dir, timeout, grace, gpu_sample, env, key, False, cwd
-        )
+        flags = run_flags(command_job(command, job.set_by_user()), runs_dir=runs_dir)
         print_plan(resolve_run_plan(flags, load_config(config)), as_json)
+
+    app.command("plan", context_settings={"allow_interspersed_args": False})(
+        _job_first(job_command(plan_command, JobGroup("job", CommandJob)))
+    )
+
+
+def _job_first(command: Any) -> Any:
+    """The command with the job's options listed first in its help, after CMD (then its run
+    control and the target's options)."""
+    import inspect
+
+    from proctor.jobs.command import CommandJob
+
+    params = list(inspect.signature(command).parameters.values())
+    job = [p for p in params if p.name in CommandJob.model_fields]
+    rest = [p for p in params if p.name not in CommandJob.model_fields]
+    command.__signature__ = inspect.Signature([*rest[:1], *job, *rest[1:]])
+    return command
 
 
 __all__ = ["ExitCode", "exit_for_state", "register", "summary_line"]

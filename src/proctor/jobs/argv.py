@@ -17,8 +17,12 @@ from pydantic import BaseModel
 
 def job_json(job: BaseModel) -> str:
     """The job as one compact JSON text, infinities as "inf" (JSON has none)."""
-    data = _finite(job.model_dump(mode="json"))
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return json.dumps(job_data(job), sort_keys=True, separators=(",", ":"))
+
+
+def job_data(job: BaseModel) -> Any:
+    """The job as JSON data, infinities as "inf": what a record holds, validated back as is."""
+    return _finite(job.model_dump(mode="json"))
 
 
 def _finite(value: Any) -> Any:

@@ -12,7 +12,15 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from proctor.jobs.options import NoOpt, Opt
 from proctor.spec.datasets import (
@@ -239,6 +247,11 @@ class BenchJob(BaseModel):
         ge=0.0,
         description="A shorter measured window (s) makes the benchmark INVALID.",
     )
+
+    @field_serializer("request_rate", when_used="json")
+    def _rate_json(self, v: float) -> float | str:
+        # JSON has no infinity: "inf" reads back as the same rate (a flow's workloads, a record).
+        return "inf" if math.isinf(v) else v
 
     @field_validator("base_url")
     @classmethod

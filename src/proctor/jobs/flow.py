@@ -8,9 +8,12 @@ only the flags a user set are laid over the file, and the flow's record holds th
 (`job`), which `flow --resume` reads back.
 
 A listed workload (a flow file's `[[flow.workload]]` entry, or `--workload-cmd`) is a
-`FlowWorkload`: a `cmd` line, or the table of a bench, sweep, eval or offline job, which
-validates into that job (`FlowWorkload.job`) against the flow's server; every table is checked
-when the flow job is built, so a typo fails before a server starts.
+`FlowWorkload` holding its typed job, discriminated by kind: a BenchJob, SweepJob, EvalJob or
+OfflineJob from its table, or a CommandJob from a `cmd` line. The table validates into the job
+when the flow file is read (a typo is exit 64 before any server starts), the job is pointed at
+the flow's server (`fills`: its URL, an eval's served model where the table names none), stored
+so in the flow's record, and run as it is (`FlowJob.workload_job`). A record written before the
+typed workloads (each its table under `options`) is read back through the same validation.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from proctor.errors import UsageError
 from proctor.jobs.argv import job_argv
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.command import CommandJob
 from proctor.jobs.eval import EVAL_TASKS, EvalJob
 from proctor.jobs.offline import OfflineJob
 from proctor.jobs.options import (
@@ -48,32 +52,54 @@ STAND_IN = ("http://127.0.0.1:8000", "model")
 
 
 # -- listed workloads ---------------------------------------------------------------------------
+#: A listed workload's job, by its kind: the typed job it runs (a `cmd` line is a CommandJob).
+WorkloadJob = BenchJob | SweepJob | EvalJob | OfflineJob | CommandJob
+#: The fields of a workload's job that the flow's server gives: its URL, and an eval's served
+#: model where the table names none.
+ServerFill = Literal["base_url", "model"]
+
+
 class FlowWorkload(BaseModel):
-    """One listed workload: its kind and job table (keys: the job's field or flag names, `_` or
-    `-`), or its command (kind `cmd`); the name and env of its run."""
+    """One listed workload: its typed job (discriminated by `kind`), the name and env of its
+    run, and which of the job's fields the flow's server fills (`fills`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: WorkloadKind
-    options: dict[str, Any] = Field(default_factory=dict)
-    command: list[str] = Field(default_factory=list)  # kind "cmd" only
+    job: Annotated[WorkloadJob, Field(discriminator="kind")]
     name: str | None = None
     env: list[str] = Field(default_factory=list)
+    fills: list[ServerFill] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _checked(self) -> FlowWorkload:
-        # A bad option fails here, with stand-in server facts, before any server starts.
-        if self.kind == "cmd" and not self.command:
-            raise ValueError("cmd must be a command line or a list of words")
-        self.job(*STAND_IN, runs_dir=".")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _older_record(cls, data: Any) -> Any:
+        # A flow recorded before the typed workloads (kind, its table under `options`, a cmd's
+        # `command`): read as the flow-file entry it came from; its flow points it at its server.
+        if isinstance(data, dict) and "job" not in data and "kind" in data:
+            kind = data["kind"]
+            body = data.get("command") if kind == "cmd" else data.get("options") or {}
+            entry = {kind: body, **{k: data[k] for k in COMMON if data.get(k)}}
+            return _entry_values(entry, "workload")
+        return data
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: list[str]) -> list[str]:
+        if not all("=" in e for e in v):
+            raise ValueError("env must be a list of NAME=VALUE strings")
+        return v
+
+    @property
+    def kind(self) -> str:
+        """The flow file's word for it: bench, sweep, eval, offline or cmd."""
+        return "cmd" if isinstance(self.job, CommandJob) else self.job.kind
 
     @property
     def label(self) -> str:
         if self.name:
             return self.name
-        if self.kind == "eval":
-            return str(self.options.get("task", "gsm8k"))
+        if isinstance(self.job, EvalJob):
+            return self.job.task
         return self.kind
 
     @property
@@ -81,38 +107,50 @@ class FlowWorkload(BaseModel):
         """The kind of its run's record: bench, eval and offline runs are read as such."""
         return {"bench": "bench", "eval": "eval", "offline": "offline"}.get(self.kind, "workload")
 
-    def job(
-        self, base_url: str, model: str, *, runs_dir: str
-    ) -> BenchJob | SweepJob | EvalJob | OfflineJob | None:
-        """The typed job this entry runs against the server at `base_url` serving `model`
-        (None for a `cmd`); a bad table is a UsageError naming the key or the field."""
-        if self.kind == "bench":
-            return bench_job(self.options, base_url, model, where="bench workload")
-        if self.kind == "eval":
-            return eval_job(self.options, base_url, model)
-        if self.kind == "sweep":
-            return sweep_job(self.options, base_url, model, runs_dir=runs_dir)
-        if self.kind == "offline":
-            # Its own engine, run while the flow's server is up (or as the flow's only job);
-            # resolved against its engine profile where it runs (jobs/run.py).
-            return offline_job(self.options)
-        return None
+    def against(self, base_url: str, model: str, *, runs_dir: str | None = None) -> WorkloadJob:
+        """The job run against the server at `base_url` serving `model` (the fields `fills`
+        names; a sweep's bench's URL), a sweep's points in `runs_dir`."""
+        updates: dict[str, Any] = {}
+        if "base_url" in self.fills:
+            updates["base_url"] = base_url
+        if "model" in self.fills:
+            updates["model"] = model
+        job = self.job
+        if isinstance(job, SweepJob):
+            bench = job.bench.updated(**updates) if updates else job.bench
+            place = {"runs_dir": runs_dir} if runs_dir is not None else {}
+            return job.model_copy(update={"bench": bench, **place})
+        if not updates:
+            return job
+        return type(job).model_validate({**job.model_dump(), **updates})
+
+    def pointed(self, base_url: str, model: str) -> FlowWorkload:
+        """This workload with its job pointed at the server at `base_url` serving `model`."""
+        job = self.against(base_url, model)
+        return self if job is self.job else self.model_copy(update={"job": job})
 
 
 def command_for(workload: FlowWorkload, base_url: str, model: str, *, runs_dir: str) -> list[str]:
     """The argv of the workload's run against the server at `base_url` serving `model`."""
-    job = workload.job(base_url, model, runs_dir=runs_dir)
-    return list(workload.command) if job is None else job_argv(job)
+    job = workload.against(base_url, model, runs_dir=runs_dir)
+    return list(job.argv) if isinstance(job, CommandJob) else job_argv(job)
 
 
 def parse_workload(entry: object, where: str = "workload") -> FlowWorkload:
-    """One flow-file entry (a table naming one kind) as a FlowWorkload; UsageError if malformed."""
+    """One flow-file entry (a table naming one kind) as a FlowWorkload, its table validated
+    into its typed job (against stand-in server facts: the flow points it at its server);
+    UsageError if malformed, naming the key or the field."""
     if isinstance(entry, FlowWorkload):
         return entry
     if not isinstance(entry, dict):
         raise UsageError(f"{where}: a table is needed, e.g. {{ bench = {{ concurrency = 8 }} }}")
-    if "kind" in entry:  # the job's own form (a flow record's), not a flow file's entry
+    if "job" in entry or "kind" in entry:  # the job's own form (a flow record's)
         return validated(FlowWorkload, entry, what=where, hint="docs/workflow.md")
+    return FlowWorkload.model_validate(_entry_values(entry, where))
+
+
+def _entry_values(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """A flow file's entry as FlowWorkload's fields (its typed job made here)."""
     kinds = [k for k in entry if k in KINDS]
     unknown = sorted(set(entry) - set(KINDS) - set(COMMON))
     if unknown or len(kinds) != 1:
@@ -125,6 +163,7 @@ def parse_workload(entry: object, where: str = "workload") -> FlowWorkload:
     body = entry[kind]
     name = entry.get("name")
     env = _env_list(entry.get("env") or [], where)
+    base_url, model = STAND_IN
     if kind == "cmd":
         command = shlex.split(body) if isinstance(body, str) else body
         if (
@@ -133,19 +172,32 @@ def parse_workload(entry: object, where: str = "workload") -> FlowWorkload:
             or not all(isinstance(c, str) for c in command)
         ):
             raise UsageError(f"{where}: cmd must be a command line or a list of words")
-        return FlowWorkload(kind="cmd", command=list(command), name=name, env=list(env))
+        return {"job": CommandJob(argv=list(command)), "name": name, "env": env}
     if kind == "eval" and isinstance(body, str):
         body = {"task": body}
     if not isinstance(body, dict):
         raise UsageError(f"{where}: {kind} takes a table of its options, e.g. {kind} = {{ ... }}")
-    if kind == "offline":
+    job: WorkloadJob
+    fills: list[str] = ["base_url"]
+    if kind == "bench":
+        job = bench_job(body, base_url, model, where="bench workload")
+    elif kind == "sweep":
+        job = sweep_job(body, base_url, model, runs_dir=None)
+    elif kind == "eval":
+        job = eval_job(body, base_url, model)
+        names = lookup(EvalJob)
+        if not any(names.get(str(k)) == "model" for k in body):
+            fills.append("model")  # its served model, unless the table names one
+    else:
         # `proctor offline`'s --name and --env, given in its table: the run's, as on any entry.
+        # Its own engine, run while the flow's server is up (or as the flow's only job);
+        # resolved against its engine profile where it runs (jobs/run.py).
         body = dict(body)
         own_name = body.pop("name", None)
         name = name or own_name
         env = [*env, *_env_list(body.pop("env", []), where)]
-    # The job's own UsageError (naming the key) comes out of the check unwrapped.
-    return FlowWorkload(kind=kind, options=dict(body), name=name, env=list(env))
+        job, fills = offline_job(body), []
+    return {"job": job, "name": name, "env": env, "fills": fills}
 
 
 def parse_workloads(entries: object) -> list[FlowWorkload]:
@@ -174,7 +226,9 @@ def bench_job(options: Mapping[str, Any], base_url: str, model: str, *, where: s
     return validated(BenchJob, values, what=where, hint="its options are proctor bench's")
 
 
-def sweep_job(options: Mapping[str, Any], base_url: str, model: str, *, runs_dir: str) -> SweepJob:
+def sweep_job(
+    options: Mapping[str, Any], base_url: str, model: str, *, runs_dir: str | None
+) -> SweepJob:
     """A flow file's sweep table: the sweep's own options (concurrency, request_rate, name,
     slo, ...) and every bench option, for the bench of each point."""
     own = {k for k in lookup(SweepJob) if k != "bench"}
@@ -327,6 +381,12 @@ class FlowJob(BaseModel):
             raise ValueError(f"write NAME=VALUE, not {bad[0]!r}")
         return v
 
+    @model_validator(mode="after")
+    def _pointed(self) -> FlowJob:
+        # Each workload's job as it runs: against this flow's server (what its record shows).
+        self.workloads = [w.pointed(self.base_url, self.served_model) for w in self.workloads]
+        return self
+
     @property
     def base_url(self) -> str:
         return f"http://{self.server.host}:{self.server.port}"
@@ -335,11 +395,9 @@ class FlowJob(BaseModel):
     def served_model(self) -> str:
         return self.server.served_model_name or self.server.model
 
-    def workload_job(
-        self, index: int, *, runs_dir: str
-    ) -> BenchJob | SweepJob | EvalJob | OfflineJob | None:
-        """Workload `index` as its typed job against this flow's server (None: a `cmd`)."""
-        return self.workloads[index].job(self.base_url, self.served_model, runs_dir=runs_dir)
+    def workload_job(self, index: int, *, runs_dir: str) -> WorkloadJob:
+        """Workload `index` as the typed job it runs against this flow's server."""
+        return self.workloads[index].against(self.base_url, self.served_model, runs_dir=runs_dir)
 
 
 # -- from a flow file and the command line -------------------------------------------------------
@@ -426,6 +484,8 @@ __all__ = [
     "KINDS",
     "FlowJob",
     "FlowWorkload",
+    "ServerFill",
+    "WorkloadJob",
     "bench_job",
     "command_for",
     "eval_job",

@@ -8,17 +8,19 @@ each command's options from these (cli/jobopts.py), a flow file's table is read 
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from proctor.errors import UsageError, invalid
+
+if TYPE_CHECKING:
+    import argparse  # imported where used: `proctor run`'s lean path reads these fields too
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -170,6 +172,8 @@ def field_type(info: FieldInfo) -> Any:
 def add_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
     """`model`'s flags on an argparse parser (a module's own `python -m` entry), each one's
     value left out unless given (`values_given` reads them back)."""
+    import argparse
+
     for name, (info, opt) in options(model).items():
         flags = [opt.flag.split("/")[0]] + ([opt.short] if opt.short else [])
         common: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}

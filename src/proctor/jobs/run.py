@@ -8,12 +8,13 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
-from pydantic import SecretStr, ValidationError
+from pydantic import Field, SecretStr, TypeAdapter, ValidationError
 
 from proctor.errors import ExitCode, UsageError, invalid
 from proctor.jobs.bench import BenchJob
+from proctor.jobs.command import CommandJob, run_flags
 from proctor.jobs.eval import EvalJob
 from proctor.jobs.flow import FlowJob
 from proctor.jobs.grid import ServerGridJob
@@ -22,8 +23,18 @@ from proctor.jobs.submission import JOB, AnyJob, Job
 from proctor.jobs.sweep import SweepJob
 from proctor.spec.config import ProjectConfig, load_config
 
+if TYPE_CHECKING:
+    from proctor.targets.registry import TargetOptions
 
-def load_job(text: str) -> AnyJob:
+#: Every job `python -m proctor.jobs run` and `proctor.run_job` take: the submitted kinds and
+#: `proctor run`'s CommandJob (a command is started as a run of its own, not submitted).
+RunnableJob = AnyJob | CommandJob
+RUNNABLE: TypeAdapter[RunnableJob] = TypeAdapter(
+    Annotated[RunnableJob, Field(discriminator="kind")]
+)
+
+
+def load_job(text: str) -> RunnableJob:
     """A job from its JSON text, or from the file it names; the API key from OPENAI_API_KEY."""
     body = text
     if not text.lstrip().startswith("{"):
@@ -36,7 +47,7 @@ def load_job(text: str) -> AnyJob:
         if not isinstance(data, dict):
             raise ValueError("a JSON object is needed")
         data.setdefault("kind", "bench")  # a bare BenchConfig (what older proctors passed)
-        job = JOB.validate_python(data)
+        job = RUNNABLE.validate_python(data)
     except ValidationError as e:
         raise invalid(e, what="invalid job") from None
     except ValueError as e:
@@ -44,10 +55,10 @@ def load_job(text: str) -> AnyJob:
     return with_api_key(job)
 
 
-def with_api_key(job: AnyJob) -> AnyJob:
+def with_api_key(job: RunnableJob) -> RunnableJob:
     key = os.environ.get("OPENAI_API_KEY")
-    # lm-eval, engines and a flow's workloads read it from their environment.
-    if not key or isinstance(job, EvalJob | OfflineJob | FlowJob | ServerGridJob):
+    # lm-eval, engines, commands and a flow's workloads read it from their environment.
+    if not key or isinstance(job, EvalJob | OfflineJob | FlowJob | ServerGridJob | CommandJob):
         return job
     if isinstance(job, BenchJob):
         return job.model_copy(update={"api_key": SecretStr(key)})
@@ -160,18 +171,70 @@ def grid_answer(result: Any) -> dict[str, Any]:
     }
 
 
+def run_command_job(
+    job: CommandJob,
+    config: ProjectConfig | None = None,
+    *,
+    target: str | TargetOptions | None = None,
+    runs_dir: str | None = None,
+    out: IO[bytes] | None = None,
+) -> int:
+    """`proctor run [--target T] -- CMD` from this process: the command a supervised run on
+    the target (default local; [run] of proctor.toml under the job's own settings), its log
+    copied to `out` (default stdout) until it ends; its exit status as `proctor run`'s (4 time
+    limit, 130 interrupted, 69 not found or the GPU preflight refused it)."""
+    import sys
+
+    from proctor.spec.plan import resolve_run_plan, resolve_runs_dir
+    from proctor.targets.base import FAR, PLAN, capable
+    from proctor.targets.registry import TargetContext, kind_named, open_target, target_options
+    from proctor.targets.service import Interrupts, SupervisedRun
+
+    config = config or load_config()
+    spec = target_options(target, config) if target is None or isinstance(target, str) else target
+    out = out or sys.stdout.buffer
+    if FAR in kind_named(spec.kind).capabilities:
+        from proctor.source.identity import source_identity
+        from proctor.targets.remote.commands import group_exit_status, job_spec, run_far
+        from proctor.targets.remote.orchestrate import RemoteOptions
+
+        if not job.argv:
+            raise UsageError("no command given", hint="CommandJob(argv=[...])")
+        where = Path(resolve_runs_dir(runs_dir, config).value)
+        identity = source_identity(Path(job.cwd or ".").resolve())
+        far = job_spec(job.with_defaults(config.run))
+        done = run_far(spec, far, identity, config, where, out, RemoteOptions())
+        return group_exit_status(done.completions)
+    plan = resolve_run_plan(run_flags(job, runs_dir=runs_dir), config)
+    context = TargetContext(config, Path(plan.runs_dir.value), plan.timeout_s.value)
+    planned = capable(open_target(spec, context), PLAN)
+    if planned is None:
+        raise UsageError(f"a {spec.kind} target cannot run a command")
+    with Interrupts() as interrupts:
+        try:
+            started = planned.start_plan(plan)
+        finally:
+            planned.close()
+        interrupts.attach(started.run)
+        state = SupervisedRun(started.run).follow_to_end(out)
+        return interrupts.exit_code(started.run, state)
+
+
 def _config_path(path: str | None) -> Path | None:
     return Path(path) if path else None
 
 
 def run_job(
-    job: AnyJob,
+    job: RunnableJob,
     *,
     output_dir: Path | None = None,
     config: ProjectConfig | None = None,
     say: Callable[[str], None] = print,
 ) -> int:
-    """Run `job` here; its exit code (docs: the exit-code table)."""
+    """Run `job` here; its exit code (docs: the exit-code table). A command is a supervised
+    run of its own, started and followed from here (`run_command_job`)."""
+    if isinstance(job, CommandJob):
+        return run_command_job(job, config)
     if isinstance(job, BenchJob):
         where = output_dir or _run_dir(job.kind)
         return run_bench(job, where, echo=say)
@@ -200,11 +263,14 @@ def _run_dir(kind: str) -> Path:
 
 __all__ = [
     "JOB",
+    "RUNNABLE",
     "AnyJob",
     "ExitCode",
     "Job",
+    "RunnableJob",
     "load_job",
     "run_bench",
+    "run_command_job",
     "run_eval",
     "run_flow_job",
     "run_grid_job",

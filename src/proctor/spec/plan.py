@@ -26,7 +26,9 @@ RUNS_DIR_ENV = "PROCTOR_RUNS_DIR"
 
 @dataclass
 class RunFlags:
-    """What the user said on the command line; None means 'not given'."""
+    """What the user said on the command line; None means 'not given'. Its job settings are
+    those `proctor run` declares on CommandJob (jobs/command.py, `run_flags` makes these);
+    `runs_dir` and `detach` are run control."""
 
     argv: list[str]
     name: str | None = None

@@ -11,12 +11,15 @@ A flow file's `[[flow.workload]]` entries each name one kind, with its options a
     [[flow.workload]]
     offline = { engine = "vllm", model = "/models/x", args = ["--enforce-eager"] }  # offline job
     [[flow.workload]]
-    cmd = "python my_client.py --port 8000"                              # any command
+    cmd = "python my_client.py --port 8000"                              # a command job
 
-plus, on any entry, `name` (the run's name) and `env` (["NAME=VALUE"] for that run). A table is
-validated into its typed job (jobs/: keys are the job's fields or flags, `_` or `-`) before any
-server starts, so a typo costs nothing; its run is `python -m proctor.jobs run JOB`. The base URL
-(and the served model, unless the table names one) of the flow's server are filled in.
+plus, on any entry, `name` (the run's name) and `env` (["NAME=VALUE"] for that run). Each entry
+is a `FlowWorkload` holding its typed job (discriminated by kind: BenchJob, SweepJob, EvalJob,
+OfflineJob, or CommandJob for a `cmd`), validated when the flow file is read (jobs/: keys are
+the job's fields or flags, `_` or `-`), so a typo costs nothing; the flow's record stores it
+typed. The base URL (and the served model, unless the table names one) of the flow's server are
+filled in (`FlowWorkload.fills`); its run is started from the job (`command_for`): `python -m
+proctor.jobs run JOB`, or a `cmd`'s own command line.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from proctor.jobs.flow import (
     COMMON,
     KINDS,
     FlowWorkload,
+    WorkloadJob,
     bench_job,
     command_for,
     eval_job,
@@ -38,6 +42,7 @@ __all__ = [
     "COMMON",
     "KINDS",
     "FlowWorkload",
+    "WorkloadJob",
     "bench_job",
     "command_for",
     "eval_job",

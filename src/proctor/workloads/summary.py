@@ -4,13 +4,16 @@ SLO search's result.json (`SloSearchResult`, workloads/slo.py).
 
 Each sweep builds its typed document from its typed rows (`SweepPointRow`, `GridRow`,
 `SloProbe`: jobs/documents.py) and hands it here with the tables it shows beside it
-(summary.csv, summary.txt). The document is written as given (no field added), secrets masked,
-atomically, and checked against its model (`write_checked`); its schema is docs/schemas'.
+(summary.csv, summary.txt, drawn by `csv_table` and `text_table`). The document is written as
+given (no field added), secrets masked, atomically, and checked against its model
+(`write_checked`); its schema is docs/schemas'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import csv
+import io
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from proctor import redact
@@ -41,4 +44,33 @@ def write_summary(
     return path
 
 
-__all__ = ["FILE_OF", "SummaryDocument", "write_summary"]
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 0) -> str:
+    """summary.txt: columns as wide as their widest cell; the first `left` columns (names)
+    flush left, the rest (figures) flush right."""
+    widths = [max([len(h), *(len(r[j]) for r in rows)]) for j, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if j < left else c.rjust(w)
+            for j, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return "\n".join([line(header), *(line(r) for r in rows)]) + "\n"
+
+
+def csv_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """summary.csv: the header, then a line a row (an absent figure an empty cell)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+__all__ = [
+    "FILE_OF",
+    "SummaryDocument",
+    "csv_table",
+    "text_table",
+    "write_summary",
+]

@@ -7,8 +7,6 @@ to a later one; its plots are its report (`proctor report NAME`).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +31,7 @@ from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan
 from proctor.supervise.launch import RunSpec, record_of, start_run
 from proctor.targets.service import wait_or_stop
-from proctor.workloads.summary import write_summary
+from proctor.workloads.summary import csv_table, text_table, write_summary
 from proctor.workloads.sweep_engine import SweepHome, drive, each
 
 COLUMNS = (
@@ -232,23 +230,18 @@ def summary_text(points: list[SweepPoint]) -> str:
             [fmt.format(values[key]) if key in values else "-" for _, key, fmt in COLUMNS]
             + [point_status(p)]
         )
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
-    ]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines) + "\n"
+    return text_table(header, rows)
 
 
 def summary_csv(points: list[SweepPoint]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["concurrency", "run_id", "exit_code", *[c[1] for c in COLUMNS[1:]]])
-    for p in points:
-        writer.writerow(
+    header = ["concurrency", "run_id", "exit_code", *[c[1] for c in COLUMNS[1:]]]
+    return csv_table(
+        header,
+        [
             [p.concurrency, p.run_id, p.exit_code, *[p.metrics.get(c[1], "") for c in COLUMNS[1:]]]
-        )
-    return out.getvalue()
+            for p in points
+        ],
+    )
 
 
 def summarize(recorder: Recorder, record: SweepRecord, points: list[SweepPoint]) -> None:

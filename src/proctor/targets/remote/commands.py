@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from proctor.errors import ProctorError, UsageError
+from proctor.jobs.command import CommandJob, from_flags
 from proctor.record.rundir import RunDir, write_atomic
 from proctor.record.schema import read_view, view_record
 from proctor.spec.config import ProjectConfig
-from proctor.spec.durations import parse_duration
 from proctor.spec.plan import RunFlags
 from proctor.targets.base import AGENT, FAR, PLAN, JobSpec, Target
 from proctor.targets.kinds import time_left
@@ -59,30 +59,28 @@ from proctor.targets.remote.workflow import (
 
 
 def job_from_flags(flags: RunFlags, config: ProjectConfig) -> JobSpec:
-    """The far job of `proctor run --target T -- CMD`: flags over [run] in proctor.toml."""
+    """The far job of `proctor run --target T -- CMD`: its CommandJob (the flags the user set)
+    laid over [run] in proctor.toml, as the JobSpec that travels."""
     if not flags.argv:
         raise UsageError(
             "no command given", hint="write it after --: proctor run --target T -- CMD"
         )
-    env = dict(config.run.env)
-    for item in flags.env:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise UsageError(f"invalid --env {name!r}", hint="write --env NAME=VALUE")
-        env[name] = value
-    timeout = flags.timeout or config.run.timeout
-    grace = flags.grace or config.run.grace
+    return job_spec(from_flags(flags).with_defaults(config.run))
+
+
+def job_spec(job: CommandJob) -> JobSpec:
+    """What a target runs for `job` (the wire form the far side reads: targets/base.py)."""
     return JobSpec(
-        argv=list(flags.argv),
-        name=flags.name,
-        env=env,
-        secret_names=list(config.run.secret_names),
-        timeout_s=parse_duration(timeout, option="--timeout") if timeout else None,
-        grace_s=parse_duration(grace, option="--grace") if grace else None,
-        gpu_sample_s=flags.gpu_sample if flags.gpu_sample is not None else config.run.gpu_sample,
-        key=flags.key,
-        cwd=flags.cwd,
-        allow_unhealthy_gpu=bool(flags.allow_unhealthy_gpu or config.run.allow_unhealthy_gpu),
+        argv=list(job.argv),
+        name=job.name,
+        env=job.env_table(),
+        secret_names=list(job.secret_names),
+        timeout_s=job.timeout_s,
+        grace_s=job.grace_s,
+        gpu_sample_s=job.gpu_sample,
+        key=job.key,
+        cwd=job.cwd,
+        allow_unhealthy_gpu=job.allow_unhealthy_gpu,
     )
 
 
@@ -490,6 +488,7 @@ __all__ = [
     "group_exit_status",
     "group_report",
     "job_from_flags",
+    "job_spec",
     "not_detached",
     "release_all",
     "run_far",

@@ -190,25 +190,29 @@ def job_shipment(job: AnyJob) -> Shipment:
     """What a typed job reads here, by the job's own fields (a bench's or a sweep's bench's
     --dataset file, an eval's --data splits): read and hashed; UsageError if one cannot be.
     Each value's `where` is its place in the job."""
-    values: list[Shipped | None] = []
-    if isinstance(job, BenchJob):
-        values.append(dataset_value(job.dataset, (DATASET_PARAM,)))
-    elif isinstance(job, SweepJob):
-        values.append(dataset_value(job.bench.dataset, ("bench", DATASET_PARAM)))
-    elif isinstance(job, EvalJob):
-        values.append(gsm8k_data_value(job.data, (DATA_PARAM,)))
-    elif isinstance(job, FlowJob | ServerGridJob):
-        # A flow's listed workloads (their tables as written: a path relative to the cwd, as
-        # a local flow reads it); a server grid's bench options, every point's.
-        if isinstance(job, ServerGridJob):
-            values += table_values("bench", job.bench, ("bench",))
-        else:
-            for i, workload in enumerate(job.workloads):
-                where = ("workloads", i, "options")
-                values += table_values(workload.kind, workload.options, where)
+    values: list[Shipped | None] = _job_values(job, ())
+    if isinstance(job, ServerGridJob):
+        # A server grid's bench options, every point's (its table as written).
+        values += table_values("bench", job.bench, ("bench",))
+    elif isinstance(job, FlowJob):
+        # A flow's listed workloads, each its typed job (a path relative to the cwd, as a
+        # local flow reads it).
+        for i, workload in enumerate(job.workloads):
+            values += _job_values(workload.job, ("workloads", i, "job"))
     shipment = Shipment([v for v in values if v is not None])
     shipment.check_size()
     return shipment
+
+
+def _job_values(job: object, where: tuple[str | int, ...]) -> list[Shipped | None]:
+    """The local files a bench's or a sweep's bench's --dataset, or an eval's --data, names."""
+    if isinstance(job, BenchJob):
+        return [dataset_value(job.dataset, (*where, DATASET_PARAM))]
+    if isinstance(job, SweepJob):
+        return [dataset_value(job.bench.dataset, (*where, "bench", DATASET_PARAM))]
+    if isinstance(job, EvalJob):
+        return [gsm8k_data_value(job.data, (*where, DATA_PARAM))]
+    return []
 
 
 @overload
