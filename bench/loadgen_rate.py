@@ -4,7 +4,7 @@ adds, at 500, 2,000 and 10,000 req/s against the zero-latency emulator.
 
     .venv/bin/python bench/loadgen_rate.py [--rates 500,2000,10000] [--seconds 10] [--quick]
         [--workers-at 10000=4] [--no-vllm] [--vllm-python PY --tokenizer DIR]
-        [--tail 10000]
+        [--tail 10000] [--old-src DIR] [--pin]
 
 The emulator (bench/emulator, zero TTFT/ITL) answers at once, so every millisecond of TTFT is
 the client's: client-added TTFT = measured TTFT - the emulator's (0). proctor runs pinned to
@@ -20,7 +20,12 @@ delay per request (the kernel's receive time of the request -> its first token w
 says so. --tail RATE: that run also saves its records (--save-detailed) and the bench prints,
 per worker, the schedule delays binned per 0.5 s of the worker's own schedule (p99 and the
 count above 1 ms per bin: is the tail at the start or throughout?) and whether the late sends
-came after bursts of due times.
+came after bursts of due times, and each worker's own timeline per 0.5 s (metrics.json
+"client".timeline: CPU %, longest loop lag, involuntary context switches) beside its delays.
+--old-src DIR: an older proctor's `src`, run first at each rate (`old` rows). --pin: this
+checkout once more with each worker pinned to a core of its own (--client-cores) and the
+parent on another (`pin` rows), after the unpinned run (the client's processes share
+their cores, as before).
 """
 
 from __future__ import annotations
@@ -38,9 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
+from client_timeline import spare_core, timeline_lines  # noqa: E402
 from emulator import start_emulator  # noqa: E402
 from loadgen_capacity import find_vllm, pinned, plan_cores  # noqa: E402
 from proctor.workloads.loadgen.metrics import percentile  # noqa: E402
+
+PYPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
 def run_proctor(
@@ -50,8 +58,14 @@ def run_proctor(
     cores: list[int] | None,
     workers: int = 1,
     records: list[dict] | None = None,
+    src: Path | None = None,
+    pin: list[int] | None = None,
 ) -> dict:
-    """metrics.json of one run; with `records`, its measured records (requests.jsonl) too."""
+    """metrics.json of one run; with `records`, its measured records (requests.jsonl) too.
+    `src`: the proctor to run (default this checkout's); `pin`: its --client-cores."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src.resolve()), *PYPATH])
     with tempfile.TemporaryDirectory() as out:
         cmd = [
             sys.executable,
@@ -87,9 +101,16 @@ def run_proctor(
             "--workers",
             str(workers),
             *(["--save-detailed"] if records is not None else []),
+            *(["--client-cores", ",".join(map(str, pin))] if pin else []),
         ]
         r = subprocess.run(
-            pinned(cmd, cores), capture_output=True, text=True, cwd=ROOT, timeout=900, check=False
+            pinned(cmd, pin or cores),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=900,
+            check=False,
+            env=env,
         )
         if r.returncode != 0:
             raise SystemExit(f"proctor failed ({r.returncode}): {r.stderr[-800:]}")
@@ -210,6 +231,12 @@ def main() -> int:
         help="RATE,...: also save those runs' records and show where the schedule-delay tail "
         "sits (per worker, per 0.5 s of its schedule)",
     )
+    ap.add_argument("--old-src", type=Path, default=None, help="an older proctor's src dir")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="also run this checkout with each worker on a core of its own (--client-cores)",
+    )
     a = ap.parse_args()
     tails = {float(x) for x in a.tail.split(",") if x}
     tail_lines: list[str] = []
@@ -231,7 +258,7 @@ def main() -> int:
         )
     started = time.perf_counter()
     lines = []
-    emu_p99: dict[float, float | None] = {}
+    emu_p99: dict[tuple[float, str], float | None] = {}
     with start_emulator(procs=len(emu_cores or [0]), cores=emu_cores) as emu:
         print(
             f"emulator: {emu.describe()} (zero TTFT/ITL); client on core(s) {client_cores}",
@@ -239,36 +266,46 @@ def main() -> int:
         )
         for rate in rates:
             n = int(rate * seconds)
-            emu.delay_stats(reset=True)
             w = workers_at.get(rate, 1)
-            recs: list[dict] | None = [] if rate in tails else None
             cores = client_cores[:w] if client_cores else None
-            doc = run_proctor(emu.base_url, rate, n, cores, w, recs)
-            if recs:
-                tail_lines += [f"{rate:g} req/s, {w} worker(s):", *tail_report(recs)]
-            s, m, c = doc["schedule"], doc["metrics"], doc["client"]
-            d = emu.delay_stats()
-            own = (
-                f"; emulator's own delay p50 {d['p50_us'] / 1000:.2f} / p99 "
-                f"{d['p99_us'] / 1000:.2f} / max {d['max_us'] / 1000:.1f} ms"
-                if d
-                else ""
-            )
-            emu_p99[rate] = d["p99_us"] / 1000 if d else None
-            lines.append(
-                (
-                    rate,
-                    "proctor",
-                    s["achieved_rate"],
-                    s["schedule_delay_p50_ms"],
-                    s["schedule_delay_p99_ms"],
-                    m["median_ttft_ms"],
-                    m["p99_ttft_ms"],
-                    f"workers {w}, delay max {s['schedule_delay_max_ms']:.2f} ms, "
-                    f"CPU {c['cpu_percent']:.0f}%, lag p99 {c['loop_lag_p99_ms']:.1f} ms" + own,
+            spare = spare_core([*(cores or []), *(emu_cores or [])], all_cores)
+            variants: list[tuple[str, Path | None, list[int] | None]] = []
+            if a.old_src:
+                variants.append(("old", a.old_src, None))
+            variants.append(("proctor", None, None))
+            if a.pin and cores and len(cores) >= w:
+                variants.append(("pin", None, cores + ([spare] if spare is not None else [])))
+            for who, src, pin in variants:
+                emu.delay_stats(reset=True)
+                recs: list[dict] | None = [] if rate in tails else None
+                doc = run_proctor(emu.base_url, rate, n, cores, w, recs, src, pin)
+                if recs:
+                    tail_lines += [f"{rate:g} req/s, {w} worker(s), {who}:", *tail_report(recs)]
+                    tail_lines += timeline_lines(doc, recs)
+                s, m, c = doc["schedule"], doc["metrics"], doc["client"]
+                d = emu.delay_stats()
+                own = (
+                    f"; emulator's own delay p50 {d['p50_us'] / 1000:.2f} / p99 "
+                    f"{d['p99_us'] / 1000:.2f} / max {d['max_us'] / 1000:.1f} ms"
+                    if d
+                    else ""
                 )
-            )
-            print(f"  proctor {rate:g} req/s: done", flush=True)
+                emu_p99[rate, who] = d["p99_us"] / 1000 if d else None
+                lines.append(
+                    (
+                        rate,
+                        who,
+                        s["achieved_rate"],
+                        s["schedule_delay_p50_ms"],
+                        s["schedule_delay_p99_ms"],
+                        m["median_ttft_ms"],
+                        m["p99_ttft_ms"],
+                        f"workers {w}{' pinned ' + str(pin) if pin else ''}, delay max "
+                        f"{s['schedule_delay_max_ms']:.2f} ms, CPU {c['cpu_percent']:.0f}%, "
+                        f"lag p99 {c['loop_lag_p99_ms']:.1f} ms" + own,
+                    )
+                )
+                print(f"  {who} {rate:g} req/s: done", flush=True)
             if found:
                 v = run_vllm(*found, emu.base_url, rate, n, client_cores)
                 lines.append(
@@ -298,20 +335,20 @@ def main() -> int:
         print("\nwhere the schedule-delay tail sits (ms):", *tail_lines, sep="\n")
     print("\nchecks (issue 23 point 2: p99 schedule delay <= 1 ms; issue 14 point 4):")
     for rate, who, ach, _, e99, _, t99, _ in lines:
-        if who != "proctor":
+        if who == "vllm":
             continue
         print(
-            f"  {rate:g} req/s: p99 schedule delay {e99:.3f} ms -> "
+            f"  {who} {rate:g} req/s: p99 schedule delay {e99:.3f} ms -> "
             f"{'<= 1 ms' if e99 <= 1.0 else 'ABOVE 1 ms'}"
         )
         keep = abs(ach - rate) / rate <= 0.05
         ttft = "<= 5 ms" if t99 <= 5 else "ABOVE 5 ms"
         print(
-            f"  {rate:g} req/s: achieved {ach:.1f} ({100 * (ach / rate - 1):+.1f}%) -> "
+            f"  {who} {rate:g} req/s: achieved {ach:.1f} ({100 * (ach / rate - 1):+.1f}%) -> "
             f"{'kept' if keep else 'NOT kept'}"
             + (f"; p99 client-added TTFT {t99:.2f} ms -> {ttft}" if rate == 500 else "")
         )
-        own = emu_p99.get(rate)
+        own = emu_p99.get((rate, who))
         if own is not None and own > 1.0:
             print(
                 f"    the emulator's own delay p99 was {own:.2f} ms (> 1 ms): part of the TTFT "

@@ -90,7 +90,7 @@ def child(streams: int, tokens: int) -> dict[str, float]:
     pt = time.process_time
     for wave in range(2):  # two requests per connection (keep-alive reuse)
         for i, conn in enumerate(conns):
-            # each request its own index, as in a bench (the batched parse's phase uses it)
+            # each request its own index, as in a bench
             rec = RequestRecord(index=wave * streams + i, prompt_len=32, expected_output_len=tokens)
             st = time.perf_counter()
             rec.start_time = st

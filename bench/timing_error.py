@@ -3,7 +3,7 @@ and ITL minus what the emulator was told to take, and what the bench says of its
 
     .venv/bin/python bench/timing_error.py [--concurrency 1,100,500,1000] [--ttft-ms 50]
         [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--min-requests 20]
-        [--workers 1] [--client-cores 1] [--old-src DIR] [--rounds 1]
+        [--workers 1] [--client-cores 1] [--old-src DIR] [--rounds 1] [--pin] [--timeline]
 
 --old-src DIR: the `src` of an older proctor (`git archive main src | tar -x -C build/old`),
 measured interleaved with this checkout's at each concurrency, so one run prints both.
@@ -23,7 +23,11 @@ receive of the request -> first token written, minus --ttft-ms): that much of th
 the server's side. cpu%: the client's CPU use (metrics.json "client"), near 100 when its cores
 are the limit; us/tok: that CPU per token received (CPU % x the measured requests' span /
 their tokens), the cost per read that decides where the cores run out, and a figure that load
-on a shared machine does not stretch. Figures: bench/NOTES.md, *Timing error*.
+on a shared machine does not stretch. --pin: this checkout once more (`pin` rows) with each
+worker on one of the client cores alone (--client-cores) and the parent on a core of its own;
+unpinned, the client's processes share the client cores. --timeline: after each row, each
+client process's CPU %, loop lag and involuntary context switches per 0.5 s
+(metrics.json "client".timeline). Figures: bench/NOTES.md, *Timing error*.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
+from client_timeline import spare_core, timeline_lines  # noqa: E402
 from emulator import Emulator, start_emulator  # noqa: E402
 
 PYPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -55,6 +60,7 @@ def measure(
     cores: list[int] | None,
     src: Path,
     label: str,
+    pin: list[int] | None = None,
 ) -> str:
     url = emu.base_url
     n = max(conc * args.requests_per_stream, args.min_requests)
@@ -62,8 +68,10 @@ def measure(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src.resolve()), *PYPATH])}
     with tempfile.TemporaryDirectory() as out:
         cmd = [*proctor_cmd(url, out, conc, n, args.isl, args.osl, args.workers), "--save-detailed"]
+        if pin:
+            cmd += ["--client-cores", ",".join(map(str, pin))]
         r = subprocess.run(
-            pinned(cmd, cores),
+            pinned(cmd, pin or cores),
             capture_output=True,
             text=True,
             cwd=ROOT,
@@ -81,7 +89,7 @@ def measure(
     itls = [g * 1000 for x in ok for g in x["itl"]]
     client = doc.get("client") or {}
     timing = client.get("timing") or {}
-    return (
+    row = (
         f"{label:>4} {conc:>6} {len(ok):>6} {statistics.fmean(ttft_err):>9.2f} "
         f"{percentile(ttft_err, 50):>8.2f} {percentile(ttft_err, 99):>8.2f} "
         f"{statistics.fmean(itls) - args.itl_ms:>9.3f} {statistics.pstdev(itls):>7.3f} "
@@ -92,6 +100,9 @@ def measure(
         f"{own.get('p99_us', float('nan')) / 1000:>6.2f} "
         f"{client.get('cpu_percent', float('nan')):>5.0f} {us_per_token(recs, client):>6.1f}"
     )
+    if args.timeline:
+        row += "\n" + "\n".join(timeline_lines(doc))
+    return row
 
 
 def us_per_token(recs: list[dict], client: dict) -> float:
@@ -125,12 +136,19 @@ def main() -> None:
         help="measure the whole list this many times (at the edge of a core the figures move "
         "from one run to the next: bench/NOTES.md)",
     )
+    ap.add_argument("--pin", action="store_true", help="also run this checkout pinned")
+    ap.add_argument("--timeline", action="store_true", help="print each process's timeline")
     a = ap.parse_args()
     client, emu_cores = plan_cores()
     if client is not None and emu_cores and a.client_cores > 1:
         client = client + emu_cores[: a.client_cores - 1]
         emu_cores = [c for c in emu_cores if c not in client] or emu_cores
-    codes = ([("old", a.old_src)] if a.old_src else []) + [("new", ROOT / "src")]
+    codes: list[tuple[str, Path, list[int] | None]] = [("new", ROOT / "src", None)]
+    if a.old_src:
+        codes.insert(0, ("old", a.old_src, None))
+    if a.pin and client and len(client) >= a.workers:
+        spare = spare_core(client + (emu_cores or []), sorted(os.sched_getaffinity(0)))
+        codes.append(("pin", ROOT / "src", client + ([spare] if spare is not None else [])))
     with start_emulator(
         ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, procs=len(emu_cores or [0]), cores=emu_cores
     ) as emu:
@@ -150,8 +168,8 @@ def main() -> None:
             if a.rounds > 1:
                 print(f"round {r + 1} of {a.rounds}", flush=True)
             for conc in (int(c) for c in a.concurrency.split(",")):
-                for label, src in codes:
-                    print(measure(emu, conc, a, client, src, label), flush=True)
+                for label, src, pin in codes:
+                    print(measure(emu, conc, a, client, src, label, pin), flush=True)
     print(
         "targets (issue 23): ttft err mean <= 1, p99 <= 5 at every concurrency; itl sd <= 0.5 "
         "at 1000"

@@ -103,12 +103,3 @@ def fake_process() -> Iterator[Callable[..., FakeProcess]]:
     for p in procs:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             p.kill()
-
-
-@pytest.fixture(params=["per-read", "batched"])
-def sse_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The raw client's two ways of taking a read's SSE bytes (fasthttp.SSE_BATCH_ENV):
-    parsed at once, or held and parsed a few reads at a time. Both must write the same
-    records and fail the same way."""
-    monkeypatch.setenv("PROCTOR_SSE_BATCH", "1" if request.param == "batched" else "0")
-    return str(request.param)

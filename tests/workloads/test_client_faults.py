@@ -81,7 +81,7 @@ def test_slow_first_token_beyond_idle_timeout_fails_as_timeout(fake: Fake) -> No
         check_outcome(res)
 
 
-def test_mid_stream_disconnect(fake: Fake, sse_mode: str) -> None:
+def test_mid_stream_disconnect(fake: Fake) -> None:
     s = fake(mode="disconnect", fault_every=2)
     res = bench(s.base_url)
     bad = [r for r in res.measured if not r.success]
@@ -139,9 +139,7 @@ def test_malformed_sse(fake: Fake) -> None:
         '{"choices":[{"text":"a"}],"usage":{"prompt_tokens":[3]}}',
     ],
 )
-def test_garbage_chunk_is_a_failed_request_not_a_crash(
-    fake: Fake, chunk: str, sse_mode: str
-) -> None:
+def test_garbage_chunk_is_a_failed_request_not_a_crash(fake: Fake, chunk: str) -> None:
     s = fake(mode="malformed-sse", malformed_chunk=chunk)
     res = bench(s.base_url)
     assert res.metrics.completed == 0 and res.metrics.failed == 8
@@ -196,7 +194,7 @@ def test_never_answer_is_bounded_by_timeouts(fake: Fake) -> None:
     assert all(r.status is None for r in res.measured)
 
 
-def test_total_request_timeout(fake: Fake, sse_mode: str) -> None:
+def test_total_request_timeout(fake: Fake) -> None:
     s = fake(itl=0.2)  # each chunk arrives well within the idle timeout
     res = bench(s.base_url, num_prompts=2, osl=30, request_timeout_s=1.0)
     assert {r.reason for r in res.measured} == {"timeout"}

@@ -169,7 +169,7 @@ def raw() -> Iterator[Callable[[str, int], RawServer]]:
     ],
 )
 def test_every_framing_gives_the_same_records(
-    raw: Callable[[str, int], RawServer], framing: str, sse_mode: str
+    raw: Callable[[str, int], RawServer], framing: str
 ) -> None:
     server = raw(framing, 5)
     res = bench(server.url, concurrency=1, num_prompts=4)
@@ -185,11 +185,11 @@ def test_every_framing_gives_the_same_records(
 
 
 def test_a_malformed_message_read_on_the_short_path_fails_the_request(
-    raw: Callable[[str, int], RawServer], sse_mode: str
+    raw: Callable[[str, int], RawServer],
 ) -> None:
-    """One whole chunk a read takes the reader's short path, where the held reads are parsed
-    now and then: a bad message found there fails its request as malformed_sse (it once
-    escaped into the event loop, and the request went on to succeed without it)."""
+    """One whole chunk a read takes the reader's short path: a bad message found there fails
+    its request as malformed_sse (it once escaped into the event loop, and the request went on
+    to succeed without it)."""
     server = raw("chunked-plain-bad", 6)
     res = bench(server.url, concurrency=2, num_prompts=4, osl=6)
     assert [r.reason for r in res.measured] == ["malformed_sse"] * 4

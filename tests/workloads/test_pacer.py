@@ -56,18 +56,48 @@ def test_paced_requests_never_leave_before_their_time() -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="timerfd: Linux")
-def test_the_pacer_wakes_at_or_after_each_due_time_and_closes_its_timer() -> None:
-    async def main() -> list[float]:
-        late = []
+def test_the_pacer_starts_each_at_or_after_its_time_in_order_and_closes_its_timer() -> None:
+    async def main() -> list[tuple[int, float]]:
+        got: list[tuple[int, float]] = []
         with pacer.Pacer() as p:
-            t = time.perf_counter()
+            t, dues = time.perf_counter(), []
             for i in range(200):
                 t += 0.0003 + 0.0007 * math.sin(i) ** 2
-                await p.until(t)
-                late.append(time.perf_counter() - t)
-            assert p.fd >= 0  # a timerfd was used, not the asyncio.sleep fallback
+                dues.append(t)
+            dues[50:53] = [dues[50]] * 3  # due together: one wake-up starts all three
+            await p.run(dues, lambda i: got.append((i, time.perf_counter() - dues[i])))
+            assert p.fd >= 0  # a timerfd was used, not the loop's timer
+            assert p.next_due == math.inf
         assert p.fd == -1
-        return late
+        return got
 
-    late = run_loop(main())
-    assert min(late) >= 0.0
+    got = run_loop(main())
+    assert [i for i, _ in got] == list(range(200))
+    assert min(late for _, late in got) >= 0.0
+
+
+def test_a_start_that_raises_ends_the_run_with_its_error() -> None:
+    def start(i: int) -> None:
+        if i == 3:
+            raise RuntimeError("boom")
+
+    async def main() -> None:
+        with pacer.Pacer() as p:
+            t = time.perf_counter()
+            await p.run([t + 0.001 * i for i in range(10)], start)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_loop(main())
+
+
+def test_without_a_timerfd_the_loop_timer_paces_never_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pacer, "_LIBC", None)
+    cfg = BenchConfig(base_url="http://127.0.0.1:9", model="m", burstiness=1.0)
+    reqs = [PlannedRequest(i, "p", 4, 4) for i in range(200)]
+    recs = run_loop(
+        run_requests(StampingSender(), cfg, "m", reqs, concurrency=64, rate=2000.0, seed=3)
+    )
+    assert [r.index for r in recs] == list(range(200))
+    assert all(r.start_time >= r.queued_at for r in recs)

@@ -70,6 +70,18 @@ def parse_percentiles(text: str | list[float]) -> list[float]:
     return [float(p) for p in str(text).split(",") if p.strip()]
 
 
+def parse_cores(text: str | list[int]) -> list[int]:
+    """`2-5,8` -> [2, 3, 4, 5, 8] (a list is taken as it is; "" -> [])."""
+    if isinstance(text, list):
+        return [int(c) for c in text]
+    out: list[int] = []
+    for part in str(text).split(","):
+        first, sep, last = part.strip().partition("-")
+        if first:
+            out += range(int(first), int(last) + 1) if sep else [int(first)]
+    return out
+
+
 def _endpoint(chat: bool | str) -> str:
     if isinstance(chat, str):  # a flow table may name the endpoint itself
         return chat
@@ -142,6 +154,13 @@ class BenchJob(BaseModel):
     )
     workers: Annotated[int, Opt("--workers")] = Field(
         default=1, ge=1, description="Client processes."
+    )
+    client_cores: Annotated[
+        list[int], Opt("--client-cores", cli_type=str, parse=parse_cores, cli_default="")
+    ] = Field(
+        default_factory=list,
+        description="Pin the client to these CPU cores (e.g. 2-5): worker i on the i-th, the "
+        "parent on any after the last worker's (default: not pinned).",
     )
     percentiles: Annotated[
         list[float], Opt("--percentiles", cli_type=str, parse=parse_percentiles, cli_default="99")
@@ -290,6 +309,19 @@ class BenchJob(BaseModel):
             )
         if self.dataset_kind != "trace" and self.trace_speed != 1.0:
             raise ValueError("--trace-speed applies to --dataset trace:PATH only")
+        return self
+
+    @model_validator(mode="after")
+    def _check_cores(self) -> BenchJob:
+        if self.client_cores and (
+            len(self.client_cores) < self.workers
+            or len(set(self.client_cores)) < len(self.client_cores)
+            or min(self.client_cores) < 0
+        ):
+            raise ValueError(
+                "client_cores must name a different core (>= 0) for each of the "
+                f"{self.workers} worker(s)"
+            )
         return self
 
     @property

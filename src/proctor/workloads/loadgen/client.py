@@ -27,6 +27,7 @@ import aiohttp
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.deadlines import Flight, for_loop, settle
 from proctor.workloads.loadgen.fasthttp import Pool, exchange
+from proctor.workloads.loadgen.pacer import Pacer
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.sse import ERROR_EXCERPT, Malformed, StreamState
 
@@ -148,6 +149,10 @@ class FastSender:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
+    def watch(self, pacer: Pacer | None) -> None:
+        """Each read first lets `pacer` send what is due (pacer.Pacer.poke)."""
+        self.pool.pacer = pacer
+
     async def send(
         self,
         cfg: BenchConfig,
@@ -216,7 +221,6 @@ async def send_fast(
             raise
         record.reason = "timeout"
         record.error = _timeout_error(cfg, "TimeoutError")
-        state.parse_held()  # its messages count; a failure they said came first
         return record
     finally:
         deadlines.remove(flight)

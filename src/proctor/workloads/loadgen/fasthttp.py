@@ -8,8 +8,10 @@ without the kernel's receive timestamp, so every time would be when the loop got
 bytes, late by however long the loop was busy (issue 23). Here each read is one recvmsg_into a
 shared buffer, its time is when its last segment arrived (rxtime.py), then chunked decoding with
 bytes.find (a read of exactly one whole chunk skips it: the short path in _readable), the SSE
-messages parsed by sse.StreamState (feed, or hold with PROCTOR_SSE_BATCH=1), and the waiting
-request task is woken once, when its response ends. Metric definitions and records are the
+messages parsed by sse.StreamState.feed, and the waiting request task is woken once, when its
+response ends. Before a read is handled, a paced request that has come due is sent (the pool's
+pacer, pacer.Pacer.poke): the read keeps its kernel stamp however late it is handled; the send
+is timed when it leaves. Metric definitions and records are the
 same as the aiohttp path's; failures are classified the same way (http_error, rate_limited,
 disconnect, timeout, malformed_sse, no_output, connect_error, client_error).
 
@@ -21,10 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from proctor.workloads.loadgen import rxtime
@@ -33,10 +34,12 @@ from proctor.workloads.loadgen.deadlines import Flight
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.sse import ERROR_EXCERPT, Malformed, StreamState
 
+if TYPE_CHECKING:
+    from proctor.workloads.loadgen.pacer import Pacer
+
 MAX_HEAD_BYTES = 64 * 1024
 READ_BYTES = 256 * 1024  # one read; the buffer is shared by every connection of a pool
 _ERROR_BODY_BYTES = 64 * 1024
-SSE_BATCH_ENV = "PROCTOR_SSE_BATCH"
 
 # Body framing of the response being read.
 _LENGTH, _CHUNKED, _TO_EOF = 1, 2, 3
@@ -138,10 +141,14 @@ class Conn:
         if not n:
             self.connection_lost(None)
             return
+        if (pacer := pool.pacer) is not None and now >= pacer.next_due and self.ex is not None:
+            # A due send first (this read has its kernel stamp already); not on an idle
+            # connection's read, which closes it: the send could take it from the idle list.
+            pacer.poke()
         data = pool.view[:n].tobytes()
         ts = pool.clock.arrival(anc, now)
         if self.between and (ex := self.ex) is not None and not ex.outcome:
-            # The short path: one whole chunk, straight to the SSE side (pool.take), without
+            # The short path: one whole chunk, straight to the SSE side, without
             # the chunk decoder. Anything else goes the whole way, from the same bytes.
             eol = data.find(b"\r\n", 0, 18)
             if eol > 0:
@@ -154,9 +161,9 @@ class Conn:
                     if self.flight is not None:
                         self.flight.last = now
                     try:
-                        if pool.take(ex.state, data[eol + 2 : end], ts):
+                        if ex.state.feed(data[eol + 2 : end], ts):
                             self._settle(ex, ex.record.reason or "http_error", reuse=False)
-                    except Malformed as e:  # a parse of what it held
+                    except Malformed as e:  # a bad message fails its request, as below
                         self._fail(ex, "malformed_sse", str(e))
                     except Exception as e:  # as data_received: never into the event loop
                         self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
@@ -264,7 +271,7 @@ class Conn:
             payload = data
         if payload:
             if ex.status == 200:
-                if self.pool.take(ex.state, payload, ts):  # the stream said it failed
+                if ex.state.feed(payload, ts):  # the stream said the request failed
                     self._settle(ex, ex.record.reason or "http_error", reuse=False)
                     return
             elif sum(map(len, ex.err_body)) < _ERROR_BODY_BYTES:
@@ -332,7 +339,7 @@ class Conn:
             self._settle(ex, reason, reuse=self.keep_alive)
             return
         try:
-            if ex.state.flush() or ex.state.eof(ts):
+            if ex.state.eof(ts):
                 self._settle(ex, "http_error", reuse=False)
                 return
         except Malformed as e:
@@ -342,8 +349,6 @@ class Conn:
 
     # ------------------------------------------------------------------ endings
     def _settle(self, ex: _Exchange, outcome: str, *, reuse: bool) -> None:
-        if outcome != "done" and ex.state.held:  # what it held first (a failure it said)
-            outcome = ex.state.parse_held() or outcome
         ex.outcome = outcome
         if outcome != "done":
             ex.record.reason = outcome
@@ -392,12 +397,7 @@ class Pool:
         self.view = memoryview(self.bufs[0])
         self.clock = rxtime.ReadClock()  # replaced by the loop's in acquire()
         self.keeper = rxtime.keep_stamping()
-        # How a read's SSE bytes are taken: parsed at once (StreamState.feed), or, with
-        # PROCTOR_SSE_BATCH=1, held and parsed a few reads at a time (StreamState.hold: less
-        # CPU per read, the same records, but burstier work; measured in bench/NOTES.md,
-        # *Timing error*, and not the default).
-        batch = os.environ.get(SSE_BATCH_ENV, "").strip() == "1"
-        self.take = StreamState.hold if batch else StreamState.feed
+        self.pacer: Pacer | None = None  # paced sends due before a read go first (poke)
         netloc = u.hostname if u.port is None else f"{u.hostname}:{u.port}"
         if ":" in u.hostname:  # IPv6 literal
             netloc = f"[{u.hostname}]" + (f":{u.port}" if u.port else "")

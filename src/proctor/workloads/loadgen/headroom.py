@@ -22,11 +22,19 @@ clock and gives the bench's own estimate of its error: how late the loop read wh
 arrived (measured per read from the kernel stamps: the error a loop-time stamp would have had,
 and the bound on a stamped one: none), and the tokens whose read also held the stream's next
 token (stamped with that later arrival: late by up to one inter-token gap).
+
+"timeline" gives each process's headroom over time, per BIN_S of its measured part (twice as
+long bins, as often as needed, to keep a long run's at most MAX_BINS): CPU % of one core,
+the longest loop lag, and the involuntary context switches (the kernel took the core away:
+another process or kernel work wanted it). "cores": the CPU cores each process was allowed
+(--client-cores pins them). A client whose tail comes from one worker's bad second shows it
+here, and bench/loadgen_rate.py --tail prints it beside the schedule delays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +45,23 @@ from proctor.workloads.loadgen.metrics import percentile
 PROBE_S = 0.005
 CPU_BOUND_PERCENT = 90.0
 LAG_BOUND_MS = 10.0
+BIN_S = 0.5
+MAX_BINS = 720
+TIMELINE_COLUMNS = ("t_s", "cpu_percent", "loop_lag_max_ms", "involuntary_switches")
+
+
+def _switches() -> int:
+    """Involuntary context switches of this process so far (0 where getrusage lacks them)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return 0
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw)
+
+
+def _cores() -> list[int]:
+    getter = getattr(os, "sched_getaffinity", None)
+    return sorted(getter(0)) if getter is not None else []
 
 
 @dataclass
@@ -51,9 +76,15 @@ class Sample:
     read_delays_s: list[float] = field(default_factory=list)
     reads: int = 0
     unstamped: int = 0
+    # One row per BIN_S: [start, end (perf_counter s), CPU s, longest lag s, involuntary
+    # context switches]; and the cores the process was allowed.
+    bins: list[list[float]] = field(default_factory=list)
+    cores: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "bins": self.bins,
+            "cores": self.cores,
             "cpu_s": self.cpu_s,
             "wall_s": self.wall_s,
             "lags_s": self.lags_s,
@@ -71,6 +102,8 @@ class Sample:
             [float(x) for x in d.get("read_delays_s", [])],
             int(d.get("reads", 0)),
             int(d.get("unstamped", 0)),
+            [[float(x) for x in row] for row in d.get("bins", [])],
+            [int(c) for c in d.get("cores", [])],
         )
 
 
@@ -83,6 +116,8 @@ class Probe:
         self._task: asyncio.Task[None] | None = None
         self._cpu0 = self._wall0 = 0.0
         self._reads: rxtime.ReadClock | None = None
+        self._bin: list[float] = []  # the open timeline bin: start, CPU s, switches
+        self._worst = 0.0  # its longest lag so far
 
     def start(self) -> Probe:
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
@@ -95,15 +130,32 @@ class Probe:
         lags = self.sample.lags_s
         period = self.period
         clock = time.perf_counter
+        self.sample.cores = _cores()
+        self._bin = [self._wall0, self._cpu0, float(_switches())]
         while True:
             t = clock()
             await asyncio.sleep(period)
-            lags.append(max(0.0, clock() - t - period))
+            now = clock()
+            lag = max(0.0, now - t - period)
+            lags.append(lag)
+            if lag > self._worst:
+                self._worst = lag
+            if now - self._bin[0] >= BIN_S:
+                self._close_bin(now)
+
+    def _close_bin(self, now: float) -> None:
+        """The bin open since self._bin[0] ends at `now`: a row of Sample.bins."""
+        start, cpu0, sw0 = self._bin
+        cpu, sw = time.process_time(), float(_switches())
+        self.sample.bins.append([start, now, cpu - cpu0, self._worst, sw - sw0])
+        self._bin, self._worst = [now, cpu, sw], 0.0
 
     def stop(self) -> Sample:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+            if self._bin:
+                self._close_bin(time.perf_counter())
         if self._reads is not None:
             s = self.sample
             s.read_delays_s, s.reads, s.unstamped = self._reads.stop()
@@ -150,7 +202,42 @@ def summarize(
         "path": path,
         "loop": loop,
         "processes": len(samples),
+        "cores": [s.cores for s in samples],
         "timing": stamps,
+        "timeline": timeline(samples),
+    }
+
+
+def timeline(samples: list[Sample]) -> dict[str, Any]:
+    """metrics.json "client".timeline: per process (in the order of "cpu_percent_per_process"),
+    one row per bin of its measured part: the columns TIMELINE_COLUMNS, t_s the bin's start in
+    seconds after the earliest process's (origin_perf_counter_s, the records' clock)."""
+    with_bins = [s.bins for s in samples if s.bins]
+    origin = min((b[0][0] for b in with_bins), default=0.0)
+    k = 1
+    while max(map(len, with_bins), default=0) > MAX_BINS * k:
+        k *= 2
+    per: list[list[list[float]]] = []
+    for s in samples:
+        rows = []
+        for i in range(0, len(s.bins), k):
+            group = s.bins[i : i + k]
+            start, end = group[0][0], group[-1][1]
+            cpu = sum(r[2] for r in group)
+            rows.append(
+                [
+                    round(start - origin, 3),
+                    round(100.0 * cpu / (end - start), 1) if end > start else 0.0,
+                    round(max(r[3] for r in group) * 1000, 3),
+                    int(sum(r[4] for r in group)),
+                ]
+            )
+        per.append(rows)
+    return {
+        "bin_s": BIN_S * k,
+        "origin_perf_counter_s": origin,
+        "columns": list(TIMELINE_COLUMNS),
+        "per_process": per,
     }
 
 

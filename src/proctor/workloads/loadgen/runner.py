@@ -29,7 +29,7 @@ from proctor.errors import TargetUnavailable, UsageError, WorkloadFailed
 from proctor.jobs.documents import BENCH_SCHEMA, BENCH_VERSION, BenchDocument, write_checked
 from proctor.results.validity import judge_validity, sent_rates, ttft_trend
 from proctor.version import __version__
-from proctor.workloads.loadgen import prefix_counters, repeats, request_ids
+from proctor.workloads.loadgen import cores, prefix_counters, repeats, request_ids
 from proctor.workloads.loadgen.client import PlannedRequest, http_path, make_session, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.conformance import conformance_report, prompts_sha256
@@ -273,6 +273,7 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
     """Run one benchmark; raises TargetUnavailable when the server cannot be reached.
     With `out_dir`, the server's /metrics and the GPUs are sampled into it meanwhile."""
     started = _now()
+    cores.check(cfg.client_cores)  # every core named, before anything is sent
     profile = ProfileStatus(requested=cfg.profile)
     with BenchTelemetry(cfg, out_dir) as telemetry:
         reader = PrefixReader(cfg, telemetry.metrics_gave_up)
@@ -304,11 +305,19 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
                     got, duration, got_samples = run_workers(phase_cfg, model, reqs, bar, profile)
                     readings.append(run_loop(reader.read()))
                 else:
-                    got, duration, sample = run_loop(
-                        _run_single(
-                            phase_cfg, model, reqs, bar, profile, readings, reader, work.schedule
+                    with cores.pinned(cfg.client_cores[:1]):
+                        got, duration, sample = run_loop(
+                            _run_single(
+                                phase_cfg,
+                                model,
+                                reqs,
+                                bar,
+                                profile,
+                                readings,
+                                reader,
+                                work.schedule,
+                            )
                         )
-                    )
                     got_samples = [sample]
                 samples += got_samples
                 for rec in got:

@@ -7,7 +7,9 @@ then rescaled so the last request arrives at exactly N / rate. The offered rate 
 rate asked for, whatever the seed; only the order of the gaps is random.
 A trace (--dataset trace:PATH) brings its own schedule: each record due at its timestamp /
 --trace-speed after the start, sent by the same loop.
-Arrivals follow an absolute schedule, so sleep drift does not lower the offered rate.
+Arrivals follow an absolute schedule, so sleep drift does not lower the offered rate; each
+request is sent from the callback that finds it due (pacer.Pacer: a timerfd, or a read that
+comes after its time), ahead of the reads waiting in the loop.
 Each record keeps its intended send time (queued_at) and its actual one (start_time, just
 before the POST); their difference is the request's schedule delay, which includes any wait
 for a concurrency slot.
@@ -18,14 +20,19 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
 
 from proctor.workloads.loadgen.client import PlannedRequest, Sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.metrics import percentile
 from proctor.workloads.loadgen.pacer import Pacer
 from proctor.workloads.loadgen.records import RequestRecord
+
+T = TypeVar("T")
+EAGER = sys.version_info >= (3, 12)
 
 
 class Counter:
@@ -107,13 +114,33 @@ async def run_requests(
         return rec
 
     t0 = time.perf_counter()
+    dues = [t0 + off for off in offsets]
     tasks: list[asyncio.Task[RequestRecord]] = []
+    loop = asyncio.get_running_loop()
+
+    def start(i: int) -> None:
+        req = requests[i]
+        tasks.append(spawn(loop, one(req, record_of(req, worker, dues[i]))))
+
     with Pacer() as pacer:  # a timerfd: uvloop's own timers count whole milliseconds
-        for req, off in zip(requests, offsets, strict=True):
-            due = t0 + off
-            await pacer.until(due)
-            tasks.append(asyncio.create_task(one(req, record_of(req, worker, due))))
+        watch = getattr(sender, "watch", None)
+        if watch is not None:
+            watch(pacer)  # its reads let a due send go first
+        try:
+            await pacer.run(dues, start)
+        finally:
+            if watch is not None:
+                watch(None)
     return list(await asyncio.gather(*tasks))
+
+
+def spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """A task for `coro` that runs its first step now (Python 3.12's eager start) rather than
+    in the loop's next round: a paced request's send then leaves from the callback that found
+    it due, before the loop takes the ready reads queued meanwhile. Before 3.12, a plain task."""
+    if EAGER:
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+    return loop.create_task(coro)
 
 
 def record_of(req: PlannedRequest, worker: int, queued_at: float) -> RequestRecord:

@@ -8,20 +8,16 @@ rest per message), and an unfinished message waits for the next read without bei
 again until the read that ends it. The data: messages of a read are parsed in one orjson call
 (as the elements of one JSON array); when that fails, they are parsed one by one, in order, so
 a bad message fails the request exactly as it would alone (malformed_sse with its excerpt).
-
-StreamState.feed parses each read as it comes. StreamState.hold (the raw client's opt-in,
-PROCTOR_SSE_BATCH=1) keeps reads and their times and parses several at once (flush), each
-message still stamped with the read that completed it: the same records for less CPU per
-message, in lumps (bench/NOTES.md, *Less CPU per read*).
+Parsing several reads at once (kept back, each message stamped with its read) was measured:
+3-5 % less CPU per token, and a worse tail (the parses come in lumps); gone (bench/NOTES.md,
+*Less CPU per read*).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from bisect import bisect_right
 from collections.abc import Callable
-from itertools import accumulate
 from operator import sub
 from typing import Any
 
@@ -147,23 +143,6 @@ def _parse_batch(bodies: list[bytes]) -> list[Any] | None:
     return objs if type(objs) is list and len(objs) == len(bodies) else None
 
 
-# hold(): the reads a stream holds back before they are parsed together. 16 gets most of what
-# batching saves (CPU per message, one token a read: 2.6 us read by read, 1.4 us for 8, 1.2 us
-# for 16, 1.15 us for 64; bench/NOTES.md) while each parse stays short: parsing a whole stream at
-# its end made the streams that end together (a closed loop started at once) stop the loop
-# for ~50 ms at concurrency 500 on the GPU host, and the kernel merged the tokens queued
-# meanwhile. A stream's first parse comes after 1-16 reads (its request index picks), so
-# streams that run in step do not all parse in the same round either.
-HOLD_READS = 16
-# and the bytes held before a parse anyway (memory stays bounded per stream, and a stream
-# without message boundaries still fails by then).
-HOLD_BYTES = 64 * 1024
-# hold(): a read holding either word is parsed at once, with the reads before it, so a stream
-# that says it failed (an error object, finish_reason "abort" or "error") ends the request at
-# the read that said so, as feed() does. Other text holding them only costs an early parse.
-_SAID_FAILED = (b"error", b"abort")
-
-
 class StreamState:
     """What one 200 streaming response has said so far, written into its record."""
 
@@ -171,13 +150,8 @@ class StreamState:
         "chat",
         "cr",
         "got_first",
-        "held",
-        "held_len",
-        "held_ts",
-        "hold_reads",
         "last",
         "pieces",
-        "reads",
         "record",
         "st",
         "tail",
@@ -194,90 +168,6 @@ class StreamState:
         self.tail: list[bytes] = []  # an unfinished message, in pieces
         self.tail_len = 0
         self.cr = False  # the last read ended with a CR (its LF may start the next read)
-        self.held: list[bytes] = []  # reads not parsed yet (hold), and their times
-        self.held_ts: list[float] = []
-        self.held_len = 0
-        # When to parse next (a count of held reads): first after 1-HOLD_READS reads (the
-        # index picks), then every HOLD_READS, fewer towards the stream's end (_next_parse).
-        self.reads = 0  # reads held so far, parsed or not
-        self.hold_reads = self._next_parse(1 + record.index % HOLD_READS)
-
-    def hold(self, data: bytes, ts: float) -> bool:
-        """feed(), deferred: keep the read and its time; parse the reads held so far when there
-        are hold_reads of them, they pass HOLD_BYTES or this one may say the stream failed,
-        and the rest in flush() when the body ends. Every message gets the time of the read
-        that completed it, exactly as feed() gives it, so records are the same; what is saved
-        is the per-read parsing (one split and one orjson call per HOLD_READS reads)."""
-        held = self.held
-        held.append(data)
-        self.held_ts.append(ts)
-        self.held_len += len(data)
-        if (
-            len(held) >= self.hold_reads
-            or self.held_len > HOLD_BYTES
-            or _SAID_FAILED[0] in data
-            or _SAID_FAILED[1] in data
-        ):
-            self.reads += len(held)
-            self.hold_reads = self._next_parse(HOLD_READS)
-            return self.flush()
-        return False
-
-    def _next_parse(self, every: int) -> int:
-        """Held reads before the next parse: `every`, but at most half the reads left before
-        the stream's max_tokens-th (one token a read), so the batches shrink to one read by
-        its end, which then parses one read, as feed() did there. What a stream leaves for its
-        end is what holds the loop up when streams end together (a closed loop started at
-        once: on the GPU host, parsing whole streams at their ends stopped the loop ~50 ms at
-        concurrency 500), and a loop held up past one inter-token gap lets the kernel merge
-        the tokens it queued. Halving spreads that work over the stream's last reads at no
-        more than ~1.3x feed()'s cost per read (bench/NOTES.md)."""
-        return max(1, min(every, (self.record.expected_output_len - 1 - self.reads) // 2))
-
-    def flush(self) -> bool:
-        """Parse the reads held by hold(), in order; True as feed() (the stream failed)."""
-        held, stamps = self.held, self.held_ts
-        if not held:
-            return False
-        self.held, self.held_ts, self.held_len = [], [], 0
-        tail = self.tail
-        data = b"".join(tail + held) if tail else b"".join(held)
-        if self.cr or b"\r" in data:
-            # CR line ends: read by read, up to the first that says the stream failed
-            return any(self.feed(d, ts) for d, ts in zip(held, stamps, strict=True))
-        parts = data.split(b"\n\n")
-        rest = parts.pop()
-        self.tail = [rest] if rest else []
-        self.tail_len = len(rest)
-        if len(rest) > MAX_MESSAGE_BYTES:
-            raise Malformed(f"no message boundary in {MAX_MESSAGE_BYTES >> 20} MiB", rest)
-        if not parts:
-            return False
-        if len(held) == 1:
-            return self._messages(parts, stamps * len(parts))
-        # Each message's time: that of the read holding the second LF of its blank line (the
-        # read whose feed() would have completed it). The k-th blank line's second LF is at
-        # the lengths of the parts up to k, plus 2k + 1; read i ends where ends[i] says.
-        ends = list(accumulate(map(len, held), initial=len(data) - sum(map(len, held))))
-        del ends[0]
-        times = [
-            stamps[bisect_right(ends, at + 2 * k + 1)]
-            for k, at in enumerate(accumulate(map(len, parts)))
-        ]
-        return self._messages(parts, times)
-
-    def parse_held(self) -> str:
-        """A request failing for another reason (disconnect, timeout, a bad chunk) first
-        parses what it held, as feed() would have by then: its messages count, and a failure
-        they said comes first. That failure's reason (the record says it), else ""."""
-        rec = self.record
-        try:
-            if self.flush():
-                return rec.reason or "http_error"
-        except Malformed as e:
-            rec.reason, rec.error = "malformed_sse", str(e)
-            return "malformed_sse"
-        return ""
 
     def feed(self, data: bytes, ts: float) -> bool:
         """Messages completed by `data` (read at `ts`). True: the stream said the request

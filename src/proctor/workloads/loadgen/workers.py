@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor.errors import WorkloadFailed
+from proctor.workloads.loadgen import cores
 from proctor.workloads.loadgen.client import PlannedRequest, open_sender
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.headroom import Probe, Sample
@@ -188,6 +189,7 @@ def _worker(
     pool: SharedPool | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us on Ctrl-C
+    cores.pin(cfg.client_cores[wid : wid + 1])  # checked in runner.run_benchmark
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     records, t0, t1, sample = run_loop(
         _worker_main(
@@ -209,6 +211,13 @@ def _worker(
 
 
 def run_workers(
+    cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: PollingProgress, profile: Any
+) -> tuple[list[RequestRecord], float, list[Sample]]:
+    with cores.pinned(cfg.client_cores[cfg.workers :]):  # the parent: after the workers' cores
+        return _run_workers(cfg, model, reqs, bar, profile)
+
+
+def _run_workers(
     cfg: BenchConfig, model: str, reqs: list[PlannedRequest], bar: PollingProgress, profile: Any
 ) -> tuple[list[RequestRecord], float, list[Sample]]:
     from proctor.workloads.loadgen.runner import _profile  # runner imports us lazily
