@@ -1,5 +1,5 @@
 """`proctor run`'s job: CommandJob declares each of its settings once. `run` and `plan` take
-exactly its flags (plus their own run control), the console script's lean path reads the same
+exactly its flags (plus their own run control), and so does `slurm run`, the console script's lean path reads the same
 flags, a far target's job is the CommandJob laid over proctor.toml's [run] table, and
 `proctor.load_job` / `run_job` know kind "command"."""
 
@@ -31,17 +31,19 @@ def test_every_command_field_has_a_flag_or_says_why_not() -> None:
         assert (info.description or "").strip(), f"{name} has no help"
 
 
-@pytest.mark.parametrize("command", ["run", "plan"])
-def test_run_and_plan_take_exactly_the_jobs_flags_and_their_run_control(command: str) -> None:
-    mounted = _mounted(command)
+@pytest.mark.parametrize("command", [("run",), ("plan",), ("slurm", "run")])
+def test_run_and_plan_take_exactly_the_jobs_flags_and_their_run_control(
+    command: tuple[str, ...],
+) -> None:
+    mounted = _mounted(*command)
     flags = _flags(mounted)
     own = own_options(mounted.callback)  # type: ignore[arg-type]
     assert _field_flags(CommandJob) <= flags
     assert flags == _field_flags(CommandJob) | own
     assert not own & _field_flags(CommandJob)  # declared once
-    if command == "plan":
+    if command == ("plan",):
         assert own == {"--runs-dir", "--config", "--json"}
-    else:  # the rest of run's own options are the target's
+    else:  # the rest of run's own options are the target's (slurm run: the cluster's)
         assert own >= RUN_CONTROL
 
 

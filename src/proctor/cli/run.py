@@ -11,7 +11,7 @@ from proctor.cli.helptext import JSON_HELP
 from proctor.cli.output import print_json, say
 from proctor.errors import ExitCode, UsageError
 from proctor.record.rundir import RunDir
-from proctor.record.schema import load_record, read_view
+from proctor.record.schema import health_of, load_record
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
 from proctor.supervise.launch import Started
@@ -64,46 +64,11 @@ def command_job(command: list[str] | None, values: Mapping[str, Any]) -> Command
     )
 
 
-def flags_from(
-    command: list[str] | None,
-    name: str | None,
-    runs_dir: str | None,
-    timeout: str | None,
-    grace: str | None,
-    gpu_sample: float | None,
-    env: list[str] | None,
-    key: str | None,
-    detach: bool,
-    cwd: str | None,
-    allow_unhealthy_gpu: bool = False,
-) -> RunFlags:
-    """The flags of a local run (`proctor slurm run`'s own options), through the CommandJob."""
-    from proctor.jobs.command import run_flags
-
-    values = {
-        "name": name,
-        "timeout": timeout,
-        "grace": grace,
-        "gpu_sample": gpu_sample,
-        "env": env,
-        "key": key,
-        "cwd": cwd,
-        "allow_unhealthy_gpu": allow_unhealthy_gpu or None,
-    }
-    return run_flags(command_job(command, values), runs_dir=runs_dir, detach=detach)
-
-
-def health_of(run: RunDir, name: str = "gpu_health") -> dict[str, Any] | None:
-    """A GPU health field of the run's record (GpuHealth, GpuHealthChange) as JSON, or None."""
-    value = read_view(run.path).fact(name)
-    return value.model_dump(mode="json") if value is not None else None
-
-
 def print_health(run: RunDir) -> None:
     """The GPU preflight's one line on stderr (docs/gpu-health.md)."""
     from proctor.monitors.gpu_health import one_line
 
-    health = health_of(run)
+    health = health_of(run.path)
     if health is not None:
         say(f"proctor: {one_line(health)}")
 
@@ -166,7 +131,7 @@ def _follow_started(
         "log": str(run.log_path()),
         "attached": started.attached,
         **(facts or {}),
-        "gpu_health": health_of(run),
+        "gpu_health": health_of(run.path),
     }
     if detach:
         if as_json:

@@ -19,8 +19,9 @@ from proctor.cli.helptext import (
 )
 from proctor.cli.jobopts import JobGroup, JobValues, job_command
 from proctor.cli.output import console, err_console, print_json
-from proctor.cli.run import flags_from
+from proctor.cli.run import command_job
 from proctor.errors import Interrupted, TargetUnavailable
+from proctor.jobs.command import CommandJob
 from proctor.jobs.serve import ServeJob
 from proctor.record.schema import SlurmRecord, load_record
 from proctor.spec.config import ProjectConfig, load_config
@@ -144,8 +145,9 @@ def run_on_slurm(
         raise typer.Exit(code)
 
 
-@app.command("run", context_settings={"allow_interspersed_args": False})
 def run_command(
+    *,
+    job: JobValues,
     command: list[str] = typer.Argument(
         None,
         metavar="-- CMD [ARGS]...",
@@ -163,28 +165,24 @@ def run_command(
     known_hosts: str = KnownHostsOpt,
     insecure_accept_host_key: bool = InsecureOpt,
     jump: str = JumpOpt,
-    name: str = typer.Option(None, "--name", "-n", help="Run name (log file name)."),
     runs_dir: str = RunsDirOpt,
-    timeout: str = typer.Option(None, "--timeout", help="proctor's own limit on each node."),
-    grace: str = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace on the nodes."),
-    gpu_sample: float = typer.Option(None, "--gpu-sample", help="GPU sampling interval (s)."),
-    env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the command."),
-    key: str = typer.Option(None, "--key", help="Attach to a live run holding this key."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Submit and return the run id."),
-    cwd: str = typer.Option(None, "--cwd", help="Working directory (its git checkout ships)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved options only."),
     config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Run CMD on N nodes under Slurm, one supervised run per node.
 
-    The exact source is shipped.
+    The exact source is shipped. The job's options are `proctor run`'s (CommandJob): a
+    --timeout is proctor's own limit on each node.
 
     Exit status: as `proctor run`; 4 if Slurm's or proctor's time limit ended it; 2 if a node
     failed; 6 if no status could be established; 69 cluster unavailable.
     """
+    from proctor.jobs.command import run_flags
+
     project = load_config(config)
-    flags = flags_from(command, name, runs_dir, timeout, grace, gpu_sample, env, key, detach, cwd)
+    flags = run_flags(command_job(command, job.set_by_user()), runs_dir=runs_dir, detach=detach)
     sflags = slurm_flags(
         target,
         nodes,
@@ -199,6 +197,13 @@ def run_command(
         jump,
     )
     run_on_slurm(flags, sflags, project, as_json=as_json, dry_run=dry_run)
+
+
+# The job's options (name, env, timeout, grace, gpu sample, key, cwd, GPU preflight) are
+# CommandJob's fields, as `proctor run`'s are; what is declared above is Slurm and run control.
+app.command("run", context_settings={"allow_interspersed_args": False})(
+    job_command(run_command, JobGroup("job", CommandJob))
+)
 
 
 def serve(

@@ -32,8 +32,9 @@ from proctor.jobs.steps import (
     ServeStartStep,
     ServeStopStep,
 )
-from proctor.jobs.submit import Submitted, Voice, health_of, run_far
+from proctor.jobs.submit import Submitted, Voice, run_far
 from proctor.record.rundir import RunDir
+from proctor.record.schema import health_of
 
 if TYPE_CHECKING:
     from proctor.spec.config import ProjectConfig
@@ -178,14 +179,14 @@ def tell_started(served: ServedRun, answer: bool, voice: StepVoice) -> None:
                 "attached": started.attached,
                 **served.facts,
                 "server": served.applied,
-                "gpu_health": health_of(run),
+                "gpu_health": health_of(run.path),
             }
         )
         return
     verb = "attached to running server" if started.attached else "server starting as run"
     where = "".join(f", {k} {v}" for k, v in served.facts.items() if k in ("job_id", "url"))
     voice.say(f"proctor: {verb} {run.run_id}{where}; log {run.log_path()}")
-    health = None if started.attached else health_of(run)
+    health = None if started.attached else health_of(run.path)
     if health is not None:
         from proctor.monitors.gpu_health import one_line
 

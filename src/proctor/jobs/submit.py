@@ -146,14 +146,6 @@ def _plan(submission: Submission, argv: list[str], name: str, runs_dir: str | No
     return resolve_run_plan(flags, load_config())
 
 
-def health_of(run: RunDir, name: str = "gpu_health") -> dict[str, Any] | None:
-    """A GPU health field of the run's record (GpuHealth, GpuHealthChange) as JSON, or None."""
-    from proctor.record.schema import read_view
-
-    value = read_view(run.path).fact(name)
-    return value.model_dump(mode="json") if value is not None else None
-
-
 def _detached(submission: Submission, run: RunDir, voice: Voice, **more: Any) -> Submitted:
     """A detached run's answer: its id on stdout, or (--json) its id, directory and `more`."""
     done = Submitted(run_id=run.run_id, path=run.path)
@@ -199,7 +191,7 @@ def _bench_here(
     submission: Submission, job: BenchJob, runs_dir: str | None, voice: Voice
 ) -> Submitted:
     from proctor.jobs.documents import read_bench
-    from proctor.record.schema import load_record, read_view
+    from proctor.record.schema import health_of, load_record, read_view
     from proctor.supervise.launch import RunSpec, start_run
     from proctor.targets.service import guard_start
 
@@ -231,7 +223,7 @@ def _bench_here(
                 hint="use another --key, or wait for that run (`proctor runs wait`)",
             )
         voice.say(f"proctor: attached to live bench run {run.run_id} (key {submission.key})")
-    health = health_of(run)
+    health = health_of(run.path)
     if submission.detach:
         return _detached(submission, run, voice, attached=started.attached, gpu_health=health)
     done = Submitted(run_id=run.run_id, path=run.path)
@@ -253,7 +245,7 @@ def _bench_here(
             **(run.read_json("metrics.json") or {}),
             "outcome": record.outcome if record else None,
             "gpu_health": health,
-            "gpu_health_change": health_of(run, "gpu_health_change"),
+            "gpu_health_change": health_of(run.path, "gpu_health_change"),
         }
         voice.answer(done.answer)
     voice.say(f"proctor: {supervised.summary(state)}")
@@ -500,4 +492,4 @@ def run_far(
     )
 
 
-__all__ = ["Submitted", "Voice", "health_of", "run_far", "submit", "submit_far"]
+__all__ = ["Submitted", "Voice", "run_far", "submit", "submit_far"]

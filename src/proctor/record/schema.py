@@ -516,6 +516,12 @@ def read_view(run_dir: Path) -> RecordCore:
     return view_record(_read_json(run_dir) or {}, run_dir.name)
 
 
+def health_of(run_dir: Path, name: str = "gpu_health") -> dict[str, Any] | None:
+    """A GPU health fact of the run's record (GpuHealth, GpuHealthChange) as JSON, or None."""
+    value = read_view(run_dir).fact(name)
+    return value.model_dump(mode="json") if value is not None else None
+
+
 def _read_json(run_dir: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
@@ -600,6 +606,7 @@ __all__ = [
     "SlurmRecord",
     "SweepRecord",
     "WorkloadRecord",
+    "health_of",
     "json_schema",
     "load_record",
     "parse_as",
