@@ -238,6 +238,7 @@ def step_command(
     runs_dir: str | None,
     as_json: bool,
     target_flags: dict[str, Any] | None = None,
+    config: ProjectConfig | None = None,
 ) -> None:
     """Run a server workflow step (serve start|ready|stop, drain, inspect) here or on
     `target` (or where `target_flags` say: Slurm's --nodes ...), through the one call the
@@ -251,6 +252,7 @@ def step_command(
         runs_dir=runs_dir,
         voice=step_voice(as_json),
         target_flags=target_flags,
+        config=config,
     )
     if done.far is not None:
         code = print_far(done.far, step.title, as_json, print_run=step.leaves_live)

@@ -18,7 +18,6 @@ from proctor.errors import UsageError
 from proctor.jobs.options import validated
 from proctor.jobs.serve import ServeJob
 from proctor.jobs.steps import ServeReadyStep, ServeStartStep, ServeStopStep
-from proctor.targets.base import ServedRun
 
 app = typer.Typer(
     help="Start, gate and stop an inference server (a detached run).",
@@ -102,14 +101,6 @@ S = TypeVar("S", bound=BaseModel)
 def _step(model: type[S], values: dict[str, Any]) -> S:
     """The step the options describe (a rejected value: one usage error, exit 64)."""
     return validated(model, values, what="invalid option", hint="see --help")
-
-
-def print_started(served: ServedRun, as_json: bool) -> None:
-    """serve start's report, whichever target started the server: the run id on stdout."""
-    from proctor.cli.remote import step_voice
-    from proctor.jobs.step_run import tell_started
-
-    tell_started(served, as_json, step_voice(as_json))
 
 
 def _ready(

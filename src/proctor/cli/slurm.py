@@ -23,6 +23,7 @@ from proctor.cli.run import command_job
 from proctor.errors import Interrupted, TargetUnavailable
 from proctor.jobs.command import CommandJob
 from proctor.jobs.serve import ServeJob
+from proctor.jobs.steps import ServeStartStep
 from proctor.record.schema import SlurmRecord, load_record
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir
@@ -209,20 +210,9 @@ app.command("run", context_settings={"allow_interspersed_args": False})(
 def serve(
     *,
     job: JobValues,
+    step: JobValues,
     target: str = TargetOpt,
     nodes: int = typer.Option(None, "--nodes", "-N", help="Nodes (default 1 or [slurm] nodes)."),
-    parallel: str = typer.Option(
-        None,
-        "--parallel",
-        help="The profile's multi-node launch, e.g. dp or pp (default: its first).",
-    ),
-    rpc_port: int = typer.Option(
-        None,
-        "--rpc-port",
-        min=1,
-        max=65535,
-        help="The head's rendezvous port (default: the profile's).",
-    ),
     gpus_per_node: int = typer.Option(
         None, "--gpus-per-node", help="GPUs per node (default 0 or [slurm])."
     ),
@@ -236,11 +226,6 @@ def serve(
     known_hosts: str = KnownHostsOpt,
     insecure_accept_host_key: bool = InsecureOpt,
     jump: str = JumpOpt,
-    name: str = typer.Option(None, "--name", help="Run name (default serve-ENGINE-MODEL-pPORT)."),
-    key: str = typer.Option(None, "--key", help="Attach to a live server run with this key."),
-    wait: str = typer.Option(
-        "10m", "--wait", help="How long the allocation may pend before it is cancelled (exit 5)."
-    ),
     runs_dir: str = RunsDirOpt,
     config: Path = typer.Option(None, "--config", help="proctor.toml to use."),
     extra: list[str] = typer.Argument(
@@ -250,50 +235,45 @@ def serve(
 ) -> None:
     """Start an inference server on a Slurm allocation.
 
-    Node 0 serves HTTP, the other nodes join it per the engine profile's multi-node launch. Returns the run id once the head node
-    is known; then `proctor serve ready RUN`, `proctor drain RUN`, `proctor serve stop RUN`.
-    The same as `proctor serve start --target slurm://...`."""
-    from proctor.cli.serve import print_applied, print_started, serve_job
-    from proctor.serve import start_server_on
-    from proctor.spec.durations import parse_duration
-    from proctor.targets.base import ServerLaunch
-    from proctor.targets.registry import target_options
+    Node 0 serves HTTP on every interface, the other nodes join it per the engine profile's
+    multi-node launch. Returns the run id once the head node is known; then `proctor serve
+    ready RUN`, `proctor drain RUN`, `proctor serve stop RUN`. The same step as `proctor serve
+    start --target slurm://...` (ServeStartStep), with the cluster's options."""
+    from proctor.cli.remote import step_command
+    from proctor.cli.serve import serve_job
+    from proctor.jobs.options import validated
 
-    project = load_config(config)
     server = serve_job(job, extra or [], what="slurm serve")
-    # The head node's server must be reachable from the other nodes and the login host.
-    request = server.model_copy(update={"host": "0.0.0.0"}).request(0.0)
-    spec = target_options(
+    started = validated(
+        ServeStartStep,
+        {**step.values, "server": server},
+        what="invalid option",
+        hint="see --help",
+    )
+    machine = {
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "partition": partition,
+        "time_limit": time_limit,
+        "workspace": workspace,
+        "remote_python": node_python,
+        "identity_file": identity_file,
+        "known_hosts": known_hosts,
+        "insecure_accept_host_key": insecure_accept_host_key,
+        "jump": jump,
+    }
+    step_command(
+        started,
         target or "slurm",
-        project,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        partition=partition,
-        time_limit=time_limit,
-        workspace=workspace,
-        remote_python=node_python,
-        identity_file=identity_file,
-        known_hosts=known_hosts,
-        insecure_accept_host_key=insecure_accept_host_key,
-        jump=jump,
+        runs_dir=runs_dir,
+        as_json=as_json,
+        target_flags=machine,
+        config=load_config(config),
     )
-    flags = RunFlags(argv=[], name=name, runs_dir=runs_dir, env=list(server.env), key=key)
-    launch = ServerLaunch(parallel, rpc_port, parse_duration(wait, option="--wait"))
-    if not as_json:
-        err_console.print("proctor: submitting the server; waiting for the allocation ...")
-    served = start_server_on(
-        spec,
-        request,
-        project,
-        flags=flags,
-        launch=launch,
-        on_applied=None if as_json else print_applied,
-    )
-    print_started(served, as_json)
 
 
 app.command("serve", context_settings={"allow_interspersed_args": False})(
-    job_command(serve, JobGroup("job", ServeJob, skip=("host",)))
+    job_command(serve, JobGroup("job", ServeJob, skip=("host",)), JobGroup("step", ServeStartStep))
 )
 
 

@@ -77,13 +77,14 @@ def run_step(
     runs_dir: str | None = None,
     voice: StepVoice | None = None,
     target_flags: Mapping[str, Any] | None = None,
+    config: ProjectConfig | None = None,
 ) -> Submitted:
     """Run `step` here, or on `target` (`target_flags`: the target's own options, Slurm's
-    --nodes ...); see the module docstring."""
+    --nodes ...; `config`: default the project's proctor.toml); see the module docstring."""
     from proctor.spec.config import load_config
 
     voice = voice or StepVoice()
-    config = load_config()
+    config = config or load_config()
     spec = None
     if target is not None or target_flags:
         from proctor.spec.plan import resolve_runs_dir
