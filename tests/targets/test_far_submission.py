@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,13 @@ from proctor.jobs.sweep import SweepJob
 from tests.fixtures.fake_openai_server import FakeServer
 from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, git_project, proctor
 from tests.targets.conftest import FarPlace
+from tests.targets.far_commands import (
+    assert_in_no_file,
+    at_server,
+    fake_engine,
+    serve_start,
+    serve_stop,
+)
 
 CANARY = "sk-CANARY-far-7d2e9b"
 # An offline command that prints what vLLM's `bench throughput` prints, and its secret env.
@@ -39,37 +47,16 @@ def repo(tmp_path: Path, far_place: FarPlace) -> Path:
     return git_project(tmp_path / "project", files, "project")
 
 
-def _serve_start(place: FarPlace, repo: Path) -> str:
-    started = proctor(
-        "serve",
-        "start",
-        "--target",
-        place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(place.port(8021)),
-        cwd=repo,
-        timeout=120,
-    )
-    assert started.returncode == 0, started.stderr
-    return started.stdout.strip().splitlines()[-1]
-
-
 @pytest.mark.parametrize("far_place", ["dir"], indirect=True)
 def test_a_bench_sent_to_a_target_runs_its_typed_job_there(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
     env = {"OPENAI_API_KEY": CANARY}
-    server_id = _serve_start(far_place, repo)
+    server_id = serve_start(far_place, repo, 8021)
     try:
-        bench = proctor(
+        bench = at_server(
             "bench",
-            "--target",
             far_place.url,
-            "--server",
             server_id,
             *SMALL,
             "--concurrency",
@@ -98,11 +85,9 @@ def test_a_bench_sent_to_a_target_runs_its_typed_job_there(
         assert "proctor.jobs submit" not in step["argv"]  # on stdin: never a command line
         assert json.loads((isolated_runs / bench_id / "record.json").read_text())["argv"] == argv
         # A detached bench: its run id at once, `runs wait` then fetches it.
-        detached = proctor(
+        detached = at_server(
             "bench",
-            "--target",
             far_place.url,
-            "--server",
             server_id,
             *SMALL,
             "--concurrency",
@@ -119,15 +104,10 @@ def test_a_bench_sent_to_a_target_runs_its_typed_job_there(
         argv = json.loads((far_runs / run_id / "record.json").read_text())["argv"]
         assert argv[1:4] == ["-m", "proctor.jobs", "run"], argv
     finally:
-        stopped = proctor(
-            "serve", "stop", server_id, "--target", far_place.url, cwd=repo, timeout=120
-        )
+        stopped = serve_stop(far_place.url, server_id, repo)
     assert stopped.returncode == 0, stopped.stderr
     # The key reached the far bench through its environment only: in no file on either side.
-    for root in (isolated_runs, far_place.workspace):
-        for path in root.rglob("*"):
-            if path.is_file():
-                assert CANARY.encode() not in path.read_bytes(), path
+    assert_in_no_file(CANARY, isolated_runs, far_place.workspace)
 
 
 @pytest.mark.parametrize("far_place", ["dir"], indirect=True)
@@ -169,10 +149,7 @@ def test_offline_sent_to_a_target_runs_there_and_comes_back(
     ]
     local = json.loads((isolated_runs / answer["run_id"] / "metrics.json").read_text())
     assert local["metrics"]["request_throughput"] == 2.5
-    for root in (isolated_runs, far_place.workspace):
-        for path in root.rglob("*"):
-            if path.is_file():
-                assert token.encode() not in path.read_bytes(), path
+    assert_in_no_file(token, isolated_runs, far_place.workspace)
 
 
 # The far side's code path, from the step's request to the end of the supervised run: at exit
@@ -189,39 +166,41 @@ sys.exit(main(["submit"]))
 """
 
 
+def _run_far_script(
+    request: str, runs: Path, cwd: Path, timeout: float, **env: str
+) -> tuple[dict[str, Any], list[str]]:
+    """FAR_SCRIPT on the step request `request` (this tree's proctor, runs in `runs`, `env`
+    added): the JSON it printed and the modules it imported; it must exit 0."""
+    ran = subprocess.run(
+        [sys.executable, "-c", FAR_SCRIPT, request],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src"), "PROCTOR_RUNS_DIR": str(runs), **env},
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    modules = json.loads(ran.stderr.rsplit("MODULES ", 1)[1].splitlines()[0])
+    return json.loads(ran.stdout), modules
+
+
 def test_the_far_path_imports_no_cli_module(tmp_path: Path) -> None:
     from proctor.targets.remote.requests import SubmitRequest
 
     with FakeServer(itl=0.001) as server:
         job = BenchJob(base_url=server.base_url, isl=8, osl=4, num_prompts=4, concurrency=2)
         request = SubmitRequest.of(Submission(job=job.updated(num_warmups=0), answer=True))
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(REPO / "src"),
-            "PROCTOR_RUNS_DIR": str(tmp_path / "runs"),
-            "OPENAI_API_KEY": CANARY,
-        }
-        ran = subprocess.run(
-            [sys.executable, "-c", FAR_SCRIPT, request.model_dump_json()],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            timeout=180,
-            check=False,
+        answer, modules = _run_far_script(
+            request.model_dump_json(), tmp_path / "runs", tmp_path, 180, OPENAI_API_KEY=CANARY
         )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    answer = json.loads(ran.stdout)
     assert answer["outcome"] == "ok" and answer["verdict"]["ok"] is True, answer
-    modules = json.loads(ran.stderr.rsplit("MODULES ", 1)[1].splitlines()[0])
     assert "proctor.jobs.submit" in modules  # the check sees the far path's own modules
     assert [m for m in modules if m.startswith("proctor.cli")] == []
     assert [m for m in modules if m in ("click", "typer")] == []
     record = json.loads((tmp_path / "runs" / answer["run_id"] / "record.json").read_text())
     assert record["argv"][1:4] == ["-m", "proctor.jobs", "run"]
-    for path in (tmp_path / "runs").rglob("*"):
-        if path.is_file():
-            assert CANARY.encode() not in path.read_bytes(), path
+    assert_in_no_file(CANARY, tmp_path / "runs")
     assert CANARY not in request.model_dump_json()
 
 
@@ -296,19 +275,10 @@ def test_a_flow_sent_to_a_target_is_a_submission_run_far_by_the_jobs_entry_point
     record, its children and its exit code come back as they did."""
     (repo / "flow.toml").write_text(FLOW_TOML)
     port = far_place.port(8031)
-    ran = proctor(
+    ran = fake_engine(
         "flow",
-        "--target",
         far_place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        "--file",
-        "flow.toml",
-        "--json",
+        *("--port", str(port), "--file", "flow.toml", "--json"),
         cwd=repo,
         timeout=240,
     )
@@ -347,21 +317,9 @@ def test_the_far_path_of_a_flow_imports_no_cli_module(tmp_path: Path) -> None:
         ready_poll=1.0,
     )
     request = SubmitRequest.of(Submission(job=job, answer=True))
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "PROCTOR_RUNS_DIR": str(tmp_path / "r")}
-    ran = subprocess.run(
-        [sys.executable, "-c", FAR_SCRIPT, request.model_dump_json()],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=240,
-        check=False,
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    record = json.loads(ran.stdout)
+    record, modules = _run_far_script(request.model_dump_json(), tmp_path / "r", tmp_path, 240)
     assert record["kind"] == "flow" and record["outcome"] == "ok", record
     assert (tmp_path / "r" / record["run_id"] / "record.json").is_file()
-    modules = json.loads(ran.stderr.rsplit("MODULES ", 1)[1].splitlines()[0])
     assert "proctor.jobs.submit" in modules and "proctor.flow" in modules
     assert [m for m in modules if m.startswith("proctor.cli")] == []
     # (click may come in with httpx, whose own command line imports it: no CLI of ours.)
@@ -402,24 +360,11 @@ def test_a_server_grid_sent_to_a_target_is_a_submission_and_comes_back(
     """`sweep --server-grid --target`: the typed ServerGridJob travels; the far grid's home run
     and its point's flow come back as local runs, the summary as its answer."""
     port = far_place.port(8032)
-    ran = proctor(
+    ran = fake_engine(
         "sweep",
-        "--target",
         far_place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        "--poll",
-        "1s",
-        "--group",
-        "g",
-        "--server-grid",
-        "max-num-seqs=4",
-        "--concurrency",
-        "1",
+        *("--port", str(port), "--poll", "1s", "--group", "g", "--server-grid", "max-num-seqs=4"),
+        *("--concurrency", "1"),
         *SMALL,
         "--json",
         cwd=repo,

@@ -20,6 +20,14 @@ import pytest
 from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, git_project, proctor
 from tests.infra.sshhosts import ssh_hosts
 from tests.targets.conftest import WORKLOAD_SH, FarPlace
+from tests.targets.far_commands import (
+    assert_in_no_file,
+    at_server,
+    fake_engine,
+    printed_id,
+    serve_start,
+    serve_stop,
+)
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts"]
@@ -52,22 +60,11 @@ def _gone(pid: int) -> bool:
 def _flow(
     place: FarPlace, repo: Path, port: int, *extra: str, sleep: int = 0
 ) -> tuple[int, dict[str, Any]]:
-    result = proctor(
+    result = fake_engine(
         "flow",
-        "--target",
         place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        "--poll",
-        "1s",
-        "--workload-cmd",
-        f"bash workload.sh {port} {sleep}",
-        "--json",
-        "--",
+        *("--port", str(port), "--poll", "1s"),
+        *("--workload-cmd", f"bash workload.sh {port} {sleep}", "--json", "--"),
         *extra,
         cwd=repo,
         timeout=180,
@@ -135,31 +132,11 @@ def test_remote_flow_fault_propagates_exit_2_and_tears_down_there(
     assert data["completion"]["logs_verified"]
 
 
-def _serve_start(place: FarPlace, repo: Path, port: int) -> str:
-    """`serve start --target` of the fake engine; the server's run id."""
-    started = proctor(
-        "serve",
-        "start",
-        "--target",
-        place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(place.port(port)),
-        cwd=repo,
-        timeout=120,
-    )
-    assert started.returncode == 0, started.stderr
-    return started.stdout.strip().splitlines()[-1]
-
-
 def test_serve_start_ready_stop_step_by_step_on_the_target(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
     url = far_place.url
-    server_id = _serve_start(far_place, repo, 8013)
+    server_id = serve_start(far_place, repo, 8013)
     far = far_place.workspace / "proctor" / "runs" / server_id
     assert far.is_dir() and json.loads((far / "record.json").read_text())["kind"] == "server"
     local = isolated_runs / server_id
@@ -168,7 +145,7 @@ def test_serve_start_ready_stop_step_by_step_on_the_target(
         "serve", "ready", server_id, "--target", url, "--timeout", "60s", cwd=repo, timeout=120
     )
     assert ready.returncode == 0, ready.stderr
-    stopped = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
+    stopped = serve_stop(url, server_id, repo)
     assert stopped.returncode == 0, stopped.stderr
     # The stopped server was fetched and verified into its own local run directory.
     record = json.loads((local / "record.json").read_text())
@@ -177,43 +154,34 @@ def test_serve_start_ready_stop_step_by_step_on_the_target(
     assert proctor("runs", "verify", server_id).returncode == 0
     assert _gone(record["process"]["pid"])
     # A second stop is a no-op there too.
-    again = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
+    again = serve_stop(url, server_id, repo)
     assert again.returncode == 0, again.stderr
 
 
 SMALL = ["--isl", "8", "--osl", "4", "--prompt-multiplier", "2"]
+SHIPPED = ("--dataset", "jsonl:../data/p.jsonl")  # the prompts _prompts_outside writes
+
+
+def _on_server(command: str, url: str, server_id: str, repo: Path, *args: str) -> Any:
+    """`COMMAND --target URL --server SERVER ARGS... --json`, which must exit 0; its JSON."""
+    ran = at_server(command, url, server_id, *args, "--json", cwd=repo, timeout=180)
+    assert ran.returncode == 0, ran.stderr
+    return json.loads(ran.stdout)
 
 
 def test_bench_and_sweep_against_a_server_on_the_target(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
     url = far_place.url
-    server_id = _serve_start(far_place, repo, 8014)
+    server_id = serve_start(far_place, repo, 8014)
     try:
         ready = proctor(
             "serve", "ready", server_id, "--target", url, "--timeout", "60s", cwd=repo, timeout=120
         )
         assert ready.returncode == 0, ready.stderr
         # bench: the far bench run comes back as its own local run, verified and indexed.
-        bench = proctor(
-            "bench",
-            "--target",
-            url,
-            "--server",
-            server_id,
-            *SMALL,
-            "--concurrency",
-            "2",
-            "--num-prompts",
-            "6",
-            "--num-warmups",
-            "0",
-            "--json",
-            cwd=repo,
-            timeout=180,
-        )
-        assert bench.returncode == 0, bench.stderr
-        data = json.loads(bench.stdout)
+        bench = ("--concurrency", "2", "--num-prompts", "6", "--num-warmups", "0")
+        data = _on_server("bench", url, server_id, repo, *SMALL, *bench)
         assert data["answer"]["verdict"]["ok"] is True, data["answer"]
         bench_id = data["answer"]["run_id"]
         (child,) = [c for c in data["children"] if c["run_id"] == bench_id]
@@ -222,21 +190,7 @@ def test_bench_and_sweep_against_a_server_on_the_target(
         assert record["server_run"] == server_id
         assert proctor("runs", "verify", bench_id).returncode == 0
         # sweep: the sweep and each point come back as local runs, verified.
-        sweep = proctor(
-            "sweep",
-            "--target",
-            url,
-            "--server",
-            server_id,
-            "--concurrency",
-            "1,2",
-            *SMALL,
-            "--json",
-            cwd=repo,
-            timeout=180,
-        )
-        assert sweep.returncode == 0, sweep.stderr
-        data = json.loads(sweep.stdout)
+        data = _on_server("sweep", url, server_id, repo, "--concurrency", "1,2", *SMALL)
         summary = data["answer"]
         assert [p["exit_code"] for p in summary["points"]] == [0, 0]
         fetched = {c["run_id"]: c for c in data["children"]}
@@ -245,7 +199,7 @@ def test_bench_and_sweep_against_a_server_on_the_target(
         assert (isolated_runs / summary["sweep"] / "summary.csv").is_file()
         assert proctor("runs", "verify", summary["sweep"]).returncode == 0
     finally:
-        stopped = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
+        stopped = serve_stop(url, server_id, repo)
     assert stopped.returncode == 0, stopped.stderr
 
 
@@ -287,30 +241,10 @@ def test_a_dataset_file_is_shipped_with_bench_and_sweep(
     assert missing.returncode == 64, missing.stderr
     assert "cannot read dataset ../data/nope.jsonl" in missing.stderr
     assert not (far_place.workspace / "proctor").exists()  # nothing was prepared there
-    server_id = _serve_start(far_place, repo, 8015)
+    server_id = serve_start(far_place, repo, 8015)
     try:
-        bench = proctor(
-            "bench",
-            "--target",
-            url,
-            "--server",
-            server_id,
-            "--osl",
-            "4",
-            "--concurrency",
-            "2",
-            "--num-prompts",
-            "6",
-            "--num-warmups",
-            "0",
-            "--dataset",
-            "jsonl:../data/p.jsonl",
-            "--json",
-            cwd=repo,
-            timeout=180,
-        )
-        assert bench.returncode == 0, bench.stderr
-        answer = json.loads(bench.stdout)["answer"]
+        bench = ("--osl", "4", "--concurrency", "2", "--num-prompts", "6", "--num-warmups", "0")
+        answer = _on_server("bench", url, server_id, repo, *bench, *SHIPPED)["answer"]
         far_copy = f"{far_place.workspace}/proctor/data/{sha}/p.jsonl"
         assert answer["dataset"]["sha256"] == sha and answer["dataset"]["path"] == far_copy
         assert Path(far_copy).read_bytes() == prompts.read_bytes()
@@ -325,54 +259,19 @@ def test_a_dataset_file_is_shipped_with_bench_and_sweep(
             )
         )
         trace_sha = hashlib.sha256(trace.read_bytes()).hexdigest()
-        replay = proctor(
-            "bench",
-            "--target",
-            url,
-            "--server",
-            server_id,
-            "--concurrency",
-            "2",
-            "--num-warmups",
-            "0",
-            "--dataset",
-            "trace:../data/t.jsonl",
-            "--trace-speed",
-            "4",
-            "--json",
-            cwd=repo,
-            timeout=180,
-        )
-        assert replay.returncode == 0, replay.stderr
-        replayed = json.loads(replay.stdout)["answer"]["dataset"]
+        replay = ("--concurrency", "2", "--num-warmups", "0", "--dataset", "trace:../data/t.jsonl")
+        replay_answer = _on_server("bench", url, server_id, repo, *replay, "--trace-speed", "4")
+        replayed = replay_answer["answer"]["dataset"]
         trace_copy = f"{far_place.workspace}/proctor/data/{trace_sha}/t.jsonl"
         assert replayed["sha256"] == trace_sha and replayed["path"] == trace_copy
         assert replayed["kind"] == "trace" and replayed["speed"] == 4
-        sweep = proctor(
-            "sweep",
-            "--target",
-            url,
-            "--server",
-            server_id,
-            "--concurrency",
-            "1,2",
-            "--osl",
-            "4",
-            "--num-prompts",
-            "4",
-            "--dataset",
-            "jsonl:../data/p.jsonl",
-            "--json",
-            cwd=repo,
-            timeout=180,
-        )
-        assert sweep.returncode == 0, sweep.stderr
-        summary = json.loads(sweep.stdout)["answer"]
+        sweep = ("--concurrency", "1,2", "--osl", "4", "--num-prompts", "4", *SHIPPED)
+        summary = _on_server("sweep", url, server_id, repo, *sweep)["answer"]
         for point in summary["points"]:
             doc = json.loads((isolated_runs / point["run_id"] / "metrics.json").read_text())
             assert doc["dataset"]["sha256"] == sha and doc["dataset"]["path"] == far_copy
     finally:
-        stopped = proctor("serve", "stop", server_id, "--target", url, cwd=repo, timeout=120)
+        stopped = serve_stop(url, server_id, repo)
     assert stopped.returncode == 0, stopped.stderr
 
 
@@ -396,36 +295,16 @@ def test_a_flow_ships_the_files_its_workloads_name(
     flows.mkdir()
     (flows / "missing.toml").write_text(FLOW_BENCH.replace("p.jsonl", "nope.jsonl"))
     (flows / "bench.toml").write_text(FLOW_BENCH)
-    missing = proctor(
-        "flow",
-        "--target",
-        far_place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--file",
-        str(flows / "missing.toml"),
-        cwd=repo,
-        timeout=60,
+    missing = fake_engine(
+        "flow", far_place.url, "--file", str(flows / "missing.toml"), cwd=repo, timeout=60
     )
     assert missing.returncode == 64, missing.stderr
     assert "cannot read dataset ../data/nope.jsonl" in missing.stderr
     (flows / "eval.toml").write_text(
         '[[flow.workload]]\neval = { task = "gsm8k", data = "../nogsm" }\n'
     )
-    no_data = proctor(
-        "flow",
-        "--target",
-        far_place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--file",
-        str(flows / "eval.toml"),
-        cwd=repo,
-        timeout=60,
+    no_data = fake_engine(
+        "flow", far_place.url, "--file", str(flows / "eval.toml"), cwd=repo, timeout=60
     )
     assert no_data.returncode == 64, no_data.stderr
     assert "cannot read GSM8K data ../nogsm/train.jsonl" in no_data.stderr
@@ -434,39 +313,21 @@ def test_a_flow_ships_the_files_its_workloads_name(
         "[sweep]\nserver = { max_num_seqs = [4] }\n"
         'bench = { concurrency = [1], dataset = "jsonl:../none.jsonl" }\n'
     )
-    grid = proctor(
+    grid = fake_engine(
         "sweep",
-        "--target",
         far_place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--group",
-        "g",
-        "--file",
-        str(flows / "grid.toml"),
+        *("--group", "g", "--file", str(flows / "grid.toml")),
         cwd=repo,
         timeout=60,
     )
     assert grid.returncode == 64, grid.stderr
     assert "cannot read dataset ../none.jsonl" in grid.stderr
     assert not (far_place.workspace / "proctor").exists()  # nothing was prepared there
-    result = proctor(
+    result = fake_engine(
         "flow",
-        "--target",
         far_place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(far_place.port(8016)),
-        "--poll",
-        "1s",
-        "--file",
-        str(flows / "bench.toml"),
-        "--json",
+        *("--port", str(far_place.port(8016)), "--poll", "1s"),
+        *("--file", str(flows / "bench.toml"), "--json"),
         cwd=repo,
         timeout=180,
     )
@@ -550,26 +411,19 @@ def test_eval_gsm8k_scores_the_shipped_data(
     assert fetched["data"]["sha256"] == digest
 
 
+def _detached(place: FarPlace, repo: Path, *job_args: str) -> str:
+    """`run --target --detach -- sh job.sh ARGS...`; the far run's id."""
+    ran = proctor(
+        "run", "--target", place.url, "--detach", "--", "sh", "job.sh", *job_args, cwd=repo
+    )
+    return printed_id(ran)
+
+
 def test_runs_commands_reach_a_detached_far_run_through_its_record(
     far_place: FarPlace, repo: Path, isolated_runs: Path
 ) -> None:
     (repo / "job.sh").write_text('echo "start $1"; sleep "$2"; echo "done $1"; exit "$3"\n')
-    short = proctor(
-        "run",
-        "--target",
-        far_place.url,
-        "--detach",
-        "--",
-        "sh",
-        "job.sh",
-        "a",
-        "1",
-        "3",
-        cwd=repo,
-        timeout=120,
-    )
-    assert short.returncode == 0, short.stderr
-    run_id = short.stdout.strip().splitlines()[-1]
+    run_id = _detached(far_place, repo, "a", "1", "3")
     # wait: reconnects from the record, fetches, verifies; exits with the far status.
     waited = proctor("runs", "wait", run_id, timeout=120)
     assert waited.returncode == 3, waited.stderr
@@ -578,22 +432,7 @@ def test_runs_commands_reach_a_detached_far_run_through_its_record(
     assert "start a" in logs.stdout and "done a" in logs.stdout
     assert proctor("runs", "verify", run_id).returncode == 0
     # stop: the far run is stopped there; attach then fetches it, outcome stopped.
-    long = proctor(
-        "run",
-        "--target",
-        far_place.url,
-        "--detach",
-        "--",
-        "sh",
-        "job.sh",
-        "b",
-        "300",
-        "0",
-        cwd=repo,
-        timeout=120,
-    )
-    assert long.returncode == 0, long.stderr
-    long_id = long.stdout.strip().splitlines()[-1]
+    long_id = _detached(far_place, repo, "b", "300", "0")
     stop = proctor("runs", "stop", long_id, "--json", timeout=60)
     assert stop.returncode == 0, stop.stderr
     assert json.loads(stop.stdout)["stop_sent"] is True
@@ -612,23 +451,11 @@ def test_the_far_request_holds_a_secret_that_no_file_keeps(
     request's --env values never land in a record, a log or a process listing proctor wrote."""
     canary = "hf_CANARY_7c1d9e"
     port = far_place.port(8015)
-    result = proctor(
+    result = fake_engine(
         "flow",
-        "--target",
         far_place.url,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        "--poll",
-        "1s",
-        "--env",
-        f"HF_TOKEN={canary}",
-        "--workload-cmd",
-        f"bash workload.sh {port} 0",
-        "--json",
+        *("--port", str(port), "--poll", "1s", "--env", f"HF_TOKEN={canary}"),
+        *("--workload-cmd", f"bash workload.sh {port} 0", "--json"),
         cwd=repo,
         timeout=180,
     )
@@ -639,7 +466,4 @@ def test_the_far_request_holds_a_secret_that_no_file_keeps(
     far_job = json.loads((job / "record.json").read_text())
     # The typed flow job travels (its --env values inside it), never the command's options.
     assert far_job["request"] == {"command": ["flow"], "job": "flow"}
-    for root in (isolated_runs, far_place.workspace / "proctor" / "runs"):
-        for path in root.rglob("*"):
-            if path.is_file():
-                assert canary.encode() not in path.read_bytes(), path
+    assert_in_no_file(canary, isolated_runs, far_place.workspace / "proctor" / "runs")

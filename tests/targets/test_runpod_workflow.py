@@ -23,6 +23,7 @@ from tests.fixtures.runpod_emulator import RunpodEmulator, running
 from tests.helpers import FAKE_ENGINE_TOML, REPO, TEST_PYTHON, git_project, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts
 from tests.targets.conftest import WORKLOAD_SH
+from tests.targets.far_commands import assert_in_no_file, fake_engine, printed_id
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts"]
@@ -85,32 +86,16 @@ def _flow(
 ) -> Any:
     port = _free_port()
     workload = f"bash loop.sh {port} {loop}" if loop else f"bash workload.sh {port} 0"
-    return proctor(
+    return fake_engine(
         "flow",
-        "--target",
         target,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        "--poll",
-        "1s",
-        "--workload-cmd",
+        *("--port", str(port), "--poll", "1s", "--workload-cmd"),
         workload,
         *(["--json"] if as_json else []),
         env={"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": emulator.base_url},
         cwd=repo,
         timeout=240,
     )
-
-
-def _no_key_anywhere(*roots: Path) -> None:
-    for root in roots:
-        for path in root.rglob("*"):
-            if path.is_file():
-                assert KEY.encode() not in path.read_bytes(), path
 
 
 def test_flow_on_a_new_pod_is_fetched_then_the_pod_stopped_and_verified(
@@ -137,7 +122,7 @@ def test_flow_on_a_new_pod_is_fetched_then_the_pod_stopped_and_verified(
     job = Path(completion["local_dir"])
     assert job.parent == isolated_runs
     assert proctor("runs", "verify", job.name).returncode == 0
-    _no_key_anywhere(isolated_runs, host.workspace)
+    assert_in_no_file(KEY, isolated_runs, host.workspace)
 
 
 def test_keep_leaves_the_pod_running_then_reuse_stops_it(
@@ -157,7 +142,7 @@ def test_keep_leaves_the_pod_running_then_reuse_stops_it(
     assert len(pods.calls("POST", "/pods")) == 1 and list(pods.pods) == [pod_id]
     assert pods.pods[pod_id]["desiredStatus"] == "EXITED"
     assert f"pod {pod_id}: 1x" in again.stderr and "final state EXITED (verified" in again.stderr
-    _no_key_anywhere(isolated_runs, host.workspace)
+    assert_in_no_file(KEY, isolated_runs, host.workspace)
 
 
 def test_cost_budget_spent_mid_run_stops_the_job_and_the_pod_exit_4(
@@ -184,7 +169,7 @@ def test_cost_budget_spent_mid_run_stops_the_job_and_the_pod_exit_4(
     # What existed was fetched: the flow's steps up to the stop, its server torn down.
     steps = {s["step"] for s in (data["flow"] or {}).get("steps", [])}
     assert {"start", "ready"} <= steps, data["flow"]
-    _no_key_anywhere(isolated_runs, host.workspace)
+    assert_in_no_file(KEY, isolated_runs, host.workspace)
 
 
 @pytest.mark.slow
@@ -192,23 +177,10 @@ def test_serve_step_by_step_keeps_the_pod_until_serve_stop(
     pods: RunpodEmulator, host: SshHost, repo: Path, isolated_runs: Path
 ) -> None:
     env = {"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": pods.base_url}
-    started = proctor(
-        "serve",
-        "start",
-        "--target",
-        "runpod",
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(_free_port()),
-        env=env,
-        cwd=repo,
-        timeout=180,
+    started = fake_engine(
+        "serve start", "runpod", "--port", str(_free_port()), env=env, cwd=repo, timeout=180
     )
-    assert started.returncode == 0, started.stderr
-    server_id = started.stdout.strip().splitlines()[-1]
+    server_id = printed_id(started)
     (pod_id,) = pods.pods
     # The server lives on the pod: kept RUNNING (verified), not stopped under it.
     assert pods.pods[pod_id]["desiredStatus"] == "RUNNING"
@@ -237,7 +209,7 @@ def test_serve_step_by_step_keeps_the_pod_until_serve_stop(
         "stopped"
     )
     assert len(pods.calls("POST", "/pods")) == 1
-    _no_key_anywhere(isolated_runs, host.workspace)
+    assert_in_no_file(KEY, isolated_runs, host.workspace)
 
 
 @pytest.mark.parametrize(
@@ -270,20 +242,10 @@ bench = { isl = 8, osl = 4, prompt_multiplier = 2, concurrency = 2, num_prompts 
 
 def _bench_flow(emulator: RunpodEmulator, repo: Path, *, as_json: bool) -> Any:
     (repo / "flow.toml").write_text(BENCH_FLOW)
-    return proctor(
+    return fake_engine(
         "flow",
-        "--target",
         "runpod",
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(_free_port()),
-        "--poll",
-        "1s",
-        "--file",
-        "flow.toml",
+        *("--port", str(_free_port()), "--poll", "1s", "--file", "flow.toml"),
         *(["--json"] if as_json else []),
         env={"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": emulator.base_url},
         cwd=repo,
@@ -373,23 +335,10 @@ def test_a_job_naming_a_server_keeps_the_pod_a_plain_bench_does_not(
     it RUNNING, a bench given only a URL releases it."""
     env = {"RUNPOD_API_KEY": KEY, "PROCTOR_RUNPOD_API_URL": pods.base_url}
     port = _free_port()
-    started = proctor(
-        "serve",
-        "start",
-        "--target",
-        "runpod",
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        env=env,
-        cwd=repo,
-        timeout=180,
+    started = fake_engine(
+        "serve start", "runpod", "--port", str(port), env=env, cwd=repo, timeout=180
     )
-    assert started.returncode == 0, started.stderr
-    server_id = started.stdout.strip().splitlines()[-1]
+    server_id = printed_id(started)
     (pod_id,) = pods.pods
     target = f"runpod:{pod_id}"
     small = ["--isl", "8", "--osl", "4", "--num-prompts", "4", "--num-warmups", "0"]
@@ -436,4 +385,4 @@ def test_a_job_naming_a_server_keeps_the_pod_a_plain_bench_does_not(
             "serve", "stop", server_id, "--target", target, env=env, cwd=repo, timeout=180
         )
     assert stopped.returncode == 0, stopped.stderr
-    _no_key_anywhere(isolated_runs, host.workspace)
+    assert_in_no_file(KEY, isolated_runs, host.workspace)

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.fixtures.answer_key_server import answer_key_server
 from tests.helpers import FAKE_ENGINE_TOML, proctor, record
 from tests.infra.engines import gsm8k_data_dir
 from tests.infra.slurmcluster import SlurmCluster, free_port
+from tests.targets.far_commands import at_server, slurm_serve_start
 
 pytestmark = pytest.mark.slurm
 
@@ -59,33 +61,24 @@ def work(tmp_path: Path) -> Path:
     return work
 
 
+def _bench_at(
+    base_url: str, *extra: str, cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`bench --target slurm://local --base-url URL --model m SMALL... EXTRA...`."""
+    return proctor(
+        *("bench", "--target", TARGET, "--base-url", base_url, "--model", "m", *SMALL, *extra),
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
 def test_serve_start_ready_bench_drain_stop_on_slurm(
     cluster: SlurmCluster, work: Path, isolated_runs: Path
 ) -> None:
     env = {"SLURM_CONF": str(cluster.conf)}
     port = free_port()
-    started = proctor(
-        "serve",
-        "start",
-        "--target",
-        TARGET,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        "--nodes",
-        "1",
-        "--wait",
-        "60s",
-        "--json",
-        cwd=work,
-        env=env,
-        timeout=120,
-    )
-    assert started.returncode == 0, started.stderr
-    info = json.loads(started.stdout)
+    info = slurm_serve_start(TARGET, port, cwd=work, env=env, timeout=120)
     run_id, group = info["run_id"], Path(info["dir"])
     assert group.parent == isolated_runs and info["job_id"] and info["head"]["node"] == "n1"
     assert info["url"] == f"http://127.0.0.1:{port}"
@@ -108,11 +101,9 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
 
         # bench: one Slurm job on the node against the Slurm-started server (its URL and
         # model from the server's local record).
-        bench = proctor(
+        bench = at_server(
             "bench",
-            "--target",
             TARGET,
-            "--server",
             run_id,
             *SMALL,
             "--json",
@@ -139,21 +130,11 @@ def test_serve_start_ready_bench_drain_stop_on_slurm(
         assert kinds.get(bench_id) == "bench", kinds
 
         # sweep: the sweep and its points inside one job, each verified.
-        sweep = proctor(
+        sweep = at_server(
             "sweep",
-            "--target",
             TARGET,
-            "--server",
             run_id,
-            "--concurrency",
-            "1,2",
-            "--isl",
-            "8",
-            "--osl",
-            "4",
-            "--num-prompts",
-            "4",
-            "--json",
+            *("--concurrency", "1,2", "--isl", "8", "--osl", "4", "--num-prompts", "4", "--json"),
             cwd=work,
             env=env,
             timeout=180,
@@ -235,19 +216,7 @@ def test_failing_bench_on_slurm_returns_its_own_exit_code(
 ) -> None:
     env = {"SLURM_CONF": str(cluster.conf)}
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    bench = proctor(
-        "bench",
-        "--target",
-        TARGET,
-        "--base-url",
-        dead,
-        "--model",
-        "m",
-        *SMALL,
-        cwd=work,
-        env=env,
-        timeout=180,
-    )
+    bench = _bench_at(dead, cwd=work, env=env, timeout=180)
     assert bench.returncode == 69, bench.stdout + bench.stderr
     (job_dir,) = [p for p in isolated_runs.iterdir() if (p / "slurm.json").is_file()]
     assert (job_dir / "exit_code").read_text().strip() == "69"
@@ -304,20 +273,7 @@ def test_detached_bench_on_slurm_is_waited_for_with_its_exit_code(
 
     env = {"SLURM_CONF": str(cluster.conf)}
     with FakeServer() as srv:
-        started = proctor(
-            "bench",
-            "--target",
-            TARGET,
-            "--base-url",
-            srv.base_url,
-            "--model",
-            "m",
-            *SMALL,
-            "--detach",
-            cwd=work,
-            env=env,
-            timeout=120,
-        )
+        started = _bench_at(srv.base_url, "--detach", cwd=work, env=env, timeout=120)
         assert started.returncode == 0, started.stdout + started.stderr
         run_id = started.stdout.strip()
         job_dir = isolated_runs / run_id
@@ -341,21 +297,7 @@ def test_detached_bench_on_slurm_is_waited_for_with_its_exit_code(
 
     # A bench that fails (nothing listens): `runs attach` follows it and returns its own 69.
     dead = f"http://127.0.0.1:{free_port()}"
-    failing = proctor(
-        "bench",
-        "--target",
-        TARGET,
-        "--base-url",
-        dead,
-        "--model",
-        "m",
-        *SMALL,
-        "--detach",
-        "--json",
-        cwd=work,
-        env=env,
-        timeout=120,
-    )
+    failing = _bench_at(dead, "--detach", "--json", cwd=work, env=env, timeout=120)
     assert failing.returncode == 0, failing.stdout + failing.stderr
     completion = json.loads(failing.stdout)["completion"]
     assert completion["detached"] and completion["target"]["kind"] == "slurm"
@@ -443,18 +385,9 @@ def test_bench_on_slurm_reads_the_shipped_dataset(
     )
     sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
     with FakeServer() as srv:
-        bench = proctor(
-            "bench",
-            "--target",
-            TARGET,
-            "--base-url",
+        bench = _bench_at(
             srv.base_url,
-            "--model",
-            "m",
-            *SMALL,
-            "--dataset",
-            "jsonl:../data/p.jsonl",
-            "--json",
+            *("--dataset", "jsonl:../data/p.jsonl", "--json"),
             cwd=work,
             env=env,
             timeout=180,

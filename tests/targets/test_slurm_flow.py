@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import FAKE_ENGINE_TOML, proctor
 from tests.infra.slurmcluster import SlurmCluster, free_port
+from tests.targets.far_commands import assert_in_no_file, fake_engine
 
 pytestmark = pytest.mark.slurm
 
@@ -34,33 +35,27 @@ def slurm_nodes() -> int:
     return 1
 
 
-def test_flow_on_a_slurm_node_runs_every_step_and_comes_back_verified(
-    cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
-) -> None:
+def _work(tmp_path: Path) -> Path:
+    """The project: the fake engine, the Slurm workspace under `tmp_path`."""
     work = tmp_path / "project"
     work.mkdir()
     (work / "proctor.toml").write_text(
         f'[slurm]\nworkspace = "{tmp_path / "ws"}"\n\n{FAKE_ENGINE_TOML}'
     )
+    return work
+
+
+def test_flow_on_a_slurm_node_runs_every_step_and_comes_back_verified(
+    cluster: SlurmCluster, tmp_path: Path, isolated_runs: Path
+) -> None:
+    work = _work(tmp_path)
     (work / "client.py").write_text(CLIENT)
     port = free_port()
-    result = proctor(
+    result = fake_engine(
         "flow",
-        "--target",
         "slurm://local",
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        "--poll",
-        "1s",
-        "--env",
-        "HF_TOKEN=hf_slurm_CANARY",
-        "--workload-cmd",
-        f"{sys.executable} client.py http://127.0.0.1:{port}",
-        "--json",
+        *("--port", str(port), "--poll", "1s", "--env", "HF_TOKEN=hf_slurm_CANARY"),
+        *("--workload-cmd", f"{sys.executable} client.py http://127.0.0.1:{port}", "--json"),
         cwd=work,
         env={"SLURM_CONF": str(cluster.conf)},
         timeout=240,
@@ -79,9 +74,7 @@ def test_flow_on_a_slurm_node_runs_every_step_and_comes_back_verified(
     assert server["outcome"] == "stopped" and not psutil.pid_exists(server["process"]["pid"])
     assert "workload done" in "".join(p.read_text() for p in group.glob("**/steps/*/*.log"))
     assert proctor("runs", "verify", group.name).returncode == 0
-    for path in [*group.rglob("*"), *(tmp_path / "ws").rglob("*")]:
-        if path.is_file():
-            assert b"hf_slurm_CANARY" not in path.read_bytes(), path
+    assert_in_no_file("hf_slurm_CANARY", group, tmp_path / "ws")
     assert "hf_slurm_CANARY" not in result.stdout + result.stderr
 
 
@@ -93,11 +86,7 @@ def test_a_flow_file_and_its_dataset_travel_to_the_slurm_workspace(
     naming that copy; the bench on the node reads it."""
     import hashlib
 
-    work = tmp_path / "project"
-    work.mkdir()
-    (work / "proctor.toml").write_text(
-        f'[slurm]\nworkspace = "{tmp_path / "ws"}"\n\n{FAKE_ENGINE_TOML}'
-    )
+    work = _work(tmp_path)
     (tmp_path / "data").mkdir()
     prompts = tmp_path / "data" / "p.jsonl"
     prompts.write_text(
@@ -109,21 +98,10 @@ def test_a_flow_file_and_its_dataset_travel_to_the_slurm_workspace(
         "[[flow.workload]]\nbench = { osl = 4, concurrency = 2, num_prompts = 4, "
         'num_warmups = 0, dataset = "jsonl:../data/p.jsonl" }\n'
     )
-    result = proctor(
+    result = fake_engine(
         "flow",
-        "--target",
         "slurm://local",
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(free_port()),
-        "--poll",
-        "1s",
-        "--file",
-        str(flow_file),
-        "--json",
+        *("--port", str(free_port()), "--poll", "1s", "--file", str(flow_file), "--json"),
         cwd=work,
         env={"SLURM_CONF": str(cluster.conf)},
         timeout=240,

@@ -21,6 +21,7 @@ import pytest
 
 from tests.helpers import FAKE_ENGINE_TOML, proctor, record
 from tests.infra.slurmcluster import SlurmCluster, free_port, require_cluster
+from tests.targets.far_commands import fake_args, slurm_serve_start
 from tests.workloads.conftest import FakeProcess
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
@@ -116,20 +117,9 @@ def test_ctrl_c_while_serve_start_waits_for_a_pending_job_cancels_it(
     serve = start(
         cluster,
         work,
-        "serve",
-        "start",
-        "--target",
-        TARGET,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(free_port()),
-        "--nodes",
-        "1",
-        "--wait",
-        "120s",
+        *fake_args(
+            "serve start", TARGET, "--port", str(free_port()), "--nodes", "1", "--wait", "120s"
+        ),
     )
     wait_for(lambda: any(s == "PENDING" for _, s, _ in queue(cluster)), 60, "pending server")
     serve.send_signal(signal.SIGINT)
@@ -222,28 +212,7 @@ def test_serve_ready_on_a_server_cancelled_outside_says_so_at_once(
     cluster: SlurmCluster, work: Path, isolated_runs: Path
 ) -> None:
     env = {"SLURM_CONF": str(cluster.conf)}
-    started = proctor(
-        "serve",
-        "start",
-        "--target",
-        TARGET,
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(free_port()),
-        "--nodes",
-        "1",
-        "--wait",
-        "60s",
-        "--json",
-        cwd=work,
-        env=env,
-        timeout=120,
-    )
-    assert started.returncode == 0, started.stderr
-    info = json.loads(started.stdout)
+    info = slurm_serve_start(TARGET, free_port(), cwd=work, env=env, timeout=120)
     cluster.run("scancel", str(info["job_id"]))
     wait_for(lambda: not queue(cluster), 60, "cancelled job")
     t0 = time.monotonic()

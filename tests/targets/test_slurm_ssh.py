@@ -14,6 +14,7 @@ import pytest
 from tests.helpers import FAKE_ENGINE_TOML, TEST_PYTHON, only_run, proctor, record
 from tests.infra.slurmcluster import SlurmCluster, files_holding, free_port
 from tests.infra.sshhosts import SshHostLab
+from tests.targets.far_commands import slurm_serve_start
 
 pytestmark = pytest.mark.slurm
 SECRET = "tok-9f3a1c77e2"
@@ -157,28 +158,8 @@ def test_inspect_server_over_ssh_login_host(
         f'workspace = "{ws}"\npython = "{TEST_PYTHON}"\n\n{FAKE_ENGINE_TOML}'
     )
     env = {"SLURM_CONF": "/nonexistent"}  # the controller side has no Slurm: all over SSH
-    started = proctor(
-        "serve",
-        "start",
-        "--target",
-        f"slurm://{host.user}@{host.address}:{host.port}",
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(free_port()),
-        "--nodes",
-        "1",
-        "--wait",
-        "60s",
-        "--json",
-        cwd=project,
-        env=env,
-        timeout=150,
-    )
-    assert started.returncode == 0, started.stderr
-    info = json.loads(started.stdout)
+    login = f"slurm://{host.user}@{host.address}:{host.port}"
+    info = slurm_serve_start(login, free_port(), cwd=project, env=env, timeout=150)
     run_id, group = info["run_id"], Path(info["dir"])
     try:
         inspect = proctor(
