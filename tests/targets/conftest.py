@@ -1,5 +1,5 @@
-"""Fixtures for remote-target tests: a dirty git project, CLI flags for a namespace host, the
-Slurm cluster."""
+"""Fixtures for remote-target tests: a dirty git project, CLI flags and SshOptions for a
+namespace host, the Slurm cluster."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,6 +15,9 @@ from tests.fixtures.fake_openai_server import free_port
 from tests.helpers import REPO, TEST_PYTHON, git_project
 from tests.infra.slurmcluster import SlurmCluster, slurm_cluster, slurm_nodes
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts, ssh_hosts_factory
+
+if TYPE_CHECKING:
+    from proctor.targets.ssh import SshOptions
 
 __all__ = ["slurm_cluster", "slurm_nodes", "ssh_hosts", "ssh_hosts_factory"]
 
@@ -56,9 +60,13 @@ def lone_lab(ssh_hosts_factory: Callable[[int], SshHostLab]) -> SshHostLab:
 
 
 def ssh_flags(host: SshHost) -> list[str]:
+    return ["--target", f"ssh://{host.user}@{host.address}:{host.port}", *host_flags(host)]
+
+
+def host_flags(host: SshHost) -> list[str]:
+    """How a command reaches `host` once its target names it: key, known hosts, workspace and
+    the far side's base Python."""
     return [
-        "--target",
-        f"ssh://{host.user}@{host.address}:{host.port}",
         "--identity-file",
         str(host.client_key),
         "--known-hosts",
@@ -68,6 +76,21 @@ def ssh_flags(host: SshHost) -> list[str]:
         "--remote-python",
         TEST_PYTHON,
     ]
+
+
+def ssh_options(host: SshHost, **extra: object) -> SshOptions:
+    """SshOptions that reach `host` (its key, known hosts and workspace), with `extra`."""
+    from proctor.targets.ssh import SshOptions  # asyncssh: only for the tests that use it
+
+    return SshOptions(
+        host=host.address,
+        user=host.user,
+        port=host.port,
+        identity_file=str(host.client_key),
+        known_hosts=str(host.known_hosts),
+        workspace=str(host.workspace),
+        **extra,
+    )  # type: ignore[arg-type]
 
 
 @dataclass

@@ -1,11 +1,12 @@
 """Command lines the remote-target tests share, each written once: a `--target` command of the
 fake engine (`--engine fake --model m`), a bench or sweep against a server run, `serve start`
-on a far place or a Slurm node, the run id a command prints last, and the check that a secret
-is in no file under some roots."""
+on a far place or a Slurm node, the run id a command prints last, a `run` on a host nobody
+answers for, and the check that a secret is in no file under some roots."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,24 @@ def slurm_serve_start(
     assert started.returncode == 0, started.stderr
     info: dict[str, Any] = json.loads(started.stdout)
     return info
+
+
+def dead_port() -> int:
+    """A loopback port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def run_unreachable(port: int, project: Path) -> subprocess.CompletedProcess[str]:
+    """`run --target ssh://root@127.0.0.1:PORT --insecure-accept-host-key -- true` from
+    `project`: a host that nothing answers for."""
+    return proctor(
+        *("run", "--target", f"ssh://root@127.0.0.1:{port}", "--insecure-accept-host-key"),
+        *("--", "true"),
+        cwd=project,
+    )
 
 
 def assert_in_no_file(secret: str, *roots: Path) -> None:

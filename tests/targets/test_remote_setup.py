@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,10 +16,11 @@ import pytest
 
 from proctor.errors import TargetUnavailable
 from proctor.targets.remote.orchestrate import COMPLETION_FILE, REMOTE_FILE
-from proctor.targets.ssh import SshOptions, SshTarget
+from proctor.targets.ssh import SshTarget
 from tests.helpers import TEST_PYTHON, only_run, proctor
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts, ssh_hosts_factory
-from tests.targets.conftest import ssh_flags
+from tests.targets.conftest import ssh_flags, ssh_options
+from tests.targets.far_commands import dead_port, run_unreachable
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts", "ssh_hosts_factory"]
@@ -30,18 +30,6 @@ SETUP = """#!/bin/bash
 set -e
 echo "setup ran in $(pwd)" >> "$SETUP_COUNT"
 """
-
-
-def _options(host: SshHost, **extra: object) -> SshOptions:
-    return SshOptions(
-        host=host.address,
-        user=host.user,
-        port=host.port,
-        identity_file=str(host.client_key),
-        known_hosts=str(host.known_hosts),
-        workspace=str(host.workspace),
-        **extra,
-    )  # type: ignore[arg-type]
 
 
 def test_setup_runs_once_per_workspace_and_env_sh_is_sourced(
@@ -79,7 +67,7 @@ def test_far_venv_is_created_reported_and_reused(ssh_hosts: SshHostLab) -> None:
     venv = host.workspace / "proctor" / "venv"
     results = []
     for _ in range(2):
-        target = SshTarget(_options(host, venv_base=BASE_PYTHON))
+        target = SshTarget(ssh_options(host, venv_base=BASE_PYTHON))
         try:
             results.append(target.prepare())
         finally:
@@ -109,7 +97,7 @@ def test_far_venv_without_dependencies_is_refused_with_the_reason(ssh_hosts: Ssh
     bare = "/usr/bin/python3"  # Debian's python: no pydantic, no psutil
     if subprocess.run([bare, "-c", "import pydantic"], capture_output=True).returncode == 0:
         pytest.skip("system python has pydantic here")
-    target = SshTarget(_options(host, venv_base=bare))
+    target = SshTarget(ssh_options(host, venv_base=bare))
     try:
         with pytest.raises(TargetUnavailable) as info:
             target.prepare()
@@ -119,19 +107,9 @@ def test_far_venv_without_dependencies_is_refused_with_the_reason(ssh_hosts: Ssh
 
 
 def test_unreachable_host_gives_up_on_the_same_error_reported_once(project: Path) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = dead_port()
     t0 = time.monotonic()
-    result = proctor(
-        "run",
-        "--target",
-        f"ssh://root@127.0.0.1:{port}",
-        "--insecure-accept-host-key",
-        "--",
-        "true",
-        cwd=project,
-    )
+    result = run_unreachable(port, project)
     elapsed = time.monotonic() - t0
     assert result.returncode == 69, result.stderr
     assert "2 attempt(s)" in result.stderr and "the same error twice" in result.stderr

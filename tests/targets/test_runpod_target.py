@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from tests.fixtures.runpod_emulator import RunpodEmulator, running
-from tests.helpers import TEST_PYTHON, proctor
+from tests.helpers import proctor
 from tests.infra.sshhosts import SshHostLab, ssh_hosts, ssh_hosts_factory
+from tests.targets.conftest import host_flags
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts", "ssh_hosts_factory"]
@@ -51,14 +52,7 @@ def _run(
         H200,
         "--image",
         "runpod/pytorch",
-        "--identity-file",
-        str(host.client_key),
-        "--known-hosts",
-        str(host.known_hosts),
-        "--workspace",
-        str(host.workspace),
-        "--remote-python",
-        TEST_PYTHON,
+        *host_flags(host),
         "--json",
         *extra,
         "--",

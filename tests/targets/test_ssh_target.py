@@ -6,7 +6,6 @@ import io
 import json
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -20,25 +19,15 @@ from proctor.targets.remote.orchestrate import REMOTE_FILE, run_remote
 from proctor.targets.ssh import SshOptions, SshTarget
 from tests.helpers import TEST_PYTHON, only_run, proctor, proctor_popen
 from tests.infra.sshhosts import SshHost, SshHostLab, ssh_hosts, ssh_hosts_factory
-from tests.targets.conftest import ssh_flags
+from tests.targets.conftest import ssh_flags, ssh_options
+from tests.targets.far_commands import dead_port, run_unreachable
 
 pytestmark = pytest.mark.sshhosts
 __all__ = ["ssh_hosts", "ssh_hosts_factory"]
 
 
 def _target(host: SshHost) -> SshTarget:
-    return SshTarget(
-        SshOptions(
-            host=host.address,
-            user=host.user,
-            port=host.port,
-            identity_file=str(host.client_key),
-            known_hosts=str(host.known_hosts),
-            workspace=str(host.workspace),
-            remote_python=TEST_PYTHON,
-            reconnect_s=30,
-        )
-    )
+    return SshTarget(ssh_options(host, remote_python=TEST_PYTHON, reconnect_s=30))
 
 
 def _wait(predicate: object, timeout: float = 30.0) -> bool:
@@ -181,18 +170,8 @@ def test_keyed_run_attaches_remotely(ssh_hosts: SshHostLab, project: Path) -> No
 
 
 def test_unreachable_host_exits_69(project: Path, tmp_path: Path) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = proctor(
-        "run",
-        "--target",
-        f"ssh://root@127.0.0.1:{port}",
-        "--insecure-accept-host-key",
-        "--",
-        "true",
-        cwd=project,
-    )
+    port = dead_port()
+    result = run_unreachable(port, project)
     assert result.returncode == 69, result.stderr
     assert f"127.0.0.1:{port}" in result.stderr and "reachable" in result.stderr
     try:
