@@ -9,18 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from proctor.cli.helptext import JSON_HELP
 from proctor.cli.output import print_json, say
-from proctor.errors import ExitCode, UsageError
+from proctor.errors import ExitCode
 from proctor.record.rundir import RunDir
 from proctor.record.schema import health_of, load_record
 from proctor.spec.config import ProjectConfig, load_config
 from proctor.spec.plan import RunFlags, RunPlan, resolve_run_plan
 from proctor.supervise.launch import Started
-from proctor.targets.base import FAR, PLAN, capable
+from proctor.targets.base import FAR
 from proctor.targets.registry import (
-    TargetContext,
     TargetOptions,
     kind_named,
-    open_target,
+    open_planner,
     target_options,
 )
 from proctor.targets.service import (
@@ -176,10 +175,7 @@ def run_here(
     """`proctor run` on a target that runs the command from here (local, Slurm): its plan,
     printed (dry_run) or started and, in the foreground, followed. The exit code."""
     plan = resolve_run_plan(flags, project)
-    context = TargetContext(project, Path(plan.runs_dir.value), plan.timeout_s.value)
-    planned = capable(open_target(spec, context), PLAN)
-    if planned is None:
-        raise UsageError(f"a {spec.kind} target cannot run a command")
+    planned = open_planner(spec, plan, project)
     if dry_run:
         print_plan(plan, as_json, planned.describe().details)
         planned.close()

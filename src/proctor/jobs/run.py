@@ -186,8 +186,8 @@ def run_command_job(
     import sys
 
     from proctor.spec.plan import resolve_run_plan, resolve_runs_dir
-    from proctor.targets.base import FAR, PLAN, capable
-    from proctor.targets.registry import TargetContext, kind_named, open_target, target_options
+    from proctor.targets.base import FAR
+    from proctor.targets.registry import kind_named, open_planner, target_options
     from proctor.targets.service import Interrupts, SupervisedRun
 
     config = config or load_config()
@@ -206,10 +206,7 @@ def run_command_job(
         done = run_far(spec, far, identity, config, where, out, RemoteOptions())
         return group_exit_status(done.completions)
     plan = resolve_run_plan(run_flags(job, runs_dir=runs_dir), config)
-    context = TargetContext(config, Path(plan.runs_dir.value), plan.timeout_s.value)
-    planned = capable(open_target(spec, context), PLAN)
-    if planned is None:
-        raise UsageError(f"a {spec.kind} target cannot run a command")
+    planned = open_planner(spec, plan, config)
     with Interrupts() as interrupts:
         try:
             started = planned.start_plan(plan)

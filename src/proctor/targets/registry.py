@@ -25,13 +25,16 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from proctor.errors import UsageError, invalid
 from proctor.spec.config import ProjectConfig
-from proctor.targets.base import Target
+from proctor.targets.base import PLAN, PlanCapable, Target, capable
+
+if TYPE_CHECKING:
+    from proctor.spec.plan import RunPlan
 
 PLUGINS_ENV = "PROCTOR_TARGETS"
 ENTRY_POINTS = "proctor.targets"
@@ -208,6 +211,16 @@ def open_target(options: TargetOptions, context: TargetContext | None = None) ->
     return kind.build(options, context or TargetContext())
 
 
+def open_planner(options: TargetOptions, plan: RunPlan, config: ProjectConfig) -> PlanCapable:
+    """The target that starts `plan` from here (local, Slurm), opened for the plan's runs dir and
+    time limit; a kind that cannot run a command is a usage error. Close it once started."""
+    context = TargetContext(config, Path(plan.runs_dir.value), plan.timeout_s.value)
+    planned = capable(open_target(options, context), PLAN)
+    if planned is None:
+        raise UsageError(f"a {options.kind} target cannot run a command")
+    return planned
+
+
 def parse_target(url: str | None, config: ProjectConfig | None = None, **overrides: Any) -> Target:
     """`url` (+ flags, + proctor.toml) -> its Target, through the registry."""
     cfg = config or ProjectConfig()
@@ -268,6 +281,7 @@ __all__ = [
     "kind_named",
     "kind_of_run",
     "kinds",
+    "open_planner",
     "open_target",
     "options_from_dict",
     "parse_target",
