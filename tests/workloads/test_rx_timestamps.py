@@ -203,3 +203,14 @@ def test_tokens_the_server_sent_together_do_not_blame_a_prompt_client() -> None:
     # two tokens together, and their one arrival time is the truth.
     client = _merged_run(read_delay_s=0.0002)
     assert client["client_bound"] is False, client["reasons"]
+
+
+def test_a_server_that_writes_every_token_at_once_does_not_blame_the_client() -> None:
+    # Zero ITL (an emulator, a cached answer): most tokens share a read and the typical gap
+    # is ~0, so any lateness a merge hides is under that gap. The SLO search's fake engine
+    # found this: its probes were called client-bound.
+    itls = ([0.0] * 9 + [0.00001]) * 40
+    sample = Sample(1.0, 2.0, [0.001] * 50, [0.0001] * 200, reads=100, unstamped=0)
+    client = summarize([sample], path="fast", loop="uvloop", itls=itls)
+    assert client["timing"]["tokens_sharing_a_read_fraction"] == 0.9
+    assert client["client_bound"] is False, client["reasons"]
