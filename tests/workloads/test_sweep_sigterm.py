@@ -65,7 +65,7 @@ def sigterms_until_ended(controller: subprocess.Popen[str], runs: Path, kind: st
     code = controller.wait(timeout=120)
     # Once its ending is written the controller restores the default handler: a SIGTERM that
     # lands after that ends the process, not the run (its record is complete).
-    assert code in (130, -signal.SIGTERM), code
+    assert code in (130, -signal.SIGTERM), (code, controller.communicate()[1][-3000:])
     return code
 
 
