@@ -4,6 +4,7 @@ and ITL minus what the emulator was told to take, and what the bench says of its
     .venv/bin/python bench/timing_error.py [--concurrency 1,100,500,1000] [--ttft-ms 50]
         [--itl-ms 10] [--isl 32] [--osl 64] [--requests-per-stream 3] [--min-requests 20]
         [--workers 1] [--client-cores 1] [--old-src DIR] [--rounds 1] [--pin] [--timeline]
+        [--merges]
 
 --old-src DIR: the `src` of an older proctor (`git archive main src | tar -x -C build/old`),
 measured interleaved with this checkout's at each concurrency, so one run prints both.
@@ -27,12 +28,15 @@ on a shared machine does not stretch. --pin: this checkout once more (`pin` rows
 worker on one of the client cores alone (--client-cores) and the parent on a core of its own;
 unpinned, the client's processes share the client cores. --timeline: after each row, each
 client process's CPU %, loop lag and involuntary context switches per 0.5 s
-(metrics.json "client".timeline). Figures: bench/NOTES.md, *Timing error*.
+(metrics.json "client".timeline). --merges: after each row, the tokens that shared a read
+(ITL exactly 0) by their index in the stream and per 10 ms of the run, beside the requests
+started and ended in those 10 ms. Figures: bench/NOTES.md, *Timing error*.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -102,7 +106,42 @@ def measure(
     )
     if args.timeline:
         row += "\n" + "\n".join(timeline_lines(doc))
+    if args.merges:
+        row += "\n" + "\n".join(merge_lines(recs))
     return row
+
+
+def merge_lines(recs: list[dict]) -> list[str]:
+    """Where the tokens that shared a read sit: by their index in the stream, and per 10 ms
+    of the run beside the requests started and ended then (a lump of endings and starts in
+    a closed loop started at once, or a stall of the whole client, read apart)."""
+    t0 = min(x["start_time"] for x in recs)
+    by_index: collections.Counter[int] = collections.Counter()
+    merged: collections.Counter[int] = collections.Counter()
+    tokens: collections.Counter[int] = collections.Counter()
+    starts = collections.Counter(int((x["start_time"] - t0) * 100) for x in recs)
+    ends = collections.Counter(int((x["end_time"] - t0) * 100) for x in recs)
+    for x in recs:
+        if not x["success"] or x["warmup"]:
+            continue
+        t = x["start_time"] - t0 + x["ttft"]
+        tokens[int(t * 100)] += 1
+        for i, gap in enumerate(x["itl"]):
+            t += gap
+            tokens[int(t * 100)] += 1
+            if gap == 0.0:  # stamped with the next token's arrival (metrics.json's count)
+                by_index[i] += 1
+                merged[int(t * 100)] += 1
+    if not merged:
+        return ["  merged tokens: none"]
+    lines = [
+        "  merged tokens by index in the stream: "
+        + ", ".join(f"{i}: {n}" for i, n in sorted(by_index.items())),
+        "  per 10 ms with merges (s: starts / ends / tokens / merged):",
+    ]
+    for b in sorted(merged):
+        lines.append(f"    {b / 100:6.2f}: {starts[b]} / {ends[b]} / {tokens[b]} / {merged[b]}")
+    return lines
 
 
 def us_per_token(recs: list[dict], client: dict) -> float:
@@ -138,6 +177,11 @@ def main() -> None:
     )
     ap.add_argument("--pin", action="store_true", help="also run this checkout pinned")
     ap.add_argument("--timeline", action="store_true", help="print each process's timeline")
+    ap.add_argument(
+        "--merges",
+        action="store_true",
+        help="print where the tokens that shared a read sit (index in the stream, time)",
+    )
     a = ap.parse_args()
     client, emu_cores = plan_cores()
     if client is not None and emu_cores and a.client_cores > 1:

@@ -21,11 +21,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from proctor.results.validity import judge_validity
 from proctor.workloads.loadgen import rxtime
 from proctor.workloads.loadgen.client import FastSender, PlannedRequest
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.fasthttp import Pool
-from proctor.workloads.loadgen.headroom import Probe, Sample, timing
+from proctor.workloads.loadgen.headroom import Probe, Sample, summarize, timing
 from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.records import RequestRecord
 
@@ -162,3 +163,43 @@ def test_clock_offset_skips_a_try_preempted_between_its_reads(
     monkeypatch.setattr(rxtime.time, "perf_counter_ns", lambda: next(perf))
     monkeypatch.setattr(rxtime.time, "time_ns", lambda: next(wall))
     assert rxtime.clock_offset_ns() == 1000
+
+
+def _merged_run(read_delay_s: float) -> dict[str, object]:
+    """A client whose reads merged 3 % of its tokens with the next one (ITL 0, then 20 ms),
+    each read `read_delay_s` after its kernel stamp."""
+    itls = ([0.01] * 30 + [0.0, 0.02]) * 30  # 30 of 960 share a read: 3.1 %
+    sample = Sample(1.0, 2.0, [0.001] * 50, [read_delay_s] * 200, reads=900, unstamped=0)
+    return summarize([sample], path="fast", loop="uvloop", itls=itls)
+
+
+def test_tokens_merged_by_a_late_loop_make_the_client_bound() -> None:
+    client = _merged_run(read_delay_s=0.009)  # read 9 ms late against a 10 ms gap
+    assert client["client_bound"] is True
+    (reason,) = client["reasons"]  # CPU 50 %, loop lag 1 ms: this is the only reason
+    assert "3.1% of tokens were read together with the next one" in reason
+    assert "9.0 ms after arrival" in reason and "gap 10.0 ms" in reason
+    timing_ = client["timing"]
+    assert isinstance(timing_, dict) and timing_["inter_token_gap_p50_ms"] == 10.0
+    # The verdict reads it: INVALID, with the client's words.
+    v = judge_validity(
+        {
+            "verdict": {"ok": True, "message": "0 of 200 requests failed"},
+            "warmup": {"count": 8, "failed": 0},
+            "metrics": {"completed": 200, "failed": 0, "duration": 30.0},
+            "config": {"request_rate": "inf"},
+            "client": client,
+        },
+        None,
+        min_requests=100,
+        min_window_s=10.0,
+    ).to_dict()
+    assert v["verdict"] == "INVALID"
+    assert v["reasons"] == [f"client: client-bound: {reason}"]
+
+
+def test_tokens_the_server_sent_together_do_not_blame_a_prompt_client() -> None:
+    # The same merged share, but every read came 0.2 ms after arrival: the server wrote the
+    # two tokens together, and their one arrival time is the truth.
+    client = _merged_run(read_delay_s=0.0002)
+    assert client["client_bound"] is False, client["reasons"]

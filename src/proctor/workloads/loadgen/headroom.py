@@ -45,6 +45,9 @@ from proctor.workloads.loadgen.metrics import percentile
 PROBE_S = 0.005
 CPU_BOUND_PERCENT = 90.0
 LAG_BOUND_MS = 10.0
+# Above this share of tokens read together with the next one, by a loop that read late, the
+# ITL and TTFT tails are off by up to one inter-token gap (a p99 moves once 1 % is).
+SHARED_READ_BOUND = 0.01
 BIN_S = 0.5
 MAX_BINS = 720
 TIMELINE_COLUMNS = ("t_s", "cpu_percent", "loop_lag_max_ms", "involuntary_switches")
@@ -189,6 +192,8 @@ def summarize(
             else "timestamps were taken late"
         )
         reasons.append(f"event-loop lag p99 {p99:.1f} ms (> {LAG_BOUND_MS:g} ms): {late}")
+    if (merged := _merged_by_late_reads(stamps)) is not None:
+        reasons.append(merged)
     return {
         "cpu_percent": round(cpu, 1),
         "cpu_percent_per_process": [round(x, 1) for x in per_proc],
@@ -198,7 +203,11 @@ def summarize(
         "loop_lag_samples": len(lags),
         "client_bound": bool(reasons),
         "reasons": reasons,
-        "bounds": {"cpu_percent": CPU_BOUND_PERCENT, "loop_lag_p99_ms": LAG_BOUND_MS},
+        "bounds": {
+            "cpu_percent": CPU_BOUND_PERCENT,
+            "loop_lag_p99_ms": LAG_BOUND_MS,
+            "tokens_sharing_a_read_fraction": SHARED_READ_BOUND,
+        },
         "path": path,
         "loop": loop,
         "processes": len(samples),
@@ -206,6 +215,23 @@ def summarize(
         "timing": stamps,
         "timeline": timeline(samples),
     }
+
+
+def _merged_by_late_reads(stamps: dict[str, Any]) -> str | None:
+    """The client-bound reason when too many tokens shared a read with the next one and the
+    loop read late: the kernel had merged them while nothing read (one stamp, the later). A
+    prompt loop (read delay p99 under half a gap) means the server sent them together, which
+    the records then say truly."""
+    share = float(stamps.get("tokens_sharing_a_read_fraction", 0.0))
+    gap = float(stamps.get("inter_token_gap_p50_ms", 0.0))
+    late = float(stamps.get("loop_read_delay_p99_ms", 0.0))
+    if share <= SHARED_READ_BOUND or late <= gap / 2:
+        return None
+    return (
+        f"{share:.1%} of tokens were read together with the next one (> "
+        f"{SHARED_READ_BOUND:.0%}), by a loop that read {late:.1f} ms after arrival at p99 "
+        f"(gap {gap:.1f} ms): ITL and TTFT tails may be off by up to one gap"
+    )
 
 
 def timeline(samples: list[Sample]) -> dict[str, Any]:
@@ -285,6 +311,7 @@ def timing(
         "loop_read_delay_max_ms": round(max(delays, default=0.0) * 1000, 3),
         "tokens_sharing_a_read": shared,
         "tokens_sharing_a_read_fraction": round(share, 6),
+        "inter_token_gap_p50_ms": round(gap, 3),
         # The loop's read delay is what a loop-time stamp would have added; a kernel-stamped
         # token is late only when it shared its read with a later one (by up to one ITL).
         "reading_late_p50_ms": round(late(0.5, lag_p50), 3),

@@ -31,11 +31,22 @@ def loop_name() -> str:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """asyncio.run(coro) on the fastest available loop."""
+    box: list[T] = []
+
+    async def main() -> None:
+        # The main task ends with None, not coro's result: when asyncio.run puts SIGINT's
+        # handler back, the signal module formats the old handler (which holds the task)
+        # with repr, and the task's repr holds its result's: a bench's records took 35 ms
+        # there, twice a run, growing with the records (bench/NOTES.md, Timing error).
+        box.append(await coro)
+
     if loop_name() == "uvloop":
         import uvloop
 
-        return uvloop.run(coro)
-    return asyncio.run(coro)
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+    return box[0]
 
 
 GC_ENV = "PROCTOR_GC"  # "on": keep the cyclic collector running during the measured part
