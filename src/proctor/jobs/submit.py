@@ -135,10 +135,13 @@ def check_here(job: object) -> None:
     """What a job asks of this machine, refused before any run starts here (UsageError, 64; no
     run directory): the client's --client-cores (loadgen/cores.check, which the run checks
     again). Not for a far target: there the cores are that machine's, checked where it runs."""
+    named = [bench.client_cores for bench in _benches(job) if bench.client_cores]
+    if not named:  # the load generator's import (~0.4 s) only where cores are named
+        return
     from proctor.workloads.loadgen import cores
 
-    for bench in _benches(job):
-        cores.check(bench.client_cores)
+    for client_cores in named:
+        cores.check(client_cores)
 
 
 def _with_server(submission: Submission, runs_dir: str | None) -> Submission:
