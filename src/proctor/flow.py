@@ -58,6 +58,7 @@ from proctor.spec.plan import RunFlags, resolve_run_plan, resolve_runs_dir, reso
 from proctor.supervise.controller import controller_fields, hold
 from proctor.supervise.launch import RunSpec, start_run
 from proctor.supervise.signals import deferred_stops
+from proctor.supervise.sigterm import SigtermStop
 from proctor.targets.service import SupervisedRun
 from proctor.version import __version__
 
@@ -400,10 +401,10 @@ class Flow:
                 failures.append(code)
             return code
 
-        def on_term(signum: int, frame: FrameType | None) -> None:
-            raise _Terminated()
-
-        previous = signal.signal(signal.SIGTERM, on_term)
+        # The first SIGTERM raises; a later one before the teardown's own handler (the wrapper's
+        # guard and ladder send two) is only noted: raised there, it escaped the interrupt's
+        # handling and the flow ended as a crash (exit 70).
+        previous = signal.signal(signal.SIGTERM, SigtermStop(_Terminated))
         # This process is the flow's live controller: readers see it, `runs stop` signals it.
         hold(self.recorder)
         try:

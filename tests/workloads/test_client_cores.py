@@ -4,17 +4,20 @@ and a paced send that has come due going before the read the loop is about to ha
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proctor.errors import UsageError
 from proctor.jobs.bench import parse_cores
+from proctor.workloads.loadgen import cores
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.fasthttp import Conn, Pool, _Exchange
 from proctor.workloads.loadgen.headroom import TIMELINE_COLUMNS
@@ -24,6 +27,7 @@ from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.runner import BenchResult, run_benchmark
 from proctor.workloads.loadgen.sse import StreamState
 from tests.fixtures.fake_openai_server import FakeServer
+from tests.helpers import proctor
 
 pytestmark = pytest.mark.timeout(120)
 Fake = Callable[..., FakeServer]
@@ -80,6 +84,37 @@ def test_a_core_the_machine_lacks_is_a_usage_error(fake: Fake) -> None:
     for workers in (1, 2):
         with pytest.raises(UsageError, match="cannot pin the client to cores 4095"):
             bench(s.base_url, workers=workers, client_cores=[CORES[0], 4095])
+
+
+BENCH = ("--base-url", "http://127.0.0.1:9", "--model", "m", "--isl", "8", "--osl", "4")
+
+
+@pytest.mark.skipif(not CORES, reason="needs sched_getaffinity")
+@pytest.mark.parametrize(
+    "command", [("bench", "--concurrency", "2"), ("sweep", "--concurrency", "2,4")]
+)
+def test_a_core_this_machine_lacks_is_refused_before_a_run_starts(
+    command: tuple[str, ...], isolated_runs: Path
+) -> None:
+    # Checked in the run only, this was a bench run (or a sweep of them) recorded as failed.
+    r = proctor(*command, *BENCH, "--workers", "2", "--client-cores", f"{CORES[0]},4095")
+    assert r.returncode == 64, r.stdout + r.stderr
+    assert f"cores 4095: this process may use cores {cores.spans(CORES)} only" in r.stderr
+    assert not isolated_runs.exists() or not any(p.is_dir() for p in isolated_runs.iterdir())
+    assert json.loads(proctor("runs", "list", "--json").stdout) == []
+
+
+def test_on_a_far_target_its_cores_are_not_checked_here(isolated_runs: Path) -> None:
+    # Nothing listens on port 1: the target is unreachable, and the cores were not the reason.
+    far = ("--target", "ssh://nobody@127.0.0.1:1")
+    r = proctor("bench", *far, *BENCH, "--client-cores", "4095")
+    assert r.returncode == 69 and "connect failed" in r.stderr, r.stderr
+    assert "cannot pin" not in r.stderr
+
+
+def test_core_lists_are_written_as_they_are_given() -> None:
+    assert cores.spans([5, 0, 1, 2, 8, 9]) == "0-2,5,8-9" and cores.spans([3]) == "3"
+    assert parse_cores(cores.spans([0, 1, 2, 5, 8, 9])) == [0, 1, 2, 5, 8, 9]
 
 
 def test_each_worker_needs_a_core_of_its_own() -> None:

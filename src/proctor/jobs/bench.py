@@ -160,7 +160,8 @@ class BenchJob(BaseModel):
     ] = Field(
         default_factory=list,
         description="Pin the client to these CPU cores (e.g. 2-5): worker i on the i-th, the "
-        "parent on any after the last worker's (default: not pinned).",
+        "parent on any after the last worker's (default: not pinned). A core this machine "
+        "lacks is refused before the run starts (exit 64); with --target, there.",
     )
     percentiles: Annotated[
         list[float], Opt("--percentiles", cli_type=str, parse=parse_percentiles, cli_default="99")

@@ -101,6 +101,7 @@ def submit(
     if target is not None:
         return Submitted(far=submit_far(submission, target, runs_dir=runs_dir, log=voice.log))
     job = submission.job
+    check_here(job)
     if isinstance(job, OfflineJob):
         return _offline_here(submission, job, runs_dir, voice)
     if isinstance(job, FlowJob | ServerGridJob):
@@ -114,6 +115,33 @@ def submit(
         return _eval_here(submission, job, runs_dir, voice)
     assert isinstance(job, BenchJob)
     return _bench_here(submission, job, runs_dir, voice)
+
+
+def _benches(job: object) -> list[BenchJob]:
+    """The bench jobs a job runs: itself, a sweep's, a flow's listed ones, a grid's points."""
+    if isinstance(job, BenchJob):
+        return [job]
+    if isinstance(job, SweepJob):
+        return [job.bench]
+    if isinstance(job, FlowJob):
+        return [bench for listed in job.workloads for bench in _benches(listed.job)]
+    if isinstance(job, ServerGridJob):
+        points = job.server_points()
+        return _benches(job.point(points[0])) if points else []  # every server point's same
+    return []
+
+
+def check_here(job: object) -> None:
+    """What a job asks of this machine, refused before any run starts here (UsageError, 64; no
+    run directory): the client's --client-cores (loadgen/cores.check, which the run checks
+    again). Not for a far target: there the cores are that machine's, checked where it runs."""
+    named = [bench.client_cores for bench in _benches(job) if bench.client_cores]
+    if not named:  # the load generator's import (~0.4 s) only where cores are named
+        return
+    from proctor.workloads.loadgen import cores
+
+    for client_cores in named:
+        cores.check(client_cores)
 
 
 def _with_server(submission: Submission, runs_dir: str | None) -> Submission:

@@ -309,21 +309,30 @@ __all__ = [
     "failure_reason",
     "guard_start",
     "run_failure",
+    "start_and_wait",
     "start_held",
     "state_of",
     "summary_line",
     "unknown_reason",
-    "wait_or_stop",
 ]
 
 
-def wait_or_stop(run: RunDir, stop_wait_s: float = 60.0) -> RunState:
-    """Wait for a run this controller started; if the controller is interrupted (Ctrl-C, or
-    `runs stop` of the controller's own run), stop that run first, then re-raise."""
-    supervised = SupervisedRun(run)
+def start_and_wait(
+    start: Callable[[], RunDir], stop_wait_s: float = 60.0
+) -> tuple[RunDir, RunState]:
+    """Start a run and wait for it, as a controller of many runs does (a sweep's point): the
+    run and how it ended. If the controller is interrupted (Ctrl-C, or `runs stop` of its own
+    run), that run is stopped first, then the interrupt re-raised. SIGINT/SIGTERM are held
+    while `start` runs (supervise/signals.py), so one that comes while the run starts stops it
+    too instead of leaving it running after its controller."""
+    run: RunDir | None = None
     try:
-        return supervised.wait()
+        with deferred_stops():
+            run = start()
+        return run, SupervisedRun(run).wait()
     except KeyboardInterrupt:
-        if supervised.stop():
-            supervised.wait(stop_wait_s)
+        if run is not None:
+            supervised = SupervisedRun(run)
+            if supervised.stop():
+                supervised.wait(stop_wait_s)
         raise

@@ -30,7 +30,7 @@ from proctor.record.schema import SweepRecord, parse_as
 from proctor.spec.config import ProjectConfig
 from proctor.spec.plan import RunFlags, resolve_run_plan
 from proctor.supervise.launch import RunSpec, record_of, start_run
-from proctor.targets.service import wait_or_stop
+from proctor.targets.service import start_and_wait
 from proctor.workloads.summary import csv_table, text_table, write_summary
 from proctor.workloads.sweep_engine import SweepHome, drive, each
 
@@ -136,16 +136,21 @@ def run_bench_point(
     supervised run (`python -m proctor.jobs run JOB`), grouped under `home`, waited for (a stop
     of the controller stops it), read back."""
     flags = RunFlags(argv=job_argv(job), runs_dir=str(runs_root), name=name, gpu_sample=0)
-    started = start_run(
-        resolve_run_plan(flags, config), RunSpec(kind="bench", group=home.run_id, extra=extra)
-    )
-    if label:
-        say(f"{label}: run {started.run.run_id}")
-    state = wait_or_stop(started.run)
-    document = read_bench(started.run.path / "metrics.json")
+
+    def start() -> RunDir:
+        started = start_run(
+            resolve_run_plan(flags, config), RunSpec(kind="bench", group=home.run_id, extra=extra)
+        )
+        if label:
+            say(f"{label}: run {started.run.run_id}")
+        return started.run
+
+    # A stop of the sweep while the point starts or runs stops the point too (never left going).
+    run, state = start_and_wait(start)
+    document = read_bench(run.path / "metrics.json")
     metrics = document.metrics.numbers() if document else {}
     code = state.exit.code if state.exit else None
-    return PointRun(started.run.run_id, code, document, metrics)
+    return PointRun(run.run_id, code, document, metrics)
 
 
 def _run_point(

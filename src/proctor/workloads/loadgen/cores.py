@@ -33,10 +33,39 @@ def pin(cores: list[int]) -> None:
         ) from e
 
 
+def allowed() -> list[int] | None:
+    """The cores this process may run on (None: the platform cannot say)."""
+    getter = getattr(os, "sched_getaffinity", None)
+    return sorted(getter(0)) if getter is not None else None
+
+
+def spans(cores: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5": --client-cores's own form."""
+    runs: list[list[int]] = []
+    for core in sorted(set(cores)):
+        if runs and core == runs[-1][-1] + 1:
+            runs[-1].append(core)
+        else:
+            runs.append([core])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
 def check(cores: list[int]) -> None:
-    """UsageError unless every core of `cores` can take this process (tried one by one)."""
+    """UsageError unless every core of `cores` can take this process: the cores it may not use
+    named with those it may, else each tried in turn. Checked before a bench or sweep starts
+    here (jobs/submit.py) and again in the run (runner.run_benchmark): on a far target only
+    there, since the cores are that machine's."""
     if not cores:
         return
+    usable = allowed()
+    lacking = [c for c in cores if usable is not None and c not in usable]
+    if usable is not None and lacking:
+        raise UsageError(
+            f"cannot pin the client to cores {spans(lacking)}: "
+            f"this process may use cores {spans(usable)} only",
+            hint=f"--client-cores with cores of {spans(usable)}, one per --workers; "
+            "or leave it out (not pinned)",
+        )
     with pinned(cores[:1]):
         for core in cores[1:]:
             pin([core])
