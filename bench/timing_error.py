@@ -184,9 +184,11 @@ def main() -> None:
     )
     a = ap.parse_args()
     client, emu_cores = plan_cores()
-    if client is not None and emu_cores and a.client_cores > 1:
-        client = client + emu_cores[: a.client_cores - 1]
-        emu_cores = [c for c in emu_cores if c not in client] or emu_cores
+    all_cores = sorted(os.sched_getaffinity(0))
+    if client is not None and a.client_cores > 1 and len(all_cores) > a.client_cores + 1:
+        # The client's cores from 1 up (as loadgen_rate.py), the emulator up to 8 of the rest.
+        client = all_cores[1 : 1 + a.client_cores]
+        emu_cores = [c for c in all_cores if c not in client][:8]
     codes: list[tuple[str, Path, list[int] | None]] = [("new", ROOT / "src", None)]
     if a.old_src:
         codes.insert(0, ("old", a.old_src, None))
