@@ -3,7 +3,7 @@
 adds, at 500, 2,000 and 10,000 req/s against the zero-latency emulator.
 
     .venv/bin/python bench/loadgen_rate.py [--rates 500,2000,10000] [--seconds 10] [--quick]
-        [--workers-at 10000=4] [--no-vllm] [--vllm-python PY --tokenizer DIR]
+        [--workers-at 10000=6] [--no-vllm] [--vllm-python PY --tokenizer DIR]
         [--tail 10000] [--old-src DIR] [--pin]
 
 The emulator (bench/emulator, zero TTFT/ITL) answers at once, so every millisecond of TTFT is
@@ -217,7 +217,7 @@ def main() -> int:
     ap.add_argument("--rates", default="500,2000,10000")
     ap.add_argument(
         "--workers-at",
-        default="10000=4",
+        default="10000=6",
         help="RATE=N,...: N worker processes (one core each) at that rate",
     )
     ap.add_argument("--seconds", type=float, default=10.0)
