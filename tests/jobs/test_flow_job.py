@@ -179,6 +179,26 @@ def test_a_grid_point_is_the_flow_job_validated_again() -> None:
     assert [w.job.concurrency for w in points[0].workloads] == [1, 2]  # type: ignore[union-attr]
 
 
+def test_a_grid_gives_every_bench_point_a_list_option_whole() -> None:
+    # --client-cores and --percentiles are one value each that is a list: not bench axes
+    # (a grid with --client-cores used to be refused as "cannot be a list").
+    flow = flow_job({"server": SERVER}, {}, need_workload=False)
+    grid = ServerGridJob(
+        flow=flow,
+        server={"max-num-seqs": [8]},
+        bench={"concurrency": [1, 2], "client_cores": [0], "percentiles": [50.0, 99.0]},
+        group="g",
+    )  # fmt: skip
+    (point,) = [grid.point(p) for p in grid.server_points()]
+    jobs = [w.job for w in point.workloads]
+    assert [j.concurrency for j in jobs] == [1, 2]  # type: ignore[union-attr]
+    assert all(j.client_cores == [0] for j in jobs)  # type: ignore[union-attr]
+    assert all(j.percentiles == [50.0, 99.0] for j in jobs)  # type: ignore[union-attr]
+    with pytest.raises(UsageError, match="bench option isl cannot be a list") as caught:
+        ServerGridJob(flow=flow, server={"mns": [1]}, bench={"isl": [8, 16]}, group="g")
+    assert caught.value.exit_code == 64
+
+
 def test_the_jobs_entry_point_runs_a_flow_job_and_a_server_grid_job(isolated_runs: Path) -> None:
     """`python -m proctor.jobs run JOB`, the one entry point every side runs, takes a flow job
     (its own run with its steps' runs, the server torn down) and a server grid job (its home

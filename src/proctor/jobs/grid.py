@@ -7,23 +7,32 @@ when the grid job is built, so a bad axis value is exit 64 before the first serv
 Server axes are engine flags (`max-num-seqs = [64, 128]`: `--max-num-seqs 64`; a boolean axis
 `enable-chunked-prefill = [true, false]`: `--enable-chunked-prefill` and
 `--no-enable-chunked-prefill`) and `tp` (the server's tensor parallelism). Bench options are
-a flow bench table's; `concurrency` and `request_rate` may be lists, each value a bench point.
+a flow bench table's; `concurrency` and `request_rate` may be lists, each value a bench point
+(`client_cores` and `percentiles` are lists too, each bench point's whole).
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from proctor.errors import UsageError, validation_problem
+from proctor.jobs.bench import BenchJob
 from proctor.jobs.flow import FlowJob, FlowWorkload, parse_workload
 from proctor.jobs.options import NoOpt
 from proctor.jobs.serve import ServeJob
 
 #: Bench options that may be lists, each value a point of the bench grid.
 BENCH_AXES = ("concurrency", "request_rate")
+#: Bench options whose one value is a list (--client-cores 2-5, --percentiles 50,99): every
+#: bench point gets the whole list, never one point per item.
+LIST_OPTIONS = frozenset(
+    name
+    for name, field in BenchJob.model_fields.items()
+    if get_origin(field.annotation) is list and name not in BENCH_AXES
+)
 Scalar = bool | int | float | str
 ALLOWED = (
     "tp takes a whole number >= 1; any other axis is an engine flag: a number, text or true/false"
@@ -97,7 +106,7 @@ class ServerGridJob(BaseModel):
             axes[str(name).replace("_", "-")] = values
         bench = {str(k).replace("-", "_"): v for k, v in dict(data.get("bench") or {}).items()}
         for key, value in bench.items():
-            if isinstance(value, list) and key not in BENCH_AXES:
+            if isinstance(value, list) and key not in BENCH_AXES and key not in LIST_OPTIONS:
                 raise UsageError(
                     f"bench option {key} cannot be a list: only {', '.join(BENCH_AXES)} are axes"
                 )
@@ -120,8 +129,8 @@ class ServerGridJob(BaseModel):
         ]
 
     def bench_points(self) -> list[dict[str, Any]]:
-        fixed = {k: v for k, v in self.bench.items() if not isinstance(v, list)}
-        axes = {k: v for k, v in self.bench.items() if isinstance(v, list)}
+        axes = {k: v for k, v in self.bench.items() if k in BENCH_AXES and isinstance(v, list)}
+        fixed = {k: v for k, v in self.bench.items() if k not in axes}
         names = list(axes)
         return [
             {**fixed, **dict(zip(names, combo, strict=True))}
