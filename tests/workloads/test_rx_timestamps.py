@@ -26,7 +26,7 @@ from proctor.workloads.loadgen import rxtime
 from proctor.workloads.loadgen.client import FastSender, PlannedRequest
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.fasthttp import Pool
-from proctor.workloads.loadgen.headroom import Probe, Sample, summarize, timing
+from proctor.workloads.loadgen.headroom import Probe, Sample, more_workers, summarize, timing
 from proctor.workloads.loadgen.loop import run as run_loop
 from proctor.workloads.loadgen.records import RequestRecord
 
@@ -195,7 +195,9 @@ def test_tokens_merged_by_a_late_loop_make_the_client_bound() -> None:
         min_window_s=10.0,
     ).to_dict()
     assert v["verdict"] == "INVALID"
-    assert v["reasons"] == [f"client: client-bound: {reason}"]
+    fix = "run with --workers 2 (each on a core of its own; --client-cores to pin them)"
+    assert client["fix"] == f"{fix}, or less load per client process"
+    assert v["reasons"] == [f"client: client-bound: {reason}; fix: {client['fix']}"]
 
 
 def test_tokens_the_server_sent_together_do_not_blame_a_prompt_client() -> None:
@@ -214,3 +216,14 @@ def test_a_server_that_writes_every_token_at_once_does_not_blame_the_client() ->
     client = summarize([sample], path="fast", loop="uvloop", itls=itls)
     assert client["timing"]["tokens_sharing_a_read_fraction"] == 0.9
     assert client["client_bound"] is False, client["reasons"]
+
+
+@pytest.mark.parametrize(
+    ("workers", "busiest", "suggested"),
+    [(1, 95.0, 2), (1, 40.0, 2), (4, 98.0, 8), (2, 60.0, 3), (6, 91.0, 11)],
+)
+def test_a_client_bound_bench_is_told_how_many_workers_to_use(
+    workers: int, busiest: float, suggested: int
+) -> None:
+    # About half a core a worker (bench/NOTES.md), and always at least one more than now.
+    assert more_workers(workers, busiest).startswith(f"run with --workers {suggested} ")

@@ -251,6 +251,7 @@ class ClientSection(Section):
     loop_lag_p99_ms: Figure = None
     client_bound: bool = False
     reasons: list[str] = Field(default_factory=list)
+    fix: str | None = None  # what to run instead, when client-bound (headroom.more_workers)
     path: str | None = None
     loop: str | None = None
 

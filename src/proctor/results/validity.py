@@ -188,6 +188,8 @@ def _client(doc: BenchDocument, validity: Validity) -> None:
         if x
     )
     detail = "; ".join(reasons) if bound and reasons else facts or "client not saturated"
+    if bound and client.fix:
+        detail += f"; fix: {client.fix}"
     validity.add("client", not bound, ("client-bound: " + detail) if bound else detail)
 
 

@@ -34,6 +34,7 @@ here, and bench/loadgen_rate.py --tail prints it beside the schedule delays.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ SHARED_READ_BOUND = 0.01
 # Merged tokens are late by at most one gap: below a millisecond that error is below what the
 # timings claim anyway (a server that writes its tokens at once has gaps of ~0).
 MATERIAL_GAP_MS = 1.0
+# The share of a core each worker should use when a bench is sized again (more_workers).
+WORKER_TARGET_PERCENT = 50.0
 BIN_S = 0.5
 MAX_BINS = 720
 TIMELINE_COLUMNS = ("t_s", "cpu_percent", "loop_lag_max_ms", "involuntary_switches")
@@ -197,6 +200,7 @@ def summarize(
         reasons.append(f"event-loop lag p99 {p99:.1f} ms (> {LAG_BOUND_MS:g} ms): {late}")
     if (merged := _merged_by_late_reads(stamps)) is not None:
         reasons.append(merged)
+    fix = more_workers(len(samples), busiest) if reasons else None
     return {
         "cpu_percent": round(cpu, 1),
         "cpu_percent_per_process": [round(x, 1) for x in per_proc],
@@ -206,6 +210,7 @@ def summarize(
         "loop_lag_samples": len(lags),
         "client_bound": bool(reasons),
         "reasons": reasons,
+        "fix": fix,
         "bounds": {
             "cpu_percent": CPU_BOUND_PERCENT,
             "loop_lag_p99_ms": LAG_BOUND_MS,
@@ -218,6 +223,18 @@ def summarize(
         "timing": stamps,
         "timeline": timeline(samples),
     }
+
+
+def more_workers(workers: int, busiest_percent: float) -> str:
+    """What to run instead of a client-bound bench: enough workers that each would use about
+    WORKER_TARGET_PERCENT of a core (at least one more). Measured on the GPU host (bench/NOTES.md,
+    *The send-first pacer and pinned workers*): the timing and schedule targets held at about
+    half a core a worker (500 streams at a 10 ms ITL, ~1,700 req/s of 128-token answers)."""
+    k = max(workers + 1, math.ceil(workers * busiest_percent / WORKER_TARGET_PERCENT))
+    return (
+        f"run with --workers {k} (each on a core of its own; --client-cores to pin them), "
+        f"or less load per client process"
+    )
 
 
 def _merged_by_late_reads(stamps: dict[str, Any]) -> str | None:
@@ -329,10 +346,12 @@ def format_headroom(client: dict[str, Any] | None) -> str:
     if not client:
         return "client headroom: not measured"
     if client.get("client_bound"):
+        fix = client.get("fix")
         return (
             "client-bound: "
             + "; ".join(client.get("reasons", []))
             + " -- these figures may be the client's limits, not the server's"
+            + (f"; fix: {fix}" if fix else "")
         )
     return (
         f"client headroom: ok (CPU {client['cpu_percent']:.0f}% of one core, "
