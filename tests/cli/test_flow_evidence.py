@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -111,20 +112,7 @@ def test_sigterm_to_a_flow_stops_its_workload_run_too(
     isolated_runs: Path,
 ) -> None:
     port = fake_engine
-    controller = proctor_popen(
-        "flow",
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        "--poll",
-        "1s",
-        "--workload-cmd",
-        "sleep 300",
-        "--json",
-    )
+    controller = sleeping_flow(port)
     deadline = time.monotonic() + 60
     flow: dict[str, object] = {}
     while time.monotonic() < deadline:
@@ -193,3 +181,12 @@ def test_ctrl_c_of_a_foreground_bench_stops_its_run(
     assert record["outcome"] == "stopped", record
     assert _dead(int(record["process"]["pid"]))
     assert proctor("serve", "stop", server).returncode == 0
+
+
+def sleeping_flow(port: int, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`proctor flow` on the fake engine at `port` with a workload that sleeps 300 s (to be
+    stopped), answering in JSON."""
+    return proctor_popen(
+        "flow", "--engine", "fake", "--model", "m", "--port", str(port), "--poll", "1s",
+        "--workload-cmd", "sleep 300", "--json", env=env,
+    )  # fmt: skip

@@ -10,37 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
-from tests.cli.test_flow_evidence import _dead, _records, fake_engine  # noqa: F401
-from tests.helpers import proctor, proctor_popen
+from tests.cli.test_flow_evidence import _dead, _records, fake_engine, sleeping_flow  # noqa: F401
+from tests.helpers import proctor
 from tests.workloads.test_sweep_sigterm import _group_gone, sigterms_until_ended
-
-
-def _flow(port: int, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return proctor_popen(
-        "flow",
-        "--engine",
-        "fake",
-        "--model",
-        "m",
-        "--port",
-        str(port),
-        "--poll",
-        "1s",
-        "--workload-cmd",
-        "sleep 300",
-        "--json",
-        env=env,
-    )
 
 
 def _stopped_flow(port: int, runs: Path, env: dict[str, str] | None = None) -> None:
     """A flow stopped by SIGTERM back to back and repeated while its workload runs: it ends
     stopped, its workload and server runs stopped and gone (the server's whole group)."""
-    controller = _flow(port, env)
+    controller = sleeping_flow(port, env)
     try:
         deadline = time.monotonic() + 60
         workload: dict[str, object] = {}
