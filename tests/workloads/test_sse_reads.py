@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.sse import StreamState
 
@@ -22,3 +28,112 @@ def test_a_refused_message_with_usage_counts_the_same_however_it_was_read() -> N
         assert any(state.feed(d, 1.0 + i) for i, d in enumerate(reads))
         got.append((rec.reason, rec.prompt_tokens, state.usage_tokens, rec.chunks))
     assert got[0] == got[1] == ("aborted", None, None, 1)
+
+
+# One message per read, of every shape a server (or an adversary) may send: the common token
+# message takes feed's short path, the rest the whole way (_feed). Both must agree exactly.
+# Each message is the common one with at most one part changed, so every check of the short
+# path meets the message that would fool it without that check.
+_CHANGES = [
+    "none",
+    "text",
+    "finish",
+    "no content",
+    "role",
+    "reasoning_content",
+    "reasoning",
+    "delta list",
+    "choices",
+    "usage",
+    "error",
+    "body",
+    "end",
+]
+
+
+@st.composite
+def _message(draw: st.DrawFn, chat: bool) -> bytes:
+    change = draw(st.sampled_from(_CHANGES))
+    text = draw(
+        st.one_of(st.text(max_size=3), st.none(), st.integers(), st.lists(st.none()))
+        if change == "text"
+        else st.sampled_from(["", " t"])
+    )
+    finish = draw(
+        st.one_of(st.sampled_from(["abort", "error", "stop"]), st.lists(st.text(max_size=2)))
+        if change == "finish"
+        else st.sampled_from([None, "length"])
+    )
+    first: dict[str, object] = {"index": 0, "finish_reason": finish}
+    if chat:
+        delta: dict[str, object] = {} if change == "no content" else {"content": text}
+        if change in ("role", "no content"):
+            delta["role"] = "assistant"
+        if change in ("reasoning_content", "reasoning"):
+            delta[change] = draw(st.sampled_from(["", "r", None]))
+        first["delta"] = [delta] if change == "delta list" else delta
+    else:
+        first["text"] = text
+    choices = draw(st.sampled_from([[], "c", [1]])) if change == "choices" else [first]
+    obj: dict[str, object] = {"id": "x", "choices": choices}
+    if change == "usage":
+        obj["usage"] = {"completion_tokens": draw(st.integers(-1, 3)), "prompt_tokens": 2}
+    if change == "error":
+        obj["error"] = {"message": "boom"}
+    body = json.dumps(obj).encode()
+    if change == "body":
+        body = draw(st.sampled_from([body[:-1], b"[DONE]", b"[1]", body + b" ", body + b"\nid: 1"]))
+    end = (
+        draw(st.sampled_from([b"\r\n\r\n", b"\n", b"\n\n\n", b"\r", b"\r\r\n\n"]))
+        if change == "end"
+        else b"\n\n"
+    )
+    return b"data: " + body + end
+
+
+def _outcome(state: StreamState, reads: list[bytes], whole_way: bool) -> tuple[object, ...]:
+    feed = state._feed if whole_way else state.feed
+    said: list[object] = []
+    for i, data in enumerate(reads):
+        try:
+            said.append(feed(data, 1.0 + i))
+        except Exception as e:  # the same failure, however it was read
+            said.append(f"{type(e).__name__}: {e}")
+            break
+    rec = state.record
+    return (
+        said,
+        rec.to_dict(),
+        state.pieces,
+        state.got_first,
+        state.last,
+        state.usage_tokens,
+        state.tail,
+        state.cr,
+    )
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.data())
+def test_the_short_path_of_feed_gives_what_the_whole_way_gives(data: st.DataObject) -> None:
+    chat = data.draw(st.booleans())
+    reads = data.draw(st.lists(_message(chat), min_size=1, max_size=6))
+    got = []
+    for whole_way in (False, True):
+        rec = RequestRecord(index=0, prompt_len=1, expected_output_len=4)
+        got.append(_outcome(StreamState(rec, chat, 0.0), reads, whole_way))
+    assert got[0] == got[1]
+
+
+def test_the_common_token_message_takes_the_short_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test above would pass with no short path at all: this one fails without it."""
+    rec = RequestRecord(index=0, prompt_len=1, expected_output_len=4)
+    state = StreamState(rec, False, 0.0)
+
+    def whole_way(self: StreamState, data: bytes, ts: float) -> bool:
+        raise AssertionError("the common message went the whole way")
+
+    monkeypatch.setattr(StreamState, "_feed", whole_way)
+    for i in range(3):
+        assert not state.feed(b'data: {"choices":[{"index":0,"text":"t"}]}\n\n', 1.0 + i)
+    assert (rec.chunks, rec.ttft, rec.itl) == (3, 1.0, [1.0, 1.0])
