@@ -137,3 +137,14 @@ def test_the_common_token_message_takes_the_short_path(monkeypatch: pytest.Monke
     for i in range(3):
         assert not state.feed(b'data: {"choices":[{"index":0,"text":"t"}]}\n\n', 1.0 + i)
     assert (rec.chunks, rec.ttft, rec.itl) == (3, 1.0, [1.0, 1.0])
+
+
+def test_a_finish_reason_that_is_not_a_string_is_no_failure_and_no_crash() -> None:
+    """A list for finish_reason raised TypeError (unhashable) in the membership test, and the
+    request failed as client_error; only a string can name a failure."""
+    rec = RequestRecord(index=0, prompt_len=1, expected_output_len=4)
+    state = StreamState(rec, False, 0.0)
+    msg = b'data: {"choices":[{"index":0,"text":"t","finish_reason":["error"]}]}\n\n'
+    assert not state.feed(msg + msg, 1.0)  # two in a read: the batch parse
+    assert not state.feed(msg, 2.0)
+    assert (rec.chunks, rec.reason) == (3, "")

@@ -95,8 +95,8 @@ def _failed_finish(obj: dict[str, Any]) -> str | None:
     choices = obj.get("choices")
     if type(choices) is list and choices and type(first := choices[0]) is dict:
         reason = first.get("finish_reason")
-        if reason in FAILED_FINISH:
-            return str(reason)
+        if type(reason) is str and reason in FAILED_FINISH:  # garbage (a list) is no failure
+            return reason
     return None
 
 
@@ -129,6 +129,30 @@ def message_parts(obj: dict[str, Any], chat: bool) -> tuple[str | None, _Usage]:
     if type(usage) is not dict:
         raise TypeError(f"usage is a {type(usage).__name__}")
     return text, (_count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens")))
+
+
+def _common_text(obj: dict[str, Any], chat: bool) -> str | None:
+    """The text of the common token message: a first choice with a text (or a chat delta with
+    only content), no usage, no failed finish_reason (a non-empty choices list also means no
+    error object). None for anything else: that goes through message_parts, which checks
+    every shape."""
+    choices = obj.get("choices")
+    if type(choices) is not list or not choices or "usage" in obj:
+        return None
+    first = choices[0]
+    if type(first) is not dict:
+        return None
+    reason = first.get("finish_reason")
+    if reason is not None and (type(reason) is not str or reason in FAILED_FINISH):
+        return None
+    if not chat:
+        text = first.get("text")
+    else:
+        delta = first.get("delta")
+        if type(delta) is not dict or "reasoning_content" in delta or "reasoning" in delta:
+            return None
+        text = delta.get("content")
+    return text if type(text) is str else None
 
 
 def _parse_batch(bodies: list[bytes]) -> list[Any] | None:
@@ -191,27 +215,8 @@ class StreamState:
                 obj = loads(data[6:-2])
             except ValueError:
                 return self._feed(data, ts)
-            text: Any  # a str once the checks below pass
-            if (  # obj is a dict: the message began with {
-                type(choices := obj.get("choices")) is list
-                and choices
-                and "usage" not in obj
-                and type(first := choices[0]) is dict
-                and (
-                    (reason := first.get("finish_reason")) is None
-                    or (type(reason) is str and reason not in FAILED_FINISH)
-                )
-                and (
-                    type(text := first.get("text")) is str
-                    if not self.chat
-                    else (
-                        type(delta := first.get("delta")) is dict
-                        and type(text := delta.get("content")) is str
-                        and "reasoning_content" not in delta
-                        and "reasoning" not in delta
-                    )
-                )
-            ):
+            # obj is a dict: the message began with {
+            if (text := _common_text(obj, self.chat)) is not None:
                 if text or not self.chat or self.got_first or not _role_only(obj):
                     rec = self.record
                     if self.got_first:
@@ -294,55 +299,18 @@ class StreamState:
         self, bodies: list[bytes], objs: list[Any], stamps: list[float], toks: list[float]
     ) -> bool:
         """The messages of one batch parse, in order; each token's time goes to `toks`."""
-        rec = self.record
         chat = self.chat
         add, piece = toks.append, self.pieces.append
         for body, obj, ts in zip(bodies, objs, stamps[: len(bodies)], strict=True):
             if type(obj) is not dict:
                 raise Malformed("not a JSON object", body)
-            choices = obj.get("choices")
-            text: str | None = None
-            # The common message: a first choice with a text (or a chat delta with only content),
-            # no usage (a non-empty choices list also means no error object); anything else
-            # goes through message_parts, which checks every shape.
-            if (
-                type(choices) is list
-                and choices
-                and "usage" not in obj
-                and type(first := choices[0]) is dict
-                and (
-                    type(text := first.get("text")) is str
-                    if not chat
-                    else (
-                        type(delta := first.get("delta")) is dict
-                        and type(text := delta.get("content")) is str
-                        and "reasoning_content" not in delta
-                        and "reasoning" not in delta
-                    )
-                )
-            ):
-                if (reason := first.get("finish_reason")) in FAILED_FINISH:
-                    return self._refuse(
-                        "aborted",
-                        f"the server ended the request with finish_reason {str(reason)!r}",
-                    )
-            else:
-                if _is_error(obj):
-                    return self._stream_error(obj)
-                try:
-                    text, usage = message_parts(obj, chat)
-                except (TypeError, AttributeError, ValueError, OverflowError) as e:
-                    raise Malformed(f"unexpected shape ({e})", body) from e
-                if text is not None and (bad := _failed_finish(obj)) is not None:
-                    return self._refuse(
-                        "aborted", f"the server ended the request with finish_reason {bad!r}"
-                    )
-                # after the refusal, as _each: a message's usage counts only if it is taken
-                if usage is not _NO_USAGE:
-                    if usage[0] is not None:
-                        self.usage_tokens = usage[0]
-                    if usage[1] is not None:
-                        rec.prompt_tokens = usage[1]
+            text = _common_text(obj, chat)
+            if text is None:
+                got = self._parts(obj, body)
+                if got is None:
+                    return True
+                text, usage = got
+                self._take(usage)  # after the refusal, as _each: only a message taken counts
             if text is None:
                 continue
             if not text and chat and not (self.got_first or toks) and _role_only(obj):
@@ -364,15 +332,13 @@ class StreamState:
         self.last = toks[-1]
         rec.chunks += len(toks)
 
-    def _stream_error(self, obj: dict[str, Any]) -> bool:
+    def _stream_error(self, obj: dict[str, Any]) -> None:
         self.record.reason = "http_error"
         detail = json.dumps(obj.get("error", obj), default=str)[:ERROR_EXCERPT]
         self.record.error = f"error in stream: {detail}"
-        return True
 
-    def _refuse(self, reason: str, error: str) -> bool:
+    def _refuse(self, reason: str, error: str) -> None:
         self.record.reason, self.record.error = reason, error
-        return True
 
     def _each(self, parts: list[bytes], times: list[float]) -> bool:
         """Message by message, in order: the exact failure of the first bad message."""
@@ -392,16 +358,10 @@ class StreamState:
                 raise Malformed("not JSON", body) from e
             if type(obj) is not dict:
                 raise Malformed("not a JSON object", body)
-            if _is_error(obj):
-                return self._stream_error(obj)
-            try:
-                text, usage = message_parts(obj, chat)
-            except (TypeError, AttributeError, ValueError, OverflowError) as e:
-                raise Malformed(f"unexpected shape ({e})", body) from e
-            if text is not None and (bad := _failed_finish(obj)) is not None:
-                return self._refuse(
-                    "aborted", f"the server ended the request with finish_reason {bad!r}"
-                )
+            got = self._parts(obj, body)
+            if got is None:
+                return True
+            text, usage = got
             if text is not None and not (
                 not text and chat and not self.got_first and _role_only(obj)
             ):
@@ -413,12 +373,31 @@ class StreamState:
                 self.last = ts
                 rec.chunks += 1
                 self.pieces.append(text)
-            if usage is not _NO_USAGE:
-                if usage[0] is not None:
-                    self.usage_tokens = usage[0]
-                if usage[1] is not None:
-                    rec.prompt_tokens = usage[1]
+            self._take(usage)
         return False
+
+    def _parts(self, obj: dict[str, Any], body: bytes) -> tuple[str | None, _Usage] | None:
+        """A message of any shape: (its text, its usage); None when it said the request
+        failed (an error object, finish_reason abort/error: the record says so). Raises
+        Malformed on a shape the API does not allow."""
+        if _is_error(obj):
+            self._stream_error(obj)
+            return None
+        try:
+            text, usage = message_parts(obj, self.chat)
+        except (TypeError, AttributeError, ValueError, OverflowError) as e:
+            raise Malformed(f"unexpected shape ({e})", body) from e
+        if text is not None and (bad := _failed_finish(obj)) is not None:
+            self._refuse("aborted", f"the server ended the request with finish_reason {bad!r}")
+            return None
+        return text, usage
+
+    def _take(self, usage: _Usage) -> None:
+        if usage is not _NO_USAGE:
+            if usage[0] is not None:
+                self.usage_tokens = usage[0]
+            if usage[1] is not None:
+                self.record.prompt_tokens = usage[1]
 
     def finish(self, count_tokens: Callable[[str], int] | None) -> RequestRecord:
         """The stream ended normally: success, or no_output when nothing carried choices."""
