@@ -58,11 +58,12 @@ def _sse(n: int, bad: bool = False) -> list[bytes]:
 def _response(framing: str, n: int) -> list[bytes]:
     """The bytes of one response, as the writes the server makes."""
     msgs = _sse(n, bad=framing == "chunked-plain-bad")
-    if framing == "content-length":
+    if framing.startswith("content-length"):
         body = b"".join(msgs)
+        length = b"-5" if framing == "content-length-negative" else b"%d" % len(body)
         return [
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body),
+            b"Content-Length: %s\r\n\r\n" % length,
             body,
         ]
     if framing == "close-delimited":
@@ -75,6 +76,8 @@ def _response(framing: str, n: int) -> list[bytes]:
     # exactly one whole chunk); the others take the whole way.
     ext = b"" if framing.startswith("chunked-plain") else b";ext=1"
     chunks = [b"%x%s\r\n%s\r\n" % (len(m), ext, m) for m in msgs]
+    if framing == "chunked-plain-negative":  # "-6" once made the chunk decoder loop for ever
+        chunks[2] = b"-6\r\n%s\r\n" % msgs[2]
     end = b"0\r\nX-Trailer: yes\r\n\r\n" if framing == "chunked-trailers" else b"0\r\n\r\n"
     if framing == "chunked-bytewise":  # every byte its own write: every split a read can have
         return [bytes([b]) for b in head + b"".join(chunks) + end]
@@ -194,6 +197,22 @@ def test_a_malformed_message_read_on_the_short_path_fails_the_request(
     res = bench(server.url, concurrency=2, num_prompts=4, osl=6)
     assert [r.reason for r in res.measured] == ["malformed_sse"] * 4
     assert all("not JSON" in r.error for r in res.measured)
+
+
+@pytest.mark.parametrize(
+    ("framing", "why"),
+    [("chunked-plain-negative", "bad chunk size"), ("content-length-negative", "Content-Length")],
+)
+def test_a_signed_size_fails_the_request_and_the_bench_goes_on(
+    raw: Callable[[str, int], RawServer], framing: str, why: str
+) -> None:
+    """Python's int() takes "-6" as a chunk size and "-5" as a Content-Length: the decoder
+    went backwards over the read, took garbage as tokens, and for "-6" looped for ever with the
+    event loop inside it (no deadline could fire, the bench hung). A size is digits only."""
+    server = raw(framing, 5)
+    res = bench(server.url, concurrency=2, num_prompts=4)
+    assert [r.reason for r in res.measured] == ["client_error"] * 4
+    assert all(why in r.error for r in res.measured), res.measured[0].error
 
 
 def test_url_credentials_are_sent_as_basic_auth(raw: Callable[[str, int], RawServer]) -> None:

@@ -43,6 +43,17 @@ _ERROR_BODY_BYTES = 64 * 1024
 
 # Body framing of the response being read.
 _LENGTH, _CHUNKED, _TO_EOF = 1, 2, 3
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def _chunk_size(line: bytes) -> int:
+    """A chunk-size line's size: hex digits only (RFC 9112), then any extensions after ";".
+    int(x, 16) alone takes "-6", "+5", "0x5" and "1_0": a negative size sent the chunk decoder
+    backwards, and "-6" looped it for ever with the event loop inside."""
+    size = line.split(b";", 1)[0].rstrip(b" \t")
+    if not size or len(size) > 16 or size.translate(None, _HEX):
+        raise ValueError(f"bad chunk size line {line[:40]!r}")
+    return int(size, 16)
 
 
 class _Exchange:
@@ -152,10 +163,9 @@ class Conn:
             # the chunk decoder. Anything else goes the whole way, from the same bytes.
             eol = data.find(b"\r\n", 0, 18)
             if eol > 0:
-                try:
-                    size = int(data[:eol], 16)
-                except ValueError:  # chunk extensions
-                    size = 0
+                line = data[:eol]
+                # plain hex (no extensions, no sign): anything else goes the whole way
+                size = 0 if line.translate(None, _HEX) else int(line, 16)
                 end = eol + 2 + size
                 if size and end + 2 == n:
                     if self.flight is not None:
@@ -236,7 +246,10 @@ class Conn:
                 if b"chunked" in value.lower():
                     framing = _CHUNKED
             elif name == b"content-length" and framing != _CHUNKED:
-                framing, length = _LENGTH, int(value.strip())
+                v = value.strip()
+                if not v.isdigit():  # int() takes "-5" and "+5" too
+                    raise ValueError(f"bad Content-Length {v[:40]!r}")
+                framing, length = _LENGTH, int(v)
             elif name == b"connection":
                 v = value.strip().lower()
                 if v == b"close":
@@ -315,10 +328,7 @@ class Conn:
                     raise ValueError("chunk-size line over 1 KiB")
                 self.size_line = data[pos:]
                 break
-            try:
-                size = int(data[pos:eol], 16)
-            except ValueError:  # chunk extensions (";name=value")
-                size = int(data[pos:eol].split(b";", 1)[0], 16)
+            size = _chunk_size(data[pos:eol])
             pos = eol + 2
             if size == 0:
                 self.trailers = True
