@@ -7,7 +7,7 @@ Why not an asyncio transport either: a transport reads the socket itself and han
 without the kernel's receive timestamp, so every time would be when the loop got round to the
 bytes, late by however long the loop was busy (issue 23). Here each read is one recvmsg_into a
 shared buffer, its time is when its last segment arrived (rxtime.py), then chunked decoding with
-bytes.find (a read of exactly one whole chunk skips it: the short path in _readable), the SSE
+bytes.find (a read of whole chunks skips it: the short path, _whole_chunks), the SSE
 messages parsed by sse.StreamState.feed, and the waiting request task is woken once, when its
 response ends. Before a read is handled, a paced request that has come due is sent (the pool's
 pacer, pacer.Pacer.poke): the read keeps its kernel stamp however late it is handled; the send
@@ -110,8 +110,8 @@ class Conn:
         self.chunk_left = 0  # bytes left in the current chunk, its CRLF included
         self.size_line = b""  # a chunk-size line split across reads
         self.trailers = False
-        # In a 200 response's chunked body, at a chunk boundary: a read of exactly one whole
-        # chunk (a streamed token, the common read) takes _readable's short path.
+        # In a 200 response's chunked body, at a chunk boundary: a read of whole chunks (one
+        # streamed token each, the common read) takes the short path, _whole_chunks.
         self.between = False
 
     # ------------------------------------------------------------------ socket events
@@ -159,26 +159,46 @@ class Conn:
         data = pool.view[:n].tobytes()
         ts = pool.clock.arrival(anc, now)
         if self.between and (ex := self.ex) is not None and not ex.outcome:
-            # The short path: one whole chunk, straight to the SSE side, without
-            # the chunk decoder. Anything else goes the whole way, from the same bytes.
-            eol = data.find(b"\r\n", 0, 18)
-            if eol > 0:
-                line = data[:eol]
-                # plain hex (no extensions, no sign): anything else goes the whole way
-                size = 0 if line.translate(None, _HEX) else int(line, 16)
+            self._whole_chunks(ex, data, ts, now)
+        else:
+            self.data_received(data, ts, now)
+
+    def _whole_chunks(self, ex: _Exchange, data: bytes, ts: float, now: float) -> None:
+        """The short path, for a read that starts at a chunk boundary of a 200 chunked body:
+        each whole chunk of a plain hex size (a streamed token each, the common read) goes
+        straight to the SSE side, without the chunk decoder. What is left (a chunk the read
+        cut, the last chunk, extensions) goes the whole way, from where the whole chunks end."""
+        if self.flight is not None:
+            self.flight.last = now
+        n = len(data)
+        pos = 0
+        find = data.find
+        feed = ex.state.feed
+        try:
+            while True:
+                eol = find(b"\r\n", pos, pos + 18)
+                if eol <= pos:
+                    break
+                line = data[pos:eol]
+                if line.translate(None, _HEX):  # extensions, a sign: the whole way says
+                    break
+                size = int(line, 16)
                 end = eol + 2 + size
-                if size and end + 2 == n:
-                    if self.flight is not None:
-                        self.flight.last = now
-                    try:
-                        if ex.state.feed(data[eol + 2 : end], ts):
-                            self._settle(ex, ex.record.reason or "http_error", reuse=False)
-                    except Malformed as e:  # a bad message fails its request, as below
-                        self._fail(ex, "malformed_sse", str(e))
-                    except Exception as e:  # as data_received: never into the event loop
-                        self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
+                if not size or end + 2 > n:
+                    break
+                if feed(data[eol + 2 : end], ts):
+                    self._settle(ex, ex.record.reason or "http_error", reuse=False)
                     return
-        self.data_received(data, ts, now)
+                pos = end + 2
+                if pos == n:
+                    return
+        except Malformed as e:  # a bad message fails its request, as in data_received
+            self._fail(ex, "malformed_sse", str(e))
+            return
+        except Exception as e:  # as data_received: never into the event loop
+            self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
+            return
+        self.data_received(data[pos:] if pos else data, ts, now)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
