@@ -159,14 +159,33 @@ class Conn:
         data = pool.view[:n].tobytes()
         ts = pool.clock.arrival(anc, now)
         if self.between and (ex := self.ex) is not None and not ex.outcome:
+            # The common read, exactly one whole chunk of a plain hex size (a token), is
+            # taken here; several chunks (tokens the read merged, a response's last read) or
+            # anything else by _whole_chunks, from the same bytes.
+            eol = data.find(b"\r\n", 0, 18)
+            if eol > 0:
+                line = data[:eol]
+                size = 0 if line.translate(None, _HEX) else int(line, 16)
+                end = eol + 2 + size
+                if size and end + 2 == n:
+                    if self.flight is not None:
+                        self.flight.last = now
+                    try:
+                        if ex.state.feed(data[eol + 2 : end], ts):
+                            self._settle(ex, ex.record.reason or "http_error", reuse=False)
+                    except Malformed as e:  # a bad message fails its request, as below
+                        self._fail(ex, "malformed_sse", str(e))
+                    except Exception as e:  # as data_received: never into the event loop
+                        self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
+                    return
             self._whole_chunks(ex, data, ts, now)
         else:
             self.data_received(data, ts, now)
 
     def _whole_chunks(self, ex: _Exchange, data: bytes, ts: float, now: float) -> None:
         """The short path, for a read that starts at a chunk boundary of a 200 chunked body:
-        each whole chunk of a plain hex size (a streamed token each, the common read) goes
-        straight to the SSE side, without the chunk decoder. What is left (a chunk the read
+        each whole chunk of a plain hex size (a streamed token each) goes straight to the SSE
+        side, without the chunk decoder. What is left (a chunk the read
         cut, the last chunk, extensions) goes the whole way, from where the whole chunks end."""
         if self.flight is not None:
             self.flight.last = now
