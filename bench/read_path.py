@@ -1,7 +1,7 @@
 """The raw client's CPU per read, one token per read, without a server or an event loop.
 
     .venv/bin/python bench/read_path.py [--streams 500] [--tokens 64] [--rounds 5]
-        [--old-src DIR]
+        [--old-src DIR] [--per-read 1]
 
 Why: at concurrency 1000 on one core the client runs out of CPU and reads late (issue 23,
 bench/NOTES.md *Timing error*); what decides where that happens is the CPU each read costs.
@@ -19,6 +19,8 @@ in a closed loop started at once), the CPU of the costliest round beside the mea
 saved per read but done in lumps shows there (parsing each stream whole at its end put
 ~50 ms into one round on the GPU host, bench/NOTES.md), and a round over one inter-token gap
 means the loop reads late. Every stream's records are checked to hold all its tokens.
+--per-read K: K token chunks in each read (what a loop one or more gaps late reads: tokens the
+kernel merged), --tokens rounded down to a multiple of K; the CPU is then per token too.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def chunk(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
-def child(streams: int, tokens: int) -> dict[str, float]:
+def child(streams: int, tokens: int, per_read: int = 1) -> dict[str, float]:
     """In a process whose PYTHONPATH picks the proctor to measure: CPU seconds per read."""
     import asyncio
 
@@ -96,8 +98,8 @@ def child(streams: int, tokens: int) -> dict[str, float]:
             rec.start_time = st
             conn.ex = _Exchange(rec, StreamState(rec, False, st), loop.create_future())
             records.append(rec)
-        for k in range(tokens + 1):
-            data = token if k < tokens else last
+        for k in range(0, tokens + 1, per_read):
+            data = token * per_read if k < tokens else last
             for s in servers:
                 s.sendall(HEAD + data if k == 0 else data)
             t0 = pt()
@@ -115,6 +117,7 @@ def child(streams: int, tokens: int) -> dict[str, float]:
     pool.close()
     return {
         "us_per_read": cpu / reads * 1e6,
+        "us_per_token": cpu / (2 * streams * tokens) * 1e6,
         "round_mean_ms": cpu / len(rounds) * 1e3,
         "round_max_ms": max(rounds) * 1e3,
         "reads": reads,
@@ -129,21 +132,24 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--old-src", type=Path)
+    ap.add_argument("--per-read", type=int, default=1, help="token chunks in each read")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    a.tokens -= a.tokens % a.per_read
     if a.child:
-        print(json.dumps(child(a.streams, a.tokens)))
+        print(json.dumps(child(a.streams, a.tokens, a.per_read)))
         return
     codes = ([("old", a.old_src.resolve())] if a.old_src else []) + [("new", ROOT / "src")]
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     got: dict[str, list[float]] = {label: [] for label, _ in codes}
     worst: dict[str, list[float]] = {label: [] for label, _ in codes}
+    per_token: dict[str, list[float]] = {label: [] for label, _ in codes}
     for r in range(a.rounds):
         for label, src in codes:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), *rest])}
             cmd = [sys.executable, __file__, "--child", "--streams", str(a.streams)]
             out = subprocess.run(
-                [*cmd, "--tokens", str(a.tokens)],
+                [*cmd, "--tokens", str(a.tokens), "--per-read", str(a.per_read)],
                 env=env,
                 capture_output=True,
                 text=True,
@@ -153,6 +159,7 @@ def main() -> None:
             if d["ok"] != 2 * a.streams or d["bad"]:
                 raise SystemExit(f"{label}: records not as written: {d}")
             got[label].append(d["us_per_read"])
+            per_token[label].append(d["us_per_token"])
             worst[label].append(d["round_max_ms"])
             print(
                 f"round {r + 1} {label}: {d['us_per_read']:.2f} us of CPU per read; a round of "
@@ -161,10 +168,14 @@ def main() -> None:
                 flush=True,
             )
     med = {label: statistics.median(v) for label, v in got.items()}
-    print(f"\n{a.streams} streams x {a.tokens} tokens, one token per read, median of {a.rounds}:")
+    print(
+        f"\n{a.streams} streams x {a.tokens} tokens, {a.per_read} token(s) per read, "
+        f"median of {a.rounds}:"
+    )
     for label, v in med.items():
         print(
-            f"  {label}: {v:.2f} us/read, costliest round {statistics.median(worst[label]):.2f} ms"
+            f"  {label}: {v:.2f} us/read, {statistics.median(per_token[label]):.2f} us/token, "
+            f"costliest round {statistics.median(worst[label]):.2f} ms"
         )
     if "old" in med:
         print(f"  new/old CPU per read: {med['new'] / med['old']:.2f}")
