@@ -185,8 +185,8 @@ class Conn:
     def _whole_chunks(self, ex: _Exchange, data: bytes, ts: float, now: float) -> None:
         """The short path, for a read that starts at a chunk boundary of a 200 chunked body:
         each whole chunk of a plain hex size (a streamed token each) goes straight to the SSE
-        side, without the chunk decoder. What is left (a chunk the read
-        cut, the last chunk, extensions) goes the whole way, from where the whole chunks end."""
+        side, without the chunk decoder. What is left (a chunk the read cut, the last chunk,
+        extensions) goes the whole way, from where the whole chunks end."""
         if self.flight is not None:
             self.flight.last = now
         n = len(data)
