@@ -365,13 +365,7 @@ class StreamState:
             if text is not None and not (
                 not text and chat and not self.got_first and _role_only(obj)
             ):
-                if self.got_first:
-                    rec.itl.append(ts - self.last)
-                else:
-                    self.got_first = True
-                    rec.ttft = ts - self.st
-                self.last = ts
-                rec.chunks += 1
+                self._tokens([ts])  # feed's short path writes the same inline (hot path)
                 self.pieces.append(text)
             self._take(usage)
         return False
