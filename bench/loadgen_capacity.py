@@ -72,14 +72,37 @@ def pinned(cmd: list[str], cores: list[int] | None) -> list[str]:
     return ["taskset", "-c", ",".join(map(str, cores)), *cmd]
 
 
+def smt_siblings(core: int) -> set[int]:
+    """The threads that share `core`'s physical core (itself included), by the kernel's topology."""
+    try:
+        text = Path(f"/sys/devices/system/cpu/cpu{core}/topology/thread_siblings_list").read_text()
+    except OSError:
+        return {core}
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out | {core}
+
+
+def emulator_cores(client: list[int], cores: list[int], most: int = 8) -> list[int]:
+    """Up to `most` of `cores` for the emulator, none of them a thread of a client core's
+    physical core: an emulator process on the client core's SMT sibling takes that core's
+    issue slots, and the client's timing error would be the sibling's as much as its own.
+    Where that leaves nothing (a 2-thread machine), any core but the client's."""
+    shared = set().union(*(smt_siblings(c) for c in client))
+    own = [c for c in cores if c not in shared]
+    return (own or [c for c in cores if c not in client])[:most]
+
+
 def plan_cores() -> tuple[list[int] | None, list[int] | None]:
-    """(client core, emulator cores): the client gets one core, the emulator the rest."""
+    """(client core, emulator cores): the client gets one core, the emulator up to 8 of the
+    rest, off the client core's SMT siblings."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         return None, None
     client = [cores[1]]
-    emu = [c for c in cores if c != cores[1]][:8]
-    return client, emu
+    return client, emulator_cores(client, cores)
 
 
 def proctor_cmd(

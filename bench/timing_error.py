@@ -53,7 +53,7 @@ from client_timeline import spare_core, timeline_lines  # noqa: E402
 from emulator import Emulator, start_emulator  # noqa: E402
 
 PYPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-from loadgen_capacity import pinned, plan_cores, proctor_cmd  # noqa: E402
+from loadgen_capacity import emulator_cores, pinned, plan_cores, proctor_cmd  # noqa: E402
 from proctor.workloads.loadgen.metrics import percentile  # noqa: E402
 
 
@@ -188,7 +188,7 @@ def main() -> None:
     if client is not None and a.client_cores > 1 and len(all_cores) > a.client_cores + 1:
         # The client's cores from 1 up (as loadgen_rate.py), the emulator up to 8 of the rest.
         client = all_cores[1 : 1 + a.client_cores]
-        emu_cores = [c for c in all_cores if c not in client][:8]
+        emu_cores = emulator_cores(client, all_cores)
     codes: list[tuple[str, Path, list[int] | None]] = [("new", ROOT / "src", None)]
     if a.old_src:
         codes.insert(0, ("old", a.old_src, None))
