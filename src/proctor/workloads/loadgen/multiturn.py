@@ -19,6 +19,7 @@ from typing import Any
 from proctor.workloads.loadgen.client import PlannedRequest
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.scheduler import Counter
+from proctor.workloads.loadgen.turns import Turns
 
 
 def conversations(requests: Sequence[PlannedRequest]) -> list[list[PlannedRequest]]:
@@ -39,10 +40,13 @@ async def run_conversations(
     """`send(req, record)` sends one request and fills its record (the client's send)."""
     convs = iter(conversations(requests))
     records: list[RequestRecord] = []
+    turns = Turns(asyncio.get_running_loop())
 
     async def session_loop() -> None:
         for conv in convs:
             for req in conv:
+                if turns.spent():  # many turns ending together: the reads go first
+                    await turns.next_round()
                 rec = RequestRecord(
                     index=req.index,
                     prompt_len=req.prompt_len,

@@ -30,6 +30,7 @@ from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.metrics import percentile
 from proctor.workloads.loadgen.pacer import Pacer
 from proctor.workloads.loadgen.records import RequestRecord
+from proctor.workloads.loadgen.turns import Turns
 
 T = TypeVar("T")
 EAGER = sys.version_info >= (3, 12)
@@ -173,11 +174,14 @@ async def _pool(
     todo: Iterator[int] = iter(range(n)) if claim is None else iter(claim, -1)
     taken: dict[int, RequestRecord] = {}
     send = sender.send
+    turns = Turns(asyncio.get_running_loop())
 
     async def lane() -> None:
         for i in todo:
             if i >= n:
                 break
+            if turns.spent():
+                await turns.next_round()
             req = requests[i]
             rec = taken[i] = record_of(req, worker, t0)
             await send(cfg, model, req, rec, count_tokens)
