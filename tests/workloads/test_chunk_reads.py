@@ -146,3 +146,27 @@ def test_a_read_of_many_whole_chunks_takes_the_short_path(
     monkeypatch.setattr(fasthttp.Conn, "_dechunk", decoder)
     outcome, rec, *_ = _read(loop, [HEAD, chunk * 3, chunk, chunk * 2], short=True)
     assert (outcome, rec["chunks"], rec["itl"]) == ("", 6, [0.0, 0.0, 1.0, 1.0, 0.0])
+
+
+def test_a_response_s_last_read_ends_it_without_the_chunk_decoder(
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Usage, [DONE] and the last chunk in one read (how emu.c and vLLM end a stream): the
+    response ends from the short path; before, the last chunk went through the decoder."""
+
+    def chunk(payload: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+    def decoder(self: fasthttp.Conn, data: bytes) -> tuple[bytes, bool]:
+        raise AssertionError(f"the chunk decoder read {data!r}")
+
+    monkeypatch.setattr(fasthttp.Conn, "_dechunk", decoder)
+    last = chunk(MESSAGES[3]) + chunk(MESSAGES[4]) + b"0\r\n\r\n"
+    outcome, rec, pieces, closed, _ = _read(loop, [HEAD, chunk(TOKEN), last], short=True)
+    assert (outcome, rec["chunks"], rec["saw_done"], pieces, closed) == (
+        "done",
+        1,
+        True,
+        [" t"],
+        False,
+    )

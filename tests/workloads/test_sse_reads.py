@@ -148,3 +148,26 @@ def test_a_finish_reason_that_is_not_a_string_is_no_failure_and_no_crash() -> No
     assert not state.feed(msg + msg, 1.0)  # two in a read: the batch parse
     assert not state.feed(msg, 2.0)
     assert (rec.chunks, rec.reason) == (3, "")
+
+
+def test_a_response_s_usage_and_done_messages_skip_the_whole_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The property test above would pass if they went the whole way: this one fails then. A
+    usage message is taken from feed's one parse, [DONE] by its bytes (half of a response's
+    last read went to them, bench/NOTES.md *Reads before new requests*)."""
+    rec = RequestRecord(index=0, prompt_len=1, expected_output_len=4)
+    state = StreamState(rec, False, 0.0)
+
+    def whole_way(self: StreamState, data: bytes, ts: float) -> bool:
+        raise AssertionError(f"{data!r} went the whole way")
+
+    monkeypatch.setattr(StreamState, "_feed", whole_way)
+    assert not state.feed(b'data: {"choices":[{"index":0,"text":"t"}]}\n\n', 1.0)
+    usage = b'{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":1}}'
+    assert not state.feed(b"data: " + usage + b"\n\n", 2.0)
+    assert not state.feed(b"data: [DONE]\n\n", 2.0)
+    assert (state.usage_tokens, rec.prompt_tokens, rec.saw_done, rec.chunks) == (1, 7, True, 1)
+    # an error object alone in a read: the request fails, from the same one parse
+    assert state.feed(b'data: {"error":{"message":"boom"}}\n\n', 3.0)
+    assert rec.reason == "http_error" and "boom" in rec.error

@@ -202,8 +202,13 @@ class Conn:
                 if line.translate(None, _HEX):  # extensions, a sign: the whole way says
                     break
                 size = int(line, 16)
+                if not size:
+                    if data[eol + 2 :] == b"\r\n":  # the last chunk ends the read: the end
+                        self._body_end(ex, ts)
+                        return
+                    break  # trailers, or bytes after the body: the whole way says
                 end = eol + 2 + size
-                if not size or end + 2 > n:
+                if end + 2 > n:
                     break
                 if feed(data[eol + 2 : end], ts):
                     self._settle(ex, ex.record.reason or "http_error", reuse=False)

@@ -106,6 +106,8 @@ def _is_error(obj: dict[str, Any]) -> bool:
     return ("error" in obj or obj.get("object") == "error") and not obj.get("choices")
 
 
+_DONE = b"data: [DONE]\n\n"  # the stream's end, as OpenAI-compatible servers send it
+
 _Usage = tuple[int | None, int | None]  # (completion_tokens, prompt_tokens)
 _NO_USAGE: _Usage = (None, None)
 
@@ -228,6 +230,12 @@ class StreamState:
                     rec.chunks += 1
                     self.pieces.append(text)
                 return False
+            # One whole message of another shape (a response's usage, an error): taken as
+            # _each takes it, from the parse above, without splitting and parsing it again.
+            return self._one(obj, data[5:-2].strip(), ts)
+        if data == _DONE and not self.tail and not self.cr:  # a response's last message
+            self.record.saw_done = True
+            return False
         return self._feed(data, ts)
 
     def _feed(self, data: bytes, ts: float) -> bool:
@@ -343,7 +351,6 @@ class StreamState:
     def _each(self, parts: list[bytes], times: list[float]) -> bool:
         """Message by message, in order: the exact failure of the first bad message."""
         rec = self.record
-        chat = self.chat
         for raw, ts in zip(parts, times, strict=True):
             msg = raw.strip()
             if not msg.startswith(b"data:"):
@@ -358,16 +365,22 @@ class StreamState:
                 raise Malformed("not JSON", body) from e
             if type(obj) is not dict:
                 raise Malformed("not a JSON object", body)
-            got = self._parts(obj, body)
-            if got is None:
+            if self._one(obj, body, ts):
                 return True
-            text, usage = got
-            if text is not None and not (
-                not text and chat and not self.got_first and _role_only(obj)
-            ):
-                self._tokens([ts])  # feed's short path writes the same inline (hot path)
-                self.pieces.append(text)
-            self._take(usage)
+        return False
+
+    def _one(self, obj: dict[str, Any], body: bytes, ts: float) -> bool:
+        """One parsed message of any shape, read at `ts`; True when it said the request failed."""
+        got = self._parts(obj, body)
+        if got is None:
+            return True
+        text, usage = got
+        if text is not None and not (
+            not text and self.chat and not self.got_first and _role_only(obj)
+        ):
+            self._tokens([ts])  # feed's short path writes the same inline (hot path)
+            self.pieces.append(text)
+        self._take(usage)
         return False
 
     def _parts(self, obj: dict[str, Any], body: bytes) -> tuple[str | None, _Usage] | None:
