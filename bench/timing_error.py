@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -102,6 +103,7 @@ def measure(
         f"{timing.get('loop_read_delay_p99_ms', float('nan')):>9.3f} "
         f"{100 * timing.get('tokens_sharing_a_read_fraction', float('nan')):>7.3f} "
         f"{own.get('p99_us', float('nan')) / 1000:>6.2f} "
+        f"{100 * own.get('tokens_late', math.nan) / max(1, own.get('tokens', 0)):>7.3f} "
         f"{client.get('cpu_percent', float('nan')):>5.0f} {us_per_token(recs, client):>6.1f}"
     )
     if args.timeline:
@@ -204,11 +206,13 @@ def main() -> None:
         )
         print(
             "code   conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  "
-            "late p99 readdly99 shared%  emu99  cpu% us/tok\n(ms; late = the bench's own "
+            "late p99 readdly99 shared%  emu99 emulate%  cpu% us/tok\n(ms; late = the bench's own "
             "estimate of its error, readdly99 = p99 of how late the loop read bytes after they "
             "arrived, shared% = tokens whose read also held the next one, emu99 = p99 of the "
-            "emulator's own delay to the first token, cpu% = the client's CPU use, us/tok = its "
-            "CPU microseconds per token received)"
+            "emulator's own delay to the first token, emulate% = tokens the emulator wrote "
+            "more than half a gap late (two such of a stream share a read whatever the client "
+            "does), cpu% = the client's CPU use, us/tok = its CPU microseconds per token "
+            "received)"
         )
         for r in range(a.rounds):
             if a.rounds > 1:

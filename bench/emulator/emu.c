@@ -7,7 +7,9 @@
  *        --ttft-ms / --itl-ms 0 (default) write the whole response at once.
  *        /v1/models and /health answer; GET /emu/stats gives the emulator's own delay per
  *        request (kernel receive of the request -> first token written, minus the TTFT:
- *        count, p50/p99/max in us, all processes), GET /emu/reset zeroes it; else 404.
+ *        count, p50/p99/max in us, all processes) and every token's lateness against its
+ *        due time (tokens, tokens_late: more than half a gap late, token_late_max_us), GET
+ *        /emu/reset zeroes them; else 404.
  * load:  N forked processes, C keep-alive connections in all, back-to-back streaming requests,
  *        counts messages carrying choices; prints "requests chunks seconds mean_ttft_s".
  *
@@ -110,6 +112,11 @@ static int g_ep;
 typedef struct {
     long count, over;
     double max_us;
+    /* Every token written: how many, how many more than half an inter-token gap after their
+     * due time (a client reads two such tokens of a stream as one: not the client's error),
+     * and the latest. */
+    long tokens, tokens_late;
+    double token_late_max_us;
     long bins[NBINS];
 } hist_t;
 static hist_t *g_hist;
@@ -129,6 +136,14 @@ static void note_delay(conn *c) {
     if (b >= NBINS) __atomic_fetch_add(&g_hist->over, 1, __ATOMIC_RELAXED);
     else __atomic_fetch_add(&g_hist->bins[b], 1, __ATOMIC_RELAXED);
     if (us > g_hist->max_us) g_hist->max_us = us; /* racy across processes; a bound is enough */
+}
+
+static void note_token(const conn *c) {
+    if (!g_hist) return;
+    double late = now_s() - c->due;
+    __atomic_fetch_add(&g_hist->tokens, 1, __ATOMIC_RELAXED);
+    if (late > g_itl / 2) __atomic_fetch_add(&g_hist->tokens_late, 1, __ATOMIC_RELAXED);
+    if (late * 1e6 > g_hist->token_late_max_us) g_hist->token_late_max_us = late * 1e6; /* racy */
 }
 
 static double hist_pct(double p) {
@@ -241,12 +256,14 @@ static void handle(conn *c, const char *head, size_t hlen, const char *body, siz
         return;
     }
     if (g_hist && (!strncmp(path, "/emu/stats", 10) || !strncmp(path, "/emu/reset", 10))) {
-        char b[256];
+        char b[384];
         if (path[5] == 'r') memset(g_hist, 0, sizeof *g_hist);
         snprintf(b, sizeof b,
                  "{\"count\":%ld,\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,"
-                 "\"over_2s\":%ld}", g_hist->count, hist_pct(50), hist_pct(99), g_hist->max_us,
-                 g_hist->over);
+                 "\"over_2s\":%ld,\"tokens\":%ld,\"tokens_late\":%ld,"
+                 "\"token_late_max_us\":%.1f}",
+                 g_hist->count, hist_pct(50), hist_pct(99), g_hist->max_us, g_hist->over,
+                 g_hist->tokens, g_hist->tokens_late, g_hist->token_late_max_us);
         respond_simple(c, "200 OK", "application/json", b);
         return;
     }
@@ -400,6 +417,7 @@ static int serve_loop(int lfd) {
             for (int fd = 0; fd <= g_maxfd; fd++) {
                 conn *c = conns[fd];
                 if (!c || !c->streaming || c->due > t) continue;
+                note_token(c);
                 emit_token(c);
                 c->due += g_itl;
                 if (!c->streaming) parse_requests(c);
