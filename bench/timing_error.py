@@ -21,10 +21,14 @@ after the kernel stamped their arrival (what a loop-time stamp adds: the old cli
 and shared%, the tokens whose read also held the stream's next token (stamped with that later
 arrival). emu99: the p99 of the emulator's own delay to the first token (emu.c's, kernel
 receive of the request -> first token written, minus --ttft-ms): that much of the TTFT error is
-the server's side. cpu%: the client's CPU use (metrics.json "client"), near 100 when its cores
+the server's side; emulate%: the tokens emu.c wrote more than half a gap after their due time
+(two such tokens of a stream share a read whatever the client does). cpu%: the client's CPU
+use (metrics.json "client"), near 100 when its cores
 are the limit; us/tok: that CPU per token received (CPU % x the measured requests' span /
 their tokens), the cost per read that decides where the cores run out, and a figure that load
-on a shared machine does not stretch. --pin: this checkout once more (`pin` rows) with each
+on a shared machine does not stretch; steal: the milliseconds the hypervisor gave the client's
+cores to something else during the run (/proc/stat), when a virtual machine's core stops with
+nothing of the client's running. --pin: this checkout once more (`pin` rows) with each
 worker on one of the client cores alone (--client-cores) and the parent on a core of its own;
 unpinned, the client's processes share the client cores. --timeline: after each row, each
 client process's CPU %, loop lag and involuntary context switches per 0.5 s
@@ -75,6 +79,7 @@ def measure(
         cmd = [*proctor_cmd(url, out, conc, n, args.isl, args.osl, args.workers), "--save-detailed"]
         if pin:
             cmd += ["--client-cores", ",".join(map(str, pin))]
+        steal0 = steal_ms(pin or cores)
         r = subprocess.run(
             pinned(cmd, pin or cores),
             capture_output=True,
@@ -84,6 +89,7 @@ def measure(
             check=False,
             env=env,
         )
+        stolen = steal_ms(pin or cores) - steal0
         if r.returncode != 0:
             raise SystemExit(f"proctor failed at {conc} ({r.returncode}): {r.stderr[-800:]}")
         recs = [json.loads(line) for line in (Path(out) / "requests.jsonl").open()]
@@ -104,7 +110,8 @@ def measure(
         f"{100 * timing.get('tokens_sharing_a_read_fraction', float('nan')):>7.3f} "
         f"{own.get('p99_us', float('nan')) / 1000:>6.2f} "
         f"{100 * own.get('tokens_late', math.nan) / max(1, own.get('tokens', 0)):>7.3f} "
-        f"{client.get('cpu_percent', float('nan')):>5.0f} {us_per_token(recs, client):>6.1f}"
+        f"{client.get('cpu_percent', float('nan')):>5.0f} {us_per_token(recs, client):>6.1f} "
+        f"{stolen:>6.0f}"
     )
     if args.timeline:
         row += "\n" + "\n".join(timeline_lines(doc))
@@ -144,6 +151,22 @@ def merge_lines(recs: list[dict]) -> list[str]:
     for b in sorted(merged):
         lines.append(f"    {b / 100:6.2f}: {starts[b]} / {ends[b]} / {tokens[b]} / {merged[b]}")
     return lines
+
+
+def steal_ms(cores: list[int] | None) -> float:
+    """Milliseconds the hypervisor ran something else on `cores` (all CPUs when None), summed
+    (/proc/stat's steal): on a shared virtual machine a client core can stop for a while with
+    nothing of its own running, and every token then waiting in the kernel shares a read."""
+    want = {f"cpu{c}" for c in cores} if cores else {"cpu"}
+    total = 0
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            f = line.split()
+            if f and f[0] in want and len(f) > 8:
+                total += int(f[8])
+    except OSError:
+        return math.nan
+    return total * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 def us_per_token(recs: list[dict], client: dict) -> float:
@@ -206,13 +229,14 @@ def main() -> None:
         )
         print(
             "code   conc     ok  ttft err  ttft p50  ttft p99  itl err   itl sd  late p50  "
-            "late p99 readdly99 shared%  emu99 emulate%  cpu% us/tok\n(ms; late = the bench's own "
-            "estimate of its error, readdly99 = p99 of how late the loop read bytes after they "
-            "arrived, shared% = tokens whose read also held the next one, emu99 = p99 of the "
+            "late p99 readdly99 shared%  emu99 emulate%  cpu% us/tok  steal\n"
+            "(ms; late = the bench's own estimate of its error, readdly99 = p99 of how late "
+            "the loop read bytes after they arrived, shared% = tokens whose read also held the "
+            "next one, emu99 = p99 of the "
             "emulator's own delay to the first token, emulate% = tokens the emulator wrote "
             "more than half a gap late (two such of a stream share a read whatever the client "
             "does), cpu% = the client's CPU use, us/tok = its CPU microseconds per token "
-            "received)"
+            "received, steal = ms the hypervisor took the client's cores for other work)"
         )
         for r in range(a.rounds):
             if a.rounds > 1:
