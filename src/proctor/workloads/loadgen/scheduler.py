@@ -180,7 +180,7 @@ async def _pool(
         for i in todo:
             if i >= n:
                 break
-            if turns.spent():
+            if turns.spent():  # many lanes woke together: the reads go first (turns.py)
                 await turns.next_round()
             req = requests[i]
             rec = taken[i] = record_of(req, worker, t0)
