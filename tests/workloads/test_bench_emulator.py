@@ -4,7 +4,12 @@ counts what it serves."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +62,53 @@ def test_the_raw_load_client_counts_every_chunk() -> None:
     assert round(cap.chunks_s / cap.req_s) == 16  # every request's 16 chunks, nothing else
     if emu.kind == "c":  # its own delay, counted once per request over both processes
         assert own is not None and own["count"] == 200 and own["max_us"] >= own["p50_us"] >= 0
+
+
+def test_emu_c_counts_the_tokens_it_wrote_late() -> None:
+    """bench/timing_error.py's emulate%: every token emu.c writes is counted, and one written
+    more than half a gap after its due time is counted late. Stopped for 80 ms once its tokens
+    flow (SIGSTOP), the emulator must own up to the tokens it held back."""
+    if shutil.which("cc") is None:
+        pytest.skip("emu.c needs a C compiler (`cc`)")
+    with start_emulator(procs=1, ttft_ms=5.0, itl_ms=5.0) as emu:
+        assert emu.kind == "c"
+        emu.delay_stats(reset=True)
+
+        def pause() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # once tokens flow, not at a fixed time
+                now = emu.delay_stats()
+                if now and now["tokens"] > 0:
+                    break
+                time.sleep(0.005)
+            pids = emu.pids()
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.08)
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+
+        stop = threading.Thread(target=pause)
+        stop.start()
+        try:
+            res = run_benchmark(
+                BenchConfig(
+                    base_url=emu.base_url,
+                    model="emulator",
+                    tokenizer_mode="approx",
+                    isl=8,
+                    osl=40,
+                    range_ratio=0.0,
+                    concurrency=4,
+                    num_prompts=8,
+                    num_warmups=0,
+                    progress=False,
+                    log_every_s=0,
+                )
+            )
+        finally:
+            stop.join()
+        own = emu.delay_stats()
+    assert res.metrics.completed == 8
+    assert own is not None and own["tokens"] == 8 * 40
+    assert 0 < own["tokens_late"] <= own["tokens"] and own["token_late_max_us"] >= 40_000
