@@ -38,21 +38,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from emulator import start_emulator  # noqa: E402
-from loadgen_capacity import proctor_cmd  # noqa: E402
+from loadgen_capacity import proctor_cmd, smt_siblings  # noqa: E402
 from loadgen_workers import parsed, pinned, plan_cores, scaling_args  # noqa: E402
 
 
+def _physical(core: int) -> str:
+    """`core`'s physical core, named by its threads (loadgen_capacity.smt_siblings)."""
+    return ",".join(map(str, sorted(smt_siblings(core))))
+
+
 def topology(cores: list[int]) -> str:
-    sib = set()
-    for c in cores:
-        try:
-            sib.add(
-                Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
-                .read_text()
-                .strip()
-            )
-        except OSError:
-            sib.add(str(c))
+    sib = {_physical(c) for c in cores}
     model = ""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -71,14 +67,7 @@ def physical_first(cores: list[int]) -> list[int]:
     rank: dict[int, int] = {}
     seen: dict[str, int] = {}
     for c in cores:
-        try:
-            key = (
-                Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
-                .read_text()
-                .strip()
-            )
-        except OSError:
-            key = str(c)
+        key = _physical(c)
         rank[c] = seen.get(key, 0)
         seen[key] = rank[c] + 1
     return sorted(cores, key=lambda c: (rank[c], c))

@@ -23,13 +23,13 @@ arrival). emu99: the p99 of the emulator's own delay to the first token (emu.c's
 receive of the request -> first token written, minus --ttft-ms): that much of the TTFT error is
 the server's side; emulate%: the tokens emu.c wrote more than half a gap after their due time
 (two such tokens of a stream share a read whatever the client does). cpu%: the client's CPU
-use (metrics.json "client"), near 100 when its cores
-are the limit; us/tok: that CPU per token received (CPU % x the measured requests' span /
-their tokens), the cost per read that decides where the cores run out, and a figure that load
-on a shared machine does not stretch; steal: the milliseconds the hypervisor gave the client's
-cores to something else during the run (/proc/stat), when a virtual machine's core stops with
-nothing of the client's running. --pin: this checkout once more (`pin` rows) with each
-worker on one of the client cores alone (--client-cores) and the parent on a core of its own;
+use (metrics.json "client"), near 100 when its cores are the limit; us/tok: that CPU per token
+received (CPU % x the measured requests' span / their tokens), the cost per read that decides
+where the cores run out, and a figure that load on a shared machine does not stretch; steal:
+the milliseconds the hypervisor gave the client's cores to something else during the run
+(/proc/stat), when a virtual machine's core stops with nothing of the client's running.
+--pin: this checkout once more (`pin` rows) with each worker on one of the client cores alone
+(--client-cores) and the parent on a core of its own;
 unpinned, the client's processes share the client cores. --timeline: after each row, each
 client process's CPU %, loop lag and involuntary context switches per 0.5 s
 (metrics.json "client".timeline). --merges: after each row, the tokens that shared a read
@@ -232,8 +232,8 @@ def main() -> None:
             "late p99 readdly99 shared%  emu99 emulate%  cpu% us/tok  steal\n"
             "(ms; late = the bench's own estimate of its error, readdly99 = p99 of how late "
             "the loop read bytes after they arrived, shared% = tokens whose read also held the "
-            "next one, emu99 = p99 of the "
-            "emulator's own delay to the first token, emulate% = tokens the emulator wrote "
+            "next one, emu99 = p99 of the emulator's own delay to the first token, "
+            "emulate% = tokens the emulator wrote "
             "more than half a gap late (two such of a stream share a read whatever the client "
             "does), cpu% = the client's CPU use, us/tok = its CPU microseconds per token "
             "received, steal = ms the hypervisor took the client's cores for other work)"

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,21 @@ from emulator import measure_capacity, start_emulator
 pytestmark = pytest.mark.timeout(120)
 
 
+def _config(base_url: str, **changes: Any) -> BenchConfig:
+    """A small bench against the emulator: 8-word prompts, 16 tokens each, no progress lines."""
+    fields: dict[str, Any] = {
+        "base_url": base_url,
+        "model": "emulator",
+        "tokenizer_mode": "approx",
+        "isl": 8,
+        "osl": 16,
+        "range_ratio": 0.0,
+        "progress": False,
+        "log_every_s": 0,
+    }
+    return BenchConfig(**(fields | changes))
+
+
 @pytest.mark.parametrize("python", [False, True], ids=["emu.c-or-fallback", "pyemu"])
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 @pytest.mark.parametrize("itl_ms", [0.0, 2.0])
@@ -32,20 +48,7 @@ def test_the_emulator_streams_what_the_client_expects(
     with start_emulator(procs=2, itl_ms=itl_ms, ttft_ms=itl_ms, force_python=python) as emu:
         assert emu.kind == ("python" if python else emu.kind)
         res = run_benchmark(
-            BenchConfig(
-                base_url=emu.base_url,
-                endpoint=endpoint,
-                model="emulator",
-                tokenizer_mode="approx",
-                isl=8,
-                osl=16,
-                range_ratio=0.0,
-                concurrency=8,
-                num_prompts=32,
-                num_warmups=4,
-                progress=False,
-                log_every_s=0,
-            )
+            _config(emu.base_url, endpoint=endpoint, concurrency=8, num_prompts=32, num_warmups=4)
         )
     assert res.metrics.completed == 32 and res.metrics.failed == 0
     for r in res.measured:
@@ -92,19 +95,7 @@ def test_emu_c_counts_the_tokens_it_wrote_late() -> None:
         stop.start()
         try:
             res = run_benchmark(
-                BenchConfig(
-                    base_url=emu.base_url,
-                    model="emulator",
-                    tokenizer_mode="approx",
-                    isl=8,
-                    osl=40,
-                    range_ratio=0.0,
-                    concurrency=4,
-                    num_prompts=8,
-                    num_warmups=0,
-                    progress=False,
-                    log_every_s=0,
-                )
+                _config(emu.base_url, osl=40, concurrency=4, num_prompts=8, num_warmups=0)
             )
         finally:
             stop.join()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -47,14 +47,21 @@ class Rounds:
             asyncio.get_running_loop().call_soon(self._tick)
 
 
+def _next_round(req: PlannedRequest) -> Awaitable[None]:
+    return asyncio.sleep(0)
+
+
 class RoundSender:
-    """Each request ends one round after it starts, so every lane ends together, round after
-    round: the case where a closed loop's lanes all wake in one round."""
+    """Records the round each request starts in; a request ends when `until(req)` is done.
+    By default one round after it starts, so every lane ends together, round after round: the
+    case where a closed loop's lanes all wake in one round."""
 
     path = "rounds"
 
-    def __init__(self, rounds: Rounds) -> None:
-        self.rounds = rounds
+    def __init__(
+        self, rounds: Rounds, until: Callable[[PlannedRequest], Awaitable[None]] = _next_round
+    ) -> None:
+        self.rounds, self.until = rounds, until
         self.started: list[tuple[int, int]] = []  # (round, request index)
 
     async def send(
@@ -66,7 +73,7 @@ class RoundSender:
         count_tokens: Callable[[str], int] | None = None,
     ) -> RequestRecord:
         self.started.append((self.rounds.n, req.index))
-        await asyncio.sleep(0)
+        await self.until(req)
         record.success = True
         return record
 
@@ -113,25 +120,13 @@ def test_a_read_that_came_as_lanes_woke_goes_before_the_rest_of_their_new_reques
     turns.py: after all of them)."""
     a, b = socket.socketpair()
     release: list[asyncio.Future[None]] = []
-    started: list[int] = []
     seen: list[int] = []
 
-    class TogetherSender:
-        path = "together"
+    def until(req: PlannedRequest) -> Awaitable[None]:
+        # the first request of each lane ends with the others', the rest a round after
+        return release[0] if req.index < 200 else asyncio.sleep(0)
 
-        async def send(
-            self,
-            cfg: BenchConfig,
-            model: str,
-            req: PlannedRequest,
-            record: RequestRecord,
-            count_tokens: Callable[[str], int] | None = None,
-        ) -> RequestRecord:
-            started.append(req.index)
-            if req.index < 200:  # the first request of each lane ends with the others
-                await release[0]
-            record.success = True
-            return record
+    sender = RoundSender(Rounds(), until)
 
     async def main() -> list[RequestRecord]:
         loop = asyncio.get_running_loop()
@@ -140,7 +135,7 @@ def test_a_read_that_came_as_lanes_woke_goes_before_the_rest_of_their_new_reques
 
         def readable() -> None:
             b.recv(64)
-            seen.append(len(started) - 200)  # the new requests started before this read
+            seen.append(len(sender.started) - 200)  # new requests started before this read
             loop.remove_reader(b.fileno())
 
         def end_together() -> None:
@@ -151,7 +146,7 @@ def test_a_read_that_came_as_lanes_woke_goes_before_the_rest_of_their_new_reques
         loop.call_later(0.05, end_together)
         reqs = [PlannedRequest(i, "p", 4, 4) for i in range(400)]
         return await run_requests(
-            TogetherSender(), CFG, "m", reqs, concurrency=200, rate=float("inf"), seed=0
+            sender, CFG, "m", reqs, concurrency=200, rate=float("inf"), seed=0
         )
 
     try:
