@@ -34,7 +34,9 @@ unpinned, the client's processes share the client cores. --timeline: after each 
 client process's CPU %, loop lag and involuntary context switches per 0.5 s
 (metrics.json "client".timeline). --merges: after each row, the tokens that shared a read
 (ITL exactly 0) by their index in the stream and per 10 ms of the run, beside the requests
-started and ended in those 10 ms. Figures: bench/NOTES.md, *Timing error*.
+started and ended in those 10 ms and the tokens emu.c wrote over half a gap late that were due
+then (emu.c's GET /emu/late): merges with no late token beside them are the client's, or its
+core's. Figures: bench/NOTES.md, *Timing error*.
 """
 
 from __future__ import annotations
@@ -116,24 +118,29 @@ def measure(
     if args.timeline:
         row += "\n" + "\n".join(timeline_lines(doc))
     if args.merges:
-        row += "\n" + "\n".join(merge_lines(recs))
+        row += "\n" + "\n".join(merge_lines(recs, emu.late_bins()))
     return row
 
 
-def merge_lines(recs: list[dict]) -> list[str]:
+def merge_lines(recs: list[dict], emu_late: dict[int, int] | None = None) -> list[str]:
     """Where the tokens that shared a read sit: by their index in the stream, and per 10 ms
     of the run beside the requests started and ended then (a lump of endings and starts in
-    a closed loop started at once, or a stall of the whole client, read apart)."""
-    t0 = min(x["start_time"] for x in recs)
+    a closed loop started at once, or a stall of the whole client, read apart) and the
+    tokens emu.c wrote over half a gap late, by their due time (`emu_late`, its /emu/late:
+    a stretch of merges with none of those is the client's or its core's). Bins are
+    CLOCK_MONOTONIC seconds x 100, floored, as emu.c's (the records' perf_counter is that
+    clock); printed as seconds from the first start."""
+    late = collections.Counter(emu_late or {})
+    b0 = int(min(x["start_time"] for x in recs) * 100)
     by_index: collections.Counter[int] = collections.Counter()
     merged: collections.Counter[int] = collections.Counter()
     tokens: collections.Counter[int] = collections.Counter()
-    starts = collections.Counter(int((x["start_time"] - t0) * 100) for x in recs)
-    ends = collections.Counter(int((x["end_time"] - t0) * 100) for x in recs)
+    starts = collections.Counter(int(x["start_time"] * 100) for x in recs)
+    ends = collections.Counter(int(x["end_time"] * 100) for x in recs)
     for x in recs:
         if not x["success"] or x["warmup"]:
             continue
-        t = x["start_time"] - t0 + x["ttft"]
+        t = x["start_time"] + x["ttft"]
         tokens[int(t * 100)] += 1
         for i, gap in enumerate(x["itl"]):
             t += gap
@@ -141,15 +148,26 @@ def merge_lines(recs: list[dict]) -> list[str]:
             if gap == 0.0:  # stamped with the next token's arrival (metrics.json's count)
                 by_index[i] += 1
                 merged[int(t * 100)] += 1
+    near = {m - d for m in merged for d in (0, 1)}  # a late token arrives after its due time
+    emu_note = (
+        ""
+        if emu_late is None
+        else f"; emu.c's late tokens: {sum(late[b] for b in late if b >= b0)}, "
+        f"{sum(late[b] for b in near)} of them due in or just before a 10 ms with merges"
+    )
     if not merged:
-        return ["  merged tokens: none"]
+        return ["  merged tokens: none" + emu_note]
     lines = [
         "  merged tokens by index in the stream: "
-        + ", ".join(f"{i}: {n}" for i, n in sorted(by_index.items())),
-        "  per 10 ms with merges (s: starts / ends / tokens / merged):",
+        + ", ".join(f"{i}: {n}" for i, n in sorted(by_index.items()))
+        + emu_note,
+        "  per 10 ms with merges (s: starts / ends / tokens / merged / emu late):",
     ]
     for b in sorted(merged):
-        lines.append(f"    {b / 100:6.2f}: {starts[b]} / {ends[b]} / {tokens[b]} / {merged[b]}")
+        lines.append(
+            f"    {(b - b0) / 100:6.2f}: {starts[b]} / {ends[b]} / {tokens[b]} / {merged[b]} / "
+            f"{late[b]}"
+        )
     return lines
 
 

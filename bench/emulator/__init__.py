@@ -113,6 +113,19 @@ class Emulator:
             data: dict[str, float] = json.loads(r.read())
         return data
 
+    def late_bins(self) -> dict[int, int] | None:
+        """emu.c's tokens written more than half a gap late, per 10 ms of their due time:
+        {CLOCK_MONOTONIC seconds x 100 (floored): count}, the clock of the client's records
+        (time.perf_counter); None for the Python emulator."""
+        if self.kind != "c":
+            return None
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.base_url}/emu/late", timeout=10) as r:  # loopback
+            data = json.loads(r.read())
+        return {int(k): int(n) for k, n in data["late"]}
+
     def describe(self) -> str:
         where = f"cores {self.cores}" if self.cores else "unpinned"
         what = "emu.c" if self.kind == "c" else f"Python fallback pyemu.py ({self.why})"

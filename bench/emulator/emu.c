@@ -9,7 +9,9 @@
  *        request (kernel receive of the request -> first token written, minus the TTFT:
  *        count, p50/p99/max in us, all processes) and every token's lateness against its
  *        due time (tokens, tokens_late: more than half a gap late, token_late_max_us), GET
- *        /emu/reset zeroes them; else 404.
+ *        /emu/late those late tokens per 10 ms of CLOCK_MONOTONIC (the clock of the client's
+ *        records: a stretch of shared reads is read beside the emulator's own lateness),
+ *        GET /emu/reset zeroes them all; else 404.
  * load:  N forked processes, C keep-alive connections in all, back-to-back streaming requests,
  *        counts messages carrying choices; prints "requests chunks seconds mean_ttft_s".
  *
@@ -109,6 +111,9 @@ static int g_ep;
  * token written (minus the configured TTFT): a histogram in memory shared by every process,
  * 10 us bins up to 2 s. GET /emu/stats reads it, GET /emu/reset zeroes it. */
 #define NBINS 200000
+/* Late tokens per 10 ms of CLOCK_MONOTONIC, by their due time: a ring of 655 s, read back as
+ * the bins up to now (a run between two resets is shorter). */
+#define NLATE 65536
 typedef struct {
     long count, over;
     double max_us;
@@ -118,6 +123,7 @@ typedef struct {
     long tokens, tokens_late;
     double token_late_max_us;
     long bins[NBINS];
+    long late_bins[NLATE];
 } hist_t;
 static hist_t *g_hist;
 
@@ -142,7 +148,10 @@ static void note_token(const conn *c) {
     if (!g_hist) return;
     double late = now_s() - c->due;
     __atomic_fetch_add(&g_hist->tokens, 1, __ATOMIC_RELAXED);
-    if (late > g_itl / 2) __atomic_fetch_add(&g_hist->tokens_late, 1, __ATOMIC_RELAXED);
+    if (late > g_itl / 2) {
+        __atomic_fetch_add(&g_hist->tokens_late, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&g_hist->late_bins[(long)(c->due * 100) % NLATE], 1, __ATOMIC_RELAXED);
+    }
     if (late * 1e6 > g_hist->token_late_max_us) g_hist->token_late_max_us = late * 1e6; /* racy */
 }
 
@@ -245,6 +254,28 @@ static void respond_simple(conn *c, const char *status, const char *ctype, const
     ob_put(&c->out, body, strlen(body));
 }
 
+/* GET /emu/late: {"bin_s":0.01,"late":[[bin,count],...]}, bin = CLOCK_MONOTONIC seconds x 100
+ * (floored), the bins with late tokens among the last NLATE up to now, oldest first. */
+static void respond_late(conn *c) {
+    long now_bin = (long)(now_s() * 100);
+    obuf b = {0};
+    static const char lead[] = "{\"bin_s\":0.01,\"late\":[";
+    ob_put(&b, lead, sizeof lead - 1);
+    int first = 1;
+    for (long k = now_bin - NLATE + 1; k <= now_bin; k++) {
+        if (k < 0) continue;
+        long n = g_hist->late_bins[k % NLATE];
+        if (!n) continue;
+        char e[64];
+        int m = snprintf(e, sizeof e, "%s[%ld,%ld]", first ? "" : ",", k, n);
+        ob_put(&b, e, m);
+        first = 0;
+    }
+    ob_put(&b, "]}", 3); /* with the NUL: respond_simple measures a C string */
+    respond_simple(c, "200 OK", "application/json", b.p);
+    free(b.p);
+}
+
 static void handle(conn *c, const char *head, size_t hlen, const char *body, size_t blen) {
     const char *sp = memchr(head, ' ', hlen);
     const char *path = sp ? sp + 1 : "/";
@@ -253,6 +284,10 @@ static void handle(conn *c, const char *head, size_t hlen, const char *body, siz
         snprintf(b, sizeof b, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\"}]}",
                  g_model);
         respond_simple(c, "200 OK", "application/json", b);
+        return;
+    }
+    if (g_hist && !strncmp(path, "/emu/late", 9)) {
+        respond_late(c);
         return;
     }
     if (g_hist && (!strncmp(path, "/emu/stats", 10) || !strncmp(path, "/emu/reset", 10))) {

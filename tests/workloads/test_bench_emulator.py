@@ -70,12 +70,15 @@ def test_the_raw_load_client_counts_every_chunk() -> None:
 def test_emu_c_counts_the_tokens_it_wrote_late() -> None:
     """bench/timing_error.py's emulate%: every token emu.c writes is counted, and one written
     more than half a gap after its due time is counted late. Stopped for 80 ms once its tokens
-    flow (SIGSTOP), the emulator must own up to the tokens it held back."""
+    flow (SIGSTOP), the emulator must own up to the tokens it held back, and its GET
+    /emu/late must put every one of them in the 10 ms bins of the stop, on the clock of the
+    client's records (time.perf_counter: CLOCK_MONOTONIC)."""
     if shutil.which("cc") is None:
         pytest.skip("emu.c needs a C compiler (`cc`)")
     with start_emulator(procs=1, ttft_ms=5.0, itl_ms=5.0) as emu:
         assert emu.kind == "c"
         emu.delay_stats(reset=True)
+        window: list[float] = []  # when the emulator was stopped, and when it went on
 
         def pause() -> None:
             deadline = time.monotonic() + 30
@@ -85,11 +88,13 @@ def test_emu_c_counts_the_tokens_it_wrote_late() -> None:
                     break
                 time.sleep(0.005)
             pids = emu.pids()
+            window.append(time.perf_counter())
             for pid in pids:
                 os.kill(pid, signal.SIGSTOP)
             time.sleep(0.08)
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
+            window.append(time.perf_counter())
 
         stop = threading.Thread(target=pause)
         stop.start()
@@ -100,6 +105,34 @@ def test_emu_c_counts_the_tokens_it_wrote_late() -> None:
         finally:
             stop.join()
         own = emu.delay_stats()
+        late = emu.late_bins()
     assert res.metrics.completed == 8
     assert own is not None and own["tokens"] == 8 * 40
     assert 0 < own["tokens_late"] <= own["tokens"] and own["token_late_max_us"] >= 40_000
+    assert late is not None and sum(late.values()) == own["tokens_late"]
+    first, last = int(window[0] * 100), int(window[1] * 100)
+    assert all(first - 1 <= b <= last for b in late), (sorted(late), first, last)
+
+
+def test_timing_error_puts_emu_c_s_late_tokens_beside_the_merges_they_caused() -> None:
+    """bench/timing_error.py --merges: a token that shared a read sits in the 10 ms bin of its
+    arrival, and emu.c's late tokens in the bin of their due time, both CLOCK_MONOTONIC x 100
+    floored: a merge beside a late token is the emulator's, one with none beside it the
+    client's. One request whose 3rd token shared the 2nd's read (at 100.065 s), and emu.c
+    late with 2 tokens due in that bin, 1 in another of the run and 5 before it."""
+    from timing_error import merge_lines
+
+    rec = {
+        "start_time": 100.0,
+        "end_time": 100.2,
+        "ttft": 0.055,
+        "itl": [0.01, 0.0, 0.01, 0.01],  # tokens at .055, .065, .065 (shared), .075, .085
+        "success": True,
+        "warmup": False,
+    }
+    lines = merge_lines([rec], {10006: 2, 10001: 1, 9000: 5})
+    assert "stream: 1: 1;" in lines[0]  # the merged token: ITL index 1, the stream's 3rd
+    assert "emu.c's late tokens: 3, 2 of them due in or just before" in lines[0]
+    assert lines[2].split(":", 1)[1].split("/") == [" 0 ", " 0 ", " 2 ", " 1 ", " 2"]
+    assert lines[2].strip().startswith("0.06:")
+    assert merge_lines([rec])[0].endswith("stream: 1: 1")  # no emulator figures, no note
