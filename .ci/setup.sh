@@ -17,6 +17,15 @@ step "installing proctor[dev,eval] into .venv"
 .venv/bin/python -m pip install -q -U pip 2>&1 | grep -v "is ignored" || true
 .venv/bin/python -m pip install -q -e '.[dev,eval]' 2>&1 | grep -v -e "is ignored" -e "corresp(dist" -e '^ *!!$' || true
 .venv/bin/python -c "import proctor, typer, pydantic, aiohttp, httpx, asyncssh" || { echo "[setup] proctor venv broken" >&2; exit 1; }
+# The raw client's C read path is an optional extension: an install without a C compiler or
+# Python's headers goes on without it. Its tests need it, so here it must build.
+fastread() { .venv/bin/python -c "import proctor.workloads.loadgen._fastread" 2>/dev/null; }
+if ! fastread && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    step "the C read path did not build: installing a C compiler and Python's headers"
+    apt-get install -y -qq build-essential python3-dev >/dev/null || true
+    .venv/bin/python -m pip install -q -e '.[dev,eval]' 2>&1 | grep -v "is ignored" || true
+fi
+fastread || { echo "[setup] the C read path (src/proctor/workloads/loadgen/_fastread.c) did not build: needs a C compiler and Python's headers" >&2; exit 1; }
 
 if [ "$(id -u)" -eq 0 ]; then
     # Once per setup: package lists on a fresh machine may be missing or stale.

@@ -110,8 +110,11 @@ def test_emu_c_counts_the_tokens_it_wrote_late() -> None:
     assert own is not None and own["tokens"] == 8 * 40
     assert 0 < own["tokens_late"] <= own["tokens"] and own["token_late_max_us"] >= 40_000
     assert late is not None and sum(late.values()) == own["tokens_late"]
+    # Tokens due while it was stopped were late (others may be too, on a loaded machine): the
+    # first late bin from the stop on is the stop's first (each 10 ms has ~8 tokens due).
     first, last = int(window[0] * 100), int(window[1] * 100)
-    assert all(first - 1 <= b <= last for b in late), (sorted(late), first, last)
+    assert min(b for b in late if b >= first - 1) <= first + 1, (sorted(late), first, last)
+    assert sum(n for b, n in late.items() if first <= b < last) > 0
 
 
 def test_timing_error_puts_emu_c_s_late_tokens_beside_the_merges_they_caused() -> None:

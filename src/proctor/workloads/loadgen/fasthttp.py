@@ -11,7 +11,10 @@ bytes.find (a read of whole chunks skips it: the short path, _whole_chunks), the
 messages parsed by sse.StreamState.feed, and the waiting request task is woken once, when its
 response ends. Before a read is handled, a paced request that has come due is sent (the pool's
 pacer, pacer.Pacer.poke): the read keeps its kernel stamp however late it is handled; the send
-is timed when it leaves. Metric definitions and records are the
+is timed when it leaves. A completions token read by a closed loop (no pacer) is read and
+recorded in C where the extension built (`_fastread.c`: the same record, half the Python of a
+read; PROCTOR_FASTREAD=0, read when a pool opens, keeps every read in Python). Metric
+definitions and records are the
 same as the aiohttp path's; failures are classified the same way (http_error, rate_limited,
 disconnect, timeout, malformed_sse, no_output, connect_error, client_error).
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import socket
 import time
 from typing import TYPE_CHECKING, Any
@@ -44,6 +48,20 @@ _ERROR_BODY_BYTES = 64 * 1024
 # Body framing of the response being read.
 _LENGTH, _CHUNKED, _TO_EOF = 1, 2, 3
 _HEX = b"0123456789abcdefABCDEF"
+
+# The common read in C, where it built (an optional extension: no compiler, no C path).
+FASTREAD_ENV = "PROCTOR_FASTREAD"
+try:
+    from proctor.workloads.loadgen._fastread import read_token as _read_token
+except ImportError:  # pragma: no cover - the install could not build it
+    _read_token = None
+
+
+def fast_reader() -> Any:
+    """_fastread.read_token, or None where it did not build or PROCTOR_FASTREAD=0."""
+    if os.environ.get(FASTREAD_ENV, "").strip() == "0":
+        return None
+    return _read_token
 
 
 def _chunk_size(line: bytes) -> int:
@@ -141,6 +159,43 @@ class Conn:
 
     def _readable(self) -> None:
         pool = self.pool
+        ex = self.ex
+        if (
+            (fast := pool.fast) is not None
+            and pool.pacer is None
+            and self.between
+            and ex is not None
+            and not ex.outcome
+            and not (state := ex.state).chat
+            and not state.tail
+            and not state.cr
+        ):
+            # The common read in C: a completions token is read, stamped and recorded there,
+            # as the Python below would; anything else comes back for it, read and stamped.
+            clock = pool.clock
+            try:
+                n, ts, now, stamped, taken = fast(
+                    self.fd, pool.bufs[0], clock, state, ex.record, rxtime.OFFSET_S
+                )
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self.connection_lost(e)
+                return
+            except Exception as e:  # as the short path below: never into the event loop
+                self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
+                return
+            if clock.recording:
+                clock.note(now, ts, stamped)
+            if taken:
+                if self.flight is not None:
+                    self.flight.last = now
+                return
+            if not n:
+                self.connection_lost(None)
+                return
+            self._handle(pool.view[:n].tobytes(), ts, now)
+            return
         try:
             n, anc, _, _ = self.sock.recvmsg_into(pool.bufs, rxtime.ANC_SPACE)
         except (BlockingIOError, InterruptedError):
@@ -152,12 +207,16 @@ class Conn:
         if not n:
             self.connection_lost(None)
             return
-        if (pacer := pool.pacer) is not None and now >= pacer.next_due and self.ex is not None:
+        if (pacer := pool.pacer) is not None and now >= pacer.next_due and ex is not None:
             # A due send first (this read has its kernel stamp already); not on an idle
             # connection's read, which closes it: the send could take it from the idle list.
             pacer.poke()
         data = pool.view[:n].tobytes()
         ts = pool.clock.arrival(anc, now)
+        self._handle(data, ts, now)
+
+    def _handle(self, data: bytes, ts: float, now: float) -> None:
+        """One read's bytes, arrived at `ts` (the kernel's stamp), read at `now`."""
         if self.between and (ex := self.ex) is not None and not ex.outcome:
             # The common read, exactly one whole chunk of a plain hex size (a token), is
             # taken here; several chunks (tokens the read merged, a response's last read) or
@@ -167,7 +226,7 @@ class Conn:
                 line = data[:eol]
                 size = 0 if line.translate(None, _HEX) else int(line, 16)
                 end = eol + 2 + size
-                if size and end + 2 == n:
+                if size and end + 2 == len(data):
                     if self.flight is not None:
                         self.flight.last = now
                     try:
@@ -452,6 +511,7 @@ class Pool:
         self.clock = rxtime.ReadClock()  # replaced by the loop's in acquire()
         self.keeper = rxtime.keep_stamping()
         self.pacer: Pacer | None = None  # paced sends due before a read go first (poke)
+        self.fast = fast_reader()  # the common read in C; None: every read in Python
         netloc = u.hostname if u.port is None else f"{u.hostname}:{u.port}"
         if ":" in u.hostname:  # IPv6 literal
             netloc = f"[{u.hostname}]" + (f":{u.port}" if u.port else "")

@@ -120,6 +120,13 @@ class ReadClock:
             self._record(0.0)
         return ts
 
+    def note(self, now: float, ts: float, stamped: bool) -> None:
+        """A read stamped elsewhere (the C read path, _fastread.c), counted as arrival counts
+        its reads: how late it was read, or one more read without a stamp."""
+        if not stamped:
+            self.fallbacks += 1
+        self._record(now - ts if stamped else 0.0)
+
     def _record(self, delay: float) -> None:
         self.reads += 1
         if self.reads % self.stride == 0:

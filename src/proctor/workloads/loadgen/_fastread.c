@@ -1,0 +1,285 @@
+/* The raw client's common read in C: a streamed token of a completions response.
+ *
+ * At concurrency 1000 on one core the client's loop runs near the end of its core, and the
+ * Python of each read was half its CPU (bench/NOTES.md, *The common read in C*). This does,
+ * for one read, exactly what fasthttp.Conn._readable and sse.StreamState.feed's short path do
+ * in Python: recvmsg with the kernel receive stamp (rxtime.ReadClock.arrival's arithmetic, the
+ * clock offset read again every offset_s), and when the read is one whole HTTP chunk holding
+ * one `data: {...}` message whose object is the common token message (sse._common_text, for
+ * completions), the record's update (TTFT or one more ITL, the chunk count, the text). Any
+ * other read is left to the Python path, with its bytes in the buffer and its stamp: taken or
+ * not, the record comes out the same (tests/workloads/test_fastread.py).
+ *
+ * read_token(fd, buf, clock, state, record, offset_s) -> (n, ts, now, stamped, taken)
+ *   n: bytes read into buf (0: the peer closed); ts: when they arrived (perf_counter
+ *   seconds); now: when the read returned; stamped: ts is the kernel's; taken: the read was a
+ *   token and the record has it. Raises OSError as socket.recvmsg_into does (BlockingIOError
+ *   when nothing is there).
+ *
+ * Linux only (SO_TIMESTAMPNS); elsewhere the module does not build and the Python path runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#ifndef __linux__
+#error "the C read path needs Linux (SO_TIMESTAMPNS); the Python path runs elsewhere"
+#endif
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define MAX_BELIEVED_S 60.0 /* as rxtime.MAX_BELIEVED_S: a stamp older than this is not believed */
+#define SIZE_DIGITS 16      /* as fasthttp's find(b"\r\n", 0, 18): at most 16 hex digits */
+
+static PyObject *g_loads; /* orjson.loads, or json's where orjson is missing (sse.loads) */
+static PyObject *g_failed_finish; /* sse.FAILED_FINISH */
+static PyObject *k_choices, *k_usage, *k_finish, *k_text;
+static PyObject *a_got_first, *a_last, *a_st, *a_itl, *a_chunks, *a_pieces, *a_ttft, *a_off,
+    *a_off_until;
+
+static long long clock_ns(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* rxtime.clock_offset_ns: CLOCK_REALTIME minus CLOCK_MONOTONIC, from the closest of 3 pairs */
+static long long clock_offset_ns(void) {
+    long long best_gap = -1, best = 0;
+    for (int i = 0; i < 3; i++) {
+        long long before = clock_ns(CLOCK_MONOTONIC);
+        long long wall = clock_ns(CLOCK_REALTIME);
+        long long after = clock_ns(CLOCK_MONOTONIC);
+        if (best_gap < 0 || after - before < best_gap) {
+            best_gap = after - before;
+            /* Python's floor division of a non-negative sum */
+            best = wall - (before + after) / 2;
+        }
+    }
+    return best;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* sse._common_text for completions: the first choice's text, or NULL (borrowed) */
+static PyObject *common_text(PyObject *obj) {
+    if (!PyDict_CheckExact(obj)) return NULL;
+    PyObject *choices = PyDict_GetItemWithError(obj, k_choices);
+    if (!choices || !PyList_CheckExact(choices) || PyList_GET_SIZE(choices) == 0) return NULL;
+    PyObject *usage = PyDict_GetItemWithError(obj, k_usage);
+    if (usage && usage != Py_None) return NULL;
+    PyObject *first = PyList_GET_ITEM(choices, 0);
+    if (!PyDict_CheckExact(first)) return NULL;
+    PyObject *reason = PyDict_GetItemWithError(first, k_finish);
+    if (reason && reason != Py_None) {
+        if (!PyUnicode_CheckExact(reason)) return NULL;
+        int failed = PySet_Contains(g_failed_finish, reason);
+        if (failed != 0) return NULL; /* 1: a failed finish; -1: an exception */
+    }
+    PyObject *text = PyDict_GetItemWithError(first, k_text);
+    return text && PyUnicode_CheckExact(text) ? text : NULL;
+}
+
+/* The token into the record, as StreamState.feed's short path: 0, or -1 with an exception */
+static int take(PyObject *state, PyObject *record, double ts, PyObject *text) {
+    PyObject *got = PyObject_GetAttr(state, a_got_first);
+    if (!got) return -1;
+    int got_first = PyObject_IsTrue(got);
+    Py_DECREF(got);
+    if (got_first < 0) return -1;
+    if (got_first) {
+        PyObject *last = PyObject_GetAttr(state, a_last);
+        if (!last) return -1;
+        double l = PyFloat_AsDouble(last);
+        Py_DECREF(last);
+        if (l == -1.0 && PyErr_Occurred()) return -1;
+        PyObject *itl = PyObject_GetAttr(record, a_itl);
+        if (!itl) return -1;
+        PyObject *gap = PyFloat_FromDouble(ts - l);
+        int r = gap ? PyList_Append(itl, gap) : -1;
+        Py_XDECREF(gap);
+        Py_DECREF(itl);
+        if (r < 0) return -1;
+    } else {
+        if (PyObject_SetAttr(state, a_got_first, Py_True) < 0) return -1;
+        PyObject *st = PyObject_GetAttr(state, a_st);
+        if (!st) return -1;
+        double s = PyFloat_AsDouble(st);
+        Py_DECREF(st);
+        if (s == -1.0 && PyErr_Occurred()) return -1;
+        PyObject *ttft = PyFloat_FromDouble(ts - s);
+        int r = ttft ? PyObject_SetAttr(record, a_ttft, ttft) : -1;
+        Py_XDECREF(ttft);
+        if (r < 0) return -1;
+    }
+    PyObject *tsf = PyFloat_FromDouble(ts);
+    int r = tsf ? PyObject_SetAttr(state, a_last, tsf) : -1;
+    Py_XDECREF(tsf);
+    if (r < 0) return -1;
+    PyObject *chunks = PyObject_GetAttr(record, a_chunks);
+    if (!chunks) return -1;
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *more = one ? PyNumber_Add(chunks, one) : NULL;
+    Py_XDECREF(one);
+    Py_DECREF(chunks);
+    r = more ? PyObject_SetAttr(record, a_chunks, more) : -1;
+    Py_XDECREF(more);
+    if (r < 0) return -1;
+    PyObject *pieces = PyObject_GetAttr(state, a_pieces);
+    if (!pieces) return -1;
+    r = PyList_Append(pieces, text);
+    Py_DECREF(pieces);
+    return r;
+}
+
+/* 1: the read is one whole chunk of one common token message, taken into the record;
+ * 0: it is not (the Python path takes it); -1: an exception (the record's attributes) */
+static int token(const char *d, Py_ssize_t n, double ts, PyObject *state, PyObject *record) {
+    Py_ssize_t i = 0;
+    unsigned long long hex = 0; /* 16 digits fit */
+    while (i < n && i < SIZE_DIGITS && hexval(d[i]) >= 0) hex = hex * 16 + hexval(d[i++]);
+    /* fasthttp: eol > 0, a plain hex size, size and end + 2 == n */
+    if (i == 0 || i + 1 >= n || d[i] != '\r' || d[i + 1] != '\n' || hex == 0 ||
+        hex > (unsigned long long)n || i + 2 + (Py_ssize_t)hex + 2 != n)
+        return 0;
+    Py_ssize_t size = (Py_ssize_t)hex;
+    const char *b = d + i + 2;
+    /* feed: data[:7] == b"data: {", the first LF from 7 at len - 2, ending in LF, no CR */
+    if (size < 9 || memcmp(b, "data: {", 7) != 0 || b[size - 2] != '\n' ||
+        b[size - 1] != '\n' || memchr(b + 7, '\n', size - 9) || memchr(b, '\r', size))
+        return 0;
+    PyObject *body = PyBytes_FromStringAndSize(b + 6, size - 8);
+    if (!body) return -1;
+    PyObject *obj = PyObject_CallOneArg(g_loads, body);
+    Py_DECREF(body);
+    if (!obj) { /* not JSON: the whole way says why, from the same bytes */
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *text = common_text(obj);
+    if (!text) {
+        Py_DECREF(obj);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_INCREF(text);
+    Py_DECREF(obj);
+    int r = take(state, record, ts, text);
+    Py_DECREF(text);
+    return r < 0 ? -1 : 1;
+}
+
+static PyObject *read_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "read_token(fd, buf, clock, state, record, offset_s)");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred()) return NULL;
+    PyObject *clock = args[2], *state = args[3], *record = args[4];
+    double offset_s = PyFloat_AsDouble(args[5]);
+    if (offset_s == -1.0 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) < 0) return NULL;
+    char ctrl[CMSG_SPACE(sizeof(struct timespec))];
+    struct iovec iov = {view.buf, (size_t)view.len};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    ssize_t n = recvmsg((int)fd, &msg, 0);
+    if (n < 0) {
+        PyBuffer_Release(&view);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    /* perf_counter: CLOCK_MONOTONIC, seconds as CPython makes them (ns / 1e9) */
+    double now = (double)clock_ns(CLOCK_MONOTONIC) / 1e9;
+    double ts = now;
+    int stamped = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS ||
+            c->cmsg_len < CMSG_LEN(sizeof(struct timespec)))
+            continue;
+        struct timespec t;
+        memcpy(&t, CMSG_DATA(c), sizeof t);
+        PyObject *until = PyObject_GetAttr(clock, a_off_until);
+        if (!until) goto fail;
+        double u = PyFloat_AsDouble(until);
+        Py_DECREF(until);
+        if (u == -1.0 && PyErr_Occurred()) goto fail;
+        long long off;
+        if (now > u) { /* the clocks' offset, read again every offset_s */
+            off = clock_offset_ns();
+            PyObject *o = PyLong_FromLongLong(off), *nu = PyFloat_FromDouble(now + offset_s);
+            int r = o && nu ? PyObject_SetAttr(clock, a_off, o) : -1;
+            if (!r) r = PyObject_SetAttr(clock, a_off_until, nu);
+            Py_XDECREF(o);
+            Py_XDECREF(nu);
+            if (r) goto fail;
+        } else {
+            PyObject *o = PyObject_GetAttr(clock, a_off);
+            if (!o) goto fail;
+            off = PyLong_AsLongLong(o);
+            Py_DECREF(o);
+            if (off == -1 && PyErr_Occurred()) goto fail;
+        }
+        /* integer nanoseconds, then seconds: a float of epoch seconds keeps only ~0.24 us */
+        double v = (double)((long long)t.tv_sec * 1000000000LL + t.tv_nsec - off) * 1e-9;
+        if (v > now - MAX_BELIEVED_S) {
+            ts = v < now ? v : now;
+            stamped = 1;
+        }
+        break; /* the only control message asked for */
+    }
+    int taken = n > 0 ? token(view.buf, n, ts, state, record) : 0;
+    PyBuffer_Release(&view);
+    if (taken < 0) return NULL;
+    return Py_BuildValue("(nddOO)", (Py_ssize_t)n, ts, now, stamped ? Py_True : Py_False,
+                         taken ? Py_True : Py_False);
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"read_token", (PyCFunction)(void (*)(void))read_token, METH_FASTCALL,
+     "read_token(fd, buf, clock, state, record, offset_s) -> (n, ts, now, stamped, taken)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastread",
+                                    "The raw client's common read in C.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__fastread(void) {
+    PyObject *sse = PyImport_ImportModule("proctor.workloads.loadgen.sse");
+    if (!sse) return NULL;
+    g_loads = PyObject_GetAttrString(sse, "loads"); /* the parser the Python path uses */
+    g_failed_finish = PyObject_GetAttrString(sse, "FAILED_FINISH");
+    Py_DECREF(sse);
+    if (!g_loads || !g_failed_finish) return NULL;
+#define INTERN(var, s) \
+    if (!(var = PyUnicode_InternFromString(s))) return NULL
+    INTERN(k_choices, "choices");
+    INTERN(k_usage, "usage");
+    INTERN(k_finish, "finish_reason");
+    INTERN(k_text, "text");
+    INTERN(a_got_first, "got_first");
+    INTERN(a_last, "last");
+    INTERN(a_st, "st");
+    INTERN(a_itl, "itl");
+    INTERN(a_chunks, "chunks");
+    INTERN(a_pieces, "pieces");
+    INTERN(a_ttft, "ttft");
+    INTERN(a_off, "off");
+    INTERN(a_off_until, "off_until");
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,296 @@
+"""The raw client's common read in C (loadgen/_fastread.c) leaves the record the Python read
+path leaves: every read of a real loopback TCP connection goes through the C path, and the
+same bytes with the same stamp through the Python path of a second connection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proctor.workloads.loadgen import fasthttp, rxtime
+from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.records import RequestRecord
+from proctor.workloads.loadgen.sse import StreamState
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _token(text: object = " t", **extra: object) -> bytes:
+    first: dict[str, object] = {"index": 0, "text": text, "logprobs": None}
+    first.update(extra)
+    return b"data: " + json.dumps({"id": "c", "choices": [first]}).encode() + b"\n\n"
+
+
+# What a completions stream may carry: common tokens mostly (the C path's), and each shape
+# the C path must leave to Python: usage, a failed or odd finish_reason, a text that is not
+# a string, no choices, an error, [DONE], a comment, bad JSON, a CR line end, escapes.
+MESSAGES = [
+    _token(),
+    _token(),
+    _token(' \u00e9\n"\\x'),
+    _token(""),
+    _token(finish_reason="length"),
+    _token(finish_reason="stop", stop_reason=None),
+    b'data: {"choices":[{"index":0,"text":"u"}],"usage":null}\n\n',
+    b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n',
+    b'data: {"choices":[{"index":0,"text":"u"}],"usage":{"completion_tokens":1}}\n\n',
+    _token(finish_reason="abort"),
+    _token(finish_reason="error"),
+    _token(finish_reason=["error"]),
+    _token(7),
+    _token(None),
+    b'data: {"choices":"c"}\n\n',
+    b'data: {"error":{"message":"boom"}}\n\n',
+    b"data: [DONE]\n\n",
+    b": keep-alive\n\n",
+    b"data: {not json\n\n",
+    b'data: {"choices":[{"index":0,"text":"r"}]}\r\n\r\n',
+    b'data: {"choices":[{"index":0,"text":"q"}]}\r\n\n',
+    b'data: {"choices":\r\r[{"index":0,"text":"w"}]}\n\n',
+    b'data: {"choices":\n[{"index":0,"text":"v"}]}\n\n',
+    b'data: {"choices":[{"index":0,"text":"a"}]}\n\ndata: {"choices":[{"index":0,"text":"b"}]}\n\n',
+    b'data: {"choices":[{"index":0,"text":"l"}]}\n',
+    b"\n",
+]
+
+
+class _Spy(fasthttp.Conn):
+    """A Conn that notes every read it handles in Python, and every read the C path took,
+    with the read's bytes and stamp: the second connection is handed the same."""
+
+    __slots__ = ("seen",)
+
+    def _handle(self, data: bytes, ts: float, now: float) -> None:
+        self.seen.append((data, ts, now))
+        super()._handle(data, ts, now)
+
+
+class _Loop:
+    def remove_reader(self, fd: int) -> None: ...
+    def remove_writer(self, fd: int) -> None: ...
+
+
+class _Sock:
+    def close(self) -> None: ...
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.conns: set[fasthttp.Conn] = set()
+        self.idle: list[fasthttp.Conn] = []
+
+
+@pytest.fixture(scope="module")
+def fast() -> Any:
+    if fasthttp._read_token is None:
+        pytest.fail(
+            "the C read path did not build (proctor.workloads.loadgen._fastread): install "
+            "with a C compiler and Python's headers (python3-dev)"
+        )
+    return fasthttp._read_token
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+@pytest.fixture(scope="module")
+def listener() -> Iterator[socket.socket]:
+    s = socket.create_server(("127.0.0.1", 0))
+    yield s
+    s.close()
+
+
+def _state(conn: fasthttp.Conn, ex: fasthttp._Exchange) -> tuple[object, ...]:
+    st = ex.state
+    between = None if conn.closed else conn.between
+    return (ex.outcome, ex.record.to_dict(), st.pieces, st.got_first, st.last, st.tail, st.cr,
+            st.usage_tokens, conn.closed, between)  # fmt: skip
+
+
+def _both(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any, reads: list[bytes]
+) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], int]:
+    """Each read sent over loopback TCP and read by a Conn with the C path; the same bytes and
+    stamps handed to a second Conn's Python path. Their states after each read, and how many
+    reads the C path took."""
+    pool = fasthttp.Pool(BenchConfig(base_url=f"http://127.0.0.1:{listener.getsockname()[1]}"))
+    pool.clock = rxtime.ReadClock()
+    pool.clock.start()
+    taken = 0
+
+    def c_path(*args: Any) -> Any:
+        nonlocal taken
+        got = fast(*args)
+        if got[4]:  # the second connection reads these bytes in Python
+            taken += 1
+            a.seen.append((bytes(memoryview(args[1])[: got[0]]), got[1], got[2]))
+        return got
+
+    pool.fast = c_path
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    try:
+        client.setblocking(False)
+        rxtime.enable(client)
+        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        a = _Spy(pool, client, loop)
+        a.seen = []
+        b = fasthttp.Conn.__new__(fasthttp.Conn)
+        b.pool, b.sock, b.loop = _Pool(), _Sock(), _Loop()  # type: ignore[assignment]
+        b.fd, b.closed, b.flight, b.pending = -1, False, None, b""
+        b._reset()
+        exs = []
+        for conn in (a, b):
+            rec = RequestRecord(index=0, prompt_len=1, expected_output_len=64)
+            ex = fasthttp._Exchange(rec, StreamState(rec, False, 0.5), loop.create_future())
+            conn.ex = ex
+            exs.append(ex)
+        got_a, got_b = [], []
+        for data in reads:
+            if exs[0].outcome or a.closed:
+                break
+            server.sendall(data)
+            deadline = time.monotonic() + 5
+            before = len(a.seen)
+            while len(a.seen) == before and time.monotonic() < deadline:
+                a._readable()  # nothing there yet: BlockingIOError, handled
+            for read in a.seen[before:]:
+                b._handle(*read)
+            got_a.append(_state(a, exs[0]))
+            got_b.append(_state(b, exs[1]))
+        return got_a, got_b, taken
+    finally:
+        server.close()
+        if not a.closed:
+            a._close()
+        pool.close()
+
+
+@st.composite
+def _reads(draw: st.DrawFn) -> list[bytes]:
+    """A response as its reads: the head, then mostly one chunk of one message a read (the C
+    path's read), sometimes two chunks, a chunk cut, an uppercase or zero-padded size, an
+    extension; then the last chunk."""
+    reads = [HEAD]
+    for msg in draw(st.lists(st.sampled_from(MESSAGES), min_size=1, max_size=10)):
+        size = draw(st.sampled_from([b"%x", b"%x", b"%X", b"00%x", b"%x;e=1"])) % len(msg)
+        chunk = size + b"\r\n" + msg + b"\r\n"
+        how = draw(st.sampled_from(["alone", "alone", "alone", "with the last", "cut"]))
+        if how == "with the last" and len(reads) > 1:
+            reads[-1] += chunk
+        elif how == "cut":
+            at = draw(st.integers(1, len(chunk) - 1))
+            reads += [chunk[:at], chunk[at:]]
+        else:
+            reads.append(chunk)
+    reads.append(b"0\r\n\r\n")
+    return reads
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reads=_reads())
+def test_the_c_path_leaves_the_record_of_the_python_path(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any, reads: list[bytes]
+) -> None:
+    got_c, got_py, _ = _both(loop, listener, fast, reads)
+    assert got_c == got_py
+
+
+def test_a_common_token_takes_the_c_path_and_its_kernel_stamp(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """The test above would pass with no C path at all: here every token is taken in C, the
+    record holds them, and each is stamped by the kernel, before the read returned."""
+    reads = [HEAD] + [b"%x\r\n%s\r\n" % (len(_token()), _token())] * 5
+    got_c, got_py, taken = _both(loop, listener, fast, reads)
+    assert taken == 5 and got_c == got_py
+    rec = got_c[-1][1]
+    assert isinstance(rec, dict) and rec["chunks"] == 5 and len(rec["itl"]) == 4
+    assert got_c[-1][2] == [" t"] * 5
+
+
+def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(listener: socket.socket) -> None:
+    """A read returned by the C path carries the kernel's stamp of the segment, on
+    perf_counter's clock: before the read returned, after it was sent, and the same as the
+    Python path's ReadClock.arrival gives for a twin segment sent at the same moment."""
+    if fasthttp._read_token is None:
+        pytest.fail("the C read path did not build")
+    pairs = []
+    for _ in range(2):
+        c = socket.create_connection(listener.getsockname())
+        s, _ = listener.accept()
+        c.setblocking(False)
+        rxtime.enable(c)
+        pairs.append((c, s))
+    try:
+        clock = rxtime.ReadClock()
+        rec = RequestRecord(index=0, prompt_len=1, expected_output_len=4)
+        state = StreamState(rec, False, 0.0)
+        msg = b"%x\r\n%s\r\n" % (len(_token()), _token())
+        time.sleep(0.02)  # the kernel's stamping switch is on by now
+        sent = time.perf_counter()
+        for _, s in pairs:
+            s.sendall(msg)
+        time.sleep(0.05)  # read 50 ms after arrival: a loop-time stamp would be that late
+        buf = bytearray(1 << 16)
+        n, ts, now, stamped, taken = fasthttp._read_token(
+            pairs[0][0].fileno(), buf, clock, state, rec, rxtime.OFFSET_S
+        )
+        py_n, anc, _, _ = pairs[1][0].recvmsg_into([bytearray(1 << 16)], rxtime.ANC_SPACE)
+        py_ts = clock.arrival(anc, time.perf_counter())
+    finally:
+        for c, s in pairs:
+            c.close()
+            s.close()
+    assert (n, stamped, taken) == (len(msg), True, True) and py_n == len(msg)
+    assert sent <= ts < sent + 0.02 < now and ts <= now
+    assert abs(ts - py_ts) < 0.005
+    assert rec.ttft == ts and state.last == ts and rec.chunks == 1
+
+
+def test_the_c_path_reports_the_peer_closing_and_a_reset(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """EOF and ECONNRESET read by the C path end the request as the Python path does:
+    disconnect, with the reason."""
+    for how in ("close", "reset"):
+        pool = fasthttp.Pool(BenchConfig(base_url="http://127.0.0.1:9"))
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+        client.setblocking(False)
+        conn = fasthttp.Conn(pool, client, loop)
+        rec = RequestRecord(index=0, prompt_len=1, expected_output_len=4)
+        ex = fasthttp._Exchange(rec, StreamState(rec, False, 0.0), loop.create_future())
+        conn.ex = ex
+        server.sendall(HEAD)
+        time.sleep(0.01)
+        conn._readable()
+        assert conn.between
+        if how == "reset":  # RST on close: SO_LINGER with a zero timeout
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        server.close()
+        time.sleep(0.01)
+        conn._readable()
+        assert ex.outcome == "disconnect", (how, ex.outcome, rec.error)
+        assert ("Reset" in rec.error) == (how == "reset")
+        pool.close()
+
+
+def test_proctor_fastread_0_keeps_every_read_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fasthttp.FASTREAD_ENV, "0")
+    assert fasthttp.Pool(BenchConfig(base_url="http://127.0.0.1:9")).fast is None
+    monkeypatch.delenv(fasthttp.FASTREAD_ENV)
+    assert fasthttp.Pool(BenchConfig(base_url="http://127.0.0.1:9")).fast is not None
