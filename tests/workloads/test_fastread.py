@@ -8,8 +8,10 @@ import asyncio
 import json
 import socket
 import struct
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +21,11 @@ from hypothesis import strategies as st
 from proctor.workloads.loadgen import fasthttp, rxtime
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.records import RequestRecord
+from proctor.workloads.loadgen.runner import run_benchmark
 from proctor.workloads.loadgen.sse import StreamState
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from emulator import start_emulator
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -294,3 +300,26 @@ def test_proctor_fastread_0_keeps_every_read_in_python(monkeypatch: pytest.Monke
     assert fasthttp.Pool(BenchConfig(base_url="http://127.0.0.1:9")).fast is None
     monkeypatch.delenv(fasthttp.FASTREAD_ENV)
     assert fasthttp.Pool(BenchConfig(base_url="http://127.0.0.1:9")).fast is not None
+
+
+@pytest.mark.parametrize("setting", ["", "0"])
+def test_a_bench_reads_its_tokens_in_c_and_says_so(
+    setting: str, fast: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole bench against emu.c (tokens 2 ms apart): every record complete, the same with
+    the C path and without it (PROCTOR_FASTREAD=0), and metrics.json's client says which."""
+    monkeypatch.setenv(fasthttp.FASTREAD_ENV, setting)
+    with start_emulator(procs=1, ttft_ms=2.0, itl_ms=2.0) as emu:
+        assert emu.kind == "c"
+        cfg = BenchConfig(
+            base_url=emu.base_url, model="emulator", tokenizer_mode="approx", isl=8, osl=16,
+            range_ratio=0.0, progress=False, log_every_s=0, concurrency=8, num_prompts=32,
+            num_warmups=0,
+        )  # fmt: skip
+        res = run_benchmark(cfg)
+    assert res.metrics.completed == 32 and res.metrics.failed == 0
+    for r in res.measured:
+        assert (r.chunks, r.output_tokens, len(r.itl), r.saw_done) == (16, 16, 15, True)
+        assert 0.0015 < r.ttft < 0.1 and all(g >= 0 for g in r.itl)
+    assert res.client is not None
+    assert res.client["reader"] == ("Python" if setting == "0" else "C")

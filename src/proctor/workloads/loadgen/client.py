@@ -26,7 +26,7 @@ import aiohttp
 
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.deadlines import Flight, for_loop, settle
-from proctor.workloads.loadgen.fasthttp import Pool, exchange
+from proctor.workloads.loadgen.fasthttp import Pool, exchange, fast_reader
 from proctor.workloads.loadgen.pacer import Pacer
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.sse import ERROR_EXCERPT, Malformed, StreamState
@@ -99,6 +99,12 @@ def build_payload(cfg: BenchConfig, model: str, req: PlannedRequest) -> tuple[st
     if cfg.ignore_eos:
         body["ignore_eos"] = True  # sent only when asked: strict servers reject unknown fields
     return path, json.dumps(body).encode()
+
+
+def read_path(cfg: BenchConfig) -> str:
+    """ "C" where the raw client reads with _fastread.c (a completions token of a closed loop;
+    every other read stays in Python), else "Python": metrics.json "client".reader."""
+    return "C" if http_path(cfg) == "fast" and fast_reader() is not None else "Python"
 
 
 def http_path(cfg: BenchConfig) -> str:

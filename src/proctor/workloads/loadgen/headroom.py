@@ -175,7 +175,12 @@ class Probe:
 
 
 def summarize(
-    samples: list[Sample], *, path: str, loop: str, itls: list[float] | None = None
+    samples: list[Sample],
+    *,
+    path: str,
+    loop: str,
+    itls: list[float] | None = None,
+    reader: str | None = None,
 ) -> dict[str, Any]:
     """metrics.json "client" from every client process's sample (and the measured requests'
     ITLs, for the tokens that shared a read with the next one)."""
@@ -217,6 +222,7 @@ def summarize(
             "tokens_sharing_a_read_fraction": SHARED_READ_BOUND,
         },
         "path": path,
+        "reader": reader,  # client.read_path: "C" or "Python"
         "loop": loop,
         "processes": len(samples),
         "cores": [s.cores for s in samples],

@@ -30,7 +30,13 @@ from proctor.jobs.documents import BENCH_SCHEMA, BENCH_VERSION, BenchDocument, w
 from proctor.results.validity import judge_validity, sent_rates, ttft_trend
 from proctor.version import __version__
 from proctor.workloads.loadgen import cores, prefix_counters, repeats, request_ids
-from proctor.workloads.loadgen.client import PlannedRequest, http_path, make_session, open_sender
+from proctor.workloads.loadgen.client import (
+    PlannedRequest,
+    http_path,
+    make_session,
+    open_sender,
+    read_path,
+)
 from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.conformance import conformance_report, prompts_sha256
 from proctor.workloads.loadgen.dataset import LocalTokenizer
@@ -341,7 +347,9 @@ def run_benchmark(cfg: BenchConfig, out_dir: Path | None = None) -> BenchResult:
     metrics = per_repeat[0] if len(per_repeat) == 1 else repeats.combine(per_repeat)
     prefix = windows[0] if len(windows) == 1 else prefix_counters.merge(windows)
     itls = [g for r in records if r.success and not r.warmup for g in r.itl]
-    client = summarize(samples, path=http_path(cfg), loop=loop_name(), itls=itls)
+    client = summarize(
+        samples, path=http_path(cfg), loop=loop_name(), itls=itls, reader=read_path(cfg)
+    )
     res = BenchResult(
         cfg,
         model,
