@@ -36,6 +36,16 @@ def _token(text: object = " t", **extra: object) -> bytes:
     return b"data: " + json.dumps({"id": "c", "choices": [first]}).encode() + b"\n\n"
 
 
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+# What ends or fails a stream of either kind, and what is no message at all.
+ENDS = [
+    USAGE,
+    b'data: {"error":{"message":"boom"}}\n\n',
+    b"data: [DONE]\n\n",
+    b": keep-alive\n\n",
+    b"data: {not json\n\n",
+]
+
 # What a completions stream may carry: common tokens mostly (the C path's), and each shape
 # the C path must leave to Python: usage, a failed or odd finish_reason, a text that is not
 # a string, no choices, an error, [DONE], a comment, bad JSON, a CR line end, escapes.
@@ -47,7 +57,6 @@ MESSAGES = [
     _token(finish_reason="length"),
     _token(finish_reason="stop", stop_reason=None),
     b'data: {"choices":[{"index":0,"text":"u"}],"usage":null}\n\n',
-    b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n',
     b'data: {"choices":[{"index":0,"text":"u"}],"usage":{"completion_tokens":1}}\n\n',
     _token(finish_reason="abort"),
     _token(finish_reason="error"),
@@ -55,10 +64,7 @@ MESSAGES = [
     _token(7),
     _token(None),
     b'data: {"choices":"c"}\n\n',
-    b'data: {"error":{"message":"boom"}}\n\n',
-    b"data: [DONE]\n\n",
-    b": keep-alive\n\n",
-    b"data: {not json\n\n",
+    *ENDS,
     b'data: {"choices":[{"index":0,"text":"r"}]}\r\n\r\n',
     b'data: {"choices":[{"index":0,"text":"q"}]}\r\n\n',
     b'data: {"choices":\r\r[{"index":0,"text":"w"}]}\n\n',
@@ -66,6 +72,35 @@ MESSAGES = [
     b'data: {"choices":[{"index":0,"text":"a"}]}\n\ndata: {"choices":[{"index":0,"text":"b"}]}\n\n',
     b'data: {"choices":[{"index":0,"text":"l"}]}\n',
     b"\n",
+]
+
+
+def _delta(delta: object, **extra: object) -> bytes:
+    first: dict[str, object] = {"index": 0, "delta": delta, "logprobs": None}
+    first.update(extra)
+    return b"data: " + json.dumps({"id": "c", "choices": [first]}).encode() + b"\n\n"
+
+
+# A chat stream's: the role-only opener (not a token before the first), content tokens,
+# reasoning (the whole way), a delta without content, and the ends and failures as above.
+CHAT_MESSAGES = [
+    _delta({"role": "assistant", "content": ""}),
+    _delta({"role": "assistant"}),
+    _delta({"content": " t"}),
+    _delta({"content": " t"}),
+    _delta({"content": ""}),
+    _delta({"content": ' \u00e9\n"\\x'}),
+    _delta({"role": "assistant", "content": "r"}),
+    _delta({"content": "x", "reasoning_content": "think"}),
+    _delta({"reasoning": "think"}),
+    _delta({"content": "y", "reasoning": "think"}),
+    _delta({"content": None}),
+    _delta({}),
+    _delta([{"content": "l"}]),
+    _delta({"content": "s"}, finish_reason="stop"),
+    _delta({"content": "a"}, finish_reason="abort"),
+    b'data: {"choices":[{"index":0,"delta":{"content":"u"}}],"usage":null}\n\n',
+    *ENDS,
 ]
 
 
@@ -127,7 +162,11 @@ def _state(conn: fasthttp.Conn, ex: fasthttp._Exchange) -> tuple[object, ...]:
 
 
 def _both(
-    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any, reads: list[bytes]
+    loop: asyncio.AbstractEventLoop,
+    listener: socket.socket,
+    fast: Any,
+    reads: list[bytes],
+    chat: bool = False,
 ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], int]:
     """Each read sent over loopback TCP and read by a Conn with the C path; the same bytes and
     stamps handed to a second Conn's Python path. Their states after each read, and how many
@@ -161,7 +200,7 @@ def _both(
         exs = []
         for conn in (a, b):
             rec = RequestRecord(index=0, prompt_len=1, expected_output_len=64)
-            ex = fasthttp._Exchange(rec, StreamState(rec, False, 0.5), loop.create_future())
+            ex = fasthttp._Exchange(rec, StreamState(rec, chat, 0.5), loop.create_future())
             conn.ex = ex
             exs.append(ex)
         got_a, got_b = [], []
@@ -186,12 +225,12 @@ def _both(
 
 
 @st.composite
-def _reads(draw: st.DrawFn) -> list[bytes]:
+def _reads(draw: st.DrawFn, messages: list[bytes]) -> list[bytes]:
     """A response as its reads: the head, then mostly one chunk of one message a read (the C
     path's read), sometimes two chunks, a chunk cut, an uppercase or zero-padded size, an
     extension; then the last chunk."""
     reads = [HEAD]
-    for msg in draw(st.lists(st.sampled_from(MESSAGES), min_size=1, max_size=10)):
+    for msg in draw(st.lists(st.sampled_from(messages), min_size=1, max_size=10)):
         size = draw(st.sampled_from([b"%x", b"%x", b"%X", b"00%x", b"%x;e=1"])) % len(msg)
         chunk = size + b"\r\n" + msg + b"\r\n"
         how = draw(st.sampled_from(["alone", "alone", "alone", "with the last", "cut"]))
@@ -207,12 +246,34 @@ def _reads(draw: st.DrawFn) -> list[bytes]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(reads=_reads())
+@given(reads=_reads(MESSAGES))
 def test_the_c_path_leaves_the_record_of_the_python_path(
     loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any, reads: list[bytes]
 ) -> None:
     got_c, got_py, _ = _both(loop, listener, fast, reads)
     assert got_c == got_py
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reads=_reads(CHAT_MESSAGES))
+def test_the_c_path_leaves_the_record_of_the_python_path_for_chat(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any, reads: list[bytes]
+) -> None:
+    got_c, got_py, _ = _both(loop, listener, fast, reads, chat=True)
+    assert got_c == got_py
+
+
+def test_a_chat_stream_s_opener_and_tokens_take_the_c_path(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """vLLM's chat opener (role, empty content) is read in C and is no token; the tokens after
+    it are, and the record holds them."""
+    msgs = [_delta({"role": "assistant", "content": ""})] + [_delta({"content": " t"})] * 3
+    reads = [HEAD] + [b"%x\r\n%s\r\n" % (len(m), m) for m in msgs]
+    got_c, got_py, taken = _both(loop, listener, fast, reads, chat=True)
+    assert taken == 4 and got_c == got_py
+    rec = got_c[-1][1]
+    assert isinstance(rec, dict) and rec["chunks"] == 3 and len(rec["itl"]) == 2
 
 
 def test_a_common_token_takes_the_c_path_and_its_kernel_stamp(
@@ -253,7 +314,7 @@ def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(listener: socket.soc
         time.sleep(0.05)  # read 50 ms after arrival: a loop-time stamp would be that late
         buf = bytearray(1 << 16)
         n, ts, now, stamped, taken = fasthttp._read_token(
-            pairs[0][0].fileno(), buf, clock, state, rec, rxtime.OFFSET_S
+            pairs[0][0].fileno(), buf, clock, state, rec, rxtime.OFFSET_S, False
         )
         py_n, anc, _, _ = pairs[1][0].recvmsg_into([bytearray(1 << 16)], rxtime.ANC_SPACE)
         py_ts = clock.arrival(anc, time.perf_counter())
@@ -323,3 +384,18 @@ def test_a_bench_reads_its_tokens_in_c_and_says_so(
         assert 0.0015 < r.ttft < 0.1 and all(g >= 0 for g in r.itl)
     assert res.client is not None
     assert res.client["reader"] == ("Python" if setting == "0" else "C")
+
+
+@pytest.mark.parametrize(
+    ("chat", "msg"),
+    [(False, m) for m in MESSAGES] + [(True, m) for m in CHAT_MESSAGES],
+)
+def test_each_message_read_alone_gives_the_python_path_s_record(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any, chat: bool, msg: bytes
+) -> None:
+    """Every shape, in a read of its own before a token and after one (the property tests
+    above draw them at random; this one meets each for sure)."""
+    tok = _delta({"content": " t"}) if chat else _token()
+    reads = [HEAD] + [b"%x\r\n%s\r\n" % (len(m), m) for m in (msg, tok, msg, tok)]
+    got_c, got_py, _ = _both(loop, listener, fast, reads, chat=chat)
+    assert got_c == got_py

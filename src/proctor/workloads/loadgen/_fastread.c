@@ -1,16 +1,17 @@
-/* The raw client's common read in C: a streamed token of a completions response.
+/* The raw client's common read in C: a streamed token of a completions or chat response.
  *
  * At concurrency 1000 on one core the client's loop runs near the end of its core, and the
  * Python of each read was half its CPU (bench/NOTES.md, *The common read in C*). This does,
  * for one read, exactly what fasthttp.Conn._readable and sse.StreamState.feed's short path do
  * in Python: recvmsg with the kernel receive stamp (rxtime.ReadClock.arrival's arithmetic, the
  * clock offset read again every offset_s), and when the read is one whole HTTP chunk holding
- * one `data: {...}` message whose object is the common token message (sse._common_text, for
- * completions), the record's update (TTFT or one more ITL, the chunk count, the text). Any
+ * one `data: {...}` message whose object is the common token message (sse._common_text: a
+ * completions text or a chat delta's content; a chat stream's role-only opener is taken as
+ * feed takes it, as no token), the record's update (TTFT or one more ITL, the chunk count, the text). Any
  * other read is left to the Python path, with its bytes in the buffer and its stamp: taken or
  * not, the record comes out the same (tests/workloads/test_fastread.py).
  *
- * read_token(fd, buf, clock, state, record, offset_s) -> (n, ts, now, stamped, taken)
+ * read_token(fd, buf, clock, state, record, offset_s, chat) -> (n, ts, now, stamped, taken)
  *   n: bytes read into buf (0: the peer closed); ts: when they arrived (perf_counter
  *   seconds); now: when the read returned; stamped: ts is the kernel's; taken: the read was a
  *   token and the record has it. Raises OSError as socket.recvmsg_into does (BlockingIOError
@@ -35,7 +36,8 @@
 
 static PyObject *g_loads; /* orjson.loads, or json's where orjson is missing (sse.loads) */
 static PyObject *g_failed_finish; /* sse.FAILED_FINISH */
-static PyObject *k_choices, *k_usage, *k_finish, *k_text;
+static PyObject *k_choices, *k_usage, *k_finish, *k_text, *k_delta, *k_content,
+    *k_reasoning_content, *k_reasoning, *k_role;
 static PyObject *a_got_first, *a_last, *a_st, *a_itl, *a_chunks, *a_pieces, *a_ttft, *a_off,
     *a_off_until;
 
@@ -68,8 +70,9 @@ static int hexval(char c) {
     return -1;
 }
 
-/* sse._common_text for completions: the first choice's text, or NULL (borrowed) */
-static PyObject *common_text(PyObject *obj) {
+/* sse._common_text: the first choice's text (a chat delta's content), or NULL (borrowed);
+ * *delta_out is the chat delta (borrowed), for _role_only */
+static PyObject *common_text(PyObject *obj, int chat, PyObject **delta_out) {
     if (!PyDict_CheckExact(obj)) return NULL;
     PyObject *choices = PyDict_GetItemWithError(obj, k_choices);
     if (!choices || !PyList_CheckExact(choices) || PyList_GET_SIZE(choices) == 0) return NULL;
@@ -83,7 +86,18 @@ static PyObject *common_text(PyObject *obj) {
         int failed = PySet_Contains(g_failed_finish, reason);
         if (failed != 0) return NULL; /* 1: a failed finish; -1: an exception */
     }
-    PyObject *text = PyDict_GetItemWithError(first, k_text);
+    PyObject *text;
+    if (!chat) {
+        text = PyDict_GetItemWithError(first, k_text);
+    } else {
+        PyObject *delta = PyDict_GetItemWithError(first, k_delta);
+        if (!delta || !PyDict_CheckExact(delta)) return NULL;
+        int has = PyDict_Contains(delta, k_reasoning_content);
+        if (has == 0) has = PyDict_Contains(delta, k_reasoning);
+        if (has != 0) return NULL; /* 1: reasoning, the whole way; -1: an exception */
+        *delta_out = delta;
+        text = PyDict_GetItemWithError(delta, k_content);
+    }
     return text && PyUnicode_CheckExact(text) ? text : NULL;
 }
 
@@ -141,7 +155,8 @@ static int take(PyObject *state, PyObject *record, double ts, PyObject *text) {
 
 /* 1: the read is one whole chunk of one common token message, taken into the record;
  * 0: it is not (the Python path takes it); -1: an exception (the record's attributes) */
-static int token(const char *d, Py_ssize_t n, double ts, PyObject *state, PyObject *record) {
+static int token(const char *d, Py_ssize_t n, double ts, int chat, PyObject *state,
+                 PyObject *record) {
     Py_ssize_t i = 0;
     unsigned long long hex = 0; /* 16 digits fit */
     while (i < n && i < SIZE_DIGITS && hexval(d[i]) >= 0) hex = hex * 16 + hexval(d[i++]);
@@ -163,10 +178,26 @@ static int token(const char *d, Py_ssize_t n, double ts, PyObject *state, PyObje
         PyErr_Clear();
         return 0;
     }
-    PyObject *text = common_text(obj);
+    PyObject *delta = NULL;
+    PyObject *text = common_text(obj, chat, &delta);
     if (!text) {
         Py_DECREF(obj);
         return PyErr_Occurred() ? -1 : 0;
+    }
+    if (chat && PyUnicode_GET_LENGTH(text) == 0) {
+        /* feed: a chat stream's opener (role, no text) before the first token is no token */
+        PyObject *got = PyObject_GetAttr(state, a_got_first);
+        int got_first = got ? PyObject_IsTrue(got) : -1;
+        Py_XDECREF(got);
+        int role = got_first == 0 ? PyDict_Contains(delta, k_role) : 0;
+        if (got_first < 0 || role < 0) {
+            Py_DECREF(obj);
+            return -1;
+        }
+        if (role) {
+            Py_DECREF(obj);
+            return 1;
+        }
     }
     Py_INCREF(text);
     Py_DECREF(obj);
@@ -176,10 +207,13 @@ static int token(const char *d, Py_ssize_t n, double ts, PyObject *state, PyObje
 }
 
 static PyObject *read_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "read_token(fd, buf, clock, state, record, offset_s)");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_token(fd, buf, clock, state, record, offset_s, chat)");
         return NULL;
     }
+    int chat = PyObject_IsTrue(args[6]);
+    if (chat < 0) return NULL;
     long fd = PyLong_AsLong(args[0]);
     if (fd == -1 && PyErr_Occurred()) return NULL;
     PyObject *clock = args[2], *state = args[3], *record = args[4];
@@ -239,7 +273,7 @@ static PyObject *read_token(PyObject *self, PyObject *const *args, Py_ssize_t na
         }
         break; /* the only control message asked for */
     }
-    int taken = n > 0 ? token(view.buf, n, ts, state, record) : 0;
+    int taken = n > 0 ? token(view.buf, n, ts, chat, state, record) : 0;
     PyBuffer_Release(&view);
     if (taken < 0) return NULL;
     return Py_BuildValue("(nddOO)", (Py_ssize_t)n, ts, now, stamped ? Py_True : Py_False,
@@ -251,7 +285,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"read_token", (PyCFunction)(void (*)(void))read_token, METH_FASTCALL,
-     "read_token(fd, buf, clock, state, record, offset_s) -> (n, ts, now, stamped, taken)"},
+     "read_token(fd, buf, clock, state, record, offset_s, chat) -> (n, ts, now, stamped, taken)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -272,6 +306,11 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     INTERN(k_usage, "usage");
     INTERN(k_finish, "finish_reason");
     INTERN(k_text, "text");
+    INTERN(k_delta, "delta");
+    INTERN(k_content, "content");
+    INTERN(k_reasoning_content, "reasoning_content");
+    INTERN(k_reasoning, "reasoning");
+    INTERN(k_role, "role");
     INTERN(a_got_first, "got_first");
     INTERN(a_last, "last");
     INTERN(a_st, "st");

@@ -11,8 +11,8 @@ bytes.find (a read of whole chunks skips it: the short path, _whole_chunks), the
 messages parsed by sse.StreamState.feed, and the waiting request task is woken once, when its
 response ends. Before a read is handled, a paced request that has come due is sent (the pool's
 pacer, pacer.Pacer.poke): the read keeps its kernel stamp however late it is handled; the send
-is timed when it leaves. A completions token read by a closed loop (no pacer) is read and
-recorded in C where the extension built (`_fastread.c`: the same record, half the Python of a
+is timed when it leaves. A token read by a closed loop (no pacer) is read and recorded in C
+where the extension built (`_fastread.c`: the same record, half the Python of a
 read; PROCTOR_FASTREAD=0, read when a pool opens, keeps every read in Python). Metric
 definitions and records are the
 same as the aiohttp path's; failures are classified the same way (http_error, rate_limited,
@@ -166,16 +166,15 @@ class Conn:
             and self.between
             and ex is not None
             and not ex.outcome
-            and not (state := ex.state).chat
-            and not state.tail
+            and not (state := ex.state).tail
             and not state.cr
         ):
-            # The common read in C: a completions token is read, stamped and recorded there,
-            # as the Python below would; anything else comes back for it, read and stamped.
+            # The common read in C: a token is read, stamped and recorded there, as the Python
+            # below would; anything else comes back for it, read and stamped.
             clock = pool.clock
             try:
                 n, ts, now, stamped, taken = fast(
-                    self.fd, pool.bufs[0], clock, state, ex.record, rxtime.OFFSET_S
+                    self.fd, pool.bufs[0], clock, state, ex.record, rxtime.OFFSET_S, state.chat
                 )
             except (BlockingIOError, InterruptedError):
                 return
