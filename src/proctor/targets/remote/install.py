@@ -36,10 +36,14 @@ def _package_files() -> tuple[Path, list[Path]]:
     from proctor.version import PACKAGE_DIR
 
     root = PACKAGE_DIR
+    # Compiled files stay out: the wheel is pure (the far host may run another Python or
+    # machine), and there the raw client reads in Python (loadgen/_fastread.c is optional).
     files = sorted(
         p
         for p in root.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and p.suffix not in (".pyc", ".so", ".pyd")
     )
     return root, files
 
