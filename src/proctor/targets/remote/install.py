@@ -41,9 +41,7 @@ def _package_files() -> tuple[Path, list[Path]]:
     files = sorted(
         p
         for p in root.rglob("*")
-        if p.is_file()
-        and "__pycache__" not in p.parts
-        and p.suffix not in (".pyc", ".so", ".pyd")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".so", ".pyd")
     )
     return root, files
 
