@@ -384,6 +384,10 @@ def test_a_bench_reads_its_tokens_in_c_and_says_so(
         assert 0.0015 < r.ttft < 0.1 and all(g >= 0 for g in r.itl)
     assert res.client is not None
     assert res.client["reader"] == ("Python" if setting == "0" else "C")
+    # the reads the C path stamped are counted as the Python path counts its own
+    timing = res.client["timing"]
+    assert timing["token_clock"] == rxtime.CLOCK and timing["unstamped_reads"] == 0
+    assert timing["reads"] >= 32 * 16
 
 
 @pytest.mark.parametrize(
