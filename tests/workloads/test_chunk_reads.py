@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from proctor.workloads.loadgen import fasthttp
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.sse import StreamState
+from tests.workloads.bare_conn import bare_conn
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 TOKEN = b'data: {"choices":[{"index":0,"text":" t"}]}\n\n'
@@ -31,23 +32,6 @@ MESSAGES = [
 ]
 
 
-class _Loop:
-    """What a Conn asks of its event loop once it is open: nothing that runs."""
-
-    def remove_reader(self, fd: int) -> None: ...
-    def remove_writer(self, fd: int) -> None: ...
-
-
-class _Sock:
-    def close(self) -> None: ...
-
-
-class _Pool:
-    def __init__(self) -> None:
-        self.conns: set[fasthttp.Conn] = set()
-        self.idle: list[fasthttp.Conn] = []
-
-
 @pytest.fixture(scope="module")
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     lp = asyncio.new_event_loop()
@@ -60,10 +44,7 @@ def _read(
 ) -> tuple[str, dict[str, Any], list[str], bool, bool | None]:
     """Every read handed to a Conn as _readable hands it: the short path where it applies
     (`short`), else the whole way; the record and the outcome."""
-    conn = fasthttp.Conn.__new__(fasthttp.Conn)
-    conn.pool, conn.sock, conn.loop = _Pool(), _Sock(), _Loop()  # type: ignore[assignment]
-    conn.fd, conn.closed, conn.flight, conn.pending = -1, False, None, b""
-    conn._reset()
+    conn = bare_conn()
     rec = RequestRecord(index=0, prompt_len=1, expected_output_len=8)
     ex = fasthttp._Exchange(rec, StreamState(rec, False, 0.0), loop.create_future())
     conn.ex = ex

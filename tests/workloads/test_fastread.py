@@ -23,6 +23,7 @@ from proctor.workloads.loadgen.config import BenchConfig
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.runner import run_benchmark
 from proctor.workloads.loadgen.sse import StreamState
+from tests.workloads.bare_conn import bare_conn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from emulator import start_emulator
@@ -115,21 +116,6 @@ class _Spy(fasthttp.Conn):
         super()._handle(data, ts, now)
 
 
-class _Loop:
-    def remove_reader(self, fd: int) -> None: ...
-    def remove_writer(self, fd: int) -> None: ...
-
-
-class _Sock:
-    def close(self) -> None: ...
-
-
-class _Pool:
-    def __init__(self) -> None:
-        self.conns: set[fasthttp.Conn] = set()
-        self.idle: list[fasthttp.Conn] = []
-
-
 @pytest.fixture(scope="module")
 def fast() -> Any:
     if fasthttp._read_token is None:
@@ -193,10 +179,7 @@ def _both(
         server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         a = _Spy(pool, client, loop)
         a.seen = []
-        b = fasthttp.Conn.__new__(fasthttp.Conn)
-        b.pool, b.sock, b.loop = _Pool(), _Sock(), _Loop()  # type: ignore[assignment]
-        b.fd, b.closed, b.flight, b.pending = -1, False, None, b""
-        b._reset()
+        b = bare_conn()
         exs = []
         for conn in (a, b):
             rec = RequestRecord(index=0, prompt_len=1, expected_output_len=64)
