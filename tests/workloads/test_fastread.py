@@ -297,7 +297,7 @@ def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(listener: socket.soc
         time.sleep(0.05)  # read 50 ms after arrival: a loop-time stamp would be that late
         buf = bytearray(1 << 16)
         n, ts, now, stamped, taken = fasthttp._read_token(
-            pairs[0][0].fileno(), buf, clock, state, rec, rxtime.OFFSET_S, False
+            pairs[0][0].fileno(), buf, clock, state, rec, False
         )
         py_n, anc, _, _ = pairs[1][0].recvmsg_into([bytearray(1 << 16)], rxtime.ANC_SPACE)
         py_ts = clock.arrival(anc, time.perf_counter())

@@ -4,14 +4,14 @@
  * Python of each read was half its CPU (bench/NOTES.md, *The common read in C*). This does,
  * for one read, exactly what fasthttp.Conn._readable and sse.StreamState.feed's short path do
  * in Python: recvmsg with the kernel receive stamp (rxtime.ReadClock.arrival's arithmetic, the
- * clock offset read again every offset_s), and when the read is one whole HTTP chunk holding
+ * clock offset read again every rxtime.OFFSET_S by rxtime.clock_offset_ns), and when the read is one whole HTTP chunk holding
  * one `data: {...}` message whose object is the common token message (sse._common_text: a
  * completions text or a chat delta's content; a chat stream's role-only opener is taken as
  * feed takes it, as no token), the record's update (TTFT or one more ITL, the chunk count, the text). Any
  * other read is left to the Python path, with its bytes in the buffer and its stamp: taken or
  * not, the record comes out the same (tests/workloads/test_fastread.py).
  *
- * read_token(fd, buf, clock, state, record, offset_s, chat) -> (n, ts, now, stamped, taken)
+ * read_token(fd, buf, clock, state, record, chat) -> (n, ts, now, stamped, taken)
  *   n: bytes read into buf (0: the peer closed); ts: when they arrived (perf_counter
  *   seconds); now: when the read returned; stamped: ts is the kernel's; taken: the read was a
  *   token and the record has it. Raises OSError as socket.recvmsg_into does (BlockingIOError
@@ -31,11 +31,12 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#define MAX_BELIEVED_S 60.0 /* as rxtime.MAX_BELIEVED_S: a stamp older than this is not believed */
 #define SIZE_DIGITS 16      /* as fasthttp's find(b"\r\n", 0, 18): at most 16 hex digits */
 
 static PyObject *g_loads; /* orjson.loads, or json's where orjson is missing (sse.loads) */
 static PyObject *g_failed_finish; /* sse.FAILED_FINISH */
+static PyObject *g_clock_offset_ns; /* rxtime.clock_offset_ns, every rxtime.OFFSET_S */
+static double g_offset_s, g_max_believed_s; /* rxtime.OFFSET_S, rxtime.MAX_BELIEVED_S */
 static PyObject *k_choices, *k_usage, *k_finish, *k_text, *k_delta, *k_content,
     *k_reasoning_content, *k_reasoning, *k_role;
 static PyObject *a_got_first, *a_last, *a_st, *a_itl, *a_chunks, *a_pieces, *a_ttft, *a_off,
@@ -47,21 +48,6 @@ static long long clock_ns(clockid_t id) {
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-/* rxtime.clock_offset_ns: CLOCK_REALTIME minus CLOCK_MONOTONIC, from the closest of 3 pairs */
-static long long clock_offset_ns(void) {
-    long long best_gap = -1, best = 0;
-    for (int i = 0; i < 3; i++) {
-        long long before = clock_ns(CLOCK_MONOTONIC);
-        long long wall = clock_ns(CLOCK_REALTIME);
-        long long after = clock_ns(CLOCK_MONOTONIC);
-        if (best_gap < 0 || after - before < best_gap) {
-            best_gap = after - before;
-            /* Python's floor division of a non-negative sum */
-            best = wall - (before + after) / 2;
-        }
-    }
-    return best;
-}
 
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -207,18 +193,15 @@ static int token(const char *d, Py_ssize_t n, double ts, int chat, PyObject *sta
 }
 
 static PyObject *read_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "read_token(fd, buf, clock, state, record, offset_s, chat)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "read_token(fd, buf, clock, state, record, chat)");
         return NULL;
     }
-    int chat = PyObject_IsTrue(args[6]);
+    int chat = PyObject_IsTrue(args[5]);
     if (chat < 0) return NULL;
     long fd = PyLong_AsLong(args[0]);
     if (fd == -1 && PyErr_Occurred()) return NULL;
     PyObject *clock = args[2], *state = args[3], *record = args[4];
-    double offset_s = PyFloat_AsDouble(args[5]);
-    if (offset_s == -1.0 && PyErr_Occurred()) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) < 0) return NULL;
     char ctrl[CMSG_SPACE(sizeof(struct timespec))];
@@ -249,25 +232,27 @@ static PyObject *read_token(PyObject *self, PyObject *const *args, Py_ssize_t na
         double u = PyFloat_AsDouble(until);
         Py_DECREF(until);
         if (u == -1.0 && PyErr_Occurred()) goto fail;
-        long long off;
-        if (now > u) { /* the clocks' offset, read again every offset_s */
-            off = clock_offset_ns();
-            PyObject *o = PyLong_FromLongLong(off), *nu = PyFloat_FromDouble(now + offset_s);
-            int r = o && nu ? PyObject_SetAttr(clock, a_off, o) : -1;
+        PyObject *o;
+        if (now > u) { /* the clocks' offset, read again every OFFSET_S, as arrival does */
+            o = PyObject_CallNoArgs(g_clock_offset_ns);
+            PyObject *nu = o ? PyFloat_FromDouble(now + g_offset_s) : NULL;
+            int r = nu ? PyObject_SetAttr(clock, a_off, o) : -1;
             if (!r) r = PyObject_SetAttr(clock, a_off_until, nu);
-            Py_XDECREF(o);
             Py_XDECREF(nu);
-            if (r) goto fail;
+            if (r) {
+                Py_XDECREF(o);
+                goto fail;
+            }
         } else {
-            PyObject *o = PyObject_GetAttr(clock, a_off);
+            o = PyObject_GetAttr(clock, a_off);
             if (!o) goto fail;
-            off = PyLong_AsLongLong(o);
-            Py_DECREF(o);
-            if (off == -1 && PyErr_Occurred()) goto fail;
         }
+        long long off = PyLong_AsLongLong(o);
+        Py_DECREF(o);
+        if (off == -1 && PyErr_Occurred()) goto fail;
         /* integer nanoseconds, then seconds: a float of epoch seconds keeps only ~0.24 us */
         double v = (double)((long long)t.tv_sec * 1000000000LL + t.tv_nsec - off) * 1e-9;
-        if (v > now - MAX_BELIEVED_S) {
+        if (v > now - g_max_believed_s) {
             ts = v < now ? v : now;
             stamped = 1;
         }
@@ -285,7 +270,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"read_token", (PyCFunction)(void (*)(void))read_token, METH_FASTCALL,
-     "read_token(fd, buf, clock, state, record, offset_s, chat) -> (n, ts, now, stamped, taken)"},
+     "read_token(fd, buf, clock, state, record, chat) -> (n, ts, now, stamped, taken)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -300,6 +285,17 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     g_failed_finish = PyObject_GetAttrString(sse, "FAILED_FINISH");
     Py_DECREF(sse);
     if (!g_loads || !g_failed_finish) return NULL;
+    PyObject *rxtime = PyImport_ImportModule("proctor.workloads.loadgen.rxtime");
+    if (!rxtime) return NULL;
+    g_clock_offset_ns = PyObject_GetAttrString(rxtime, "clock_offset_ns");
+    PyObject *offset_s = PyObject_GetAttrString(rxtime, "OFFSET_S");
+    PyObject *believed = PyObject_GetAttrString(rxtime, "MAX_BELIEVED_S");
+    Py_DECREF(rxtime);
+    g_offset_s = offset_s ? PyFloat_AsDouble(offset_s) : -1.0;
+    g_max_believed_s = believed ? PyFloat_AsDouble(believed) : -1.0;
+    Py_XDECREF(offset_s);
+    Py_XDECREF(believed);
+    if (!g_clock_offset_ns || PyErr_Occurred()) return NULL;
 #define INTERN(var, s) \
     if (!(var = PyUnicode_InternFromString(s))) return NULL
     INTERN(k_choices, "choices");

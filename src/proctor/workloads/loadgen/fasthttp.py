@@ -174,7 +174,7 @@ class Conn:
             clock = pool.clock
             try:
                 n, ts, now, stamped, taken = fast(
-                    self.fd, pool.bufs[0], clock, state, ex.record, rxtime.OFFSET_S, state.chat
+                    self.fd, pool.bufs[0], clock, state, ex.record, state.chat
                 )
             except (BlockingIOError, InterruptedError):
                 return
