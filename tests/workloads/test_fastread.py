@@ -106,13 +106,17 @@ CHAT_MESSAGES = [
 
 
 class _Spy(fasthttp.Conn):
-    """A Conn that notes every read it handles in Python, and every read the C path took,
-    with the read's bytes and stamp: the second connection is handed the same."""
+    """A Conn that notes every read it handles in Python, and every read the C path took
+    (all of it or its leading chunks), with the read's bytes and stamp: the second connection
+    is handed the same whole read."""
 
-    __slots__ = ("seen",)
+    __slots__ = ("rest", "seen")
 
     def _handle(self, data: bytes, ts: float, now: float) -> None:
-        self.seen.append((data, ts, now))
+        if self.rest:  # what the C path left of a read the twin has whole already
+            self.rest = False
+        else:
+            self.seen.append((data, ts, now))
         super()._handle(data, ts, now)
 
 
@@ -153,21 +157,22 @@ def _both(
     fast: Any,
     reads: list[bytes],
     chat: bool = False,
-) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], int]:
+) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[int, int]]]:
     """Each read sent over loopback TCP and read by a Conn with the C path; the same bytes and
     stamps handed to a second Conn's Python path. Their states after each read, and how many
-    reads the C path took."""
+    reads the C path took: (bytes read, bytes taken in C) each, all of the read or its
+    leading whole token chunks."""
     pool = fasthttp.Pool(BenchConfig(base_url=f"http://127.0.0.1:{listener.getsockname()[1]}"))
     pool.clock = rxtime.ReadClock()
     pool.clock.start()
-    taken = 0
+    taken: list[tuple[int, int]] = []
 
     def c_path(*args: Any) -> Any:
-        nonlocal taken
         got = fast(*args)
         if got[4]:  # the second connection reads these bytes in Python
-            taken += 1
+            taken.append((got[0], got[4]))
             a.seen.append((bytes(memoryview(args[1])[: got[0]]), got[1], got[2]))
+            a.rest = got[4] < got[0]
         return got
 
     pool.fast = c_path
@@ -179,6 +184,7 @@ def _both(
         server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         a = _Spy(pool, client, loop)
         a.seen = []
+        a.rest = False
         b = bare_conn()
         exs = []
         for conn in (a, b):
@@ -254,7 +260,7 @@ def test_a_chat_stream_s_opener_and_tokens_take_the_c_path(
     msgs = [_delta({"role": "assistant", "content": ""})] + [_delta({"content": " t"})] * 3
     reads = [HEAD] + [b"%x\r\n%s\r\n" % (len(m), m) for m in msgs]
     got_c, got_py, taken = _both(loop, listener, fast, reads, chat=True)
-    assert taken == 4 and got_c == got_py
+    assert len(taken) == 4 and got_c == got_py
     rec = got_c[-1][1]
     assert isinstance(rec, dict) and rec["chunks"] == 3 and len(rec["itl"]) == 2
 
@@ -266,10 +272,46 @@ def test_a_common_token_takes_the_c_path_and_its_kernel_stamp(
     record holds them, and each is stamped by the kernel, before the read returned."""
     reads = [HEAD] + [b"%x\r\n%s\r\n" % (len(_token()), _token())] * 5
     got_c, got_py, taken = _both(loop, listener, fast, reads)
-    assert taken == 5 and got_c == got_py
+    assert len(taken) == 5 and got_c == got_py
     rec = got_c[-1][1]
     assert isinstance(rec, dict) and rec["chunks"] == 5 and len(rec["itl"]) == 4
     assert got_c[-1][2] == [" t"] * 5
+
+
+def test_tokens_a_late_read_found_merged_take_the_c_path_and_the_rest_python(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """A loop that reads late finds a stream's tokens merged in one read: all of them are
+    taken in C (one stamp, the later ITLs 0, as the Python path gives them); a response's
+    last read (tokens, then usage, [DONE] and the last chunk) has its tokens taken in C and
+    the rest read in Python, which ends the response as the Python path alone does."""
+    tok = b"%x\r\n%s\r\n" % (len(_token()), _token())
+    end = b"".join(b"%x\r\n%s\r\n" % (len(m), m) for m in (USAGE, b"data: [DONE]\n\n"))
+    reads = [HEAD, tok, tok * 3, tok * 2 + end + b"0\r\n\r\n"]
+    got_c, got_py, taken = _both(loop, listener, fast, reads)
+    assert got_c == got_py
+    assert taken == [
+        (len(tok), len(tok)),
+        (3 * len(tok), 3 * len(tok)),
+        (len(reads[3]), 2 * len(tok)),
+    ]
+    outcome, rec = got_c[-1][0], got_c[-1][1]
+    assert outcome == "done" and isinstance(rec, dict)
+    assert rec["chunks"] == 6 and rec["saw_done"] and rec["itl"][1:3] == [0.0, 0.0]
+
+
+def test_a_token_chunk_cut_before_its_crlf_is_left_to_python(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """A read that ends inside a token chunk's closing CRLF (or just before it) holds no
+    whole chunk at its end: the C path takes only the whole ones before it, and the chunk
+    decoder reads the cut one with the next read."""
+    tok = b"%x\r\n%s\r\n" % (len(_token()), _token())
+    reads = [HEAD, tok + tok[:-2], tok[-2:], tok[:-1], tok[-1:] + tok, tok, b"0\r\n\r\n"]
+    got_c, got_py, taken = _both(loop, listener, fast, reads)
+    assert got_c == got_py
+    assert taken[0] == (len(reads[1]), len(tok)) and taken[-1] == (len(tok), len(tok))
+    assert got_c[-1][0] == "done" and got_c[-1][1]["chunks"] == 5  # type: ignore[index]
 
 
 def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(listener: socket.socket) -> None:
@@ -305,7 +347,7 @@ def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(listener: socket.soc
         for c, s in pairs:
             c.close()
             s.close()
-    assert (n, stamped, taken) == (len(msg), True, True) and py_n == len(msg)
+    assert (n, stamped, taken) == (len(msg), True, len(msg)) and py_n == len(msg)
     assert sent <= ts < sent + 0.02 < now and ts <= now
     assert abs(ts - py_ts) < 0.005
     assert rec.ttft == ts and state.last == ts and rec.chunks == 1

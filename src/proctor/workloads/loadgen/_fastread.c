@@ -4,18 +4,21 @@
  * Python of each read was half its CPU (bench/NOTES.md, *The common read in C*). This does,
  * for one read, exactly what fasthttp.Conn._readable and sse.StreamState.feed's short path do
  * in Python: recvmsg with the kernel receive stamp (rxtime.ReadClock.arrival's arithmetic, the
- * clock offset read again every rxtime.OFFSET_S by rxtime.clock_offset_ns), and when the read is one whole HTTP chunk holding
- * one `data: {...}` message whose object is the common token message (sse._common_text: a
- * completions text or a chat delta's content; a chat stream's role-only opener is taken as
- * feed takes it, as no token), the record's update (TTFT or one more ITL, the chunk count, the text). Any
- * other read is left to the Python path, with its bytes in the buffer and its stamp: taken or
- * not, the record comes out the same (tests/workloads/test_fastread.py).
+ * clock offset read again every rxtime.OFFSET_S by rxtime.clock_offset_ns), and for each
+ * whole HTTP chunk at the read's start holding one `data: {...}` message whose object is the
+ * common token message (sse._common_text: a completions text or a chat delta's content; a
+ * chat stream's role-only opener is taken as feed takes it, as no token), the record's
+ * update (TTFT or one more ITL, the chunk count, the text). The rest of the read (a response's
+ * usage and last chunk, a chunk the read cut, any other shape) is left to the Python path,
+ * with its bytes in the buffer and its stamp: the record comes out the same either way
+ * (tests/workloads/test_fastread.py).
  *
  * read_token(fd, buf, clock, state, record, chat) -> (n, ts, now, stamped, taken)
  *   n: bytes read into buf (0: the peer closed); ts: when they arrived (perf_counter
- *   seconds); now: when the read returned; stamped: ts is the kernel's; taken: the read was a
- *   token and the record has it. Raises OSError as socket.recvmsg_into does (BlockingIOError
- *   when nothing is there).
+ *   seconds); now: when the read returned; stamped: ts is the kernel's; taken: how many of
+ *   the n bytes, from the start, were whole token chunks now in the record (n: all of the
+ *   read; the Python path takes buf[taken:n]). Raises OSError as socket.recvmsg_into does
+ *   (BlockingIOError when nothing is there).
  *
  * Linux only (SO_TIMESTAMPNS); elsewhere the module does not build and the Python path runs.
  */
@@ -139,17 +142,19 @@ static int take(PyObject *state, PyObject *record, double ts, PyObject *text) {
     return r;
 }
 
-/* 1: the read is one whole chunk of one common token message, taken into the record;
- * 0: it is not (the Python path takes it); -1: an exception (the record's attributes) */
-static int token(const char *d, Py_ssize_t n, double ts, int chat, PyObject *state,
-                 PyObject *record) {
+/* The chunk at d (n bytes from there to the read's end) when it is whole and holds one
+ * common token message: its length, size line and CRLFs included, once taken into the
+ * record; 0: it is not (the Python path takes it from here); -1: an exception */
+static Py_ssize_t token(const char *d, Py_ssize_t n, double ts, int chat, PyObject *state,
+                        PyObject *record) {
     Py_ssize_t i = 0;
     unsigned long long hex = 0; /* 16 digits fit */
     while (i < n && i < SIZE_DIGITS && hexval(d[i]) >= 0) hex = hex * 16 + hexval(d[i++]);
-    /* fasthttp: eol > 0, a plain hex size, size and end + 2 == n */
+    /* fasthttp._whole_chunks: eol > 0, a plain hex size, size and end + 2 <= n */
     if (i == 0 || i + 1 >= n || d[i] != '\r' || d[i + 1] != '\n' || hex == 0 ||
-        hex > (unsigned long long)n || i + 2 + (Py_ssize_t)hex + 2 != n)
+        hex > (unsigned long long)n || i + 2 + (Py_ssize_t)hex + 2 > n)
         return 0;
+    Py_ssize_t whole = i + 2 + (Py_ssize_t)hex + 2;
     Py_ssize_t size = (Py_ssize_t)hex;
     const char *b = d + i + 2;
     /* feed: data[:7] == b"data: {", the first LF from 7 at len - 2, ending in LF, no CR */
@@ -182,14 +187,29 @@ static int token(const char *d, Py_ssize_t n, double ts, int chat, PyObject *sta
         }
         if (role) {
             Py_DECREF(obj);
-            return 1;
+            return whole;
         }
     }
     Py_INCREF(text);
     Py_DECREF(obj);
     int r = take(state, record, ts, text);
     Py_DECREF(text);
-    return r < 0 ? -1 : 1;
+    return r < 0 ? -1 : whole;
+}
+
+/* The read's leading whole chunks of one common token message each (one when the loop kept
+ * up; several when it read late and the kernel merged a stream's tokens), taken in order as
+ * _whole_chunks takes them: the bytes they span, or -1 with an exception */
+static Py_ssize_t tokens(const char *d, Py_ssize_t n, double ts, int chat, PyObject *state,
+                         PyObject *record) {
+    Py_ssize_t pos = 0;
+    while (pos < n) {
+        Py_ssize_t whole = token(d + pos, n - pos, ts, chat, state, record);
+        if (whole < 0) return -1;
+        if (!whole) break;
+        pos += whole;
+    }
+    return pos;
 }
 
 static PyObject *read_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -258,11 +278,11 @@ static PyObject *read_token(PyObject *self, PyObject *const *args, Py_ssize_t na
         }
         break; /* the only control message asked for */
     }
-    int taken = n > 0 ? token(view.buf, n, ts, chat, state, record) : 0;
+    Py_ssize_t taken = n > 0 ? tokens(view.buf, n, ts, chat, state, record) : 0;
     PyBuffer_Release(&view);
     if (taken < 0) return NULL;
-    return Py_BuildValue("(nddOO)", (Py_ssize_t)n, ts, now, stamped ? Py_True : Py_False,
-                         taken ? Py_True : Py_False);
+    return Py_BuildValue("(nddOn)", (Py_ssize_t)n, ts, now, stamped ? Py_True : Py_False,
+                         taken);
 fail:
     PyBuffer_Release(&view);
     return NULL;

@@ -169,8 +169,9 @@ class Conn:
             and not (state := ex.state).tail
             and not state.cr
         ):
-            # The common read in C: a token is read, stamped and recorded there, as the Python
-            # below would; anything else comes back for it, read and stamped.
+            # The common read in C: a read's whole token chunks (one, or the several a late
+            # loop finds merged) are read, stamped and recorded there, as the Python below
+            # would; the rest of the read comes back for it, read and stamped.
             clock = pool.clock
             try:
                 n, ts, now, stamped, taken = fast(
@@ -186,14 +187,16 @@ class Conn:
                 return
             if clock.recording:
                 clock.note(now, ts, stamped)
-            if taken:
-                if self.flight is not None:
-                    self.flight.last = now
-                return
-            if not n:
+            if taken == n:
+                if n:
+                    if self.flight is not None:
+                        self.flight.last = now
+                    return
                 self.connection_lost(None)
                 return
-            self._handle(pool.view[:n].tobytes(), ts, now)
+            # After taken bytes of whole chunks the rest starts at a chunk boundary, as a read
+            # does: the same path as the Python one's from there (_whole_chunks' restart).
+            self._handle(pool.view[taken:n].tobytes(), ts, now)
             return
         try:
             n, anc, _, _ = self.sock.recvmsg_into(pool.bufs, rxtime.ANC_SPACE)
