@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 import struct
 import sys
@@ -157,6 +158,7 @@ def _both(
     fast: Any,
     reads: list[bytes],
     chat: bool = False,
+    pacer: Any = None,
 ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[int, int]]]:
     """Each read sent over loopback TCP and read by a Conn with the C path; the same bytes and
     stamps handed to a second Conn's Python path. Their states after each read, and how many
@@ -175,7 +177,8 @@ def _both(
             a.rest = got[4] < got[0]
         return got
 
-    pool.fast = c_path
+    pool.fast = c_path if fast is not None else None
+    pool.pacer = pacer
     client = socket.create_connection(listener.getsockname())
     server, _ = listener.accept()
     try:
@@ -314,6 +317,34 @@ def test_a_token_chunk_cut_before_its_crlf_is_left_to_python(
     assert got_c[-1][0] == "done" and got_c[-1][1]["chunks"] == 5  # type: ignore[index]
 
 
+class _DuePacer:
+    """A pacer with a send always due: counts the pokes, and the reads handled before each."""
+
+    next_due = 0.0
+
+    def __init__(self) -> None:
+        self.pokes = 0
+
+    def poke(self) -> None:
+        self.pokes += 1
+
+
+@pytest.mark.parametrize("in_c", [True, False])
+def test_a_due_send_goes_before_each_read_on_either_path(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any, in_c: bool
+) -> None:
+    """Paced requests: every read of a connection mid-response first lets a due send go
+    (Pacer.poke), in C as in Python, and the tokens are still read in C where it is on."""
+    tok = b"%x\r\n%s\r\n" % (len(_token()), _token())
+    pacer = _DuePacer()
+    got_c, got_py, taken = _both(loop, listener, fast if in_c else None, [HEAD] + [tok] * 4,
+                                 pacer=pacer)  # fmt: skip
+    assert got_c == got_py and got_c[-1][1]["chunks"] == 4  # type: ignore[index]
+    # one a read, the head's too (C pokes before its read, so also before a read that finds
+    # nothing yet: the harness's wait)
+    assert len(taken) == (4 if in_c else 0) and pacer.pokes >= 5
+
+
 def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(listener: socket.socket) -> None:
     """A read returned by the C path carries the kernel's stamp of the segment, on
     perf_counter's clock: before the read returned, after it was sent, and the same as the
@@ -389,20 +420,34 @@ def test_proctor_fastread_0_keeps_every_read_in_python(monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("setting", ["", "0"])
+@pytest.mark.parametrize("rate", [math.inf, 400.0])
 def test_a_bench_reads_its_tokens_in_c_and_says_so(
-    setting: str, fast: Any, monkeypatch: pytest.MonkeyPatch
+    setting: str, rate: float, fast: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A whole bench against emu.c (tokens 2 ms apart): every record complete, the same with
-    the C path and without it (PROCTOR_FASTREAD=0), and metrics.json's client says which."""
+    """A whole bench against emu.c (tokens 2 ms apart), closed loop and paced: every record
+    complete, the same with the C path and without it (PROCTOR_FASTREAD=0), the tokens read in
+    C where it is on, and metrics.json's client says which path read."""
     monkeypatch.setenv(fasthttp.FASTREAD_ENV, setting)
+    in_c = 0
+
+    def counted(*args: Any) -> Any:
+        nonlocal in_c
+        got = fast(*args)
+        in_c += got[4] > 0
+        return got
+
+    monkeypatch.setattr(fasthttp, "_read_token", counted)
     with start_emulator(procs=1, ttft_ms=2.0, itl_ms=2.0) as emu:
         assert emu.kind == "c"
         cfg = BenchConfig(
             base_url=emu.base_url, model="emulator", tokenizer_mode="approx", isl=8, osl=16,
             range_ratio=0.0, progress=False, log_every_s=0, concurrency=8, num_prompts=32,
-            num_warmups=0,
+            num_warmups=0, request_rate=rate,
         )  # fmt: skip
         res = run_benchmark(cfg)
+    # most token reads in C where it is on (a response's first token shares the read of its
+    # head, the Python path's), none where it is off
+    assert in_c >= 32 * 12 if setting == "" else in_c == 0
     assert res.metrics.completed == 32 and res.metrics.failed == 0
     for r in res.measured:
         assert (r.chunks, r.output_tokens, len(r.itl), r.saw_done) == (16, 16, 15, True)

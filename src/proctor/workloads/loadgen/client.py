@@ -102,8 +102,8 @@ def build_payload(cfg: BenchConfig, model: str, req: PlannedRequest) -> tuple[st
 
 
 def read_path(cfg: BenchConfig) -> str:
-    """ "C" where the raw client reads with _fastread.c (a token read by a closed loop; every
-    other read stays in Python), else "Python": metrics.json "client".reader."""
+    """ "C" where the raw client reads with _fastread.c (a read's whole token chunks; the rest
+    of the read stays in Python), else "Python": metrics.json "client".reader."""
     return "C" if http_path(cfg) == "fast" and fast_reader() is not None else "Python"
 
 

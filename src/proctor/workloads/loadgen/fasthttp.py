@@ -11,11 +11,10 @@ bytes.find (a read of whole chunks skips it: the short path, _whole_chunks), the
 messages parsed by sse.StreamState.feed, and the waiting request task is woken once, when its
 response ends. Before a read is handled, a paced request that has come due is sent (the pool's
 pacer, pacer.Pacer.poke): the read keeps its kernel stamp however late it is handled; the send
-is timed when it leaves. A token read by a closed loop (no pacer) is read and recorded in C
-where the extension built (`_fastread.c`: the same record, half the Python of a
-read; PROCTOR_FASTREAD=0, read when a pool opens, keeps every read in Python). Metric
-definitions and records are the
-same as the aiohttp path's; failures are classified the same way (http_error, rate_limited,
+is timed when it leaves. A read's whole token chunks are read and recorded in C where the
+extension built (`_fastread.c`: the same record, half the Python of a read; the rest of the
+read comes back to Python; PROCTOR_FASTREAD=0, read when a pool opens, keeps every read in
+Python). Metric definitions and records are the same as the aiohttp path's; failures are classified the same way (http_error, rate_limited,
 disconnect, timeout, malformed_sse, no_output, connect_error, client_error).
 
 Plain http:// only; https:// (and URL credentials together with an API key, which aiohttp
@@ -162,7 +161,6 @@ class Conn:
         ex = self.ex
         if (
             (fast := pool.fast) is not None
-            and pool.pacer is None
             and self.between
             and ex is not None
             and not ex.outcome
@@ -172,6 +170,10 @@ class Conn:
             # The common read in C: a read's whole token chunks (one, or the several a late
             # loop finds merged) are read, stamped and recorded there, as the Python below
             # would; the rest of the read comes back for it, read and stamped.
+            if (pacer := pool.pacer) is not None and time.perf_counter() >= pacer.next_due:
+                # A due send first, as below; here before the read (the C call handles it),
+                # and this connection is mid-response: the send cannot take it.
+                pacer.poke()
             clock = pool.clock
             try:
                 n, ts, now, stamped, taken = fast(
