@@ -14,8 +14,9 @@ pacer, pacer.Pacer.poke): the read keeps its kernel stamp however late it is han
 is timed when it leaves. A read's whole token chunks are read and recorded in C where the
 extension built (`_fastread.c`: the same record, half the Python of a read; the rest of the
 read comes back to Python; PROCTOR_FASTREAD=0, read when a pool opens, keeps every read in
-Python). Metric definitions and records are the same as the aiohttp path's; failures are classified the same way (http_error, rate_limited,
-disconnect, timeout, malformed_sse, no_output, connect_error, client_error).
+Python). Metric definitions and records are the same as the aiohttp path's; failures are
+classified the same way (http_error, rate_limited, disconnect, timeout, malformed_sse,
+no_output, connect_error, client_error).
 
 Plain http:// only; https:// (and URL credentials together with an API key, which aiohttp
 refuses) use the aiohttp path in client.py.
