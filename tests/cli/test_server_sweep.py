@@ -222,17 +222,25 @@ bench = {{ concurrency = [2], request_rate = ["inf", 50], isl = 8, osl = 4, num_
 def test_ctrl_c_tears_the_point_down_and_runs_no_later_point(
     fake_engine: int,
     isolated_runs: Path,
+    tmp_path: Path,
 ) -> None:
     import signal
+    import subprocess
+    import sys
     import time
 
-    from tests.helpers import proctor_popen
-
     args = grid(fake_engine, "stop", "max-num-seqs=1,2", extra=("--itl", "0.5"))
-    sweep = proctor_popen(*args)
-    deadline = time.monotonic() + 60
+    # Output to files, not pipes: a pipe nobody reads while the test polls can fill and stall
+    # the sweep mid-point.
+    out_path, err_path = tmp_path / "sweep.out", tmp_path / "sweep.err"
+    with out_path.open("w") as out, err_path.open("w") as err_file:
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "proctor.cli.main", *args], stdout=out, stderr=err_file
+        )
+    deadline = time.monotonic() + 120
     flows: list[dict[str, object]] = []
-    while time.monotonic() < deadline:
+    draining = False
+    while time.monotonic() < deadline and sweep.poll() is None and not draining:
         flows = (
             [
                 json.loads(r.read_text())
@@ -242,12 +250,16 @@ def test_ctrl_c_tears_the_point_down_and_runs_no_later_point(
             if isolated_runs.exists()
             else []
         )
-        if any(s["step"] == "drain" for f in flows for s in f["steps"]):  # type: ignore[attr-defined]
-            break
+        draining = any(s["step"] == "drain" for f in flows for s in f["steps"])  # type: ignore[attr-defined]
         time.sleep(0.1)
+    seen = (
+        f"exit {sweep.poll()}, steps {[[s['step'] for s in f['steps']] for f in flows]}, "  # type: ignore[attr-defined]
+        f"stdout {out_path.read_text()[-2000:]!r}, stderr {err_path.read_text()[-2000:]!r}"
+    )
+    assert draining, f"the first point never reached its drain: {seen}"
     sweep.send_signal(signal.SIGINT)
-    _, err = sweep.communicate(timeout=120)
-    assert sweep.returncode == 130, err[-3000:]
+    sweep.wait(timeout=120)
+    assert sweep.returncode == 130, err_path.read_text()[-3000:]
     flows = [
         json.loads(r.read_text())
         for r in isolated_runs.glob("*/record.json")
