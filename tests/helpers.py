@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,6 +47,15 @@ def proctor(
     return result
 
 
+def as_from_a_shell() -> None:
+    """In a child before exec: Ctrl-C's signal as an interactive shell leaves it for a command
+    it runs (default, not blocked). A suite started in the background (`cmd &` from a script)
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: a test of Ctrl-C
+    would test the launcher's shell, not proctor."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def proctor_popen(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "proctor.cli.main", *args],
@@ -53,6 +63,7 @@ def proctor_popen(*args: str, env: dict[str, str] | None = None) -> subprocess.P
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {}), "COLUMNS": "200"},
+        preexec_fn=as_from_a_shell,
     )
 
 

@@ -229,13 +229,18 @@ def test_ctrl_c_tears_the_point_down_and_runs_no_later_point(
     import sys
     import time
 
+    from tests.helpers import as_from_a_shell
+
     args = grid(fake_engine, "stop", "max-num-seqs=1,2", extra=("--itl", "0.5"))
     # Output to files, not pipes: a pipe nobody reads while the test polls can fill and stall
     # the sweep mid-point.
     out_path, err_path = tmp_path / "sweep.out", tmp_path / "sweep.err"
     with out_path.open("w") as out, err_path.open("w") as err_file:
         sweep = subprocess.Popen(
-            [sys.executable, "-m", "proctor.cli.main", *args], stdout=out, stderr=err_file
+            [sys.executable, "-m", "proctor.cli.main", *args],
+            stdout=out,
+            stderr=err_file,
+            preexec_fn=as_from_a_shell,
         )
     deadline = time.monotonic() + 120
     flows: list[dict[str, object]] = []

@@ -428,12 +428,12 @@ def test_a_bench_reads_its_tokens_in_c_and_says_so(
     complete, the same with the C path and without it (PROCTOR_FASTREAD=0), the tokens read in
     C where it is on, and metrics.json's client says which path read."""
     monkeypatch.setenv(fasthttp.FASTREAD_ENV, setting)
-    in_c = 0
+    in_c = 0  # tokens taken in C
 
     def counted(*args: Any) -> Any:
         nonlocal in_c
         got = fast(*args)
-        in_c += got[4] > 0
+        in_c += bytes(memoryview(args[1])[: got[4]]).count(b"data: ")
         return got
 
     monkeypatch.setattr(fasthttp, "_read_token", counted)
@@ -445,9 +445,9 @@ def test_a_bench_reads_its_tokens_in_c_and_says_so(
             num_warmups=0, request_rate=rate,
         )  # fmt: skip
         res = run_benchmark(cfg)
-    # most token reads in C where it is on (a response's first token shares the read of its
-    # head, the Python path's), none where it is off
-    assert in_c >= 32 * 12 if setting == "" else in_c == 0
+    # most tokens read in C where it is on (a response's first token shares the read of its
+    # head, the Python path's, and more with it when the loop is late), none where it is off
+    assert in_c >= 32 * 8 if setting == "" else in_c == 0
     assert res.metrics.completed == 32 and res.metrics.failed == 0
     for r in res.measured:
         assert (r.chunks, r.output_tokens, len(r.itl), r.saw_done) == (16, 16, 15, True)
@@ -457,7 +457,9 @@ def test_a_bench_reads_its_tokens_in_c_and_says_so(
     # the reads the C path stamped are counted as the Python path counts its own
     timing = res.client["timing"]
     assert timing["token_clock"] == rxtime.CLOCK and timing["unstamped_reads"] == 0
-    assert timing["reads"] >= 32 * 16
+    # 16 tokens 2 ms apart: a read each, fewer when a loaded machine's loop reads late and
+    # finds two merged; ~32 (the heads alone) if the C path's reads went uncounted
+    assert timing["reads"] >= 32 * 4
 
 
 @pytest.mark.parametrize(
