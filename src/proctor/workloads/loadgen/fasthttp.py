@@ -190,12 +190,12 @@ class Conn:
                 return
             if clock.recording:
                 clock.note(now, ts, stamped)
-            if taken == n:
-                if n:
-                    if self.flight is not None:
-                        self.flight.last = now
-                    return
+            if not n:
                 self.connection_lost(None)
+                return
+            if taken == n:
+                if self.flight is not None:
+                    self.flight.last = now
                 return
             # After taken bytes of whole chunks the rest starts at a chunk boundary, as a read
             # does: the same path as the Python one's from there (_whole_chunks' restart).
