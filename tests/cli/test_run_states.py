@@ -221,6 +221,36 @@ def test_a_stop_that_reaches_the_command_and_the_wrapper_together_is_a_stop(
     assert json.loads((run / "record.json").read_text())["outcome"] == "stopped"
 
 
+def test_a_stop_whose_wrapper_signal_comes_after_the_command_is_gone_is_a_stop(
+    isolated_runs: Path,
+) -> None:
+    """Slurm's proctrack signals a step's processes one by one, deepest first: on a loaded
+    node the command can die of its SIGTERM, and be reaped, before the wrapper's SIGTERM is
+    even sent (CI with a hog per core read 'failed'). A second later it comes: still a stop."""
+    import contextlib
+    import os
+    import signal
+
+    import psutil
+
+    started = proctor("run", "-d", "--json", "--", "sleep", "30")
+    assert started.returncode == 0, started.stderr
+    run = isolated_runs / json.loads(started.stdout)["run_id"]
+    wait_for(lambda: (run / "wrapper.pid").exists(), 60, "the wrapper")
+    wrapper = psutil.Process(json.loads((run / "wrapper.pid").read_text())["pid"])
+    wait_for(lambda: bool(wrapper.children()), 60, "the command")
+    (command,) = wrapper.children()
+    os.kill(command.pid, signal.SIGTERM)
+    wait_for(lambda: not psutil.pid_exists(command.pid), 10, "the command reaped")
+    time.sleep(1.0)
+    with contextlib.suppress(ProcessLookupError):  # the old wrapper had ended: 'failed'
+        os.kill(wrapper.pid, signal.SIGTERM)
+    waited = proctor("runs", "wait", run.name, "--timeout", "60s", timeout=90)
+    assert waited.returncode == 130, waited.stdout + waited.stderr
+    assert (run / "exit_code").read_text().split()[:2] == ["130", "stopped"]
+    assert json.loads((run / "record.json").read_text())["outcome"] == "stopped"
+
+
 def test_a_running_flow_is_a_live_run_that_readers_see_and_stop(
     fake_engine: int,
     isolated_runs: Path,

@@ -43,12 +43,22 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PROCTOR_CODES = {"timeout": int(ExitCode.TIME_LIMIT), "stopped": int(ExitCode.INTERRUPTED)}
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
 _STOPS = {signal.SIGTERM, signal.SIGINT}
+#: How long a command dead of a stop's signal waits for the wrapper's own. Slurm's proctrack
+#: signals a step's processes one by one, deepest first: a loaded node can run the command's
+#: whole exit before the wrapper's signal is sent (CI with a hog per core read 'failed').
+_STOP_ECHO_S = 3.0
+_STOP_CODES = {128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT}
 
 
-def _stop_arrived(info: Any) -> bool:
-    """A stop was taken by this sigtimedwait or is still waiting (blocked, pending) behind it."""
-    taken = info is not None and info.si_signo in _STOPS
-    return taken or bool(signal.sigpending() & _STOPS)
+def _stop_arrived(info: Any, wait_status: int) -> bool:
+    """A stop was taken by this sigtimedwait, is waiting (blocked, pending) behind it, or
+    follows within _STOP_ECHO_S of a command that ended as a stop ends it (130, 143 or their
+    signals); a command that ended otherwise waits for nothing."""
+    if (info is not None and info.si_signo in _STOPS) or signal.sigpending() & _STOPS:
+        return True
+    if os.waitstatus_to_exitcode(wait_status) not in _STOP_CODES:
+        return False
+    return signal.sigtimedwait(_STOPS, _STOP_ECHO_S) is not None
 
 
 def _become_subreaper() -> bool:
@@ -255,9 +265,10 @@ class Wrapper:
             self.reap()
             if self.child_status is not None:
                 # A stop that reached the command and this wrapper together (Slurm's scancel
-                # signals every process of the step) may find the command already gone: the
-                # run was still stopped, never a failure of its own.
-                if self.stop_reason is None and _stop_arrived(info):
+                # signals every process of the step) may find the command already gone, its
+                # signal to this wrapper pending or still on its way: the run was still
+                # stopped, never a failure of its own.
+                if self.stop_reason is None and _stop_arrived(info, self.child_status):
                     self._record_stop()
                 return
             if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):
