@@ -1,7 +1,7 @@
 """The raw client's CPU per read, one token per read, without a server or an event loop.
 
     .venv/bin/python bench/read_path.py [--streams 500] [--tokens 64] [--rounds 5]
-        [--old-src DIR] [--per-read 1]
+        [--old-src DIR] [--per-read 1] [--whole]
 
 Why: at concurrency 1000 on one core the client runs out of CPU and reads late (issue 23,
 bench/NOTES.md *Timing error*); what decides where that happens is the CPU each read costs.
@@ -21,6 +21,8 @@ saved per read but done in lumps shows there (parsing each stream whole at its e
 means the loop reads late. Every stream's records are checked to hold all its tokens.
 --per-read K: K token chunks in each read (what a loop one or more gaps late reads: tokens the
 kernel merged), --tokens rounded down to a multiple of K; the CPU is then per token too.
+--whole: each response in one read, head, tokens and end (what a zero-ITL server such as
+bench/loadgen_rate.py's emulator sends, and a loop reads).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def chunk(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
-def child(streams: int, tokens: int, per_read: int = 1) -> dict[str, float]:
+def child(streams: int, tokens: int, per_read: int = 1, whole: bool = False) -> dict[str, float]:
     """In a process whose PYTHONPATH picks the proctor to measure: CPU seconds per read."""
     import asyncio
 
@@ -98,8 +100,9 @@ def child(streams: int, tokens: int, per_read: int = 1) -> dict[str, float]:
             rec.start_time = st
             conn.ex = _Exchange(rec, StreamState(rec, False, st), loop.create_future())
             records.append(rec)
-        for k in range(0, tokens + 1, per_read):
-            data = token * per_read if k < tokens else last
+        steps = range(0, tokens + 1, per_read)
+        sends = [token * tokens + last] if whole else [token * per_read for _ in steps[:-1]]
+        for k, data in enumerate(sends if whole else [*sends, last]):
             for s in servers:
                 s.sendall(HEAD + data if k == 0 else data)
             t0 = pt()
@@ -133,11 +136,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--old-src", type=Path)
     ap.add_argument("--per-read", type=int, default=1, help="token chunks in each read")
+    ap.add_argument("--whole", action="store_true", help="each response in one read")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.tokens -= a.tokens % a.per_read
     if a.child:
-        print(json.dumps(child(a.streams, a.tokens, a.per_read)))
+        print(json.dumps(child(a.streams, a.tokens, a.per_read, a.whole)))
         return
     codes = ([("old", a.old_src.resolve())] if a.old_src else []) + [("new", ROOT / "src")]
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -149,7 +153,8 @@ def main() -> None:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), *rest])}
             cmd = [sys.executable, __file__, "--child", "--streams", str(a.streams)]
             out = subprocess.run(
-                [*cmd, "--tokens", str(a.tokens), "--per-read", str(a.per_read)],
+                [*cmd, "--tokens", str(a.tokens), "--per-read", str(a.per_read)]
+                + (["--whole"] if a.whole else []),
                 env=env,
                 capture_output=True,
                 text=True,
@@ -169,7 +174,8 @@ def main() -> None:
             )
     med = {label: statistics.median(v) for label, v in got.items()}
     print(
-        f"\n{a.streams} streams x {a.tokens} tokens, {a.per_read} token(s) per read, "
+        f"\n{a.streams} streams x {a.tokens} tokens, "
+        f"{'a response' if a.whole else f'{a.per_read} token(s)'} per read, "
         f"median of {a.rounds}:"
     )
     for label, v in med.items():

@@ -18,6 +18,8 @@ class _Sock:
 
 
 class _Pool:
+    take = None  # every read in Python, the tokens after a head too
+
     def __init__(self) -> None:
         self.conns: set[fasthttp.Conn] = set()
         self.idle: list[fasthttp.Conn] = []

@@ -177,7 +177,14 @@ def _both(
             a.rest = got[4] < got[0]
         return got
 
+    def c_take(data: bytes, *args: Any) -> int:
+        got = int(fasthttp._take_tokens(data, *args))  # type: ignore[misc]
+        if got:  # in a read the spy saw whole: the twin has all of it already
+            taken.append((len(data), got))
+        return got
+
     pool.fast = c_path if fast is not None else None
+    pool.take = c_take if fast is not None else None
     pool.pacer = pacer
     client = socket.create_connection(listener.getsockname())
     server, _ = listener.accept()
@@ -226,14 +233,17 @@ def _reads(draw: st.DrawFn, messages: list[bytes]) -> list[bytes]:
         size = draw(st.sampled_from([b"%x", b"%x", b"%X", b"00%x", b"%x;e=1"])) % len(msg)
         chunk = size + b"\r\n" + msg + b"\r\n"
         how = draw(st.sampled_from(["alone", "alone", "alone", "with the last", "cut"]))
-        if how == "with the last" and len(reads) > 1:
+        if how == "with the last":  # the head's read too: a zero-ITL server's answer
             reads[-1] += chunk
         elif how == "cut":
             at = draw(st.integers(1, len(chunk) - 1))
             reads += [chunk[:at], chunk[at:]]
         else:
             reads.append(chunk)
-    reads.append(b"0\r\n\r\n")
+    if draw(st.booleans()):
+        reads.append(b"0\r\n\r\n")
+    else:
+        reads[-1] += b"0\r\n\r\n"
     return reads
 
 
@@ -301,6 +311,23 @@ def test_tokens_a_late_read_found_merged_take_the_c_path_and_the_rest_python(
     outcome, rec = got_c[-1][0], got_c[-1][1]
     assert outcome == "done" and isinstance(rec, dict)
     assert rec["chunks"] == 6 and rec["saw_done"] and rec["itl"][1:3] == [0.0, 0.0]
+
+
+def test_a_response_whole_in_one_read_has_its_tokens_taken_in_c(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """A zero-ITL server answers whole: head, tokens, usage, [DONE] and the last chunk in one
+    read. The head is read in Python, the tokens after it in C (one stamp, ITLs 0), the rest
+    in Python, which ends the response; the record is the Python path's."""
+    tok = b"%x\r\n%s\r\n" % (len(_token()), _token())
+    end = b"".join(b"%x\r\n%s\r\n" % (len(m), m) for m in (USAGE, b"data: [DONE]\n\n"))
+    whole = HEAD + tok * 3 + end + b"0\r\n\r\n"
+    got_c, got_py, taken = _both(loop, listener, fast, [whole])
+    assert got_c == got_py
+    assert taken == [(len(whole) - len(HEAD), 3 * len(tok))]
+    outcome, rec = got_c[-1][0], got_c[-1][1]
+    assert outcome == "done" and isinstance(rec, dict)
+    assert rec["chunks"] == 3 and rec["saw_done"] and rec["itl"] == [0.0, 0.0]
 
 
 def test_a_token_chunk_cut_before_its_crlf_is_left_to_python(

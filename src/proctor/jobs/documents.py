@@ -253,8 +253,8 @@ class ClientSection(Section):
     reasons: list[str] = Field(default_factory=list)
     fix: str | None = None  # what to run instead, when client-bound (headroom.more_workers)
     path: str | None = None
-    # The raw client's read path: "C" (loadgen/_fastread.c, for tokens read by closed loops;
-    # every other read in Python) or "Python".
+    # The raw client's read path: "C" (loadgen/_fastread.c, for a read's whole token chunks;
+    # the rest of each read in Python) or "Python".
     reader: str | None = None
     loop: str | None = None
 

@@ -20,6 +20,10 @@
  *   read; the Python path takes buf[taken:n]). Raises OSError as socket.recvmsg_into does
  *   (BlockingIOError when nothing is there).
  *
+ * take_tokens(data, ts, state, record, chat) -> taken
+ *   the same for bytes already read, from a chunk boundary: a body whose first bytes came in
+ *   the read that ended the response's head (a zero-ITL server answers whole, in one read).
+ *
  * Linux only (SO_TIMESTAMPNS); elsewhere the module does not build and the Python path runs.
  */
 #define PY_SSIZE_T_CLEAN
@@ -288,9 +292,27 @@ fail:
     return NULL;
 }
 
+static PyObject *take_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "take_tokens(data, ts, state, record, chat)");
+        return NULL;
+    }
+    double ts = PyFloat_AsDouble(args[1]);
+    if (ts == -1.0 && PyErr_Occurred()) return NULL;
+    int chat = PyObject_IsTrue(args[4]);
+    if (chat < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t taken = tokens(view.buf, view.len, ts, chat, args[2], args[3]);
+    PyBuffer_Release(&view);
+    return taken < 0 ? NULL : PyLong_FromSsize_t(taken);
+}
+
 static PyMethodDef methods[] = {
     {"read_token", (PyCFunction)(void (*)(void))read_token, METH_FASTCALL,
      "read_token(fd, buf, clock, state, record, chat) -> (n, ts, now, stamped, taken)"},
+    {"take_tokens", (PyCFunction)(void (*)(void))take_tokens, METH_FASTCALL,
+     "take_tokens(data, ts, state, record, chat) -> taken"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,10 +13,11 @@ response ends. Before a read is handled, a paced request that has come due is se
 pacer, pacer.Pacer.poke): the read keeps its kernel stamp however late it is handled; the send
 is timed when it leaves. A read's whole token chunks are read and recorded in C where the
 extension built (`_fastread.c`: the same record, half the Python of a read; the rest of the
-read comes back to Python; PROCTOR_FASTREAD=0, read when a pool opens, keeps every read in
-Python). Metric definitions and records are the same as the aiohttp path's; failures are
-classified the same way (http_error, rate_limited, disconnect, timeout, malformed_sse,
-no_output, connect_error, client_error).
+read comes back to Python; the tokens after a head, in the head's read, too;
+PROCTOR_FASTREAD=0, read when a pool opens, keeps every read in Python). Metric definitions
+and records are the same as the aiohttp path's; failures are classified the same way
+(http_error, rate_limited, disconnect, timeout, malformed_sse, no_output, connect_error,
+client_error).
 
 Plain http:// only; https:// (and URL credentials together with an API key, which aiohttp
 refuses) use the aiohttp path in client.py.
@@ -53,8 +54,9 @@ _HEX = b"0123456789abcdefABCDEF"
 FASTREAD_ENV = "PROCTOR_FASTREAD"
 try:
     from proctor.workloads.loadgen._fastread import read_token as _read_token
+    from proctor.workloads.loadgen._fastread import take_tokens as _take_tokens
 except ImportError:  # pragma: no cover - the install could not build it
-    _read_token = None
+    _read_token = _take_tokens = None
 
 
 def fast_reader() -> Any:
@@ -62,6 +64,12 @@ def fast_reader() -> Any:
     if os.environ.get(FASTREAD_ENV, "").strip() == "0":
         return None
     return _read_token
+
+
+def fast_taker() -> Any:
+    """_fastread.take_tokens (a read's token chunks after its response head), or None as
+    fast_reader."""
+    return None if fast_reader() is None else _take_tokens
 
 
 def _chunk_size(line: bytes) -> int:
@@ -317,6 +325,13 @@ class Conn:
                 data = self._head(ex, data, ts)
                 if self.in_head or ex.outcome:
                     return
+                if data and self.between and (take := self.pool.take) is not None:
+                    # The body's first bytes came with the head (a zero-ITL server sends a
+                    # whole answer in one read): its whole token chunks in C, as a read's.
+                    state = ex.state
+                    taken = take(data, ts, state, ex.record, state.chat)
+                    if taken:
+                        data = data[taken:]
             self._body(ex, data, ts)
         except Malformed as e:
             self._fail(ex, "malformed_sse", str(e))
@@ -517,6 +532,7 @@ class Pool:
         self.keeper = rxtime.keep_stamping()
         self.pacer: Pacer | None = None  # paced sends due before a read go first (poke)
         self.fast = fast_reader()  # the common read in C; None: every read in Python
+        self.take = fast_taker()  # the tokens after a head, in the head's read, in C
         netloc = u.hostname if u.port is None else f"{u.hostname}:{u.port}"
         if ":" in u.hostname:  # IPv6 literal
             netloc = f"[{u.hostname}]" + (f":{u.port}" if u.port else "")
