@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,6 +88,7 @@ def test_list_and_show_believe_the_exit_code_file_not_the_record(isolated_runs: 
 _HALF_STARTED = """
 import os, signal, sys, time
 from pathlib import Path
+from typing import Any
 from proctor.record.recorder import Recorder
 rec = Recorder.create(Path(sys.argv[1]))
 rec.run.write_json("plan.json", {"argv": ["sleep", "1"], "log": "x.log"})
@@ -187,6 +189,21 @@ def test_time_limit_holds_while_the_wrapper_is_busy_recording(
     assert "timeout" in events
 
 
+def _detached_sleep(isolated_runs: Path, env: dict[str, str]) -> tuple[Path, Any, Any]:
+    """A detached `proctor run -- sleep 30`: its run directory, its wrapper and its command
+    (psutil processes), once both are up."""
+    import psutil
+
+    started = proctor("run", "-d", "--json", "--", "sleep", "30", env=env)
+    assert started.returncode == 0, started.stderr
+    run = isolated_runs / json.loads(started.stdout)["run_id"]
+    wait_for(lambda: (run / "wrapper.pid").exists(), 60, "the wrapper")
+    wrapper = psutil.Process(json.loads((run / "wrapper.pid").read_text())["pid"])
+    wait_for(lambda: bool(wrapper.children()), 60, "the command")
+    (command,) = wrapper.children()
+    return run, wrapper, command
+
+
 def test_a_stop_that_reaches_the_command_and_the_wrapper_together_is_a_stop(
     isolated_runs: Path, tmp_path: Path
 ) -> None:
@@ -204,13 +221,7 @@ def test_a_stop_that_reaches_the_command_and_the_wrapper_together_is_a_stop(
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(SLOW_RECORD, encoding="utf-8")
     env = {"PYTHONPATH": f"{inject}:{sys.path[0]}"}
-    started = proctor("run", "-d", "--json", "--", "sleep", "30", env=env)
-    assert started.returncode == 0, started.stderr
-    run = isolated_runs / json.loads(started.stdout)["run_id"]
-    wait_for(lambda: (run / "wrapper.pid").exists(), 60, "the wrapper")
-    wrapper = psutil.Process(json.loads((run / "wrapper.pid").read_text())["pid"])
-    wait_for(lambda: bool(wrapper.children()), 60, "the command")
-    (command,) = wrapper.children()
+    run, wrapper, command = _detached_sleep(isolated_runs, env)
     os.kill(command.pid, signal.SIGTERM)
     # Dead, a zombie until the wrapper (asleep in its record write) reaps it: then its signal.
     wait_for(lambda: command.status() == psutil.STATUS_ZOMBIE, 10, "the command's death")
@@ -233,13 +244,7 @@ def test_a_stop_whose_wrapper_signal_comes_after_the_command_is_gone_is_a_stop(
 
     import psutil
 
-    started = proctor("run", "-d", "--json", "--", "sleep", "30")
-    assert started.returncode == 0, started.stderr
-    run = isolated_runs / json.loads(started.stdout)["run_id"]
-    wait_for(lambda: (run / "wrapper.pid").exists(), 60, "the wrapper")
-    wrapper = psutil.Process(json.loads((run / "wrapper.pid").read_text())["pid"])
-    wait_for(lambda: bool(wrapper.children()), 60, "the command")
-    (command,) = wrapper.children()
+    run, wrapper, command = _detached_sleep(isolated_runs, {})
     os.kill(command.pid, signal.SIGTERM)
     wait_for(lambda: not psutil.pid_exists(command.pid), 10, "the command reaped")
     time.sleep(1.0)
