@@ -94,63 +94,103 @@ static PyObject *common_text(PyObject *obj, int chat, PyObject **delta_out) {
     return text && PyUnicode_CheckExact(text) ? text : NULL;
 }
 
-/* The token into the record, as StreamState.feed's short path: 0, or -1 with an exception */
-static int take(PyObject *state, PyObject *record, double ts, PyObject *text) {
-    PyObject *got = PyObject_GetAttr(state, a_got_first);
+/* What the tokens of one read change, held here and written back once (take_end): one read's
+ * tokens share its stamp, so a late read's N tokens cost one write of each field, not N. */
+typedef struct {
+    int open;         /* the fields below were read from the state and record */
+    int got_first;    /* state.got_first */
+    double last;      /* state.last */
+    Py_ssize_t chunks; /* record.chunks */
+    PyObject *itl;    /* record.itl (new reference) */
+    PyObject *pieces; /* state.pieces (new reference) */
+    PyObject *state, *record; /* borrowed */
+} acc_t;
+
+static int acc_open(acc_t *a) {
+    PyObject *got = PyObject_GetAttr(a->state, a_got_first);
     if (!got) return -1;
-    int got_first = PyObject_IsTrue(got);
+    a->got_first = PyObject_IsTrue(got);
     Py_DECREF(got);
-    if (got_first < 0) return -1;
-    if (got_first) {
-        PyObject *last = PyObject_GetAttr(state, a_last);
-        if (!last) return -1;
-        double l = PyFloat_AsDouble(last);
-        Py_DECREF(last);
-        if (l == -1.0 && PyErr_Occurred()) return -1;
-        PyObject *itl = PyObject_GetAttr(record, a_itl);
-        if (!itl) return -1;
-        PyObject *gap = PyFloat_FromDouble(ts - l);
-        int r = gap ? PyList_Append(itl, gap) : -1;
+    if (a->got_first < 0) return -1;
+    PyObject *last = PyObject_GetAttr(a->state, a_last);
+    if (!last) return -1;
+    a->last = PyFloat_AsDouble(last);
+    Py_DECREF(last);
+    if (a->last == -1.0 && PyErr_Occurred()) return -1;
+    PyObject *chunks = PyObject_GetAttr(a->record, a_chunks);
+    if (!chunks) return -1;
+    a->chunks = PyLong_AsSsize_t(chunks);
+    Py_DECREF(chunks);
+    if (a->chunks == -1 && PyErr_Occurred()) return -1;
+    if (!(a->itl = PyObject_GetAttr(a->record, a_itl))) return -1;
+    if (!(a->pieces = PyObject_GetAttr(a->state, a_pieces))) return -1;
+    if (!PyList_Check(a->itl) || !PyList_Check(a->pieces)) {
+        PyErr_SetString(PyExc_TypeError, "record.itl and state.pieces must be lists");
+        return -1;
+    }
+    a->open = 1;
+    return 0;
+}
+
+/* The fields taken so far, written back; 0, or -1 with an exception (kept if one was set) */
+static int take_end(acc_t *a, int ok) {
+    if (!a->open) return ok ? 0 : -1;
+    PyObject *type, *value, *tb;
+    if (!ok) PyErr_Fetch(&type, &value, &tb);
+    int r = 0;
+    PyObject *last = PyFloat_FromDouble(a->last);
+    PyObject *chunks = PyLong_FromSsize_t(a->chunks);
+    if (!last || !chunks || PyObject_SetAttr(a->state, a_last, last) < 0 ||
+        PyObject_SetAttr(a->record, a_chunks, chunks) < 0 ||
+        PyObject_SetAttr(a->state, a_got_first, a->got_first ? Py_True : Py_False) < 0)
+        r = -1;
+    Py_XDECREF(last);
+    Py_XDECREF(chunks);
+    Py_CLEAR(a->itl);
+    Py_CLEAR(a->pieces);
+    a->open = 0;
+    if (!ok) {
+        if (r < 0) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        } else {
+            PyErr_Restore(type, value, tb);
+        }
+        return -1;
+    }
+    return r;
+}
+
+/* The token into the record, as StreamState.feed's short path: 0, or -1 with an exception */
+static int take(acc_t *a, double ts, PyObject *text) {
+    if (!a->open && acc_open(a) < 0) return -1;
+    if (a->got_first) {
+        PyObject *gap = PyFloat_FromDouble(ts - a->last);
+        int r = gap ? PyList_Append(a->itl, gap) : -1;
         Py_XDECREF(gap);
-        Py_DECREF(itl);
         if (r < 0) return -1;
     } else {
-        if (PyObject_SetAttr(state, a_got_first, Py_True) < 0) return -1;
-        PyObject *st = PyObject_GetAttr(state, a_st);
+        PyObject *st = PyObject_GetAttr(a->state, a_st);
         if (!st) return -1;
         double s = PyFloat_AsDouble(st);
         Py_DECREF(st);
         if (s == -1.0 && PyErr_Occurred()) return -1;
         PyObject *ttft = PyFloat_FromDouble(ts - s);
-        int r = ttft ? PyObject_SetAttr(record, a_ttft, ttft) : -1;
+        int r = ttft ? PyObject_SetAttr(a->record, a_ttft, ttft) : -1;
         Py_XDECREF(ttft);
         if (r < 0) return -1;
+        a->got_first = 1;
     }
-    PyObject *tsf = PyFloat_FromDouble(ts);
-    int r = tsf ? PyObject_SetAttr(state, a_last, tsf) : -1;
-    Py_XDECREF(tsf);
-    if (r < 0) return -1;
-    PyObject *chunks = PyObject_GetAttr(record, a_chunks);
-    if (!chunks) return -1;
-    PyObject *one = PyLong_FromLong(1);
-    PyObject *more = one ? PyNumber_Add(chunks, one) : NULL;
-    Py_XDECREF(one);
-    Py_DECREF(chunks);
-    r = more ? PyObject_SetAttr(record, a_chunks, more) : -1;
-    Py_XDECREF(more);
-    if (r < 0) return -1;
-    PyObject *pieces = PyObject_GetAttr(state, a_pieces);
-    if (!pieces) return -1;
-    r = PyList_Append(pieces, text);
-    Py_DECREF(pieces);
-    return r;
+    a->last = ts;
+    a->chunks += 1;
+    return PyList_Append(a->pieces, text);
 }
 
 /* The chunk at d (n bytes from there to the read's end) when it is whole and holds one
  * common token message: its length, size line and CRLFs included, once taken into the
  * record; 0: it is not (the Python path takes it from here); -1: an exception */
-static Py_ssize_t token(const char *d, Py_ssize_t n, double ts, int chat, PyObject *state,
-                        PyObject *record) {
+static Py_ssize_t token(const char *d, Py_ssize_t n, double ts, int chat, acc_t *a) {
     Py_ssize_t i = 0;
     unsigned long long hex = 0; /* 16 digits fit */
     while (i < n && i < SIZE_DIGITS && hexval(d[i]) >= 0) hex = hex * 16 + hexval(d[i++]);
@@ -181,11 +221,12 @@ static Py_ssize_t token(const char *d, Py_ssize_t n, double ts, int chat, PyObje
     }
     if (chat && PyUnicode_GET_LENGTH(text) == 0) {
         /* feed: a chat stream's opener (role, no text) before the first token is no token */
-        PyObject *got = PyObject_GetAttr(state, a_got_first);
-        int got_first = got ? PyObject_IsTrue(got) : -1;
-        Py_XDECREF(got);
-        int role = got_first == 0 ? PyDict_Contains(delta, k_role) : 0;
-        if (got_first < 0 || role < 0) {
+        if (!a->open && acc_open(a) < 0) {
+            Py_DECREF(obj);
+            return -1;
+        }
+        int role = a->got_first ? 0 : PyDict_Contains(delta, k_role);
+        if (role < 0) {
             Py_DECREF(obj);
             return -1;
         }
@@ -196,7 +237,7 @@ static Py_ssize_t token(const char *d, Py_ssize_t n, double ts, int chat, PyObje
     }
     Py_INCREF(text);
     Py_DECREF(obj);
-    int r = take(state, record, ts, text);
+    int r = take(a, ts, text);
     Py_DECREF(text);
     return r < 0 ? -1 : whole;
 }
@@ -206,14 +247,18 @@ static Py_ssize_t token(const char *d, Py_ssize_t n, double ts, int chat, PyObje
  * _whole_chunks takes them: the bytes they span, or -1 with an exception */
 static Py_ssize_t tokens(const char *d, Py_ssize_t n, double ts, int chat, PyObject *state,
                          PyObject *record) {
+    acc_t a = {0, 0, 0.0, 0, NULL, NULL, state, record};
     Py_ssize_t pos = 0;
     while (pos < n) {
-        Py_ssize_t whole = token(d + pos, n - pos, ts, chat, state, record);
-        if (whole < 0) return -1;
+        Py_ssize_t whole = token(d + pos, n - pos, ts, chat, &a);
+        if (whole < 0) {
+            take_end(&a, 0);
+            return -1;
+        }
         if (!whole) break;
         pos += whole;
     }
-    return pos;
+    return take_end(&a, 1) < 0 ? -1 : pos;
 }
 
 static PyObject *read_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
