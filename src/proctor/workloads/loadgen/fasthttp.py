@@ -66,12 +66,6 @@ def fast_reader() -> Any:
     return _read_token
 
 
-def fast_taker() -> Any:
-    """_fastread.take_tokens (a read's token chunks after its response head), or None as
-    fast_reader."""
-    return None if fast_reader() is None else _take_tokens
-
-
 def _chunk_size(line: bytes) -> int:
     """A chunk-size line's size: hex digits only (RFC 9112), then any extensions after ";".
     int(x, 16) alone takes "-6", "+5", "0x5" and "1_0": a negative size sent the chunk decoder
@@ -532,7 +526,8 @@ class Pool:
         self.keeper = rxtime.keep_stamping()
         self.pacer: Pacer | None = None  # paced sends due before a read go first (poke)
         self.fast = fast_reader()  # the common read in C; None: every read in Python
-        self.take = fast_taker()  # the tokens after a head, in the head's read, in C
+        # the token chunks after a head, in the head's read, in C; on and off with fast
+        self.take = None if self.fast is None else _take_tokens
         netloc = u.hostname if u.port is None else f"{u.hostname}:{u.port}"
         if ":" in u.hostname:  # IPv6 literal
             netloc = f"[{u.hostname}]" + (f":{u.port}" if u.port else "")
