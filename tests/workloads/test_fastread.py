@@ -291,6 +291,22 @@ def test_a_common_token_takes_the_c_path_and_its_kernel_stamp(
     assert got_c[-1][2] == [" t"] * 5
 
 
+def test_a_common_token_is_read_by_the_scan_and_an_escaped_one_by_the_parser(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """The C path reads a common token message with its own scan (no parser, no dict), and
+    hands one it cannot decide (an escape) to the parser: the same record either way."""
+    from proctor.workloads.loadgen._fastread import counts
+
+    plain, escaped = _token(" t"), _token("a\nb")
+    reads = [HEAD] + [b"%x\r\n%s\r\n" % (len(m), m) for m in (plain, escaped, plain)]
+    scanned, parsed = counts()
+    got_c, got_py, taken = _both(loop, listener, fast, reads)
+    assert len(taken) == 3 and got_c == got_py
+    assert got_c[-1][2] == [" t", "a\nb", " t"]
+    assert counts() == (scanned + 2, parsed + 1)
+
+
 def test_tokens_a_late_read_found_merged_take_the_c_path_and_the_rest_python(
     loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
 ) -> None:

@@ -42,6 +42,7 @@
 
 static PyObject *g_loads; /* orjson.loads, or json's where orjson is missing (sse.loads) */
 static PyObject *g_failed_finish; /* sse.FAILED_FINISH */
+static Py_ssize_t g_scanned, g_parsed; /* token messages read by scan_common / the parser */
 static PyObject *g_clock_offset_ns; /* rxtime.clock_offset_ns, every rxtime.OFFSET_S */
 static double g_offset_s, g_max_believed_s; /* rxtime.OFFSET_S, rxtime.MAX_BELIEVED_S */
 static PyObject *k_choices, *k_usage, *k_finish, *k_text, *k_delta, *k_content,
@@ -187,6 +188,264 @@ static int take(acc_t *a, double ts, PyObject *text) {
     return PyList_Append(a->pieces, text);
 }
 
+/* The common token message read without building it (orjson's parse and the dict it builds
+ * were ~0.46 of the ~0.66 us C spent on a token: bench/NOTES.md). A strict JSON scan of the
+ * message that keeps only what _common_text looks at; it says "take" only where the parser
+ * (sse.loads) would give a dict whose common text is the same: pure ASCII, no escapes,
+ * integers of at most 16 digits, nesting under SCAN_DEPTH, each key that _common_text reads
+ * at most once (a parser keeps the last of two). Anything else (a float, a backslash, a byte
+ * over 0x7f, NaN, an error) is asked of the parser, as before: a scan never says "not JSON".
+ * Held to the parser by tests/workloads/test_fastread.py (hypothesis, the parser the oracle). */
+#define SCAN_DEPTH 32
+
+typedef struct {
+    const char *p, *end;
+} cur_t;
+
+typedef struct {
+    int chat;
+    int n_choices, n_usage, usage_null; /* the message */
+    int n_finish, finish_null;          /* the first choice, where it is an object */
+    const char *finish;
+    Py_ssize_t finish_n;
+    /* the first choice's text, or in chat its delta's content (where the delta is an object:
+     * n_text counts only what _common_text would read) */
+    int n_text, n_delta;
+    int n_reasoning, n_role;
+    const char *text;
+    Py_ssize_t text_n;
+} common_t;
+
+typedef int (*member_fn)(cur_t *c, const char *k, Py_ssize_t kn, common_t *m, int depth);
+
+static int scan_value(cur_t *c, int depth);
+
+static void scan_ws(cur_t *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+/* a string at c->p: 0 and its bytes in [*s, *s + *n), or -1 (ask the parser) */
+static int scan_string(cur_t *c, const char **s, Py_ssize_t *n) {
+    if (c->p >= c->end || *c->p != '"') return -1;
+    const char *b = ++c->p;
+    while (c->p < c->end) {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch == '"') {
+            if (s) {
+                *s = b;
+                *n = c->p - b;
+            }
+            c->p++;
+            return 0;
+        }
+        if (ch == '\\' || ch >= 0x80 || ch < 0x20) return -1;
+        c->p++;
+    }
+    return -1;
+}
+
+static int scan_number(cur_t *c) {
+    const char *b = c->p;
+    if (c->p < c->end && *c->p == '-') c->p++;
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9') return -1;
+    if (*c->p == '0')
+        c->p++;
+    else
+        while (c->p < c->end && *c->p >= '0' && *c->p <= '9') c->p++;
+    if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E' ||
+                          (*c->p >= '0' && *c->p <= '9')))
+        return -1; /* a fraction, an exponent, a leading zero: the parser's */
+    return c->p - b <= 16 ? 0 : -1;
+}
+
+static int scan_literal(cur_t *c, const char *w, Py_ssize_t n) {
+    if (c->end - c->p < n || memcmp(c->p, w, n) != 0) return -1;
+    c->p += n;
+    return 0;
+}
+
+static int scan_object(cur_t *c, int depth, member_fn f, common_t *m) {
+    if (depth > SCAN_DEPTH) return -1;
+    c->p++; /* '{' */
+    scan_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 0;
+    }
+    for (;;) {
+        const char *k;
+        Py_ssize_t kn;
+        if (scan_string(c, &k, &kn) < 0) return -1;
+        scan_ws(c);
+        if (c->p >= c->end || *c->p != ':') return -1;
+        c->p++;
+        scan_ws(c);
+        if ((f ? f(c, k, kn, m, depth) : scan_value(c, depth)) < 0) return -1;
+        scan_ws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            scan_ws(c);
+            continue;
+        }
+        if (c->p < c->end && *c->p == '}') {
+            c->p++;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+/* an array; its first element through `first` when given */
+static int scan_array(cur_t *c, int depth, int (*first)(cur_t *, common_t *, int),
+                      common_t *m) {
+    if (depth > SCAN_DEPTH) return -1;
+    c->p++; /* '[' */
+    scan_ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        return 0;
+    }
+    for (int i = 0;; i++) {
+        if ((i == 0 && first ? first(c, m, depth) : scan_value(c, depth)) < 0) return -1;
+        scan_ws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            scan_ws(c);
+            continue;
+        }
+        if (c->p < c->end && *c->p == ']') {
+            c->p++;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+static int scan_value(cur_t *c, int depth) {
+    if (c->p >= c->end) return -1;
+    switch (*c->p) {
+    case '{':
+        return scan_object(c, depth + 1, NULL, NULL);
+    case '[':
+        return scan_array(c, depth + 1, NULL, NULL);
+    case '"':
+        return scan_string(c, NULL, NULL);
+    case 't':
+        return scan_literal(c, "true", 4);
+    case 'f':
+        return scan_literal(c, "false", 5);
+    case 'n':
+        return scan_literal(c, "null", 4);
+    default:
+        return scan_number(c);
+    }
+}
+
+#define KEY_IS(k, kn, lit) ((kn) == (Py_ssize_t)sizeof(lit) - 1 && !memcmp((k), lit, (kn)))
+
+/* a string value into (*s, *n), or any other value (*s stays NULL) */
+static int scan_string_or_value(cur_t *c, int depth, const char **s, Py_ssize_t *n) {
+    *s = NULL;
+    if (c->p < c->end && *c->p == '"') return scan_string(c, s, n);
+    return scan_value(c, depth);
+}
+
+static int delta_member(cur_t *c, const char *k, Py_ssize_t kn, common_t *m, int depth) {
+    if (KEY_IS(k, kn, "content")) {
+        m->n_text++;
+        return scan_string_or_value(c, depth, &m->text, &m->text_n);
+    }
+    if (KEY_IS(k, kn, "reasoning_content") || KEY_IS(k, kn, "reasoning")) m->n_reasoning++;
+    if (KEY_IS(k, kn, "role")) m->n_role++;
+    return scan_value(c, depth);
+}
+
+static int choice_member(cur_t *c, const char *k, Py_ssize_t kn, common_t *m, int depth) {
+    if (KEY_IS(k, kn, "finish_reason")) {
+        m->n_finish++;
+        m->finish_null = c->p < c->end && *c->p == 'n';
+        m->finish = NULL;
+        return scan_string_or_value(c, depth, &m->finish, &m->finish_n);
+    }
+    if (!m->chat && KEY_IS(k, kn, "text")) {
+        m->n_text++;
+        return scan_string_or_value(c, depth, &m->text, &m->text_n);
+    }
+    if (m->chat && KEY_IS(k, kn, "delta")) {
+        m->n_delta++;
+        if (c->p < c->end && *c->p == '{') return scan_object(c, depth + 1, delta_member, m);
+        return scan_value(c, depth);
+    }
+    return scan_value(c, depth);
+}
+
+static int first_choice(cur_t *c, common_t *m, int depth) {
+    if (c->p < c->end && *c->p == '{') return scan_object(c, depth + 1, choice_member, m);
+    return scan_value(c, depth);
+}
+
+static int message_member(cur_t *c, const char *k, Py_ssize_t kn, common_t *m, int depth) {
+    if (KEY_IS(k, kn, "choices")) {
+        m->n_choices++;
+        if (c->p < c->end && *c->p == '[') return scan_array(c, depth + 1, first_choice, m);
+        return scan_value(c, depth);
+    }
+    if (KEY_IS(k, kn, "usage")) {
+        m->n_usage++;
+        m->usage_null = c->p < c->end && *c->p == 'n';
+    }
+    return scan_value(c, depth);
+}
+
+/* 1: the message (a JSON text) is the common token message, its text in m->text (ASCII);
+ * 0: ask the parser */
+static int scan_common(const char *d, Py_ssize_t n, int chat, common_t *m) {
+    memset(m, 0, sizeof *m);
+    m->chat = chat;
+    cur_t c = {d, d + n};
+    scan_ws(&c);
+    if (c.p >= c.end || *c.p != '{' || scan_object(&c, 1, message_member, m) < 0) return 0;
+    scan_ws(&c);
+    if (c.p != c.end) return 0;
+    if (m->n_choices != 1 || m->n_usage > 1 ||
+        (m->n_usage && !m->usage_null) || m->n_finish > 1 || m->n_text != 1 || !m->text)
+        return 0;
+    if (m->n_finish && !m->finish_null) { /* a response's last token, or a failure */
+        if (!m->finish) return 0;          /* a finish_reason that is no string */
+        PyObject *f = PyUnicode_DecodeASCII(m->finish, m->finish_n, NULL);
+        int failed = f ? PySet_Contains(g_failed_finish, f) : -1;
+        Py_XDECREF(f);
+        if (failed != 0) { /* sse.FAILED_FINISH; an exception: the parser's path says it */
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    if (chat && (m->n_delta != 1 || m->n_reasoning || m->n_role > 1)) return 0;
+    return 1;
+}
+
+/* _fastread.counts() -> (scanned, parsed): the messages of whole token chunks read so far
+ * by the scan and by the parser, in this process (for tests and benches) */
+static PyObject *counts(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("(nn)", g_scanned, g_parsed);
+}
+
+/* _fastread.scan(body, chat) -> (text, has_role) or None: the scan alone, for tests */
+static PyObject *scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "scan(body: bytes, chat)");
+        return NULL;
+    }
+    int chat = PyObject_IsTrue(args[1]);
+    if (chat < 0) return NULL;
+    common_t m;
+    if (!scan_common(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), chat, &m))
+        Py_RETURN_NONE;
+    return Py_BuildValue("(NO)", PyUnicode_DecodeASCII(m.text, m.text_n, NULL),
+                         m.n_role ? Py_True : Py_False);
+}
+
 /* The chunk at d (n bytes from there to the read's end) when it is whole and holds one
  * common token message: its length, size line and CRLFs included, once taken into the
  * record; 0: it is not (the Python path takes it from here); -1: an exception */
@@ -205,6 +464,21 @@ static Py_ssize_t token(const char *d, Py_ssize_t n, double ts, int chat, acc_t 
     if (size < 9 || memcmp(b, "data: {", 7) != 0 || b[size - 2] != '\n' ||
         b[size - 1] != '\n' || memchr(b + 7, '\n', size - 9) || memchr(b, '\r', size))
         return 0;
+    common_t m;
+    if (scan_common(b + 6, size - 8, chat, &m)) { /* the common message, without the parser */
+        g_scanned++;
+        if (chat && m.text_n == 0) {
+            /* feed: a chat stream's opener (role, no text) before the first token is no token */
+            if (!a->open && acc_open(a) < 0) return -1;
+            if (!a->got_first && m.n_role) return whole;
+        }
+        PyObject *text = PyUnicode_DecodeASCII(m.text, m.text_n, NULL);
+        if (!text) return -1;
+        int r = take(a, ts, text);
+        Py_DECREF(text);
+        return r < 0 ? -1 : whole;
+    }
+    g_parsed++;
     PyObject *body = PyBytes_FromStringAndSize(b + 6, size - 8);
     if (!body) return -1;
     PyObject *obj = PyObject_CallOneArg(g_loads, body);
@@ -358,6 +632,10 @@ static PyMethodDef methods[] = {
      "read_token(fd, buf, clock, state, record, chat) -> (n, ts, now, stamped, taken)"},
     {"take_tokens", (PyCFunction)(void (*)(void))take_tokens, METH_FASTCALL,
      "take_tokens(data, ts, state, record, chat) -> taken"},
+    {"counts", (PyCFunction)counts, METH_NOARGS,
+     "counts() -> (scanned, parsed): token messages read by the scan and by the parser"},
+    {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
+     "scan(body, chat) -> (text, has_role) or None (ask the parser)"},
     {NULL, NULL, 0, NULL},
 };
 
