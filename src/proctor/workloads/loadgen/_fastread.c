@@ -7,7 +7,8 @@
  * clock offset read again every rxtime.OFFSET_S by rxtime.clock_offset_ns), and for each
  * whole HTTP chunk at the read's start holding one `data: {...}` message whose object is the
  * common token message (sse._common_text: a completions text or a chat delta's content; a
- * chat stream's role-only opener is taken as feed takes it, as no token), the record's
+ * chat stream's role-only opener is taken as feed takes it, as no token; read by a strict
+ * scan of its JSON where that can decide, else by the parser), the record's
  * update (TTFT or one more ITL, the chunk count, the text). The rest of the read (a response's
  * usage and last chunk, a chunk the read cut, any other shape) is left to the Python path,
  * with its bytes in the buffer and its stamp: the record comes out the same either way
@@ -23,6 +24,10 @@
  * take_tokens(data, ts, state, record, chat) -> taken
  *   the same for bytes already read, from a chunk boundary: a body whose first bytes came in
  *   the read that ended the response's head (a zero-ITL server answers whole, in one read).
+ *
+ * scan(body, chat) -> (text, has_role) or None; counts() -> (scanned, parsed)
+ *   the scan of one token message alone (None: the parser decides), and how many token
+ *   messages the scan and the parser have read in this process: for tests and benches.
  *
  * Linux only (SO_TIMESTAMPNS); elsewhere the module does not build and the Python path runs.
  */
@@ -195,7 +200,8 @@ static int take(acc_t *a, double ts, PyObject *text) {
  * integers of at most 16 digits, nesting under SCAN_DEPTH, each key that _common_text reads
  * at most once (a parser keeps the last of two). Anything else (a float, a backslash, a byte
  * over 0x7f, NaN, an error) is asked of the parser, as before: a scan never says "not JSON".
- * Held to the parser by tests/workloads/test_fastread.py (hypothesis, the parser the oracle). */
+ * Held to the parser by tests/workloads/test_fastread_scan.py (hypothesis; the parser is the
+ * oracle). */
 #define SCAN_DEPTH 32
 
 typedef struct {
