@@ -103,3 +103,19 @@ def fake_process() -> Iterator[Callable[..., FakeProcess]]:
     for p in procs:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             p.kill()
+
+
+@pytest.fixture(scope="module")
+def fastread() -> Any:
+    """The C read path's module (loadgen/_fastread.c); a test that needs it fails where the
+    install could not build it (a skip in CI is a failure)."""
+    from proctor.workloads.loadgen import fasthttp
+
+    if fasthttp._read_token is None:
+        pytest.fail(
+            "the C read path did not build (proctor.workloads.loadgen._fastread): install "
+            "with a C compiler and Python's headers (python3-dev)"
+        )
+    from proctor.workloads.loadgen import _fastread
+
+    return _fastread

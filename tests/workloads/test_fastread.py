@@ -122,13 +122,8 @@ class _Spy(fasthttp.Conn):
 
 
 @pytest.fixture(scope="module")
-def fast() -> Any:
-    if fasthttp._read_token is None:
-        pytest.fail(
-            "the C read path did not build (proctor.workloads.loadgen._fastread): install "
-            "with a C compiler and Python's headers (python3-dev)"
-        )
-    return fasthttp._read_token
+def fast(fastread: Any) -> Any:
+    return fastread.read_token
 
 
 @pytest.fixture(scope="module")
@@ -292,12 +287,11 @@ def test_a_common_token_takes_the_c_path_and_its_kernel_stamp(
 
 
 def test_a_common_token_is_read_by_the_scan_and_an_escaped_one_by_the_parser(
-    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any, fastread: Any
 ) -> None:
     """The C path reads a common token message with its own scan (no parser, no dict), and
     hands one it cannot decide (an escape) to the parser: the same record either way."""
-    from proctor.workloads.loadgen._fastread import counts
-
+    counts = fastread.counts
     plain, escaped = _token(" t"), _token("a\nb")
     reads = [HEAD] + [b"%x\r\n%s\r\n" % (len(m), m) for m in (plain, escaped, plain)]
     scanned, parsed = counts()

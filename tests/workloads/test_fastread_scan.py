@@ -14,19 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proctor.workloads.loadgen import fasthttp, sse
+from proctor.workloads.loadgen import sse
 
 
 @pytest.fixture(scope="module")
-def scan() -> Any:
-    if fasthttp._read_token is None:
-        pytest.fail(
-            "the C read path did not build (proctor.workloads.loadgen._fastread): install "
-            "with a C compiler and Python's headers (python3-dev)"
-        )
-    from proctor.workloads.loadgen._fastread import scan as c_scan
-
-    return c_scan
+def scan(fastread: Any) -> Any:
+    return fastread.scan
 
 
 def _oracle(body: bytes, chat: bool) -> tuple[str, bool] | str | None:
