@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from proctor.errors import TargetUnavailable
@@ -89,6 +90,27 @@ def test_tracker_remembers_orphaned_setsid_child(
     assert root.pid == proc.pid and child in [i.pid for i in seen]
     data = json.loads(path.read_text())
     assert any("worker-mark" in " ".join(e["cmdline"]) for e in data["seen"])
+
+
+def test_a_worker_still_inside_execve_is_found_once_its_command_line_is_set(
+    tree: tuple[subprocess.Popen[str], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child's command line reads empty between the moment its parent learns it started
+    (execve closed the close-on-exec pipe) and the moment execve set it up; a loaded machine
+    stretches that window (CI under a CPU hog found no worker). The read is tried again."""
+    proc, child = tree
+    real = psutil.Process.cmdline
+    reads: list[int] = []
+
+    def racing(self: psutil.Process) -> list[str]:
+        if self.pid == child and len(reads) < 3:  # the first three reads: inside execve
+            reads.append(self.pid)
+            return []
+        return real(self)
+
+    monkeypatch.setattr(psutil.Process, "cmdline", racing)
+    assert [w.pid for w in find_workers(ProcessIdentity.of(proc.pid), ["worker-mark"])] == [child]
+    assert len(reads) == 3
 
 
 def test_find_workers_only_inside_tree(tree: tuple[subprocess.Popen[str], int]) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,11 @@ from proctor.monitors.periodic import Periodic
 
 #: Start times read twice can differ by rounding; anything closer than this is the same process.
 _CREATE_TIME_SLACK_S = 0.05
+#: How long find_workers waits for a live descendant's command line that reads empty: the
+#: process is still inside execve (the kernel closes the close-on-exec descriptors, which is
+#: how a parent learns its child started, before it sets up the new command line), a window
+#: that a loaded machine stretches to tens of milliseconds.
+_EXEC_SETTLE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -64,14 +70,21 @@ class ProcessIdentity:
     def is_alive(self) -> bool:
         return self.process() is not None
 
-    def cmdline(self) -> list[str]:
-        proc = self.process()
-        if proc is None:
-            return []
-        try:
-            return [str(part) for part in proc.cmdline()]
-        except (psutil.Error, OSError):
-            return []
+    def cmdline(self, settle_s: float = 0.0) -> list[str]:
+        """The command line; [] once the process is gone. One that reads empty while the
+        process lives is read again for up to `settle_s` (it is inside execve)."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            proc = self.process()
+            if proc is None:
+                return []
+            try:
+                parts = [str(part) for part in proc.cmdline()]
+            except (psutil.Error, OSError):
+                return []
+            if parts or time.monotonic() >= deadline:
+                return parts
+            time.sleep(0.01)
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "create_time": self.create_time}
@@ -203,7 +216,7 @@ def find_workers(root: ProcessIdentity, patterns: Iterable[str]) -> list[Process
     compiled = [re.compile(p) for p in patterns]
     out: list[ProcessIdentity] = []
     for ident in descendants(root):
-        line = " ".join(ident.cmdline())
+        line = " ".join(ident.cmdline(settle_s=_EXEC_SETTLE_S) if compiled else ())
         if not compiled or any(rx.search(line) for rx in compiled):
             out.append(ident)
     return out
