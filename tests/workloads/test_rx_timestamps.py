@@ -120,6 +120,18 @@ def _send_with_blocked_loop(srv: WriteTimedServer) -> tuple[RequestRecord, Sampl
     return run_loop(main())
 
 
+def test_a_pool_opens_with_the_kernel_stamping_already() -> None:
+    """The kernel turns stamping on from a work queue after the first socket asks; a loaded
+    machine ran it after a response's first read (CI under a CPU hog: one read of five had no
+    stamp). A pool opens only once a loopback segment comes back stamped."""
+    pool = Pool(BenchConfig(base_url="http://127.0.0.1:9", model="m"))
+    try:
+        assert pool.keeper is not None
+        assert rxtime.stamping_on(wait_s=0.0)
+    finally:
+        pool.close()
+
+
 def test_token_times_are_arrival_times_not_loop_times(server: WriteTimedServer) -> None:
     rec, sample = _send_with_blocked_loop(server)
     assert rec.success, rec.error

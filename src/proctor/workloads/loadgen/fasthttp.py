@@ -190,11 +190,11 @@ class Conn:
             except Exception as e:  # as the short path below: never into the event loop
                 self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
                 return
-            if clock.recording:
-                clock.note(now, ts, stamped)
-            if not n:
+            if not n:  # the peer closed: no bytes, no stamp, not a read (as below)
                 self.connection_lost(None)
                 return
+            if clock.recording:
+                clock.note(now, ts, stamped)
             if taken == n:
                 if self.flight is not None:
                     self.flight.last = now

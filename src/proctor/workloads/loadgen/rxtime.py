@@ -14,7 +14,9 @@ in a record) by the offset of the two clocks, read every OFFSET_S: it moves only
 clock is stepped, never by NTP slewing (both clocks slew together).
 
 The kernel stamps only while some socket asks for stamps, and it starts stamping a moment
-after the first one asks (a deferred switch): a pool keeps one socket asking from its start.
+after the first one asks (a deferred switch, run from a kernel work queue, which a loaded
+machine runs late): a pool keeps one socket asking from its start, and opens only once a
+loopback TCP segment comes back stamped (or STAMPING_WAIT_S has passed).
 
 Linux only (the option number is asm-generic's, as on x86-64, arm64, riscv and ppc); anywhere
 the option is refused or a read comes back without a stamp, the read is stamped when the loop
@@ -43,6 +45,8 @@ ANC_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") e
 MAX_SAMPLES = 1 << 18
 # A stamp more than this before the read is not believed (a clock step between the two).
 MAX_BELIEVED_S = 60.0
+# How long a pool waits at its start for the kernel's deferred switch to stamping.
+STAMPING_WAIT_S = 2.0
 CLOCK = "kernel receive timestamp (SO_TIMESTAMPNS) of the read's last segment"
 FALLBACK_CLOCK = "time.perf_counter when the event loop handled the read"
 
@@ -59,8 +63,10 @@ def enable(sock: socket.socket) -> bool:
 
 
 def keep_stamping() -> socket.socket | None:
-    """A socket that only asks for stamps, opened before any connection: the kernel's switch
-    is on by the time the first response arrives, and stays on while this is open."""
+    """A socket that only asks for stamps, opened before any connection, returned once the
+    kernel stamps (stamping_on): the switch is on before the first request is sent, and stays
+    on while this is open. Under a CPU hog the deferred switch came after a response's first
+    read, which then had no stamp."""
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     except OSError:
@@ -68,7 +74,33 @@ def keep_stamping() -> socket.socket | None:
     if not enable(s):
         s.close()
         return None
+    stamping_on(STAMPING_WAIT_S)
     return s
+
+
+def stamping_on(wait_s: float = 0.0) -> bool:
+    """Whether a loopback TCP segment comes back with the kernel's stamp, trying again every
+    millisecond for up to `wait_s` (TCP, because a UDP read without a stamp is given the
+    read's own time by the kernel); False where loopback TCP cannot be opened."""
+    try:
+        with (
+            socket.create_server(("127.0.0.1", 0)) as lsock,
+            socket.create_connection(lsock.getsockname(), timeout=5) as c,
+            lsock.accept()[0] as srv,
+        ):
+            if not enable(c):
+                return False
+            deadline = time.monotonic() + wait_s
+            while True:
+                srv.sendall(b"x")
+                _, anc, _, _ = c.recvmsg(1, ANC_SPACE)
+                if any(lvl == _SOL_SOCKET and typ == SO_TIMESTAMPNS for lvl, typ, _ in anc):
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.001)
+    except OSError:
+        return False
 
 
 class ReadClock:
