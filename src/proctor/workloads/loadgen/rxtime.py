@@ -74,8 +74,13 @@ def keep_stamping() -> socket.socket | None:
     if not enable(s):
         s.close()
         return None
-    stamping_on(STAMPING_WAIT_S)
+    global _stamps_seen
+    if _stamps_seen is not False:  # a kernel that never stamped is not waited for twice
+        _stamps_seen = stamping_on(STAMPING_WAIT_S)
     return s
+
+
+_stamps_seen: bool | None = None
 
 
 def stamping_on(wait_s: float = 0.0) -> bool:
