@@ -19,10 +19,12 @@ class _Sock:
 
 class _Pool:
     take = None  # every read in Python, the tokens after a head too
+    ep = None  # not read by a drain
 
     def __init__(self) -> None:
         self.conns: set[fasthttp.Conn] = set()
         self.idle: list[fasthttp.Conn] = []
+        self.by_fd: dict[int, fasthttp.Conn] = {}
 
 
 def bare_conn() -> fasthttp.Conn:

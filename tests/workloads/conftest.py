@@ -111,7 +111,7 @@ def fastread() -> Any:
     install could not build it (a skip in CI is a failure)."""
     from proctor.workloads.loadgen import fasthttp
 
-    if fasthttp._read_token is None:
+    if fasthttp._drain is None:
         pytest.fail(
             "the C read path did not build (proctor.workloads.loadgen._fastread): install "
             "with a C compiler and Python's headers (python3-dev)"

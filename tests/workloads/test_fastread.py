@@ -1,6 +1,7 @@
 """The raw client's common read in C (loadgen/_fastread.c) leaves the record the Python read
-path leaves: every read of a real loopback TCP connection goes through the C path, and the
-same bytes with the same stamp through the Python path of a second connection."""
+path leaves: every read of a real loopback TCP connection goes through the pool's drain (the
+C path, and the Python path for what it hands back), and the same bytes with the same stamp
+through the Python path of a second connection."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from hypothesis import strategies as st
 
 from proctor.workloads.loadgen import fasthttp, rxtime
 from proctor.workloads.loadgen.config import BenchConfig
+from proctor.workloads.loadgen.deadlines import Flight
+from proctor.workloads.loadgen.loop import ENV as loop_env
+from proctor.workloads.loadgen.loop import loop_name
 from proctor.workloads.loadgen.records import RequestRecord
 from proctor.workloads.loadgen.runner import run_benchmark
 from proctor.workloads.loadgen.sse import StreamState
@@ -109,7 +113,8 @@ CHAT_MESSAGES = [
 class _Spy(fasthttp.Conn):
     """A Conn that notes every read it handles in Python, and every read the C path took
     (all of it or its leading chunks), with the read's bytes and stamp: the second connection
-    is handed the same whole read."""
+    is handed the same whole read. `rest`: the next _handle is the rest of a read C took the
+    start of, noted whole already."""
 
     __slots__ = ("rest", "seen")
 
@@ -123,7 +128,7 @@ class _Spy(fasthttp.Conn):
 
 @pytest.fixture(scope="module")
 def fast(fastread: Any) -> Any:
-    return fastread.read_token
+    return fastread.drain
 
 
 @pytest.fixture(scope="module")
@@ -155,21 +160,24 @@ def _both(
     chat: bool = False,
     pacer: Any = None,
 ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[int, int]]]:
-    """Each read sent over loopback TCP and read by a Conn with the C path; the same bytes and
-    stamps handed to a second Conn's Python path. Their states after each read, and how many
-    reads the C path took: (bytes read, bytes taken in C) each, all of the read or its
-    leading whole token chunks."""
+    """Each read sent over loopback TCP and read by a Conn of a pool with the C path (its
+    drain, as the event loop calls it); the same bytes and stamps handed to a second Conn's
+    Python path. Their states after each read, and how many reads the C path took: (bytes
+    read, bytes taken in C) each, all of the read or its leading whole token chunks."""
     pool = fasthttp.Pool(BenchConfig(base_url=f"http://127.0.0.1:{listener.getsockname()[1]}"))
     pool.clock = rxtime.ReadClock()
     pool.clock.start()
     taken: list[tuple[int, int]] = []
 
     def c_path(*args: Any) -> Any:
+        assert pool.seen is not None
+        before = len(pool.seen)
         got = fast(*args)
-        if got[4]:  # the second connection reads these bytes in Python
-            taken.append((got[0], got[4]))
-            a.seen.append((bytes(memoryview(args[1])[: got[0]]), got[1], got[2]))
-            a.rest = got[4] < got[0]
+        for data, ts, now, took in pool.seen[before:]:
+            if took:  # the second connection reads these bytes in Python
+                taken.append((len(data), took))
+                a.seen.append((data, ts, now))
+                a.rest = took < len(data)
         return got
 
     def c_take(data: bytes, *args: Any) -> int:
@@ -181,6 +189,8 @@ def _both(
     pool.fast = c_path if fast is not None else None
     pool.take = c_take if fast is not None else None
     pool.pacer = pacer
+    pool.seen = []
+    pool.open_drain(loop)
     client = socket.create_connection(listener.getsockname())
     server, _ = listener.accept()
     try:
@@ -205,7 +215,10 @@ def _both(
             deadline = time.monotonic() + 5
             before = len(a.seen)
             while len(a.seen) == before and time.monotonic() < deadline:
-                a._readable()  # nothing there yet: BlockingIOError, handled
+                if pool.ep is not None:
+                    pool._drain()  # as the loop calls it once the epoll set is ready
+                else:
+                    a._readable()  # nothing there yet: BlockingIOError, handled
             for read in a.seen[before:]:
                 b._handle(*read)
             got_a.append(_state(a, exs[0]))
@@ -382,70 +395,134 @@ def test_a_due_send_goes_before_each_read_on_either_path(
     assert len(taken) == (4 if in_c else 0) and pacer.pokes >= 5
 
 
-def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(listener: socket.socket) -> None:
-    """A read returned by the C path carries the kernel's stamp of the segment, on
-    perf_counter's clock: before the read returned, after it was sent, and the same as the
-    Python path's ReadClock.arrival gives for a twin segment sent at the same moment."""
-    if fasthttp._read_token is None:
-        pytest.fail("the C read path did not build")
-    pairs = []
-    for _ in range(2):
-        c = socket.create_connection(listener.getsockname())
-        s, _ = listener.accept()
+class _CountingPacer:
+    """A pacer with a send always due that notes, at each poke, how many tokens the records
+    of `recs` hold by then."""
+
+    next_due = 0.0
+
+    def __init__(self, recs: list[RequestRecord]) -> None:
+        self.recs = recs
+        self.at: list[int] = []
+
+    def poke(self) -> None:
+        self.at.append(sum(r.chunks for r in self.recs))
+
+
+def _pool_of(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, n: int
+) -> tuple[fasthttp.Pool, list[fasthttp.Conn], list[socket.socket], list[RequestRecord]]:
+    """A pool read by its drain, with n connections mid-response (the head read), each with
+    a request's record."""
+    pool = fasthttp.Pool(BenchConfig(base_url="http://127.0.0.1:9"))
+    pool.clock = rxtime.ReadClock()
+    pool.open_drain(loop)
+    conns, servers, recs = [], [], []
+    for _ in range(n):
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+        client.setblocking(False)
+        rxtime.enable(client)
+        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = fasthttp.Conn(pool, client, loop)
+        rec = RequestRecord(index=len(recs), prompt_len=1, expected_output_len=8)
+        conn.ex = fasthttp._Exchange(rec, StreamState(rec, False, 0.0), loop.create_future())
+        server.sendall(HEAD)
+        conns.append(conn)
+        servers.append(server)
+        recs.append(rec)
+    time.sleep(0.02)
+    pool._drain()  # the heads, in Python
+    assert all(c.between for c in conns)
+    return pool, conns, servers, recs
+
+
+def test_a_due_send_stops_a_wave_after_each_read(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """Paced requests beside a wave of ready connections: the drain goes back to Python to
+    let a due send go after each read, not after the wave, and what it did not read yet is
+    read by the next call (the connections stay ready)."""
+    pool, _, servers, recs = _pool_of(loop, listener, 3)
+    try:
+        pacer = _CountingPacer(recs)
+        pool.pacer = pacer
+        tok = b"%x\r\n%s\r\n" % (len(_token()), _token())
+        for s in servers:
+            s.sendall(tok)
+        time.sleep(0.02)
+        pool._drain()
+        assert [r.chunks for r in recs] == [1, 1, 1]
+        assert pacer.at[:3] == [0, 1, 2]  # a poke before each read
+        pool.pacer = None
+        for s in servers:  # and without a pacer, one call reads the whole wave
+            s.sendall(tok)
+        time.sleep(0.02)
+        seen = pool.seen = []
+        pool._drain()
+        assert [r.chunks for r in recs] == [2, 2, 2] and len(seen) == 3
+    finally:
+        for s in servers:
+            s.close()
+        pool.close()
+
+
+def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """A read done by the C path carries the kernel's stamp of the segment, on perf_counter's
+    clock: before the read returned, after it was sent, and the same as the Python path's
+    ReadClock.arrival gives for a twin segment sent at the same moment; the read's delay is
+    counted as the Python path counts its own, and the request's last read is now."""
+    pool, conns, servers, recs = _pool_of(loop, listener, 1)
+    c = socket.create_connection(listener.getsockname())
+    s, _ = listener.accept()
+    try:
         c.setblocking(False)
         rxtime.enable(c)
-        pairs.append((c, s))
-    try:
-        clock = rxtime.ReadClock()
-        rec = RequestRecord(index=0, prompt_len=1, expected_output_len=4)
-        state = StreamState(rec, False, 0.0)
+        pool.clock.start()
+        flight = conns[0].flight = Flight(None, 0.0)  # type: ignore[arg-type]
         msg = b"%x\r\n%s\r\n" % (len(_token()), _token())
-        time.sleep(0.02)  # the kernel's stamping switch is on by now
         sent = time.perf_counter()
-        for _, s in pairs:
-            s.sendall(msg)
+        for server in (servers[0], s):
+            server.sendall(msg)
         time.sleep(0.05)  # read 50 ms after arrival: a loop-time stamp would be that late
-        buf = bytearray(1 << 16)
-        n, ts, now, stamped, taken = fasthttp._read_token(
-            pairs[0][0].fileno(), buf, clock, state, rec, False
-        )
-        py_n, anc, _, _ = pairs[1][0].recvmsg_into([bytearray(1 << 16)], rxtime.ANC_SPACE)
-        py_ts = clock.arrival(anc, time.perf_counter())
+        seen = pool.seen = []
+        pool._drain()
+        py_n, anc, _, _ = c.recvmsg_into([bytearray(1 << 16)], rxtime.ANC_SPACE)
+        py_ts = pool.clock.arrival(anc, time.perf_counter())
     finally:
-        for c, s in pairs:
-            c.close()
-            s.close()
-    assert (n, stamped, taken) == (len(msg), True, len(msg)) and py_n == len(msg)
+        c.close()
+        s.close()
+        servers[0].close()
+        pool.close()
+    assert len(seen) == 1 and py_n == len(msg)
+    data, ts, now, taken = seen[0]
+    assert (data, taken) == (msg, len(msg))
     assert sent <= ts < sent + 0.02 < now and ts <= now
     assert abs(ts - py_ts) < 0.005
-    assert rec.ttft == ts and state.last == ts and rec.chunks == 1
+    assert recs[0].ttft == ts and recs[0].chunks == 1
+    assert flight.last == now  # the request's idle deadline sees the read
+    delays, reads, unstamped = pool.clock.stop()
+    assert (reads, unstamped) == (2, 0) and delays[0] == pytest.approx(now - ts, abs=1e-9)
 
 
 def test_the_c_path_reports_the_peer_closing_and_a_reset(
     loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
 ) -> None:
     """EOF and ECONNRESET read by the C path end the request as the Python path does:
-    disconnect, with the reason."""
+    disconnect, with the reason; the connection leaves the pool's epoll set."""
     for how in ("close", "reset"):
-        pool = fasthttp.Pool(BenchConfig(base_url="http://127.0.0.1:9"))
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-        client.setblocking(False)
-        conn = fasthttp.Conn(pool, client, loop)
-        rec = RequestRecord(index=0, prompt_len=1, expected_output_len=4)
-        ex = fasthttp._Exchange(rec, StreamState(rec, False, 0.0), loop.create_future())
-        conn.ex = ex
-        server.sendall(HEAD)
-        time.sleep(0.01)
-        conn._readable()
-        assert conn.between
+        pool, conns, servers, recs = _pool_of(loop, listener, 1)
+        conn, server = conns[0], servers[0]
         if how == "reset":  # RST on close: SO_LINGER with a zero timeout
             server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         server.close()
         time.sleep(0.01)
-        conn._readable()
-        assert ex.outcome == "disconnect", (how, ex.outcome, rec.error)
-        assert ("Reset" in rec.error) == (how == "reset")
+        pool._drain()
+        assert conn.closed and conn.ex is None and not pool.by_fd, how
+        assert recs[0].reason == "disconnect", (how, recs[0].reason, recs[0].error)
+        assert ("Reset" in recs[0].error) == (how == "reset")
         pool.close()
 
 
@@ -458,22 +535,27 @@ def test_proctor_fastread_0_keeps_every_read_in_python(monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize("setting", ["", "0"])
 @pytest.mark.parametrize("rate", [math.inf, 400.0])
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
 def test_a_bench_reads_its_tokens_in_c_and_says_so(
-    setting: str, rate: float, fast: Any, monkeypatch: pytest.MonkeyPatch
+    setting: str, rate: float, event_loop: str, fast: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A whole bench against emu.c (tokens 2 ms apart), closed loop and paced: every record
+    """A whole bench against emu.c (tokens 2 ms apart), closed loop and paced, on either event
+    loop (the pool's epoll set is one more file descriptor in the loop's own): every record
     complete, the same with the C path and without it (PROCTOR_FASTREAD=0), the tokens read in
     C where it is on, and metrics.json's client says which path read."""
     monkeypatch.setenv(fasthttp.FASTREAD_ENV, setting)
+    monkeypatch.setenv(loop_env, event_loop)
+    assert loop_name() == event_loop
     in_c = 0  # tokens taken in C
 
     def counted(*args: Any) -> Any:
         nonlocal in_c
-        got = fast(*args)
-        in_c += bytes(memoryview(args[1])[: got[4]]).count(b"data: ")
+        seen: list[tuple[bytes, float, float, int]] = []
+        got = fast(*args[:5], seen)
+        in_c += sum(data[:taken].count(b"data: ") for data, _, _, taken in seen)
         return got
 
-    monkeypatch.setattr(fasthttp, "_read_token", counted)
+    monkeypatch.setattr(fasthttp, "_drain", counted)
     with start_emulator(procs=1, ttft_ms=2.0, itl_ms=2.0) as emu:
         assert emu.kind == "c"
         cfg = BenchConfig(

@@ -2,24 +2,30 @@
  *
  * At concurrency 1000 on one core the client's loop runs near the end of its core, and the
  * Python of each read was half its CPU (bench/NOTES.md, *The common read in C*). This does,
- * for one read, exactly what fasthttp.Conn._readable and sse.StreamState.feed's short path do
- * in Python: recvmsg with the kernel receive stamp (rxtime.ReadClock.arrival's arithmetic, the
- * clock offset read again every rxtime.OFFSET_S by rxtime.clock_offset_ns), and for each
- * whole HTTP chunk at the read's start holding one `data: {...}` message whose object is the
- * common token message (sse._common_text: a completions text or a chat delta's content; a
- * chat stream's role-only opener is taken as feed takes it, as no token; read by a strict
- * scan of its JSON where that can decide, else by the parser), the record's
- * update (TTFT or one more ITL, the chunk count, the text). The rest of the read (a response's
- * usage and last chunk, a chunk the read cut, any other shape) is left to the Python path,
- * with its bytes in the buffer and its stamp: the record comes out the same either way
- * (tests/workloads/test_fastread.py).
+ * for each ready connection of a pool, exactly what fasthttp.Conn._readable and
+ * sse.StreamState.feed's short path do in Python: recvmsg with the kernel receive stamp
+ * (rxtime.ReadClock.arrival's arithmetic, the clock offset read again every rxtime.OFFSET_S
+ * by rxtime.clock_offset_ns), and for each whole HTTP chunk at the read's start holding one
+ * `data: {...}` message whose object is the common token message (sse._common_text: a
+ * completions text or a chat delta's content; a chat stream's role-only opener is taken as
+ * feed takes it, as no token; read by a strict scan of its JSON where that can decide, else
+ * by the parser), the record's update (TTFT or one more ITL, the chunk count, the text). The
+ * rest of the read (a response's usage and last chunk, a chunk the read cut, any other
+ * shape) is handed to the Python path with its stamp: the record comes out the same either
+ * way (tests/workloads/test_fastread.py).
  *
- * read_token(fd, buf, clock, state, record, chat) -> (n, ts, now, stamped, taken)
- *   n: bytes read into buf (0: the peer closed); ts: when they arrived (perf_counter
- *   seconds); now: when the read returned; stamped: ts is the kernel's; taken: how many of
- *   the n bytes, from the start, were whole token chunks now in the record (n: all of the
- *   read; the Python path takes buf[taken:n]). Raises OSError as socket.recvmsg_into does
- *   (BlockingIOError when nothing is there).
+ * drain(epfd, conns, buf, clock, next_due, seen) -> (handed, delays, unstamped, due)
+ *   one epoll_wait, no waiting, on the pool's epoll set (fasthttp.Pool._drain; conns: fd ->
+ *   Conn). A connection whose read is the common one (Conn.between, a request not over,
+ *   nothing pending in its stream) is read here; any other is handed back to be read in
+ *   Python. handed: a Conn (read it: Conn._readable), (conn, rest, ts, now) (the rest of a
+ *   read whose leading token chunks were taken: Conn._handle), (conn, exc_or_None) (the read
+ *   failed, or the peer closed: Conn.connection_lost), (conn, exc, "client_error") (the
+ *   tokens raised: the request fails). delays: the reads' delays after arrival (native
+ *   doubles; 0.0 unstamped) where clock.recording, for ReadClock.note_all. due: the call
+ *   stopped after a read because a paced send came due (next_due, perf_counter seconds);
+ *   what it did not read stays ready. seen: None, or a list that gets (bytes, ts, now,
+ *   taken) of every read done here (tests).
  *
  * take_tokens(data, ts, state, record, chat) -> taken
  *   the same for bytes already read, from a chunk boundary: a body whose first bytes came in
@@ -29,10 +35,12 @@
  *   the scan of one token message alone (None: the parser decides), and how many token
  *   messages the scan and the parser have read in this process: for tests and benches.
  *
- * Linux only (SO_TIMESTAMPNS); elsewhere the module does not build and the Python path runs.
+ * Linux only (SO_TIMESTAMPNS, epoll); elsewhere the module does not build and the Python
+ * path runs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #ifndef __linux__
 #error "the C read path needs Linux (SO_TIMESTAMPNS); the Python path runs elsewhere"
@@ -40,6 +48,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -53,7 +62,96 @@ static double g_offset_s, g_max_believed_s; /* rxtime.OFFSET_S, rxtime.MAX_BELIE
 static PyObject *k_choices, *k_usage, *k_finish, *k_text, *k_delta, *k_content,
     *k_reasoning_content, *k_reasoning, *k_role;
 static PyObject *a_got_first, *a_last, *a_st, *a_itl, *a_chunks, *a_pieces, *a_ttft, *a_off,
-    *a_off_until;
+    *a_off_until, *a_recording, *a_between, *a_ex, *a_outcome, *a_state, *a_tail, *a_cr,
+    *a_chat, *a_record, *a_flight;
+
+
+/* Attributes read and written by their slot's offset. Every object a read touches is of a
+ * class with __slots__ (Conn, _Exchange, StreamState, RequestRecord, Flight, ReadClock), and
+ * PyObject_GetAttr on a slot (type lookup, descriptor call) cost ~40 ns: with the twenty a
+ * read makes, more than the Python bytecode it replaced, whose attribute loads CPython
+ * specializes (perf: PyMember_GetOne 4.4 % of the client's core at 1000 streams). The offset
+ * comes from the member descriptor of the first class an attribute is met on; an object of
+ * any other class, or a slot left unset, goes by name as before. */
+#ifndef Py_T_OBJECT_EX
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#endif
+#ifndef Py_READONLY
+#define Py_READONLY READONLY
+#endif
+
+typedef struct {
+    PyObject **name;     /* the interned name */
+    PyTypeObject *exact; /* the class the offset is for (NULL: not looked up yet) */
+    Py_ssize_t off;
+    int tried, writable;
+} slot_t;
+
+/* 1 when obj's class holds the attribute in a slot (the offset is then set), else 0 */
+static int slot_at(slot_t *s, PyObject *obj) {
+    if (Py_TYPE(obj) == s->exact) return 1;
+    if (s->tried) return 0;
+    s->tried = 1;
+    PyObject *d = PyObject_GetAttr((PyObject *)Py_TYPE(obj), *s->name);
+    if (!d) {
+        PyErr_Clear();
+        return 0;
+    }
+    int found = 0;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == Py_T_OBJECT_EX) {
+            s->exact = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(obj));
+            s->off = m->offset;
+            s->writable = !(m->flags & Py_READONLY);
+            found = 1;
+        }
+    }
+    Py_DECREF(d);
+    return found;
+}
+
+/* obj.<name>: a new reference, or NULL with an exception */
+static PyObject *sget(PyObject *obj, slot_t *s) {
+    if (slot_at(s, obj)) {
+        PyObject *v = *(PyObject **)((char *)obj + s->off);
+        if (v) return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, *s->name);
+}
+
+/* obj.<name> = v: 0, or -1 with an exception */
+static int sset(PyObject *obj, slot_t *s, PyObject *v) {
+    if (slot_at(s, obj) && s->writable) {
+        PyObject **p = (PyObject **)((char *)obj + s->off);
+        PyObject *old = *p;
+        *p = Py_NewRef(v);
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, *s->name, v);
+}
+
+static slot_t s_st_got_first = {&a_got_first, NULL, 0, 0, 0};
+static slot_t s_st_last = {&a_last, NULL, 0, 0, 0};
+static slot_t s_rec_chunks = {&a_chunks, NULL, 0, 0, 0};
+static slot_t s_rec_itl = {&a_itl, NULL, 0, 0, 0};
+static slot_t s_st_pieces = {&a_pieces, NULL, 0, 0, 0};
+static slot_t s_st_st = {&a_st, NULL, 0, 0, 0};
+static slot_t s_rec_ttft = {&a_ttft, NULL, 0, 0, 0};
+static slot_t s_clk_off = {&a_off, NULL, 0, 0, 0};
+static slot_t s_clk_until = {&a_off_until, NULL, 0, 0, 0};
+static slot_t s_clk_recording = {&a_recording, NULL, 0, 0, 0};
+static slot_t s_conn_between = {&a_between, NULL, 0, 0, 0};
+static slot_t s_conn_ex = {&a_ex, NULL, 0, 0, 0};
+static slot_t s_conn_flight = {&a_flight, NULL, 0, 0, 0};
+static slot_t s_ex_outcome = {&a_outcome, NULL, 0, 0, 0};
+static slot_t s_ex_state = {&a_state, NULL, 0, 0, 0};
+static slot_t s_ex_record = {&a_record, NULL, 0, 0, 0};
+static slot_t s_st_tail = {&a_tail, NULL, 0, 0, 0};
+static slot_t s_st_cr = {&a_cr, NULL, 0, 0, 0};
+static slot_t s_st_chat = {&a_chat, NULL, 0, 0, 0};
+static slot_t s_fl_last = {&a_last, NULL, 0, 0, 0};
 
 static long long clock_ns(clockid_t id) {
     struct timespec t;
@@ -113,23 +211,23 @@ typedef struct {
 } acc_t;
 
 static int acc_open(acc_t *a) {
-    PyObject *got = PyObject_GetAttr(a->state, a_got_first);
+    PyObject *got = sget(a->state, &s_st_got_first);
     if (!got) return -1;
     a->got_first = PyObject_IsTrue(got);
     Py_DECREF(got);
     if (a->got_first < 0) return -1;
-    PyObject *last = PyObject_GetAttr(a->state, a_last);
+    PyObject *last = sget(a->state, &s_st_last);
     if (!last) return -1;
     a->last = PyFloat_AsDouble(last);
     Py_DECREF(last);
     if (a->last == -1.0 && PyErr_Occurred()) return -1;
-    PyObject *chunks = PyObject_GetAttr(a->record, a_chunks);
+    PyObject *chunks = sget(a->record, &s_rec_chunks);
     if (!chunks) return -1;
     a->chunks = PyLong_AsSsize_t(chunks);
     Py_DECREF(chunks);
     if (a->chunks == -1 && PyErr_Occurred()) return -1;
-    if (!(a->itl = PyObject_GetAttr(a->record, a_itl))) return -1;
-    if (!(a->pieces = PyObject_GetAttr(a->state, a_pieces))) return -1;
+    if (!(a->itl = sget(a->record, &s_rec_itl))) return -1;
+    if (!(a->pieces = sget(a->state, &s_st_pieces))) return -1;
     if (!PyList_Check(a->itl) || !PyList_Check(a->pieces)) {
         PyErr_SetString(PyExc_TypeError, "record.itl and state.pieces must be lists");
         return -1;
@@ -146,9 +244,9 @@ static int take_end(acc_t *a, int ok) {
     int r = 0;
     PyObject *last = PyFloat_FromDouble(a->last);
     PyObject *chunks = PyLong_FromSsize_t(a->chunks);
-    if (!last || !chunks || PyObject_SetAttr(a->state, a_last, last) < 0 ||
-        PyObject_SetAttr(a->record, a_chunks, chunks) < 0 ||
-        PyObject_SetAttr(a->state, a_got_first, a->got_first ? Py_True : Py_False) < 0)
+    if (!last || !chunks || sset(a->state, &s_st_last, last) < 0 ||
+        sset(a->record, &s_rec_chunks, chunks) < 0 ||
+        sset(a->state, &s_st_got_first, a->got_first ? Py_True : Py_False) < 0)
         r = -1;
     Py_XDECREF(last);
     Py_XDECREF(chunks);
@@ -177,13 +275,13 @@ static int take(acc_t *a, double ts, PyObject *text) {
         Py_XDECREF(gap);
         if (r < 0) return -1;
     } else {
-        PyObject *st = PyObject_GetAttr(a->state, a_st);
+        PyObject *st = sget(a->state, &s_st_st);
         if (!st) return -1;
         double s = PyFloat_AsDouble(st);
         Py_DECREF(st);
         if (s == -1.0 && PyErr_Occurred()) return -1;
         PyObject *ttft = PyFloat_FromDouble(ts - s);
-        int r = ttft ? PyObject_SetAttr(a->record, a_ttft, ttft) : -1;
+        int r = ttft ? sset(a->record, &s_rec_ttft, ttft) : -1;
         Py_XDECREF(ttft);
         if (r < 0) return -1;
         a->got_first = 1;
@@ -541,79 +639,262 @@ static Py_ssize_t tokens(const char *d, Py_ssize_t n, double ts, int chat, PyObj
     return take_end(&a, 1) < 0 ? -1 : pos;
 }
 
-static PyObject *read_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "read_token(fd, buf, clock, state, record, chat)");
-        return NULL;
+/* The clocks' offset (rxtime.ReadClock.off, .off_until), read from the clock once per call
+ * and written back when read again (every OFFSET_S, by rxtime.clock_offset_ns, as arrival) */
+typedef struct {
+    PyObject *clock; /* borrowed */
+    int loaded;
+    long long off;
+    double until;
+} offset_t;
+
+static int offset_at(offset_t *o, double now, long long *off) {
+    if (!o->loaded) {
+        PyObject *until = sget(o->clock, &s_clk_until);
+        if (!until) return -1;
+        o->until = PyFloat_AsDouble(until);
+        Py_DECREF(until);
+        if (o->until == -1.0 && PyErr_Occurred()) return -1;
+        PyObject *v = sget(o->clock, &s_clk_off);
+        if (!v) return -1;
+        o->off = PyLong_AsLongLong(v);
+        Py_DECREF(v);
+        if (o->off == -1 && PyErr_Occurred()) return -1;
+        o->loaded = 1;
     }
-    int chat = PyObject_IsTrue(args[5]);
-    if (chat < 0) return NULL;
-    long fd = PyLong_AsLong(args[0]);
-    if (fd == -1 && PyErr_Occurred()) return NULL;
-    PyObject *clock = args[2], *state = args[3], *record = args[4];
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) < 0) return NULL;
+    if (now > o->until) {
+        PyObject *v = PyObject_CallNoArgs(g_clock_offset_ns);
+        if (!v) return -1;
+        long long x = PyLong_AsLongLong(v);
+        PyObject *nu = x == -1 && PyErr_Occurred() ? NULL : PyFloat_FromDouble(now + g_offset_s);
+        int r = nu ? sset(o->clock, &s_clk_off, v) : -1;
+        if (!r) r = sset(o->clock, &s_clk_until, nu);
+        Py_DECREF(v);
+        Py_XDECREF(nu);
+        if (r) return -1;
+        o->off = x;
+        o->until = now + g_offset_s;
+    }
+    *off = o->off;
+    return 0;
+}
+
+/* One recvmsg into buf with the kernel's receive stamp: the bytes read (0: the peer closed);
+ * -1: the call failed, errno says why (no exception set); -2: an exception. *ts is the
+ * arrival on perf_counter's clock (*now where there is no believable stamp). */
+static ssize_t read_stamped(int fd, void *buf, size_t len, offset_t *o, double *ts,
+                            double *now, int *stamped) {
     char ctrl[CMSG_SPACE(sizeof(struct timespec))];
-    struct iovec iov = {view.buf, (size_t)view.len};
+    struct iovec iov = {buf, len};
     struct msghdr msg;
     memset(&msg, 0, sizeof msg);
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     msg.msg_control = ctrl;
     msg.msg_controllen = sizeof ctrl;
-    ssize_t n = recvmsg((int)fd, &msg, 0);
-    if (n < 0) {
-        PyBuffer_Release(&view);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
+    ssize_t n = recvmsg(fd, &msg, 0);
+    if (n < 0) return -1;
     /* perf_counter: CLOCK_MONOTONIC, seconds as CPython makes them (ns / 1e9) */
-    double now = (double)clock_ns(CLOCK_MONOTONIC) / 1e9;
-    double ts = now;
-    int stamped = 0;
+    *now = (double)clock_ns(CLOCK_MONOTONIC) / 1e9;
+    *ts = *now;
+    *stamped = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS ||
             c->cmsg_len < CMSG_LEN(sizeof(struct timespec)))
             continue;
         struct timespec t;
         memcpy(&t, CMSG_DATA(c), sizeof t);
-        PyObject *until = PyObject_GetAttr(clock, a_off_until);
-        if (!until) goto fail;
-        double u = PyFloat_AsDouble(until);
-        Py_DECREF(until);
-        if (u == -1.0 && PyErr_Occurred()) goto fail;
-        PyObject *o;
-        if (now > u) { /* the clocks' offset, read again every OFFSET_S, as arrival does */
-            o = PyObject_CallNoArgs(g_clock_offset_ns);
-            PyObject *nu = o ? PyFloat_FromDouble(now + g_offset_s) : NULL;
-            int r = nu ? PyObject_SetAttr(clock, a_off, o) : -1;
-            if (!r) r = PyObject_SetAttr(clock, a_off_until, nu);
-            Py_XDECREF(nu);
-            if (r) {
-                Py_XDECREF(o);
-                goto fail;
-            }
-        } else {
-            o = PyObject_GetAttr(clock, a_off);
-            if (!o) goto fail;
-        }
-        long long off = PyLong_AsLongLong(o);
-        Py_DECREF(o);
-        if (off == -1 && PyErr_Occurred()) goto fail;
+        long long off;
+        if (offset_at(o, *now, &off) < 0) return -2;
         /* integer nanoseconds, then seconds: a float of epoch seconds keeps only ~0.24 us */
         double v = (double)((long long)t.tv_sec * 1000000000LL + t.tv_nsec - off) * 1e-9;
-        if (v > now - g_max_believed_s) {
-            ts = v < now ? v : now;
-            stamped = 1;
+        if (v > *now - g_max_believed_s) {
+            *ts = v < *now ? v : *now;
+            *stamped = 1;
         }
         break; /* the only control message asked for */
     }
-    Py_ssize_t taken = n > 0 ? tokens(view.buf, n, ts, chat, state, record) : 0;
+    return n;
+}
+
+/* A connection's read is the common one when fasthttp.Conn._readable would hand it to C:
+ * conn.between, conn.ex set and not over (ex.outcome ""), nothing pending in its stream
+ * (state.tail, state.cr). 1 (the new references in *f), 0: it is not, -1: an exception. */
+typedef struct {
+    PyObject *ex, *state, *record, *flight;
+    int chat;
+} conn_t;
+
+static int truth(PyObject *obj, slot_t *s) {
+    PyObject *v = sget(obj, s);
+    if (!v) return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static void conn_clear(conn_t *f) {
+    Py_CLEAR(f->ex);
+    Py_CLEAR(f->state);
+    Py_CLEAR(f->record);
+    Py_CLEAR(f->flight);
+}
+
+static int conn_common(PyObject *conn, conn_t *f) {
+    memset(f, 0, sizeof *f);
+    int r = truth(conn, &s_conn_between);
+    if (r <= 0) return r;
+    if (!(f->ex = sget(conn, &s_conn_ex))) return -1;
+    if (f->ex == Py_None) goto slow;
+    if ((r = truth(f->ex, &s_ex_outcome)) != 0) goto done;
+    if (!(f->state = sget(f->ex, &s_ex_state))) goto err;
+    if ((r = truth(f->state, &s_st_tail)) != 0 || (r = truth(f->state, &s_st_cr)) != 0) goto done;
+    if ((f->chat = truth(f->state, &s_st_chat)) < 0) goto err;
+    if (!(f->record = sget(f->ex, &s_ex_record))) goto err;
+    if (!(f->flight = sget(conn, &s_conn_flight))) goto err;
+    return 1;
+done:
+    if (r < 0) goto err;
+slow:
+    conn_clear(f);
+    return 0;
+err:
+    conn_clear(f);
+    return -1;
+}
+
+/* Appends a new tuple built by Py_BuildValue to the list: 0, or -1 with an exception */
+static int hand(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int r = PyList_Append(list, item);
+    Py_DECREF(item);
+    return r;
+}
+
+#define DRAIN_EVENTS 1024
+
+/* drain(epfd, conns, buf, clock, next_due, seen) -> (handed, delays, unstamped, due)
+ * One epoll_wait (no wait) on the pool's epoll set, and each ready connection's common read
+ * done here as Conn._readable would do it, without a Python call per read. */
+static PyObject *drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "drain(epfd, conns: dict, buf, clock, next_due, seen: list | None)");
+        return NULL;
+    }
+    long epfd = PyLong_AsLong(args[0]);
+    if (epfd == -1 && PyErr_Occurred()) return NULL;
+    PyObject *conns = args[1], *clock = args[3], *seen = args[5];
+    double next_due = PyFloat_AsDouble(args[4]);
+    if (next_due == -1.0 && PyErr_Occurred()) return NULL;
+    int recording = truth(clock, &s_clk_recording);
+    if (recording < 0) return NULL;
+    struct epoll_event ev[DRAIN_EVENTS];
+    int k = epoll_wait((int)epfd, ev, DRAIN_EVENTS, 0);
+    if (k < 0) {
+        if (errno != EINTR) return PyErr_SetFromErrno(PyExc_OSError);
+        k = 0;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[2], &view, PyBUF_WRITABLE) < 0) return NULL;
+    PyObject *handed = PyList_New(0);
+    PyObject *delays = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)k * (Py_ssize_t)sizeof(double));
+    if (!handed || !delays) goto fail;
+    double *delay = (double *)PyBytes_AS_STRING(delays);
+    Py_ssize_t nd = 0, unstamped = 0;
+    int due = 0, reads = 0;
+    offset_t o = {clock, 0, 0, 0.0};
+    for (int i = 0; i < k; i++) {
+        PyObject *key = PyLong_FromLong(ev[i].data.fd);
+        if (!key) goto fail;
+        PyObject *conn = PyDict_GetItemWithError(conns, key); /* borrowed */
+        Py_DECREF(key);
+        if (!conn) {
+            if (PyErr_Occurred()) goto fail;
+            continue; /* closed since: nothing to read for */
+        }
+        conn_t f;
+        int common = conn_common(conn, &f);
+        if (common < 0) goto fail;
+        if (!common) { /* the Python path reads it (Conn._readable) */
+            if (PyList_Append(handed, conn) < 0) goto fail;
+            continue;
+        }
+        /* the dict is not changed before this returns (connections close in Python) */
+        /* a paced request that has come due is sent first (Pacer.poke): back to Python, and
+         * what is not read yet stays ready for the next call. The caller poked before this
+         * call, so its first read goes on: every call reads, whatever the pacer says. */
+        if (reads++ && (double)clock_ns(CLOCK_MONOTONIC) / 1e9 >= next_due) {
+            conn_clear(&f);
+            due = 1;
+            break;
+        }
+        double ts, now;
+        int stamped, r = 0;
+        ssize_t n = read_stamped(ev[i].data.fd, view.buf, (size_t)view.len, &o, &ts, &now,
+                                 &stamped);
+        if (n == -1) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+                conn_clear(&f);
+                continue;
+            }
+            PyErr_SetFromErrno(PyExc_OSError); /* Conn.connection_lost(exc) */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            r = hand(handed, Py_BuildValue("(ON)", conn, value));
+        } else if (n == -2) {
+            r = -1;
+        } else if (n == 0) { /* the peer closed: no bytes, no stamp, not a read */
+            r = hand(handed, Py_BuildValue("(OO)", conn, Py_None));
+        } else {
+            Py_ssize_t taken = tokens(view.buf, n, ts, f.chat, f.state, f.record);
+            if (taken < 0) { /* as Conn._readable: the request fails, client_error */
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyErr_NormalizeException(&type, &value, &tb);
+                Py_XDECREF(type);
+                Py_XDECREF(tb);
+                r = hand(handed, Py_BuildValue("(ONs)", conn, value, "client_error"));
+            } else {
+                if (seen != Py_None) /* tests: each read C did, its bytes, stamp, taken */
+                    r = hand(seen, Py_BuildValue("(y#ddn)", (char *)view.buf, (Py_ssize_t)n,
+                                                 ts, now, taken));
+                if (r < 0) {
+                    conn_clear(&f);
+                    goto fail;
+                }
+                if (recording) {
+                    delay[nd++] = stamped ? now - ts : 0.0;
+                    unstamped += !stamped;
+                }
+                if (taken == n) {
+                    if (f.flight != Py_None) {
+                        PyObject *t = PyFloat_FromDouble(now);
+                        r = t ? sset(f.flight, &s_fl_last, t) : -1;
+                        Py_XDECREF(t);
+                    }
+                } else { /* the rest of the read, from a chunk boundary: Conn._handle */
+                    r = hand(handed, Py_BuildValue("(Oy#dd)", conn, (char *)view.buf + taken,
+                                                   (Py_ssize_t)(n - taken), ts, now));
+                }
+            }
+        }
+        conn_clear(&f);
+        if (r < 0) goto fail;
+    }
     PyBuffer_Release(&view);
-    if (taken < 0) return NULL;
-    return Py_BuildValue("(nddOn)", (Py_ssize_t)n, ts, now, stamped ? Py_True : Py_False,
-                         taken);
+    if (_PyBytes_Resize(&delays, nd * (Py_ssize_t)sizeof(double)) < 0) {
+        Py_DECREF(handed);
+        return NULL;
+    }
+    return Py_BuildValue("(NNnO)", handed, delays, unstamped, due ? Py_True : Py_False);
 fail:
     PyBuffer_Release(&view);
+    Py_XDECREF(handed);
+    Py_XDECREF(delays);
     return NULL;
 }
 
@@ -634,8 +915,8 @@ static PyObject *take_tokens(PyObject *self, PyObject *const *args, Py_ssize_t n
 }
 
 static PyMethodDef methods[] = {
-    {"read_token", (PyCFunction)(void (*)(void))read_token, METH_FASTCALL,
-     "read_token(fd, buf, clock, state, record, chat) -> (n, ts, now, stamped, taken)"},
+    {"drain", (PyCFunction)(void (*)(void))drain, METH_FASTCALL,
+     "drain(epfd, conns, buf, clock, next_due, seen) -> (handed, delays, unstamped, due)"},
     {"take_tokens", (PyCFunction)(void (*)(void))take_tokens, METH_FASTCALL,
      "take_tokens(data, ts, state, record, chat) -> taken"},
     {"counts", (PyCFunction)counts, METH_NOARGS,
@@ -687,5 +968,15 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     INTERN(a_ttft, "ttft");
     INTERN(a_off, "off");
     INTERN(a_off_until, "off_until");
+    INTERN(a_recording, "recording");
+    INTERN(a_between, "between");
+    INTERN(a_ex, "ex");
+    INTERN(a_outcome, "outcome");
+    INTERN(a_state, "state");
+    INTERN(a_tail, "tail");
+    INTERN(a_cr, "cr");
+    INTERN(a_chat, "chat");
+    INTERN(a_record, "record");
+    INTERN(a_flight, "flight");
     return PyModule_Create(&module);
 }

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import os
+import select
 import socket
 import time
 from typing import TYPE_CHECKING, Any
@@ -53,17 +55,20 @@ _HEX = b"0123456789abcdefABCDEF"
 # The common read in C, where it built (an optional extension: no compiler, no C path).
 FASTREAD_ENV = "PROCTOR_FASTREAD"
 try:
-    from proctor.workloads.loadgen._fastread import read_token as _read_token
+    from proctor.workloads.loadgen._fastread import drain as _drain
     from proctor.workloads.loadgen._fastread import take_tokens as _take_tokens
 except ImportError:  # pragma: no cover - the install could not build it
-    _read_token = _take_tokens = None
+    _drain = _take_tokens = None
+# A wave's reads a drain hands back before the loop runs its other callbacks: at most this
+# many calls of it in a row, each after a paced send came due (the C side's limit is 1024).
+_DUE_ROUNDS = 64
 
 
 def fast_reader() -> Any:
-    """_fastread.read_token, or None where it did not build or PROCTOR_FASTREAD=0."""
+    """_fastread.drain, or None where it did not build or PROCTOR_FASTREAD=0."""
     if os.environ.get(FASTREAD_ENV, "").strip() == "0":
         return None
-    return _read_token
+    return _drain
 
 
 def _chunk_size(line: bytes) -> int:
@@ -119,7 +124,11 @@ class Conn:
         self.flight: Flight | None = None  # the deadline record of the request in progress
         self.pending = b""  # request bytes the socket did not take yet
         self._reset()
-        loop.add_reader(self.fd, self._readable)
+        if pool.ep is not None:  # read by the pool's drain, in C where the read is common
+            pool.ep.register(self.fd, select.EPOLLIN)
+            pool.by_fd[self.fd] = self
+        else:
+            loop.add_reader(self.fd, self._readable)
 
     def _reset(self) -> None:
         self.in_head = True
@@ -160,49 +169,11 @@ class Conn:
             self.loop.remove_writer(self.fd)
 
     def _readable(self) -> None:
+        """A read in Python: the whole read where the C path is off, and on it (Pool._drain)
+        any read that is not a response's common read (a head, a cut chunk, an idle
+        connection's)."""
         pool = self.pool
         ex = self.ex
-        if (
-            (fast := pool.fast) is not None
-            and self.between
-            and ex is not None
-            and not ex.outcome
-            and not (state := ex.state).tail
-            and not state.cr
-        ):
-            # The common read in C: a read's whole token chunks (one, or the several a late
-            # loop finds merged) are read, stamped and recorded there, as the Python below
-            # would; the rest of the read comes back for it, read and stamped.
-            if (pacer := pool.pacer) is not None and time.perf_counter() >= pacer.next_due:
-                # A due send first, as below; here before the read (the C call handles it),
-                # and this connection is mid-response: the send cannot take it.
-                pacer.poke()
-            clock = pool.clock
-            try:
-                n, ts, now, stamped, taken = fast(
-                    self.fd, pool.bufs[0], clock, state, ex.record, state.chat
-                )
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                self.connection_lost(e)
-                return
-            except Exception as e:  # as the short path below: never into the event loop
-                self._fail(ex, "client_error", f"{type(e).__name__}: {e}")
-                return
-            if not n:  # the peer closed: no bytes, no stamp, not a read (as below)
-                self.connection_lost(None)
-                return
-            if clock.recording:
-                clock.note(now, ts, stamped)
-            if taken == n:
-                if self.flight is not None:
-                    self.flight.last = now
-                return
-            # After taken bytes of whole chunks the rest starts at a chunk boundary, as a read
-            # does: the same path as the Python one's from there (_whole_chunks' restart).
-            self._handle(pool.view[taken:n].tobytes(), ts, now)
-            return
         try:
             n, anc, _, _ = self.sock.recvmsg_into(pool.bufs, rxtime.ANC_SPACE)
         except (BlockingIOError, InterruptedError):
@@ -499,8 +470,14 @@ class Conn:
 
     def _close(self) -> None:
         self.closed = True
-        self.pool.conns.discard(self)
-        self.loop.remove_reader(self.fd)
+        pool = self.pool
+        pool.conns.discard(self)
+        if pool.by_fd.get(self.fd) is self:
+            del pool.by_fd[self.fd]
+            if pool.ep is not None:
+                pool.ep.unregister(self.fd)
+        else:
+            self.loop.remove_reader(self.fd)
         if self.pending:
             self.pending = b""
             self.loop.remove_writer(self.fd)
@@ -525,9 +502,15 @@ class Pool:
         self.clock = rxtime.ReadClock()  # replaced by the loop's in acquire()
         self.keeper = rxtime.keep_stamping()
         self.pacer: Pacer | None = None  # paced sends due before a read go first (poke)
-        self.fast = fast_reader()  # the common read in C; None: every read in Python
+        self.fast = fast_reader()  # the common read in C (the drain); None: all in Python
         # the token chunks after a head, in the head's read, in C; on and off with fast
         self.take = None if self.fast is None else _take_tokens
+        # Where fast: one epoll set of the pool's connections, read by _drain when the loop
+        # finds it ready (open_drain); the connections by file descriptor.
+        self.ep: select.epoll | None = None
+        self.ep_loop: asyncio.AbstractEventLoop | None = None
+        self.by_fd: dict[int, Conn] = {}
+        self.seen: list[tuple[bytes, float, float, int]] | None = None  # tests: C's reads
         netloc = u.hostname if u.port is None else f"{u.hostname}:{u.port}"
         if ":" in u.hostname:  # IPv6 literal
             netloc = f"[{u.hostname}]" + (f":{u.port}" if u.port else "")
@@ -560,9 +543,47 @@ class Pool:
                 return conn
         return await asyncio.wait_for(self._connect(), self.connect_timeout)
 
+    def open_drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Where the C path is on: the pool's connections are read by _drain, which the loop
+        calls once their epoll set is ready, not a Python callback a read."""
+        if self.fast is not None and self.ep is None:
+            self.ep = select.epoll()
+            self.ep_loop = loop
+            loop.add_reader(self.ep.fileno(), self._drain)
+
+    def _drain(self) -> None:
+        """A wave of ready connections read: each common read (a response's token chunks)
+        done in C, with its kernel stamp; every other read handed back and done here."""
+        assert self.ep is not None and self.fast is not None
+        pacer, clock, fd = self.pacer, self.clock, self.ep.fileno()
+        for _ in range(_DUE_ROUNDS):
+            if pacer is not None and time.perf_counter() >= pacer.next_due:
+                pacer.poke()  # a due send first (its read stamps are the kernel's anyway)
+            due_at = math.inf if pacer is None else pacer.next_due
+            handed, delays, unstamped, due = self.fast(
+                fd, self.by_fd, self.bufs[0], clock, due_at, self.seen
+            )
+            if delays:
+                clock.note_all(delays, unstamped)
+            for item in handed:
+                if type(item) is not tuple:
+                    item._readable()
+                    continue
+                conn = item[0]
+                if len(item) == 4:  # the rest of a read whose leading tokens C took
+                    conn._handle(item[1], item[2], item[3])
+                elif len(item) == 2:  # the peer closed (None) or the read failed
+                    conn.connection_lost(item[1])
+                elif (ex := conn.ex) is not None and not ex.outcome:
+                    e = item[1]  # the read's tokens raised: as in data_received
+                    conn._fail(ex, "client_error", f"{type(e).__name__}: {e}")
+            if not due:
+                return
+
     async def _connect(self) -> Conn:
         loop = asyncio.get_running_loop()
         self.clock = rxtime.for_loop()
+        self.open_drain(loop)
         if not self.addrs:
             self.addrs = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
         err: OSError = OSError(f"no address for {self.host}:{self.port}")
@@ -589,6 +610,11 @@ class Pool:
         for conn in list(self.conns):
             conn._abort()
         self.idle.clear()
+        if self.ep is not None:
+            if self.ep_loop is not None and not self.ep_loop.is_closed():
+                self.ep_loop.remove_reader(self.ep.fileno())
+            self.ep.close()
+            self.ep = self.ep_loop = None
         if self.keeper is not None:
             self.keeper.close()
 

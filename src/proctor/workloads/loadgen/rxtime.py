@@ -164,6 +164,22 @@ class ReadClock:
             self.fallbacks += 1
         self._record(now - ts if stamped else 0.0)
 
+    def note_all(self, delays: bytes, unstamped: int) -> None:
+        """The reads of one drain (_fastread.drain): their delays as native doubles (0.0 for
+        a read without a stamp), `unstamped` of them without one; kept as note keeps them."""
+        got = array("d")
+        got.frombytes(delays)
+        self.fallbacks += unstamped
+        first = self.reads + 1
+        self.reads += len(got)
+        stride = self.stride
+        if stride > 1:  # the reads whose number is a multiple of the stride, as _record
+            got = got[(-first) % stride :: stride]
+        self.delays.extend(got)
+        while len(self.delays) >= MAX_SAMPLES:
+            self.delays = array("d", self.delays[::2])
+            self.stride *= 2
+
     def _record(self, delay: float) -> None:
         self.reads += 1
         if self.reads % self.stride == 0:
