@@ -467,6 +467,55 @@ def test_a_due_send_stops_a_wave_after_each_read(
         pool.close()
 
 
+def test_a_read_that_fails_in_c_fails_its_request_and_the_wave_goes_on(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """A read whose record C cannot update (here record.itl is not a list) fails that
+    request as client_error, as the Python path fails a read that raises; the other
+    connections of the wave are read as usual."""
+    pool, conns, servers, recs = _pool_of(loop, listener, 3)
+    try:
+        recs[1].itl = ()  # type: ignore[assignment]
+        tok = b"%x\r\n%s\r\n" % (len(_token()), _token())
+        for _ in range(2):
+            for s in servers:
+                s.sendall(tok)
+            time.sleep(0.02)
+            pool._drain()
+        assert [r.chunks for r in recs] == [2, 0, 2]
+        assert recs[1].reason == "client_error" and "must be lists" in recs[1].error
+        assert conns[1].closed and not conns[0].closed and not conns[2].closed
+        assert (recs[0].reason, recs[2].reason) == ("", "")
+    finally:
+        for s in servers:
+            s.close()
+        pool.close()
+
+
+def test_a_drain_that_fails_fails_every_request_of_its_pool(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
+) -> None:
+    """The drain itself raising (out of memory, in effect) leaves no read of the wave to
+    trust: every request of the pool fails as client_error, with the reason, and every
+    connection closes, so the loop does not call a failing drain again and again."""
+    pool, conns, servers, recs = _pool_of(loop, listener, 2)
+    try:
+
+        def broken(*args: Any) -> Any:
+            raise MemoryError("no room")
+
+        pool.fast = broken
+        servers[0].sendall(b"%x\r\n%s\r\n" % (len(_token()), _token()))
+        time.sleep(0.02)
+        pool._drain()
+        assert [(r.reason, r.error) for r in recs] == [("client_error", "MemoryError: no room")] * 2
+        assert all(c.closed for c in conns) and not pool.by_fd
+    finally:
+        for s in servers:
+            s.close()
+        pool.close()
+
+
 def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(
     loop: asyncio.AbstractEventLoop, listener: socket.socket, fast: Any
 ) -> None:

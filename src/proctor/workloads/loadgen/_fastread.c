@@ -771,6 +771,23 @@ static int hand(PyObject *list, PyObject *item) {
     return r;
 }
 
+/* The exception set now, as (conn, exc, tag) in the list (the connection's request fails;
+ * tag "client_error") or (conn, exc) (tag NULL: the read failed, connection_lost): 0, or -1
+ * with an exception where even that could not be built */
+static int hand_error(PyObject *list, PyObject *conn, const char *tag) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    if (!value) {
+        PyErr_SetString(PyExc_SystemError, "_fastread: an error without an exception");
+        return -1;
+    }
+    return hand(list, tag ? Py_BuildValue("(ONs)", conn, value, tag)
+                          : Py_BuildValue("(ON)", conn, value));
+}
+
 #define DRAIN_EVENTS 1024
 
 /* drain(epfd, conns, buf, clock, next_due, seen) -> (handed, delays, unstamped, due)
@@ -815,7 +832,10 @@ static PyObject *drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         }
         conn_t f;
         int common = conn_common(conn, &f);
-        if (common < 0) goto fail;
+        if (common < 0) { /* not a connection as fasthttp makes them: its request fails */
+            if (hand_error(handed, conn, "client_error") < 0) goto fail;
+            continue;
+        }
         if (!common) { /* the Python path reads it (Conn._readable) */
             if (PyList_Append(handed, conn) < 0) goto fail;
             continue;
@@ -839,12 +859,7 @@ static PyObject *drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
                 continue;
             }
             PyErr_SetFromErrno(PyExc_OSError); /* Conn.connection_lost(exc) */
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyErr_NormalizeException(&type, &value, &tb);
-            Py_XDECREF(type);
-            Py_XDECREF(tb);
-            r = hand(handed, Py_BuildValue("(ON)", conn, value));
+            r = hand_error(handed, conn, NULL);
         } else if (n == -2) {
             r = -1;
         } else if (n == 0) { /* the peer closed: no bytes, no stamp, not a read */
@@ -852,38 +867,31 @@ static PyObject *drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         } else {
             Py_ssize_t taken = tokens(view.buf, n, ts, f.chat, f.state, f.record);
             if (taken < 0) { /* as Conn._readable: the request fails, client_error */
-                PyObject *type, *value, *tb;
-                PyErr_Fetch(&type, &value, &tb);
-                PyErr_NormalizeException(&type, &value, &tb);
-                Py_XDECREF(type);
-                Py_XDECREF(tb);
-                r = hand(handed, Py_BuildValue("(ONs)", conn, value, "client_error"));
+                r = -1;
             } else {
                 if (seen != Py_None) /* tests: each read C did, its bytes, stamp, taken */
                     r = hand(seen, Py_BuildValue("(y#ddn)", (char *)view.buf, (Py_ssize_t)n,
                                                  ts, now, taken));
-                if (r < 0) {
-                    conn_clear(&f);
-                    goto fail;
-                }
                 if (recording) {
                     delay[nd++] = stamped ? now - ts : 0.0;
                     unstamped += !stamped;
                 }
-                if (taken == n) {
-                    if (f.flight != Py_None) {
-                        PyObject *t = PyFloat_FromDouble(now);
-                        r = t ? sset(f.flight, &s_fl_last, t) : -1;
-                        Py_XDECREF(t);
-                    }
-                } else { /* the rest of the read, from a chunk boundary: Conn._handle */
+                if (r == 0 && taken == n && f.flight != Py_None) {
+                    /* the request's idle deadline sees the read (Flight.last) */
+                    PyObject *t = PyFloat_FromDouble(now);
+                    r = t ? sset(f.flight, &s_fl_last, t) : -1;
+                    Py_XDECREF(t);
+                } else if (r == 0 && taken < n) {
+                    /* the rest of the read, from a chunk boundary: Conn._handle */
                     r = hand(handed, Py_BuildValue("(Oy#dd)", conn, (char *)view.buf + taken,
                                                    (Py_ssize_t)(n - taken), ts, now));
                 }
             }
         }
         conn_clear(&f);
-        if (r < 0) goto fail;
+        /* what failed once the read was done (its bytes are gone): the request fails, as
+         * when Conn._readable's C call raised; the wave goes on */
+        if (r < 0 && hand_error(handed, conn, "client_error") < 0) goto fail;
     }
     PyBuffer_Release(&view);
     if (_PyBytes_Resize(&delays, nd * (Py_ssize_t)sizeof(double)) < 0) {

@@ -1,21 +1,25 @@
-"""The raw HTTP/1.1 streaming client: one non-blocking socket per keep-alive connection,
-read by the event loop's reader callback with recvmsg.
+"""The raw HTTP/1.1 streaming client: one non-blocking socket per keep-alive connection.
 
 Why not aiohttp here: at tens of thousands of chunks per second one client core went to
 aiohttp's request set-up, its StreamReader and per-read wake-ups (docs/bench.md, Capacity).
 Why not an asyncio transport either: a transport reads the socket itself and hands over bytes
 without the kernel's receive timestamp, so every time would be when the loop got round to the
-bytes, late by however long the loop was busy (issue 23). Here each read is one recvmsg_into a
+bytes, late by however long the loop was busy (issue 23). Here each read is one recvmsg into a
 shared buffer, its time is when its last segment arrived (rxtime.py), then chunked decoding with
 bytes.find (a read of whole chunks skips it: the short path, _whole_chunks), the SSE
 messages parsed by sse.StreamState.feed, and the waiting request task is woken once, when its
 response ends. Before a read is handled, a paced request that has come due is sent (the pool's
 pacer, pacer.Pacer.poke): the read keeps its kernel stamp however late it is handled; the send
-is timed when it leaves. A read's whole token chunks are read and recorded in C where the
-extension built (`_fastread.c`: the same record, half the Python of a read; the rest of the
-read comes back to Python; the tokens after a head, in the head's read, too;
-PROCTOR_FASTREAD=0, read when a pool opens, keeps every read in Python). Metric definitions
-and records are the same as the aiohttp path's; failures are classified the same way
+is timed when it leaves.
+
+Where the C extension built (`_fastread.c`), a pool's connections sit in one epoll set of its
+own, which the event loop watches as one file descriptor: when it is ready, Pool._drain reads
+the whole wave in C (`_fastread.drain`), each connection's common read (a response's token
+chunks: the same record, no Python call and no event-loop callback per read) done there and
+every other read (a head, a response's end, a cut chunk) handed back to the Python path below
+(Conn._readable, Conn._handle). Without it (PROCTOR_FASTREAD=0, read when a pool opens; no
+compiler) each connection is the loop's own reader and every read is Python's. Metric
+definitions and records are the same either way; failures are classified the same way
 (http_error, rate_limited, disconnect, timeout, malformed_sse, no_output, connect_error,
 client_error).
 
@@ -560,9 +564,13 @@ class Pool:
             if pacer is not None and time.perf_counter() >= pacer.next_due:
                 pacer.poke()  # a due send first (its read stamps are the kernel's anyway)
             due_at = math.inf if pacer is None else pacer.next_due
-            handed, delays, unstamped, due = self.fast(
-                fd, self.by_fd, self.bufs[0], clock, due_at, self.seen
-            )
+            try:
+                handed, delays, unstamped, due = self.fast(
+                    fd, self.by_fd, self.bufs[0], clock, due_at, self.seen
+                )
+            except Exception as e:  # never into the event loop (out of memory, in effect)
+                self._drain_failed(e)
+                return
             if delays:
                 clock.note_all(delays, unstamped)
             for item in handed:
@@ -574,11 +582,24 @@ class Pool:
                     conn._handle(item[1], item[2], item[3])
                 elif len(item) == 2:  # the peer closed (None) or the read failed
                     conn.connection_lost(item[1])
-                elif (ex := conn.ex) is not None and not ex.outcome:
-                    e = item[1]  # the read's tokens raised: as in data_received
-                    conn._fail(ex, "client_error", f"{type(e).__name__}: {e}")
+                elif (ex := getattr(conn, "ex", None)) is not None and not ex.outcome:
+                    err = item[1]  # the read's tokens raised: as in data_received
+                    conn._fail(ex, "client_error", f"{type(err).__name__}: {err}")
+                else:  # a read C could not take, with no request to fail: not reusable
+                    conn._abort()
             if not due:
                 return
+
+    def _drain_failed(self, e: Exception) -> None:
+        """The drain itself failed, so no read of the wave can be trusted: every request of
+        the pool fails as client_error and every connection closes (none is left ready for
+        a loop that would call the drain again at once)."""
+        why = f"{type(e).__name__}: {e}"
+        for conn in list(self.by_fd.values()):
+            if (ex := conn.ex) is not None and not ex.outcome:
+                conn._fail(ex, "client_error", why)
+            else:
+                conn._abort()
 
     async def _connect(self) -> Conn:
         loop = asyncio.get_running_loop()

@@ -60,8 +60,9 @@ _clock = time.perf_counter
 
 class Pacer:
     """`await pacer.run(dues, start)` calls start(i) at time.perf_counter() dues[i] for each i,
-    in order, from the event loop's callbacks: the timerfd's, or poke() from a reader callback
-    that finds `next_due` past (the raw client's, fasthttp.Conn._readable). A send due while the
+    in order, from the event loop's callbacks: the timerfd's, or poke() from a read that finds
+    `next_due` past (the raw client's: fasthttp.Conn._readable, and Pool._drain, whose C read
+    of a wave goes back to it after any read that finds a send due). A send due while the
     loop works through a row of ready reads so goes before the rest of them, not after: each
     read keeps its kernel stamp however late it is handled, a send has no such stamp (its time
     is when it leaves). start() should send at once (scheduler.spawn: an eager task). The timerfd
