@@ -7,10 +7,12 @@ Why: at concurrency 1000 on one core the client runs out of CPU and reads late (
 bench/NOTES.md *Timing error*); what decides where that happens is the CPU each read costs.
 Timings on a shared machine move with its load; CPU time per read moves much less. This bench
 opens --streams keep-alive TCP connections over loopback, writes one SSE token message per
-connection (one HTTP chunk each, as emu.c writes them), then calls each connection's reader
-callback (`Conn._readable`: recvmsg_into with the kernel receive timestamp, chunked decoding,
-the SSE side) and counts the CPU time of those calls alone (the writes are outside it). Each
-stream ends as emu.c ends one (usage message, [DONE], the last chunk), so the work done when
+connection (one HTTP chunk each, as emu.c writes them), then reads them as the client does:
+by the pool's drain where the C path built (`Pool._drain`: one epoll set, each common read in
+C, the rest handed to Python), else by each connection's reader (`Conn._readable`: recvmsg with
+the kernel receive timestamp, chunked decoding, the SSE side); an older proctor without the
+drain is read by its connections' readers. It counts the CPU time of those calls alone (the
+writes are outside it). Each stream ends as emu.c ends one (usage message, [DONE], the last chunk), so the work done when
 a response ends is counted too. --old-src DIR: the `src` of an older proctor
 (`git archive main src | tar -x -C build/old`), measured in turns with this checkout's, each
 in a process of its own. Prints microseconds of CPU per read, median of --rounds, and the
