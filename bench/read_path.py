@@ -7,20 +7,20 @@ Why: at concurrency 1000 on one core the client runs out of CPU and reads late (
 bench/NOTES.md *Timing error*); what decides where that happens is the CPU each read costs.
 Timings on a shared machine move with its load; CPU time per read moves much less. This bench
 opens --streams keep-alive TCP connections over loopback, writes one SSE token message per
-connection (one HTTP chunk each, as emu.c writes them), then reads them as the client does:
-by the pool's drain where the C path built (`Pool._drain`: one epoll set, each common read in
-C, the rest handed to Python), else by each connection's reader (`Conn._readable`: recvmsg with
-the kernel receive timestamp, chunked decoding, the SSE side); an older proctor without the
-drain is read by its connections' readers. It counts the CPU time of those calls alone (the
-writes are outside it). Each stream ends as emu.c ends one (usage message, [DONE], the last chunk), so the work done when
-a response ends is counted too. --old-src DIR: the `src` of an older proctor
-(`git archive main src | tar -x -C build/old`), measured in turns with this checkout's, each
-in a process of its own. Prints microseconds of CPU per read, median of --rounds, and the
-ratio; and, since the streams run in step (every stream's read of one token is one round, as
-in a closed loop started at once), the CPU of the costliest round beside the mean: work
-saved per read but done in lumps shows there (parsing each stream whole at its end put
-~50 ms into one round on the GPU host, bench/NOTES.md), and a round over one inter-token gap
-means the loop reads late. Every stream's records are checked to hold all its tokens.
+connection (one HTTP chunk each, as emu.c writes them), then reads them as the client does: by
+the pool's drain where the C path built (`Pool._drain`: one epoll set, each common read in C,
+the rest handed to Python), else by each connection's reader (`Conn._readable`: recvmsg with the
+kernel receive timestamp, chunked decoding, the SSE side); an older proctor without the drain is
+read by its connections' readers. It counts the CPU time of those calls alone (the writes are
+outside it). Each stream ends as emu.c ends one (usage message, [DONE], the last chunk), so the
+work done when a response ends is counted too. --old-src DIR: the `src` of an older proctor
+(`git archive main src | tar -x -C build/old`), measured in turns with this checkout's, each in
+a process of its own. Prints microseconds of CPU per read, median of --rounds, and the ratio;
+and, since the streams run in step (every stream's read of one token is one round, as in a
+closed loop started at once), the CPU of the costliest round beside the mean: work saved per
+read but done in lumps shows there (parsing each stream whole at its end put ~50 ms into one
+round on the GPU host, bench/NOTES.md), and a round over one inter-token gap means the loop
+reads late. Every stream's records are checked to hold all its tokens.
 --per-read K: K token chunks in each read (what a loop one or more gaps late reads: tokens the
 kernel merged), --tokens rounded down to a multiple of K; the CPU is then per token too.
 --whole: each response in one read, head, tokens and end (what a zero-ITL server such as
