@@ -6,6 +6,7 @@ through the Python path of a second connection."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import socket
@@ -409,32 +410,41 @@ class _CountingPacer:
         self.at.append(sum(r.chunks for r in self.recs))
 
 
-def _pool_of(
-    loop: asyncio.AbstractEventLoop, listener: socket.socket, n: int
-) -> tuple[fasthttp.Pool, list[fasthttp.Conn], list[socket.socket], list[RequestRecord]]:
+_PoolOf = tuple[fasthttp.Pool, list[fasthttp.Conn], list[socket.socket], list[RequestRecord]]
+
+
+@contextlib.contextmanager
+def _pool_of(loop: asyncio.AbstractEventLoop, listener: socket.socket, n: int) -> Iterator[_PoolOf]:
     """A pool read by its drain, with n connections mid-response (the head read), each with
-    a request's record."""
+    a request's record; the servers' ends and the pool closed after."""
     pool = fasthttp.Pool(BenchConfig(base_url="http://127.0.0.1:9"))
     pool.clock = rxtime.ReadClock()
     pool.open_drain(loop)
-    conns, servers, recs = [], [], []
-    for _ in range(n):
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-        client.setblocking(False)
-        rxtime.enable(client)
-        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = fasthttp.Conn(pool, client, loop)
-        rec = RequestRecord(index=len(recs), prompt_len=1, expected_output_len=8)
-        conn.ex = fasthttp._Exchange(rec, StreamState(rec, False, 0.0), loop.create_future())
-        server.sendall(HEAD)
-        conns.append(conn)
-        servers.append(server)
-        recs.append(rec)
-    time.sleep(0.02)
-    pool._drain()  # the heads, in Python
-    assert all(c.between for c in conns)
-    return pool, conns, servers, recs
+    conns: list[fasthttp.Conn] = []
+    servers: list[socket.socket] = []
+    recs: list[RequestRecord] = []
+    try:
+        for _ in range(n):
+            client = socket.create_connection(listener.getsockname())
+            server, _ = listener.accept()
+            client.setblocking(False)
+            rxtime.enable(client)
+            server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = fasthttp.Conn(pool, client, loop)
+            rec = RequestRecord(index=len(recs), prompt_len=1, expected_output_len=8)
+            conn.ex = fasthttp._Exchange(rec, StreamState(rec, False, 0.0), loop.create_future())
+            server.sendall(HEAD)
+            conns.append(conn)
+            servers.append(server)
+            recs.append(rec)
+        time.sleep(0.02)
+        pool._drain()  # the heads, in Python
+        assert all(c.between for c in conns)
+        yield pool, conns, servers, recs
+    finally:
+        for server in servers:
+            server.close()
+        pool.close()
 
 
 def test_a_due_send_stops_a_wave_after_each_read(
@@ -443,8 +453,7 @@ def test_a_due_send_stops_a_wave_after_each_read(
     """Paced requests beside a wave of ready connections: the drain goes back to Python to
     let a due send go after each read, not after the wave, and what it did not read yet is
     read by the next call (the connections stay ready)."""
-    pool, _, servers, recs = _pool_of(loop, listener, 3)
-    try:
+    with _pool_of(loop, listener, 3) as (pool, _, servers, recs):
         pacer = _CountingPacer(recs)
         pool.pacer = pacer
         tok = b"%x\r\n%s\r\n" % (len(_token()), _token())
@@ -461,10 +470,6 @@ def test_a_due_send_stops_a_wave_after_each_read(
         seen = pool.seen = []
         pool._drain()
         assert [r.chunks for r in recs] == [2, 2, 2] and len(seen) == 3
-    finally:
-        for s in servers:
-            s.close()
-        pool.close()
 
 
 def test_a_read_that_fails_in_c_fails_its_request_and_the_wave_goes_on(
@@ -473,8 +478,7 @@ def test_a_read_that_fails_in_c_fails_its_request_and_the_wave_goes_on(
     """A read whose record C cannot update (here record.itl is not a list) fails that
     request as client_error, as the Python path fails a read that raises; the other
     connections of the wave are read as usual."""
-    pool, conns, servers, recs = _pool_of(loop, listener, 3)
-    try:
+    with _pool_of(loop, listener, 3) as (pool, conns, servers, recs):
         recs[1].itl = ()  # type: ignore[assignment]
         tok = b"%x\r\n%s\r\n" % (len(_token()), _token())
         for _ in range(2):
@@ -486,10 +490,6 @@ def test_a_read_that_fails_in_c_fails_its_request_and_the_wave_goes_on(
         assert recs[1].reason == "client_error" and "must be lists" in recs[1].error
         assert conns[1].closed and not conns[0].closed and not conns[2].closed
         assert (recs[0].reason, recs[2].reason) == ("", "")
-    finally:
-        for s in servers:
-            s.close()
-        pool.close()
 
 
 def test_a_drain_that_fails_fails_every_request_of_its_pool(
@@ -498,8 +498,7 @@ def test_a_drain_that_fails_fails_every_request_of_its_pool(
     """The drain itself raising (out of memory, in effect) leaves no read of the wave to
     trust: every request of the pool fails as client_error, with the reason, and every
     connection closes, so the loop does not call a failing drain again and again."""
-    pool, conns, servers, recs = _pool_of(loop, listener, 2)
-    try:
+    with _pool_of(loop, listener, 2) as (pool, conns, servers, recs):
 
         def broken(*args: Any) -> Any:
             raise MemoryError("no room")
@@ -510,10 +509,6 @@ def test_a_drain_that_fails_fails_every_request_of_its_pool(
         pool._drain()
         assert [(r.reason, r.error) for r in recs] == [("client_error", "MemoryError: no room")] * 2
         assert all(c.closed for c in conns) and not pool.by_fd
-    finally:
-        for s in servers:
-            s.close()
-        pool.close()
 
 
 def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(
@@ -523,28 +518,26 @@ def test_the_c_path_stamps_a_read_with_the_kernel_s_arrival(
     clock: before the read returned, after it was sent, and the same as the Python path's
     ReadClock.arrival gives for a twin segment sent at the same moment; the read's delay is
     counted as the Python path counts its own, and the request's last read is now."""
-    pool, conns, servers, recs = _pool_of(loop, listener, 1)
-    c = socket.create_connection(listener.getsockname())
-    s, _ = listener.accept()
-    try:
-        c.setblocking(False)
-        rxtime.enable(c)
-        pool.clock.start()
-        flight = conns[0].flight = Flight(None, 0.0)  # type: ignore[arg-type]
-        msg = b"%x\r\n%s\r\n" % (len(_token()), _token())
-        sent = time.perf_counter()
-        for server in (servers[0], s):
-            server.sendall(msg)
-        time.sleep(0.05)  # read 50 ms after arrival: a loop-time stamp would be that late
-        seen = pool.seen = []
-        pool._drain()
-        py_n, anc, _, _ = c.recvmsg_into([bytearray(1 << 16)], rxtime.ANC_SPACE)
-        py_ts = pool.clock.arrival(anc, time.perf_counter())
-    finally:
-        c.close()
-        s.close()
-        servers[0].close()
-        pool.close()
+    with _pool_of(loop, listener, 1) as (pool, conns, servers, recs):
+        c = socket.create_connection(listener.getsockname())
+        s, _ = listener.accept()
+        try:
+            c.setblocking(False)
+            rxtime.enable(c)
+            pool.clock.start()
+            flight = conns[0].flight = Flight(None, 0.0)  # type: ignore[arg-type]
+            msg = b"%x\r\n%s\r\n" % (len(_token()), _token())
+            sent = time.perf_counter()
+            for server in (servers[0], s):
+                server.sendall(msg)
+            time.sleep(0.05)  # read 50 ms after arrival: a loop-time stamp would be that late
+            seen = pool.seen = []
+            pool._drain()
+            py_n, anc, _, _ = c.recvmsg_into([bytearray(1 << 16)], rxtime.ANC_SPACE)
+            py_ts = pool.clock.arrival(anc, time.perf_counter())
+        finally:
+            c.close()
+            s.close()
     assert len(seen) == 1 and py_n == len(msg)
     data, ts, now, taken = seen[0]
     assert (data, taken) == (msg, len(msg))
@@ -562,17 +555,16 @@ def test_the_c_path_reports_the_peer_closing_and_a_reset(
     """EOF and ECONNRESET read by the C path end the request as the Python path does:
     disconnect, with the reason; the connection leaves the pool's epoll set."""
     for how in ("close", "reset"):
-        pool, conns, servers, recs = _pool_of(loop, listener, 1)
-        conn, server = conns[0], servers[0]
-        if how == "reset":  # RST on close: SO_LINGER with a zero timeout
-            server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        server.close()
-        time.sleep(0.01)
-        pool._drain()
-        assert conn.closed and conn.ex is None and not pool.by_fd, how
-        assert recs[0].reason == "disconnect", (how, recs[0].reason, recs[0].error)
-        assert ("Reset" in recs[0].error) == (how == "reset")
-        pool.close()
+        with _pool_of(loop, listener, 1) as (pool, conns, servers, recs):
+            conn, server = conns[0], servers[0]
+            if how == "reset":  # RST on close: SO_LINGER with a zero timeout
+                server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            server.close()
+            time.sleep(0.01)
+            pool._drain()
+            assert conn.closed and conn.ex is None and not pool.by_fd, how
+            assert recs[0].reason == "disconnect", (how, recs[0].reason, recs[0].error)
+            assert ("Reset" in recs[0].error) == (how == "reset")
 
 
 def test_proctor_fastread_0_keeps_every_read_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
